@@ -1,0 +1,26 @@
+//! The `[directory]` config section.
+
+use serde::{Deserialize, Serialize};
+
+/// Directory settings (`[directory]` in `switchboard.toml`, `SWITCHBOARD_DIRECTORY__*` env).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DirectoryConfig {
+    /// An agent without a heartbeat for this long is marked `offline`, in milliseconds
+    /// (default 3 × the client's 10 s heartbeat).
+    pub heartbeat_timeout_ms: u64,
+    /// How often each replica looks for agents whose heartbeats stopped, in milliseconds.
+    pub sweep_interval_ms: u64,
+}
+
+impl Default for DirectoryConfig {
+    fn default() -> Self {
+        Self {
+            heartbeat_timeout_ms: 30_000,
+            sweep_interval_ms: 5_000,
+        }
+    }
+}
+
+/// Config section name.
+pub const SECTION: &str = "directory";

@@ -1,0 +1,98 @@
+//! Directory errors, named after the step that failed, and their stable error kinds.
+
+use switchboard_proto::{AgentId, ErrorKind, ErrorReply, GoalId, IdError};
+
+/// Why a directory request failed.
+#[derive(Debug, thiserror::Error)]
+pub enum DirectoryError {
+    /// The body is not a JSON object or does not describe a valid card.
+    #[error("invalid card: {0}")]
+    InvalidCard(String),
+    /// The body names another agent than the subject.
+    #[error("the body names agent `{body}` but the request came from `{caller}`")]
+    IdentityMismatch {
+        /// Identity from the subject.
+        caller: AgentId,
+        /// Identity claimed in the body.
+        body: String,
+    },
+    /// An agent id in the body is invalid.
+    #[error(transparent)]
+    InvalidAgentId(#[from] IdError),
+    /// A heartbeat tried to set `offline`.
+    #[error("a heartbeat cannot set status `offline`; use deregister")]
+    HeartbeatOffline,
+    /// The caller is not registered.
+    #[error("agent `{0}` is not registered")]
+    NotRegistered(AgentId),
+    /// The agent asked about is not registered.
+    #[error("agent `{0}` is not registered")]
+    UnknownAgent(AgentId),
+    /// The caller has no such goal.
+    #[error("agent `{agent}` has no open goal `{goal}`")]
+    UnknownGoal {
+        /// The caller.
+        agent: AgentId,
+        /// The goal.
+        goal: GoalId,
+    },
+    /// The goal id is already used by another agent's inbox.
+    #[error("goal `{goal}` belongs to another agent")]
+    GoalOwnedElsewhere {
+        /// The goal.
+        goal: GoalId,
+    },
+    /// Compare-and-set kept losing to concurrent writers.
+    #[error("too much concurrent change to `{key}`; retry")]
+    Contention {
+        /// The contended key.
+        key: String,
+    },
+    /// A JetStream/KV call failed.
+    #[error("{step}: {message}")]
+    Store {
+        /// What we were doing.
+        step: &'static str,
+        /// The underlying error.
+        message: String,
+    },
+    /// A stored record does not decode (a bug or a foreign writer).
+    #[error("corrupt record `{key}`: {message}")]
+    CorruptRecord {
+        /// The key.
+        key: String,
+        /// The decode error.
+        message: String,
+    },
+}
+
+impl DirectoryError {
+    /// Wraps a store error with the step that failed.
+    pub fn store(step: &'static str, err: impl std::fmt::Display) -> Self {
+        Self::Store {
+            step,
+            message: err.to_string(),
+        }
+    }
+
+    /// The stable kind callers match on.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Self::InvalidCard(_) | Self::HeartbeatOffline => ErrorKind::BadRequest,
+            Self::IdentityMismatch { .. } => ErrorKind::IdentityMismatch,
+            Self::InvalidAgentId(IdError::GoalId(_)) => ErrorKind::InvalidGoalId,
+            Self::InvalidAgentId(_) => ErrorKind::InvalidAgentId,
+            Self::NotRegistered(_) => ErrorKind::NotRegistered,
+            Self::UnknownAgent(_) | Self::UnknownGoal { .. } => ErrorKind::NotFound,
+            Self::GoalOwnedElsewhere { .. } | Self::Contention { .. } => ErrorKind::Conflict,
+            Self::Store { .. } => ErrorKind::Unavailable,
+            Self::CorruptRecord { .. } => ErrorKind::Internal,
+        }
+    }
+}
+
+impl From<DirectoryError> for ErrorReply {
+    fn from(err: DirectoryError) -> Self {
+        ErrorReply::new(err.kind(), err.to_string())
+    }
+}

@@ -1,0 +1,131 @@
+//! # directory
+//!
+//! Agent cards, live goals, status and list_peers for Switchboard (ARCHITECTURE.md §1, §3, §5).
+//! All state is in JetStream KV (`agent_registry`, `agent_goals`), written with compare-and-set,
+//! so any number of replicas serve the same registry; requests are NATS micro endpoints on
+//! `agent.registry.<op>.<agent_id>` in queue group `directory`.
+//!
+//! Layout: `config.rs` (the `[directory]` section), `error.rs` (errors → stable kinds),
+//! `state.rs` (the registry over KV), `handlers.rs` (endpoints), this file (`start`/`run`).
+
+pub mod config;
+pub mod error;
+pub mod handlers;
+pub mod state;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::Client;
+use async_nats::jetstream;
+use switchboard_proto::DIRECTORY_SERVICE;
+use switchboard_runtime::micro::{self, ServiceSpec};
+use switchboard_runtime::{CancellationToken, RuntimeConfig, resources};
+
+pub use config::DirectoryConfig;
+pub use state::Registry;
+
+/// The micro service description.
+pub const SPEC: ServiceSpec = ServiceSpec {
+    name: DIRECTORY_SERVICE,
+    version: env!("CARGO_PKG_VERSION"),
+    description: "Switchboard directory: agent cards, goals, heartbeats, list_peers",
+};
+
+/// The directory could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// A stream or bucket could not be applied.
+    #[error(transparent)]
+    Resource(#[from] resources::ResourceError),
+    /// Looking up the inbox stream failed.
+    #[error("opening stream AGENT_INBOX: {0}")]
+    InboxStream(String),
+    /// The micro service could not start.
+    #[error(transparent)]
+    Micro(#[from] micro::MicroError),
+}
+
+/// A started directory: endpoints are subscribed; call [`Directory::run`] to serve.
+#[derive(Debug)]
+pub struct Directory {
+    running: micro::Running,
+    registry: Arc<Registry>,
+    config: DirectoryConfig,
+    grace: Duration,
+}
+
+/// Applies the directory's streams and buckets, subscribes its endpoints.
+pub async fn start(
+    client: &Client,
+    runtime: &RuntimeConfig,
+    config: DirectoryConfig,
+) -> Result<Directory, StartError> {
+    let js = jetstream::new(client.clone());
+    resources::ensure_stream(&js, resources::inbox_stream(&runtime.jetstream)).await?;
+    resources::ensure_stream(&js, resources::events_stream(&runtime.jetstream)).await?;
+    let agents = resources::ensure_bucket(&js, resources::registry_bucket(&runtime.jetstream)).await?;
+    let goals = resources::ensure_bucket(&js, resources::goals_bucket(&runtime.jetstream)).await?;
+    let inbox = js
+        .get_stream(switchboard_proto::INBOX_STREAM)
+        .await
+        .map_err(|err| StartError::InboxStream(err.to_string()))?;
+    let registry = Arc::new(Registry::new(
+        js,
+        agents,
+        goals,
+        inbox,
+        Duration::from_millis(config.heartbeat_timeout_ms),
+    ));
+    let running = micro::start(client, SPEC, handlers::endpoints(Arc::clone(&registry))).await?;
+    tracing::info!(service = SPEC.name, "directory ready");
+    Ok(Directory {
+        running,
+        registry,
+        config,
+        grace: runtime.shutdown_grace(),
+    })
+}
+
+impl Directory {
+    /// The registry this directory serves (for in-process callers and tests).
+    pub fn registry(&self) -> Arc<Registry> {
+        Arc::clone(&self.registry)
+    }
+
+    /// Serves requests and sweeps for silent agents until `shutdown`, then drains.
+    pub async fn run(self, shutdown: CancellationToken) {
+        let sweeper = tokio::spawn(sweep_loop(
+            Arc::clone(&self.registry),
+            Duration::from_millis(self.config.sweep_interval_ms.max(10)),
+            shutdown.clone(),
+        ));
+        self.running.run(shutdown, self.grace).await;
+        let _ = sweeper.await;
+    }
+}
+
+async fn sweep_loop(registry: Arc<Registry>, every: Duration, shutdown: CancellationToken) {
+    let mut ticker = tokio::time::interval(every);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = ticker.tick() => {}
+            () = shutdown.cancelled() => return,
+        }
+        if let Err(err) = registry.sweep_offline(switchboard_proto::timestamp::now()).await {
+            tracing::warn!(error = %err, "offline sweep failed");
+        }
+    }
+}
+
+/// Starts and serves until `shutdown` (what `main` and `switchboard up` call).
+pub async fn run(
+    client: &Client,
+    runtime: &RuntimeConfig,
+    config: DirectoryConfig,
+    shutdown: CancellationToken,
+) -> Result<(), StartError> {
+    start(client, runtime, config).await?.run(shutdown).await;
+    Ok(())
+}

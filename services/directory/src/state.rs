@@ -1,0 +1,560 @@
+//! The registry, kept entirely in JetStream KV so any number of replicas can serve it.
+//!
+//! `agent_registry` holds one [`AgentRecord`] per agent; `agent_goals` one [`GoalRecord`] per
+//! live goal under `<agent_id>.<goal_id>`. Every read-modify-write is a compare-and-set on the
+//! key's revision, retried on conflict, so concurrent replicas never lose an update. Each goal
+//! also owns a durable pull consumer on `AGENT_INBOX`, created when the goal opens, so messages
+//! sent before the goal's runtime subscribes wait for it (buffer-on-demand).
+
+use std::collections::{BTreeSet, HashMap};
+use std::time::Duration;
+
+use async_nats::jetstream::consumer::{AckPolicy, DeliverPolicy, pull};
+use async_nats::jetstream::context::PublishErrorKind;
+use async_nats::jetstream::kv::{self, CreateErrorKind, UpdateErrorKind};
+use async_nats::jetstream::{self, stream};
+use bytes::Bytes;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use switchboard_proto::registry::{
+    DeregisterReply, GoalCloseReply, GoalOpenReply, GoalOpenRequest, HeartbeatReply,
+    HeartbeatRequest, LookupReply, PeerSummary, PeersReply, RegisterReply, RegistryEventPayload,
+    goal_key,
+};
+use switchboard_proto::subject::{self, RegistryEvent};
+use switchboard_proto::{
+    AgentCard, AgentId, AgentRecord, AgentStatus, CONSUMER_META_AGENT, GoalId, GoalRecord,
+    HEADER_MSG_ID, INBOX_STREAM, acl, inbox_consumer, new_id, timestamp,
+};
+use switchboard_runtime::kv::snapshot;
+use switchboard_runtime::telemetry;
+use time::OffsetDateTime;
+
+use crate::error::DirectoryError;
+
+/// How many times a compare-and-set is retried before giving up with `conflict`.
+const CAS_ATTEMPTS: usize = 16;
+/// How many times an event publish is retried (same `Nats-Msg-Id`, so stored once).
+const PUBLISH_ATTEMPTS: usize = 3;
+
+/// The directory's handle on its state.
+#[derive(Debug, Clone)]
+pub struct Registry {
+    js: jetstream::Context,
+    agents: kv::Store,
+    goals: kv::Store,
+    inbox: stream::Stream,
+    heartbeat_timeout: Duration,
+}
+
+fn decode<T: DeserializeOwned>(key: &str, value: &[u8]) -> Result<T, DirectoryError> {
+    serde_json::from_slice(value).map_err(|err| DirectoryError::CorruptRecord {
+        key: key.to_owned(),
+        message: err.to_string(),
+    })
+}
+
+fn encode<T: Serialize>(value: &T) -> Result<Bytes, DirectoryError> {
+    serde_json::to_vec(value)
+        .map(Bytes::from)
+        .map_err(|err| DirectoryError::store("encoding a record", err))
+}
+
+/// Outcome of one compare-and-set attempt.
+enum Cas {
+    Done,
+    Conflict,
+}
+
+impl Registry {
+    /// Wraps the applied buckets and stream.
+    pub fn new(
+        js: jetstream::Context,
+        agents: kv::Store,
+        goals: kv::Store,
+        inbox: stream::Stream,
+        heartbeat_timeout: Duration,
+    ) -> Self {
+        Self {
+            js,
+            agents,
+            goals,
+            inbox,
+            heartbeat_timeout,
+        }
+    }
+
+    /// The record of `agent` and its revision, if registered.
+    async fn record(&self, agent: &AgentId) -> Result<Option<(AgentRecord, u64)>, DirectoryError> {
+        let entry = self
+            .agents
+            .entry(agent.as_str())
+            .await
+            .map_err(|err| DirectoryError::store("reading agent record", err))?;
+        match entry {
+            Some(entry) if entry.operation == kv::Operation::Put => {
+                Ok(Some((decode(&entry.key, &entry.value)?, entry.revision)))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    async fn put_record(
+        &self,
+        agent: &AgentId,
+        record: &AgentRecord,
+        revision: Option<u64>,
+    ) -> Result<Cas, DirectoryError> {
+        let value = encode(record)?;
+        match revision {
+            None => match self.agents.create(agent.as_str(), value).await {
+                Ok(_) => Ok(Cas::Done),
+                Err(err) if err.kind() == CreateErrorKind::AlreadyExists => Ok(Cas::Conflict),
+                Err(err) => Err(DirectoryError::store("creating agent record", err)),
+            },
+            Some(revision) => match self.agents.update(agent.as_str(), value, revision).await {
+                Ok(_) => Ok(Cas::Done),
+                Err(err) if err.kind() == UpdateErrorKind::WrongLastRevision => Ok(Cas::Conflict),
+                Err(err) => Err(DirectoryError::store("updating agent record", err)),
+            },
+        }
+    }
+
+    /// Applies `change` to the agent's record with compare-and-set, retrying on conflict.
+    /// `change` sees the current record (or `None`) and returns the new one, or an error to
+    /// abort. Returns (old, new).
+    async fn modify<F>(
+        &self,
+        agent: &AgentId,
+        mut change: F,
+    ) -> Result<(Option<AgentRecord>, AgentRecord), DirectoryError>
+    where
+        F: FnMut(Option<&AgentRecord>) -> Result<AgentRecord, DirectoryError>,
+    {
+        for _ in 0..CAS_ATTEMPTS {
+            let current = self.record(agent).await?;
+            let (old, revision) = match current {
+                Some((record, revision)) => (Some(record), Some(revision)),
+                None => (None, None),
+            };
+            let new = change(old.as_ref())?;
+            if let Cas::Done = self.put_record(agent, &new, revision).await? {
+                return Ok((old, new));
+            }
+        }
+        Err(DirectoryError::Contention {
+            key: agent.to_string(),
+        })
+    }
+
+    /// Publishes a registry event to `AGENT_EVENTS` with JetStream acks, retrying with the
+    /// same `Nats-Msg-Id`. The state change it reports is already committed, so a publish
+    /// failure is logged, not returned.
+    async fn emit(
+        &self,
+        event: RegistryEvent,
+        agent: &AgentId,
+        goal_id: Option<GoalId>,
+        status: Option<AgentStatus>,
+    ) {
+        let payload = RegistryEventPayload {
+            id: new_id(),
+            event,
+            agent_id: agent.clone(),
+            at: timestamp::now(),
+            goal_id,
+            status,
+        };
+        let Ok(body) = serde_json::to_vec(&payload) else {
+            tracing::error!(?event, "encoding a registry event failed");
+            return;
+        };
+        let body = Bytes::from(body);
+        let subject = event.subject(agent);
+        for attempt in 1..=PUBLISH_ATTEMPTS {
+            let mut headers = telemetry::traced_headers();
+            headers.insert(HEADER_MSG_ID, payload.id.to_string().as_str());
+            let acked = match self
+                .js
+                .publish_with_headers(subject.clone(), headers, body.clone())
+                .await
+            {
+                Ok(ack) => ack.await.map(|_| ()).map_err(|err| err.to_string()),
+                Err(err) if err.kind() == PublishErrorKind::StreamNotFound => {
+                    Err("stream not found".to_owned())
+                }
+                Err(err) => Err(err.to_string()),
+            };
+            match acked {
+                Ok(()) => return,
+                Err(err) => {
+                    tracing::warn!(%subject, attempt, error = %err, "publishing registry event failed");
+                }
+            }
+        }
+        tracing::error!(%subject, event_id = %payload.id, "registry event lost after retries");
+    }
+
+    /// register: create or update the caller's card. `body` is the raw JSON object.
+    pub async fn register(
+        &self,
+        caller: &AgentId,
+        body: serde_json::Value,
+    ) -> Result<RegisterReply, DirectoryError> {
+        let serde_json::Value::Object(mut fields) = body else {
+            return Err(DirectoryError::InvalidCard(
+                "the body must be a JSON object (the agent card)".to_owned(),
+            ));
+        };
+        match fields.get("agent_id") {
+            None => {}
+            Some(serde_json::Value::String(named)) if named == caller.as_str() => {}
+            Some(serde_json::Value::String(named)) => {
+                return Err(DirectoryError::IdentityMismatch {
+                    caller: caller.clone(),
+                    body: named.chars().take(80).collect(),
+                });
+            }
+            Some(_) => {
+                return Err(DirectoryError::InvalidCard(
+                    "agent_id must be a string".to_owned(),
+                ));
+            }
+        }
+        fields.insert("agent_id".to_owned(), caller.as_str().into());
+        let card: AgentCard = serde_json::from_value(serde_json::Value::Object(fields))
+            .map_err(|err| DirectoryError::InvalidCard(err.to_string()))?;
+
+        let now = timestamp::now();
+        let (_, record) = self
+            .modify(caller, |current| {
+                Ok(AgentRecord {
+                    card: card.clone(),
+                    status: match current.map(|r| r.status) {
+                        Some(AgentStatus::Busy) => AgentStatus::Busy,
+                        _ => AgentStatus::Idle,
+                    },
+                    current_tasks: current.map(|r| r.current_tasks.clone()).unwrap_or_default(),
+                    registered_at: current.map_or(now, |r| r.registered_at),
+                    last_heartbeat: now,
+                })
+            })
+            .await?;
+        tracing::info!(agent_id = %caller, "agent registered");
+        self.emit(RegistryEvent::Registered, caller, None, Some(record.status))
+            .await;
+        Ok(RegisterReply {
+            agent_id: caller.clone(),
+            registered_at: record.registered_at,
+        })
+    }
+
+    /// heartbeat: keep the caller online, optionally with a new status and task list.
+    pub async fn heartbeat(
+        &self,
+        caller: &AgentId,
+        request: HeartbeatRequest,
+    ) -> Result<HeartbeatReply, DirectoryError> {
+        if request.status == Some(AgentStatus::Offline) {
+            return Err(DirectoryError::HeartbeatOffline);
+        }
+        let now = timestamp::now();
+        let (old, record) = self
+            .modify(caller, |current| {
+                let current = current.ok_or_else(|| DirectoryError::NotRegistered(caller.clone()))?;
+                let status = match (request.status, current.status) {
+                    (Some(status), _) => status,
+                    (None, AgentStatus::Offline) => AgentStatus::Idle,
+                    (None, status) => status,
+                };
+                Ok(AgentRecord {
+                    status,
+                    current_tasks: request
+                        .current_tasks
+                        .clone()
+                        .unwrap_or_else(|| current.current_tasks.clone()),
+                    last_heartbeat: now,
+                    ..current.clone()
+                })
+            })
+            .await?;
+        if old.map(|r| r.status) != Some(record.status) {
+            self.emit(RegistryEvent::Status, caller, None, Some(record.status))
+                .await;
+        }
+        Ok(HeartbeatReply {
+            agent_id: caller.clone(),
+            status: record.status,
+            last_heartbeat: record.last_heartbeat,
+        })
+    }
+
+    /// deregister: close every goal of the caller and mark it offline (the card stays, so
+    /// peers still see who it was).
+    pub async fn deregister(&self, caller: &AgentId) -> Result<DeregisterReply, DirectoryError> {
+        if self.record(caller).await?.is_none() {
+            return Err(DirectoryError::NotRegistered(caller.clone()));
+        }
+        let mut closed = Vec::new();
+        for goal in self.goals_of(caller).await? {
+            self.close_goal(caller, goal.goal_id).await?;
+            closed.push(goal.goal_id);
+        }
+        self.modify(caller, |current| {
+            let current = current.ok_or_else(|| DirectoryError::NotRegistered(caller.clone()))?;
+            Ok(AgentRecord {
+                status: AgentStatus::Offline,
+                ..current.clone()
+            })
+        })
+        .await?;
+        tracing::info!(agent_id = %caller, goals = closed.len(), "agent deregistered");
+        self.emit(
+            RegistryEvent::Deregistered,
+            caller,
+            None,
+            Some(AgentStatus::Offline),
+        )
+        .await;
+        Ok(DeregisterReply {
+            agent_id: caller.clone(),
+            closed_goals: closed,
+        })
+    }
+
+    /// The live goals of one agent.
+    pub async fn goals_of(&self, agent: &AgentId) -> Result<Vec<GoalRecord>, DirectoryError> {
+        let entries = snapshot(&self.js, &self.goals, &format!("{agent}.*"))
+            .await
+            .map_err(|err| DirectoryError::store("listing goals", err))?;
+        entries
+            .iter()
+            .map(|entry| decode(&entry.key, &entry.value))
+            .collect()
+    }
+
+    /// goal.open: record the goal and create its durable inbox consumer. Re-opening a goal the
+    /// caller already owns is idempotent.
+    pub async fn open_goal(
+        &self,
+        caller: &AgentId,
+        request: GoalOpenRequest,
+    ) -> Result<GoalOpenReply, DirectoryError> {
+        if self.record(caller).await?.is_none() {
+            return Err(DirectoryError::NotRegistered(caller.clone()));
+        }
+        let goal_id = request.goal_id.unwrap_or_default();
+        let consumer = inbox_consumer(&goal_id);
+        let inbox_subject = subject::inbox(&goal_id);
+
+        // A goal id is an inbox address: refuse one whose consumer another agent owns.
+        match self.inbox.consumer_info(&consumer).await {
+            Ok(info) => {
+                let owner = info.config.metadata.get(CONSUMER_META_AGENT);
+                if owner.map(String::as_str) != Some(caller.as_str()) {
+                    return Err(DirectoryError::GoalOwnedElsewhere { goal: goal_id });
+                }
+            }
+            Err(err) if is_not_found(&err) => {}
+            Err(err) => return Err(DirectoryError::store("reading inbox consumer", err)),
+        }
+        self.inbox
+            .create_consumer(pull::Config {
+                durable_name: Some(consumer.clone()),
+                description: Some(format!("inbox of goal {goal_id} of agent {caller}")),
+                filter_subject: inbox_subject.clone(),
+                deliver_policy: DeliverPolicy::All,
+                ack_policy: AckPolicy::Explicit,
+                metadata: HashMap::from([(
+                    CONSUMER_META_AGENT.to_owned(),
+                    caller.as_str().to_owned(),
+                )]),
+                ..Default::default()
+            })
+            .await
+            .map_err(|err| DirectoryError::store("creating inbox consumer", err))?;
+
+        let key = goal_key(caller, &goal_id);
+        let existing = self
+            .goals
+            .entry(key.as_str())
+            .await
+            .map_err(|err| DirectoryError::store("reading goal", err))?
+            .filter(|entry| entry.operation == kv::Operation::Put);
+        if existing.is_none() {
+            let record = GoalRecord {
+                goal_id,
+                agent_id: caller.clone(),
+                kind: request.kind.unwrap_or_default(),
+                opened_at: timestamp::now(),
+            };
+            self.goals
+                .put(key.as_str(), encode(&record)?)
+                .await
+                .map_err(|err| DirectoryError::store("recording goal", err))?;
+            tracing::info!(agent_id = %caller, %goal_id, "goal opened");
+            self.emit(RegistryEvent::GoalOpened, caller, Some(goal_id), None)
+                .await;
+        }
+        Ok(GoalOpenReply {
+            goal_id,
+            subject: inbox_subject,
+            stream: INBOX_STREAM.to_owned(),
+            consumer,
+        })
+    }
+
+    /// goal.close: delete the goal's consumer, purge its inbox and forget it.
+    pub async fn close_goal(
+        &self,
+        caller: &AgentId,
+        goal_id: GoalId,
+    ) -> Result<GoalCloseReply, DirectoryError> {
+        let key = goal_key(caller, &goal_id);
+        let known = self
+            .goals
+            .entry(key.as_str())
+            .await
+            .map_err(|err| DirectoryError::store("reading goal", err))?
+            .is_some_and(|entry| entry.operation == kv::Operation::Put);
+        if !known {
+            return Err(DirectoryError::UnknownGoal {
+                agent: caller.clone(),
+                goal: goal_id,
+            });
+        }
+        // Forget the goal first so no new delivery targets it, then remove its inbox.
+        self.goals
+            .delete(key.as_str())
+            .await
+            .map_err(|err| DirectoryError::store("forgetting goal", err))?;
+        match self.inbox.delete_consumer(&inbox_consumer(&goal_id)).await {
+            Ok(_) => {}
+            Err(err) if is_not_found(&err) => {}
+            Err(err) => return Err(DirectoryError::store("deleting inbox consumer", err)),
+        }
+        let purged = self
+            .inbox
+            .purge()
+            .filter(subject::inbox(&goal_id))
+            .await
+            .map_err(|err| DirectoryError::store("purging inbox", err))?
+            .purged;
+        tracing::info!(agent_id = %caller, %goal_id, purged, "goal closed");
+        self.emit(RegistryEvent::GoalClosed, caller, Some(goal_id), None)
+            .await;
+        Ok(GoalCloseReply { goal_id, purged })
+    }
+
+    /// Every registered agent (one snapshot pass over the bucket).
+    pub async fn all_records(&self) -> Result<Vec<(AgentRecord, u64)>, DirectoryError> {
+        let entries = snapshot(&self.js, &self.agents, ">")
+            .await
+            .map_err(|err| DirectoryError::store("listing agents", err))?;
+        entries
+            .iter()
+            .map(|entry| Ok((decode(&entry.key, &entry.value)?, entry.revision)))
+            .collect()
+    }
+
+    /// Agents that have at least one live goal.
+    async fn agents_with_goals(&self) -> Result<BTreeSet<String>, DirectoryError> {
+        let entries = snapshot(&self.js, &self.goals, ">")
+            .await
+            .map_err(|err| DirectoryError::store("listing goals", err))?;
+        Ok(entries
+            .into_iter()
+            .filter_map(|entry| entry.key.split_once('.').map(|(agent, _)| agent.to_owned()))
+            .collect())
+    }
+
+    /// list_peers: every other agent, with `reachable` from the ACL rules and live goals.
+    pub async fn peers(&self, caller: &AgentId) -> Result<PeersReply, DirectoryError> {
+        let Some((me, _)) = self.record(caller).await? else {
+            return Ok(PeersReply {
+                peers: Vec::new(),
+                note: Some(format!("agent `{caller}` is not registered")),
+            });
+        };
+        let with_goals = self.agents_with_goals().await?;
+        let mut peers: Vec<PeerSummary> = self
+            .all_records()
+            .await?
+            .into_iter()
+            .map(|(record, _)| record)
+            .filter(|record| record.card.agent_id != *caller)
+            .map(|record| PeerSummary {
+                reachable: with_goals.contains(record.card.agent_id.as_str())
+                    && acl::check(&me.card, &record.card).is_ok(),
+                agent_id: record.card.agent_id,
+                description: record.card.description,
+                capabilities: record.card.capabilities,
+                status: record.status,
+            })
+            .collect();
+        peers.sort_by(|a, b| a.agent_id.cmp(&b.agent_id));
+        Ok(PeersReply { peers, note: None })
+    }
+
+    /// lookup: one agent's card, status and live goals.
+    pub async fn lookup(&self, agent_id: &str) -> Result<LookupReply, DirectoryError> {
+        let agent = AgentId::parse(agent_id)?;
+        let Some((record, _)) = self.record(&agent).await? else {
+            return Err(DirectoryError::UnknownAgent(agent));
+        };
+        let live_goals = self
+            .goals_of(&agent)
+            .await?
+            .into_iter()
+            .map(|goal| goal.goal_id)
+            .collect();
+        Ok(LookupReply {
+            card: record.card,
+            status: record.status,
+            current_tasks: record.current_tasks,
+            registered_at: record.registered_at,
+            last_heartbeat: record.last_heartbeat,
+            live_goals,
+        })
+    }
+
+    /// One sweep for agents whose heartbeats stopped: each is marked `offline` with
+    /// compare-and-set on the revision the sweep read, so across replicas exactly one
+    /// sweeper wins and publishes the `offline` event. Returns the agents this sweep took
+    /// offline.
+    pub async fn sweep_offline(&self, now: OffsetDateTime) -> Result<Vec<AgentId>, DirectoryError> {
+        let mut marked = Vec::new();
+        for (record, revision) in self.all_records().await? {
+            if record.status == AgentStatus::Offline {
+                continue;
+            }
+            let silent = now - record.last_heartbeat;
+            if silent < self.heartbeat_timeout {
+                continue;
+            }
+            let agent = record.card.agent_id.clone();
+            let offline = AgentRecord {
+                status: AgentStatus::Offline,
+                ..record
+            };
+            if let Cas::Done = self.put_record(&agent, &offline, Some(revision)).await? {
+                tracing::info!(agent_id = %agent, silent_ms = silent.whole_milliseconds(), "agent offline: heartbeats stopped");
+                self.emit(
+                    RegistryEvent::Offline,
+                    &agent,
+                    None,
+                    Some(AgentStatus::Offline),
+                )
+                .await;
+                marked.push(agent);
+            }
+        }
+        Ok(marked)
+    }
+}
+
+fn is_not_found(err: &impl std::fmt::Display) -> bool {
+    // JetStream API error 10014 (consumer not found) / 10059 (stream not found).
+    let text = err.to_string();
+    text.contains("10014") || text.contains("not found")
+}

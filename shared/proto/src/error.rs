@@ -1,0 +1,148 @@
+//! The error reply every service sends on bad input (ARCHITECTURE.md §6):
+//! `{"error":{"code":<int>,"kind":"<snake_case>","message":"…"}}`, plus the NATS micro headers
+//! `Nats-Service-Error` (the message) and `Nats-Service-Error-Code` (the code).
+//!
+//! Callers match on `kind`, which is stable; `message` is for humans and may change.
+
+use serde::{Deserialize, Serialize};
+
+/// Stable error kinds. New kinds are added, never renamed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorKind {
+    /// The body is not valid JSON, or has wrong types or unknown fields.
+    BadRequest,
+    /// An agent id (subject tail or body field) breaks the id rules.
+    InvalidAgentId,
+    /// A goal id is not a UUID.
+    InvalidGoalId,
+    /// The body names a different agent than the subject.
+    IdentityMismatch,
+    /// The caller has not registered.
+    NotRegistered,
+    /// The thing asked about does not exist.
+    NotFound,
+    /// The request conflicts with existing state (e.g. a goal owned by another agent).
+    Conflict,
+    /// NATS/JetStream could not serve the request now; retry.
+    Unavailable,
+    /// A bug on our side; details are in the service log.
+    Internal,
+    /// A kind this client version does not know yet.
+    #[serde(other)]
+    Unknown,
+}
+
+impl ErrorKind {
+    /// The numeric code sent in `Nats-Service-Error-Code` (HTTP-like).
+    pub fn code(self) -> u16 {
+        match self {
+            Self::BadRequest | Self::InvalidAgentId | Self::InvalidGoalId => 400,
+            Self::IdentityMismatch => 403,
+            Self::NotRegistered | Self::NotFound => 404,
+            Self::Conflict => 409,
+            Self::Unavailable => 503,
+            Self::Internal | Self::Unknown => 500,
+        }
+    }
+
+    /// The snake_case name, as on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::BadRequest => "bad_request",
+            Self::InvalidAgentId => "invalid_agent_id",
+            Self::InvalidGoalId => "invalid_goal_id",
+            Self::IdentityMismatch => "identity_mismatch",
+            Self::NotRegistered => "not_registered",
+            Self::NotFound => "not_found",
+            Self::Conflict => "conflict",
+            Self::Unavailable => "unavailable",
+            Self::Internal => "internal",
+            Self::Unknown => "unknown",
+        }
+    }
+}
+
+impl std::fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The inner object of an error reply.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    /// HTTP-like code, equal to `Nats-Service-Error-Code`.
+    pub code: u16,
+    /// Stable kind to match on.
+    pub kind: ErrorKind,
+    /// Human-readable detail.
+    pub message: String,
+}
+
+/// An error reply: `{"error": {...}}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[error("{} ({}): {}", error.kind, error.code, error.message)]
+pub struct ErrorReply {
+    /// The error.
+    pub error: ErrorBody,
+}
+
+impl ErrorReply {
+    /// An error of `kind` with a message; the code follows from the kind.
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        Self {
+            error: ErrorBody {
+                code: kind.code(),
+                kind,
+                message: message.into(),
+            },
+        }
+    }
+
+    /// The kind.
+    pub fn kind(&self) -> ErrorKind {
+        self.error.kind
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn error_reply_matches_the_contract() {
+        let reply = ErrorReply::new(ErrorKind::InvalidAgentId, "agent_id `a.b` is invalid");
+        let literal = json!({"error": {"code": 400, "kind": "invalid_agent_id",
+            "message": "agent_id `a.b` is invalid"}});
+        assert_eq!(serde_json::to_value(&reply).unwrap(), literal);
+        assert_eq!(serde_json::from_value::<ErrorReply>(literal).unwrap(), reply);
+    }
+
+    #[test]
+    fn unknown_kinds_still_parse() {
+        let reply: ErrorReply = serde_json::from_value(
+            json!({"error": {"code": 429, "kind": "too_many_calls", "message": "x"}}),
+        )
+        .unwrap();
+        assert_eq!(reply.kind(), ErrorKind::Unknown);
+    }
+
+    #[test]
+    fn as_str_matches_serde() {
+        for kind in [
+            ErrorKind::BadRequest,
+            ErrorKind::InvalidAgentId,
+            ErrorKind::InvalidGoalId,
+            ErrorKind::IdentityMismatch,
+            ErrorKind::NotRegistered,
+            ErrorKind::NotFound,
+            ErrorKind::Conflict,
+            ErrorKind::Unavailable,
+            ErrorKind::Internal,
+        ] {
+            assert_eq!(serde_json::to_value(kind).unwrap(), json!(kind.as_str()));
+        }
+    }
+}

@@ -1,0 +1,216 @@
+//! Identifiers (ARCHITECTURE.md §2).
+//!
+//! `AgentId` is used as a NATS subject token, so its alphabet excludes dots, spaces, `*` and `>`
+//! by construction. Goal, message, correlation and task ids are lowercase hyphenated UUIDs; the
+//! ones the services mint are v7 so they sort by creation time.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+/// Longest allowed agent id, in characters.
+pub const MAX_AGENT_ID_CHARS: usize = 64;
+
+/// Why an identifier was rejected.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum IdError {
+    /// The agent id is empty.
+    #[error("agent_id is empty")]
+    EmptyAgentId,
+    /// The agent id is longer than [`MAX_AGENT_ID_CHARS`].
+    #[error("agent_id `{0}` is longer than 64 characters")]
+    AgentIdTooLong(String),
+    /// The agent id contains a character outside `[a-z0-9_-]` or starts with `_`/`-`.
+    #[error(
+        "agent_id `{0}` is invalid: use 1-64 characters of [a-z0-9_-], starting with a letter or digit"
+    )]
+    AgentIdCharset(String),
+    /// The goal id is not a UUID.
+    #[error("goal_id `{0}` is not a UUID")]
+    GoalId(String),
+}
+
+/// An agent's name: 1–64 chars of `[a-z0-9_-]`, starting with a letter or digit.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct AgentId(String);
+
+impl AgentId {
+    /// Validates `raw` as an agent id.
+    pub fn parse(raw: &str) -> Result<Self, IdError> {
+        if raw.is_empty() {
+            return Err(IdError::EmptyAgentId);
+        }
+        if raw.chars().count() > MAX_AGENT_ID_CHARS {
+            return Err(IdError::AgentIdTooLong(truncate_for_error(raw)));
+        }
+        let mut chars = raw.chars();
+        let first_ok = chars
+            .next()
+            .is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
+        let rest_ok = raw
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-');
+        if !first_ok || !rest_ok {
+            return Err(IdError::AgentIdCharset(truncate_for_error(raw)));
+        }
+        Ok(Self(raw.to_owned()))
+    }
+
+    /// The id as text (also its subject token).
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// Keeps error messages bounded when someone sends a megabyte-long "id".
+fn truncate_for_error(raw: &str) -> String {
+    const KEEP: usize = 80;
+    if raw.chars().count() <= KEEP {
+        raw.to_owned()
+    } else {
+        let head: String = raw.chars().take(KEEP).collect();
+        format!("{head}…")
+    }
+}
+
+impl TryFrom<String> for AgentId {
+    type Error = IdError;
+    fn try_from(value: String) -> Result<Self, Self::Error> {
+        Self::parse(&value)
+    }
+}
+
+impl From<AgentId> for String {
+    fn from(value: AgentId) -> Self {
+        value.0
+    }
+}
+
+impl FromStr for AgentId {
+    type Err = IdError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::parse(s)
+    }
+}
+
+impl fmt::Display for AgentId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl AsRef<str> for AgentId {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl PartialEq<str> for AgentId {
+    fn eq(&self, other: &str) -> bool {
+        self.0 == other
+    }
+}
+
+impl PartialEq<&str> for AgentId {
+    fn eq(&self, other: &&str) -> bool {
+        self.0 == *other
+    }
+}
+
+/// One live run of an agent (interactive session, background job, daemon). A UUID.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct GoalId(Uuid);
+
+impl GoalId {
+    /// A fresh, time-ordered goal id (UUID v7).
+    pub fn new() -> Self {
+        Self(new_id())
+    }
+
+    /// Parses a goal id from UUID text.
+    pub fn parse(raw: &str) -> Result<Self, IdError> {
+        Uuid::parse_str(raw)
+            .map(Self)
+            .map_err(|_| IdError::GoalId(truncate_for_error(raw)))
+    }
+
+    /// The underlying UUID.
+    pub fn uuid(&self) -> Uuid {
+        self.0
+    }
+}
+
+impl Default for GoalId {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl From<Uuid> for GoalId {
+    fn from(value: Uuid) -> Self {
+        Self(value)
+    }
+}
+
+impl FromStr for GoalId {
+    type Err = IdError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::parse(s)
+    }
+}
+
+impl fmt::Display for GoalId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Lowercase hyphenated, the wire form.
+        fmt::Display::fmt(&self.0.hyphenated(), f)
+    }
+}
+
+/// A fresh time-ordered id (UUID v7) for messages, correlations, tasks, events.
+pub fn new_id() -> Uuid {
+    Uuid::now_v7()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn agent_ids_follow_the_contract() {
+        for ok in ["a", "researcher", "agent-7", "0day", "a_b-c", &"x".repeat(64)] {
+            assert!(AgentId::parse(ok).is_ok(), "{ok} should be valid");
+        }
+        assert_eq!(AgentId::parse(""), Err(IdError::EmptyAgentId));
+        assert!(matches!(
+            AgentId::parse(&"x".repeat(65)),
+            Err(IdError::AgentIdTooLong(_))
+        ));
+        for bad in ["a.b", "*", ">", "a b", "-lead", "_lead", "Upper", "é", "a\n"] {
+            assert!(
+                matches!(AgentId::parse(bad), Err(IdError::AgentIdCharset(_))),
+                "{bad:?} should be rejected"
+            );
+        }
+    }
+
+    #[test]
+    fn agent_id_deserialization_validates() {
+        let ok: AgentId = serde_json::from_str("\"writer\"").unwrap();
+        assert_eq!(ok, "writer");
+        assert!(serde_json::from_str::<AgentId>("\"a.b\"").is_err());
+    }
+
+    #[test]
+    fn goal_ids_are_lowercase_uuids() {
+        let id = GoalId::new();
+        let text = id.to_string();
+        assert_eq!(text, text.to_lowercase());
+        assert_eq!(GoalId::parse(&text).unwrap(), id);
+        assert!(GoalId::parse("not-a-uuid").is_err());
+        assert_eq!(new_id().get_version_num(), 7);
+    }
+}

@@ -1,0 +1,50 @@
+//! The Switchboard wire contract, as pure data.
+//!
+//! Everything two parties of the fabric must agree on lives here and nowhere else: identifiers
+//! and their validation ([`ids`]), every subject, stream, bucket and header name ([`subject`],
+//! [`names`]), the messages agents exchange ([`message`]), agent cards and registry payloads
+//! ([`registry`]), the error reply shape ([`error`]) and the pure access-control rules ([`acl`]).
+//!
+//! The crate depends on serde and nothing async, so any client (including non-Rust ones reading
+//! `docs/protocol.md`) can follow the same contract.
+//!
+//! Layout:
+//! - [`ids`]: `AgentId`, `GoalId`, fresh UUID v7 ids.
+//! - [`names`]: constants: limits, stream/bucket/header names.
+//! - [`subject`]: subject builders and the caller-identity parser.
+//! - [`message`]: `InboxMessage` (the six seed fields plus optional extensions).
+//! - [`registry`]: `AgentCard`, runtime state, goal records, directory requests and replies.
+//! - [`acl`]: who may talk to whom (globs, deny beats allow).
+//! - [`error`]: `ErrorKind` and the `{"error":{code,kind,message}}` reply.
+
+pub mod acl;
+pub mod error;
+pub mod ids;
+pub mod message;
+pub mod names;
+pub mod registry;
+pub mod subject;
+
+pub use error::{ErrorBody, ErrorKind, ErrorReply};
+pub use ids::{AgentId, GoalId, IdError, new_id};
+pub use message::{Callback, InboxMessage, MessageKind, Part, TaskRef, TaskState};
+pub use names::*;
+pub use registry::{AgentCard, AgentRecord, AgentStatus, GoalKind, GoalRecord, Skill};
+
+/// Serde helpers for timestamps: RFC 3339 in UTC, e.g. `2026-04-30T14:00:00Z`.
+pub mod timestamp {
+    pub use time::OffsetDateTime;
+    /// `#[serde(with = "switchboard_proto::timestamp::rfc3339")]` for required timestamps.
+    pub use time::serde::rfc3339;
+
+    /// The current time in UTC.
+    pub fn now() -> OffsetDateTime {
+        OffsetDateTime::now_utc()
+    }
+
+    /// Formats a timestamp as RFC 3339 (the wire form).
+    pub fn format(at: OffsetDateTime) -> String {
+        at.format(&time::format_description::well_known::Rfc3339)
+            .unwrap_or_else(|_| at.to_string())
+    }
+}

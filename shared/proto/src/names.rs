@@ -1,0 +1,62 @@
+//! Names and limits shared by every party: constants from ARCHITECTURE.md §4 plus every stream,
+//! bucket, header and service name. A service never spells one of these itself.
+
+/// Prefix of every per-goal inbox subject: `agent.inbox.<goal_id>`.
+pub const INBOX_SUBJECT_PREFIX: &str = "agent.inbox";
+/// Smallest accepted message body, in characters (after trimming).
+pub const MIN_BODY_CHARS: usize = 1;
+/// Largest accepted message body, in UTF-8 bytes (64 KiB).
+pub const MAX_BODY_BYTES: usize = 64 * 1024;
+/// How many messages a goal's inbox keeps; older ones are evicted first.
+pub const INBOX_CAP_PER_GOAL: i64 = 64;
+/// Default hop budget of a forwarded message.
+pub const DEFAULT_TTL: u8 = 3;
+/// Deepest allowed chain of nested calls.
+pub const CALL_DEPTH_LIMIT: usize = 5;
+/// Default call timeout, in milliseconds.
+pub const CALL_TIMEOUT_DEFAULT_MS: u64 = 30_000;
+/// Largest call timeout, in milliseconds.
+pub const CALL_TIMEOUT_MAX_MS: u64 = 300_000;
+/// Open outgoing calls allowed per agent.
+pub const MAX_OPEN_CALLS_PER_AGENT: usize = 10;
+/// Default cap on the number of peers a broadcast reaches.
+pub const BROADCAST_CAP_DEFAULT: usize = 64;
+/// The `to` value that means "every peer I may reach".
+pub const BROADCAST_TARGET: &str = "*";
+
+/// Stream holding every goal inbox (`agent.inbox.>`).
+pub const INBOX_STREAM: &str = "AGENT_INBOX";
+/// Stream holding directory (and later task/call) events, so auditors can replay them.
+pub const EVENTS_STREAM: &str = "AGENT_EVENTS";
+/// Stream holding the audit trail.
+pub const AUDIT_STREAM: &str = "AGENT_AUDIT";
+/// KV bucket of agent cards and runtime state, key = agent id.
+pub const REGISTRY_BUCKET: &str = "agent_registry";
+/// KV bucket of live goals, key = `<agent_id>.<goal_id>`.
+pub const GOALS_BUCKET: &str = "agent_goals";
+/// KV bucket of pending calls.
+pub const CALLS_BUCKET: &str = "agent_calls";
+/// KV bucket of tasks.
+pub const TASKS_BUCKET: &str = "agent_tasks";
+
+/// JetStream de-duplication header.
+pub const HEADER_MSG_ID: &str = "Nats-Msg-Id";
+/// W3C trace context header.
+pub const HEADER_TRACEPARENT: &str = "traceparent";
+/// W3C trace state header.
+pub const HEADER_TRACESTATE: &str = "tracestate";
+/// NATS micro error description header.
+pub const HEADER_SERVICE_ERROR: &str = "Nats-Service-Error";
+/// NATS micro error code header.
+pub const HEADER_SERVICE_ERROR_CODE: &str = "Nats-Service-Error-Code";
+
+/// NATS micro service name (and queue group) of the directory.
+pub const DIRECTORY_SERVICE: &str = "directory";
+
+/// Durable consumer name of a goal's inbox on [`INBOX_STREAM`].
+pub fn inbox_consumer(goal_id: &crate::GoalId) -> String {
+    format!("inbox-{goal_id}")
+}
+
+/// Consumer metadata key naming the agent that owns a goal inbox consumer.
+pub const CONSUMER_META_AGENT: &str = "switchboard.agent_id";

@@ -1,0 +1,371 @@
+//! Agent cards, runtime state, goals, and the directory's requests and replies
+//! (ARCHITECTURE.md §3, §5).
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use time::OffsetDateTime;
+
+use crate::ids::{AgentId, GoalId};
+use crate::subject::RegistryEvent;
+
+/// What an agent says about itself (A2A-style agent card plus access rules).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AgentCard {
+    /// The agent's id (always equal to the registering subject's last token).
+    pub agent_id: AgentId,
+    /// What the agent does, for other agents (and their LLMs) to read.
+    #[serde(default)]
+    pub description: String,
+    /// Short capability labels, e.g. `search`.
+    #[serde(default)]
+    pub capabilities: Vec<String>,
+    /// A2A-style skills.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skills: Vec<Skill>,
+    /// Globs of agents allowed to message this one (`*` = anyone).
+    #[serde(default = "everyone")]
+    pub allow_from: Vec<String>,
+    /// Globs of agents this one may message (`*` = anyone).
+    #[serde(default = "everyone")]
+    pub can_talk_to: Vec<String>,
+    /// Globs of agents this one may never message; beats `can_talk_to`.
+    #[serde(default)]
+    pub deny_talk_to: Vec<String>,
+    /// Tasks it works on at once (accepted, working, input_required).
+    #[serde(default = "default_max_concurrent_tasks")]
+    pub max_concurrent_tasks: u32,
+    /// Free-form metadata.
+    #[serde(default, skip_serializing_if = "Map::is_empty")]
+    pub metadata: Map<String, Value>,
+}
+
+impl AgentCard {
+    /// A card with defaults: open ACLs, no description.
+    pub fn new(agent_id: AgentId) -> Self {
+        Self {
+            agent_id,
+            description: String::new(),
+            capabilities: Vec::new(),
+            skills: Vec::new(),
+            allow_from: everyone(),
+            can_talk_to: everyone(),
+            deny_talk_to: Vec::new(),
+            max_concurrent_tasks: default_max_concurrent_tasks(),
+            metadata: Map::new(),
+        }
+    }
+}
+
+fn everyone() -> Vec<String> {
+    vec!["*".to_owned()]
+}
+
+/// Default of [`AgentCard::max_concurrent_tasks`].
+pub const DEFAULT_MAX_CONCURRENT_TASKS: u32 = 3;
+
+fn default_max_concurrent_tasks() -> u32 {
+    DEFAULT_MAX_CONCURRENT_TASKS
+}
+
+/// An A2A-style skill.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Skill {
+    /// Stable id.
+    pub id: String,
+    /// Display name.
+    pub name: String,
+    /// What it does.
+    #[serde(default)]
+    pub description: String,
+    /// Search tags.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tags: Vec<String>,
+}
+
+/// Whether an agent is around and how loaded it is.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AgentStatus {
+    /// Online, free.
+    #[default]
+    Idle,
+    /// Online, working.
+    Busy,
+    /// Heartbeats stopped or deregistered; messages keep queuing.
+    Offline,
+}
+
+/// The directory's record of an agent: its card plus runtime state. The value stored in the
+/// `agent_registry` KV bucket under the agent id.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AgentRecord {
+    /// The card, as last registered.
+    pub card: AgentCard,
+    /// Current status.
+    pub status: AgentStatus,
+    /// Ids of tasks the agent reports it is working on.
+    #[serde(default)]
+    pub current_tasks: Vec<String>,
+    /// First registration.
+    #[serde(with = "time::serde::rfc3339")]
+    pub registered_at: OffsetDateTime,
+    /// Last register or heartbeat.
+    #[serde(with = "time::serde::rfc3339")]
+    pub last_heartbeat: OffsetDateTime,
+}
+
+/// What kind of run a goal is.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GoalKind {
+    /// A session with a human in the loop (the default).
+    #[default]
+    Interactive,
+    /// A background job.
+    Background,
+    /// A long-running daemon.
+    Daemon,
+}
+
+/// A live goal: the value stored in `agent_goals` under `<agent_id>.<goal_id>`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GoalRecord {
+    /// The goal.
+    pub goal_id: GoalId,
+    /// Its agent.
+    pub agent_id: AgentId,
+    /// What kind of run it is.
+    #[serde(default)]
+    pub kind: GoalKind,
+    /// When it opened.
+    #[serde(with = "time::serde::rfc3339")]
+    pub opened_at: OffsetDateTime,
+}
+
+/// Key of a goal in the `agent_goals` bucket: `<agent_id>.<goal_id>`.
+pub fn goal_key(agent: &AgentId, goal: &GoalId) -> String {
+    format!("{agent}.{goal}")
+}
+
+/// Reply to `register`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RegisterReply {
+    /// The registered agent.
+    pub agent_id: AgentId,
+    /// First registration time (kept across re-registrations).
+    #[serde(with = "time::serde::rfc3339")]
+    pub registered_at: OffsetDateTime,
+}
+
+/// Body of `heartbeat`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HeartbeatRequest {
+    /// New status (`idle` or `busy`; use deregister to go offline).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<AgentStatus>,
+    /// Ids of the tasks the agent is working on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_tasks: Option<Vec<String>>,
+}
+
+/// Reply to `heartbeat`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HeartbeatReply {
+    /// The agent.
+    pub agent_id: AgentId,
+    /// Its status after the heartbeat.
+    pub status: AgentStatus,
+    /// Heartbeat time.
+    #[serde(with = "time::serde::rfc3339")]
+    pub last_heartbeat: OffsetDateTime,
+}
+
+/// Reply to `deregister`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DeregisterReply {
+    /// The agent.
+    pub agent_id: AgentId,
+    /// Goals that were closed.
+    pub closed_goals: Vec<GoalId>,
+}
+
+/// Body of `goal.open`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GoalOpenRequest {
+    /// Reuse this goal id (re-open after a restart); a fresh one when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub goal_id: Option<GoalId>,
+    /// What kind of run this is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<GoalKind>,
+}
+
+/// Reply to `goal.open`: where the goal's messages are.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GoalOpenReply {
+    /// The goal.
+    pub goal_id: GoalId,
+    /// Its inbox subject, `agent.inbox.<goal_id>`.
+    pub subject: String,
+    /// The stream holding it (`AGENT_INBOX`).
+    pub stream: String,
+    /// The durable pull consumer to read it from.
+    pub consumer: String,
+}
+
+/// Body of `goal.close`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GoalCloseRequest {
+    /// The goal to close.
+    pub goal_id: GoalId,
+}
+
+/// Reply to `goal.close`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GoalCloseReply {
+    /// The closed goal.
+    pub goal_id: GoalId,
+    /// Messages purged from its inbox.
+    pub purged: u64,
+}
+
+/// One entry of list_peers (the seed shape plus `capabilities` and `status`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PeerSummary {
+    /// The peer.
+    pub agent_id: AgentId,
+    /// Its description.
+    pub description: String,
+    /// Its capabilities.
+    #[serde(default)]
+    pub capabilities: Vec<String>,
+    /// Its status.
+    pub status: AgentStatus,
+    /// Whether the caller can reach it now (ACL allows the pair and it has a live goal).
+    pub reachable: bool,
+}
+
+/// Reply to `peers` (list_peers).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PeersReply {
+    /// Every other registered agent.
+    pub peers: Vec<PeerSummary>,
+    /// Why the list is empty, when the caller is not registered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+/// Body of `lookup`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LookupRequest {
+    /// The agent to look up (validated by the service, so a bad id gets `invalid_agent_id`).
+    pub agent_id: String,
+}
+
+/// Reply to `lookup`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LookupReply {
+    /// The card.
+    pub card: AgentCard,
+    /// Status.
+    pub status: AgentStatus,
+    /// Reported current tasks.
+    pub current_tasks: Vec<String>,
+    /// First registration.
+    #[serde(with = "time::serde::rfc3339")]
+    pub registered_at: OffsetDateTime,
+    /// Last heartbeat.
+    #[serde(with = "time::serde::rfc3339")]
+    pub last_heartbeat: OffsetDateTime,
+    /// Ids of the agent's open goals.
+    pub live_goals: Vec<GoalId>,
+}
+
+/// Payload of `agent.registry.events.<event>.<agent_id>`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RegistryEventPayload {
+    /// Unique event id (also the `Nats-Msg-Id`, so a retried publish is stored once).
+    pub id: uuid::Uuid,
+    /// Which event.
+    pub event: RegistryEvent,
+    /// The agent concerned.
+    pub agent_id: AgentId,
+    /// When it happened.
+    #[serde(with = "time::serde::rfc3339")]
+    pub at: OffsetDateTime,
+    /// The goal concerned (goal events).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub goal_id: Option<GoalId>,
+    /// The status after the event (status / offline / registered events).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<AgentStatus>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn card_defaults_are_open() {
+        let card: AgentCard = serde_json::from_value(json!({"agent_id": "researcher"})).unwrap();
+        assert_eq!(card, AgentCard::new(AgentId::parse("researcher").unwrap()));
+        assert_eq!(card.allow_from, vec!["*"]);
+        assert_eq!(card.can_talk_to, vec!["*"]);
+        assert!(card.deny_talk_to.is_empty());
+    }
+
+    #[test]
+    fn card_round_trips_against_literal_json() {
+        let literal = json!({
+            "agent_id": "researcher",
+            "description": "research agent",
+            "capabilities": ["search"],
+            "skills": [{"id": "web", "name": "Web search", "description": "finds things",
+                        "tags": ["web"]}],
+            "allow_from": ["coord*"],
+            "can_talk_to": ["*"],
+            "deny_talk_to": ["spam-*"],
+            "max_concurrent_tasks": 2,
+            "metadata": {"team": "blue"}
+        });
+        let card: AgentCard = serde_json::from_value(literal.clone()).unwrap();
+        assert_eq!(serde_json::to_value(&card).unwrap(), literal);
+    }
+
+    #[test]
+    fn peers_reply_has_the_seed_shape() {
+        let literal = json!({"peers": [{"agent_id": "researcher", "description": "research agent",
+            "capabilities": ["search"], "status": "idle", "reachable": true}]});
+        let reply: PeersReply = serde_json::from_value(literal.clone()).unwrap();
+        assert_eq!(serde_json::to_value(&reply).unwrap(), literal);
+        let unregistered = PeersReply {
+            peers: vec![],
+            note: Some("agent `x` is not registered".into()),
+        };
+        assert_eq!(
+            serde_json::to_value(&unregistered).unwrap(),
+            json!({"peers": [], "note": "agent `x` is not registered"})
+        );
+    }
+
+    #[test]
+    fn heartbeat_rejects_unknown_fields_and_wrong_types() {
+        assert!(serde_json::from_value::<HeartbeatRequest>(json!({"status": "busy"})).is_ok());
+        assert!(serde_json::from_value::<HeartbeatRequest>(json!({"status": 7})).is_err());
+        assert!(serde_json::from_value::<HeartbeatRequest>(json!({"stauts": "busy"})).is_err());
+    }
+
+    #[test]
+    fn goal_open_reply_round_trips() {
+        let literal = json!({"goal_id": "0193a1b2-0000-7000-8000-000000000001",
+            "subject": "agent.inbox.0193a1b2-0000-7000-8000-000000000001",
+            "stream": "AGENT_INBOX", "consumer": "inbox-0193a1b2-0000-7000-8000-000000000001"});
+        let reply: GoalOpenReply = serde_json::from_value(literal.clone()).unwrap();
+        assert_eq!(serde_json::to_value(&reply).unwrap(), literal);
+    }
+}

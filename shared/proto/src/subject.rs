@@ -1,0 +1,208 @@
+//! Subject builders (ARCHITECTURE.md §3) and the caller-identity rule.
+//!
+//! Identity rule: every subject an agent publishes a request to ends with the caller's own
+//! `agent_id`; services take the caller from that token, never from the body. Services subscribe
+//! with a trailing `>` so that malformed tails (`a.b`, over-long ids) still reach them and get a
+//! typed error instead of silence.
+
+use crate::ids::{AgentId, GoalId, IdError};
+use crate::names::INBOX_SUBJECT_PREFIX;
+
+/// `agent.inbox.<goal_id>`: where a goal's messages land.
+pub fn inbox(goal_id: &GoalId) -> String {
+    format!("{INBOX_SUBJECT_PREFIX}.{goal_id}")
+}
+
+/// `agent.inbox.>`: every inbox (the subjects of `AGENT_INBOX`).
+pub const INBOX_ALL: &str = "agent.inbox.>";
+
+/// Prefix of the directory's request subjects.
+pub const REGISTRY_PREFIX: &str = "agent.registry";
+/// Prefix of directory events.
+pub const REGISTRY_EVENTS_PREFIX: &str = "agent.registry.events";
+/// Every directory event (the subjects of `AGENT_EVENTS`).
+pub const REGISTRY_EVENTS_ALL: &str = "agent.registry.events.>";
+
+/// A directory request, addressed as `agent.registry.<op>.<agent_id>`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RegistryOp {
+    /// Create or update the caller's card.
+    Register,
+    /// Keep the caller online.
+    Heartbeat,
+    /// Take the caller offline and close its goals.
+    Deregister,
+    /// Open a goal (and its durable inbox consumer).
+    GoalOpen,
+    /// Close a goal and purge its inbox.
+    GoalClose,
+    /// list_peers.
+    Peers,
+    /// Look up one agent.
+    Lookup,
+}
+
+impl RegistryOp {
+    /// Every op, for wiring endpoints.
+    pub const ALL: [RegistryOp; 7] = [
+        Self::Register,
+        Self::Heartbeat,
+        Self::Deregister,
+        Self::GoalOpen,
+        Self::GoalClose,
+        Self::Peers,
+        Self::Lookup,
+    ];
+
+    /// The op's subject tokens (`goal.open` spans two).
+    pub fn token(self) -> &'static str {
+        match self {
+            Self::Register => "register",
+            Self::Heartbeat => "heartbeat",
+            Self::Deregister => "deregister",
+            Self::GoalOpen => "goal.open",
+            Self::GoalClose => "goal.close",
+            Self::Peers => "peers",
+            Self::Lookup => "lookup",
+        }
+    }
+
+    /// The micro endpoint name (`goal_open` for `goal.open`).
+    pub fn endpoint_name(self) -> &'static str {
+        match self {
+            Self::GoalOpen => "goal_open",
+            Self::GoalClose => "goal_close",
+            other => other.token(),
+        }
+    }
+
+    /// Subject prefix without the agent token: `agent.registry.<op>`.
+    pub fn prefix(self) -> String {
+        format!("{REGISTRY_PREFIX}.{}", self.token())
+    }
+
+    /// The subject an agent publishes this request to.
+    pub fn subject(self, agent: &AgentId) -> String {
+        format!("{}.{agent}", self.prefix())
+    }
+
+    /// The subject a service subscribes to (`agent.registry.<op>.>`).
+    pub fn endpoint_subject(self) -> String {
+        format!("{}.>", self.prefix())
+    }
+}
+
+/// An event the directory publishes as `agent.registry.events.<event>.<agent_id>`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RegistryEvent {
+    /// A card was created or updated.
+    Registered,
+    /// The agent deregistered.
+    Deregistered,
+    /// The agent's status changed through a heartbeat.
+    Status,
+    /// A goal opened.
+    GoalOpened,
+    /// A goal closed.
+    GoalClosed,
+    /// Heartbeats stopped for longer than the timeout.
+    Offline,
+}
+
+impl RegistryEvent {
+    /// The event's subject token.
+    pub fn token(self) -> &'static str {
+        match self {
+            Self::Registered => "registered",
+            Self::Deregistered => "deregistered",
+            Self::Status => "status",
+            Self::GoalOpened => "goal_opened",
+            Self::GoalClosed => "goal_closed",
+            Self::Offline => "offline",
+        }
+    }
+
+    /// `agent.registry.events.<event>.<agent_id>`.
+    pub fn subject(self, agent: &AgentId) -> String {
+        format!("{REGISTRY_EVENTS_PREFIX}.{}.{agent}", self.token())
+    }
+}
+
+/// `agent.send.<agent_id>`: send_to_peer / broadcast.
+pub fn send(agent: &AgentId) -> String {
+    format!("agent.send.{agent}")
+}
+
+/// `agent.call.<agent_id>`: a correlated call.
+pub fn call(agent: &AgentId) -> String {
+    format!("agent.call.{agent}")
+}
+
+/// `agent.reply.<agent_id>`: reply_to_peer.
+pub fn reply(agent: &AgentId) -> String {
+    format!("agent.reply.{agent}")
+}
+
+/// `agent.calls.pending.<agent_id>`: open calls of an agent.
+pub fn calls_pending(agent: &AgentId) -> String {
+    format!("agent.calls.pending.{agent}")
+}
+
+/// Extracts and validates the caller identity: the part of `subject` after `prefix.`.
+///
+/// The tail must be exactly one valid agent id token; `a.b`, an empty tail or 65 characters are
+/// all [`IdError`]s, which services answer with `invalid_agent_id`.
+pub fn caller_from_subject(subject: &str, prefix: &str) -> Result<AgentId, IdError> {
+    let tail = subject
+        .strip_prefix(prefix)
+        .and_then(|rest| rest.strip_prefix('.'))
+        .unwrap_or("");
+    AgentId::parse(tail)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builders_spell_the_contract() {
+        let a = AgentId::parse("writer").unwrap();
+        let g = GoalId::parse("0193a1b2-0000-7000-8000-000000000001").unwrap();
+        assert_eq!(inbox(&g), "agent.inbox.0193a1b2-0000-7000-8000-000000000001");
+        assert_eq!(
+            RegistryOp::Register.subject(&a),
+            "agent.registry.register.writer"
+        );
+        assert_eq!(
+            RegistryOp::GoalOpen.subject(&a),
+            "agent.registry.goal.open.writer"
+        );
+        assert_eq!(
+            RegistryOp::GoalClose.endpoint_subject(),
+            "agent.registry.goal.close.>"
+        );
+        assert_eq!(
+            RegistryEvent::Offline.subject(&a),
+            "agent.registry.events.offline.writer"
+        );
+        assert_eq!(send(&a), "agent.send.writer");
+        assert_eq!(call(&a), "agent.call.writer");
+        assert_eq!(reply(&a), "agent.reply.writer");
+        assert_eq!(calls_pending(&a), "agent.calls.pending.writer");
+    }
+
+    #[test]
+    fn caller_comes_from_the_last_token() {
+        let p = RegistryOp::Peers.prefix();
+        assert_eq!(
+            caller_from_subject("agent.registry.peers.writer", &p).unwrap(),
+            "writer"
+        );
+        assert!(caller_from_subject("agent.registry.peers.a.b", &p).is_err());
+        assert!(caller_from_subject("agent.registry.peers", &p).is_err());
+        assert!(caller_from_subject("agent.registry.peersx", &p).is_err());
+        let long = format!("agent.registry.peers.{}", "a".repeat(65));
+        assert!(caller_from_subject(&long, &p).is_err());
+    }
+}

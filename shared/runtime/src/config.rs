@@ -1,0 +1,323 @@
+//! Configuration with figment: defaults < `switchboard.toml` < `SWITCHBOARD_*` environment.
+//!
+//! Nested keys use `__` in the environment: `SWITCHBOARD_NATS__URLS='["nats://a:4222"]'` sets
+//! `nats.urls`, `SWITCHBOARD_DIRECTORY__HEARTBEAT_TIMEOUT_MS=5000` sets
+//! `directory.heartbeat_timeout_ms`. The file is `switchboard.toml` in the working directory, or
+//! the path in `SWITCHBOARD_CONFIG`.
+//!
+//! Shared settings live in [`RuntimeConfig`] (`[nats]`, `[telemetry]`, `[jetstream]`,
+//! `shutdown_grace_ms`); each service reads its own section with [`section`]. Every section
+//! struct uses `deny_unknown_fields`, so a typo is a start-up error, not a silent default.
+
+use std::path::PathBuf;
+
+use figment::Figment;
+use figment::providers::{Env, Format, Serialized, Toml};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+/// Environment variable prefix.
+pub const ENV_PREFIX: &str = "SWITCHBOARD_";
+/// Environment variable naming a config file instead of `./switchboard.toml`.
+pub const CONFIG_PATH_ENV: &str = "SWITCHBOARD_CONFIG";
+/// Default config file name.
+pub const DEFAULT_CONFIG_FILE: &str = "switchboard.toml";
+
+/// Configuration could not be read.
+#[derive(Debug, thiserror::Error)]
+#[error("invalid configuration: {0}")]
+pub struct ConfigError(#[from] Box<figment::Error>);
+
+impl From<ConfigError> for figment::Error {
+    fn from(value: ConfigError) -> Self {
+        *value.0
+    }
+}
+
+impl From<figment::Error> for ConfigError {
+    fn from(value: figment::Error) -> Self {
+        Self(Box::new(value))
+    }
+}
+
+/// The layered sources: the config file (if any) then `SWITCHBOARD_*` env vars. Defaults come
+/// from each struct's `Default` when it is extracted.
+pub fn figment() -> Figment {
+    let path = std::env::var_os(CONFIG_PATH_ENV)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_CONFIG_FILE));
+    Figment::new()
+        .merge(Toml::file(path))
+        .merge(Env::prefixed(ENV_PREFIX).split("__"))
+}
+
+/// Extracts the section `key` as `T`, with `T::default()` under every layer.
+pub fn section<T>(figment: &Figment, key: &str) -> Result<T, ConfigError>
+where
+    T: Default + Serialize + DeserializeOwned,
+{
+    Ok(Figment::from(Serialized::default(key, T::default()))
+        .merge(figment.clone())
+        .extract_inner(key)?)
+}
+
+/// A secret string: deserializes normally, never prints or serializes its value.
+#[derive(Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(transparent)]
+pub struct Secret(String);
+
+impl Secret {
+    /// Wraps a value.
+    pub fn new(value: impl Into<String>) -> Self {
+        Self(value.into())
+    }
+
+    /// The secret value, for the one place that needs it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret([redacted])")
+    }
+}
+
+impl Serialize for Secret {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str("[redacted]")
+    }
+}
+
+/// Settings every service shares.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct RuntimeConfig {
+    /// How to reach NATS.
+    pub nats: NatsConfig,
+    /// Logs and traces.
+    pub telemetry: TelemetryConfig,
+    /// Stream and bucket settings.
+    pub jetstream: JetStreamConfig,
+    /// How long in-flight requests may take to finish after SIGINT/SIGTERM, in milliseconds.
+    pub shutdown_grace_ms: u64,
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        Self {
+            nats: NatsConfig::default(),
+            telemetry: TelemetryConfig::default(),
+            jetstream: JetStreamConfig::default(),
+            shutdown_grace_ms: 10_000,
+        }
+    }
+}
+
+impl RuntimeConfig {
+    /// Reads the shared settings from the layered sources (unknown top-level keys are other
+    /// services' sections and are ignored here).
+    pub fn load(figment: &Figment) -> Result<Self, ConfigError> {
+        Ok(Figment::from(Serialized::defaults(Self::default()))
+            .merge(figment.clone())
+            .extract()?)
+    }
+
+    /// The shutdown grace period.
+    pub fn shutdown_grace(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.shutdown_grace_ms)
+    }
+}
+
+/// How to connect to NATS.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct NatsConfig {
+    /// Server URLs; the client picks one and fails over to the others.
+    pub urls: Vec<String>,
+    /// User name (with `password`).
+    pub user: Option<String>,
+    /// Password (with `user`).
+    pub password: Option<Secret>,
+    /// Token authentication.
+    pub token: Option<Secret>,
+    /// NKey seed (`SU…`).
+    pub nkey_seed: Option<Secret>,
+    /// A `.creds` file (JWT + NKey), as issued by `nsc`.
+    pub creds_file: Option<PathBuf>,
+    /// TLS settings.
+    pub tls: TlsConfig,
+    /// Client ping interval, in milliseconds (detects dead connections).
+    pub ping_interval_ms: u64,
+    /// Connection timeout, in milliseconds.
+    pub connect_timeout_ms: u64,
+    /// Default request timeout, in milliseconds.
+    pub request_timeout_ms: u64,
+    /// Keep retrying the first connection instead of failing (normal under compose/k8s, where
+    /// services may start before NATS).
+    pub retry_on_initial_connect: bool,
+}
+
+impl Default for NatsConfig {
+    fn default() -> Self {
+        Self {
+            urls: vec!["nats://127.0.0.1:4222".to_owned()],
+            user: None,
+            password: None,
+            token: None,
+            nkey_seed: None,
+            creds_file: None,
+            tls: TlsConfig::default(),
+            ping_interval_ms: 5_000,
+            connect_timeout_ms: 5_000,
+            request_timeout_ms: 10_000,
+            retry_on_initial_connect: false,
+        }
+    }
+}
+
+/// TLS settings for the NATS connection.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TlsConfig {
+    /// Require TLS even for `nats://` URLs.
+    pub required: bool,
+    /// PEM file with extra root certificates.
+    pub ca_file: Option<PathBuf>,
+    /// PEM client certificate (mutual TLS, with `key_file`).
+    pub cert_file: Option<PathBuf>,
+    /// PEM client key.
+    pub key_file: Option<PathBuf>,
+}
+
+/// Logging and tracing.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TelemetryConfig {
+    /// `tracing` filter directives when `RUST_LOG` is unset, e.g. `info,directory=debug`.
+    pub log: String,
+    /// OTLP/HTTP collector base URL (e.g. `http://jaeger:4318`). When unset, the standard
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT` is used; when both are unset nothing is exported.
+    pub otlp_endpoint: Option<String>,
+}
+
+impl Default for TelemetryConfig {
+    fn default() -> Self {
+        Self {
+            log: "info".to_owned(),
+            otlp_endpoint: None,
+        }
+    }
+}
+
+/// JetStream settings shared by every stream and bucket.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct JetStreamConfig {
+    /// Replicas of every stream and bucket (1 locally, 3 in a cluster).
+    pub replicas: usize,
+    /// How long a goal inbox keeps an unread message, in seconds.
+    pub inbox_max_age_secs: u64,
+    /// JetStream de-duplication window, in seconds: a retried publish with the same
+    /// `Nats-Msg-Id` inside it is stored once.
+    pub duplicate_window_secs: u64,
+    /// How long registry/goal events are kept, in seconds.
+    pub events_max_age_secs: u64,
+}
+
+impl Default for JetStreamConfig {
+    fn default() -> Self {
+        Self {
+            replicas: 1,
+            inbox_max_age_secs: 7 * 24 * 3600,
+            duplicate_window_secs: 120,
+            events_max_age_secs: 7 * 24 * 3600,
+        }
+    }
+}
+
+#[cfg(test)]
+// figment::Jail closures return figment::Error, which is large; fine in tests.
+#[allow(clippy::result_large_err)]
+mod tests {
+    use super::*;
+    use figment::Jail;
+
+    #[derive(Debug, Default, PartialEq, Serialize, Deserialize)]
+    #[serde(default, deny_unknown_fields)]
+    struct Demo {
+        limit: u32,
+        nested: DemoNested,
+    }
+
+    #[derive(Debug, Default, PartialEq, Serialize, Deserialize)]
+    #[serde(default, deny_unknown_fields)]
+    struct DemoNested {
+        depth: u32,
+    }
+
+    #[test]
+    fn defaults_then_file_then_env() {
+        Jail::expect_with(|jail| {
+            let defaults = RuntimeConfig::load(&figment())?;
+            assert_eq!(defaults, RuntimeConfig::default());
+            assert_eq!(defaults.nats.ping_interval_ms, 5_000);
+
+            jail.create_file(
+                "switchboard.toml",
+                r#"
+                shutdown_grace_ms = 2000
+                [nats]
+                urls = ["nats://file:4222"]
+                user = "svc"
+                password = "hunter2"
+                [demo]
+                limit = 5
+                [demo.nested]
+                depth = 1
+                "#,
+            )?;
+            jail.set_env("SWITCHBOARD_NATS__URLS", "[nats://env-a:4222, nats://env-b:4222]");
+            jail.set_env("SWITCHBOARD_DEMO__NESTED__DEPTH", "9");
+            jail.set_env("SWITCHBOARD_JETSTREAM__REPLICAS", "3");
+
+            let fig = figment();
+            let rt = RuntimeConfig::load(&fig)?;
+            assert_eq!(rt.shutdown_grace_ms, 2000);
+            assert_eq!(rt.nats.urls, vec!["nats://env-a:4222", "nats://env-b:4222"]);
+            assert_eq!(rt.nats.user.as_deref(), Some("svc"));
+            assert_eq!(rt.nats.password.as_ref().map(Secret::expose), Some("hunter2"));
+            assert!(!format!("{rt:?}").contains("hunter2"), "secrets are redacted");
+            assert_eq!(rt.jetstream.replicas, 3);
+
+            let demo: Demo = section(&fig, "demo")?;
+            assert_eq!(demo, Demo { limit: 5, nested: DemoNested { depth: 9 } });
+            let missing: Demo = section(&fig, "absent")?;
+            assert_eq!(missing, Demo::default());
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn unknown_keys_in_a_section_are_errors() {
+        Jail::expect_with(|jail| {
+            jail.create_file("switchboard.toml", "[nats]\nurl = \"typo\"\n")?;
+            let err = RuntimeConfig::load(&figment()).unwrap_err();
+            assert!(err.to_string().contains("url"), "{err}");
+            jail.set_env("SWITCHBOARD_DEMO__LIMTI", "1");
+            assert!(section::<Demo>(&figment(), "demo").is_err());
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn config_file_path_from_env() {
+        Jail::expect_with(|jail| {
+            jail.create_file("other.toml", "[telemetry]\nlog = \"debug\"\n")?;
+            jail.set_env(CONFIG_PATH_ENV, "other.toml");
+            assert_eq!(RuntimeConfig::load(&figment())?.telemetry.log, "debug");
+            Ok(())
+        });
+    }
+}

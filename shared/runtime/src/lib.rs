@@ -1,0 +1,24 @@
+//! What every Switchboard service shares, so each service is only its rules.
+//!
+//! Layout:
+//! - [`config`]: figment layering (defaults < `switchboard.toml` < `SWITCHBOARD_*` env, nested
+//!   keys via `__`), the shared `RuntimeConfig` and per-service sections.
+//! - [`nats`]: a named NATS connection with auth/TLS, reconnect logging and a 5 s ping.
+//! - [`telemetry`]: `tracing` + OpenTelemetry OTLP export, and the one helper that puts W3C trace
+//!   context into NATS headers and takes it out again.
+//! - [`shutdown`]: SIGINT/SIGTERM as a cancellation token.
+//! - [`micro`]: the NATS micro service scaffold: typed JSON endpoints, error replies with
+//!   `Nats-Service-Error(-Code)` headers, per-request spans, drain under a grace period.
+//! - [`resources`]: JetStream streams and KV buckets, declared once and applied idempotently.
+//! - [`kv`]: KV reads the services need beyond async-nats (a consistent snapshot of a bucket).
+
+pub mod config;
+pub mod kv;
+pub mod micro;
+pub mod nats;
+pub mod resources;
+pub mod shutdown;
+pub mod telemetry;
+
+pub use config::RuntimeConfig;
+pub use tokio_util::sync::CancellationToken;

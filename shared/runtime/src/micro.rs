@@ -1,0 +1,377 @@
+//! The NATS micro service scaffold every Switchboard service is built on.
+//!
+//! A service is a [`ServiceSpec`] plus [`Endpoint`]s. Each endpoint is a typed JSON handler:
+//! the scaffold decodes the body (an empty body reads as `{}`), takes the caller's identity from
+//! the subject's last token ([`Endpoint::agent`]), runs the handler in a span parented on the
+//! request's `traceparent`, and replies with JSON. Errors become the contract's error reply
+//! `{"error":{code,kind,message}}` *with* the `Nats-Service-Error` / `Nats-Service-Error-Code`
+//! headers — async-nats' own error path sends an empty body, so we set the headers ourselves
+//! and count errors by kind in the endpoint's `$SRV.STATS` `data`.
+//!
+//! Handlers run concurrently (one task per request). A panicking handler is answered with
+//! `internal`; the service keeps serving. On shutdown each endpoint unsubscribes, the requests
+//! already received are still answered, and in-flight handlers get the grace period to finish.
+
+use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_nats::service::ServiceExt;
+use async_nats::{Client, Message};
+use bytes::Bytes;
+use futures::FutureExt;
+use futures::StreamExt;
+use futures::future::BoxFuture;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use switchboard_proto::subject::caller_from_subject;
+use switchboard_proto::{
+    AgentId, ErrorKind, ErrorReply, HEADER_SERVICE_ERROR, HEADER_SERVICE_ERROR_CODE,
+};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::Instrument;
+
+use crate::telemetry;
+
+/// Name, version and description announced on `$SRV.INFO`.
+#[derive(Debug, Clone, Copy)]
+pub struct ServiceSpec {
+    /// Service name; also its queue group.
+    pub name: &'static str,
+    /// Version, normally `env!("CARGO_PKG_VERSION")`.
+    pub version: &'static str,
+    /// One line for `nats micro info`.
+    pub description: &'static str,
+}
+
+/// A decoded request to an agent-facing endpoint.
+#[derive(Debug, Clone)]
+pub struct AgentRequest<T> {
+    /// The caller, from the subject's last token.
+    pub caller: AgentId,
+    /// The decoded body.
+    pub body: T,
+    /// The full subject.
+    pub subject: String,
+    /// Request headers (trace context among them).
+    pub headers: Option<async_nats::HeaderMap>,
+}
+
+type Handler = Arc<dyn Fn(Message) -> BoxFuture<'static, Result<Bytes, ErrorReply>> + Send + Sync>;
+
+/// One endpoint: a name, the subject it subscribes to, and its handler.
+pub struct Endpoint {
+    name: String,
+    subject: String,
+    handler: Handler,
+}
+
+impl std::fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Endpoint")
+            .field("name", &self.name)
+            .field("subject", &self.subject)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Decodes a JSON body; an empty (or all-whitespace) body reads as `{}`.
+pub fn decode<T: DeserializeOwned>(payload: &[u8]) -> Result<T, ErrorReply> {
+    let payload = if payload.iter().all(u8::is_ascii_whitespace) {
+        b"{}".as_slice()
+    } else {
+        payload
+    };
+    serde_json::from_slice(payload)
+        .map_err(|err| ErrorReply::new(ErrorKind::BadRequest, format!("invalid request body: {err}")))
+}
+
+fn encode<T: Serialize>(value: &T) -> Result<Bytes, ErrorReply> {
+    serde_json::to_vec(value).map(Bytes::from).map_err(|err| {
+        ErrorReply::new(ErrorKind::Internal, format!("encoding the reply failed: {err}"))
+    })
+}
+
+impl Endpoint {
+    /// An agent-facing endpoint on `<prefix>.>`: the caller is the subject tail after `prefix`
+    /// (a malformed tail is answered with `invalid_agent_id` before the body is read).
+    pub fn agent<Req, Resp, F, Fut>(name: &str, prefix: String, handler: F) -> Self
+    where
+        Req: DeserializeOwned + Send + 'static,
+        Resp: Serialize + 'static,
+        F: Fn(AgentRequest<Req>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Resp, ErrorReply>> + Send + 'static,
+    {
+        let subject = format!("{prefix}.>");
+        let handler = Arc::new(handler);
+        Self {
+            name: name.to_owned(),
+            subject,
+            handler: Arc::new(move |message: Message| {
+                let handler = Arc::clone(&handler);
+                let prefix = prefix.clone();
+                async move {
+                    let caller = caller_from_subject(message.subject.as_str(), &prefix)
+                        .map_err(|err| ErrorReply::new(ErrorKind::InvalidAgentId, err.to_string()))?;
+                    let body = decode::<Req>(&message.payload)?;
+                    let reply = handler(AgentRequest {
+                        caller,
+                        body,
+                        subject: message.subject.to_string(),
+                        headers: message.headers,
+                    })
+                    .await?;
+                    encode(&reply)
+                }
+                .boxed()
+            }),
+        }
+    }
+
+    /// An endpoint without caller identity on exactly `subject`.
+    pub fn json<Req, Resp, F, Fut>(name: &str, subject: String, handler: F) -> Self
+    where
+        Req: DeserializeOwned + Send + 'static,
+        Resp: Serialize + 'static,
+        F: Fn(Req) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Resp, ErrorReply>> + Send + 'static,
+    {
+        let handler = Arc::new(handler);
+        Self {
+            name: name.to_owned(),
+            subject,
+            handler: Arc::new(move |message: Message| {
+                let handler = Arc::clone(&handler);
+                async move {
+                    let body = decode::<Req>(&message.payload)?;
+                    encode(&handler(body).await?)
+                }
+                .boxed()
+            }),
+        }
+    }
+}
+
+/// The service could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum MicroError {
+    /// Registering the micro service failed.
+    #[error("starting micro service {name}: {source}")]
+    Start {
+        /// Service name.
+        name: String,
+        /// Why.
+        source: async_nats::Error,
+    },
+    /// Subscribing an endpoint failed.
+    #[error("adding endpoint {endpoint} on {subject}: {source}")]
+    Endpoint {
+        /// Endpoint name.
+        endpoint: String,
+        /// Its subject.
+        subject: String,
+        /// Why.
+        source: async_nats::Error,
+    },
+}
+
+type ErrorCounts = Arc<Mutex<HashMap<String, BTreeMap<&'static str, u64>>>>;
+
+/// A started micro service: endpoints are subscribed (and flushed) when [`start`] returns.
+pub struct Running {
+    name: &'static str,
+    service: async_nats::service::Service,
+    endpoints: Vec<(async_nats::service::endpoint::Endpoint, Handler, String)>,
+}
+
+impl std::fmt::Debug for Running {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Running").field("name", &self.name).finish_non_exhaustive()
+    }
+}
+
+/// Registers the micro service and subscribes every endpoint (queue group = service name).
+pub async fn start(
+    client: &Client,
+    spec: ServiceSpec,
+    endpoints: Vec<Endpoint>,
+) -> Result<Running, MicroError> {
+    let errors: ErrorCounts = Arc::default();
+    let stats_errors = Arc::clone(&errors);
+    let service = client
+        .service_builder()
+        .description(spec.description)
+        .queue_group(spec.name)
+        .stats_handler(move |endpoint, _stats| {
+            let counts = stats_errors
+                .lock()
+                .map(|counts| counts.get(&endpoint).cloned().unwrap_or_default())
+                .unwrap_or_default();
+            serde_json::json!({ "errors_by_kind": counts })
+        })
+        .start(spec.name, spec.version)
+        .await
+        .map_err(|source| MicroError::Start {
+            name: spec.name.to_owned(),
+            source,
+        })?;
+
+    let mut subscribed = Vec::with_capacity(endpoints.len());
+    for endpoint in endpoints {
+        let stream = service
+            .endpoint_builder()
+            .name(&endpoint.name)
+            .add(endpoint.subject.as_str())
+            .await
+            .map_err(|source| MicroError::Endpoint {
+                endpoint: endpoint.name.clone(),
+                subject: endpoint.subject.clone(),
+                source,
+            })?;
+        let handler = wrap_errors(endpoint.handler, endpoint.name.clone(), Arc::clone(&errors));
+        subscribed.push((stream, handler, endpoint.name));
+    }
+    // The server knows every subscription once the flush round trip returns.
+    if let Err(err) = client.flush().await {
+        tracing::warn!(error = %err, "flush after subscribing endpoints failed");
+    }
+    Ok(Running {
+        name: spec.name,
+        service,
+        endpoints: subscribed,
+    })
+}
+
+fn wrap_errors(handler: Handler, endpoint: String, errors: ErrorCounts) -> Handler {
+    Arc::new(move |message| {
+        let handler = Arc::clone(&handler);
+        let errors = Arc::clone(&errors);
+        let endpoint = endpoint.clone();
+        async move {
+            let result = AssertUnwindSafe(handler(message))
+                .catch_unwind()
+                .await
+                .unwrap_or_else(|_| {
+                    Err(ErrorReply::new(ErrorKind::Internal, "the handler panicked; see the service log"))
+                });
+            if let Err(err) = &result
+                && let Ok(mut counts) = errors.lock()
+            {
+                *counts
+                    .entry(endpoint)
+                    .or_default()
+                    .entry(err.kind().as_str())
+                    .or_default() += 1;
+            }
+            result
+        }
+        .boxed()
+    })
+}
+
+impl Running {
+    /// Serves until `shutdown` is cancelled, then drains: endpoints unsubscribe, requests already
+    /// received are answered, and in-flight handlers get `grace` to finish.
+    pub async fn run(self, shutdown: CancellationToken, grace: Duration) {
+        let tracker = TaskTracker::new();
+        let mut loops = Vec::new();
+        for (mut stream, handler, endpoint) in self.endpoints {
+            let tracker = tracker.clone();
+            let shutdown = shutdown.clone();
+            let service = self.name;
+            loops.push(tokio::spawn(async move {
+                let mut stopping = false;
+                loop {
+                    let next = if stopping {
+                        stream.next().await
+                    } else {
+                        tokio::select! {
+                            request = stream.next() => request,
+                            () = shutdown.cancelled() => {
+                                stopping = true;
+                                if let Err(err) = stream.stop().await {
+                                    tracing::warn!(%endpoint, error = %err, "unsubscribe failed");
+                                }
+                                continue;
+                            }
+                        }
+                    };
+                    let Some(request) = next else { break };
+                    tracker.spawn(handle(request, Arc::clone(&handler), service, endpoint.clone()));
+                }
+            }));
+        }
+        shutdown.cancelled().await;
+        let drained = tokio::time::timeout(grace, async {
+            for handle in loops {
+                let _ = handle.await;
+            }
+            tracker.close();
+            tracker.wait().await;
+        })
+        .await;
+        if drained.is_err() {
+            tracing::warn!(service = self.name, ?grace, "grace period over with requests still in flight");
+        }
+        if let Err(err) = self.service.stop().await {
+            tracing::warn!(service = self.name, error = %err, "stopping micro service failed");
+        }
+        tracing::info!(service = self.name, "stopped");
+    }
+}
+
+async fn handle(
+    request: async_nats::service::Request,
+    handler: Handler,
+    service: &'static str,
+    endpoint: String,
+) {
+    let message = &request.message;
+    let span = tracing::info_span!(
+        "request",
+        otel.name = %format!("{service}.{endpoint}"),
+        otel.kind = "server",
+        service,
+        endpoint = %endpoint,
+        subject = %message.subject,
+        reply = ?message.reply,
+        error.kind = tracing::field::Empty,
+    );
+    telemetry::set_parent_from(&span, message.headers.as_ref());
+    let result = handler(message.clone()).instrument(span.clone()).await;
+    let _entered = span.enter();
+    let has_reply = message.reply.is_some();
+    let outcome = match result {
+        Ok(body) if has_reply => request.respond_with_headers(Ok(body), telemetry::traced_headers()).await,
+        Ok(_) => Ok(()),
+        Err(err) => {
+            span.record("error.kind", err.kind().as_str());
+            match err.kind() {
+                ErrorKind::Internal | ErrorKind::Unavailable => {
+                    tracing::warn!(kind = %err.kind(), message = %err.error.message, "request failed")
+                }
+                _ => tracing::debug!(kind = %err.kind(), message = %err.error.message, "request refused"),
+            }
+            if !has_reply {
+                tracing::debug!("no reply subject; error dropped");
+                return;
+            }
+            let mut headers = telemetry::traced_headers();
+            headers.insert(HEADER_SERVICE_ERROR, err.error.message.as_str());
+            headers.insert(HEADER_SERVICE_ERROR_CODE, err.error.code.to_string().as_str());
+            match serde_json::to_vec(&err) {
+                Ok(body) => request.respond_with_headers(Ok(body.into()), headers).await,
+                Err(encode_err) => {
+                    tracing::error!(error = %encode_err, "encoding an error reply failed");
+                    Ok(())
+                }
+            }
+        }
+    };
+    if let Err(err) = outcome {
+        tracing::debug!(error = %err, "reply could not be sent");
+    }
+}

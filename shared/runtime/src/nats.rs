@@ -1,0 +1,100 @@
+//! A named NATS connection built from [`NatsConfig`]: auth (user/password, token, NKey, creds
+//! file), TLS, a 5 s ping so dead links are noticed fast, and connection events in the log.
+
+use std::time::Duration;
+
+use async_nats::{Client, ConnectOptions, Event};
+
+use crate::config::NatsConfig;
+
+/// The connection could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    /// `nats.urls` is empty.
+    #[error("nats.urls is empty")]
+    NoUrls,
+    /// `user` without `password` or the other way round.
+    #[error("nats.user and nats.password must be set together")]
+    HalfCredentials,
+    /// The creds file could not be read.
+    #[error("reading creds file {path}: {source}")]
+    CredsFile {
+        /// The file.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// Connecting failed.
+    #[error("connecting to {urls}: {source}")]
+    Connect {
+        /// The URLs tried.
+        urls: String,
+        /// Why.
+        source: async_nats::ConnectError,
+    },
+}
+
+/// Connects to NATS as `name` (shown by `nats server report connections` and in server logs).
+pub async fn connect(config: &NatsConfig, name: &str) -> Result<Client, ConnectError> {
+    if config.urls.is_empty() {
+        return Err(ConnectError::NoUrls);
+    }
+    let mut options = ConnectOptions::new()
+        .name(name)
+        .ping_interval(Duration::from_millis(config.ping_interval_ms))
+        .connection_timeout(Duration::from_millis(config.connect_timeout_ms))
+        .request_timeout(Some(Duration::from_millis(config.request_timeout_ms)))
+        .event_callback(log_event);
+    match (&config.user, &config.password) {
+        (Some(user), Some(password)) => {
+            options = options.user_and_password(user.clone(), password.expose().to_owned());
+        }
+        (None, None) => {}
+        _ => return Err(ConnectError::HalfCredentials),
+    }
+    if let Some(token) = &config.token {
+        options = options.token(token.expose().to_owned());
+    }
+    if let Some(seed) = &config.nkey_seed {
+        options = options.nkey(seed.expose().to_owned());
+    }
+    if let Some(path) = &config.creds_file {
+        options =
+            options
+                .credentials_file(path)
+                .await
+                .map_err(|source| ConnectError::CredsFile {
+                    path: path.display().to_string(),
+                    source,
+                })?;
+    }
+    if config.tls.required {
+        options = options.require_tls(true);
+    }
+    if let Some(ca) = &config.tls.ca_file {
+        options = options.add_root_certificates(ca.clone());
+    }
+    if let (Some(cert), Some(key)) = (&config.tls.cert_file, &config.tls.key_file) {
+        options = options.add_client_certificate(cert.clone(), key.clone());
+    }
+    if config.retry_on_initial_connect {
+        options = options.retry_on_initial_connect();
+    }
+    let urls = config.urls.join(",");
+    options
+        .connect(config.urls.as_slice())
+        .await
+        .map_err(|source| ConnectError::Connect { urls, source })
+}
+
+async fn log_event(event: Event) {
+    match event {
+        Event::Connected => tracing::info!("nats connected"),
+        Event::Disconnected => tracing::warn!("nats disconnected; reconnecting"),
+        Event::LameDuckMode => tracing::warn!("nats server entered lame duck mode"),
+        Event::SlowConsumer(sid) => tracing::warn!(sid, "nats slow consumer"),
+        Event::Draining | Event::Closed => tracing::info!(%event, "nats connection"),
+        Event::ServerError(err) => tracing::warn!(error = %err, "nats server error"),
+        Event::ClientError(err) => tracing::warn!(error = %err, "nats client error"),
+    }
+}

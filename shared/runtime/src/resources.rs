@@ -1,0 +1,130 @@
+//! JetStream streams and KV buckets, declared once and applied idempotently at start-up
+//! (create-or-update; never delete-and-recreate on drift). Any service may apply a shared
+//! resource (e.g. `AGENT_INBOX`): whichever starts first creates it, the rest converge on it.
+
+use std::time::Duration;
+
+use async_nats::jetstream::{self, kv, stream};
+use switchboard_proto::subject::{INBOX_ALL, REGISTRY_EVENTS_ALL};
+use switchboard_proto::{
+    EVENTS_STREAM, GOALS_BUCKET, INBOX_CAP_PER_GOAL, INBOX_STREAM, MAX_BODY_BYTES,
+    REGISTRY_BUCKET,
+};
+
+use crate::config::JetStreamConfig;
+
+/// A stream or bucket could not be applied.
+#[derive(Debug, thiserror::Error)]
+#[error("applying {name}: {message}")]
+pub struct ResourceError {
+    /// Stream or bucket name.
+    pub name: String,
+    /// What failed.
+    pub message: String,
+}
+
+/// `AGENT_INBOX`: every goal inbox. Keeps the newest 64 messages of each goal (discard old),
+/// de-duplicates retried publishes by `Nats-Msg-Id`, expires unread messages after a max age.
+pub fn inbox_stream(config: &JetStreamConfig) -> stream::Config {
+    stream::Config {
+        name: INBOX_STREAM.to_owned(),
+        description: Some("Switchboard goal inboxes (agent.inbox.<goal_id>)".to_owned()),
+        subjects: vec![INBOX_ALL.to_owned()],
+        max_messages_per_subject: INBOX_CAP_PER_GOAL,
+        discard: stream::DiscardPolicy::Old,
+        duplicate_window: Duration::from_secs(config.duplicate_window_secs),
+        max_age: Duration::from_secs(config.inbox_max_age_secs),
+        // A body of 64 KiB plus the envelope fits; a runaway payload does not.
+        max_message_size: i32::try_from(MAX_BODY_BYTES * 2).unwrap_or(i32::MAX),
+        num_replicas: config.replicas,
+        storage: stream::StorageType::File,
+        allow_direct: true,
+        ..Default::default()
+    }
+}
+
+/// `AGENT_EVENTS`: directory events, kept so auditors can replay them.
+pub fn events_stream(config: &JetStreamConfig) -> stream::Config {
+    stream::Config {
+        name: EVENTS_STREAM.to_owned(),
+        description: Some("Switchboard registry events (agent.registry.events.>)".to_owned()),
+        subjects: vec![REGISTRY_EVENTS_ALL.to_owned()],
+        duplicate_window: Duration::from_secs(config.duplicate_window_secs),
+        max_age: Duration::from_secs(config.events_max_age_secs),
+        num_replicas: config.replicas,
+        storage: stream::StorageType::File,
+        ..Default::default()
+    }
+}
+
+/// `agent_registry`: agent cards and runtime state, key = agent id.
+pub fn registry_bucket(config: &JetStreamConfig) -> kv::Config {
+    kv::Config {
+        bucket: REGISTRY_BUCKET.to_owned(),
+        description: "Switchboard agent cards and status".to_owned(),
+        history: 1,
+        num_replicas: config.replicas,
+        storage: stream::StorageType::File,
+        ..Default::default()
+    }
+}
+
+/// `agent_goals`: live goals, key = `<agent_id>.<goal_id>`.
+pub fn goals_bucket(config: &JetStreamConfig) -> kv::Config {
+    kv::Config {
+        bucket: GOALS_BUCKET.to_owned(),
+        description: "Switchboard live goals".to_owned(),
+        history: 1,
+        num_replicas: config.replicas,
+        storage: stream::StorageType::File,
+        ..Default::default()
+    }
+}
+
+/// Attempts per resource: concurrent replicas racing to create the same resource converge
+/// after a retry.
+const ATTEMPTS: usize = 3;
+
+/// Creates or updates a stream.
+pub async fn ensure_stream(
+    js: &jetstream::Context,
+    config: stream::Config,
+) -> Result<(), ResourceError> {
+    let mut last = String::new();
+    for attempt in 0..ATTEMPTS {
+        match js.create_or_update_stream(config.clone()).await {
+            Ok(_) => return Ok(()),
+            Err(err) => {
+                last = err.to_string();
+                tracing::debug!(stream = %config.name, attempt, error = %err, "stream apply failed");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+    Err(ResourceError {
+        name: config.name,
+        message: last,
+    })
+}
+
+/// Creates or updates a KV bucket and returns it.
+pub async fn ensure_bucket(
+    js: &jetstream::Context,
+    config: kv::Config,
+) -> Result<kv::Store, ResourceError> {
+    let mut last = String::new();
+    for attempt in 0..ATTEMPTS {
+        match js.create_or_update_key_value(config.clone()).await {
+            Ok(store) => return Ok(store),
+            Err(err) => {
+                last = err.to_string();
+                tracing::debug!(bucket = %config.bucket, attempt, error = %err, "bucket apply failed");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+    Err(ResourceError {
+        name: config.bucket,
+        message: last,
+    })
+}
