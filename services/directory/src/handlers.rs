@@ -3,7 +3,9 @@
 
 use std::sync::Arc;
 
-use switchboard_proto::registry::{GoalCloseRequest, GoalOpenRequest, HeartbeatRequest, LookupRequest};
+use switchboard_proto::registry::{
+    GoalCloseRequest, GoalOpenRequest, HeartbeatRequest, LookupRequest,
+};
 use switchboard_proto::subject::RegistryOp;
 use switchboard_proto::{ErrorReply, GoalId};
 use switchboard_runtime::micro::{AgentRequest, Endpoint};
@@ -44,40 +46,63 @@ fn endpoint(op: RegistryOp, registry: Arc<Registry>) -> Endpoint {
     let name = op.endpoint_name();
     let prefix = op.prefix();
     match op {
-        RegistryOp::Register => Endpoint::agent(name, prefix, move |req: AgentRequest<serde_json::Value>| {
-            let registry = Arc::clone(&registry);
-            async move { Ok::<_, ErrorReply>(registry.register(&req.caller, req.body).await?) }
-        }),
-        RegistryOp::Heartbeat => Endpoint::agent(name, prefix, move |req: AgentRequest<HeartbeatRequest>| {
-            let registry = Arc::clone(&registry);
-            async move { Ok::<_, ErrorReply>(registry.heartbeat(&req.caller, req.body).await?) }
-        }),
-        RegistryOp::Deregister => Endpoint::agent(name, prefix, move |req: AgentRequest<serde::de::IgnoredAny>| {
-            let registry = Arc::clone(&registry);
-            async move { Ok::<_, ErrorReply>(registry.deregister(&req.caller).await?) }
-        }),
-        RegistryOp::GoalOpen => Endpoint::agent(name, prefix, move |req: AgentRequest<RawGoalOpen>| {
-            let registry = Arc::clone(&registry);
-            async move {
-                let goal_id = req.body.goal_id.as_deref().map(parse_goal).transpose()?;
-                let request = GoalOpenRequest { goal_id, kind: req.body.kind };
-                Ok::<_, ErrorReply>(registry.open_goal(&req.caller, request).await?)
-            }
-        }),
-        RegistryOp::GoalClose => Endpoint::agent(name, prefix, move |req: AgentRequest<RawGoalClose>| {
-            let registry = Arc::clone(&registry);
-            async move {
-                let request = GoalCloseRequest { goal_id: parse_goal(&req.body.goal_id)? };
-                Ok::<_, ErrorReply>(registry.close_goal(&req.caller, request.goal_id).await?)
-            }
-        }),
-        RegistryOp::Peers => Endpoint::agent(name, prefix, move |req: AgentRequest<serde::de::IgnoredAny>| {
-            let registry = Arc::clone(&registry);
-            async move { Ok::<_, ErrorReply>(registry.peers(&req.caller).await?) }
-        }),
-        RegistryOp::Lookup => Endpoint::agent(name, prefix, move |req: AgentRequest<LookupRequest>| {
-            let registry = Arc::clone(&registry);
-            async move { Ok::<_, ErrorReply>(registry.lookup(&req.body.agent_id).await?) }
-        }),
+        RegistryOp::Register => {
+            Endpoint::agent(name, prefix, move |req: AgentRequest<serde_json::Value>| {
+                let registry = Arc::clone(&registry);
+                async move { Ok::<_, ErrorReply>(registry.register(&req.caller, req.body).await?) }
+            })
+        }
+        RegistryOp::Heartbeat => {
+            Endpoint::agent(name, prefix, move |req: AgentRequest<HeartbeatRequest>| {
+                let registry = Arc::clone(&registry);
+                async move { Ok::<_, ErrorReply>(registry.heartbeat(&req.caller, req.body).await?) }
+            })
+        }
+        RegistryOp::Deregister => Endpoint::agent(
+            name,
+            prefix,
+            move |req: AgentRequest<serde::de::IgnoredAny>| {
+                let registry = Arc::clone(&registry);
+                async move { Ok::<_, ErrorReply>(registry.deregister(&req.caller).await?) }
+            },
+        ),
+        RegistryOp::GoalOpen => {
+            Endpoint::agent(name, prefix, move |req: AgentRequest<RawGoalOpen>| {
+                let registry = Arc::clone(&registry);
+                async move {
+                    let goal_id = req.body.goal_id.as_deref().map(parse_goal).transpose()?;
+                    let request = GoalOpenRequest {
+                        goal_id,
+                        kind: req.body.kind,
+                    };
+                    Ok::<_, ErrorReply>(registry.open_goal(&req.caller, request).await?)
+                }
+            })
+        }
+        RegistryOp::GoalClose => {
+            Endpoint::agent(name, prefix, move |req: AgentRequest<RawGoalClose>| {
+                let registry = Arc::clone(&registry);
+                async move {
+                    let request = GoalCloseRequest {
+                        goal_id: parse_goal(&req.body.goal_id)?,
+                    };
+                    Ok::<_, ErrorReply>(registry.close_goal(&req.caller, request.goal_id).await?)
+                }
+            })
+        }
+        RegistryOp::Peers => Endpoint::agent(
+            name,
+            prefix,
+            move |req: AgentRequest<serde::de::IgnoredAny>| {
+                let registry = Arc::clone(&registry);
+                async move { Ok::<_, ErrorReply>(registry.peers(&req.caller).await?) }
+            },
+        ),
+        RegistryOp::Lookup => {
+            Endpoint::agent(name, prefix, move |req: AgentRequest<LookupRequest>| {
+                let registry = Arc::clone(&registry);
+                async move { Ok::<_, ErrorReply>(registry.lookup(&req.body.agent_id).await?) }
+            })
+        }
     }
 }

@@ -64,7 +64,8 @@ pub async fn start(
     let js = jetstream::new(client.clone());
     resources::ensure_stream(&js, resources::inbox_stream(&runtime.jetstream)).await?;
     resources::ensure_stream(&js, resources::events_stream(&runtime.jetstream)).await?;
-    let agents = resources::ensure_bucket(&js, resources::registry_bucket(&runtime.jetstream)).await?;
+    let agents =
+        resources::ensure_bucket(&js, resources::registry_bucket(&runtime.jetstream)).await?;
     let goals = resources::ensure_bucket(&js, resources::goals_bucket(&runtime.jetstream)).await?;
     let inbox = js
         .get_stream(switchboard_proto::INBOX_STREAM)
@@ -113,7 +114,10 @@ async fn sweep_loop(registry: Arc<Registry>, every: Duration, shutdown: Cancella
             _ = ticker.tick() => {}
             () = shutdown.cancelled() => return,
         }
-        if let Err(err) = registry.sweep_offline(switchboard_proto::timestamp::now()).await {
+        if let Err(err) = registry
+            .sweep_offline(switchboard_proto::timestamp::now())
+            .await
+        {
             tracing::warn!(error = %err, "offline sweep failed");
         }
     }

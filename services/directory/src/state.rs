@@ -33,7 +33,15 @@ use time::OffsetDateTime;
 use crate::error::DirectoryError;
 
 /// How many times a compare-and-set is retried before giving up with `conflict`.
-const CAS_ATTEMPTS: usize = 16;
+const CAS_ATTEMPTS: u32 = 64;
+
+/// Jittered backoff between compare-and-set attempts, so writers racing on one key spread
+/// out instead of colliding in lockstep (grows to ~20 ms).
+async fn cas_backoff(attempt: u32) {
+    let ceiling_us = 500u64 << attempt.min(5);
+    let jitter = u64::try_from(new_id().as_u128() % 1_000).unwrap_or(500);
+    tokio::time::sleep(Duration::from_micros(ceiling_us * jitter / 1_000)).await;
+}
 /// How many times an event publish is retried (same `Nats-Msg-Id`, so stored once).
 const PUBLISH_ATTEMPTS: usize = 3;
 
@@ -131,7 +139,10 @@ impl Registry {
     where
         F: FnMut(Option<&AgentRecord>) -> Result<AgentRecord, DirectoryError>,
     {
-        for _ in 0..CAS_ATTEMPTS {
+        for attempt in 0..CAS_ATTEMPTS {
+            if attempt > 0 {
+                cas_backoff(attempt).await;
+            }
             let current = self.record(agent).await?;
             let (old, revision) = match current {
                 Some((record, revision)) => (Some(record), Some(revision)),
@@ -261,7 +272,8 @@ impl Registry {
         let now = timestamp::now();
         let (old, record) = self
             .modify(caller, |current| {
-                let current = current.ok_or_else(|| DirectoryError::NotRegistered(caller.clone()))?;
+                let current =
+                    current.ok_or_else(|| DirectoryError::NotRegistered(caller.clone()))?;
                 let status = match (request.status, current.status) {
                     (Some(status), _) => status,
                     (None, AgentStatus::Offline) => AgentStatus::Idle,

@@ -1,1 +1,35 @@
-//! placeholder
+//! The Switchboard agent SDK.
+//!
+//! An [`Agent`] is one named participant: [`Agent::connect`] registers its card, keeps it online
+//! with a heartbeat loop, and opens [`Goal`]s — live runs whose messages arrive in a durable
+//! JetStream inbox. A goal's inbox keeps what was sent before anyone reads it, and a message is
+//! acknowledged only after the caller has taken it ([`Delivery::ack`], or [`Goal::drain`]).
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), switchboard_client::ClientError> {
+//! use switchboard_client::{Agent, render_peer_messages_block};
+//! let agent = Agent::connect("nats://127.0.0.1:4222", "researcher").await?;
+//! let goal = agent.open_goal().await?;
+//! let peers = agent.peers().await?;
+//! let messages = goal.drain().await?;
+//! if let Some(block) = render_peer_messages_block(&messages) {
+//!     println!("{block}");
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! Layout: `agent.rs` (identity, registry calls, heartbeat), `goal.rs` (inbox reading),
+//! `render.rs` (the `<peer-message>` block), `admin.rs` (operator views), `error.rs`.
+
+mod admin;
+mod agent;
+mod error;
+mod goal;
+mod render;
+
+pub use admin::{AgentListing, list_agents};
+pub use agent::{Agent, AgentOptions};
+pub use error::ClientError;
+pub use goal::{Delivery, Goal};
+pub use render::render_peer_messages_block;
+pub use switchboard_proto as proto;

@@ -112,7 +112,10 @@ mod tests {
         assert_eq!(check(&card("a"), &b), Err(Denial::ReceiverRefuses));
         assert_eq!(check(&card("coordinator"), &b), Ok(()));
         b.allow_from = vec![];
-        assert_eq!(check(&card("coordinator"), &b), Err(Denial::ReceiverRefuses));
+        assert_eq!(
+            check(&card("coordinator"), &b),
+            Err(Denial::ReceiverRefuses)
+        );
         assert_eq!(
             Denial::ReceiverRefuses.reason("y", "x"),
             "`x` does not accept messages from `y`"

@@ -117,7 +117,10 @@ mod tests {
         let literal = json!({"error": {"code": 400, "kind": "invalid_agent_id",
             "message": "agent_id `a.b` is invalid"}});
         assert_eq!(serde_json::to_value(&reply).unwrap(), literal);
-        assert_eq!(serde_json::from_value::<ErrorReply>(literal).unwrap(), reply);
+        assert_eq!(
+            serde_json::from_value::<ErrorReply>(literal).unwrap(),
+            reply
+        );
     }
 
     #[test]

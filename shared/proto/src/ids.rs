@@ -181,7 +181,14 @@ mod tests {
 
     #[test]
     fn agent_ids_follow_the_contract() {
-        for ok in ["a", "researcher", "agent-7", "0day", "a_b-c", &"x".repeat(64)] {
+        for ok in [
+            "a",
+            "researcher",
+            "agent-7",
+            "0day",
+            "a_b-c",
+            &"x".repeat(64),
+        ] {
             assert!(AgentId::parse(ok).is_ok(), "{ok} should be valid");
         }
         assert_eq!(AgentId::parse(""), Err(IdError::EmptyAgentId));
@@ -189,7 +196,9 @@ mod tests {
             AgentId::parse(&"x".repeat(65)),
             Err(IdError::AgentIdTooLong(_))
         ));
-        for bad in ["a.b", "*", ">", "a b", "-lead", "_lead", "Upper", "é", "a\n"] {
+        for bad in [
+            "a.b", "*", ">", "a b", "-lead", "_lead", "Upper", "é", "a\n",
+        ] {
             assert!(
                 matches!(AgentId::parse(bad), Err(IdError::AgentIdCharset(_))),
                 "{bad:?} should be rejected"

@@ -169,7 +169,10 @@ mod tests {
     fn builders_spell_the_contract() {
         let a = AgentId::parse("writer").unwrap();
         let g = GoalId::parse("0193a1b2-0000-7000-8000-000000000001").unwrap();
-        assert_eq!(inbox(&g), "agent.inbox.0193a1b2-0000-7000-8000-000000000001");
+        assert_eq!(
+            inbox(&g),
+            "agent.inbox.0193a1b2-0000-7000-8000-000000000001"
+        );
         assert_eq!(
             RegistryOp::Register.subject(&a),
             "agent.registry.register.writer"

@@ -278,7 +278,10 @@ mod tests {
                 depth = 1
                 "#,
             )?;
-            jail.set_env("SWITCHBOARD_NATS__URLS", "[nats://env-a:4222, nats://env-b:4222]");
+            jail.set_env(
+                "SWITCHBOARD_NATS__URLS",
+                "[nats://env-a:4222, nats://env-b:4222]",
+            );
             jail.set_env("SWITCHBOARD_DEMO__NESTED__DEPTH", "9");
             jail.set_env("SWITCHBOARD_JETSTREAM__REPLICAS", "3");
 
@@ -287,12 +290,24 @@ mod tests {
             assert_eq!(rt.shutdown_grace_ms, 2000);
             assert_eq!(rt.nats.urls, vec!["nats://env-a:4222", "nats://env-b:4222"]);
             assert_eq!(rt.nats.user.as_deref(), Some("svc"));
-            assert_eq!(rt.nats.password.as_ref().map(Secret::expose), Some("hunter2"));
-            assert!(!format!("{rt:?}").contains("hunter2"), "secrets are redacted");
+            assert_eq!(
+                rt.nats.password.as_ref().map(Secret::expose),
+                Some("hunter2")
+            );
+            assert!(
+                !format!("{rt:?}").contains("hunter2"),
+                "secrets are redacted"
+            );
             assert_eq!(rt.jetstream.replicas, 3);
 
             let demo: Demo = section(&fig, "demo")?;
-            assert_eq!(demo, Demo { limit: 5, nested: DemoNested { depth: 9 } });
+            assert_eq!(
+                demo,
+                Demo {
+                    limit: 5,
+                    nested: DemoNested { depth: 9 }
+                }
+            );
             let missing: Demo = section(&fig, "absent")?;
             assert_eq!(missing, Demo::default());
             Ok(())

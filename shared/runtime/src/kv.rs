@@ -1,9 +1,24 @@
-//! KV reads beyond what async-nats offers: a consistent snapshot of many keys in one pass.
+//! KV reads beyond what async-nats offers: a point-in-time snapshot of many keys.
+//!
+//! async-nats lists keys with an ordered consumer over "last message per subject"; under
+//! concurrent writes to a history-1 bucket that pass can miss keys (measured: 49 of 50 keys
+//! with a writer running). The server has the right primitive instead: a batched direct get
+//! with `multi_last` (ADR-31, nats-server ≥ 2.11) answers with the last message of every
+//! matching key *as of one stream sequence*, so a snapshot is consistent by construction.
+//! The server caps that at 1024 matching keys (it answers 413); above that we read every
+//! message of the filter in stream order with an ordered consumer and fold by key, the latest
+//! value winning. `pending == 0` alone is not a safe end (measured: a key lost under a
+//! concurrent writer): a key's unread message may be replaced by a write the count has not
+//! seen yet. So at `pending == 0` we also ask for the last sequence matching the filter and
+//! read on until we pass it; a message we skipped was deleted by a write already appended
+//! by then, so that write is read.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use async_nats::jetstream::consumer::{DeliverPolicy, ReplayPolicy, push};
 use async_nats::jetstream::{self, kv};
+use async_nats::{HeaderMap, StatusCode};
 use bytes::Bytes;
 use futures::StreamExt;
 
@@ -28,13 +43,102 @@ pub struct SnapshotError {
     pub message: String,
 }
 
-/// How long a snapshot may take before it is abandoned.
-const SNAPSHOT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long one page may take to arrive.
+const PAGE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Most keys asked for in one direct-get batch (the server's own cap is 1024).
+const DIRECT_BATCH: usize = 1024;
 
-/// Every live key matching `key_filter` (`>` for all, `writer.>` for one agent's goals) with
-/// its latest value, read in one ordered-consumer pass over the bucket's stream (last message
-/// per subject). Deleted and purged keys are skipped.
+/// Every live key matching `key_filter` (`>` for all, `writer.*` for one agent's goals) with
+/// its latest value, as of one moment, sorted by stream sequence. Deleted and purged keys are
+/// skipped. The bucket must allow direct gets (async-nats creates buckets that way).
 pub async fn snapshot(
+    js: &jetstream::Context,
+    store: &kv::Store,
+    key_filter: &str,
+) -> Result<Vec<KvEntry>, SnapshotError> {
+    match direct_snapshot(js, store, key_filter, DIRECT_BATCH).await? {
+        Some(entries) => Ok(entries),
+        None => scan_snapshot(js, store, key_filter).await,
+    }
+}
+
+fn header_u64(headers: &HeaderMap, name: &str) -> Option<u64> {
+    headers.get(name).and_then(|v| v.as_str().parse().ok())
+}
+
+/// The direct-get path: `Ok(None)` when too many keys match for one batch.
+async fn direct_snapshot(
+    js: &jetstream::Context,
+    store: &kv::Store,
+    key_filter: &str,
+    page_size: usize,
+) -> Result<Option<Vec<KvEntry>>, SnapshotError> {
+    let fail = |message: String| SnapshotError {
+        bucket: store.name.clone(),
+        message,
+    };
+    let client = js.client();
+    let api = format!("$JS.API.DIRECT.GET.{}", store.stream_name);
+    let filter = format!("{}{}", store.prefix, key_filter);
+    let mut entries = Vec::new();
+    {
+        let request = serde_json::json!({ "multi_last": [filter], "batch": page_size });
+        let inbox = client.new_inbox();
+        let mut replies = client
+            .subscribe(inbox.clone())
+            .await
+            .map_err(|err| fail(err.to_string()))?;
+        client
+            .publish_with_reply(api.clone(), inbox, request.to_string().into())
+            .await
+            .map_err(|err| fail(err.to_string()))?;
+        let pending = loop {
+            let message = tokio::time::timeout(PAGE_TIMEOUT, replies.next())
+                .await
+                .map_err(|_| fail("direct get timed out".to_owned()))?
+                .ok_or_else(|| fail("reply subscription closed".to_owned()))?;
+            let headers = message.headers.clone().unwrap_or_default();
+            match message.status {
+                None | Some(StatusCode::OK) => {}
+                Some(status) if status.as_u16() == 204 => {
+                    // End of batch: how many matches did not fit.
+                    break header_u64(&headers, "Nats-Num-Pending").unwrap_or(0);
+                }
+                Some(StatusCode::NOT_FOUND) => break 0,
+                Some(status) if status.as_u16() == 413 => return Ok(None),
+                Some(status) => {
+                    return Err(fail(format!(
+                        "direct get answered {status}: {}",
+                        message.description.unwrap_or_default()
+                    )));
+                }
+            }
+            let subject = headers
+                .get("Nats-Subject")
+                .map(|v| v.as_str().to_owned())
+                .unwrap_or_default();
+            let revision = header_u64(&headers, "Nats-Sequence")
+                .ok_or_else(|| fail("direct get reply without Nats-Sequence".to_owned()))?;
+            let live = headers
+                .get("KV-Operation")
+                .is_none_or(|op| op.as_str() == "PUT");
+            if live && let Some(key) = subject.strip_prefix(store.prefix.as_str()) {
+                entries.push(KvEntry {
+                    key: key.to_owned(),
+                    value: message.payload,
+                    revision,
+                });
+            }
+        };
+        if pending > 0 {
+            return Ok(None);
+        }
+    }
+    Ok(Some(entries))
+}
+
+/// The full-scan path: every message of the filter in stream order, folded by key.
+pub async fn scan_snapshot(
     js: &jetstream::Context,
     store: &kv::Store,
     key_filter: &str,
@@ -48,7 +152,7 @@ pub async fn snapshot(
         .create_consumer(push::OrderedConfig {
             deliver_subject: js.client().new_inbox(),
             filter_subject: format!("{}{}", store.prefix, key_filter),
-            deliver_policy: DeliverPolicy::LastPerSubject,
+            deliver_policy: DeliverPolicy::All,
             replay_policy: ReplayPolicy::Instant,
             ..Default::default()
         })
@@ -57,34 +161,51 @@ pub async fn snapshot(
     if consumer.cached_info().num_pending == 0 {
         return Ok(Vec::new());
     }
-    let mut messages = consumer.messages().await.map_err(|err| fail(err.to_string()))?;
-    let mut entries = Vec::new();
+    let mut messages = consumer
+        .messages()
+        .await
+        .map_err(|err| fail(err.to_string()))?;
+    let mut latest: BTreeMap<String, Option<KvEntry>> = BTreeMap::new();
+    let filter = format!("{}{}", store.prefix, key_filter);
+    let mut read_up_to = 0u64;
     let read = async {
         while let Some(message) = messages.next().await {
             let message = message.map_err(|err| fail(err.to_string()))?;
             let info = message.info().map_err(|err| fail(err.to_string()))?;
-            let pending = info.pending;
-            let revision = info.stream_sequence;
+            let (pending, revision) = (info.pending, info.stream_sequence);
             let live = message
                 .headers
                 .as_ref()
                 .and_then(|headers| headers.get("KV-Operation"))
                 .is_none_or(|op| op.as_str() == "PUT");
-            if live && let Some(key) = message.subject.as_str().strip_prefix(store.prefix.as_str()) {
-                entries.push(KvEntry {
+            if let Some(key) = message.subject.as_str().strip_prefix(store.prefix.as_str()) {
+                let entry = live.then(|| KvEntry {
                     key: key.to_owned(),
                     value: message.payload.clone(),
                     revision,
                 });
+                latest.insert(key.to_owned(), entry);
             }
+            read_up_to = read_up_to.max(revision);
             if pending == 0 {
-                break;
+                let last = match store.stream.get_last_raw_message_by_subject(&filter).await {
+                    Ok(message) => message.sequence,
+                    Err(err) => return Err(fail(format!("reading the last sequence: {err}"))),
+                };
+                if read_up_to >= last {
+                    break;
+                }
             }
         }
         Ok::<(), SnapshotError>(())
     };
-    tokio::time::timeout(SNAPSHOT_TIMEOUT, read)
+    tokio::time::timeout(SCAN_TIMEOUT, read)
         .await
-        .map_err(|_| fail("timed out".to_owned()))??;
+        .map_err(|_| fail("scan timed out".to_owned()))??;
+    let mut entries: Vec<KvEntry> = latest.into_values().flatten().collect();
+    entries.sort_by_key(|entry| entry.revision);
     Ok(entries)
 }
+
+/// How long a full scan may take.
+const SCAN_TIMEOUT: Duration = Duration::from_secs(60);

@@ -85,13 +85,20 @@ pub fn decode<T: DeserializeOwned>(payload: &[u8]) -> Result<T, ErrorReply> {
     } else {
         payload
     };
-    serde_json::from_slice(payload)
-        .map_err(|err| ErrorReply::new(ErrorKind::BadRequest, format!("invalid request body: {err}")))
+    serde_json::from_slice(payload).map_err(|err| {
+        ErrorReply::new(
+            ErrorKind::BadRequest,
+            format!("invalid request body: {err}"),
+        )
+    })
 }
 
 fn encode<T: Serialize>(value: &T) -> Result<Bytes, ErrorReply> {
     serde_json::to_vec(value).map(Bytes::from).map_err(|err| {
-        ErrorReply::new(ErrorKind::Internal, format!("encoding the reply failed: {err}"))
+        ErrorReply::new(
+            ErrorKind::Internal,
+            format!("encoding the reply failed: {err}"),
+        )
     })
 }
 
@@ -114,8 +121,10 @@ impl Endpoint {
                 let handler = Arc::clone(&handler);
                 let prefix = prefix.clone();
                 async move {
-                    let caller = caller_from_subject(message.subject.as_str(), &prefix)
-                        .map_err(|err| ErrorReply::new(ErrorKind::InvalidAgentId, err.to_string()))?;
+                    let caller =
+                        caller_from_subject(message.subject.as_str(), &prefix).map_err(|err| {
+                            ErrorReply::new(ErrorKind::InvalidAgentId, err.to_string())
+                        })?;
                     let body = decode::<Req>(&message.payload)?;
                     let reply = handler(AgentRequest {
                         caller,
@@ -189,7 +198,9 @@ pub struct Running {
 
 impl std::fmt::Debug for Running {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Running").field("name", &self.name).finish_non_exhaustive()
+        f.debug_struct("Running")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
     }
 }
 
@@ -255,7 +266,10 @@ fn wrap_errors(handler: Handler, endpoint: String, errors: ErrorCounts) -> Handl
                 .catch_unwind()
                 .await
                 .unwrap_or_else(|_| {
-                    Err(ErrorReply::new(ErrorKind::Internal, "the handler panicked; see the service log"))
+                    Err(ErrorReply::new(
+                        ErrorKind::Internal,
+                        "the handler panicked; see the service log",
+                    ))
                 });
             if let Err(err) = &result
                 && let Ok(mut counts) = errors.lock()
@@ -300,7 +314,12 @@ impl Running {
                         }
                     };
                     let Some(request) = next else { break };
-                    tracker.spawn(handle(request, Arc::clone(&handler), service, endpoint.clone()));
+                    tracker.spawn(handle(
+                        request,
+                        Arc::clone(&handler),
+                        service,
+                        endpoint.clone(),
+                    ));
                 }
             }));
         }
@@ -314,7 +333,11 @@ impl Running {
         })
         .await;
         if drained.is_err() {
-            tracing::warn!(service = self.name, ?grace, "grace period over with requests still in flight");
+            tracing::warn!(
+                service = self.name,
+                ?grace,
+                "grace period over with requests still in flight"
+            );
         }
         if let Err(err) = self.service.stop().await {
             tracing::warn!(service = self.name, error = %err, "stopping micro service failed");
@@ -345,7 +368,11 @@ async fn handle(
     let _entered = span.enter();
     let has_reply = message.reply.is_some();
     let outcome = match result {
-        Ok(body) if has_reply => request.respond_with_headers(Ok(body), telemetry::traced_headers()).await,
+        Ok(body) if has_reply => {
+            request
+                .respond_with_headers(Ok(body), telemetry::traced_headers())
+                .await
+        }
         Ok(_) => Ok(()),
         Err(err) => {
             span.record("error.kind", err.kind().as_str());
@@ -353,7 +380,9 @@ async fn handle(
                 ErrorKind::Internal | ErrorKind::Unavailable => {
                     tracing::warn!(kind = %err.kind(), message = %err.error.message, "request failed")
                 }
-                _ => tracing::debug!(kind = %err.kind(), message = %err.error.message, "request refused"),
+                _ => {
+                    tracing::debug!(kind = %err.kind(), message = %err.error.message, "request refused")
+                }
             }
             if !has_reply {
                 tracing::debug!("no reply subject; error dropped");
@@ -361,7 +390,10 @@ async fn handle(
             }
             let mut headers = telemetry::traced_headers();
             headers.insert(HEADER_SERVICE_ERROR, err.error.message.as_str());
-            headers.insert(HEADER_SERVICE_ERROR_CODE, err.error.code.to_string().as_str());
+            headers.insert(
+                HEADER_SERVICE_ERROR_CODE,
+                err.error.code.to_string().as_str(),
+            );
             match serde_json::to_vec(&err) {
                 Ok(body) => request.respond_with_headers(Ok(body.into()), headers).await,
                 Err(encode_err) => {

@@ -7,8 +7,7 @@ use std::time::Duration;
 use async_nats::jetstream::{self, kv, stream};
 use switchboard_proto::subject::{INBOX_ALL, REGISTRY_EVENTS_ALL};
 use switchboard_proto::{
-    EVENTS_STREAM, GOALS_BUCKET, INBOX_CAP_PER_GOAL, INBOX_STREAM, MAX_BODY_BYTES,
-    REGISTRY_BUCKET,
+    EVENTS_STREAM, GOALS_BUCKET, INBOX_CAP_PER_GOAL, INBOX_STREAM, MAX_BODY_BYTES, REGISTRY_BUCKET,
 };
 
 use crate::config::JetStreamConfig;

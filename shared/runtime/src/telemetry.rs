@@ -74,7 +74,10 @@ impl TelemetryGuard {
 }
 
 /// Installs the global subscriber (fmt to stderr + OpenTelemetry) and the W3C propagator.
-pub fn init(service_name: &str, config: &TelemetryConfig) -> Result<TelemetryGuard, TelemetryError> {
+pub fn init(
+    service_name: &str,
+    config: &TelemetryConfig,
+) -> Result<TelemetryGuard, TelemetryError> {
     global::set_text_map_propagator(TraceContextPropagator::new());
 
     let filter = match std::env::var("RUST_LOG") {
@@ -225,6 +228,9 @@ mod tests {
     fn traces_url_appends_the_signal_path_once() {
         assert_eq!(traces_url("http://j:4318"), "http://j:4318/v1/traces");
         assert_eq!(traces_url("http://j:4318/"), "http://j:4318/v1/traces");
-        assert_eq!(traces_url("http://j:4318/v1/traces"), "http://j:4318/v1/traces");
+        assert_eq!(
+            traces_url("http://j:4318/v1/traces"),
+            "http://j:4318/v1/traces"
+        );
     }
 }

@@ -728,9 +728,7 @@ impl NatsCluster {
             }
             Ok(())
         };
-        let t0 = std::time::Instant::now();
         let result = wait_jetstream(&url, deadline, &mut alive).await;
-        eprintln!("W node {node} js after {:?}", t0.elapsed());
         // `/healthz` is 200 once the node's JetStream is current (it has a meta
         // leader and its streams and consumers have caught up).
         let result = match result {
@@ -740,7 +738,7 @@ impl NatsCluster {
                 }
                 let last = match http_get(http_port, "/healthz").await {
                     Ok((200, _)) => break Ok(()),
-                    Ok((status, body)) => { eprintln!("healthz {status} {body}"); format!("/healthz answered {status}: {body}")},
+                    Ok((status, body)) => format!("/healthz answered {status}: {body}"),
                     Err(e) => e,
                 };
                 if Instant::now() >= deadline {
@@ -750,7 +748,6 @@ impl NatsCluster {
             },
             Err(e) => Err(e),
         };
-        eprintln!("W node {node} healthy after {:?}", t0.elapsed());
         result.map_err(|e| (crashed.unwrap_or(node), e))
     }
 }

@@ -1,0 +1,280 @@
+//! The agent handle: identity, registry requests, heartbeat loop.
+
+use std::time::Duration;
+
+use async_nats::Client;
+use async_nats::jetstream;
+use bytes::Bytes;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use switchboard_proto::registry::{
+    DeregisterReply, GoalCloseReply, GoalCloseRequest, GoalOpenReply, GoalOpenRequest,
+    HeartbeatReply, HeartbeatRequest, LookupReply, LookupRequest, PeersReply, RegisterReply,
+};
+use switchboard_proto::subject::RegistryOp;
+use switchboard_proto::{
+    AgentCard, AgentId, ErrorReply, GoalId, GoalKind, HEADER_SERVICE_ERROR_CODE,
+};
+use switchboard_runtime::telemetry;
+use tokio_util::sync::{CancellationToken, DropGuard};
+
+use crate::error::ClientError;
+use crate::goal::Goal;
+
+/// Tunables of an [`Agent`].
+#[derive(Debug, Clone)]
+pub struct AgentOptions {
+    /// How often the heartbeat loop runs (the directory marks an agent offline after 3 misses
+    /// of the default 10 s).
+    pub heartbeat_interval: Duration,
+    /// How long a request may wait for its reply.
+    pub request_timeout: Duration,
+}
+
+impl Default for AgentOptions {
+    fn default() -> Self {
+        Self {
+            heartbeat_interval: Duration::from_secs(10),
+            request_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// A registered agent. Dropping it stops the heartbeat loop (the directory then marks it
+/// offline after its timeout); [`Agent::deregister`] leaves explicitly.
+#[derive(Debug)]
+pub struct Agent {
+    nats: Client,
+    js: jetstream::Context,
+    card: AgentCard,
+    options: AgentOptions,
+    _heartbeat: DropGuard,
+}
+
+/// Sends a JSON request with trace context and decodes the reply or the error reply.
+pub(crate) async fn request<Req, Resp>(
+    nats: &Client,
+    subject: String,
+    body: &Req,
+    timeout: Duration,
+) -> Result<Resp, ClientError>
+where
+    Req: Serialize + ?Sized,
+    Resp: DeserializeOwned,
+{
+    let payload = serde_json::to_vec(body).map_err(|err| ClientError::Request {
+        subject: subject.clone(),
+        message: err.to_string(),
+    })?;
+    let request = async_nats::Request::new()
+        .payload(Bytes::from(payload))
+        .headers(telemetry::traced_headers())
+        .timeout(Some(timeout));
+    let reply = nats
+        .send_request(subject.clone(), request)
+        .await
+        .map_err(|err| match err.kind() {
+            async_nats::RequestErrorKind::NoResponders => ClientError::NoResponders {
+                subject: subject.clone(),
+            },
+            async_nats::RequestErrorKind::TimedOut => ClientError::Timeout {
+                subject: subject.clone(),
+            },
+            _ => ClientError::Request {
+                subject: subject.clone(),
+                message: err.to_string(),
+            },
+        })?;
+    let is_error = reply
+        .headers
+        .as_ref()
+        .is_some_and(|headers| headers.get(HEADER_SERVICE_ERROR_CODE).is_some());
+    if is_error {
+        let error: ErrorReply =
+            serde_json::from_slice(&reply.payload).map_err(|err| ClientError::Decode {
+                subject: subject.clone(),
+                message: format!("error reply: {err}"),
+            })?;
+        return Err(ClientError::Service(error));
+    }
+    serde_json::from_slice(&reply.payload).map_err(|err| ClientError::Decode {
+        subject,
+        message: err.to_string(),
+    })
+}
+
+impl Agent {
+    /// Connects to NATS at `nats_url` and registers `agent_id` with a default card.
+    pub async fn connect(nats_url: &str, agent_id: &str) -> Result<Self, ClientError> {
+        let id = AgentId::parse(agent_id)?;
+        let nats = async_nats::ConnectOptions::new()
+            .name(format!("agent:{id}"))
+            .ping_interval(Duration::from_secs(5))
+            .connect(nats_url)
+            .await
+            .map_err(|err| ClientError::Connect(err.to_string()))?;
+        Self::connect_with(nats, AgentCard::new(id), AgentOptions::default()).await
+    }
+
+    /// Registers `card` over an existing connection and starts the heartbeat loop.
+    pub async fn connect_with(
+        nats: Client,
+        card: AgentCard,
+        options: AgentOptions,
+    ) -> Result<Self, ClientError> {
+        let js = jetstream::new(nats.clone());
+        let stop = CancellationToken::new();
+        let agent = Self {
+            nats,
+            js,
+            card,
+            options,
+            _heartbeat: stop.clone().drop_guard(),
+        };
+        agent.register().await?;
+        tokio::spawn(heartbeat_loop(
+            agent.nats.clone(),
+            agent.card.clone(),
+            agent.options.clone(),
+            stop,
+        ));
+        Ok(agent)
+    }
+
+    /// This agent's id.
+    pub fn id(&self) -> &AgentId {
+        &self.card.agent_id
+    }
+
+    /// The card this agent registered.
+    pub fn card(&self) -> &AgentCard {
+        &self.card
+    }
+
+    /// The NATS connection (for publishing to other Switchboard subjects).
+    pub fn nats(&self) -> &Client {
+        &self.nats
+    }
+
+    async fn call<Req, Resp>(&self, op: RegistryOp, body: &Req) -> Result<Resp, ClientError>
+    where
+        Req: Serialize + ?Sized,
+        Resp: DeserializeOwned,
+    {
+        request(
+            &self.nats,
+            op.subject(self.id()),
+            body,
+            self.options.request_timeout,
+        )
+        .await
+    }
+
+    /// (Re-)registers the card (also brings an offline agent back online).
+    pub async fn register(&self) -> Result<RegisterReply, ClientError> {
+        self.call(RegistryOp::Register, &self.card).await
+    }
+
+    /// Sends one heartbeat now (the loop does this every interval).
+    pub async fn heartbeat(&self, beat: &HeartbeatRequest) -> Result<HeartbeatReply, ClientError> {
+        self.call(RegistryOp::Heartbeat, beat).await
+    }
+
+    /// Goes offline and closes every goal.
+    pub async fn deregister(&self) -> Result<DeregisterReply, ClientError> {
+        self.call(RegistryOp::Deregister, &serde_json::json!({}))
+            .await
+    }
+
+    /// list_peers: every other agent with `reachable`.
+    pub async fn peers(&self) -> Result<PeersReply, ClientError> {
+        self.call(RegistryOp::Peers, &serde_json::json!({})).await
+    }
+
+    /// One agent's card, status and live goals.
+    pub async fn lookup(&self, agent_id: &str) -> Result<LookupReply, ClientError> {
+        self.call(
+            RegistryOp::Lookup,
+            &LookupRequest {
+                agent_id: agent_id.to_owned(),
+            },
+        )
+        .await
+    }
+
+    /// Opens a fresh interactive goal.
+    pub async fn open_goal(&self) -> Result<Goal, ClientError> {
+        self.open_goal_with(GoalOpenRequest::default()).await
+    }
+
+    /// Opens a goal of a given kind, or re-opens an existing one by id (after a restart).
+    pub async fn open_goal_with(&self, request: GoalOpenRequest) -> Result<Goal, ClientError> {
+        let reply: GoalOpenReply = self.call(RegistryOp::GoalOpen, &request).await?;
+        Goal::attach(self, reply).await
+    }
+
+    /// Opens a goal of `kind`.
+    pub async fn open_goal_of(&self, kind: GoalKind) -> Result<Goal, ClientError> {
+        self.open_goal_with(GoalOpenRequest {
+            goal_id: None,
+            kind: Some(kind),
+        })
+        .await
+    }
+
+    /// Closes a goal by id (purges its inbox).
+    pub async fn close_goal(&self, goal_id: GoalId) -> Result<GoalCloseReply, ClientError> {
+        self.call(RegistryOp::GoalClose, &GoalCloseRequest { goal_id })
+            .await
+    }
+
+    pub(crate) fn jetstream(&self) -> &jetstream::Context {
+        &self.js
+    }
+
+    pub(crate) fn options(&self) -> &AgentOptions {
+        &self.options
+    }
+}
+
+async fn heartbeat_loop(
+    nats: Client,
+    card: AgentCard,
+    options: AgentOptions,
+    stop: CancellationToken,
+) {
+    let id = card.agent_id.clone();
+    let mut ticker = tokio::time::interval(options.heartbeat_interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    ticker.tick().await; // registration just counted as one
+    loop {
+        tokio::select! {
+            _ = ticker.tick() => {}
+            () = stop.cancelled() => return,
+        }
+        let beat: Result<HeartbeatReply, _> = request(
+            &nats,
+            RegistryOp::Heartbeat.subject(&id),
+            &HeartbeatRequest::default(),
+            options.request_timeout,
+        )
+        .await;
+        match beat {
+            Ok(_) => {}
+            // The registry lost us (e.g. the bucket was recreated): register again.
+            Err(err) if err.kind() == Some(switchboard_proto::ErrorKind::NotRegistered) => {
+                let again: Result<RegisterReply, _> = request(
+                    &nats,
+                    RegistryOp::Register.subject(&id),
+                    &card,
+                    options.request_timeout,
+                )
+                .await;
+                if let Err(err) = again {
+                    tracing::warn!(agent_id = %id, error = %err, "re-registering failed");
+                }
+            }
+            Err(err) => tracing::warn!(agent_id = %id, error = %err, "heartbeat failed"),
+        }
+    }
+}

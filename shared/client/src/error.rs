@@ -1,0 +1,58 @@
+//! Client errors.
+
+use switchboard_proto::{ErrorKind, ErrorReply};
+
+/// What went wrong talking to the fabric.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// An agent or goal id is invalid.
+    #[error(transparent)]
+    InvalidId(#[from] switchboard_proto::IdError),
+    /// Connecting to NATS failed.
+    #[error("connecting to NATS: {0}")]
+    Connect(String),
+    /// No service answers on the subject (is `switchboard up` running?).
+    #[error("no service answers on {subject}; is the service running?")]
+    NoResponders {
+        /// The request subject.
+        subject: String,
+    },
+    /// The request timed out.
+    #[error("request to {subject} timed out")]
+    Timeout {
+        /// The request subject.
+        subject: String,
+    },
+    /// NATS failed the request.
+    #[error("request to {subject}: {message}")]
+    Request {
+        /// The request subject.
+        subject: String,
+        /// Why.
+        message: String,
+    },
+    /// The service answered with an error reply.
+    #[error("{0}")]
+    Service(ErrorReply),
+    /// The reply did not decode.
+    #[error("decoding the reply from {subject}: {message}")]
+    Decode {
+        /// The request subject.
+        subject: String,
+        /// Why.
+        message: String,
+    },
+    /// Reading or acknowledging the inbox failed.
+    #[error("inbox: {0}")]
+    Inbox(String),
+}
+
+impl ClientError {
+    /// The service error kind, when the service answered with an error reply.
+    pub fn kind(&self) -> Option<ErrorKind> {
+        match self {
+            Self::Service(reply) => Some(reply.kind()),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,155 @@
+//! A goal and its durable inbox.
+
+use std::time::Duration;
+
+use async_nats::jetstream::consumer::PullConsumer;
+use async_nats::jetstream::{self, AckKind};
+use futures::StreamExt;
+use switchboard_proto::registry::{GoalCloseReply, GoalCloseRequest, GoalOpenReply};
+use switchboard_proto::subject::RegistryOp;
+use switchboard_proto::{AgentId, GoalId, INBOX_CAP_PER_GOAL, InboxMessage};
+
+use crate::agent::{Agent, request};
+use crate::error::ClientError;
+
+/// One live run of an agent, with its inbox.
+#[derive(Debug)]
+pub struct Goal {
+    id: GoalId,
+    subject: String,
+    agent: AgentId,
+    nats: async_nats::Client,
+    consumer: PullConsumer,
+    request_timeout: Duration,
+}
+
+/// A message taken from the inbox; [`Delivery::ack`] it once handled, or it is redelivered.
+#[derive(Debug)]
+pub struct Delivery {
+    /// The message.
+    pub message: InboxMessage,
+    raw: jetstream::Message,
+}
+
+impl Delivery {
+    /// Acknowledges the message and waits for the server to confirm, so it is never
+    /// delivered to this goal again.
+    pub async fn ack(self) -> Result<InboxMessage, ClientError> {
+        self.raw
+            .double_ack()
+            .await
+            .map_err(|err| ClientError::Inbox(format!("ack: {err}")))?;
+        Ok(self.message)
+    }
+}
+
+impl Goal {
+    pub(crate) async fn attach(agent: &Agent, reply: GoalOpenReply) -> Result<Self, ClientError> {
+        let consumer: PullConsumer = agent
+            .jetstream()
+            .get_consumer_from_stream(&reply.consumer, &reply.stream)
+            .await
+            .map_err(|err| {
+                ClientError::Inbox(format!("opening consumer {}: {err}", reply.consumer))
+            })?;
+        Ok(Self {
+            id: reply.goal_id,
+            subject: reply.subject,
+            agent: agent.id().clone(),
+            nats: agent.nats().clone(),
+            consumer,
+            request_timeout: agent.options().request_timeout,
+        })
+    }
+
+    /// The goal id.
+    pub fn id(&self) -> GoalId {
+        self.id
+    }
+
+    /// Its inbox subject.
+    pub fn subject(&self) -> &str {
+        &self.subject
+    }
+
+    /// Decodes one inbox message; a message that is not an `InboxMessage` (only a foreign
+    /// publisher could put one there) is terminated so it never comes back, and skipped.
+    async fn decode(raw: jetstream::Message) -> Option<Delivery> {
+        match serde_json::from_slice::<InboxMessage>(&raw.payload) {
+            Ok(message) => Some(Delivery { message, raw }),
+            Err(err) => {
+                tracing::warn!(subject = %raw.subject, error = %err, "undecodable inbox message dropped");
+                if let Err(err) = raw.ack_with(AckKind::Term).await {
+                    tracing::debug!(error = %err, "terminating an undecodable message failed");
+                }
+                None
+            }
+        }
+    }
+
+    /// Waits up to `wait` for the next message. Returns `None` when none arrived.
+    pub async fn recv(&self, wait: Duration) -> Result<Option<Delivery>, ClientError> {
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            if left.is_zero() {
+                return Ok(None);
+            }
+            let mut batch = self
+                .consumer
+                .batch()
+                .max_messages(1)
+                .expires(left.max(Duration::from_millis(10)))
+                .messages()
+                .await
+                .map_err(|err| ClientError::Inbox(format!("pull: {err}")))?;
+            match batch.next().await {
+                Some(Ok(raw)) => {
+                    if let Some(delivery) = Self::decode(raw).await {
+                        return Ok(Some(delivery));
+                    }
+                }
+                Some(Err(err)) => return Err(ClientError::Inbox(format!("pull: {err}"))),
+                None => return Ok(None),
+            }
+        }
+    }
+
+    /// Takes every message waiting now, acknowledging each after it is decoded (the caller
+    /// has taken it). Returns them oldest first.
+    pub async fn drain(&self) -> Result<Vec<InboxMessage>, ClientError> {
+        let mut taken = Vec::new();
+        loop {
+            let batch_size = usize::try_from(INBOX_CAP_PER_GOAL).unwrap_or(64);
+            let mut batch = self
+                .consumer
+                .fetch()
+                .max_messages(batch_size)
+                .messages()
+                .await
+                .map_err(|err| ClientError::Inbox(format!("fetch: {err}")))?;
+            let mut got = 0;
+            while let Some(raw) = batch.next().await {
+                let raw = raw.map_err(|err| ClientError::Inbox(format!("fetch: {err}")))?;
+                got += 1;
+                if let Some(delivery) = Self::decode(raw).await {
+                    taken.push(delivery.ack().await?);
+                }
+            }
+            if got < batch_size {
+                return Ok(taken);
+            }
+        }
+    }
+
+    /// Closes the goal: its consumer is deleted and its inbox purged.
+    pub async fn close(self) -> Result<GoalCloseReply, ClientError> {
+        request(
+            &self.nats,
+            RegistryOp::GoalClose.subject(&self.agent),
+            &GoalCloseRequest { goal_id: self.id },
+            self.request_timeout,
+        )
+        .await
+    }
+}

@@ -1,0 +1,172 @@
+//! Shared fixtures for the integration tests: start services in-process against a real
+//! nats-server, send raw requests the way a non-Rust agent would.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use std::time::Duration;
+
+use async_nats::{Client, HeaderMap};
+use bytes::Bytes;
+use serde_json::Value;
+use switchboard_client::{Agent, AgentOptions};
+use switchboard_proto::{AgentCard, AgentId, HEADER_SERVICE_ERROR_CODE};
+use switchboard_runtime::{CancellationToken, RuntimeConfig};
+use tokio::task::JoinHandle;
+
+pub use directory::DirectoryConfig;
+
+/// Runtime settings pointing at `url`, with a short grace period for tests.
+pub fn runtime(url: &str) -> RuntimeConfig {
+    let mut config = RuntimeConfig::default();
+    config.nats.urls = vec![url.to_owned()];
+    config.shutdown_grace_ms = 2_000;
+    config
+}
+
+/// One in-process directory replica with its own NATS connection.
+pub struct DirectoryReplica {
+    pub client: Client,
+    pub shutdown: CancellationToken,
+    pub task: JoinHandle<()>,
+}
+
+impl DirectoryReplica {
+    pub async fn start(url: &str, config: DirectoryConfig) -> Self {
+        let client = async_nats::connect(url).await.unwrap();
+        let dir = directory::start(&client, &runtime(url), config)
+            .await
+            .unwrap();
+        let shutdown = CancellationToken::new();
+        let task = tokio::spawn(dir.run(shutdown.clone()));
+        Self {
+            client,
+            shutdown,
+            task,
+        }
+    }
+
+    /// Stops serving (drains) and waits for the replica to finish.
+    pub async fn stop(self) {
+        self.shutdown.cancel();
+        tokio::time::timeout(Duration::from_secs(10), self.task)
+            .await
+            .expect("directory did not stop within 10 s")
+            .unwrap();
+    }
+}
+
+/// A directory config with fast offline detection for tests.
+pub fn fast_offline(timeout_ms: u64) -> DirectoryConfig {
+    DirectoryConfig {
+        heartbeat_timeout_ms: timeout_ms,
+        sweep_interval_ms: 50,
+    }
+}
+
+/// Connects an agent with a given card (heartbeats every `beat`).
+pub async fn agent_with(url: &str, card: AgentCard, beat: Duration) -> Agent {
+    let nats = async_nats::connect(url).await.unwrap();
+    let options = AgentOptions {
+        heartbeat_interval: beat,
+        ..AgentOptions::default()
+    };
+    Agent::connect_with(nats, card, options).await.unwrap()
+}
+
+/// A card with open ACLs.
+pub fn card(id: &str) -> AgentCard {
+    AgentCard::new(AgentId::parse(id).unwrap())
+}
+
+/// A raw reply: headers and JSON body.
+#[derive(Debug)]
+pub struct Raw {
+    pub headers: Option<HeaderMap>,
+    pub body: Value,
+}
+
+impl Raw {
+    /// The error kind, asserting the reply is a well-formed error with micro headers.
+    pub fn error_kind(&self) -> String {
+        let code = self
+            .headers
+            .as_ref()
+            .and_then(|h| h.get(HEADER_SERVICE_ERROR_CODE))
+            .unwrap_or_else(|| panic!("no Nats-Service-Error-Code header on {:?}", self.body))
+            .as_str()
+            .to_owned();
+        assert!(
+            self.headers
+                .as_ref()
+                .and_then(|h| h.get(switchboard_proto::HEADER_SERVICE_ERROR))
+                .is_some(),
+            "no Nats-Service-Error header"
+        );
+        assert_eq!(
+            code,
+            self.body["error"]["code"].to_string(),
+            "header code matches body code"
+        );
+        assert!(
+            !self.body["error"]["message"].as_str().unwrap().is_empty(),
+            "error message is empty"
+        );
+        self.body["error"]["kind"].as_str().unwrap().to_owned()
+    }
+}
+
+/// Sends raw bytes to `subject` and returns the decoded reply, as a foreign client would.
+pub async fn raw(client: &Client, subject: &str, payload: impl Into<Bytes>) -> Raw {
+    let reply = tokio::time::timeout(
+        Duration::from_secs(10),
+        client.request(subject.to_owned(), payload.into()),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("no reply on {subject} within 10 s"))
+    .unwrap_or_else(|err| panic!("request on {subject} failed: {err}"));
+    let body = serde_json::from_slice(&reply.payload).unwrap_or_else(|err| {
+        panic!(
+            "reply on {subject} is not JSON ({err}): {:?}",
+            reply.payload
+        )
+    });
+    Raw {
+        headers: reply.headers,
+        body,
+    }
+}
+
+/// Every stored event on `AGENT_EVENTS` whose subject matches `filter`, oldest first.
+pub async fn stored_events(
+    client: &Client,
+    filter: &str,
+) -> Vec<switchboard_proto::registry::RegistryEventPayload> {
+    use async_nats::jetstream::consumer::{AckPolicy, pull};
+    use futures::StreamExt;
+    let js = async_nats::jetstream::new(client.clone());
+    let stream = js
+        .get_stream(switchboard_proto::EVENTS_STREAM)
+        .await
+        .unwrap();
+    let consumer = stream
+        .create_consumer(pull::Config {
+            filter_subject: filter.to_owned(),
+            ack_policy: AckPolicy::None,
+            inactive_threshold: Duration::from_secs(30),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let mut out = Vec::new();
+    let mut messages = consumer
+        .fetch()
+        .max_messages(1000)
+        .messages()
+        .await
+        .unwrap();
+    while let Some(message) = messages.next().await {
+        let message = message.unwrap();
+        out.push(serde_json::from_slice(&message.payload).unwrap());
+    }
+    out
+}

@@ -1,0 +1,857 @@
+//! The directory, end to end against a real nats-server: what an agent does to join, open
+//! goals and find its peers, and what happens when it misbehaves.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use async_nats::jetstream;
+use serde_json::json;
+use switchboard_client::{Agent, render_peer_messages_block};
+use switchboard_proto::registry::{GoalOpenRequest, HeartbeatRequest, RegistryEventPayload};
+use switchboard_proto::subject::{RegistryEvent, RegistryOp};
+use switchboard_proto::{
+    AgentId, AgentStatus, ErrorKind, GoalId, GoalKind, HEADER_MSG_ID, INBOX_STREAM, InboxMessage,
+    inbox_consumer, subject,
+};
+use switchboard_testkit::{NatsServer, assert_eventually};
+use switchboard_tests::{
+    DirectoryConfig, DirectoryReplica, agent_with, card, fast_offline, raw, stored_events,
+};
+
+const LONG: Duration = Duration::from_secs(3600);
+
+#[tokio::test]
+async fn register_heartbeat_and_offline_by_timeout() {
+    let nats = NatsServer::start().await;
+    let _dir = DirectoryReplica::start(&nats.url(), fast_offline(400)).await;
+
+    // An agent that never heartbeats on its own (interval of an hour).
+    let mut researcher = card("researcher");
+    researcher.description = "research agent".into();
+    researcher.capabilities = vec!["search".into()];
+    let agent = agent_with(&nats.url(), researcher.clone(), LONG).await;
+    let goal = agent.open_goal().await.unwrap();
+
+    let looked = agent.lookup("researcher").await.unwrap();
+    assert_eq!(looked.card, researcher);
+    assert_eq!(looked.status, AgentStatus::Idle);
+    assert_eq!(looked.live_goals, vec![goal.id()]);
+
+    // Heartbeat with a status and a task list.
+    let beat = agent
+        .heartbeat(&HeartbeatRequest {
+            status: Some(AgentStatus::Busy),
+            current_tasks: Some(vec!["t1".into()]),
+        })
+        .await
+        .unwrap();
+    assert_eq!(beat.status, AgentStatus::Busy);
+    let looked = agent.lookup("researcher").await.unwrap();
+    assert_eq!(looked.status, AgentStatus::Busy);
+    assert_eq!(looked.current_tasks, vec!["t1"]);
+
+    // Heartbeats stop: offline after the timeout, with an `offline` event; goals stay open.
+    assert_eventually!(
+        Duration::from_secs(5),
+        async { agent.lookup("researcher").await.unwrap().status == AgentStatus::Offline },
+        "agent never went offline"
+    );
+    let offline = stored_events(agent.nats(), "agent.registry.events.offline.researcher").await;
+    assert_eq!(offline.len(), 1, "exactly one offline event: {offline:?}");
+    assert_eq!(offline[0].event, RegistryEvent::Offline);
+    assert_eq!(
+        agent.lookup("researcher").await.unwrap().live_goals,
+        vec![goal.id()]
+    );
+
+    // A heartbeat brings it back.
+    let beat = agent.heartbeat(&HeartbeatRequest::default()).await.unwrap();
+    assert_eq!(beat.status, AgentStatus::Idle);
+
+    // The full event trail of this agent, in order.
+    let kinds: Vec<RegistryEvent> =
+        stored_events(agent.nats(), "agent.registry.events.*.researcher")
+            .await
+            .into_iter()
+            .map(|event| event.event)
+            .collect();
+    assert_eq!(
+        kinds,
+        vec![
+            RegistryEvent::Registered,
+            RegistryEvent::GoalOpened,
+            RegistryEvent::Status,
+            RegistryEvent::Offline,
+            RegistryEvent::Status,
+        ]
+    );
+}
+
+#[tokio::test]
+async fn heartbeat_loop_keeps_an_agent_online() {
+    let nats = NatsServer::start().await;
+    let _dir = DirectoryReplica::start(&nats.url(), fast_offline(600)).await;
+    let agent = agent_with(&nats.url(), card("steady"), Duration::from_millis(100)).await;
+    // Well past several timeouts, the loop has kept it online the whole time.
+    for _ in 0..15 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_ne!(
+            agent.lookup("steady").await.unwrap().status,
+            AgentStatus::Offline
+        );
+    }
+    assert!(
+        stored_events(agent.nats(), "agent.registry.events.offline.steady")
+            .await
+            .is_empty()
+    );
+    // Dropping the agent stops the loop; it then goes offline.
+    let observer = agent_with(&nats.url(), card("observer"), LONG).await;
+    drop(agent);
+    assert_eventually!(Duration::from_secs(5), async {
+        observer.lookup("steady").await.unwrap().status == AgentStatus::Offline
+    });
+}
+
+#[tokio::test]
+async fn goals_open_and_close() {
+    let nats = NatsServer::start().await;
+    let _dir = DirectoryReplica::start(&nats.url(), DirectoryConfig::default()).await;
+    let agent = agent_with(&nats.url(), card("writer"), LONG).await;
+    let js = jetstream::new(agent.nats().clone());
+
+    let bg = agent.open_goal_of(GoalKind::Background).await.unwrap();
+    let chosen = GoalId::new();
+    let daemon = agent
+        .open_goal_with(GoalOpenRequest {
+            goal_id: Some(chosen),
+            kind: Some(GoalKind::Daemon),
+        })
+        .await
+        .unwrap();
+    assert_eq!(daemon.id(), chosen);
+    assert_eq!(daemon.subject(), subject::inbox(&chosen));
+
+    // The consumer is durable, filtered to the goal's subject, explicit ack, deliver all.
+    let mut stream = js.get_stream(INBOX_STREAM).await.unwrap();
+    let info = stream.consumer_info(inbox_consumer(&chosen)).await.unwrap();
+    assert_eq!(info.config.filter_subject, subject::inbox(&chosen));
+    assert_eq!(
+        info.config.ack_policy,
+        jetstream::consumer::AckPolicy::Explicit
+    );
+    assert_eq!(
+        info.config.deliver_policy,
+        jetstream::consumer::DeliverPolicy::All
+    );
+    assert_eq!(
+        info.config.durable_name.as_deref(),
+        Some(inbox_consumer(&chosen).as_str())
+    );
+
+    // Re-opening the same goal is idempotent.
+    let again = agent
+        .open_goal_with(GoalOpenRequest {
+            goal_id: Some(chosen),
+            kind: None,
+        })
+        .await
+        .unwrap();
+    assert_eq!(again.id(), chosen);
+    let live: BTreeSet<GoalId> = agent
+        .lookup("writer")
+        .await
+        .unwrap()
+        .live_goals
+        .into_iter()
+        .collect();
+    assert_eq!(live, BTreeSet::from([bg.id(), chosen]));
+
+    // Messages waiting in a goal are purged when it closes.
+    publish_inbox(&js, &agent, chosen, "will be purged").await;
+    let closed = daemon.close().await.unwrap();
+    assert_eq!(closed.goal_id, chosen);
+    assert_eq!(closed.purged, 1);
+    assert!(stream.consumer_info(inbox_consumer(&chosen)).await.is_err());
+    assert_eq!(
+        stream.info().await.unwrap().state.messages,
+        0,
+        "inbox purged"
+    );
+    assert_eq!(
+        agent.lookup("writer").await.unwrap().live_goals,
+        vec![bg.id()]
+    );
+
+    // Closing it again: not_found.
+    let err = agent.close_goal(chosen).await.unwrap_err();
+    assert_eq!(err.kind(), Some(ErrorKind::NotFound));
+
+    // Another agent may not take over a goal id it does not own.
+    let thief = agent_with(&nats.url(), card("thief"), LONG).await;
+    let err = thief
+        .open_goal_with(GoalOpenRequest {
+            goal_id: Some(bg.id()),
+            kind: None,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), Some(ErrorKind::Conflict));
+    let err = thief.close_goal(bg.id()).await.unwrap_err();
+    assert_eq!(err.kind(), Some(ErrorKind::NotFound));
+
+    // Deregister closes every remaining goal.
+    let gone = agent.deregister().await.unwrap();
+    assert_eq!(gone.closed_goals, vec![bg.id()]);
+    let looked = thief.lookup("writer").await.unwrap();
+    assert_eq!(looked.status, AgentStatus::Offline);
+    assert!(looked.live_goals.is_empty());
+    let closed_events =
+        stored_events(agent.nats(), "agent.registry.events.goal_closed.writer").await;
+    assert_eq!(closed_events.len(), 2);
+}
+
+/// Publishes an inbox message the way the fan-out service does (JetStream, Nats-Msg-Id).
+async fn publish_inbox(
+    js: &jetstream::Context,
+    to: &Agent,
+    goal: GoalId,
+    body: &str,
+) -> InboxMessage {
+    let mut message = InboxMessage::new(
+        AgentId::parse("sender").unwrap(),
+        GoalId::new(),
+        to.id().clone(),
+        body,
+    );
+    message.id = Some(switchboard_proto::new_id());
+    let mut headers = async_nats::HeaderMap::new();
+    headers.insert(
+        HEADER_MSG_ID,
+        format!("{}:{goal}", message.id.unwrap()).as_str(),
+    );
+    js.publish_with_headers(
+        subject::inbox(&goal),
+        headers,
+        serde_json::to_vec(&message).unwrap().into(),
+    )
+    .await
+    .unwrap()
+    .await
+    .unwrap();
+    message
+}
+
+#[tokio::test]
+async fn buffer_on_demand_send_before_subscribe() {
+    let nats = NatsServer::start().await;
+    let _dir = DirectoryReplica::start(&nats.url(), DirectoryConfig::default()).await;
+    let client = nats.client().await;
+    let js = jetstream::new(client.clone());
+
+    // The goal is opened with a raw request: nothing reads its inbox yet.
+    let agent = agent_with(&nats.url(), card("late"), LONG).await;
+    let opened = raw(&client, "agent.registry.goal.open.late", "{}").await;
+    let goal_id = GoalId::parse(opened.body["goal_id"].as_str().unwrap()).unwrap();
+
+    let mut sent = Vec::new();
+    for i in 0..3 {
+        sent.push(publish_inbox(&js, &agent, goal_id, &format!("message {i}")).await);
+    }
+    let mut with_correlation = publish_inbox(&js, &agent, goal_id, "with correlation").await;
+    with_correlation.correlation_id = None; // as published
+    sent.push(with_correlation);
+
+    // Now the goal's runtime attaches and reads: everything is there, oldest first.
+    let goal = agent
+        .open_goal_with(GoalOpenRequest {
+            goal_id: Some(goal_id),
+            kind: None,
+        })
+        .await
+        .unwrap();
+    let drained = goal.drain().await.unwrap();
+    let bodies: Vec<&str> = drained.iter().map(|m| m.body.as_str()).collect();
+    assert_eq!(
+        bodies,
+        vec!["message 0", "message 1", "message 2", "with correlation"]
+    );
+    assert_eq!(drained[0].id, sent[0].id);
+    // Acked after taking: nothing comes back.
+    assert!(goal.drain().await.unwrap().is_empty());
+    assert!(
+        goal.recv(Duration::from_millis(200))
+            .await
+            .unwrap()
+            .is_none()
+    );
+
+    let block = render_peer_messages_block(&drained).unwrap();
+    assert!(block.starts_with("# PEER MESSAGES\n<peer-message from=\"sender\" sent_at=\""));
+    assert_eq!(block.matches("<peer-message ").count(), 4);
+
+    // recv + ack, and an un-acked delivery comes back to the same durable consumer.
+    publish_inbox(&js, &agent, goal_id, "ack me").await;
+    let delivery = goal.recv(Duration::from_secs(2)).await.unwrap().unwrap();
+    assert_eq!(delivery.message.body, "ack me");
+    delivery.ack().await.unwrap();
+    assert!(
+        goal.recv(Duration::from_millis(200))
+            .await
+            .unwrap()
+            .is_none()
+    );
+
+    // The inbox keeps at most the newest 64 messages of a goal.
+    for i in 0..70 {
+        publish_inbox(&js, &agent, goal_id, &format!("flood {i}")).await;
+    }
+    let flood = goal.drain().await.unwrap();
+    assert_eq!(flood.len(), 64);
+    assert_eq!(flood[0].body, "flood 6");
+    assert_eq!(flood[63].body, "flood 69");
+}
+
+#[tokio::test]
+async fn peers_with_acl_reachability() {
+    let nats = NatsServer::start().await;
+    let _dir = DirectoryReplica::start(&nats.url(), DirectoryConfig::default()).await;
+    let url = nats.url();
+
+    let mut coord = card("coordinator");
+    coord.description = "plans work".into();
+    coord.deny_talk_to = vec!["spam*".into()];
+    let mut researcher = card("researcher");
+    researcher.description = "research agent".into();
+    researcher.capabilities = vec!["search".into()];
+    researcher.allow_from = vec!["coord*".into()];
+    let writer = card("writer");
+    let spammer = card("spammer");
+    let sleeper = card("sleeper"); // registered, no live goal
+    let mut narrow = card("narrow");
+    narrow.can_talk_to = vec!["writer".into(), "spam*".into()];
+    narrow.deny_talk_to = vec!["spammer".into()];
+
+    let mut agents = Vec::new();
+    for c in [coord, researcher, writer, spammer, narrow] {
+        let agent = agent_with(&url, c, LONG).await;
+        let goal = agent.open_goal().await.unwrap();
+        agents.push((agent, goal));
+    }
+    let sleeper = agent_with(&url, sleeper, LONG).await;
+
+    let reach = |reply: switchboard_proto::registry::PeersReply| -> Vec<(String, bool)> {
+        reply
+            .peers
+            .into_iter()
+            .map(|p| (p.agent_id.to_string(), p.reachable))
+            .collect()
+    };
+    let owned = |v: &[(&str, bool)]| {
+        v.iter()
+            .map(|(a, r)| (a.to_string(), *r))
+            .collect::<Vec<_>>()
+    };
+
+    // coordinator: deny beats its `*` allow for spammer; sleeper has no live goal.
+    let peers = agents[0].0.peers().await.unwrap();
+    assert!(peers.note.is_none());
+    let researcher_entry = peers
+        .peers
+        .iter()
+        .find(|p| p.agent_id == "researcher")
+        .unwrap();
+    assert_eq!(researcher_entry.description, "research agent");
+    assert_eq!(researcher_entry.capabilities, vec!["search"]);
+    assert_eq!(researcher_entry.status, AgentStatus::Idle);
+    assert_eq!(
+        reach(peers),
+        owned(&[
+            ("narrow", true),
+            ("researcher", true),
+            ("sleeper", false),
+            ("spammer", false),
+            ("writer", true)
+        ])
+    );
+    // writer: researcher only accepts coord*.
+    assert_eq!(
+        reach(agents[2].0.peers().await.unwrap()),
+        owned(&[
+            ("coordinator", true),
+            ("narrow", true),
+            ("researcher", false),
+            ("sleeper", false),
+            ("spammer", true)
+        ])
+    );
+    // narrow: only writer and spam*, but spammer itself is denied.
+    assert_eq!(
+        reach(agents[4].0.peers().await.unwrap()),
+        owned(&[
+            ("coordinator", false),
+            ("researcher", false),
+            ("sleeper", false),
+            ("spammer", false),
+            ("writer", true)
+        ])
+    );
+    // sleeper opens a goal: now reachable.
+    let _goal = sleeper.open_goal().await.unwrap();
+    assert!(
+        agents[0]
+            .0
+            .peers()
+            .await
+            .unwrap()
+            .peers
+            .iter()
+            .any(|p| p.agent_id == "sleeper" && p.reachable)
+    );
+
+    // An unregistered caller gets the seed's note.
+    let client = nats.client().await;
+    let reply = raw(&client, "agent.registry.peers.ghost", "").await;
+    assert_eq!(
+        reply.body,
+        json!({"peers": [], "note": "agent `ghost` is not registered"})
+    );
+}
+
+#[tokio::test]
+async fn two_replicas_serve_the_same_registry() {
+    let nats = NatsServer::start().await;
+    let url = nats.url();
+    let a = DirectoryReplica::start(&url, fast_offline(500)).await;
+    let b = DirectoryReplica::start(&url, fast_offline(500)).await;
+
+    // 40 agents register concurrently; the queue group spreads them over both replicas.
+    let mut joins = Vec::new();
+    for i in 0..40 {
+        let url = url.clone();
+        joins.push(tokio::spawn(async move {
+            let agent = agent_with(&url, card(&format!("agent-{i:02}")), LONG).await;
+            let goal = agent.open_goal().await.unwrap();
+            (agent, goal)
+        }));
+    }
+    let mut agents = Vec::new();
+    for join in joins {
+        agents.push(join.await.unwrap());
+    }
+    // Every read, from whichever replica answers, sees every write.
+    for (agent, goal) in &agents {
+        let peers = agent.peers().await.unwrap();
+        assert_eq!(peers.peers.len(), 39);
+        assert!(peers.peers.iter().all(|p| p.reachable));
+        assert_eq!(
+            agent.lookup(agent.id().as_str()).await.unwrap().live_goals,
+            vec![goal.id()]
+        );
+    }
+
+    // Concurrent heartbeats on one agent through both replicas never lose an update: each
+    // sets a distinct task list, and the final state is one of them, with status intact.
+    let target = &agents[0].0;
+    let requests: Vec<HeartbeatRequest> = (0..20)
+        .map(|i| HeartbeatRequest {
+            status: Some(AgentStatus::Busy),
+            current_tasks: Some(vec![format!("task-{i}")]),
+        })
+        .collect();
+    let beats = requests.iter().map(|beat| target.heartbeat(beat));
+    for beat in futures::future::join_all(beats).await {
+        assert_eq!(beat.unwrap().status, AgentStatus::Busy);
+    }
+    let tasks = target
+        .lookup(target.id().as_str())
+        .await
+        .unwrap()
+        .current_tasks;
+    assert_eq!(tasks.len(), 1);
+
+    // Both replicas really served requests ($SRV.STATS per instance).
+    let client = nats.client().await;
+    let inbox = client.new_inbox();
+    let mut stats = client.subscribe(inbox.clone()).await.unwrap();
+    client
+        .publish_with_reply("$SRV.STATS.directory", inbox, "".into())
+        .await
+        .unwrap();
+    let mut served = Vec::new();
+    for _ in 0..2 {
+        let msg =
+            tokio::time::timeout(Duration::from_secs(5), futures::StreamExt::next(&mut stats))
+                .await
+                .unwrap()
+                .unwrap();
+        let value: serde_json::Value = serde_json::from_slice(&msg.payload).unwrap();
+        let total: u64 = value["endpoints"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["num_requests"].as_u64().unwrap())
+            .sum();
+        served.push(total);
+    }
+    assert!(
+        served.iter().all(|n| *n > 0),
+        "both replicas served: {served:?}"
+    );
+
+    // Both sweepers run; a silent agent still gets exactly one offline event.
+    let silent = agent_with(&url, card("silent"), LONG).await;
+    assert_eventually!(Duration::from_secs(5), async {
+        silent.lookup("silent").await.unwrap().status == AgentStatus::Offline
+    });
+    // Let both sweepers pass over it several more times.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let offline: Vec<RegistryEventPayload> =
+        stored_events(&client, "agent.registry.events.offline.silent").await;
+    assert_eq!(offline.len(), 1, "{offline:?}");
+
+    // One replica leaves; the other keeps serving everything.
+    a.stop().await;
+    let agent = agent_with(&url, card("late-joiner"), LONG).await;
+    assert_eq!(agent.peers().await.unwrap().peers.len(), 41);
+    b.stop().await;
+}
+
+#[tokio::test]
+async fn restart_of_directory_and_server_loses_nothing() {
+    let mut nats = NatsServer::start().await;
+    let url = nats.url();
+    let dir = DirectoryReplica::start(&url, DirectoryConfig::default()).await;
+
+    let mut researcher = card("researcher");
+    researcher.allow_from = vec!["coordinator".into()];
+    let agent = agent_with(&url, researcher.clone(), LONG).await;
+    let goal = agent.open_goal().await.unwrap();
+    let goal_id = goal.id();
+    let js = jetstream::new(agent.nats().clone());
+    publish_inbox(&js, &agent, goal_id, "kept across restarts").await;
+    let before = agent.lookup("researcher").await.unwrap();
+
+    // Restart the directory...
+    dir.stop().await;
+    let dir = DirectoryReplica::start(&url, DirectoryConfig::default()).await;
+    assert_eq!(agent.lookup("researcher").await.unwrap(), before);
+
+    // ...and the server under it (same port, same store).
+    dir.stop().await;
+    drop(goal);
+    drop(agent);
+    nats.restart().await;
+    let _dir = DirectoryReplica::start(&url, DirectoryConfig::default()).await;
+    let nats_client = async_nats::connect(&url).await.unwrap();
+    let back = switchboard_client::Agent::connect_with(
+        nats_client,
+        researcher,
+        switchboard_client::AgentOptions::default(),
+    )
+    .await
+    .unwrap();
+    let after = back.lookup("researcher").await.unwrap();
+    assert_eq!(after.card, before.card);
+    assert_eq!(after.registered_at, before.registered_at);
+    assert_eq!(after.live_goals, vec![goal_id]);
+    let goal = back
+        .open_goal_with(GoalOpenRequest {
+            goal_id: Some(goal_id),
+            kind: None,
+        })
+        .await
+        .unwrap();
+    let drained = goal.drain().await.unwrap();
+    assert_eq!(drained.len(), 1);
+    assert_eq!(drained[0].body, "kept across restarts");
+}
+
+#[tokio::test]
+async fn bad_inputs_get_typed_errors_and_the_service_keeps_serving() {
+    let nats = NatsServer::start().await;
+    let _dir = DirectoryReplica::start(&nats.url(), DirectoryConfig::default()).await;
+    let client = nats.client().await;
+    let owner = agent_with(&nats.url(), card("owner"), LONG).await;
+    let owned_goal = owner.open_goal().await.unwrap();
+    let long_id = "a".repeat(65);
+
+    let table: Vec<(String, Vec<u8>, &str)> = vec![
+        (
+            "agent.registry.register.x".into(),
+            b"{not json".to_vec(),
+            "bad_request",
+        ),
+        (
+            "agent.registry.register.x".into(),
+            b"[1,2]".to_vec(),
+            "bad_request",
+        ),
+        (
+            "agent.registry.register.x".into(),
+            b"\"card\"".to_vec(),
+            "bad_request",
+        ),
+        (
+            "agent.registry.register.x".into(),
+            br#"{"description": 5}"#.to_vec(),
+            "bad_request",
+        ),
+        (
+            "agent.registry.register.x".into(),
+            br#"{"allow_from": "everyone"}"#.to_vec(),
+            "bad_request",
+        ),
+        (
+            "agent.registry.register.x".into(),
+            br#"{"agent_id": "other"}"#.to_vec(),
+            "identity_mismatch",
+        ),
+        (
+            "agent.registry.register.x".into(),
+            br#"{"agent_id": 7}"#.to_vec(),
+            "bad_request",
+        ),
+        (
+            "agent.registry.register.x".into(),
+            vec![0xff, 0xfe, 0x7b],
+            "bad_request",
+        ),
+        (
+            "agent.registry.register.x".into(),
+            format!("{}1{}", "[".repeat(200), "]".repeat(200)).into_bytes(),
+            "bad_request",
+        ),
+        (
+            "agent.registry.register.a.b".into(),
+            b"{}".to_vec(),
+            "invalid_agent_id",
+        ),
+        (
+            "agent.registry.register.*".into(),
+            b"{}".to_vec(),
+            "invalid_agent_id",
+        ),
+        (
+            "agent.registry.register.Upper".into(),
+            b"{}".to_vec(),
+            "invalid_agent_id",
+        ),
+        (
+            "agent.registry.register.-dash".into(),
+            b"{}".to_vec(),
+            "invalid_agent_id",
+        ),
+        (
+            format!("agent.registry.register.{long_id}"),
+            b"{}".to_vec(),
+            "invalid_agent_id",
+        ),
+        (
+            "agent.registry.heartbeat.ghost".into(),
+            b"{}".to_vec(),
+            "not_registered",
+        ),
+        (
+            "agent.registry.heartbeat.owner".into(),
+            br#"{"status": "offline"}"#.to_vec(),
+            "bad_request",
+        ),
+        (
+            "agent.registry.heartbeat.owner".into(),
+            br#"{"status": 3}"#.to_vec(),
+            "bad_request",
+        ),
+        (
+            "agent.registry.heartbeat.owner".into(),
+            br#"{"current_tasks": "t1"}"#.to_vec(),
+            "bad_request",
+        ),
+        (
+            "agent.registry.deregister.ghost".into(),
+            b"".to_vec(),
+            "not_registered",
+        ),
+        (
+            "agent.registry.goal.open.ghost".into(),
+            b"{}".to_vec(),
+            "not_registered",
+        ),
+        (
+            "agent.registry.goal.open.owner".into(),
+            br#"{"goal_id": "nope"}"#.to_vec(),
+            "invalid_goal_id",
+        ),
+        (
+            "agent.registry.goal.open.owner".into(),
+            br#"{"kind": "forever"}"#.to_vec(),
+            "bad_request",
+        ),
+        (
+            "agent.registry.goal.open.owner".into(),
+            br#"{"gaol_id": "x"}"#.to_vec(),
+            "bad_request",
+        ),
+        (
+            "agent.registry.goal.close.owner".into(),
+            b"{}".to_vec(),
+            "bad_request",
+        ),
+        (
+            "agent.registry.goal.close.owner".into(),
+            br#"{"goal_id": "nope"}"#.to_vec(),
+            "invalid_goal_id",
+        ),
+        (
+            "agent.registry.goal.close.owner".into(),
+            format!(r#"{{"goal_id": "{}"}}"#, GoalId::new()).into_bytes(),
+            "not_found",
+        ),
+        (
+            "agent.registry.lookup.owner".into(),
+            br#"{"agent_id": "a.b"}"#.to_vec(),
+            "invalid_agent_id",
+        ),
+        (
+            "agent.registry.lookup.owner".into(),
+            br#"{"agent_id": ""}"#.to_vec(),
+            "invalid_agent_id",
+        ),
+        (
+            "agent.registry.lookup.owner".into(),
+            br#"{"agent_id": "*"}"#.to_vec(),
+            "invalid_agent_id",
+        ),
+        (
+            "agent.registry.lookup.owner".into(),
+            format!(r#"{{"agent_id": "{long_id}"}}"#).into_bytes(),
+            "invalid_agent_id",
+        ),
+        (
+            "agent.registry.lookup.owner".into(),
+            br#"{"agent_id": "ghost"}"#.to_vec(),
+            "not_found",
+        ),
+        (
+            "agent.registry.lookup.owner".into(),
+            br#"{"agent_id": 7}"#.to_vec(),
+            "bad_request",
+        ),
+        (
+            "agent.registry.lookup.owner".into(),
+            b"{}".to_vec(),
+            "bad_request",
+        ),
+        (
+            "agent.registry.peers.a.b".into(),
+            b"".to_vec(),
+            "invalid_agent_id",
+        ),
+    ];
+    // A goal id owned by another agent.
+    let steal = format!(r#"{{"goal_id": "{}"}}"#, owned_goal.id());
+    let mut table = table;
+    table.push(("agent.registry.register.thief".into(), b"{}".to_vec(), "ok"));
+    table.push((
+        "agent.registry.goal.open.thief".into(),
+        steal.clone().into_bytes(),
+        "conflict",
+    ));
+    table.push((
+        "agent.registry.goal.close.thief".into(),
+        steal.into_bytes(),
+        "not_found",
+    ));
+
+    for (subject, payload, want) in &table {
+        let reply = raw(&client, subject, payload.clone()).await;
+        if *want == "ok" {
+            assert!(
+                reply.body.get("error").is_none(),
+                "{subject}: {:?}",
+                reply.body
+            );
+            continue;
+        }
+        assert_eq!(
+            reply.error_kind(),
+            *want,
+            "{subject} {:?} -> {:?}",
+            String::from_utf8_lossy(payload),
+            reply.body
+        );
+    }
+    // The kinds the client sees match, too.
+    let err = owner.lookup("ghost").await.unwrap_err();
+    assert_eq!(err.kind(), Some(ErrorKind::NotFound));
+
+    // Still serving, state untouched.
+    assert_eq!(
+        owner.lookup("owner").await.unwrap().live_goals,
+        vec![owned_goal.id()]
+    );
+    // Garbage published with no reply subject is dropped without a crash.
+    client
+        .publish("agent.registry.register.x", "{garbage".into())
+        .await
+        .unwrap();
+    client.flush().await.unwrap();
+    assert!(owner.peers().await.is_ok());
+
+    // Errors are counted by kind in the micro stats.
+    let stats = client
+        .request("$SRV.STATS.directory", "".into())
+        .await
+        .unwrap();
+    let stats: serde_json::Value = serde_json::from_slice(&stats.payload).unwrap();
+    let register = stats["endpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == "register")
+        .unwrap();
+    assert!(
+        register["data"]["errors_by_kind"]["bad_request"]
+            .as_u64()
+            .unwrap()
+            >= 6
+    );
+}
+
+#[tokio::test]
+async fn micro_discovery_lists_every_endpoint() {
+    let nats = NatsServer::start().await;
+    let _dir = DirectoryReplica::start(&nats.url(), DirectoryConfig::default()).await;
+    let client = nats.client().await;
+    let ping = client
+        .request("$SRV.PING.directory", "".into())
+        .await
+        .unwrap();
+    let ping: serde_json::Value = serde_json::from_slice(&ping.payload).unwrap();
+    assert_eq!(ping["name"], "directory");
+    let info = client
+        .request("$SRV.INFO.directory", "".into())
+        .await
+        .unwrap();
+    let info: serde_json::Value = serde_json::from_slice(&info.payload).unwrap();
+    let subjects: BTreeSet<String> = info["endpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["subject"].as_str().unwrap().to_owned())
+        .collect();
+    let want: BTreeSet<String> = RegistryOp::ALL
+        .iter()
+        .map(|op| op.endpoint_subject())
+        .collect();
+    assert_eq!(subjects, want);
+    assert!(
+        info["endpoints"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|e| e["queue_group"] == "directory")
+    );
+}
