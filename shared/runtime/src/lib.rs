@@ -10,9 +10,11 @@
 //! - [`micro`]: the NATS micro service scaffold: typed JSON endpoints, error replies with
 //!   `Nats-Service-Error(-Code)` headers, per-request spans, drain under a grace period.
 //! - [`resources`]: JetStream streams and KV buckets, declared once and applied idempotently.
+//! - [`embedded`]: the local nats-server `switchboard up` starts, and where to find the binary.
 //! - [`kv`]: KV reads the services need beyond async-nats (a consistent snapshot of a bucket).
 
 pub mod config;
+pub mod embedded;
 pub mod kv;
 pub mod micro;
 pub mod nats;

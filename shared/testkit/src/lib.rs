@@ -79,9 +79,6 @@ const LOG_TAIL_LINES: usize = 40;
 /// How long a blocking kill (in `Drop`) waits for the process to exit.
 const KILL_WAIT: Duration = Duration::from_secs(5);
 
-const NOT_FOUND: &str =
-    "nats-server not found: run nats/install-server.sh (or set NATS_SERVER_BIN)";
-
 /// Path to the nats-server binary.
 ///
 /// Looked up in this order: `$NATS_SERVER_BIN`, then
@@ -93,34 +90,7 @@ const NOT_FOUND: &str =
 /// NATS_SERVER_BIN)" if none exists, or if `$NATS_SERVER_BIN` is set to a
 /// path that does not exist.
 pub fn nats_server_bin() -> PathBuf {
-    if let Some(bin) = std::env::var_os("NATS_SERVER_BIN").filter(|v| !v.is_empty()) {
-        let bin = PathBuf::from(bin);
-        if bin.is_file() {
-            return bin;
-        }
-        panic!(
-            "{NOT_FOUND} (NATS_SERVER_BIN={} does not exist)",
-            bin.display()
-        );
-    }
-    let local = workspace_root().join(".tools/nats-server/bin/nats-server");
-    if local.is_file() {
-        return local;
-    }
-    if let Some(path) = std::env::var_os("PATH") {
-        for dir in std::env::split_paths(&path) {
-            let candidate = dir.join("nats-server");
-            if candidate.is_file() {
-                return candidate;
-            }
-        }
-    }
-    panic!("{NOT_FOUND}");
-}
-
-fn workspace_root() -> PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    root.canonicalize().unwrap_or(root)
+    switchboard_runtime::embedded::locate_nats_server().unwrap_or_else(|err| panic!("{err}"))
 }
 
 /// A name no other server started by this or a concurrent test process uses.

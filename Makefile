@@ -1,0 +1,18 @@
+# The two commands (see README.md). Both install the pinned nats-server into .tools/ first.
+.PHONY: up test lint nats-server
+
+# Run the system: an embedded nats-server with JetStream (data in .data/nats) + every service.
+up: nats-server
+	cargo run --locked --bin switchboard -- up
+
+# Run every test against real nats-server processes.
+test: nats-server
+	cargo test --workspace --locked
+
+# What CI checks besides the tests.
+lint:
+	cargo fmt --all --check
+	cargo clippy --workspace --all-targets --locked -- -D warnings
+
+nats-server:
+	@bash nats/install-server.sh

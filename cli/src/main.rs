@@ -1,0 +1,161 @@
+//! `switchboard`: run the fabric in one process and look at it from the command line.
+//!
+//! - `switchboard up [--nats-url URL]`: every service that exists, against the given NATS or
+//!   an embedded nats-server with JetStream under `.data/nats` (the default).
+//! - `switchboard peers --as <agent>`: list_peers as that agent (JSON).
+//! - `switchboard agents`: every registered agent with status and goal count (JSON).
+//! - `switchboard lookup <agent> [--as <agent>]`: one agent's card, status and goals (JSON).
+
+mod up;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use switchboard_client::proto::registry::LookupRequest;
+use switchboard_client::proto::subject::RegistryOp;
+use switchboard_client::proto::{AgentId, ErrorReply, HEADER_SERVICE_ERROR_CODE};
+
+/// Default NATS URL for the inspection commands (also what `up` serves by default).
+const DEFAULT_NATS_URL: &str = "nats://127.0.0.1:4222";
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "switchboard",
+    version,
+    about = "Switchboard: a NATS-native messaging fabric for LLM agents",
+    after_help = "Examples:\n  switchboard up                       # embedded nats-server + all services\n  switchboard up --nats-url nats://nats:4222\n  switchboard agents\n  switchboard peers --as researcher\n  switchboard lookup writer"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run every service in this process (and a local nats-server unless --nats-url is given).
+    #[command(
+        after_help = "Examples:\n  switchboard up\n  switchboard up --port 4333 --data-dir /tmp/sb\n  switchboard up --nats-url nats://10.0.0.5:4222"
+    )]
+    Up(up::UpArgs),
+    /// list_peers as an agent: every other agent and whether it is reachable (JSON).
+    #[command(after_help = "Example:\n  switchboard peers --as researcher")]
+    Peers {
+        /// The agent to ask as (list_peers excludes it).
+        #[arg(long = "as", value_name = "AGENT")]
+        as_agent: String,
+        /// NATS URL.
+        #[arg(long, env = "NATS_URL", default_value = DEFAULT_NATS_URL)]
+        nats_url: String,
+    },
+    /// Every registered agent with status and number of live goals (JSON).
+    #[command(
+        after_help = "Example:\n  switchboard agents | jq '.[] | select(.status != \"offline\")'"
+    )]
+    Agents {
+        /// NATS URL.
+        #[arg(long, env = "NATS_URL", default_value = DEFAULT_NATS_URL)]
+        nats_url: String,
+    },
+    /// One agent's card, status and live goals (JSON).
+    #[command(after_help = "Example:\n  switchboard lookup writer")]
+    Lookup {
+        /// The agent to look up.
+        agent: String,
+        /// The agent to ask as.
+        #[arg(long = "as", value_name = "AGENT", default_value = "cli")]
+        as_agent: String,
+        /// NATS URL.
+        #[arg(long, env = "NATS_URL", default_value = DEFAULT_NATS_URL)]
+        nats_url: String,
+    },
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Up(args) => return up::run(args).await,
+        Command::Peers { as_agent, nats_url } => {
+            registry_request(
+                &nats_url,
+                RegistryOp::Peers,
+                &as_agent,
+                &serde_json::json!({}),
+            )
+            .await
+        }
+        Command::Agents { nats_url } => agents(&nats_url).await,
+        Command::Lookup {
+            agent,
+            as_agent,
+            nats_url,
+        } => {
+            registry_request(
+                &nats_url,
+                RegistryOp::Lookup,
+                &as_agent,
+                &LookupRequest { agent_id: agent },
+            )
+            .await
+        }
+    };
+    match result {
+        Ok(value) => match serde_json::to_string_pretty(&value) {
+            Ok(text) => {
+                println!("{text}");
+                ExitCode::SUCCESS
+            }
+            Err(err) => {
+                eprintln!("switchboard: {err}");
+                ExitCode::FAILURE
+            }
+        },
+        Err(err) => {
+            eprintln!("switchboard: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn connect(nats_url: &str) -> anyhow::Result<async_nats::Client> {
+    async_nats::ConnectOptions::new()
+        .name("switchboard-cli")
+        .connect(nats_url)
+        .await
+        .map_err(|err| {
+            anyhow::anyhow!("connecting to {nats_url}: {err} (is `switchboard up` running?)")
+        })
+}
+
+/// Sends a registry request as `as_agent` without registering it (read-only commands).
+async fn registry_request<T: serde::Serialize>(
+    nats_url: &str,
+    op: RegistryOp,
+    as_agent: &str,
+    body: &T,
+) -> anyhow::Result<serde_json::Value> {
+    let agent = AgentId::parse(as_agent)?;
+    let client = connect(nats_url).await?;
+    let subject = op.subject(&agent);
+    let reply = client
+        .request(subject.clone(), serde_json::to_vec(body)?.into())
+        .await
+        .map_err(|err| {
+            anyhow::anyhow!("request to {subject}: {err} (is the directory running?)")
+        })?;
+    let is_error = reply
+        .headers
+        .as_ref()
+        .is_some_and(|h| h.get(HEADER_SERVICE_ERROR_CODE).is_some());
+    if is_error {
+        let error: ErrorReply = serde_json::from_slice(&reply.payload)?;
+        anyhow::bail!("{error}");
+    }
+    Ok(serde_json::from_slice(&reply.payload)?)
+}
+
+async fn agents(nats_url: &str) -> anyhow::Result<serde_json::Value> {
+    let client = connect(nats_url).await?;
+    let listing = switchboard_client::list_agents(&client).await?;
+    Ok(serde_json::to_value(listing)?)
+}

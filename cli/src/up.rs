@@ -1,0 +1,117 @@
+//! `switchboard up`: the embedded default.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Args;
+use directory::DirectoryConfig;
+use switchboard_runtime::embedded::EmbeddedNats;
+use switchboard_runtime::{RuntimeConfig, config, nats, shutdown, telemetry};
+
+/// Arguments of `switchboard up`.
+#[derive(Debug, Args)]
+pub struct UpArgs {
+    /// Use this NATS (with JetStream) instead of starting a local nats-server. Without it,
+    /// `nats.urls` from switchboard.toml / SWITCHBOARD_NATS__URLS is not consulted: the
+    /// embedded server is the default.
+    #[arg(long, value_name = "URL")]
+    nats_url: Option<String>,
+    /// Port of the embedded nats-server.
+    #[arg(long, default_value_t = 4222)]
+    port: u16,
+    /// JetStream data folder of the embedded nats-server.
+    #[arg(long, default_value = ".data/nats")]
+    data_dir: PathBuf,
+}
+
+/// Runs `up` until SIGINT/SIGTERM.
+pub async fn run(args: UpArgs) -> ExitCode {
+    let figment = config::figment();
+    let (mut runtime, directory_config) = match (
+        RuntimeConfig::load(&figment),
+        config::section::<DirectoryConfig>(&figment, directory::config::SECTION),
+    ) {
+        (Ok(runtime), Ok(directory)) => (runtime, directory),
+        (Err(err), _) | (_, Err(err)) => {
+            eprintln!("switchboard: {err}");
+            return ExitCode::from(64);
+        }
+    };
+    let telemetry = match telemetry::init("switchboard", &runtime.telemetry) {
+        Ok(guard) => guard,
+        Err(err) => {
+            eprintln!("switchboard: {err}");
+            return ExitCode::from(64);
+        }
+    };
+    let code = match serve(
+        args,
+        &mut runtime,
+        directory_config,
+        telemetry.exporting_to(),
+    )
+    .await
+    {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("switchboard: {err:#}");
+            ExitCode::FAILURE
+        }
+    };
+    telemetry.shutdown();
+    code
+}
+
+async fn serve(
+    args: UpArgs,
+    runtime: &mut RuntimeConfig,
+    directory_config: DirectoryConfig,
+    otlp: Option<&str>,
+) -> anyhow::Result<()> {
+    let embedded = match &args.nats_url {
+        Some(url) => {
+            runtime.nats.urls = vec![url.clone()];
+            None
+        }
+        None => {
+            let server = EmbeddedNats::start(args.port, &args.data_dir).await?;
+            runtime.nats.urls = vec![server.url().to_owned()];
+            Some(server)
+        }
+    };
+    let url = runtime.nats.urls.join(",");
+    let client = nats::connect(&runtime.nats, "switchboard-up").await?;
+    let shutdown = shutdown::on_signal();
+
+    let directory = directory::start(&client, runtime, directory_config).await?;
+    let services = vec![tokio::spawn(directory.run(shutdown.clone()))];
+
+    match &embedded {
+        Some(server) => println!(
+            "Switchboard is up.\n  NATS:      {url} (embedded nats-server {}, JetStream data in {})",
+            server.bin().display(),
+            server.data_dir().display()
+        ),
+        None => println!("Switchboard is up.\n  NATS:      {url}"),
+    }
+    println!(
+        "  services:  directory\n  traces:    {}\n\nAn agent in any language connects to {url} and sends\n  agent.registry.register.<agent_id>   (its card, JSON)\n  agent.registry.goal.open.<agent_id>  (then reads its inbox consumer)\nTry:  switchboard agents   |   switchboard peers --as <agent_id>\nStop: Ctrl-C",
+        otlp.unwrap_or("not exported (set OTEL_EXPORTER_OTLP_ENDPOINT)")
+    );
+
+    shutdown.cancelled().await;
+    for service in services {
+        if let Err(err) = service.await {
+            tracing::error!(error = %err, "a service task failed");
+        }
+    }
+    if let Err(err) = client.drain().await {
+        tracing::warn!(error = %err, "draining the NATS connection failed");
+    }
+    if let Some(server) = embedded {
+        server.stop(Duration::from_secs(10)).await;
+    }
+    println!("Switchboard stopped.");
+    Ok(())
+}

@@ -1,0 +1,204 @@
+//! The embedded default: a local nats-server with JetStream that `switchboard up` starts
+//! itself, so a laptop or a demo needs no separate NATS install step.
+//!
+//! [`locate_nats_server`] is the one place that knows where the binary is; the test kit uses
+//! it too.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::process::{Child, Command};
+
+/// Environment variable naming the nats-server binary explicitly.
+pub const NATS_SERVER_BIN_ENV: &str = "NATS_SERVER_BIN";
+/// Where `nats/install-server.sh` installs the pinned server, relative to the project root.
+pub const PROJECT_INSTALL_PATH: &str = ".tools/nats-server/bin/nats-server";
+
+/// The nats-server binary could not be found or started.
+#[derive(Debug, thiserror::Error)]
+pub enum EmbeddedError {
+    /// No binary anywhere we look.
+    #[error("nats-server not found: run nats/install-server.sh (or set NATS_SERVER_BIN){0}")]
+    NotFound(String),
+    /// Spawning failed.
+    #[error("starting {bin}: {source}")]
+    Spawn {
+        /// The binary.
+        bin: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The data folder could not be created.
+    #[error("creating the data folder {dir}: {source}")]
+    DataDir {
+        /// The folder.
+        dir: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The server did not accept connections in time.
+    #[error("nats-server did not become ready on {url} within {timeout:?}: {last}")]
+    NotReady {
+        /// Its URL.
+        url: String,
+        /// How long we waited.
+        timeout: Duration,
+        /// The last connection error.
+        last: String,
+    },
+}
+
+/// The project root as seen at build time (`shared/runtime/../..`).
+fn build_time_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// Finds nats-server: `$NATS_SERVER_BIN` (must exist if set), then the project's install
+/// location (under the current directory, then under the source tree this was built from),
+/// then `nats-server` on `PATH`.
+pub fn locate_nats_server() -> Result<PathBuf, EmbeddedError> {
+    if let Some(bin) = std::env::var_os(NATS_SERVER_BIN_ENV).filter(|v| !v.is_empty()) {
+        let bin = PathBuf::from(bin);
+        if bin.is_file() {
+            return Ok(bin);
+        }
+        return Err(EmbeddedError::NotFound(format!(
+            " (NATS_SERVER_BIN={} does not exist)",
+            bin.display()
+        )));
+    }
+    let mut candidates = Vec::new();
+    if let Ok(cwd) = std::env::current_dir() {
+        candidates.push(cwd.join(PROJECT_INSTALL_PATH));
+    }
+    candidates.push(build_time_root().join(PROJECT_INSTALL_PATH));
+    if let Some(path) = std::env::var_os("PATH") {
+        candidates.extend(std::env::split_paths(&path).map(|dir| dir.join("nats-server")));
+    }
+    candidates
+        .into_iter()
+        .find(|candidate| candidate.is_file())
+        .map(|found| found.canonicalize().unwrap_or(found))
+        .ok_or_else(|| EmbeddedError::NotFound(String::new()))
+}
+
+/// A nats-server child process with JetStream, stopped by [`EmbeddedNats::stop`] (or killed
+/// when dropped).
+#[derive(Debug)]
+pub struct EmbeddedNats {
+    child: Child,
+    url: String,
+    bin: PathBuf,
+    data_dir: PathBuf,
+}
+
+impl EmbeddedNats {
+    /// Starts nats-server on `127.0.0.1:<port>` with JetStream storing under `data_dir`, and
+    /// waits (bounded) until it accepts connections with JetStream ready.
+    pub async fn start(port: u16, data_dir: &Path) -> Result<Self, EmbeddedError> {
+        let bin = locate_nats_server()?;
+        std::fs::create_dir_all(data_dir).map_err(|source| EmbeddedError::DataDir {
+            dir: data_dir.display().to_string(),
+            source,
+        })?;
+        let data_dir = data_dir
+            .canonicalize()
+            .unwrap_or_else(|_| data_dir.to_owned());
+        let child = Command::new(&bin)
+            .args([
+                "-a",
+                "127.0.0.1",
+                "-p",
+                &port.to_string(),
+                "-js",
+                "-n",
+                "switchboard",
+            ])
+            .arg("-sd")
+            .arg(&data_dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true)
+            // Its own process group: a terminal Ctrl-C reaches only us, and we stop the
+            // server after the services have drained.
+            .process_group(0)
+            .spawn()
+            .map_err(|source| EmbeddedError::Spawn {
+                bin: bin.display().to_string(),
+                source,
+            })?;
+        let url = format!("nats://127.0.0.1:{port}");
+        let server = Self {
+            child,
+            url,
+            bin,
+            data_dir,
+        };
+        server.wait_ready(Duration::from_secs(15)).await?;
+        Ok(server)
+    }
+
+    async fn wait_ready(&self, timeout: Duration) -> Result<(), EmbeddedError> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut last = String::from("not tried");
+        while tokio::time::Instant::now() < deadline {
+            match async_nats::connect(&self.url).await {
+                Ok(client) => {
+                    let js = async_nats::jetstream::new(client.clone());
+                    let ready = js.query_account().await;
+                    let _ = client.drain().await;
+                    match ready {
+                        Ok(_) => return Ok(()),
+                        Err(err) => last = err.to_string(),
+                    }
+                }
+                Err(err) => last = err.to_string(),
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Err(EmbeddedError::NotReady {
+            url: self.url.clone(),
+            timeout,
+            last,
+        })
+    }
+
+    /// Where clients connect.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The binary that runs.
+    pub fn bin(&self) -> &Path {
+        &self.bin
+    }
+
+    /// Where JetStream stores its data.
+    pub fn data_dir(&self) -> &Path {
+        &self.data_dir
+    }
+
+    /// Asks the server to shut down cleanly (it flushes JetStream), killing it if it has not
+    /// exited within `grace`.
+    pub async fn stop(mut self, grace: Duration) {
+        if let Some(pid) = self.child.id() {
+            // nats-server signals its own process portably: `--signal quit=<pid>`.
+            let _ = Command::new(&self.bin)
+                .arg("--signal")
+                .arg(format!("quit={pid}"))
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .await;
+        }
+        if tokio::time::timeout(grace, self.child.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!("nats-server did not exit in time; killing it");
+            let _ = self.child.kill().await;
+        }
+    }
+}
