@@ -89,9 +89,10 @@ async fn serve(
 
     match &embedded {
         Some(server) => println!(
-            "Switchboard is up.\n  NATS:      {url} (embedded nats-server {}, JetStream data in {})",
+            "Switchboard is up.\n  NATS:      {url} (embedded nats-server {}, JetStream data in {}, log {})",
             server.bin().display(),
-            server.data_dir().display()
+            server.data_dir().display(),
+            server.log_file().display()
         ),
         None => println!("Switchboard is up.\n  NATS:      {url}"),
     }

@@ -83,6 +83,9 @@ pub fn locate_nats_server() -> Result<PathBuf, EmbeddedError> {
         .ok_or_else(|| EmbeddedError::NotFound(String::new()))
 }
 
+/// The embedded server's log file, inside its data folder.
+pub const LOG_FILE: &str = "nats-server.log";
+
 /// A nats-server child process with JetStream, stopped by [`EmbeddedNats::stop`] (or killed
 /// when dropped).
 #[derive(Debug)]
@@ -117,6 +120,8 @@ impl EmbeddedNats {
             ])
             .arg("-sd")
             .arg(&data_dir)
+            .arg("-l")
+            .arg(data_dir.join(LOG_FILE))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
@@ -178,6 +183,11 @@ impl EmbeddedNats {
     /// Where JetStream stores its data.
     pub fn data_dir(&self) -> &Path {
         &self.data_dir
+    }
+
+    /// The server's log file.
+    pub fn log_file(&self) -> PathBuf {
+        self.data_dir.join(LOG_FILE)
     }
 
     /// Asks the server to shut down cleanly (it flushes JetStream), killing it if it has not

@@ -17,6 +17,8 @@ use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::SdkTracerProvider;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
+use tracing_subscriber::Layer as _;
+use tracing_subscriber::filter::LevelFilter;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, fmt};
@@ -117,10 +119,20 @@ pub fn init(
     let tracer = provider.tracer("switchboard");
     global::set_tracer_provider(provider.clone());
 
+    // The log filter applies to log output only: spans must exist for the OpenTelemetry layer
+    // even when logs are quiet, or trace context would stop at this service.
     tracing_subscriber::registry()
-        .with(filter)
-        .with(fmt::layer().with_writer(std::io::stderr).with_target(true))
-        .with(tracing_opentelemetry::layer().with_tracer(tracer))
+        .with(
+            fmt::layer()
+                .with_writer(std::io::stderr)
+                .with_target(true)
+                .with_filter(filter),
+        )
+        .with(
+            tracing_opentelemetry::layer()
+                .with_tracer(tracer)
+                .with_filter(LevelFilter::INFO),
+        )
         .try_init()?;
 
     Ok(TelemetryGuard {

@@ -1,0 +1,146 @@
+//! `switchboard up` as a user runs it: the embedded nats-server starts, the directory serves,
+//! the inspection commands work, and Ctrl-C (SIGINT) stops everything cleanly.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use switchboard_client::Agent;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::Command;
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn switchboard() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_switchboard"));
+    command
+        .env_remove("SWITCHBOARD_CONFIG")
+        .env_remove("NATS_URL")
+        .env("RUST_LOG", "warn")
+        .kill_on_drop(true);
+    command
+}
+
+async fn json(args: &[&str]) -> (bool, serde_json::Value, String) {
+    let output = switchboard().args(args).output().await.unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout).to_string();
+    let value = serde_json::from_str(&stdout).unwrap_or(serde_json::Value::Null);
+    (
+        output.status.success(),
+        value,
+        String::from_utf8_lossy(&output.stderr).to_string(),
+    )
+}
+
+#[tokio::test]
+async fn up_runs_the_embedded_system_and_stops_on_ctrl_c() {
+    let data = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let url = format!("nats://127.0.0.1:{port}");
+    let mut up = switchboard()
+        .args(["up", "--port", &port.to_string(), "--data-dir"])
+        .arg(data.path().join("nats"))
+        .current_dir(data.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(up.stdout.take().unwrap()).lines();
+    let banner = tokio::time::timeout(Duration::from_secs(30), async {
+        let mut banner = String::new();
+        while let Some(line) = lines.next_line().await.unwrap() {
+            banner.push_str(&line);
+            banner.push('\n');
+            if line.starts_with("Stop:") {
+                break;
+            }
+        }
+        banner
+    })
+    .await
+    .expect("up prints its banner");
+    assert!(
+        banner.contains(&format!("NATS:      {url} (embedded nats-server")),
+        "{banner}"
+    );
+    assert!(banner.contains("services:  directory"), "{banner}");
+    assert!(
+        data.path().join("nats/jetstream").exists(),
+        "JetStream data in the data dir"
+    );
+
+    let agent = Agent::connect(&url, "researcher").await.unwrap();
+    let goal = agent.open_goal().await.unwrap();
+
+    let (ok, agents, _) = json(&["agents", "--nats-url", &url]).await;
+    assert!(ok);
+    assert_eq!(agents[0]["agent_id"], "researcher");
+    assert_eq!(agents[0]["live_goals"], 1);
+    assert_eq!(agents[0]["status"], "idle");
+
+    let (ok, peers, _) = json(&["peers", "--as", "researcher", "--nats-url", &url]).await;
+    assert!(ok);
+    assert_eq!(peers, serde_json::json!({"peers": []}));
+    let (ok, peers, _) = json(&["peers", "--as", "stranger", "--nats-url", &url]).await;
+    assert!(ok);
+    assert_eq!(peers["note"], "agent `stranger` is not registered");
+
+    let (ok, looked, _) = json(&["lookup", "researcher", "--nats-url", &url]).await;
+    assert!(ok);
+    assert_eq!(looked["live_goals"][0], goal.id().to_string());
+    let (ok, _, stderr) = json(&["lookup", "ghost", "--nats-url", &url]).await;
+    assert!(!ok, "errors exit non-zero");
+    assert!(stderr.contains("not_found"), "{stderr}");
+    let (ok, _, stderr) = json(&["peers", "--as", "Not.Valid", "--nats-url", &url]).await;
+    assert!(!ok);
+    assert!(stderr.contains("invalid"), "{stderr}");
+    drop(goal);
+    drop(agent);
+
+    let status = Command::new("kill")
+        .args(["-INT", &up.id().unwrap().to_string()])
+        .status()
+        .await
+        .unwrap();
+    assert!(status.success());
+    let exit = tokio::time::timeout(Duration::from_secs(20), up.wait())
+        .await
+        .expect("up stops after Ctrl-C")
+        .unwrap();
+    assert!(exit.success(), "{exit:?}");
+    let rest = lines.next_line().await.unwrap().unwrap_or_default();
+    assert_eq!(rest, "Switchboard stopped.");
+    // The embedded server is gone too.
+    assert!(async_nats::connect(&url).await.is_err());
+}
+
+#[tokio::test]
+async fn inspection_commands_fail_clearly_without_a_server() {
+    let url = format!("nats://127.0.0.1:{}", free_port());
+    let (ok, _, stderr) = json(&["agents", "--nats-url", &url]).await;
+    assert!(!ok);
+    assert!(stderr.contains("is `switchboard up` running?"), "{stderr}");
+}
+
+#[test]
+fn help_shows_an_example_per_command() {
+    for command in ["up", "peers", "agents", "lookup"] {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_switchboard"))
+            .args([command, "--help"])
+            .output()
+            .unwrap();
+        let help = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            help.contains("Example"),
+            "{command} --help has an example:\n{help}"
+        );
+        assert!(help.contains(&format!("switchboard {command}")), "{help}");
+    }
+}

@@ -1,0 +1,183 @@
+//! Observability end to end: W3C trace context crosses the agent → directory → event hop in NATS
+//! headers, and spans leave the process over OTLP/HTTP when an endpoint is configured.
+//!
+//! One test in this binary: the global tracing subscriber can be installed once per process.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_nats::HeaderMap;
+use async_nats::jetstream;
+use switchboard_proto::{EVENTS_STREAM, HEADER_TRACEPARENT};
+use switchboard_runtime::config::TelemetryConfig;
+use switchboard_runtime::telemetry;
+use switchboard_testkit::{NatsServer, assert_eventually};
+use switchboard_tests::{DirectoryConfig, DirectoryReplica, agent_with, card};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tracing::Instrument;
+
+const TRACE_ID: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+
+/// A minimal OTLP/HTTP sink: records the body of every POST to /v1/traces.
+async fn otlp_sink() -> (String, Arc<Mutex<Vec<Vec<u8>>>>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let bodies = Arc::new(Mutex::new(Vec::new()));
+    let sink = Arc::clone(&bodies);
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut socket, _)) = listener.accept().await else {
+                return;
+            };
+            let sink = Arc::clone(&sink);
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 8192];
+                loop {
+                    let n = socket.read(&mut chunk).await.unwrap_or(0);
+                    if n == 0 {
+                        return;
+                    }
+                    buf.extend_from_slice(&chunk[..n]);
+                    let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
+                        continue;
+                    };
+                    let head = String::from_utf8_lossy(&buf[..end]).to_lowercase();
+                    let length: usize = head
+                        .lines()
+                        .find_map(|l| l.strip_prefix("content-length:"))
+                        .map(|v| v.trim().parse().unwrap())
+                        .unwrap_or(0);
+                    if buf.len() < end + 4 + length {
+                        continue;
+                    }
+                    if head.starts_with("post /v1/traces") {
+                        sink.lock()
+                            .unwrap()
+                            .push(buf[end + 4..end + 4 + length].to_vec());
+                    }
+                    buf.drain(..end + 4 + length);
+                    let _ = socket
+                        .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
+                        .await;
+                }
+            });
+        }
+    });
+    (url, bodies)
+}
+
+fn trace_id_of(headers: Option<&HeaderMap>) -> String {
+    let value = headers
+        .and_then(|h| h.get(HEADER_TRACEPARENT))
+        .expect("traceparent header")
+        .as_str()
+        .to_owned();
+    value.split('-').nth(1).unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn trace_context_crosses_every_hop_and_spans_are_exported() {
+    let (endpoint, exported) = otlp_sink().await;
+    let guard = telemetry::init(
+        "switchboard-test",
+        &TelemetryConfig {
+            log: "warn".into(),
+            otlp_endpoint: Some(endpoint),
+        },
+    )
+    .unwrap();
+
+    let nats = NatsServer::start().await;
+    let dir = DirectoryReplica::start(&nats.url(), DirectoryConfig::default()).await;
+    let client = nats.client().await;
+
+    // A foreign caller sends a traceparent: the reply and the event it causes carry its trace.
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        HEADER_TRACEPARENT,
+        format!("00-{TRACE_ID}-00f067aa0ba902b7-01").as_str(),
+    );
+    let reply = client
+        .send_request(
+            "agent.registry.register.traced",
+            async_nats::Request::new()
+                .headers(headers)
+                .payload("{}".into()),
+        )
+        .await
+        .unwrap();
+    assert_eq!(trace_id_of(reply.headers.as_ref()), TRACE_ID);
+    let reply_span = reply
+        .headers
+        .as_ref()
+        .unwrap()
+        .get(HEADER_TRACEPARENT)
+        .unwrap()
+        .as_str()
+        .to_owned();
+    assert!(
+        !reply_span.contains("00f067aa0ba902b7"),
+        "the service answers from its own span"
+    );
+
+    let js = jetstream::new(client.clone());
+    let stream = js.get_stream(EVENTS_STREAM).await.unwrap();
+    let event = stream
+        .get_last_raw_message_by_subject("agent.registry.events.registered.traced")
+        .await
+        .unwrap();
+    assert_eq!(trace_id_of(Some(&event.headers)), TRACE_ID);
+
+    // The Rust client injects the current span's context on its requests.
+    let span = tracing::info_span!("agent-turn");
+    let agent_trace = {
+        use opentelemetry::trace::TraceContextExt;
+        use tracing_opentelemetry::OpenTelemetrySpanExt;
+        span.context().span().span_context().trace_id().to_string()
+    };
+    async {
+        let agent = agent_with(
+            &nats.url(),
+            card("client-traced"),
+            Duration::from_secs(3600),
+        )
+        .await;
+        agent.open_goal().await.unwrap();
+    }
+    .instrument(span)
+    .await;
+    let event = stream
+        .get_last_raw_message_by_subject("agent.registry.events.goal_opened.client-traced")
+        .await
+        .unwrap();
+    assert_eq!(trace_id_of(Some(&event.headers)), agent_trace);
+
+    // Spans reach the OTLP endpoint (flushed at shutdown), named after service.endpoint.
+    dir.stop().await;
+    tokio::task::spawn_blocking(move || guard.shutdown())
+        .await
+        .unwrap();
+    assert_eventually!(Duration::from_secs(10), async {
+        exported
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|body| body.windows(18).any(|w| w == b"directory.register"))
+    });
+    let bodies = exported.lock().unwrap();
+    let all: Vec<u8> = bodies.concat();
+    let trace_bytes: Vec<u8> = (0..16)
+        .map(|i| u8::from_str_radix(&TRACE_ID[2 * i..2 * i + 2], 16).unwrap())
+        .collect();
+    assert!(
+        all.windows(16).any(|w| w == trace_bytes.as_slice()),
+        "the exported spans include the caller's trace id"
+    );
+    assert!(
+        all.windows(16).any(|w| w == b"switchboard-test"),
+        "service name in the resource"
+    );
+}
