@@ -186,8 +186,24 @@ fn readiness_panic(what: &str, reason: &str, log_path: &Path) -> ! {
     );
 }
 
+/// Connect options for `url`, taking `user:password@` out of it as credentials.
+fn login(url: &str) -> (async_nats::ConnectOptions, String) {
+    if let Some((scheme, rest)) = url.split_once("://")
+        && let Some((userinfo, host)) = rest.rsplit_once('@')
+        && let Some((user, password)) = userinfo.split_once(':')
+    {
+        return (
+            async_nats::ConnectOptions::with_user_and_password(user.into(), password.into()),
+            format!("{scheme}://{host}"),
+        );
+    }
+    (async_nats::ConnectOptions::new(), url.to_owned())
+}
+
 async fn connect(url: &str) -> async_nats::Client {
-    async_nats::connect(url)
+    let (options, address) = login(url);
+    options
+        .connect(address)
         .await
         .unwrap_or_else(|e| panic!("testkit: cannot connect to {url}: {e}"))
 }
@@ -207,11 +223,8 @@ async fn wait_jetstream(
         let remaining = deadline.saturating_duration_since(Instant::now());
         let attempt = remaining.clamp(POLL_INTERVAL, Duration::from_secs(1));
         if client.is_none() {
-            match async_nats::ConnectOptions::new()
-                .connection_timeout(attempt)
-                .connect(url)
-                .await
-            {
+            let (options, address) = login(url);
+            match options.connection_timeout(attempt).connect(address).await {
                 Ok(c) => client = Some(c),
                 Err(e) => last = format!("cannot connect to {url}: {e}"),
             }
@@ -275,6 +288,8 @@ pub struct NatsServer {
     store_dir: PathBuf,
     ports_dir: PathBuf,
     log_path: PathBuf,
+    /// User and password the server requires, if any.
+    auth: Option<(String, String)>,
     // Declared last, and `Drop` kills the process first: the dir is removed
     // only once the server is gone.
     _dir: tempfile::TempDir,
@@ -288,6 +303,17 @@ impl NatsServer {
     /// If the binary is missing or the server does not become ready (the
     /// message includes the tail of its log).
     pub async fn start() -> NatsServer {
+        Self::start_inner(None).await
+    }
+
+    /// Like [`NatsServer::start`], but the server requires `user`/`password` (`--user`,
+    /// `--pass`). [`NatsServer::url`] stays credential-free; [`NatsServer::client`] and the
+    /// readiness check log in.
+    pub async fn start_with_user(user: &str, password: &str) -> NatsServer {
+        Self::start_inner(Some((user.to_owned(), password.to_owned()))).await
+    }
+
+    async fn start_inner(auth: Option<(String, String)>) -> NatsServer {
         let bin = nats_server_bin();
         let dir = temp_dir("sb-nats-");
         let store_dir = dir.path().join("store");
@@ -301,6 +327,7 @@ impl NatsServer {
             store_dir,
             ports_dir,
             log_path: dir.path().join("nats-server.log"),
+            auth,
             _dir: dir,
         };
         server.launch(None).await;
@@ -342,7 +369,15 @@ impl NatsServer {
     /// # Panics
     /// If the connection fails (e.g. the server is stopped).
     pub async fn client(&self) -> async_nats::Client {
-        connect(&self.url()).await
+        connect(&self.login_url()).await
+    }
+
+    /// The URL with credentials, when the server requires them.
+    fn login_url(&self) -> String {
+        match &self.auth {
+            Some((user, password)) => format!("nats://{user}:{password}@127.0.0.1:{}", self.port),
+            None => self.url(),
+        }
     }
 
     /// Kills the server process (SIGKILL, like a crash) and waits for it to
@@ -390,6 +425,14 @@ impl NatsServer {
         args.push(self.store_dir.clone().into());
         args.push("--ports_file_dir".into());
         args.push(self.ports_dir.clone().into());
+        if let Some((user, password)) = &self.auth {
+            args.extend([
+                "--user".into(),
+                user.into(),
+                "--pass".into(),
+                password.into(),
+            ]);
+        }
         args
     }
 
@@ -415,7 +458,10 @@ impl NatsServer {
         }
         self.port = actual;
 
-        let url = format!("nats://127.0.0.1:{actual}");
+        let url = match &self.auth {
+            Some((user, password)) => format!("nats://{user}:{password}@127.0.0.1:{actual}"),
+            None => format!("nats://127.0.0.1:{actual}"),
+        };
         if let Err(reason) = wait_jetstream(&url, deadline, || check_alive(child)).await {
             readiness_panic(&what, &reason, &self.log_path);
         }
