@@ -855,3 +855,86 @@ async fn micro_discovery_lists_every_endpoint() {
             .all(|e| e["queue_group"] == "directory")
     );
 }
+
+#[tokio::test]
+async fn deregister_stops_the_heartbeat_and_register_resumes_it() {
+    let nats = NatsServer::start().await;
+    let _dir = DirectoryReplica::start(&nats.url(), fast_offline(2_000)).await;
+    let agent = agent_with(&nats.url(), card("leaver"), Duration::from_millis(50)).await;
+    agent.deregister().await.unwrap();
+    // Many heartbeat intervals later it is still offline: the loop stopped.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(
+        agent.lookup("leaver").await.unwrap().status,
+        AgentStatus::Offline
+    );
+    assert!(
+        stored_events(agent.nats(), "agent.registry.events.status.leaver")
+            .await
+            .is_empty()
+    );
+    agent.register().await.unwrap();
+    assert_eq!(
+        agent.lookup("leaver").await.unwrap().status,
+        AgentStatus::Idle
+    );
+}
+
+#[tokio::test]
+async fn two_agents_racing_for_one_goal_id_never_both_win() {
+    let nats = NatsServer::start().await;
+    let _dir = DirectoryReplica::start(&nats.url(), DirectoryConfig::default()).await;
+    let a = agent_with(&nats.url(), card("racer-a"), LONG).await;
+    let b = agent_with(&nats.url(), card("racer-b"), LONG).await;
+    for _ in 0..20 {
+        let goal_id = GoalId::new();
+        let request = GoalOpenRequest {
+            goal_id: Some(goal_id),
+            kind: None,
+        };
+        let (ra, rb) = tokio::join!(a.open_goal_with(request.clone()), b.open_goal_with(request));
+        let winners = [ra.is_ok(), rb.is_ok()].iter().filter(|ok| **ok).count();
+        assert_eq!(winners, 1, "exactly one owner for {goal_id}");
+        let loser = if ra.is_ok() {
+            rb.unwrap_err()
+        } else {
+            ra.unwrap_err()
+        };
+        assert_eq!(loser.kind(), Some(ErrorKind::Conflict));
+    }
+}
+
+#[tokio::test]
+async fn a_half_finished_close_can_be_retried() {
+    let nats = NatsServer::start().await;
+    let _dir = DirectoryReplica::start(&nats.url(), DirectoryConfig::default()).await;
+    let agent = agent_with(&nats.url(), card("closer"), LONG).await;
+    let goal = agent.open_goal().await.unwrap();
+    let js = jetstream::new(agent.nats().clone());
+    publish_inbox(&js, &agent, goal.id(), "left behind").await;
+    // Simulate a close that forgot the goal and then failed: the record is gone, the
+    // consumer and the message are not.
+    let goals = js
+        .get_key_value(switchboard_proto::GOALS_BUCKET)
+        .await
+        .unwrap();
+    goals
+        .delete(switchboard_proto::registry::goal_key(
+            agent.id(),
+            &goal.id(),
+        ))
+        .await
+        .unwrap();
+    let closed = agent.close_goal(goal.id()).await.unwrap();
+    assert_eq!(closed.purged, 1);
+    let stream = js.get_stream(INBOX_STREAM).await.unwrap();
+    assert!(
+        stream
+            .consumer_info(inbox_consumer(&goal.id()))
+            .await
+            .is_err()
+    );
+    // Now it is really gone.
+    let err = agent.close_goal(goal.id()).await.unwrap_err();
+    assert_eq!(err.kind(), Some(ErrorKind::NotFound));
+}

@@ -9,9 +9,11 @@
 use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
+use async_nats::jetstream::ErrorCode;
 use async_nats::jetstream::consumer::{AckPolicy, DeliverPolicy, pull};
-use async_nats::jetstream::context::PublishErrorKind;
+use async_nats::jetstream::context::{ConsumerInfoErrorKind, PublishErrorKind};
 use async_nats::jetstream::kv::{self, CreateErrorKind, UpdateErrorKind};
+use async_nats::jetstream::stream::{ConsumerCreateStrictErrorKind, ConsumerErrorKind};
 use async_nats::jetstream::{self, stream};
 use bytes::Bytes;
 use serde::Serialize;
@@ -29,6 +31,7 @@ use switchboard_proto::{
 use switchboard_runtime::kv::snapshot;
 use switchboard_runtime::telemetry;
 use time::OffsetDateTime;
+use tracing::Instrument;
 
 use crate::error::DirectoryError;
 
@@ -36,7 +39,7 @@ use crate::error::DirectoryError;
 const CAS_ATTEMPTS: u32 = 64;
 
 /// Jittered backoff between compare-and-set attempts, so writers racing on one key spread
-/// out instead of colliding in lockstep (grows to ~20 ms).
+/// out instead of colliding in lockstep (the ceiling doubles from 0.5 ms up to 16 ms).
 async fn cas_backoff(attempt: u32) {
     let ceiling_us = 500u64 << attempt.min(5);
     let jitter = u64::try_from(new_id().as_u128() % 1_000).unwrap_or(500);
@@ -65,7 +68,10 @@ fn decode<T: DeserializeOwned>(key: &str, value: &[u8]) -> Result<T, DirectoryEr
 fn encode<T: Serialize>(value: &T) -> Result<Bytes, DirectoryError> {
     serde_json::to_vec(value)
         .map(Bytes::from)
-        .map_err(|err| DirectoryError::store("encoding a record", err))
+        .map_err(|err| DirectoryError::CorruptRecord {
+            key: "(encoding)".to_owned(),
+            message: err.to_string(),
+        })
 }
 
 /// Outcome of one compare-and-set attempt.
@@ -359,19 +365,17 @@ impl Registry {
         let consumer = inbox_consumer(&goal_id);
         let inbox_subject = subject::inbox(&goal_id);
 
-        // A goal id is an inbox address: refuse one whose consumer another agent owns.
-        match self.inbox.consumer_info(&consumer).await {
-            Ok(info) => {
-                let owner = info.config.metadata.get(CONSUMER_META_AGENT);
-                if owner.map(String::as_str) != Some(caller.as_str()) {
-                    return Err(DirectoryError::GoalOwnedElsewhere { goal: goal_id });
-                }
-            }
-            Err(err) if is_not_found(&err) => {}
-            Err(err) => return Err(DirectoryError::store("reading inbox consumer", err)),
+        // A goal id is an inbox address: the consumer's metadata names its owner, and the
+        // strict create refuses a consumer that exists with another config (another owner), so
+        // two agents racing for one goal id cannot both win.
+        if let Some(owner) = self.consumer_owner(&consumer).await?
+            && owner != caller.as_str()
+        {
+            return Err(DirectoryError::GoalOwnedElsewhere { goal: goal_id });
         }
-        self.inbox
-            .create_consumer(pull::Config {
+        let created = self
+            .inbox
+            .create_consumer_strict(pull::Config {
                 durable_name: Some(consumer.clone()),
                 description: Some(format!("inbox of goal {goal_id} of agent {caller}")),
                 filter_subject: inbox_subject.clone(),
@@ -383,8 +387,14 @@ impl Registry {
                 )]),
                 ..Default::default()
             })
-            .await
-            .map_err(|err| DirectoryError::store("creating inbox consumer", err))?;
+            .await;
+        match created {
+            Ok(_) => {}
+            Err(err) if err.kind() == ConsumerCreateStrictErrorKind::AlreadyExists => {
+                return Err(DirectoryError::GoalOwnedElsewhere { goal: goal_id });
+            }
+            Err(err) => return Err(DirectoryError::store("creating inbox consumer", err)),
+        }
 
         let key = goal_key(caller, &goal_id);
         let existing = self
@@ -416,33 +426,56 @@ impl Registry {
         })
     }
 
-    /// goal.close: delete the goal's consumer, purge its inbox and forget it.
+    /// The agent named in an inbox consumer's metadata, or `None` when it does not exist.
+    async fn consumer_owner(&self, consumer: &str) -> Result<Option<String>, DirectoryError> {
+        match self.inbox.consumer_info(consumer).await {
+            Ok(info) => Ok(Some(
+                info.config
+                    .metadata
+                    .get(CONSUMER_META_AGENT)
+                    .cloned()
+                    .unwrap_or_default(),
+            )),
+            Err(err) if err.kind() == ConsumerInfoErrorKind::NotFound => Ok(None),
+            Err(err) => Err(DirectoryError::store("reading inbox consumer", err)),
+        }
+    }
+
+    /// goal.close: forget the goal, delete its consumer and purge its inbox. A close that
+    /// failed half-way can be retried: the caller's consumer still proves the goal is theirs.
     pub async fn close_goal(
         &self,
         caller: &AgentId,
         goal_id: GoalId,
     ) -> Result<GoalCloseReply, DirectoryError> {
         let key = goal_key(caller, &goal_id);
-        let known = self
+        let consumer = inbox_consumer(&goal_id);
+        let recorded = self
             .goals
             .entry(key.as_str())
             .await
             .map_err(|err| DirectoryError::store("reading goal", err))?
             .is_some_and(|entry| entry.operation == kv::Operation::Put);
-        if !known {
+        let owns_consumer =
+            self.consumer_owner(&consumer).await?.as_deref() == Some(caller.as_str());
+        if !recorded && !owns_consumer {
             return Err(DirectoryError::UnknownGoal {
                 agent: caller.clone(),
                 goal: goal_id,
             });
         }
         // Forget the goal first so no new delivery targets it, then remove its inbox.
-        self.goals
-            .delete(key.as_str())
-            .await
-            .map_err(|err| DirectoryError::store("forgetting goal", err))?;
-        match self.inbox.delete_consumer(&inbox_consumer(&goal_id)).await {
+        if recorded {
+            self.goals
+                .delete(key.as_str())
+                .await
+                .map_err(|err| DirectoryError::store("forgetting goal", err))?;
+        }
+        match self.inbox.delete_consumer(&consumer).await {
             Ok(_) => {}
-            Err(err) if is_not_found(&err) => {}
+            Err(err)
+                if matches!(err.kind(), ConsumerErrorKind::JetStream(ref js)
+                    if js.error_code() == ErrorCode::CONSUMER_NOT_FOUND) => {}
             Err(err) => return Err(DirectoryError::store("deleting inbox consumer", err)),
         }
         let purged = self
@@ -549,24 +582,28 @@ impl Registry {
                 status: AgentStatus::Offline,
                 ..record
             };
-            if let Cas::Done = self.put_record(&agent, &offline, Some(revision)).await? {
+            let outcome = match self.put_record(&agent, &offline, Some(revision)).await {
+                Ok(outcome) => outcome,
+                Err(err) => {
+                    // One failing record must not hold back the others.
+                    tracing::warn!(agent_id = %agent, error = %err, "marking agent offline failed");
+                    continue;
+                }
+            };
+            if let Cas::Done = outcome {
                 tracing::info!(agent_id = %agent, silent_ms = silent.whole_milliseconds(), "agent offline: heartbeats stopped");
+                // No request started this: the event gets a trace of its own.
                 self.emit(
                     RegistryEvent::Offline,
                     &agent,
                     None,
                     Some(AgentStatus::Offline),
                 )
+                .instrument(tracing::info_span!("directory.offline", agent_id = %agent))
                 .await;
                 marked.push(agent);
             }
         }
         Ok(marked)
     }
-}
-
-fn is_not_found(err: &impl std::fmt::Display) -> bool {
-    // JetStream API error 10014 (consumer not found) / 10059 (stream not found).
-    let text = err.to_string();
-    text.contains("10014") || text.contains("not found")
 }

@@ -81,10 +81,15 @@ async fn bad_configuration_exits_64_with_one_clear_line() {
     );
     assert!(stderr.contains("heartbeat_timeout"), "{stderr}");
 
-    let output = directory()
-        .env("SWITCHBOARD_DIRECTORY__HEARTBEAT_TIMEOUT_MS", "soon")
-        .output()
-        .await
-        .unwrap();
-    assert_eq!(output.status.code(), Some(64));
+    for (key, value) in [
+        ("SWITCHBOARD_DIRECTORY__HEARTBEAT_TIMEOUT_MS", "soon"),
+        ("SWITCHBOARD_NATS__URLS", "[]"),
+        ("SWITCHBOARD_NATS__USER", "svc-without-password"),
+        ("SWITCHBOARD_CONFIG", "/nonexistent/switchboard.toml"),
+    ] {
+        let output = directory().env(key, value).output().await.unwrap();
+        assert_eq!(output.status.code(), Some(64), "{key}={value}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(stderr.lines().count(), 1, "one clear line: {stderr}");
+    }
 }

@@ -48,7 +48,8 @@ pub struct Agent {
     js: jetstream::Context,
     card: AgentCard,
     options: AgentOptions,
-    _heartbeat: DropGuard,
+    /// The running heartbeat loop (stopped by deregister, restarted by register).
+    heartbeat: std::sync::Mutex<Option<DropGuard>>,
 }
 
 /// Sends a JSON request with trace context and decodes the reply or the error reply.
@@ -123,22 +124,38 @@ impl Agent {
         options: AgentOptions,
     ) -> Result<Self, ClientError> {
         let js = jetstream::new(nats.clone());
-        let stop = CancellationToken::new();
         let agent = Self {
             nats,
             js,
             card,
             options,
-            _heartbeat: stop.clone().drop_guard(),
+            heartbeat: std::sync::Mutex::new(None),
         };
         agent.register().await?;
-        tokio::spawn(heartbeat_loop(
-            agent.nats.clone(),
-            agent.card.clone(),
-            agent.options.clone(),
-            stop,
-        ));
         Ok(agent)
+    }
+
+    /// Starts the heartbeat loop unless it runs already.
+    fn ensure_heartbeat(&self) {
+        let Ok(mut slot) = self.heartbeat.lock() else {
+            return;
+        };
+        if slot.is_none() {
+            let stop = CancellationToken::new();
+            tokio::spawn(heartbeat_loop(
+                self.nats.clone(),
+                self.card.clone(),
+                self.options.clone(),
+                stop.clone(),
+            ));
+            *slot = Some(stop.drop_guard());
+        }
+    }
+
+    fn stop_heartbeat(&self) {
+        if let Ok(mut slot) = self.heartbeat.lock() {
+            slot.take();
+        }
     }
 
     /// This agent's id.
@@ -170,9 +187,12 @@ impl Agent {
         .await
     }
 
-    /// (Re-)registers the card (also brings an offline agent back online).
+    /// (Re-)registers the card (also brings an offline agent back online) and keeps the
+    /// heartbeat loop running.
     pub async fn register(&self) -> Result<RegisterReply, ClientError> {
-        self.call(RegistryOp::Register, &self.card).await
+        let reply = self.call(RegistryOp::Register, &self.card).await?;
+        self.ensure_heartbeat();
+        Ok(reply)
     }
 
     /// Sends one heartbeat now (the loop does this every interval).
@@ -180,8 +200,10 @@ impl Agent {
         self.call(RegistryOp::Heartbeat, beat).await
     }
 
-    /// Goes offline and closes every goal.
+    /// Goes offline and closes every goal; the heartbeat loop stops (so the agent stays
+    /// offline) until [`Agent::register`] is called again.
     pub async fn deregister(&self) -> Result<DeregisterReply, ClientError> {
+        self.stop_heartbeat();
         self.call(RegistryOp::Deregister, &serde_json::json!({}))
             .await
     }

@@ -122,8 +122,21 @@ impl PartialEq<&str> for AgentId {
 
 /// One live run of an agent (interactive session, background job, daemon). A UUID.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(transparent)]
+#[serde(try_from = "String", into = "String")]
 pub struct GoalId(Uuid);
+
+impl TryFrom<String> for GoalId {
+    type Error = IdError;
+    fn try_from(value: String) -> Result<Self, Self::Error> {
+        Self::parse(&value)
+    }
+}
+
+impl From<GoalId> for String {
+    fn from(value: GoalId) -> Self {
+        value.to_string()
+    }
+}
 
 impl GoalId {
     /// A fresh, time-ordered goal id (UUID v7).
@@ -131,11 +144,13 @@ impl GoalId {
         Self(new_id())
     }
 
-    /// Parses a goal id from UUID text.
+    /// Parses a goal id: a UUID in lowercase hyphenated text (the only form on the wire, so
+    /// one goal has one subject).
     pub fn parse(raw: &str) -> Result<Self, IdError> {
-        Uuid::parse_str(raw)
-            .map(Self)
-            .map_err(|_| IdError::GoalId(truncate_for_error(raw)))
+        match Uuid::try_parse(raw) {
+            Ok(uuid) if uuid.hyphenated().to_string() == raw => Ok(Self(uuid)),
+            _ => Err(IdError::GoalId(truncate_for_error(raw))),
+        }
     }
 
     /// The underlying UUID.
@@ -220,6 +235,10 @@ mod tests {
         assert_eq!(text, text.to_lowercase());
         assert_eq!(GoalId::parse(&text).unwrap(), id);
         assert!(GoalId::parse("not-a-uuid").is_err());
+        // One goal, one spelling: uppercase, simple and braced forms are refused.
+        assert!(GoalId::parse(&text.to_uppercase()).is_err());
+        assert!(GoalId::parse(&text.replace('-', "")).is_err());
+        assert!(GoalId::parse(&format!("{{{text}}}")).is_err());
         assert_eq!(new_id().get_version_num(), 7);
     }
 }

@@ -23,32 +23,45 @@ pub const CONFIG_PATH_ENV: &str = "SWITCHBOARD_CONFIG";
 /// Default config file name.
 pub const DEFAULT_CONFIG_FILE: &str = "switchboard.toml";
 
-/// Configuration could not be read.
+/// Configuration could not be read, or reads but makes no sense.
 #[derive(Debug, thiserror::Error)]
-#[error("invalid configuration: {0}")]
-pub struct ConfigError(#[from] Box<figment::Error>);
+pub enum ConfigError {
+    /// A source does not parse or a value has the wrong type / an unknown key.
+    #[error("invalid configuration: {0}")]
+    Figment(#[from] Box<figment::Error>),
+    /// The values parse but contradict each other or are missing.
+    #[error("invalid configuration: {0}")]
+    Invalid(String),
+}
 
 impl From<ConfigError> for figment::Error {
     fn from(value: ConfigError) -> Self {
-        *value.0
+        match value {
+            ConfigError::Figment(err) => *err,
+            ConfigError::Invalid(message) => figment::Error::from(message),
+        }
     }
 }
 
 impl From<figment::Error> for ConfigError {
     fn from(value: figment::Error) -> Self {
-        Self(Box::new(value))
+        Self::Figment(Box::new(value))
     }
 }
 
 /// The layered sources: the config file (if any) then `SWITCHBOARD_*` env vars. Defaults come
-/// from each struct's `Default` when it is extracted.
+/// from each struct's `Default` when it is extracted. `./switchboard.toml` is optional and read
+/// from the working directory only; a file named by `SWITCHBOARD_CONFIG` must exist (checked
+/// by [`RuntimeConfig::load`]).
 pub fn figment() -> Figment {
     let path = std::env::var_os(CONFIG_PATH_ENV)
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(DEFAULT_CONFIG_FILE));
-    Figment::new()
-        .merge(Toml::file(path))
-        .merge(Env::prefixed(ENV_PREFIX).split("__"))
+    let mut figment = Figment::new();
+    if path.is_file() {
+        figment = figment.merge(Toml::file_exact(path));
+    }
+    figment.merge(Env::prefixed(ENV_PREFIX).split("__"))
 }
 
 /// Extracts the section `key` as `T`, with `T::default()` under every layer.
@@ -119,9 +132,44 @@ impl RuntimeConfig {
     /// Reads the shared settings from the layered sources (unknown top-level keys are other
     /// services' sections and are ignored here).
     pub fn load(figment: &Figment) -> Result<Self, ConfigError> {
-        Ok(Figment::from(Serialized::defaults(Self::default()))
+        if let Some(path) = std::env::var_os(CONFIG_PATH_ENV).map(PathBuf::from)
+            && !path.is_file()
+        {
+            return Err(ConfigError::Invalid(format!(
+                "{CONFIG_PATH_ENV}={} does not exist",
+                path.display()
+            )));
+        }
+        let config: Self = Figment::from(Serialized::defaults(Self::default()))
             .merge(figment.clone())
-            .extract()?)
+            .extract()?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Checks what types alone cannot: at least one URL, credentials in pairs, replicas ≥ 1.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.nats.urls.is_empty() {
+            return Err(ConfigError::Invalid("nats.urls is empty".to_owned()));
+        }
+        if self.nats.user.is_some() != self.nats.password.is_some() {
+            return Err(ConfigError::Invalid(
+                "nats.user and nats.password must be set together".to_owned(),
+            ));
+        }
+        let (cert, key) = (&self.nats.tls.cert_file, &self.nats.tls.key_file);
+        if cert.is_some() != key.is_some() {
+            return Err(ConfigError::Invalid(
+                "nats.tls.cert_file and nats.tls.key_file must be set together".to_owned(),
+            ));
+        }
+        if self.jetstream.replicas == 0 || self.jetstream.replicas > 5 {
+            return Err(ConfigError::Invalid(format!(
+                "jetstream.replicas must be 1..=5, got {}",
+                self.jetstream.replicas
+            )));
+        }
+        Ok(())
     }
 
     /// The shutdown grace period.
@@ -322,6 +370,28 @@ mod tests {
             assert!(err.to_string().contains("url"), "{err}");
             jail.set_env("SWITCHBOARD_DEMO__LIMTI", "1");
             assert!(section::<Demo>(&figment(), "demo").is_err());
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn contradictions_are_errors() {
+        Jail::expect_with(|jail| {
+            jail.set_env("SWITCHBOARD_NATS__URLS", "[]");
+            let err = RuntimeConfig::load(&figment()).unwrap_err();
+            assert!(err.to_string().contains("nats.urls is empty"), "{err}");
+            jail.set_env("SWITCHBOARD_NATS__URLS", "[nats://a:4222]");
+            jail.set_env("SWITCHBOARD_NATS__USER", "svc");
+            let err = RuntimeConfig::load(&figment()).unwrap_err();
+            assert!(err.to_string().contains("together"), "{err}");
+            jail.set_env("SWITCHBOARD_NATS__PASSWORD", "pw");
+            jail.set_env("SWITCHBOARD_JETSTREAM__REPLICAS", "0");
+            assert!(RuntimeConfig::load(&figment()).is_err());
+            jail.set_env("SWITCHBOARD_JETSTREAM__REPLICAS", "3");
+            assert!(RuntimeConfig::load(&figment()).is_ok());
+            jail.set_env(CONFIG_PATH_ENV, "missing.toml");
+            let err = RuntimeConfig::load(&figment()).unwrap_err();
+            assert!(err.to_string().contains("missing.toml"), "{err}");
             Ok(())
         });
     }
