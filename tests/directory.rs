@@ -893,12 +893,10 @@ async fn two_agents_racing_for_one_goal_id_never_both_win() {
             kind: None,
         };
         let (ra, rb) = tokio::join!(a.open_goal_with(request.clone()), b.open_goal_with(request));
-        let winners = [ra.is_ok(), rb.is_ok()].iter().filter(|ok| **ok).count();
-        assert_eq!(winners, 1, "exactly one owner for {goal_id}");
-        let loser = if ra.is_ok() {
-            rb.unwrap_err()
-        } else {
-            ra.unwrap_err()
+        let loser = match (ra, rb) {
+            (Ok(_), Err(err)) | (Err(err), Ok(_)) => err,
+            (Ok(_), Ok(_)) => panic!("both agents own {goal_id}"),
+            (Err(a), Err(b)) => panic!("nobody owns {goal_id}: {a} / {b}"),
         };
         assert_eq!(loser.kind(), Some(ErrorKind::Conflict));
     }
