@@ -245,10 +245,14 @@ pub async fn start(
         let handler = wrap_errors(endpoint.handler, endpoint.name.clone(), Arc::clone(&errors));
         subscribed.push((stream, handler, endpoint.name));
     }
-    // The server knows every subscription once the flush round trip returns.
-    if let Err(err) = client.flush().await {
-        tracing::warn!(error = %err, "flush after subscribing endpoints failed");
-    }
+    // Ready means the server has registered every endpoint subscription (a real round trip;
+    // `flush` alone does not wait for the server).
+    crate::nats::sync(client)
+        .await
+        .map_err(|err| MicroError::Start {
+            name: spec.name.to_owned(),
+            source: err.into(),
+        })?;
     Ok(Running {
         name: spec.name,
         service,

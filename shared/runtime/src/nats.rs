@@ -98,3 +98,34 @@ async fn log_event(event: Event) {
         Event::ClientError(err) => tracing::warn!(error = %err, "nats client error"),
     }
 }
+
+/// Waits until the server has processed everything this connection sent so far.
+///
+/// `Client::flush` only empties the socket buffer; it is not a PING/PONG. A server handles one
+/// connection's protocol in order, so a message we publish to our own inbox and receive back
+/// proves every earlier SUB is registered: after `sync`, a request from any other connection
+/// to this server finds our subscriptions.
+pub async fn sync(client: &Client) -> Result<(), SyncError> {
+    use futures::StreamExt;
+    let inbox = client.new_inbox();
+    let mut echo = client
+        .subscribe(inbox.clone())
+        .await
+        .map_err(|err| SyncError(err.to_string()))?;
+    client
+        .publish(inbox, bytes::Bytes::new())
+        .await
+        .map_err(|err| SyncError(err.to_string()))?;
+    let got = tokio::time::timeout(Duration::from_secs(10), echo.next()).await;
+    let _ = echo.unsubscribe().await;
+    match got {
+        Ok(Some(_)) => Ok(()),
+        Ok(None) => Err(SyncError("subscription closed".to_owned())),
+        Err(_) => Err(SyncError("no echo within 10 s".to_owned())),
+    }
+}
+
+/// The server did not confirm our earlier commands.
+#[derive(Debug, thiserror::Error)]
+#[error("round trip to the NATS server failed: {0}")]
+pub struct SyncError(String);
