@@ -14,7 +14,7 @@ use switchboard_proto::{EVENTS_STREAM, HEADER_TRACEPARENT};
 use switchboard_runtime::config::TelemetryConfig;
 use switchboard_runtime::telemetry;
 use switchboard_testkit::{NatsServer, assert_eventually};
-use switchboard_tests::{DirectoryConfig, DirectoryReplica, agent_with, card};
+use switchboard_tests::{DirectoryConfig, DirectoryReplica, FanoutReplica, agent_with, card};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tracing::Instrument;
 
@@ -154,6 +154,34 @@ async fn trace_context_crosses_every_hop_and_spans_are_exported() {
         .await
         .unwrap();
     assert_eq!(trace_id_of(Some(&event.headers)), agent_trace);
+
+    // The send hop: the copy stored in the receiver's inbox carries the sender's trace.
+    let fanout = FanoutReplica::start(&nats.url(), inbox_fanout::FanoutConfig::default()).await;
+    let reader = agent_with(&nats.url(), card("reader"), Duration::from_secs(3600)).await;
+    let reader_goal = reader.open_goal().await.unwrap();
+    let span = tracing::info_span!("agent-send");
+    let send_trace = {
+        use opentelemetry::trace::TraceContextExt;
+        use tracing_opentelemetry::OpenTelemetrySpanExt;
+        span.context().span().span_context().trace_id().to_string()
+    };
+    async {
+        let writer = agent_with(&nats.url(), card("writer"), Duration::from_secs(3600)).await;
+        let report = writer.send_to_peer("reader", "traced").await.unwrap();
+        assert_eq!(report.delivered_to, vec![reader_goal.id()]);
+    }
+    .instrument(span)
+    .await;
+    let inbox = js
+        .get_stream(switchboard_proto::INBOX_STREAM)
+        .await
+        .unwrap();
+    let copy = inbox
+        .get_last_raw_message_by_subject(&switchboard_proto::subject::inbox(&reader_goal.id()))
+        .await
+        .unwrap();
+    assert_eq!(trace_id_of(Some(&copy.headers)), send_trace);
+    fanout.stop().await;
 
     // Spans reach the OTLP endpoint (flushed at shutdown), named after service.endpoint.
     dir.stop().await;

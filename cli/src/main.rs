@@ -5,25 +5,31 @@
 //! - `switchboard peers --as <agent>`: list_peers as that agent (JSON).
 //! - `switchboard agents`: every registered agent with status and goal count (JSON).
 //! - `switchboard lookup <agent> [--as <agent>]`: one agent's card, status and goals (JSON).
+//! - `switchboard send --as <agent> --to <peer> "text"`: send_to_peer (or `--to '*'`), prints
+//!   the delivery report (JSON).
+//! - `switchboard inbox --as <agent> --goal <id> [--follow]`: a goal's inbox as JSON lines,
+//!   without consuming it.
 
+mod inbox;
 mod up;
 
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use switchboard_client::proto::registry::LookupRequest;
-use switchboard_client::proto::subject::RegistryOp;
+use switchboard_client::proto::send::SendRequest;
+use switchboard_client::proto::subject::{self, RegistryOp};
 use switchboard_client::proto::{AgentId, ErrorReply, HEADER_SERVICE_ERROR_CODE};
 
 /// Default NATS URL for the inspection commands (also what `up` serves by default).
-const DEFAULT_NATS_URL: &str = "nats://127.0.0.1:4222";
+pub(crate) const DEFAULT_NATS_URL: &str = "nats://127.0.0.1:4222";
 
 #[derive(Debug, Parser)]
 #[command(
     name = "switchboard",
     version,
     about = "Switchboard: a NATS-native messaging fabric for LLM agents",
-    after_help = "Examples:\n  switchboard up                       # embedded nats-server + all services\n  switchboard up --nats-url nats://nats:4222\n  switchboard agents\n  switchboard peers --as researcher\n  switchboard lookup writer"
+    after_help = "Examples:\n  switchboard up                       # embedded nats-server + all services\n  switchboard up --nats-url nats://nats:4222\n  switchboard agents\n  switchboard peers --as researcher\n  switchboard lookup writer\n  switchboard send --as writer --to researcher \"draft ready\"\n  switchboard inbox --as researcher --goal <goal_id> --follow"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -68,6 +74,31 @@ enum Command {
         #[arg(long, env = "NATS_URL", default_value = DEFAULT_NATS_URL)]
         nats_url: String,
     },
+    /// send_to_peer as an agent (it must be registered); prints the delivery report (JSON).
+    #[command(
+        after_help = "Examples:\n  switchboard send --as writer --to researcher \"draft ready\"\n  switchboard send --as herald --to '*' \"standup in 5\"   # broadcast"
+    )]
+    Send {
+        /// The sending agent.
+        #[arg(long = "as", value_name = "AGENT")]
+        as_agent: String,
+        /// The peer, or `*` to broadcast.
+        #[arg(long, value_name = "PEER")]
+        to: String,
+        /// The message text.
+        message: String,
+        /// A correlation id to carry (UUID).
+        #[arg(long)]
+        correlation_id: Option<uuid::Uuid>,
+        /// NATS URL.
+        #[arg(long, env = "NATS_URL", default_value = DEFAULT_NATS_URL)]
+        nats_url: String,
+    },
+    /// Print a goal's inbox as JSON lines without consuming it (--follow keeps tailing).
+    #[command(
+        after_help = "Example:\n  switchboard inbox --as researcher --goal 0193a1b2-0000-7000-8000-000000000001 --follow"
+    )]
+    Inbox(inbox::InboxArgs),
 }
 
 #[tokio::main]
@@ -85,6 +116,27 @@ async fn main() -> ExitCode {
             .await
         }
         Command::Agents { nats_url } => agents(&nats_url).await,
+        Command::Send {
+            as_agent,
+            to,
+            message,
+            correlation_id,
+            nats_url,
+        } => {
+            let request = SendRequest {
+                to: Some(to),
+                message: Some(message),
+                id: Some(switchboard_client::proto::new_id()),
+                correlation_id,
+                ..SendRequest::default()
+            };
+            let agent = AgentId::parse(&as_agent).map_err(anyhow::Error::from);
+            match agent {
+                Ok(agent) => request_json(&nats_url, &subject::send(&agent), &request).await,
+                Err(err) => Err(err),
+            }
+        }
+        Command::Inbox(args) => return inbox::run(args).await,
         Command::Lookup {
             agent,
             as_agent,
@@ -117,7 +169,7 @@ async fn main() -> ExitCode {
     }
 }
 
-async fn connect(nats_url: &str) -> anyhow::Result<async_nats::Client> {
+pub(crate) async fn connect(nats_url: &str) -> anyhow::Result<async_nats::Client> {
     async_nats::ConnectOptions::new()
         .name("switchboard-cli")
         .connect(nats_url)
@@ -135,13 +187,22 @@ async fn registry_request<T: serde::Serialize>(
     body: &T,
 ) -> anyhow::Result<serde_json::Value> {
     let agent = AgentId::parse(as_agent)?;
+    request_json(nats_url, &op.subject(&agent), body).await
+}
+
+/// Sends a JSON request and returns the reply, or the service's error reply as an error.
+pub(crate) async fn request_json<T: serde::Serialize>(
+    nats_url: &str,
+    subject: &str,
+    body: &T,
+) -> anyhow::Result<serde_json::Value> {
     let client = connect(nats_url).await?;
-    let subject = op.subject(&agent);
+    let subject = subject.to_owned();
     let reply = client
         .request(subject.clone(), serde_json::to_vec(body)?.into())
         .await
         .map_err(|err| {
-            anyhow::anyhow!("request to {subject}: {err} (is the directory running?)")
+            anyhow::anyhow!("request to {subject}: {err} (is `switchboard up` running?)")
         })?;
     let is_error = reply
         .headers

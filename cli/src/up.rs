@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use clap::Args;
 use directory::DirectoryConfig;
+use inbox_fanout::FanoutConfig;
 use switchboard_runtime::embedded::EmbeddedNats;
 use switchboard_runtime::{RuntimeConfig, config, nats, shutdown, telemetry};
 
@@ -28,31 +29,28 @@ pub struct UpArgs {
 /// Runs `up` until SIGINT/SIGTERM.
 pub async fn run(args: UpArgs) -> ExitCode {
     let figment = config::figment();
-    let (mut runtime, directory_config) = match (
-        RuntimeConfig::load(&figment),
-        config::section::<DirectoryConfig>(&figment, directory::config::SECTION),
-    ) {
-        (Ok(runtime), Ok(directory)) => (runtime, directory),
-        (Err(err), _) | (_, Err(err)) => {
+    let loaded = RuntimeConfig::load(&figment).and_then(|runtime| {
+        Ok(Services {
+            runtime,
+            directory: config::section(&figment, directory::config::SECTION)?,
+            fanout: config::section(&figment, inbox_fanout::config::SECTION)?,
+        })
+    });
+    let mut services = match loaded {
+        Ok(services) => services,
+        Err(err) => {
             eprintln!("switchboard: {err}");
             return ExitCode::from(64);
         }
     };
-    let telemetry = match telemetry::init("switchboard", &runtime.telemetry) {
+    let telemetry = match telemetry::init("switchboard", &services.runtime.telemetry) {
         Ok(guard) => guard,
         Err(err) => {
             eprintln!("switchboard: {err}");
             return ExitCode::from(64);
         }
     };
-    let code = match serve(
-        args,
-        &mut runtime,
-        directory_config,
-        telemetry.exporting_to(),
-    )
-    .await
-    {
+    let code = match serve(args, &mut services, telemetry.exporting_to()).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
             eprintln!("switchboard: {err:#}");
@@ -63,12 +61,15 @@ pub async fn run(args: UpArgs) -> ExitCode {
     code
 }
 
-async fn serve(
-    args: UpArgs,
-    runtime: &mut RuntimeConfig,
-    directory_config: DirectoryConfig,
-    otlp: Option<&str>,
-) -> anyhow::Result<()> {
+/// Every service's configuration.
+struct Services {
+    runtime: RuntimeConfig,
+    directory: DirectoryConfig,
+    fanout: FanoutConfig,
+}
+
+async fn serve(args: UpArgs, services: &mut Services, otlp: Option<&str>) -> anyhow::Result<()> {
+    let runtime = &mut services.runtime;
     let embedded = match &args.nats_url {
         Some(url) => {
             runtime.nats.urls = vec![url.clone()];
@@ -84,8 +85,12 @@ async fn serve(
     let client = nats::connect(&runtime.nats, "switchboard-up").await?;
     let shutdown = shutdown::on_signal();
 
-    let directory = directory::start(&client, runtime, directory_config).await?;
-    let services = vec![tokio::spawn(directory.run(shutdown.clone()))];
+    let directory = directory::start(&client, runtime, services.directory.clone()).await?;
+    let fanout = inbox_fanout::start(&client, runtime, services.fanout.clone()).await?;
+    let tasks = vec![
+        tokio::spawn(directory.run(shutdown.clone())),
+        tokio::spawn(fanout.run(shutdown.clone())),
+    ];
 
     match &embedded {
         Some(server) => println!(
@@ -97,13 +102,13 @@ async fn serve(
         None => println!("Switchboard is up.\n  NATS:      {url}"),
     }
     println!(
-        "  services:  directory\n  traces:    {}\n\nAn agent in any language connects to {url} and sends\n  agent.registry.register.<agent_id>   (its card, JSON)\n  agent.registry.goal.open.<agent_id>  (then reads its inbox consumer)\nTry:  switchboard agents   |   switchboard peers --as <agent_id>\nStop: Ctrl-C",
+        "  services:  directory, inbox-fanout\n  traces:    {}\n\nAn agent in any language connects to {url} and sends\n  agent.registry.register.<agent_id>   (its card, JSON)\n  agent.registry.goal.open.<agent_id>  (then reads its inbox consumer)\n  agent.send.<agent_id>                ({{\"to\": \"peer\", \"message\": \"…\"}})\nTry:  switchboard agents   |   switchboard peers --as <agent_id>\nStop: Ctrl-C",
         otlp.unwrap_or("not exported (set OTEL_EXPORTER_OTLP_ENDPOINT)")
     );
 
     shutdown.cancelled().await;
-    for service in services {
-        if let Err(err) = service.await {
+    for task in tasks {
+        if let Err(err) = task.await {
             tracing::error!(error = %err, "a service task failed");
         }
     }

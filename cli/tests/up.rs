@@ -70,7 +70,10 @@ async fn up_runs_the_embedded_system_and_stops_on_ctrl_c() {
         banner.contains(&format!("NATS:      {url} (embedded nats-server")),
         "{banner}"
     );
-    assert!(banner.contains("services:  directory"), "{banner}");
+    assert!(
+        banner.contains("services:  directory, inbox-fanout"),
+        "{banner}"
+    );
     assert!(
         data.path().join("nats/jetstream").exists(),
         "JetStream data in the data dir"
@@ -101,6 +104,94 @@ async fn up_runs_the_embedded_system_and_stops_on_ctrl_c() {
     let (ok, _, stderr) = json(&["peers", "--as", "Not.Valid", "--nats-url", &url]).await;
     assert!(!ok);
     assert!(stderr.contains("invalid"), "{stderr}");
+
+    // send as a second agent, then read the inbox without consuming it.
+    let writer = Agent::connect(&url, "writer").await.unwrap();
+    let (ok, report, stderr) = json(&[
+        "send",
+        "--as",
+        "writer",
+        "--to",
+        "researcher",
+        "draft ready",
+        "--nats-url",
+        &url,
+    ])
+    .await;
+    assert!(ok, "{stderr}");
+    assert_eq!(report["delivered_to"][0], goal.id().to_string());
+    assert_eq!(report["unreachable_reasons"], serde_json::json!([]));
+    let (ok, report, _) = json(&[
+        "send",
+        "--as",
+        "writer",
+        "--to",
+        "ghost",
+        "x",
+        "--nats-url",
+        &url,
+    ])
+    .await;
+    assert!(ok);
+    assert_eq!(report["unreachable_reasons"][0], "unknown agent_id `ghost`");
+    let (ok, _, stderr) = json(&[
+        "send",
+        "--as",
+        "writer",
+        "--to",
+        "writer",
+        "me",
+        "--nats-url",
+        &url,
+    ])
+    .await;
+    assert!(!ok, "a refused send exits non-zero");
+    assert!(stderr.contains("self_send"), "{stderr}");
+
+    let goal_id = goal.id().to_string();
+    let output = switchboard()
+        .args([
+            "inbox",
+            "--as",
+            "researcher",
+            "--goal",
+            &goal_id,
+            "--nats-url",
+            &url,
+        ])
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let printed: Vec<serde_json::Value> = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    assert_eq!(printed.len(), 1);
+    assert_eq!(printed[0]["body"], "draft ready");
+    assert_eq!(printed[0]["from_agent_id"], "writer");
+    // Not consumed: the goal itself still gets it.
+    let taken = goal.drain().await.unwrap();
+    assert_eq!(taken.len(), 1);
+    let output = switchboard()
+        .args([
+            "inbox",
+            "--as",
+            "writer",
+            "--goal",
+            &goal_id,
+            "--nats-url",
+            &url,
+        ])
+        .output()
+        .await
+        .unwrap();
+    assert!(!output.status.success(), "someone else's goal is refused");
+    drop(writer);
     drop(goal);
     drop(agent);
 
@@ -131,7 +222,7 @@ async fn inspection_commands_fail_clearly_without_a_server() {
 
 #[test]
 fn help_shows_an_example_per_command() {
-    for command in ["up", "peers", "agents", "lookup"] {
+    for command in ["up", "peers", "agents", "lookup", "send", "inbox"] {
         let output = std::process::Command::new(env!("CARGO_BIN_EXE_switchboard"))
             .args([command, "--help"])
             .output()

@@ -170,3 +170,88 @@ pub async fn stored_events(
     }
     out
 }
+
+/// One in-process inbox-fanout replica with its own NATS connection.
+pub struct FanoutReplica {
+    pub shutdown: CancellationToken,
+    pub task: JoinHandle<()>,
+}
+
+impl FanoutReplica {
+    pub async fn start(url: &str, config: inbox_fanout::FanoutConfig) -> Self {
+        let client = async_nats::connect(url).await.unwrap();
+        let running = inbox_fanout::start(&client, &runtime(url), config)
+            .await
+            .unwrap();
+        Self::spawn(running)
+    }
+
+    pub async fn start_with(
+        url: &str,
+        config: inbox_fanout::FanoutConfig,
+        publisher: std::sync::Arc<dyn inbox_fanout::InboxPublisher>,
+    ) -> Self {
+        let client = async_nats::connect(url).await.unwrap();
+        let running = inbox_fanout::start_with(&client, &runtime(url), config, publisher)
+            .await
+            .unwrap();
+        Self::spawn(running)
+    }
+
+    fn spawn(running: inbox_fanout::Running) -> Self {
+        let shutdown = CancellationToken::new();
+        let task = tokio::spawn(running.run(shutdown.clone()));
+        Self { shutdown, task }
+    }
+
+    pub async fn stop(self) {
+        self.shutdown.cancel();
+        tokio::time::timeout(Duration::from_secs(10), self.task)
+            .await
+            .expect("inbox-fanout did not stop within 10 s")
+            .unwrap();
+    }
+}
+
+/// A nats-server with a directory and an inbox-fanout.
+pub struct Fabric {
+    pub nats: switchboard_testkit::NatsServer,
+    pub directory: DirectoryReplica,
+    pub fanout: FanoutReplica,
+}
+
+impl Fabric {
+    pub async fn start() -> Self {
+        Self::start_with(inbox_fanout::FanoutConfig::default()).await
+    }
+
+    pub async fn start_with(config: inbox_fanout::FanoutConfig) -> Self {
+        let nats = switchboard_testkit::NatsServer::start().await;
+        let directory = DirectoryReplica::start(&nats.url(), DirectoryConfig::default()).await;
+        let fanout = FanoutReplica::start(&nats.url(), config).await;
+        Self {
+            nats,
+            directory,
+            fanout,
+        }
+    }
+
+    pub fn url(&self) -> String {
+        self.nats.url()
+    }
+
+    /// A registered agent (open ACLs, no automatic heartbeats during a test).
+    pub async fn agent(&self, id: &str) -> Agent {
+        agent_with(&self.url(), card(id), Duration::from_secs(3600)).await
+    }
+
+    /// Messages stored in AGENT_INBOX right now.
+    pub async fn stored(&self) -> u64 {
+        let js = async_nats::jetstream::new(self.nats.client().await);
+        let mut stream = js
+            .get_stream(switchboard_proto::INBOX_STREAM)
+            .await
+            .unwrap();
+        stream.info().await.unwrap().state.messages
+    }
+}

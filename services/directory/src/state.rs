@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use async_nats::jetstream::ErrorCode;
 use async_nats::jetstream::consumer::{AckPolicy, DeliverPolicy, pull};
-use async_nats::jetstream::context::{ConsumerInfoErrorKind, PublishErrorKind};
+use async_nats::jetstream::context::ConsumerInfoErrorKind;
 use async_nats::jetstream::kv::{self, CreateErrorKind, UpdateErrorKind};
 use async_nats::jetstream::stream::{ConsumerCreateStrictErrorKind, ConsumerErrorKind};
 use async_nats::jetstream::{self, stream};
@@ -26,10 +26,10 @@ use switchboard_proto::registry::{
 use switchboard_proto::subject::{self, RegistryEvent};
 use switchboard_proto::{
     AgentCard, AgentId, AgentRecord, AgentStatus, CONSUMER_META_AGENT, GoalId, GoalRecord,
-    HEADER_MSG_ID, INBOX_STREAM, acl, inbox_consumer, new_id, timestamp,
+    INBOX_STREAM, acl, inbox_consumer, new_id, timestamp,
 };
 use switchboard_runtime::kv::snapshot;
-use switchboard_runtime::telemetry;
+use switchboard_runtime::publish::publish_durable;
 use time::OffsetDateTime;
 use tracing::Instrument;
 
@@ -45,8 +45,6 @@ async fn cas_backoff(attempt: u32) {
     let jitter = u64::try_from(new_id().as_u128() % 1_000).unwrap_or(500);
     tokio::time::sleep(Duration::from_micros(ceiling_us * jitter / 1_000)).await;
 }
-/// How many times an event publish is retried (same `Nats-Msg-Id`, so stored once).
-const PUBLISH_ATTEMPTS: usize = 3;
 
 /// The directory's handle on its state.
 #[derive(Debug, Clone)]
@@ -186,30 +184,11 @@ impl Registry {
             tracing::error!(?event, "encoding a registry event failed");
             return;
         };
-        let body = Bytes::from(body);
         let subject = event.subject(agent);
-        for attempt in 1..=PUBLISH_ATTEMPTS {
-            let mut headers = telemetry::traced_headers();
-            headers.insert(HEADER_MSG_ID, payload.id.to_string().as_str());
-            let acked = match self
-                .js
-                .publish_with_headers(subject.clone(), headers, body.clone())
-                .await
-            {
-                Ok(ack) => ack.await.map(|_| ()).map_err(|err| err.to_string()),
-                Err(err) if err.kind() == PublishErrorKind::StreamNotFound => {
-                    Err("stream not found".to_owned())
-                }
-                Err(err) => Err(err.to_string()),
-            };
-            match acked {
-                Ok(()) => return,
-                Err(err) => {
-                    tracing::warn!(%subject, attempt, error = %err, "publishing registry event failed");
-                }
-            }
+        let id = payload.id.to_string();
+        if let Err(err) = publish_durable(&self.js, &subject, &id, Bytes::from(body)).await {
+            tracing::error!(%subject, event_id = %id, error = %err, "registry event lost after retries");
         }
-        tracing::error!(%subject, event_id = %payload.id, "registry event lost after retries");
     }
 
     /// register: create or update the caller's card. `body` is the raw JSON object.

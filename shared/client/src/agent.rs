@@ -11,7 +11,8 @@ use switchboard_proto::registry::{
     DeregisterReply, GoalCloseReply, GoalCloseRequest, GoalOpenReply, GoalOpenRequest,
     HeartbeatReply, HeartbeatRequest, LookupReply, LookupRequest, PeersReply, RegisterReply,
 };
-use switchboard_proto::subject::RegistryOp;
+use switchboard_proto::send::{DeliveryReport, SendRequest};
+use switchboard_proto::subject::{self, RegistryOp};
 use switchboard_proto::{
     AgentCard, AgentId, ErrorReply, GoalId, GoalKind, HEADER_SERVICE_ERROR_CODE,
 };
@@ -29,6 +30,10 @@ pub struct AgentOptions {
     pub heartbeat_interval: Duration,
     /// How long a request may wait for its reply.
     pub request_timeout: Duration,
+    /// How often a send is retried when no service answered (no responders or a timeout),
+    /// with the same message id so a copy is never stored twice. Pauses start at 100 ms and
+    /// double.
+    pub send_retries: u32,
 }
 
 impl Default for AgentOptions {
@@ -36,6 +41,7 @@ impl Default for AgentOptions {
         Self {
             heartbeat_interval: Duration::from_secs(10),
             request_timeout: Duration::from_secs(10),
+            send_retries: 5,
         }
     }
 }
@@ -222,6 +228,55 @@ impl Agent {
             },
         )
         .await
+    }
+
+    /// Sends a message (send_to_peer, or a broadcast when `to` is `*`) and returns the
+    /// delivery report. The message id is chosen here when absent, so retries after a lost
+    /// reply are stored once per goal.
+    pub async fn send(&self, mut send: SendRequest) -> Result<DeliveryReport, ClientError> {
+        send.id.get_or_insert_with(switchboard_proto::new_id);
+        let subject = subject::send(self.id());
+        let mut pause = Duration::from_millis(100);
+        let mut attempt = 0;
+        loop {
+            match request::<_, DeliveryReport>(
+                &self.nats,
+                subject.clone(),
+                &send,
+                self.options.request_timeout,
+            )
+            .await
+            {
+                Err(ClientError::NoResponders { .. } | ClientError::Timeout { .. })
+                    if attempt < self.options.send_retries =>
+                {
+                    attempt += 1;
+                    tokio::time::sleep(pause).await;
+                    pause *= 2;
+                }
+                outcome => return outcome,
+            }
+        }
+    }
+
+    /// send_to_peer: `message` to every live goal of `to`.
+    pub async fn send_to_peer(
+        &self,
+        to: &str,
+        message: &str,
+    ) -> Result<DeliveryReport, ClientError> {
+        self.send(SendRequest {
+            to: Some(to.to_owned()),
+            message: Some(message.to_owned()),
+            ..SendRequest::default()
+        })
+        .await
+    }
+
+    /// Broadcast: `message` to every peer this agent may reach (capped by the service).
+    pub async fn broadcast(&self, message: &str) -> Result<DeliveryReport, ClientError> {
+        self.send_to_peer(switchboard_proto::BROADCAST_TARGET, message)
+            .await
     }
 
     /// Opens a fresh interactive goal.

@@ -28,6 +28,16 @@ pub enum ErrorKind {
     Unavailable,
     /// A bug on our side; details are in the service log.
     Internal,
+    /// send gate 1: `to` is missing or blank.
+    MissingTo,
+    /// send gate 2: an agent sent to itself.
+    SelfSend,
+    /// send gate 3: `message` is missing or blank.
+    EmptyMessage,
+    /// send gate 4: the body is over 64 KiB (the message names the limit).
+    BodyTooLarge,
+    /// A broadcast would reach more peers than the cap; nothing was sent.
+    BroadcastTooLarge,
     /// A kind this client version does not know yet.
     #[serde(other)]
     Unknown,
@@ -37,7 +47,14 @@ impl ErrorKind {
     /// The numeric code sent in `Nats-Service-Error-Code` (HTTP-like).
     pub fn code(self) -> u16 {
         match self {
-            Self::BadRequest | Self::InvalidAgentId | Self::InvalidGoalId => 400,
+            Self::BadRequest
+            | Self::InvalidAgentId
+            | Self::InvalidGoalId
+            | Self::MissingTo
+            | Self::SelfSend
+            | Self::EmptyMessage
+            | Self::BroadcastTooLarge => 400,
+            Self::BodyTooLarge => 413,
             Self::IdentityMismatch => 403,
             Self::NotRegistered | Self::NotFound => 404,
             Self::Conflict => 409,
@@ -58,6 +75,11 @@ impl ErrorKind {
             Self::Conflict => "conflict",
             Self::Unavailable => "unavailable",
             Self::Internal => "internal",
+            Self::MissingTo => "missing_to",
+            Self::SelfSend => "self_send",
+            Self::EmptyMessage => "empty_message",
+            Self::BodyTooLarge => "body_too_large",
+            Self::BroadcastTooLarge => "broadcast_too_large",
             Self::Unknown => "unknown",
         }
     }
@@ -126,7 +148,7 @@ mod tests {
     #[test]
     fn unknown_kinds_still_parse() {
         let reply: ErrorReply = serde_json::from_value(
-            json!({"error": {"code": 429, "kind": "too_many_calls", "message": "x"}}),
+            json!({"error": {"code": 429, "kind": "a_kind_from_the_future", "message": "x"}}),
         )
         .unwrap();
         assert_eq!(reply.kind(), ErrorKind::Unknown);
@@ -144,6 +166,11 @@ mod tests {
             ErrorKind::Conflict,
             ErrorKind::Unavailable,
             ErrorKind::Internal,
+            ErrorKind::MissingTo,
+            ErrorKind::SelfSend,
+            ErrorKind::EmptyMessage,
+            ErrorKind::BodyTooLarge,
+            ErrorKind::BroadcastTooLarge,
         ] {
             assert_eq!(serde_json::to_value(kind).unwrap(), json!(kind.as_str()));
         }

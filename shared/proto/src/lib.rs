@@ -15,6 +15,7 @@
 //! - [`message`]: `InboxMessage` (the six seed fields plus optional extensions).
 //! - [`registry`]: `AgentCard`, runtime state, goal records, directory requests and replies.
 //! - [`acl`]: who may talk to whom (globs, deny beats allow).
+//! - [`send`]: send_to_peer request/report and the pure gate and anti-loop rules.
 //! - [`error`]: `ErrorKind` and the `{"error":{code,kind,message}}` reply.
 
 pub mod acl;
@@ -23,6 +24,7 @@ pub mod ids;
 pub mod message;
 pub mod names;
 pub mod registry;
+pub mod send;
 pub mod subject;
 
 pub use error::{ErrorBody, ErrorKind, ErrorReply};

@@ -52,6 +52,11 @@ pub const HEADER_SERVICE_ERROR_CODE: &str = "Nats-Service-Error-Code";
 
 /// NATS micro service name (and queue group) of the directory.
 pub const DIRECTORY_SERVICE: &str = "directory";
+/// NATS micro service name (and queue group) of the fan-out.
+pub const INBOX_FANOUT_SERVICE: &str = "inbox-fanout";
+/// Largest stored inbox message (body plus envelope, parts, metadata), in bytes: twice the
+/// body limit, so a full 64 KiB body always fits with room for its envelope.
+pub const MAX_INBOX_MESSAGE_BYTES: usize = 2 * MAX_BODY_BYTES;
 
 /// Durable consumer name of a goal's inbox on [`INBOX_STREAM`].
 pub fn inbox_consumer(goal_id: &crate::GoalId) -> String {

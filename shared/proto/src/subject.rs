@@ -129,9 +129,12 @@ impl RegistryEvent {
     }
 }
 
+/// Prefix of send requests: `agent.send.<agent_id>`.
+pub const SEND_PREFIX: &str = "agent.send";
+
 /// `agent.send.<agent_id>`: send_to_peer / broadcast.
 pub fn send(agent: &AgentId) -> String {
-    format!("agent.send.{agent}")
+    format!("{SEND_PREFIX}.{agent}")
 }
 
 /// `agent.call.<agent_id>`: a correlated call.

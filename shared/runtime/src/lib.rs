@@ -9,6 +9,7 @@
 //! - [`shutdown`]: SIGINT/SIGTERM as a cancellation token.
 //! - [`micro`]: the NATS micro service scaffold: typed JSON endpoints, error replies with
 //!   `Nats-Service-Error(-Code)` headers, per-request spans, drain under a grace period.
+//! - [`publish`]: JetStream publish with trace context, `Nats-Msg-Id` and retries.
 //! - [`resources`]: JetStream streams and KV buckets, declared once and applied idempotently.
 //! - [`embedded`]: the local nats-server `switchboard up` starts, and where to find the binary.
 //! - [`kv`]: KV reads the services need beyond async-nats (a consistent snapshot of a bucket).
@@ -18,6 +19,7 @@ pub mod embedded;
 pub mod kv;
 pub mod micro;
 pub mod nats;
+pub mod publish;
 pub mod resources;
 pub mod shutdown;
 pub mod telemetry;

@@ -7,7 +7,8 @@ use std::time::Duration;
 use async_nats::jetstream::{self, kv, stream};
 use switchboard_proto::subject::{INBOX_ALL, REGISTRY_EVENTS_ALL};
 use switchboard_proto::{
-    EVENTS_STREAM, GOALS_BUCKET, INBOX_CAP_PER_GOAL, INBOX_STREAM, MAX_BODY_BYTES, REGISTRY_BUCKET,
+    EVENTS_STREAM, GOALS_BUCKET, INBOX_CAP_PER_GOAL, INBOX_STREAM, MAX_INBOX_MESSAGE_BYTES,
+    REGISTRY_BUCKET,
 };
 
 use crate::config::JetStreamConfig;
@@ -34,7 +35,7 @@ pub fn inbox_stream(config: &JetStreamConfig) -> stream::Config {
         duplicate_window: Duration::from_secs(config.duplicate_window_secs),
         max_age: Duration::from_secs(config.inbox_max_age_secs),
         // A body of 64 KiB plus the envelope fits; a runaway payload does not.
-        max_message_size: i32::try_from(MAX_BODY_BYTES * 2).unwrap_or(i32::MAX),
+        max_message_size: i32::try_from(MAX_INBOX_MESSAGE_BYTES).unwrap_or(i32::MAX),
         num_replicas: config.replicas,
         storage: stream::StorageType::File,
         allow_direct: true,

@@ -1,0 +1,27 @@
+//! The `[inbox_fanout]` config section.
+
+use serde::{Deserialize, Serialize};
+use switchboard_proto::BROADCAST_CAP_DEFAULT;
+
+/// Fan-out settings (`[inbox_fanout]` in `switchboard.toml`, `SWITCHBOARD_INBOX_FANOUT__*`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct FanoutConfig {
+    /// Most peers one broadcast may reach; a broadcast over it is refused, nothing sent.
+    pub broadcast_cap: usize,
+    /// How often, at most, one goal's unread backlog is checked after a delivery, in
+    /// milliseconds (a warning is logged when it is at the 64-message cap).
+    pub backlog_check_interval_ms: u64,
+}
+
+impl Default for FanoutConfig {
+    fn default() -> Self {
+        Self {
+            broadcast_cap: BROADCAST_CAP_DEFAULT,
+            backlog_check_interval_ms: 1_000,
+        }
+    }
+}
+
+/// Config section name.
+pub const SECTION: &str = "inbox_fanout";

@@ -1,0 +1,308 @@
+//! send_to_peer and broadcast: gates, resolution, ACL, anti-loop, then one durable publish per
+//! live goal, all goals' acks awaited together.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_nats::jetstream::{self, stream};
+use bytes::Bytes;
+use futures::future::BoxFuture;
+use switchboard_proto::send::{
+    DeliveryReport, SendRequest, Target, check_gates, next_hop, no_live_goals, unknown_agent,
+};
+use switchboard_proto::subject::{self, SEND_PREFIX};
+use switchboard_proto::{
+    AgentCard, AgentId, ErrorReply, GoalId, INBOX_CAP_PER_GOAL, InboxMessage,
+    MAX_INBOX_MESSAGE_BYTES, acl, inbox_consumer, new_id, timestamp,
+};
+use switchboard_runtime::micro::{AgentRequest, Endpoint};
+use switchboard_runtime::publish::{PublishFailure, Stored, publish_all};
+
+use crate::config::FanoutConfig;
+use crate::error::FanoutError;
+use crate::state::{Peer, PeerView};
+
+/// Where inbox messages are published. The one seam of the service: production publishes to
+/// JetStream; a test can wrap it to make one goal's publish fail.
+pub trait InboxPublisher: Send + Sync + 'static {
+    /// Publishes `(subject, Nats-Msg-Id, payload)` triples, acks awaited together; results in
+    /// input order.
+    fn publish_all<'a>(
+        &'a self,
+        messages: &'a [(String, String, Bytes)],
+    ) -> BoxFuture<'a, Vec<Result<Stored, PublishFailure>>>;
+}
+
+/// The production publisher: JetStream with retries (see `switchboard_runtime::publish`).
+#[derive(Debug, Clone)]
+pub struct JetStreamPublisher(pub jetstream::Context);
+
+impl InboxPublisher for JetStreamPublisher {
+    fn publish_all<'a>(
+        &'a self,
+        messages: &'a [(String, String, Bytes)],
+    ) -> BoxFuture<'a, Vec<Result<Stored, PublishFailure>>> {
+        Box::pin(publish_all(&self.0, messages))
+    }
+}
+
+/// The fan-out: view, publisher, settings.
+pub struct Fanout {
+    view: PeerView,
+    publisher: Arc<dyn InboxPublisher>,
+    inbox: stream::Stream,
+    config: FanoutConfig,
+    backlog_checked: Mutex<HashMap<GoalId, Instant>>,
+}
+
+impl std::fmt::Debug for Fanout {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Fanout")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One peer's copies, waiting to be published.
+struct Planned {
+    to: AgentId,
+    goals: Vec<GoalId>,
+}
+
+impl Fanout {
+    /// Wires the parts together.
+    pub fn new(
+        view: PeerView,
+        publisher: Arc<dyn InboxPublisher>,
+        inbox: stream::Stream,
+        config: FanoutConfig,
+    ) -> Self {
+        Self {
+            view,
+            publisher,
+            inbox,
+            config,
+            backlog_checked: Mutex::default(),
+        }
+    }
+
+    /// The send endpoint on `agent.send.>`.
+    pub fn endpoints(self: &Arc<Self>) -> Vec<Endpoint> {
+        let fanout = Arc::clone(self);
+        vec![Endpoint::agent(
+            "send",
+            SEND_PREFIX.to_owned(),
+            move |req: AgentRequest<SendRequest>| {
+                let fanout = Arc::clone(&fanout);
+                async move { fanout.send(&req.caller, req.body).await }
+            },
+        )]
+    }
+
+    /// send_to_peer / broadcast for `caller`.
+    pub async fn send(
+        &self,
+        caller: &AgentId,
+        request: SendRequest,
+    ) -> Result<DeliveryReport, ErrorReply> {
+        // Gates 1–4: error replies.
+        let (target, body) = check_gates(caller, &request)?;
+        let me = match self.view.resolve(caller).await? {
+            Some(peer) => peer.card,
+            None => return Err(FanoutError::SenderNotRegistered(caller.clone()).into()),
+        };
+        let mut report = DeliveryReport::default();
+        let mut planned = Vec::new();
+        match target {
+            Target::Peer(to) => {
+                // Gate 5: unknown agent, answered before any publish (an id that cannot exist
+                // is unknown too).
+                let peer = match AgentId::parse(&to) {
+                    Ok(id) => self.view.resolve(&id).await?,
+                    Err(_) => None,
+                };
+                match peer {
+                    None => report.unreachable_reasons.push(unknown_agent(&to)),
+                    Some(peer) => self.plan(&me, &request, peer, &mut report, &mut planned),
+                }
+            }
+            Target::Broadcast => {
+                let reachable: Vec<Peer> = self
+                    .view
+                    .all_fresh()
+                    .await?
+                    .into_iter()
+                    .filter(|peer| {
+                        peer.card.agent_id != *caller
+                            && !peer.goals.is_empty()
+                            && acl::check(&me, &peer.card).is_ok()
+                    })
+                    .collect();
+                if reachable.len() > self.config.broadcast_cap {
+                    return Err(FanoutError::BroadcastTooLarge {
+                        peers: reachable.len(),
+                        cap: self.config.broadcast_cap,
+                    }
+                    .into());
+                }
+                for peer in reachable {
+                    self.plan(&me, &request, peer, &mut report, &mut planned);
+                }
+            }
+        }
+        if planned.is_empty() {
+            return Ok(report);
+        }
+        let message_id = request.id.unwrap_or_else(new_id);
+        report.message_id = Some(message_id);
+        self.deliver(caller, &request, body, message_id, planned, &mut report)
+            .await?;
+        Ok(report)
+    }
+
+    /// ACL, anti-loop and gate 6 for one peer; what passes is planned for delivery.
+    fn plan(
+        &self,
+        me: &AgentCard,
+        request: &SendRequest,
+        peer: Peer,
+        report: &mut DeliveryReport,
+        planned: &mut Vec<Planned>,
+    ) {
+        let (from, to) = (&me.agent_id, &peer.card.agent_id);
+        if let Err(denial) = acl::check(me, &peer.card) {
+            report
+                .unreachable_reasons
+                .push(denial.reason(from.as_str(), to.as_str()));
+            return;
+        }
+        if let Err(refusal) = next_hop(from, to, request.ttl, &request.trace) {
+            report.unreachable_reasons.push(refusal.reason(to));
+            return;
+        }
+        if peer.goals.is_empty() {
+            report.unreachable_reasons.push(no_live_goals(to));
+            return;
+        }
+        planned.push(Planned {
+            to: to.clone(),
+            goals: peer.goals,
+        });
+    }
+
+    /// Builds every copy, publishes them all, and records per-goal outcomes.
+    async fn deliver(
+        &self,
+        caller: &AgentId,
+        request: &SendRequest,
+        body: &str,
+        message_id: uuid::Uuid,
+        planned: Vec<Planned>,
+        report: &mut DeliveryReport,
+    ) -> Result<(), FanoutError> {
+        let from_goal = request.from_goal_id.unwrap_or_default();
+        let sent_at = timestamp::now();
+        let mut batch = Vec::new();
+        let mut owners = Vec::new();
+        for Planned { to, goals } in planned {
+            // Checked in `plan`; recomputed here for the values the copy carries.
+            let hop = next_hop(caller, &to, request.ttl, &request.trace)
+                .map_err(|_| FanoutError::Encode("anti-loop state changed".to_owned()))?;
+            let message = InboxMessage {
+                from_agent_id: caller.clone(),
+                from_goal_id: from_goal,
+                to_agent_id: to.clone(),
+                body: body.to_owned(),
+                sent_at,
+                correlation_id: request.correlation_id,
+                id: Some(message_id),
+                kind: request.kind.unwrap_or_default(),
+                in_reply_to: request.in_reply_to,
+                expects_reply: request.expects_reply,
+                ttl: Some(hop.ttl),
+                trace: hop.trace,
+                parts: request.parts.clone(),
+                task: None,
+                callback: request.callback.clone(),
+                metadata: request.metadata.clone(),
+            };
+            let payload =
+                serde_json::to_vec(&message).map_err(|err| FanoutError::Encode(err.to_string()))?;
+            if payload.len() > MAX_INBOX_MESSAGE_BYTES {
+                return Err(FanoutError::EnvelopeTooLarge {
+                    size: payload.len(),
+                    limit: MAX_INBOX_MESSAGE_BYTES,
+                });
+            }
+            let payload = Bytes::from(payload);
+            for goal in goals {
+                batch.push((
+                    subject::inbox(&goal),
+                    format!("{message_id}:{goal}"),
+                    payload.clone(),
+                ));
+                owners.push((to.clone(), goal));
+            }
+        }
+        let results = self.publisher.publish_all(&batch).await;
+        for ((to, goal), result) in owners.into_iter().zip(results) {
+            match result {
+                Ok(_) => {
+                    report.delivered_to.push(goal);
+                    self.check_backlog(goal);
+                }
+                Err(err) => {
+                    tracing::warn!(%goal, agent_id = %to, error = %err, "delivery to a goal failed");
+                    report.unreachable_reasons.push(format!(
+                        "delivery to goal `{goal}` of `{to}` failed: {}",
+                        err.last
+                    ));
+                }
+            }
+        }
+        tracing::debug!(
+            %message_id,
+            delivered = report.delivered_to.len(),
+            unreachable = report.unreachable_reasons.len(),
+            "send done"
+        );
+        Ok(())
+    }
+
+    /// At most once per interval per goal, off the reply path: warn when a goal's unread
+    /// backlog is at the inbox cap (older messages are being evicted unread).
+    fn check_backlog(&self, goal: GoalId) {
+        let every = Duration::from_millis(self.config.backlog_check_interval_ms);
+        {
+            let Ok(mut checked) = self.backlog_checked.lock() else {
+                return;
+            };
+            let now = Instant::now();
+            if checked
+                .get(&goal)
+                .is_some_and(|last| now.duration_since(*last) < every)
+            {
+                return;
+            }
+            checked.insert(goal, now);
+            if checked.len() > 100_000 {
+                checked.retain(|_, last| now.duration_since(*last) < every);
+            }
+        }
+        let inbox = self.inbox.clone();
+        tokio::spawn(async move {
+            if let Ok(info) = inbox.consumer_info(inbox_consumer(&goal)).await {
+                let unread = info.num_pending + info.num_ack_pending as u64;
+                if unread >= INBOX_CAP_PER_GOAL.unsigned_abs() {
+                    tracing::warn!(
+                        goal_id = %goal,
+                        unread,
+                        cap = INBOX_CAP_PER_GOAL,
+                        "goal inbox is at its cap; the oldest unread messages are being evicted"
+                    );
+                }
+            }
+        });
+    }
+}

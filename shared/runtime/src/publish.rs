@@ -1,0 +1,131 @@
+//! Durable publishing: JetStream publish with trace context and `Nats-Msg-Id`, waiting for the
+//! ack, retried with the same id so a retry that did land is stored once (the stream's
+//! duplicate window). Every service that writes to a stream goes through here.
+
+use std::time::Duration;
+
+use async_nats::HeaderMap;
+use async_nats::jetstream::{self, context::PublishAckFuture};
+use bytes::Bytes;
+use switchboard_proto::HEADER_MSG_ID;
+
+use crate::telemetry;
+
+/// Attempts before a publish is reported failed.
+pub const PUBLISH_ATTEMPTS: usize = 3;
+/// Pause between attempts (doubles each time).
+const RETRY_PAUSE: Duration = Duration::from_millis(50);
+
+/// A publish that was not acknowledged after every attempt.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("publish to {subject} not acknowledged after {attempts} attempts: {last}")]
+pub struct PublishFailure {
+    /// The subject.
+    pub subject: String,
+    /// Attempts made.
+    pub attempts: usize,
+    /// The last error.
+    pub last: String,
+}
+
+/// What a successful publish stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stored {
+    /// Stream sequence of the message.
+    pub sequence: u64,
+    /// True when the stream had it already (a duplicate `Nats-Msg-Id` in the window).
+    pub duplicate: bool,
+}
+
+fn headers(msg_id: &str) -> HeaderMap {
+    let mut headers = telemetry::traced_headers();
+    headers.insert(HEADER_MSG_ID, msg_id);
+    headers
+}
+
+async fn send(
+    js: &jetstream::Context,
+    subject: &str,
+    msg_id: &str,
+    payload: &Bytes,
+) -> Result<PublishAckFuture, String> {
+    js.publish_with_headers(subject.to_owned(), headers(msg_id), payload.clone())
+        .await
+        .map_err(|err| err.to_string())
+}
+
+/// Publishes `payload` to `subject` with `Nats-Msg-Id: msg_id` and waits for the stream's ack,
+/// retrying up to [`PUBLISH_ATTEMPTS`] times with the same id.
+pub async fn publish_durable(
+    js: &jetstream::Context,
+    subject: &str,
+    msg_id: &str,
+    payload: Bytes,
+) -> Result<Stored, PublishFailure> {
+    let mut last = String::new();
+    let mut pause = RETRY_PAUSE;
+    for attempt in 1..=PUBLISH_ATTEMPTS {
+        let acked = match send(js, subject, msg_id, &payload).await {
+            Ok(ack) => ack.await.map_err(|err| err.to_string()),
+            Err(err) => Err(err),
+        };
+        match acked {
+            Ok(ack) => {
+                return Ok(Stored {
+                    sequence: ack.sequence,
+                    duplicate: ack.duplicate,
+                });
+            }
+            Err(err) => {
+                tracing::warn!(%subject, attempt, error = %err, "publish not acknowledged");
+                last = err;
+            }
+        }
+        if attempt < PUBLISH_ATTEMPTS {
+            tokio::time::sleep(pause).await;
+            pause *= 2;
+        }
+    }
+    Err(PublishFailure {
+        subject: subject.to_owned(),
+        attempts: PUBLISH_ATTEMPTS,
+        last,
+    })
+}
+
+/// Publishes several messages at once: every publish is sent before any ack is awaited (so
+/// N goals cost about one round trip, not N), then each failed one is retried on its own with
+/// [`publish_durable`]. Results come back in input order.
+pub async fn publish_all(
+    js: &jetstream::Context,
+    messages: &[(String, String, Bytes)],
+) -> Vec<Result<Stored, PublishFailure>> {
+    let mut pending = Vec::with_capacity(messages.len());
+    for (subject, msg_id, payload) in messages {
+        pending.push(send(js, subject, msg_id, payload).await);
+    }
+    let mut acks = Vec::with_capacity(pending.len());
+    for sent in pending {
+        acks.push(async move {
+            match sent {
+                Ok(ack) => ack.await.map_err(|err| err.to_string()),
+                Err(err) => Err(err),
+            }
+        });
+    }
+    let first = futures::future::join_all(acks).await;
+    let mut results = Vec::with_capacity(first.len());
+    for ((subject, msg_id, payload), outcome) in messages.iter().zip(first) {
+        results.push(match outcome {
+            Ok(ack) => Ok(Stored {
+                sequence: ack.sequence,
+                duplicate: ack.duplicate,
+            }),
+            Err(err) => {
+                tracing::warn!(%subject, error = %err, "publish not acknowledged; retrying");
+                publish_durable(js, subject, msg_id, payload.clone()).await
+            }
+        });
+    }
+    results
+}

@@ -1,0 +1,640 @@
+//! inbox-fanout end to end against a real nats-server: the seed's gates and edge cases,
+//! per-goal fan-out, broadcast, anti-loop, ACL, dedup, a failing goal, races and a restart.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::future::BoxFuture;
+use serde_json::json;
+use switchboard_client::Goal;
+use switchboard_proto::send::SendRequest;
+use switchboard_proto::{
+    AgentId, ErrorKind, GoalId, INBOX_STREAM, MAX_BODY_BYTES, MessageKind, Part, subject,
+};
+use switchboard_runtime::publish::{PublishFailure, Stored};
+use switchboard_tests::{Fabric, FanoutReplica, agent_with, card, raw};
+
+fn send(to: &str, message: &str) -> SendRequest {
+    SendRequest {
+        to: Some(to.to_owned()),
+        message: Some(message.to_owned()),
+        ..SendRequest::default()
+    }
+}
+
+async fn drain_bodies(goal: &Goal) -> Vec<String> {
+    goal.drain()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|m| m.body)
+        .collect()
+}
+
+#[tokio::test]
+async fn every_live_goal_gets_exactly_one_copy_with_the_fields_passed_through() {
+    let fabric = Fabric::start().await;
+    let writer = fabric.agent("writer").await;
+    let researcher = fabric.agent("researcher").await;
+    let goals = [
+        researcher.open_goal().await.unwrap(),
+        researcher.open_goal().await.unwrap(),
+        researcher.open_goal().await.unwrap(),
+    ];
+    let writer_goal = writer.open_goal().await.unwrap();
+
+    let correlation = uuid::Uuid::now_v7();
+    let in_reply_to = uuid::Uuid::now_v7();
+    let report = writer
+        .send(SendRequest {
+            correlation_id: Some(correlation),
+            from_goal_id: Some(writer_goal.id()),
+            kind: Some(MessageKind::Request),
+            in_reply_to: Some(in_reply_to),
+            expects_reply: true,
+            parts: vec![Part::Data {
+                data: json!({"rows": 3}),
+            }],
+            callback: Some(
+                json!({"session_id": "feishu:user_123"})
+                    .as_object()
+                    .unwrap()
+                    .clone(),
+            ),
+            metadata: json!({"priority": "high"}).as_object().unwrap().clone(),
+            ..send("researcher", "task #1 ready for handoff")
+        })
+        .await
+        .unwrap();
+    let want: BTreeSet<GoalId> = goals.iter().map(Goal::id).collect();
+    assert_eq!(
+        report.delivered_to.iter().copied().collect::<BTreeSet<_>>(),
+        want
+    );
+    assert!(report.unreachable_reasons.is_empty());
+    let message_id = report.message_id.unwrap();
+
+    for goal in &goals {
+        let got = goal.drain().await.unwrap();
+        assert_eq!(got.len(), 1, "exactly one copy per goal");
+        let m = &got[0];
+        assert_eq!(m.id, Some(message_id));
+        assert_eq!(m.from_agent_id, "writer");
+        assert_eq!(m.from_goal_id, writer_goal.id());
+        assert_eq!(m.to_agent_id, "researcher");
+        assert_eq!(m.body, "task #1 ready for handoff");
+        assert_eq!(m.correlation_id, Some(correlation));
+        assert_eq!(m.kind, MessageKind::Request);
+        assert_eq!(m.in_reply_to, Some(in_reply_to));
+        assert!(m.expects_reply);
+        assert_eq!(m.parts.len(), 1);
+        assert_eq!(
+            m.callback.as_ref().unwrap()["session_id"],
+            "feishu:user_123"
+        );
+        assert_eq!(m.metadata["priority"], "high");
+        assert_eq!(m.ttl, Some(2));
+        assert_eq!(m.trace, vec![AgentId::parse("writer").unwrap()]);
+    }
+
+    // A plain send: no correlation_id on the wire, and a fresh from_goal_id.
+    writer.send_to_peer("researcher", "plain").await.unwrap();
+    let js = async_nats::jetstream::new(fabric.nats.client().await);
+    let stream = js.get_stream(INBOX_STREAM).await.unwrap();
+    let stored = stream
+        .get_last_raw_message_by_subject(&subject::inbox(&goals[0].id()))
+        .await
+        .unwrap();
+    let wire: serde_json::Value = serde_json::from_slice(&stored.payload).unwrap();
+    assert!(wire.get("correlation_id").is_none(), "{wire}");
+    assert!(
+        wire.get("kind").is_none(),
+        "kind `message` is omitted: {wire}"
+    );
+    assert_ne!(wire["from_goal_id"], json!(writer_goal.id().to_string()));
+    let msg_id = stored
+        .headers
+        .get(switchboard_proto::HEADER_MSG_ID)
+        .unwrap()
+        .as_str()
+        .to_owned();
+    assert_eq!(
+        msg_id,
+        format!("{}:{}", wire["id"].as_str().unwrap(), goals[0].id())
+    );
+}
+
+#[tokio::test]
+async fn the_seed_gates_and_edge_cases() {
+    let fabric = Fabric::start().await;
+    let writer = fabric.agent("writer").await;
+    let researcher = fabric.agent("researcher").await;
+    let goal = researcher.open_goal().await.unwrap();
+    let _idle = fabric.agent("idle").await; // registered, no goal
+    let before = fabric.stored().await;
+
+    let kind = |r: Result<_, switchboard_client::ClientError>| r.unwrap_err().kind().unwrap();
+    // 1. `to` present and non-empty after trim.
+    assert_eq!(
+        kind(
+            writer
+                .send(SendRequest {
+                    message: Some("x".into()),
+                    ..Default::default()
+                })
+                .await
+        ),
+        ErrorKind::MissingTo
+    );
+    assert_eq!(
+        kind(writer.send_to_peer("  ", "x").await),
+        ErrorKind::MissingTo
+    );
+    // 2. not the caller.
+    let err = writer.send_to_peer("writer", "hello me").await.unwrap_err();
+    assert_eq!(err.kind(), Some(ErrorKind::SelfSend));
+    assert!(err.to_string().contains("cannot send to itself"), "{err}");
+    // 3. message non-empty.
+    assert_eq!(
+        kind(
+            writer
+                .send(SendRequest {
+                    to: Some("researcher".into()),
+                    ..Default::default()
+                })
+                .await
+        ),
+        ErrorKind::EmptyMessage
+    );
+    assert_eq!(
+        kind(writer.send_to_peer("researcher", "").await),
+        ErrorKind::EmptyMessage
+    );
+    // 4. body ≤ 64 KiB: 65,536 bytes accepted, 65,537 refused naming the limit.
+    let at_limit = "a".repeat(MAX_BODY_BYTES);
+    let report = writer.send_to_peer("researcher", &at_limit).await.unwrap();
+    assert_eq!(report.delivered_to, vec![goal.id()]);
+    let err = writer
+        .send_to_peer("researcher", &"a".repeat(MAX_BODY_BYTES + 1))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), Some(ErrorKind::BodyTooLarge));
+    assert!(err.to_string().contains("65536"), "{err}");
+    assert_eq!(drain_bodies(&goal).await, vec![at_limit]);
+    let after_limit = fabric.stored().await;
+    assert_eq!(after_limit, before + 1);
+
+    // 5. unknown agent: a reason, answered before any publish.
+    let report = writer.send_to_peer("ghost", "anyone?").await.unwrap();
+    assert_eq!(report.unreachable_reasons, vec!["unknown agent_id `ghost`"]);
+    assert!(report.delivered_to.is_empty());
+    assert!(report.message_id.is_none(), "nothing attempted");
+    let report = writer.send_to_peer("Not.An.Id", "x").await.unwrap();
+    assert_eq!(
+        report.unreachable_reasons,
+        vec!["unknown agent_id `Not.An.Id`"]
+    );
+    // 6. no live goals.
+    let report = writer.send_to_peer("idle", "wake up").await.unwrap();
+    assert_eq!(report.unreachable_reasons, vec!["no live goals for `idle`"]);
+    assert_eq!(
+        fabric.stored().await,
+        after_limit,
+        "no publish for refused sends"
+    );
+
+    // An unregistered sender cannot send (its card carries the ACL).
+    let client = fabric.nats.client().await;
+    let reply = raw(
+        &client,
+        "agent.send.stranger",
+        r#"{"to":"researcher","message":"hi"}"#,
+    )
+    .await;
+    assert_eq!(reply.error_kind(), "not_registered");
+    // Garbage and malformed subjects get typed errors.
+    for (subject, payload, want) in [
+        ("agent.send.writer", "{not json", "bad_request"),
+        (
+            "agent.send.writer",
+            r#"{"to": 5, "message": "x"}"#,
+            "bad_request",
+        ),
+        (
+            "agent.send.writer",
+            r#"{"to": "researcher", "mesage": "typo"}"#,
+            "bad_request",
+        ),
+        (
+            "agent.send.writer",
+            r#"{"to": "researcher", "message": "x", "from_goal_id": "nope"}"#,
+            "bad_request",
+        ),
+        (
+            "agent.send.writer",
+            r#"{"to": "researcher", "message": "x", "trace": ["a.b"]}"#,
+            "bad_request",
+        ),
+        (
+            "agent.send.writer",
+            r#"{"to": "researcher", "message": "x", "ttl": 300}"#,
+            "bad_request",
+        ),
+        (
+            "agent.send.a.b",
+            r#"{"to": "researcher", "message": "x"}"#,
+            "invalid_agent_id",
+        ),
+        (
+            "agent.send.Writer",
+            r#"{"to": "researcher", "message": "x"}"#,
+            "invalid_agent_id",
+        ),
+    ] {
+        assert_eq!(
+            raw(&client, subject, payload).await.error_kind(),
+            want,
+            "{subject} {payload}"
+        );
+    }
+    // Garbage with no reply subject is dropped; the service keeps serving.
+    client
+        .publish("agent.send.writer", "{garbage".into())
+        .await
+        .unwrap();
+    client
+        .publish(
+            "agent.send.writer",
+            r#"{"to":"ghost","message":"x"}"#.into(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        writer
+            .send_to_peer("researcher", "still here")
+            .await
+            .unwrap()
+            .delivered_to,
+        vec![goal.id()]
+    );
+    assert_eq!(drain_bodies(&goal).await, vec!["still here"]);
+}
+
+#[tokio::test]
+async fn sixty_five_messages_leave_exactly_the_newest_sixty_four_in_order() {
+    let fabric = Fabric::start().await;
+    let writer = fabric.agent("writer").await;
+    let reader = fabric.agent("reader").await;
+    let goal = reader.open_goal().await.unwrap();
+    for i in 0..65 {
+        let report = writer
+            .send_to_peer("reader", &format!("m{i:02}"))
+            .await
+            .unwrap();
+        assert_eq!(report.delivered_to, vec![goal.id()]);
+    }
+    let want: Vec<String> = (1..65).map(|i| format!("m{i:02}")).collect();
+    assert_eq!(drain_bodies(&goal).await, want);
+}
+
+/// Delegates to JetStream, except that publishes to one goal fail.
+struct FailOneGoal {
+    inner: inbox_fanout::JetStreamPublisher,
+    failing: String,
+}
+
+impl inbox_fanout::InboxPublisher for FailOneGoal {
+    fn publish_all<'a>(
+        &'a self,
+        messages: &'a [(String, String, Bytes)],
+    ) -> BoxFuture<'a, Vec<Result<Stored, PublishFailure>>> {
+        Box::pin(async move {
+            let mut results = self.inner.publish_all(messages).await;
+            for ((subject, _, _), result) in messages.iter().zip(results.iter_mut()) {
+                if *subject == self.failing {
+                    *result = Err(PublishFailure {
+                        subject: subject.clone(),
+                        attempts: 3,
+                        last: "injected failure".into(),
+                    });
+                }
+            }
+            results
+        })
+    }
+}
+
+#[tokio::test]
+async fn a_failing_goal_is_a_reason_while_the_others_deliver() {
+    let fabric = Fabric::start().await;
+    let peer = fabric.agent("peer").await;
+    let good = [
+        peer.open_goal().await.unwrap(),
+        peer.open_goal().await.unwrap(),
+    ];
+    let bad = peer.open_goal().await.unwrap();
+    // A second fan-out whose publisher fails for `bad`; stop the normal one.
+    let url = fabric.url();
+    let js = async_nats::jetstream::new(async_nats::connect(&url).await.unwrap());
+    let faulty = FanoutReplica::start_with(
+        &url,
+        inbox_fanout::FanoutConfig::default(),
+        Arc::new(FailOneGoal {
+            inner: inbox_fanout::JetStreamPublisher(js),
+            failing: subject::inbox(&bad.id()),
+        }),
+    )
+    .await;
+    let Fabric { fanout, .. } = &fabric;
+    fanout.shutdown.cancel();
+    let sender = fabric.agent("sender").await;
+    // Wait until only the faulty replica answers.
+    switchboard_testkit::assert_eventually!(Duration::from_secs(10), async {
+        sender
+            .send_to_peer("peer", "probe")
+            .await
+            .is_ok_and(|r| r.unreachable_reasons.len() == 1)
+    });
+    let report = sender.send_to_peer("peer", "important").await.unwrap();
+    let delivered: BTreeSet<GoalId> = report.delivered_to.iter().copied().collect();
+    assert_eq!(delivered, good.iter().map(Goal::id).collect());
+    assert_eq!(report.unreachable_reasons.len(), 1);
+    assert!(
+        report.unreachable_reasons[0].contains(&bad.id().to_string())
+            && report.unreachable_reasons[0].contains("injected failure"),
+        "{:?}",
+        report.unreachable_reasons
+    );
+    faulty.stop().await;
+}
+
+#[tokio::test]
+async fn a_peer_that_leaves_between_list_peers_and_send_is_a_reason() {
+    let fabric = Fabric::start().await;
+    let caller = fabric.agent("caller").await;
+    let peer = fabric.agent("fleeting").await;
+    let goal = peer.open_goal().await.unwrap();
+    let listed = caller.peers().await.unwrap();
+    assert!(
+        listed
+            .peers
+            .iter()
+            .any(|p| p.agent_id == "fleeting" && p.reachable)
+    );
+    // It closes its goal, then deregisters, between our list_peers and our send.
+    goal.close().await.unwrap();
+    let report = caller
+        .send_to_peer("fleeting", "are you there?")
+        .await
+        .unwrap();
+    assert_eq!(
+        report.unreachable_reasons,
+        vec!["no live goals for `fleeting`"]
+    );
+    peer.deregister().await.unwrap();
+    let report = caller.send_to_peer("fleeting", "hello?").await.unwrap();
+    assert_eq!(
+        report.unreachable_reasons,
+        vec!["no live goals for `fleeting`"]
+    );
+    assert!(report.delivered_to.is_empty());
+}
+
+#[tokio::test]
+async fn a_brand_new_goal_is_visible_to_the_next_send() {
+    let fabric = Fabric::start().await;
+    let sender = fabric.agent("sender").await;
+    for i in 0..20 {
+        let newcomer = fabric.agent(&format!("newcomer-{i}")).await;
+        let goal = newcomer.open_goal().await.unwrap();
+        let report = sender
+            .send_to_peer(newcomer.id().as_str(), "welcome")
+            .await
+            .unwrap();
+        assert_eq!(report.delivered_to, vec![goal.id()], "round {i}");
+    }
+}
+
+#[tokio::test]
+async fn broadcast_reaches_every_reachable_peer_and_respects_the_cap() {
+    let fabric = Fabric::start_with(inbox_fanout::FanoutConfig {
+        broadcast_cap: 3,
+        ..Default::default()
+    })
+    .await;
+    let url = fabric.url();
+    let herald = fabric.agent("herald").await;
+    let _herald_goal = herald.open_goal().await.unwrap();
+    let mut goals = Vec::new();
+    for name in ["a1", "a2", "a3"] {
+        let agent = fabric.agent(name).await;
+        goals.push((agent.open_goal().await.unwrap(), agent));
+    }
+    let mut closed = card("closed");
+    closed.allow_from = vec!["nobody".into()];
+    let closed = agent_with(&url, closed, Duration::from_secs(3600)).await;
+    let _closed_goal = closed.open_goal().await.unwrap();
+    let _goalless = fabric.agent("goalless").await;
+
+    let report = herald.broadcast("hear ye").await.unwrap();
+    assert_eq!(report.delivered_to.len(), 3, "{report:?}");
+    assert!(report.unreachable_reasons.is_empty(), "{report:?}");
+    for (goal, _) in &goals {
+        assert_eq!(drain_bodies(goal).await, vec!["hear ye"]);
+    }
+    assert!(
+        _herald_goal.drain().await.unwrap().is_empty(),
+        "sender excluded"
+    );
+    assert!(
+        _closed_goal.drain().await.unwrap().is_empty(),
+        "ACL-denied peer excluded"
+    );
+
+    // One more reachable peer: over the cap, refused, nothing sent.
+    let a4 = fabric.agent("a4").await;
+    let a4_goal = a4.open_goal().await.unwrap();
+    let before = fabric.stored().await;
+    let err = herald.broadcast("too many").await.unwrap_err();
+    assert_eq!(err.kind(), Some(ErrorKind::BroadcastTooLarge));
+    assert!(err.to_string().contains("cap is 3"), "{err}");
+    assert_eq!(fabric.stored().await, before);
+    assert!(a4_goal.drain().await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn ttl_and_trace_refusals_name_the_rule() {
+    let fabric = Fabric::start().await;
+    let a = fabric.agent("a").await;
+    let b = fabric.agent("b").await;
+    let c = fabric.agent("c").await;
+    let b_goal = b.open_goal().await.unwrap();
+    let c_goal = c.open_goal().await.unwrap();
+    let _a_goal = a.open_goal().await.unwrap();
+
+    // A → B with one hop left: B receives ttl 0 and trace [a].
+    a.send(SendRequest {
+        ttl: Some(1),
+        ..send("b", "forward this")
+    })
+    .await
+    .unwrap();
+    let got = b_goal.drain().await.unwrap();
+    assert_eq!(got[0].ttl, Some(0));
+    // B forwards it to C, passing ttl and trace along: refused, ttl exhausted.
+    let report = b
+        .send(SendRequest {
+            ttl: got[0].ttl,
+            trace: got[0].trace.clone(),
+            ..send("c", "fwd")
+        })
+        .await
+        .unwrap();
+    assert_eq!(report.unreachable_reasons.len(), 1);
+    assert!(
+        report.unreachable_reasons[0].starts_with("ttl exhausted"),
+        "{report:?}"
+    );
+    // B forwards back to A with budget left: refused, A is in the trace.
+    let report = b
+        .send(SendRequest {
+            ttl: Some(2),
+            trace: got[0].trace.clone(),
+            ..send("a", "back")
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        report.unreachable_reasons,
+        vec!["loop: `a` is already in this message's trace"]
+    );
+    // A full chain A → B → C is fine and C sees the whole path.
+    a.send_to_peer("b", "start").await.unwrap();
+    let first = b_goal.drain().await.unwrap().remove(0);
+    b.send(SendRequest {
+        ttl: first.ttl,
+        trace: first.trace.clone(),
+        ..send("c", "relay")
+    })
+    .await
+    .unwrap();
+    let relayed = c_goal.drain().await.unwrap().remove(0);
+    assert_eq!(relayed.ttl, Some(1));
+    assert_eq!(
+        relayed.trace,
+        vec![AgentId::parse("a").unwrap(), AgentId::parse("b").unwrap()]
+    );
+}
+
+#[tokio::test]
+async fn acl_refusals_are_reasons_never_deliveries() {
+    let fabric = Fabric::start().await;
+    let url = fabric.url();
+    let mut picky = card("picky");
+    picky.allow_from = vec!["friend-*".into()];
+    let picky = agent_with(&url, picky, Duration::from_secs(3600)).await;
+    let picky_goal = picky.open_goal().await.unwrap();
+    let mut shy = card("shy");
+    shy.can_talk_to = vec!["*".into()];
+    shy.deny_talk_to = vec!["pick*".into()];
+    let shy = agent_with(&url, shy, Duration::from_secs(3600)).await;
+    let stranger = fabric.agent("stranger").await;
+    let friend = fabric.agent("friend-1").await;
+
+    let report = stranger.send_to_peer("picky", "hi").await.unwrap();
+    assert_eq!(
+        report.unreachable_reasons,
+        vec!["`picky` does not accept messages from `stranger`"]
+    );
+    let report = shy.send_to_peer("picky", "hi").await.unwrap();
+    assert_eq!(
+        report.unreachable_reasons,
+        vec!["`shy` may not talk to `picky` (deny_talk_to `pick*`)"]
+    );
+    let report = friend.send_to_peer("picky", "hi").await.unwrap();
+    assert_eq!(report.delivered_to, vec![picky_goal.id()]);
+    assert_eq!(
+        drain_bodies(&picky_goal).await,
+        vec!["hi"],
+        "only the allowed one arrived"
+    );
+}
+
+#[tokio::test]
+async fn a_retried_send_is_stored_once() {
+    let fabric = Fabric::start().await;
+    let writer = fabric.agent("writer").await;
+    let reader = fabric.agent("reader").await;
+    let goals = [
+        reader.open_goal().await.unwrap(),
+        reader.open_goal().await.unwrap(),
+    ];
+    let id = uuid::Uuid::now_v7();
+    let request = SendRequest {
+        id: Some(id),
+        ..send("reader", "exactly once")
+    };
+    let first = writer.send(request.clone()).await.unwrap();
+    let second = writer.send(request).await.unwrap();
+    assert_eq!(first.message_id, Some(id));
+    assert_eq!(second.message_id, Some(id));
+    assert_eq!(
+        second.delivered_to.len(),
+        2,
+        "the retry is acknowledged too"
+    );
+    for goal in &goals {
+        assert_eq!(drain_bodies(goal).await, vec!["exactly once"]);
+    }
+}
+
+#[tokio::test]
+async fn restarting_the_fanout_mid_stream_loses_no_acknowledged_message() {
+    let fabric = Fabric::start().await;
+    let url = fabric.url();
+    let writer = fabric.agent("writer").await;
+    let reader = fabric.agent("reader").await;
+    let goal = reader.open_goal().await.unwrap();
+
+    let progress = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = Arc::clone(&progress);
+    let sender = tokio::spawn(async move {
+        let mut acknowledged = Vec::new();
+        for i in 0..60 {
+            // The client retries with the same id while no fan-out answers.
+            let report = writer
+                .send_to_peer("reader", &format!("n{i:02}"))
+                .await
+                .unwrap();
+            assert_eq!(report.delivered_to.len(), 1, "{report:?}");
+            acknowledged.push(report.message_id.unwrap());
+            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+        acknowledged
+    });
+    let sent = || progress.load(std::sync::atomic::Ordering::SeqCst);
+    switchboard_testkit::assert_eventually!(Duration::from_secs(10), async { sent() >= 20 });
+    let Fabric { fanout, .. } = fabric;
+    fanout.stop().await;
+    // No fan-out for a while: the sender is stuck retrying, mid-stream.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let during_outage = sent();
+    assert!(
+        during_outage < 60,
+        "the restart happened mid-stream ({during_outage} sent)"
+    );
+    let replacement = FanoutReplica::start(&url, inbox_fanout::FanoutConfig::default()).await;
+    let acknowledged = sender.await.unwrap();
+
+    let got = goal.drain().await.unwrap();
+    let ids: Vec<uuid::Uuid> = got.iter().map(|m| m.id.unwrap()).collect();
+    assert_eq!(
+        ids, acknowledged,
+        "every acknowledged message, once, in order"
+    );
+    replacement.stop().await;
+}
