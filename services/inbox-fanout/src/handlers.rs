@@ -13,8 +13,8 @@ use switchboard_proto::send::{
 };
 use switchboard_proto::subject::{self, SEND_PREFIX};
 use switchboard_proto::{
-    AgentCard, AgentId, ErrorReply, GoalId, INBOX_CAP_PER_GOAL, InboxMessage,
-    MAX_INBOX_MESSAGE_BYTES, acl, inbox_consumer, new_id, timestamp,
+    AgentCard, AgentId, ErrorReply, GoalId, INBOX_CAP_PER_GOAL, INBOX_HEADER_ALLOWANCE,
+    InboxMessage, MAX_INBOX_MESSAGE_BYTES, acl, inbox_consumer, new_id, timestamp,
 };
 use switchboard_runtime::micro::{AgentRequest, Endpoint};
 use switchboard_runtime::publish::{PublishFailure, Stored, publish_all};
@@ -108,8 +108,8 @@ impl Fanout {
     ) -> Result<DeliveryReport, ErrorReply> {
         // Gates 1–4: error replies.
         let (target, body) = check_gates(caller, &request)?;
-        let me = match self.view.resolve(caller).await? {
-            Some(peer) => peer.card,
+        let me = match self.view.card(caller).await? {
+            Some(card) => card,
             None => return Err(FanoutError::SenderNotRegistered(caller.clone()).into()),
         };
         let mut report = DeliveryReport::default();
@@ -229,10 +229,12 @@ impl Fanout {
             };
             let payload =
                 serde_json::to_vec(&message).map_err(|err| FanoutError::Encode(err.to_string()))?;
-            if payload.len() > MAX_INBOX_MESSAGE_BYTES {
+            // The stream counts headers too; keep room for them.
+            let limit = MAX_INBOX_MESSAGE_BYTES - INBOX_HEADER_ALLOWANCE;
+            if payload.len() > limit {
                 return Err(FanoutError::EnvelopeTooLarge {
                     size: payload.len(),
-                    limit: MAX_INBOX_MESSAGE_BYTES,
+                    limit,
                 });
             }
             let payload = Bytes::from(payload);

@@ -181,6 +181,14 @@ impl PeerView {
         }
     }
 
+    /// An agent's card (the sender's ACL rules): from the view, read through on a miss.
+    pub async fn card(&self, agent: &AgentId) -> Result<Option<AgentCard>, FanoutError> {
+        if let Some((card, _)) = self.read().cards.get(agent.as_str()) {
+            return Ok(Some(card.clone()));
+        }
+        Ok(self.read_through(agent).await?.map(|peer| peer.card))
+    }
+
     /// The peer as the view knows it, falling back to KV when the view has no card or no
     /// live goal for it. `None` when the agent is not registered.
     pub async fn resolve(&self, agent: &AgentId) -> Result<Option<Peer>, FanoutError> {
@@ -252,7 +260,10 @@ impl PeerView {
         let mut peers: Vec<Peer> = records
             .iter()
             .filter_map(|entry| {
-                let card = card_of(&entry.value)?;
+                let Some(card) = card_of(&entry.value) else {
+                    tracing::warn!(key = %entry.key, "undecodable agent record skipped by broadcast");
+                    return None;
+                };
                 let goals = goals.get(entry.key.as_str()).cloned().unwrap_or_default();
                 Some(Peer { card, goals })
             })

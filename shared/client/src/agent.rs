@@ -56,6 +56,8 @@ pub struct Agent {
     options: AgentOptions,
     /// The running heartbeat loop (stopped by deregister, restarted by register).
     heartbeat: std::sync::Mutex<Option<DropGuard>>,
+    /// The goal opened most recently: the default `from_goal_id` of sends.
+    current_goal: std::sync::Mutex<Option<GoalId>>,
 }
 
 /// Sends a JSON request with trace context and decodes the reply or the error reply.
@@ -136,6 +138,7 @@ impl Agent {
             card,
             options,
             heartbeat: std::sync::Mutex::new(None),
+            current_goal: std::sync::Mutex::new(None),
         };
         agent.register().await?;
         Ok(agent)
@@ -233,8 +236,14 @@ impl Agent {
     /// Sends a message (send_to_peer, or a broadcast when `to` is `*`) and returns the
     /// delivery report. The message id is chosen here when absent, so retries after a lost
     /// reply are stored once per goal.
+    ///
+    /// Without a `from_goal_id`, the send is attributed to the goal this agent opened most
+    /// recently (so replies can find the conversation), or a fresh one if it has none.
     pub async fn send(&self, mut send: SendRequest) -> Result<DeliveryReport, ClientError> {
         send.id.get_or_insert_with(switchboard_proto::new_id);
+        if send.from_goal_id.is_none() {
+            send.from_goal_id = self.current_goal.lock().ok().and_then(|goal| *goal);
+        }
         let subject = subject::send(self.id());
         let mut pause = Duration::from_millis(100);
         let mut attempt = 0;
@@ -287,7 +296,11 @@ impl Agent {
     /// Opens a goal of a given kind, or re-opens an existing one by id (after a restart).
     pub async fn open_goal_with(&self, request: GoalOpenRequest) -> Result<Goal, ClientError> {
         let reply: GoalOpenReply = self.call(RegistryOp::GoalOpen, &request).await?;
-        Goal::attach(self, reply).await
+        let goal = Goal::attach(self, reply).await?;
+        if let Ok(mut current) = self.current_goal.lock() {
+            *current = Some(goal.id());
+        }
+        Ok(goal)
     }
 
     /// Opens a goal of `kind`.
@@ -301,6 +314,11 @@ impl Agent {
 
     /// Closes a goal by id (purges its inbox).
     pub async fn close_goal(&self, goal_id: GoalId) -> Result<GoalCloseReply, ClientError> {
+        if let Ok(mut current) = self.current_goal.lock()
+            && *current == Some(goal_id)
+        {
+            *current = None;
+        }
         self.call(RegistryOp::GoalClose, &GoalCloseRequest { goal_id })
             .await
     }

@@ -12,6 +12,9 @@ use switchboard_proto::{AgentId, GoalId, INBOX_CAP_PER_GOAL, InboxMessage};
 use crate::agent::{Agent, request};
 use crate::error::ClientError;
 
+/// How long [`Goal::drain`] waits for messages the consumer reports pending.
+const DRAIN_WAIT: Duration = Duration::from_secs(2);
+
 /// One live run of an agent, with its inbox.
 #[derive(Debug)]
 pub struct Goal {
@@ -117,26 +120,41 @@ impl Goal {
 
     /// Takes every message waiting now, acknowledging each after it is decoded (the caller
     /// has taken it). Returns them oldest first.
+    ///
+    /// "Waiting now" is the consumer's own pending count, asked of the server first: a
+    /// no-wait fetch alone can miss a message stored a moment ago, because the server tells
+    /// a consumer about new messages asynchronously.
     pub async fn drain(&self) -> Result<Vec<InboxMessage>, ClientError> {
         let mut taken = Vec::new();
         loop {
-            let batch_size = usize::try_from(INBOX_CAP_PER_GOAL).unwrap_or(64);
+            let mut consumer = self.consumer.clone();
+            let info = consumer
+                .info()
+                .await
+                .map_err(|err| ClientError::Inbox(format!("consumer info: {err}")))?;
+            let waiting = usize::try_from(info.num_pending).unwrap_or(usize::MAX);
+            if waiting == 0 {
+                return Ok(taken);
+            }
+            let want = waiting.min(usize::try_from(INBOX_CAP_PER_GOAL).unwrap_or(64));
             let mut batch = self
                 .consumer
-                .fetch()
-                .max_messages(batch_size)
+                .batch()
+                .max_messages(want)
+                .expires(DRAIN_WAIT)
                 .messages()
                 .await
-                .map_err(|err| ClientError::Inbox(format!("fetch: {err}")))?;
+                .map_err(|err| ClientError::Inbox(format!("pull: {err}")))?;
             let mut got = 0;
             while let Some(raw) = batch.next().await {
-                let raw = raw.map_err(|err| ClientError::Inbox(format!("fetch: {err}")))?;
+                let raw = raw.map_err(|err| ClientError::Inbox(format!("pull: {err}")))?;
                 got += 1;
                 if let Some(delivery) = Self::decode(raw).await {
                     taken.push(delivery.ack().await?);
                 }
             }
-            if got < batch_size {
+            if got == 0 {
+                // Pending but nothing came within the wait (e.g. another reader took them).
                 return Ok(taken);
             }
         }

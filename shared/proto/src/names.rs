@@ -57,6 +57,9 @@ pub const INBOX_FANOUT_SERVICE: &str = "inbox-fanout";
 /// Largest stored inbox message (body plus envelope, parts, metadata), in bytes: twice the
 /// body limit, so a full 64 KiB body always fits with room for its envelope.
 pub const MAX_INBOX_MESSAGE_BYTES: usize = 2 * MAX_BODY_BYTES;
+/// Room kept for headers (`Nats-Msg-Id`, trace context) under [`MAX_INBOX_MESSAGE_BYTES`]:
+/// the stream counts headers and payload together against its size limit.
+pub const INBOX_HEADER_ALLOWANCE: usize = 1024;
 
 /// Durable consumer name of a goal's inbox on [`INBOX_STREAM`].
 pub fn inbox_consumer(goal_id: &crate::GoalId) -> String {

@@ -62,9 +62,24 @@ pub async fn publish_durable(
     msg_id: &str,
     payload: Bytes,
 ) -> Result<Stored, PublishFailure> {
-    let mut last = String::new();
+    attempt_from(js, subject, msg_id, payload, 1, String::new()).await
+}
+
+/// Attempts `first..=PUBLISH_ATTEMPTS` (earlier ones already failed with `last`).
+async fn attempt_from(
+    js: &jetstream::Context,
+    subject: &str,
+    msg_id: &str,
+    payload: Bytes,
+    first: usize,
+    mut last: String,
+) -> Result<Stored, PublishFailure> {
     let mut pause = RETRY_PAUSE;
-    for attempt in 1..=PUBLISH_ATTEMPTS {
+    if first > 1 {
+        tokio::time::sleep(pause).await;
+        pause *= 2;
+    }
+    for attempt in first..=PUBLISH_ATTEMPTS {
         let acked = match send(js, subject, msg_id, &payload).await {
             Ok(ack) => ack.await.map_err(|err| err.to_string()),
             Err(err) => Err(err),
@@ -94,8 +109,8 @@ pub async fn publish_durable(
 }
 
 /// Publishes several messages at once: every publish is sent before any ack is awaited (so
-/// N goals cost about one round trip, not N), then each failed one is retried on its own with
-/// [`publish_durable`]. Results come back in input order.
+/// N goals cost about one round trip, not N); the failed ones are then retried concurrently,
+/// each up to [`PUBLISH_ATTEMPTS`] attempts in all. Results come back in input order.
 pub async fn publish_all(
     js: &jetstream::Context,
     messages: &[(String, String, Bytes)],
@@ -114,18 +129,19 @@ pub async fn publish_all(
         });
     }
     let first = futures::future::join_all(acks).await;
-    let mut results = Vec::with_capacity(first.len());
-    for ((subject, msg_id, payload), outcome) in messages.iter().zip(first) {
-        results.push(match outcome {
-            Ok(ack) => Ok(Stored {
-                sequence: ack.sequence,
-                duplicate: ack.duplicate,
-            }),
-            Err(err) => {
-                tracing::warn!(%subject, error = %err, "publish not acknowledged; retrying");
-                publish_durable(js, subject, msg_id, payload.clone()).await
+    let outcomes = messages.iter().zip(first).map(
+        |((subject, msg_id, payload), outcome)| async move {
+            match outcome {
+                Ok(ack) => Ok(Stored {
+                    sequence: ack.sequence,
+                    duplicate: ack.duplicate,
+                }),
+                Err(err) => {
+                    tracing::warn!(%subject, error = %err, "publish not acknowledged; retrying");
+                    attempt_from(js, subject, msg_id, payload.clone(), 2, err).await
+                }
             }
-        });
-    }
-    results
+        },
+    );
+    futures::future::join_all(outcomes).await
 }

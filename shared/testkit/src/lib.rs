@@ -52,6 +52,8 @@
 // so unwrap/expect (denied workspace-wide outside tests) are fine here.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+pub mod process;
+
 use std::ffi::OsString;
 use std::fs::{self, OpenOptions};
 use std::future::Future;

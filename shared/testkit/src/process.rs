@@ -1,0 +1,128 @@
+//! Service binaries as real processes: start one configured by environment, wait until its
+//! micro service answers `$SRV.PING`, stop it with SIGTERM, or check it refuses bad config.
+
+use std::process::{ExitStatus, Stdio};
+use std::time::Duration;
+
+use tokio::process::{Child, Command};
+
+use crate::eventually;
+
+/// A service binary running against a test server.
+#[derive(Debug)]
+pub struct ServiceProcess {
+    child: Child,
+    service: String,
+    client: async_nats::Client,
+}
+
+fn command(bin: &str) -> Command {
+    let mut command = Command::new(bin);
+    command
+        .env_remove("SWITCHBOARD_CONFIG")
+        .env("RUST_LOG", "warn")
+        .current_dir(std::env::temp_dir())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .kill_on_drop(true);
+    command
+}
+
+impl ServiceProcess {
+    /// Starts `bin` (e.g. `env!("CARGO_BIN_EXE_directory")`) against `nats_url` with extra
+    /// `SWITCHBOARD_*` variables, and waits (bounded) until `$SRV.PING.<service>` answers.
+    pub async fn start(bin: &str, service: &str, nats_url: &str, env: &[(&str, &str)]) -> Self {
+        let mut command = command(bin);
+        command
+            .env("SWITCHBOARD_NATS__URLS", format!("[{nats_url}]"))
+            .stderr(Stdio::inherit());
+        for (key, value) in env {
+            command.env(key, value);
+        }
+        let child = command
+            .spawn()
+            .unwrap_or_else(|err| panic!("testkit: cannot start {bin}: {err}"));
+        let client = async_nats::connect(nats_url)
+            .await
+            .unwrap_or_else(|err| panic!("testkit: cannot connect to {nats_url}: {err}"));
+        let process = Self {
+            child,
+            service: service.to_owned(),
+            client,
+        };
+        let ready = eventually(Duration::from_secs(30), || process.answers_ping()).await;
+        assert!(
+            ready,
+            "testkit: {service} ({bin}) never answered $SRV.PING.{service}"
+        );
+        process
+    }
+
+    async fn answers_ping(&self) -> bool {
+        let ping = self
+            .client
+            .request(format!("$SRV.PING.{}", self.service), "".into());
+        matches!(
+            tokio::time::timeout(Duration::from_millis(500), ping).await,
+            Ok(Ok(_))
+        )
+    }
+
+    /// A connection to the same server, for requests to the service.
+    pub fn client(&self) -> &async_nats::Client {
+        &self.client
+    }
+
+    /// Sends SIGTERM and waits (bounded) for the exit; then waits until the server has
+    /// dropped the service's subscriptions (nobody answers PING).
+    pub async fn terminate(mut self) -> ExitStatus {
+        let pid = self
+            .child
+            .id()
+            .expect("testkit: the service already exited");
+        let sent = Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status()
+            .await
+            .expect("testkit: cannot run kill");
+        assert!(sent.success(), "testkit: kill -TERM {pid} failed");
+        let status = tokio::time::timeout(Duration::from_secs(20), self.child.wait())
+            .await
+            .unwrap_or_else(|_| panic!("testkit: {} did not exit after SIGTERM", self.service))
+            .expect("testkit: waiting for the service failed");
+        let gone = eventually(Duration::from_secs(10), || async {
+            !self.answers_ping().await
+        })
+        .await;
+        assert!(
+            gone,
+            "testkit: {} still answers after exiting",
+            self.service
+        );
+        status
+    }
+}
+
+/// Runs `bin` with one bad setting and returns its exit code and stderr (it must not need a
+/// server to refuse the configuration).
+pub async fn config_error(bin: &str, key: &str, value: &str) -> (Option<i32>, String) {
+    let output = command(bin)
+        .env(key, value)
+        .stderr(Stdio::piped())
+        .output()
+        .await
+        .unwrap_or_else(|err| panic!("testkit: cannot run {bin}: {err}"));
+    (
+        output.status.code(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+/// The bad settings every service binary must refuse with exit code 64 and one line.
+pub const BAD_SETTINGS: &[(&str, &str)] = &[
+    ("SWITCHBOARD_NATS__URLS", "[]"),
+    ("SWITCHBOARD_NATS__USER", "svc-without-password"),
+    ("SWITCHBOARD_NATS__PING_INTERVAL_MS", "soon"),
+    ("SWITCHBOARD_NATS__URL", "typo-in-the-key"),
+    ("SWITCHBOARD_CONFIG", "/nonexistent/switchboard.toml"),
+];
