@@ -33,18 +33,7 @@ pub const SPEC: ServiceSpec = ServiceSpec {
 };
 
 /// The directory could not start.
-#[derive(Debug, thiserror::Error)]
-pub enum StartError {
-    /// A stream or bucket could not be applied.
-    #[error(transparent)]
-    Resource(#[from] resources::ResourceError),
-    /// Looking up the inbox stream failed.
-    #[error("opening stream AGENT_INBOX: {0}")]
-    InboxStream(String),
-    /// The micro service could not start.
-    #[error(transparent)]
-    Micro(#[from] micro::MicroError),
-}
+pub use switchboard_runtime::service::StartError;
 
 /// A started directory: endpoints are subscribed; call [`Directory::run`] to serve.
 #[derive(Debug)]
@@ -70,7 +59,10 @@ pub async fn start(
     let inbox = js
         .get_stream(switchboard_proto::INBOX_STREAM)
         .await
-        .map_err(|err| StartError::InboxStream(err.to_string()))?;
+        .map_err(|err| StartError::Stream {
+            stream: switchboard_proto::INBOX_STREAM,
+            message: err.to_string(),
+        })?;
     let registry = Arc::new(Registry::new(
         js,
         agents,

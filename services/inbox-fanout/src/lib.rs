@@ -34,18 +34,7 @@ pub const SPEC: ServiceSpec = ServiceSpec {
 };
 
 /// The fan-out could not start.
-#[derive(Debug, thiserror::Error)]
-pub enum StartError {
-    /// A stream or bucket could not be applied.
-    #[error(transparent)]
-    Resource(#[from] resources::ResourceError),
-    /// Opening the inbox stream failed.
-    #[error("opening stream AGENT_INBOX: {0}")]
-    InboxStream(String),
-    /// The micro service could not start.
-    #[error(transparent)]
-    Micro(#[from] micro::MicroError),
-}
+pub use switchboard_runtime::service::StartError;
 
 /// A started fan-out; call [`Running::run`] to serve.
 #[derive(Debug)]
@@ -82,7 +71,10 @@ pub async fn start_with(
     let inbox = js
         .get_stream(switchboard_proto::INBOX_STREAM)
         .await
-        .map_err(|err| StartError::InboxStream(err.to_string()))?;
+        .map_err(|err| StartError::Stream {
+            stream: switchboard_proto::INBOX_STREAM,
+            message: err.to_string(),
+        })?;
     let view = PeerView::new(js, agents, goals);
     let fanout = Arc::new(Fanout::new(view.clone(), publisher, inbox, config));
     let running = micro::start(client, SPEC, fanout.endpoints()).await?;

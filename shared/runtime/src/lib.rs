@@ -6,6 +6,8 @@
 //! - [`nats`]: a named NATS connection with auth/TLS, reconnect logging and a 5 s ping.
 //! - [`telemetry`]: `tracing` + OpenTelemetry OTLP export, and the one helper that puts W3C trace
 //!   context into NATS headers and takes it out again.
+//! - [`service`]: a service binary's whole `main` (config, telemetry, connect, run, drain) and
+//!   the shared start-up error.
 //! - [`shutdown`]: SIGINT/SIGTERM as a cancellation token.
 //! - [`micro`]: the NATS micro service scaffold: typed JSON endpoints, error replies with
 //!   `Nats-Service-Error(-Code)` headers, per-request spans, drain under a grace period.
@@ -21,6 +23,7 @@ pub mod micro;
 pub mod nats;
 pub mod publish;
 pub mod resources;
+pub mod service;
 pub mod shutdown;
 pub mod telemetry;
 

@@ -1,0 +1,102 @@
+//! What every service binary does, once: load config (exit 64 on a bad one), start telemetry,
+//! connect, run until SIGINT/SIGTERM, drain, flush spans. A service's `main.rs` is one call.
+//!
+//! ```no_run
+//! # mod directory { pub mod config { pub const SECTION: &str = "directory"; }
+//! #   #[derive(Default, serde::Serialize, serde::Deserialize)] pub struct DirectoryConfig;
+//! #   pub async fn run(_: &async_nats::Client, _: &switchboard_runtime::RuntimeConfig,
+//! #       _: DirectoryConfig, _: switchboard_runtime::CancellationToken)
+//! #       -> Result<(), std::io::Error> { Ok(()) } }
+//! #[tokio::main]
+//! async fn main() -> std::process::ExitCode {
+//!     switchboard_runtime::service::main(
+//!         "directory",
+//!         directory::config::SECTION,
+//!         |client, runtime, config: directory::DirectoryConfig, shutdown| async move {
+//!             directory::run(&client, &runtime, config, shutdown).await
+//!         },
+//!     )
+//!     .await
+//! }
+//! ```
+
+use std::fmt::Display;
+use std::future::Future;
+use std::process::ExitCode;
+
+use async_nats::Client;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tokio_util::sync::CancellationToken;
+
+use crate::{RuntimeConfig, config, micro, nats, resources, shutdown, telemetry};
+
+/// Exit code for bad configuration (BSD `EX_USAGE`).
+pub const EXIT_BAD_CONFIG: u8 = 64;
+
+/// Runs a service binary named `name` whose settings are the config section `section`.
+pub async fn main<C, F, Fut, E>(name: &'static str, section: &str, run: F) -> ExitCode
+where
+    C: Default + Serialize + DeserializeOwned,
+    F: FnOnce(Client, RuntimeConfig, C, CancellationToken) -> Fut,
+    Fut: Future<Output = Result<(), E>>,
+    E: Display,
+{
+    let figment = config::figment();
+    let loaded = RuntimeConfig::load(&figment)
+        .and_then(|runtime| Ok((runtime, config::section::<C>(&figment, section)?)));
+    let (runtime, service) = match loaded {
+        Ok(loaded) => loaded,
+        Err(err) => {
+            eprintln!("{name}: {err}");
+            return ExitCode::from(EXIT_BAD_CONFIG);
+        }
+    };
+    let telemetry = match telemetry::init(name, &runtime.telemetry) {
+        Ok(guard) => guard,
+        Err(err) => {
+            eprintln!("{name}: {err}");
+            return ExitCode::from(EXIT_BAD_CONFIG);
+        }
+    };
+    let code = match nats::connect(&runtime.nats, name).await {
+        Ok(client) => {
+            let outcome = run(client.clone(), runtime, service, shutdown::on_signal()).await;
+            if let Err(err) = client.drain().await {
+                tracing::warn!(error = %err, "draining the NATS connection failed");
+            }
+            match outcome {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(err) => {
+                    tracing::error!(service = name, error = %err, "service failed");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Err(err) => {
+            tracing::error!(service = name, error = %err, "cannot connect to NATS");
+            ExitCode::FAILURE
+        }
+    };
+    telemetry.shutdown();
+    code
+}
+
+/// Why a service could not start (shared by every service's `start`).
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// A stream or bucket could not be applied.
+    #[error(transparent)]
+    Resource(#[from] resources::ResourceError),
+    /// A stream the service reads could not be opened.
+    #[error("opening stream {stream}: {message}")]
+    Stream {
+        /// The stream.
+        stream: &'static str,
+        /// Why.
+        message: String,
+    },
+    /// The micro service could not start.
+    #[error(transparent)]
+    Micro(#[from] micro::MicroError),
+}
