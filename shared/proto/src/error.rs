@@ -38,6 +38,20 @@ pub enum ErrorKind {
     BodyTooLarge,
     /// A broadcast would reach more peers than the cap; nothing was sent.
     BroadcastTooLarge,
+    /// The callee could not be reached (the reasons are in the message); no call was opened.
+    Unreachable,
+    /// A waiting call's deadline passed without an answer.
+    Timeout,
+    /// The call would close a cycle (the message names the chain).
+    Cycle,
+    /// The call chain is too deep.
+    DepthExceeded,
+    /// The caller already has the most open outgoing calls allowed.
+    TooManyCalls,
+    /// The call's deadline passed; a late answer is not delivered.
+    Expired,
+    /// Only the callee may answer a call.
+    NotCallee,
     /// A kind this client version does not know yet.
     #[serde(other)]
     Unknown,
@@ -55,6 +69,12 @@ impl ErrorKind {
             | Self::EmptyMessage
             | Self::BroadcastTooLarge => 400,
             Self::BodyTooLarge => 413,
+            Self::Cycle | Self::DepthExceeded => 409,
+            Self::Unreachable => 404,
+            Self::NotCallee => 403,
+            Self::Expired => 410,
+            Self::TooManyCalls => 429,
+            Self::Timeout => 504,
             Self::IdentityMismatch => 403,
             Self::NotRegistered | Self::NotFound => 404,
             Self::Conflict => 409,
@@ -80,6 +100,13 @@ impl ErrorKind {
             Self::EmptyMessage => "empty_message",
             Self::BodyTooLarge => "body_too_large",
             Self::BroadcastTooLarge => "broadcast_too_large",
+            Self::Unreachable => "unreachable",
+            Self::Timeout => "timeout",
+            Self::Cycle => "cycle",
+            Self::DepthExceeded => "depth_exceeded",
+            Self::TooManyCalls => "too_many_calls",
+            Self::Expired => "expired",
+            Self::NotCallee => "not_callee",
             Self::Unknown => "unknown",
         }
     }
@@ -171,6 +198,13 @@ mod tests {
             ErrorKind::EmptyMessage,
             ErrorKind::BodyTooLarge,
             ErrorKind::BroadcastTooLarge,
+            ErrorKind::Unreachable,
+            ErrorKind::Timeout,
+            ErrorKind::Cycle,
+            ErrorKind::DepthExceeded,
+            ErrorKind::TooManyCalls,
+            ErrorKind::Expired,
+            ErrorKind::NotCallee,
         ] {
             assert_eq!(serde_json::to_value(kind).unwrap(), json!(kind.as_str()));
         }

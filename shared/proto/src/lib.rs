@@ -16,9 +16,11 @@
 //! - [`registry`]: `AgentCard`, runtime state, goal records, directory requests and replies.
 //! - [`acl`]: who may talk to whom (globs, deny beats allow).
 //! - [`send`]: send_to_peer request/report and the pure gate and anti-loop rules.
+//! - [`call`]: correlated calls, the pending-call record, chain/cycle/depth rules.
 //! - [`error`]: `ErrorKind` and the `{"error":{code,kind,message}}` reply.
 
 pub mod acl;
+pub mod call;
 pub mod error;
 pub mod ids;
 pub mod message;

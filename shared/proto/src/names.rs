@@ -52,6 +52,8 @@ pub const HEADER_SERVICE_ERROR_CODE: &str = "Nats-Service-Error-Code";
 
 /// NATS micro service name (and queue group) of the directory.
 pub const DIRECTORY_SERVICE: &str = "directory";
+/// NATS micro service name (and queue group) of the correlator.
+pub const REPLY_CORRELATOR_SERVICE: &str = "reply-correlator";
 /// NATS micro service name (and queue group) of the fan-out.
 pub const INBOX_FANOUT_SERVICE: &str = "inbox-fanout";
 /// Largest stored inbox message (body plus envelope, parts, metadata), in bytes: twice the

@@ -137,19 +137,30 @@ pub fn send(agent: &AgentId) -> String {
     format!("{SEND_PREFIX}.{agent}")
 }
 
+/// Prefix of call requests.
+pub const CALL_PREFIX: &str = "agent.call";
+/// Prefix of replies.
+pub const REPLY_PREFIX: &str = "agent.reply";
+/// Prefix of pending-call listings.
+pub const CALLS_PENDING_PREFIX: &str = "agent.calls.pending";
+/// Internal subject a waiting correlator listens on for one call's answer (services only).
+pub fn call_answer(correlation_id: &uuid::Uuid) -> String {
+    format!("_SB.calls.answer.{correlation_id}")
+}
+
 /// `agent.call.<agent_id>`: a correlated call.
 pub fn call(agent: &AgentId) -> String {
-    format!("agent.call.{agent}")
+    format!("{CALL_PREFIX}.{agent}")
 }
 
 /// `agent.reply.<agent_id>`: reply_to_peer.
 pub fn reply(agent: &AgentId) -> String {
-    format!("agent.reply.{agent}")
+    format!("{REPLY_PREFIX}.{agent}")
 }
 
 /// `agent.calls.pending.<agent_id>`: open calls of an agent.
 pub fn calls_pending(agent: &AgentId) -> String {
-    format!("agent.calls.pending.{agent}")
+    format!("{CALLS_PENDING_PREFIX}.{agent}")
 }
 
 /// Extracts and validates the caller identity: the part of `subject` after `prefix.`.

@@ -272,6 +272,9 @@ pub struct JetStreamConfig {
     pub duplicate_window_secs: u64,
     /// How long registry/goal events are kept, in seconds.
     pub events_max_age_secs: u64,
+    /// How long a call record is kept after it was opened, in seconds (well above the
+    /// 300 s maximum call timeout, so late and retried replies are answered correctly).
+    pub calls_max_age_secs: u64,
 }
 
 impl Default for JetStreamConfig {
@@ -281,6 +284,7 @@ impl Default for JetStreamConfig {
             inbox_max_age_secs: 7 * 24 * 3600,
             duplicate_window_secs: 120,
             events_max_age_secs: 7 * 24 * 3600,
+            calls_max_age_secs: 24 * 3600,
         }
     }
 }

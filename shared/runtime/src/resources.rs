@@ -7,8 +7,8 @@ use std::time::Duration;
 use async_nats::jetstream::{self, kv, stream};
 use switchboard_proto::subject::{INBOX_ALL, REGISTRY_EVENTS_ALL};
 use switchboard_proto::{
-    EVENTS_STREAM, GOALS_BUCKET, INBOX_CAP_PER_GOAL, INBOX_STREAM, MAX_INBOX_MESSAGE_BYTES,
-    REGISTRY_BUCKET,
+    CALLS_BUCKET, EVENTS_STREAM, GOALS_BUCKET, INBOX_CAP_PER_GOAL, INBOX_STREAM,
+    MAX_INBOX_MESSAGE_BYTES, REGISTRY_BUCKET,
 };
 
 use crate::config::JetStreamConfig;
@@ -75,6 +75,21 @@ pub fn goals_bucket(config: &JetStreamConfig) -> kv::Config {
         bucket: GOALS_BUCKET.to_owned(),
         description: "Switchboard live goals".to_owned(),
         history: 1,
+        num_replicas: config.replicas,
+        storage: stream::StorageType::File,
+        ..Default::default()
+    }
+}
+
+/// `agent_calls`: pending calls, key = `<caller>.<callee>.<correlation_id>`. Records stay
+/// after they are answered or expired (so a retried or late reply gets the right answer) and
+/// age out after `max_age`.
+pub fn calls_bucket(config: &JetStreamConfig) -> kv::Config {
+    kv::Config {
+        bucket: CALLS_BUCKET.to_owned(),
+        description: "Switchboard pending calls".to_owned(),
+        history: 1,
+        max_age: Duration::from_secs(config.calls_max_age_secs),
         num_replicas: config.replicas,
         storage: stream::StorageType::File,
         ..Default::default()
