@@ -213,11 +213,46 @@ impl FanoutReplica {
     }
 }
 
-/// A nats-server with a directory and an inbox-fanout.
+/// One in-process reply-correlator replica with its own NATS connection.
+pub struct CorrelatorReplica {
+    pub shutdown: CancellationToken,
+    pub task: JoinHandle<()>,
+}
+
+impl CorrelatorReplica {
+    pub async fn start(url: &str, config: reply_correlator::CorrelatorConfig) -> Self {
+        let client = async_nats::connect(url).await.unwrap();
+        let running = reply_correlator::start(&client, &runtime(url), config)
+            .await
+            .unwrap();
+        let shutdown = CancellationToken::new();
+        let task = tokio::spawn(running.run(shutdown.clone()));
+        Self { shutdown, task }
+    }
+
+    pub async fn stop(self) {
+        self.shutdown.cancel();
+        tokio::time::timeout(Duration::from_secs(10), self.task)
+            .await
+            .expect("reply-correlator did not stop within 10 s")
+            .unwrap();
+    }
+}
+
+/// Correlator settings for tests: quick sweeps.
+pub fn fast_calls() -> reply_correlator::CorrelatorConfig {
+    reply_correlator::CorrelatorConfig {
+        sweep_interval_ms: 50,
+        ..Default::default()
+    }
+}
+
+/// A nats-server with a directory, an inbox-fanout and a reply-correlator.
 pub struct Fabric {
     pub nats: switchboard_testkit::NatsServer,
     pub directory: DirectoryReplica,
     pub fanout: FanoutReplica,
+    pub correlator: CorrelatorReplica,
 }
 
 impl Fabric {
@@ -226,13 +261,22 @@ impl Fabric {
     }
 
     pub async fn start_with(config: inbox_fanout::FanoutConfig) -> Self {
+        Self::start_full(config, fast_calls()).await
+    }
+
+    pub async fn start_full(
+        fanout: inbox_fanout::FanoutConfig,
+        calls: reply_correlator::CorrelatorConfig,
+    ) -> Self {
         let nats = switchboard_testkit::NatsServer::start().await;
         let directory = DirectoryReplica::start(&nats.url(), DirectoryConfig::default()).await;
-        let fanout = FanoutReplica::start(&nats.url(), config).await;
+        let fanout = FanoutReplica::start(&nats.url(), fanout).await;
+        let correlator = CorrelatorReplica::start(&nats.url(), calls).await;
         Self {
             nats,
             directory,
             fanout,
+            correlator,
         }
     }
 
@@ -243,6 +287,33 @@ impl Fabric {
     /// A registered agent (open ACLs, no automatic heartbeats during a test).
     pub async fn agent(&self, id: &str) -> Agent {
         agent_with(&self.url(), card(id), Duration::from_secs(3600)).await
+    }
+
+    /// An agent with one goal whose runtime answers every call request with `answer(body)`,
+    /// serving each request in its call's scope (so calls it makes name their parent).
+    pub async fn answering(
+        &self,
+        id: &str,
+        answer: impl Fn(String) -> String + Send + Sync + 'static,
+    ) -> (std::sync::Arc<Agent>, JoinHandle<()>) {
+        let agent = std::sync::Arc::new(self.agent(id).await);
+        let goal = agent.open_goal().await.unwrap();
+        let me = std::sync::Arc::clone(&agent);
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok(Some(delivery)) = goal.recv(Duration::from_secs(60)).await else {
+                    continue;
+                };
+                let message = delivery.ack().await.unwrap();
+                if message.kind == switchboard_proto::MessageKind::Request
+                    && let Some(correlation_id) = message.correlation_id
+                {
+                    let text = answer(message.body.clone());
+                    let _ = me.reply(correlation_id, &text).await;
+                }
+            }
+        });
+        (agent, task)
     }
 
     /// Messages stored in AGENT_INBOX right now.

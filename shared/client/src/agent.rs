@@ -4,20 +4,21 @@ use std::time::Duration;
 
 use async_nats::Client;
 use async_nats::jetstream;
-use bytes::Bytes;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use switchboard_proto::call::{
+    CallAnswer, CallParked, CallRequest, PendingCalls, ReplyAck, ReplyRequest,
+};
 use switchboard_proto::registry::{
     DeregisterReply, GoalCloseReply, GoalCloseRequest, GoalOpenReply, GoalOpenRequest,
     HeartbeatReply, HeartbeatRequest, LookupReply, LookupRequest, PeersReply, RegisterReply,
 };
 use switchboard_proto::send::{DeliveryReport, SendRequest};
 use switchboard_proto::subject::{self, RegistryOp};
-use switchboard_proto::{
-    AgentCard, AgentId, ErrorReply, GoalId, GoalKind, HEADER_SERVICE_ERROR_CODE,
-};
-use switchboard_runtime::telemetry;
+use switchboard_proto::{AgentCard, AgentId, GoalId, GoalKind};
+use switchboard_runtime::request::{RequestFailure, request_json};
 use tokio_util::sync::{CancellationToken, DropGuard};
+use uuid::Uuid;
 
 use crate::error::ClientError;
 use crate::goal::Goal;
@@ -60,6 +61,20 @@ pub struct Agent {
     current_goal: std::sync::Mutex<Option<GoalId>>,
 }
 
+/// [`request`] with the subject as `String` taken by value.
+async fn request_with<Req, Resp>(
+    nats: &Client,
+    subject: String,
+    body: &Req,
+    timeout: Duration,
+) -> Result<Resp, ClientError>
+where
+    Req: Serialize + ?Sized,
+    Resp: DeserializeOwned,
+{
+    request(nats, subject, body, timeout).await
+}
+
 /// Sends a JSON request with trace context and decodes the reply or the error reply.
 pub(crate) async fn request<Req, Resp>(
     nats: &Client,
@@ -71,45 +86,14 @@ where
     Req: Serialize + ?Sized,
     Resp: DeserializeOwned,
 {
-    let payload = serde_json::to_vec(body).map_err(|err| ClientError::Request {
-        subject: subject.clone(),
-        message: err.to_string(),
-    })?;
-    let request = async_nats::Request::new()
-        .payload(Bytes::from(payload))
-        .headers(telemetry::traced_headers())
-        .timeout(Some(timeout));
-    let reply = nats
-        .send_request(subject.clone(), request)
+    request_json(nats, &subject, body, timeout)
         .await
-        .map_err(|err| match err.kind() {
-            async_nats::RequestErrorKind::NoResponders => ClientError::NoResponders {
-                subject: subject.clone(),
-            },
-            async_nats::RequestErrorKind::TimedOut => ClientError::Timeout {
-                subject: subject.clone(),
-            },
-            _ => ClientError::Request {
-                subject: subject.clone(),
-                message: err.to_string(),
-            },
-        })?;
-    let is_error = reply
-        .headers
-        .as_ref()
-        .is_some_and(|headers| headers.get(HEADER_SERVICE_ERROR_CODE).is_some());
-    if is_error {
-        let error: ErrorReply =
-            serde_json::from_slice(&reply.payload).map_err(|err| ClientError::Decode {
-                subject: subject.clone(),
-                message: format!("error reply: {err}"),
-            })?;
-        return Err(ClientError::Service(error));
-    }
-    serde_json::from_slice(&reply.payload).map_err(|err| ClientError::Decode {
-        subject,
-        message: err.to_string(),
-    })
+        .map_err(|failure| match failure {
+            RequestFailure::NoResponders { subject } => ClientError::NoResponders { subject },
+            RequestFailure::Timeout { subject } => ClientError::Timeout { subject },
+            RequestFailure::Service(reply) => ClientError::Service(reply),
+            RequestFailure::Other { subject, message } => ClientError::Request { subject, message },
+        })
 }
 
 impl Agent {
@@ -182,7 +166,7 @@ impl Agent {
         &self.nats
     }
 
-    async fn call<Req, Resp>(&self, op: RegistryOp, body: &Req) -> Result<Resp, ClientError>
+    async fn registry<Req, Resp>(&self, op: RegistryOp, body: &Req) -> Result<Resp, ClientError>
     where
         Req: Serialize + ?Sized,
         Resp: DeserializeOwned,
@@ -199,32 +183,33 @@ impl Agent {
     /// (Re-)registers the card (also brings an offline agent back online) and keeps the
     /// heartbeat loop running.
     pub async fn register(&self) -> Result<RegisterReply, ClientError> {
-        let reply = self.call(RegistryOp::Register, &self.card).await?;
+        let reply = self.registry(RegistryOp::Register, &self.card).await?;
         self.ensure_heartbeat();
         Ok(reply)
     }
 
     /// Sends one heartbeat now (the loop does this every interval).
     pub async fn heartbeat(&self, beat: &HeartbeatRequest) -> Result<HeartbeatReply, ClientError> {
-        self.call(RegistryOp::Heartbeat, beat).await
+        self.registry(RegistryOp::Heartbeat, beat).await
     }
 
     /// Goes offline and closes every goal; the heartbeat loop stops (so the agent stays
     /// offline) until [`Agent::register`] is called again.
     pub async fn deregister(&self) -> Result<DeregisterReply, ClientError> {
         self.stop_heartbeat();
-        self.call(RegistryOp::Deregister, &serde_json::json!({}))
+        self.registry(RegistryOp::Deregister, &serde_json::json!({}))
             .await
     }
 
     /// list_peers: every other agent with `reachable`.
     pub async fn peers(&self) -> Result<PeersReply, ClientError> {
-        self.call(RegistryOp::Peers, &serde_json::json!({})).await
+        self.registry(RegistryOp::Peers, &serde_json::json!({}))
+            .await
     }
 
     /// One agent's card, status and live goals.
     pub async fn lookup(&self, agent_id: &str) -> Result<LookupReply, ClientError> {
-        self.call(
+        self.registry(
             RegistryOp::Lookup,
             &LookupRequest {
                 agent_id: agent_id.to_owned(),
@@ -288,6 +273,83 @@ impl Agent {
             .await
     }
 
+    /// call_agent / talk_to_agent, waiting: asks `to` and returns its answer, or an error of
+    /// kind `timeout` at the deadline (also `cycle`, `depth_exceeded`, `too_many_calls`,
+    /// `unreachable`).
+    pub async fn call(
+        &self,
+        to: &str,
+        message: &str,
+        timeout: Duration,
+    ) -> Result<CallAnswer, ClientError> {
+        let request = self.call_request(to, message, timeout, true);
+        let wait = timeout + self.options.request_timeout;
+        request_with(&self.nats, subject::call(self.id()), &request, wait).await
+    }
+
+    /// A parked call: returns at once; the answer (or a timeout notice) lands in the calling
+    /// goal's inbox as `kind: response` (or `notify`) with the returned `correlation_id`.
+    pub async fn call_parked(
+        &self,
+        to: &str,
+        message: &str,
+        timeout: Duration,
+    ) -> Result<CallParked, ClientError> {
+        let request = self.call_request(to, message, timeout, false);
+        request_with(
+            &self.nats,
+            subject::call(self.id()),
+            &request,
+            self.options.request_timeout,
+        )
+        .await
+    }
+
+    /// A call with every option (`wait` decides the reply type: use [`Agent::call`] or
+    /// [`Agent::call_parked`] unless you need the raw shape).
+    fn call_request(&self, to: &str, message: &str, timeout: Duration, wait: bool) -> CallRequest {
+        CallRequest {
+            to: Some(to.to_owned()),
+            message: Some(message.to_owned()),
+            from_goal_id: self.current_goal.lock().ok().and_then(|goal| *goal),
+            timeout_ms: Some(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX)),
+            wait: Some(wait),
+            parent_correlation_id: crate::serving::current(),
+            ..CallRequest::default()
+        }
+    }
+
+    /// reply_to_peer: answers the call `correlation_id` (no target needed).
+    pub async fn reply(
+        &self,
+        correlation_id: Uuid,
+        message: &str,
+    ) -> Result<ReplyAck, ClientError> {
+        let request = ReplyRequest {
+            correlation_id: Some(correlation_id),
+            message: Some(message.to_owned()),
+            ..ReplyRequest::default()
+        };
+        request_with(
+            &self.nats,
+            subject::reply(self.id()),
+            &request,
+            self.options.request_timeout,
+        )
+        .await
+    }
+
+    /// Open calls this agent made and must answer.
+    pub async fn pending_calls(&self) -> Result<PendingCalls, ClientError> {
+        request_with(
+            &self.nats,
+            subject::calls_pending(self.id()),
+            &serde_json::json!({}),
+            self.options.request_timeout,
+        )
+        .await
+    }
+
     /// Opens a fresh interactive goal.
     pub async fn open_goal(&self) -> Result<Goal, ClientError> {
         self.open_goal_with(GoalOpenRequest::default()).await
@@ -295,7 +357,7 @@ impl Agent {
 
     /// Opens a goal of a given kind, or re-opens an existing one by id (after a restart).
     pub async fn open_goal_with(&self, request: GoalOpenRequest) -> Result<Goal, ClientError> {
-        let reply: GoalOpenReply = self.call(RegistryOp::GoalOpen, &request).await?;
+        let reply: GoalOpenReply = self.registry(RegistryOp::GoalOpen, &request).await?;
         let goal = Goal::attach(self, reply).await?;
         if let Ok(mut current) = self.current_goal.lock() {
             *current = Some(goal.id());
@@ -319,7 +381,7 @@ impl Agent {
         {
             *current = None;
         }
-        self.call(RegistryOp::GoalClose, &GoalCloseRequest { goal_id })
+        self.registry(RegistryOp::GoalClose, &GoalCloseRequest { goal_id })
             .await
     }
 

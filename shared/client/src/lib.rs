@@ -26,10 +26,12 @@ mod agent;
 mod error;
 mod goal;
 mod render;
+mod serving;
 
 pub use admin::{AgentListing, list_agents};
 pub use agent::{Agent, AgentOptions};
 pub use error::ClientError;
 pub use goal::{Delivery, Goal};
 pub use render::render_peer_messages_block;
+pub use serving::{current as serving_call, serving};
 pub use switchboard_proto as proto;

@@ -12,6 +12,7 @@
 //! - [`micro`]: the NATS micro service scaffold: typed JSON endpoints, error replies with
 //!   `Nats-Service-Error(-Code)` headers, per-request spans, drain under a grace period.
 //! - [`publish`]: JetStream publish with trace context, `Nats-Msg-Id` and retries.
+//! - [`request`]: JSON requests to services with trace context and typed error replies.
 //! - [`resources`]: JetStream streams and KV buckets, declared once and applied idempotently.
 //! - [`embedded`]: the local nats-server `switchboard up` starts, and where to find the binary.
 //! - [`kv`]: KV reads the services need beyond async-nats (a consistent snapshot of a bucket).
@@ -22,6 +23,7 @@ pub mod kv;
 pub mod micro;
 pub mod nats;
 pub mod publish;
+pub mod request;
 pub mod resources;
 pub mod service;
 pub mod shutdown;

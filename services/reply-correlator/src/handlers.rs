@@ -1,0 +1,570 @@
+//! call, reply and pending.
+//!
+//! A call is recorded (open, with its deadline) *before* its request is delivered, so an
+//! answer can never arrive for a call nobody knows. The request itself goes through
+//! inbox-fanout (`agent.send.<caller>`), so calls pass the same gates, ACL and per-goal
+//! fan-out as any message. A waiting call is held by the replica that took it, listening on
+//! an internal per-call subject; whichever replica takes the reply claims the call with
+//! compare-and-set and hands the answer to that listener, or — when no listener acknowledges
+//! (parked call, or the waiting replica is gone) — into the caller goal's inbox as
+//! `kind: response`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::Client;
+use async_nats::jetstream;
+use bytes::Bytes;
+use futures::StreamExt;
+use serde::Serialize;
+use switchboard_proto::call::{
+    AnswerRoute, CallAnswer, CallParked, CallRequest, CallState, PendingCall, PendingCalls,
+    ReplyAck, ReplyRequest, clamp_timeout, derive_chain,
+};
+use switchboard_proto::send::{DeliveryReport, SendRequest, Target, check_gates, unknown_agent};
+use switchboard_proto::subject::{self, CALL_PREFIX, CALLS_PENDING_PREFIX, REPLY_PREFIX};
+use switchboard_proto::{
+    AgentId, ErrorKind, ErrorReply, GoalId, InboxMessage, MessageKind, new_id, timestamp,
+};
+use switchboard_runtime::micro::{AgentRequest, Endpoint};
+use switchboard_runtime::publish::publish_durable;
+use switchboard_runtime::request::{RequestFailure, request_json};
+use time::OffsetDateTime;
+
+use crate::config::CorrelatorConfig;
+use crate::error::CorrelatorError;
+use crate::state::{CallStore, Stored};
+
+/// How long a delivery to the fan-out may take.
+const DELIVERY_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a replier waits for the waiting replica to take an answer.
+const HANDOVER_TIMEOUT: Duration = Duration::from_secs(2);
+/// Compare-and-set retries on one call.
+const CAS_ATTEMPTS: usize = 8;
+
+/// The reply to a call: the answer (wait) or where it will land (park).
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+pub enum CallOutcome {
+    /// The callee's answer.
+    Answered(CallAnswer),
+    /// Parked: the answer comes to the caller goal's inbox.
+    Parked(CallParked),
+}
+
+/// The correlator.
+#[derive(Debug)]
+pub struct Correlator {
+    client: Client,
+    js: jetstream::Context,
+    store: CallStore,
+    config: CorrelatorConfig,
+}
+
+fn duration_ms(d: time::Duration) -> u64 {
+    u64::try_from(d.whole_milliseconds()).unwrap_or(0)
+}
+
+impl Correlator {
+    /// Wires the parts together.
+    pub fn new(client: Client, store: CallStore, config: CorrelatorConfig) -> Self {
+        Self {
+            js: jetstream::new(client.clone()),
+            client,
+            store,
+            config,
+        }
+    }
+
+    /// The three endpoints.
+    pub fn endpoints(self: &Arc<Self>) -> Vec<Endpoint> {
+        let (a, b, c) = (Arc::clone(self), Arc::clone(self), Arc::clone(self));
+        vec![
+            Endpoint::agent(
+                "call",
+                CALL_PREFIX.to_owned(),
+                move |req: AgentRequest<CallRequest>| {
+                    let me = Arc::clone(&a);
+                    async move { me.call(&req.caller, req.body).await }
+                },
+            ),
+            Endpoint::agent(
+                "reply",
+                REPLY_PREFIX.to_owned(),
+                move |req: AgentRequest<ReplyRequest>| {
+                    let me = Arc::clone(&b);
+                    async move { me.reply(&req.caller, req.body).await }
+                },
+            ),
+            Endpoint::agent(
+                "pending",
+                CALLS_PENDING_PREFIX.to_owned(),
+                move |req: AgentRequest<serde::de::IgnoredAny>| {
+                    let me = Arc::clone(&c);
+                    async move { me.pending(&req.caller).await }
+                },
+            ),
+        ]
+    }
+
+    fn open_count(calls: &[Stored], now: OffsetDateTime) -> usize {
+        calls
+            .iter()
+            .filter(|s| s.call.state == CallState::Open && s.call.deadline > now)
+            .count()
+    }
+
+    /// talk_to_agent / call_agent.
+    pub async fn call(
+        &self,
+        caller: &AgentId,
+        request: CallRequest,
+    ) -> Result<CallOutcome, ErrorReply> {
+        // The send gates, reused: `to`, not self, non-empty message, size.
+        let probe = SendRequest {
+            to: request.to.clone(),
+            message: request.message.clone(),
+            ..SendRequest::default()
+        };
+        let (target, body) = check_gates(caller, &probe)?;
+        let Target::Peer(to) = target else {
+            return Err(ErrorReply::new(
+                ErrorKind::BadRequest,
+                "a call goes to one peer; use send_to_peer with `*` to broadcast",
+            ));
+        };
+        let Ok(callee) = AgentId::parse(&to) else {
+            return Err(ErrorReply::new(ErrorKind::Unreachable, unknown_agent(&to)));
+        };
+        let timeout_ms = clamp_timeout(
+            request.timeout_ms,
+            self.config.default_timeout_ms,
+            self.config.max_timeout_ms,
+        );
+        let parent = match request.parent_correlation_id {
+            None => None,
+            Some(parent_id) => {
+                let Some(parent) = self.store.find(&parent_id).await? else {
+                    return Err(ErrorReply::new(
+                        ErrorKind::NotFound,
+                        format!("parent call {parent_id} is unknown"),
+                    ));
+                };
+                Some(parent.call)
+            }
+        };
+        let chain = derive_chain(caller, &callee, parent.as_ref(), self.config.depth_limit)?;
+
+        let now = timestamp::now();
+        let too_many = || {
+            ErrorReply::new(
+                ErrorKind::TooManyCalls,
+                format!(
+                    "`{caller}` already has {} open calls; answer or wait for some first",
+                    self.config.max_open_calls
+                ),
+            )
+        };
+        if Self::open_count(&self.store.outgoing(caller).await?, now) >= self.config.max_open_calls
+        {
+            return Err(too_many());
+        }
+        let correlation_id = new_id();
+        let record = PendingCall {
+            correlation_id,
+            caller: caller.clone(),
+            caller_goal: request.from_goal_id.unwrap_or_default(),
+            callee: callee.clone(),
+            chain: chain.clone(),
+            parent: request.parent_correlation_id,
+            request_id: new_id(),
+            wait: request.wait.unwrap_or(true),
+            state: CallState::Open,
+            answered_via: None,
+            created_at: now,
+            deadline: now
+                + time::Duration::milliseconds(i64::try_from(timeout_ms).unwrap_or(i64::MAX)),
+        };
+        let stored = self.store.create(&record).await?;
+        // Two calls racing past the count both see it now; the later ones step back.
+        if Self::open_count(&self.store.outgoing(caller).await?, now) > self.config.max_open_calls {
+            self.store.forget(&stored).await?;
+            return Err(too_many());
+        }
+
+        // A waiting call listens for its answer before the request can be answered.
+        let mut answers = if record.wait {
+            Some(
+                self.client
+                    .subscribe(subject::call_answer(&correlation_id))
+                    .await
+                    .map_err(|err| CorrelatorError::store("listening for the answer", err))?,
+            )
+        } else {
+            None
+        };
+
+        let report = match self.deliver_request(&record, body, &request).await {
+            Ok(report) => report,
+            Err(err) => {
+                self.store.forget(&stored).await?;
+                return Err(err);
+            }
+        };
+        if report.delivered_to.is_empty() {
+            self.store.forget(&stored).await?;
+            return Err(ErrorReply::new(
+                ErrorKind::Unreachable,
+                report.unreachable_reasons.join("; "),
+            ));
+        }
+        tracing::info!(%correlation_id, caller = %caller, callee = %callee, depth = chain.len(), timeout_ms, wait = record.wait, "call opened");
+
+        let Some(answers) = answers.as_mut() else {
+            return Ok(CallOutcome::Parked(CallParked {
+                correlation_id,
+                delivered_to: report.delivered_to,
+                deadline: record.deadline,
+            }));
+        };
+        self.wait_for_answer(stored, answers, timeout_ms).await
+    }
+
+    async fn deliver_request(
+        &self,
+        record: &PendingCall,
+        body: &str,
+        request: &CallRequest,
+    ) -> Result<DeliveryReport, ErrorReply> {
+        let mut metadata = request.metadata.clone();
+        metadata.insert(
+            "call_chain".to_owned(),
+            serde_json::to_value(&record.chain).unwrap_or_default(),
+        );
+        metadata.insert(
+            "call_deadline".to_owned(),
+            timestamp::format(record.deadline).into(),
+        );
+        let send = SendRequest {
+            to: Some(record.callee.to_string()),
+            message: Some(body.to_owned()),
+            id: Some(record.request_id),
+            correlation_id: Some(record.correlation_id),
+            from_goal_id: Some(record.caller_goal),
+            kind: Some(MessageKind::Request),
+            expects_reply: true,
+            parts: request.parts.clone(),
+            metadata,
+            ..SendRequest::default()
+        };
+        request_json(
+            &self.client,
+            &subject::send(&record.caller),
+            &send,
+            DELIVERY_TIMEOUT,
+        )
+        .await
+        .map_err(|failure| match failure {
+            RequestFailure::Service(reply) => reply,
+            RequestFailure::NoResponders { .. } => ErrorReply::new(
+                ErrorKind::Unavailable,
+                "inbox-fanout is not running; the call was not made",
+            ),
+            other => ErrorReply::new(ErrorKind::Unavailable, other.to_string()),
+        })
+    }
+
+    async fn wait_for_answer(
+        &self,
+        stored: Stored,
+        answers: &mut async_nats::Subscriber,
+        timeout_ms: u64,
+    ) -> Result<CallOutcome, ErrorReply> {
+        let call = &stored.call;
+        let left = call.deadline - timestamp::now();
+        let deadline = tokio::time::Instant::now()
+            + Duration::from_millis(duration_ms(left.max(time::Duration::ZERO)));
+        let mut grace_until = None;
+        loop {
+            let until = grace_until.unwrap_or(deadline);
+            tokio::select! {
+                message = answers.next() => {
+                    let Some(message) = message else { break };
+                    match serde_json::from_slice::<CallAnswer>(&message.payload) {
+                        Ok(answer) => {
+                            if let Some(reply) = message.reply {
+                                let _ = self.client.publish(reply, Bytes::from_static(b"taken")).await;
+                            }
+                            return Ok(CallOutcome::Answered(answer));
+                        }
+                        Err(err) => tracing::warn!(error = %err, "undecodable answer hand-over"),
+                    }
+                }
+                () = tokio::time::sleep_until(until) => {
+                    if grace_until.is_some() {
+                        break;
+                    }
+                    match self.store.transition(&stored, CallState::Expired, None).await? {
+                        Some(_) => break,
+                        None => {
+                            // Changed meanwhile: answered just now (its hand-over is on the
+                            // way) or expired by a sweeper.
+                            let current = self.store.find(&call.correlation_id).await?;
+                            if current.is_some_and(|s| s.call.state == CallState::Answered) {
+                                grace_until = Some(tokio::time::Instant::now() + HANDOVER_TIMEOUT);
+                            } else {
+                                break;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        let _ = answers.unsubscribe().await;
+        Err(ErrorReply::new(
+            ErrorKind::Timeout,
+            format!(
+                "no answer from `{}` within {timeout_ms} ms (call {})",
+                call.callee, call.correlation_id
+            ),
+        ))
+    }
+
+    /// reply_to_peer: answers the call named by `correlation_id`; only its callee may.
+    pub async fn reply(
+        &self,
+        callee: &AgentId,
+        request: ReplyRequest,
+    ) -> Result<ReplyAck, ErrorReply> {
+        let Some(correlation_id) = request.correlation_id else {
+            return Err(ErrorReply::new(
+                ErrorKind::BadRequest,
+                "`correlation_id` is required: the call you are answering",
+            ));
+        };
+        // The message gates of a send (non-empty, ≤ 64 KiB), with the caller as a stand-in
+        // target so gates 1–2 pass.
+        let probe = SendRequest {
+            to: Some("_".to_owned()),
+            message: request.message.clone(),
+            ..SendRequest::default()
+        };
+        let (_, body) = check_gates(callee, &probe)?;
+        for _ in 0..CAS_ATTEMPTS {
+            let Some(stored) = self.store.find(&correlation_id).await? else {
+                return Err(ErrorReply::new(
+                    ErrorKind::NotFound,
+                    format!("no call {correlation_id}"),
+                ));
+            };
+            let call = &stored.call;
+            if call.callee != *callee {
+                return Err(ErrorReply::new(
+                    ErrorKind::NotCallee,
+                    format!("only `{}` may answer call {correlation_id}", call.callee),
+                ));
+            }
+            let expired = || {
+                ErrorReply::new(
+                    ErrorKind::Expired,
+                    format!(
+                        "call {correlation_id} expired at {}; the answer was not delivered",
+                        timestamp::format(call.deadline)
+                    ),
+                )
+            };
+            match (call.state, call.answered_via) {
+                (CallState::Expired, _) => return Err(expired()),
+                (CallState::Answered, Some(via)) => {
+                    return Ok(ReplyAck {
+                        correlation_id,
+                        delivered: via,
+                        duplicate: true,
+                    });
+                }
+                (CallState::Answered, None) => {
+                    // Claimed by an attempt that did not finish delivering: deliver again
+                    // (an inbox copy is de-duplicated by its message id).
+                    let via = self.deliver_answer(call, callee, body, &request).await?;
+                    self.store
+                        .transition(&stored, CallState::Answered, Some(via))
+                        .await?;
+                    return Ok(ReplyAck {
+                        correlation_id,
+                        delivered: via,
+                        duplicate: false,
+                    });
+                }
+                (CallState::Open, _) if call.deadline <= timestamp::now() => {
+                    if self
+                        .store
+                        .transition(&stored, CallState::Expired, None)
+                        .await?
+                        .is_some()
+                    {
+                        self.on_expired(call).await;
+                        return Err(expired());
+                    }
+                }
+                (CallState::Open, _) => {
+                    // Claim it; the winner delivers, exactly once.
+                    if let Some(claimed) = self
+                        .store
+                        .transition(&stored, CallState::Answered, None)
+                        .await?
+                    {
+                        let via = self.deliver_answer(call, callee, body, &request).await?;
+                        self.store
+                            .transition(&claimed, CallState::Answered, Some(via))
+                            .await?;
+                        tracing::info!(%correlation_id, ?via, "call answered");
+                        return Ok(ReplyAck {
+                            correlation_id,
+                            delivered: via,
+                            duplicate: false,
+                        });
+                    }
+                }
+            }
+        }
+        Err(ErrorReply::new(
+            ErrorKind::Conflict,
+            format!("call {correlation_id} keeps changing; retry"),
+        ))
+    }
+
+    async fn deliver_answer(
+        &self,
+        call: &PendingCall,
+        callee: &AgentId,
+        body: &str,
+        request: &ReplyRequest,
+    ) -> Result<AnswerRoute, ErrorReply> {
+        if call.wait {
+            let answer = CallAnswer {
+                correlation_id: call.correlation_id,
+                from_agent_id: callee.clone(),
+                body: body.to_owned(),
+                parts: request.parts.clone(),
+                answered_at: timestamp::now(),
+            };
+            let payload = serde_json::to_vec(&answer)
+                .map_err(|err| ErrorReply::new(ErrorKind::Internal, err.to_string()))?;
+            let handed = tokio::time::timeout(
+                HANDOVER_TIMEOUT,
+                self.client
+                    .request(subject::call_answer(&call.correlation_id), payload.into()),
+            )
+            .await;
+            if matches!(handed, Ok(Ok(_))) {
+                return Ok(AnswerRoute::Caller);
+            }
+            tracing::info!(correlation_id = %call.correlation_id, "no waiting caller took the answer; delivering it to the inbox");
+        }
+        let mut message =
+            InboxMessage::new(callee.clone(), GoalId::new(), call.caller.clone(), body);
+        message.id = Some(new_id());
+        message.kind = MessageKind::Response;
+        message.correlation_id = Some(call.correlation_id);
+        message.in_reply_to = Some(call.request_id);
+        message.parts = request.parts.clone();
+        self.to_caller_inbox(call, &message, "response").await?;
+        Ok(AnswerRoute::Inbox)
+    }
+
+    /// Publishes to the caller goal's inbox, de-duplicated per call and purpose.
+    async fn to_caller_inbox(
+        &self,
+        call: &PendingCall,
+        message: &InboxMessage,
+        purpose: &str,
+    ) -> Result<(), ErrorReply> {
+        let payload = serde_json::to_vec(message)
+            .map_err(|err| ErrorReply::new(ErrorKind::Internal, err.to_string()))?;
+        let msg_id = format!("{purpose}:{}:{}", call.correlation_id, call.caller_goal);
+        publish_durable(
+            &self.js,
+            &subject::inbox(&call.caller_goal),
+            &msg_id,
+            payload.into(),
+        )
+        .await
+        .map(|_| ())
+        .map_err(|err| ErrorReply::new(ErrorKind::Unavailable, err.to_string()))
+    }
+
+    /// After a call expired (this replica won the transition): a parked caller is told in its
+    /// inbox; a waiting caller's own replica answers it with `timeout`.
+    async fn on_expired(&self, call: &PendingCall) {
+        tracing::info!(correlation_id = %call.correlation_id, callee = %call.callee, "call expired");
+        if call.wait {
+            return;
+        }
+        let mut notice = InboxMessage::new(
+            call.callee.clone(),
+            GoalId::new(),
+            call.caller.clone(),
+            format!(
+                "call {} to `{}` timed out at {} without an answer",
+                call.correlation_id,
+                call.callee,
+                timestamp::format(call.deadline)
+            ),
+        );
+        notice.id = Some(new_id());
+        notice.kind = MessageKind::Notify;
+        notice.correlation_id = Some(call.correlation_id);
+        notice.in_reply_to = Some(call.request_id);
+        notice
+            .metadata
+            .insert("switchboard".to_owned(), "call_timeout".into());
+        if let Err(err) = self.to_caller_inbox(call, &notice, "timeout").await {
+            tracing::error!(correlation_id = %call.correlation_id, error = %err, "timeout notice not delivered");
+        }
+    }
+
+    /// The caller's open outgoing and incoming calls.
+    pub async fn pending(&self, agent: &AgentId) -> Result<PendingCalls, ErrorReply> {
+        let now = timestamp::now();
+        let open = |calls: Vec<Stored>| -> Vec<PendingCall> {
+            let mut open: Vec<PendingCall> = calls
+                .into_iter()
+                .map(|s| s.call)
+                .filter(|c| c.state == CallState::Open && c.deadline > now)
+                .collect();
+            open.sort_by_key(|c| c.created_at);
+            open
+        };
+        Ok(PendingCalls {
+            outgoing: open(self.store.outgoing(agent).await?),
+            incoming: open(self.store.incoming(agent).await?),
+        })
+    }
+
+    /// One deadline sweep: every open call past its deadline is expired with compare-and-set,
+    /// so across replicas exactly one does it (and sends the parked caller its notice).
+    /// Returns how many this sweep expired.
+    pub async fn sweep(&self, now: OffsetDateTime) -> Result<usize, CorrelatorError> {
+        let mut expired = 0;
+        for stored in self.store.all().await? {
+            if stored.call.state != CallState::Open || stored.call.deadline > now {
+                continue;
+            }
+            match self
+                .store
+                .transition(&stored, CallState::Expired, None)
+                .await
+            {
+                Ok(Some(_)) => {
+                    self.on_expired(&stored.call).await;
+                    expired += 1;
+                }
+                Ok(None) => {}
+                Err(err) => {
+                    tracing::warn!(key = %stored.key, error = %err, "expiring a call failed")
+                }
+            }
+        }
+        Ok(expired)
+    }
+}

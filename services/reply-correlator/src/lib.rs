@@ -1,0 +1,109 @@
+//! # reply-correlator
+//!
+//! Correlated calls for Switchboard (ARCHITECTURE.md §3, §5, §6): `agent.call.<id>` makes a call
+//! that waits for the answer or parks, `agent.reply.<id>` answers by correlation id only,
+//! `agent.calls.pending.<id>` lists open calls. Pending calls live in the `agent_calls` KV
+//! bucket with their deadline; every state change is a compare-and-set, so answers and
+//! timeouts resolve exactly once across replicas and restarts.
+//!
+//! Layout: `config.rs` (`[reply_correlator]`), `error.rs`, `state.rs` (the calls bucket),
+//! `handlers.rs` (call/reply/pending/sweep), this file (`start`/`run`).
+
+pub mod config;
+pub mod error;
+pub mod handlers;
+pub mod state;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::Client;
+use async_nats::jetstream;
+use switchboard_proto::REPLY_CORRELATOR_SERVICE;
+use switchboard_runtime::micro::{self, ServiceSpec};
+use switchboard_runtime::{CancellationToken, RuntimeConfig, resources};
+
+pub use config::CorrelatorConfig;
+pub use handlers::Correlator;
+pub use switchboard_runtime::service::StartError;
+
+/// The micro service description.
+pub const SPEC: ServiceSpec = ServiceSpec {
+    name: REPLY_CORRELATOR_SERVICE,
+    version: env!("CARGO_PKG_VERSION"),
+    description: "Switchboard reply-correlator: calls that wait for an answer, replies, timeouts",
+};
+
+/// A started correlator; call [`Running::run`] to serve.
+#[derive(Debug)]
+pub struct Running {
+    running: micro::Running,
+    correlator: Arc<Correlator>,
+    sweep_every: Duration,
+    grace: Duration,
+}
+
+/// Applies the calls bucket (and the inbox stream it writes answers to) and subscribes.
+pub async fn start(
+    client: &Client,
+    runtime: &RuntimeConfig,
+    config: CorrelatorConfig,
+) -> Result<Running, StartError> {
+    let js = jetstream::new(client.clone());
+    resources::ensure_stream(&js, resources::inbox_stream(&runtime.jetstream)).await?;
+    let calls = resources::ensure_bucket(&js, resources::calls_bucket(&runtime.jetstream)).await?;
+    let sweep_every = Duration::from_millis(config.sweep_interval_ms.max(10));
+    let correlator = Arc::new(Correlator::new(
+        client.clone(),
+        state::CallStore::new(js, calls),
+        config,
+    ));
+    let running = micro::start(client, SPEC, correlator.endpoints()).await?;
+    tracing::info!(service = SPEC.name, "reply-correlator ready");
+    Ok(Running {
+        running,
+        correlator,
+        sweep_every,
+        grace: runtime.shutdown_grace(),
+    })
+}
+
+impl Running {
+    /// The correlator (for in-process callers and tests).
+    pub fn correlator(&self) -> Arc<Correlator> {
+        Arc::clone(&self.correlator)
+    }
+
+    /// Serves and sweeps deadlines until `shutdown`, then drains.
+    pub async fn run(self, shutdown: CancellationToken) {
+        let correlator = Arc::clone(&self.correlator);
+        let stop = shutdown.clone();
+        let every = self.sweep_every;
+        let sweeper = tokio::spawn(async move {
+            let mut ticker = tokio::time::interval(every);
+            ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = ticker.tick() => {}
+                    () = stop.cancelled() => return,
+                }
+                if let Err(err) = correlator.sweep(switchboard_proto::timestamp::now()).await {
+                    tracing::warn!(error = %err, "deadline sweep failed");
+                }
+            }
+        });
+        self.running.run(shutdown, self.grace).await;
+        let _ = sweeper.await;
+    }
+}
+
+/// Starts and serves until `shutdown` (what `main` and `switchboard up` call).
+pub async fn run(
+    client: &Client,
+    runtime: &RuntimeConfig,
+    config: CorrelatorConfig,
+    shutdown: CancellationToken,
+) -> Result<(), StartError> {
+    start(client, runtime, config).await?.run(shutdown).await;
+    Ok(())
+}

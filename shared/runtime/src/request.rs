@@ -1,0 +1,85 @@
+//! JSON requests to Switchboard services, the one way every party asks: trace context in the
+//! headers, the reply decoded, an error reply (`Nats-Service-Error-Code`) turned into its
+//! `ErrorReply`.
+
+use std::time::Duration;
+
+use async_nats::Client;
+use bytes::Bytes;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use switchboard_proto::{ErrorReply, HEADER_SERVICE_ERROR_CODE};
+
+use crate::telemetry;
+
+/// Why a request got no usable reply.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum RequestFailure {
+    /// Nobody subscribes to the subject.
+    #[error("no service answers on {subject}")]
+    NoResponders {
+        /// The subject.
+        subject: String,
+    },
+    /// No reply in time.
+    #[error("request to {subject} timed out")]
+    Timeout {
+        /// The subject.
+        subject: String,
+    },
+    /// The service answered with an error reply.
+    #[error("{0}")]
+    Service(ErrorReply),
+    /// Sending failed, or the reply did not decode.
+    #[error("request to {subject}: {message}")]
+    Other {
+        /// The subject.
+        subject: String,
+        /// Why.
+        message: String,
+    },
+}
+
+/// Sends `body` as JSON to `subject` and decodes the reply.
+pub async fn request_json<Req, Resp>(
+    client: &Client,
+    subject: &str,
+    body: &Req,
+    timeout: Duration,
+) -> Result<Resp, RequestFailure>
+where
+    Req: Serialize + ?Sized,
+    Resp: DeserializeOwned,
+{
+    let other = |message: String| RequestFailure::Other {
+        subject: subject.to_owned(),
+        message,
+    };
+    let payload = serde_json::to_vec(body).map_err(|err| other(err.to_string()))?;
+    let request = async_nats::Request::new()
+        .payload(Bytes::from(payload))
+        .headers(telemetry::traced_headers())
+        .timeout(Some(timeout));
+    let reply = client
+        .send_request(subject.to_owned(), request)
+        .await
+        .map_err(|err| match err.kind() {
+            async_nats::RequestErrorKind::NoResponders => RequestFailure::NoResponders {
+                subject: subject.to_owned(),
+            },
+            async_nats::RequestErrorKind::TimedOut => RequestFailure::Timeout {
+                subject: subject.to_owned(),
+            },
+            _ => other(err.to_string()),
+        })?;
+    let is_error = reply
+        .headers
+        .as_ref()
+        .is_some_and(|headers| headers.get(HEADER_SERVICE_ERROR_CODE).is_some());
+    if is_error {
+        let error: ErrorReply = serde_json::from_slice(&reply.payload)
+            .map_err(|err| other(format!("undecodable error reply: {err}")))?;
+        return Err(RequestFailure::Service(error));
+    }
+    serde_json::from_slice(&reply.payload).map_err(|err| other(err.to_string()))
+}

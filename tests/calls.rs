@@ -1,0 +1,452 @@
+//! reply-correlator end to end against a real nats-server: calls that wait and park, replies
+//! routed by correlation id, timeouts, cycle/depth/concurrency limits, restarts and replicas.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use switchboard_client::{Agent, Goal};
+use switchboard_proto::call::AnswerRoute;
+use switchboard_proto::{ErrorKind, InboxMessage, MessageKind};
+use switchboard_testkit::assert_eventually;
+use switchboard_tests::{CorrelatorReplica, Fabric, fast_calls, raw};
+
+const LONG: Duration = Duration::from_secs(20);
+
+/// Waits (bounded) for the next message in a goal's inbox.
+async fn next(goal: &Goal) -> InboxMessage {
+    goal.recv(Duration::from_secs(10))
+        .await
+        .unwrap()
+        .expect("a message within 10 s")
+        .ack()
+        .await
+        .unwrap()
+}
+
+fn kind<T: std::fmt::Debug>(result: Result<T, switchboard_client::ClientError>) -> ErrorKind {
+    result.unwrap_err().kind().expect("a service error reply")
+}
+
+#[tokio::test]
+async fn a_waiting_call_gets_the_answer_and_a_parked_one_gets_it_in_the_inbox() {
+    let fabric = Fabric::start().await;
+    let (_writer, _serve) = fabric.answering("writer", |q| format!("re: {q}")).await;
+    let researcher = fabric.agent("researcher").await;
+    let goal = researcher.open_goal().await.unwrap();
+
+    let answer = researcher
+        .call("writer", "need a title", LONG)
+        .await
+        .unwrap();
+    assert_eq!(answer.body, "re: need a title");
+    assert_eq!(answer.from_agent_id, "writer");
+
+    let parked = researcher
+        .call_parked("writer", "and a subtitle", LONG)
+        .await
+        .unwrap();
+    assert_eq!(parked.delivered_to.len(), 1);
+    let response = next(&goal).await;
+    assert_eq!(response.kind, MessageKind::Response);
+    assert_eq!(response.correlation_id, Some(parked.correlation_id));
+    assert!(response.in_reply_to.is_some());
+    assert_eq!(response.body, "re: and a subtitle");
+    assert_eq!(response.from_agent_id, "writer");
+    // Nothing else arrived (the waiting call's answer did not also land in the inbox).
+    assert!(
+        goal.recv(Duration::from_millis(300))
+            .await
+            .unwrap()
+            .is_none()
+    );
+}
+
+#[tokio::test]
+async fn the_callee_sees_a_request_with_its_correlation_and_chain() {
+    let fabric = Fabric::start().await;
+    let callee = fabric.agent("callee").await;
+    let callee_goal = callee.open_goal().await.unwrap();
+    let caller = fabric.agent("caller").await;
+    let _caller_goal = caller.open_goal().await.unwrap();
+    let parked = caller
+        .call_parked("callee", "question", LONG)
+        .await
+        .unwrap();
+    let request = next(&callee_goal).await;
+    assert_eq!(request.kind, MessageKind::Request);
+    assert!(request.expects_reply);
+    assert_eq!(request.correlation_id, Some(parked.correlation_id));
+    assert_eq!(
+        request.metadata["call_chain"],
+        serde_json::json!(["caller"])
+    );
+    assert!(request.metadata.contains_key("call_deadline"));
+}
+
+#[tokio::test]
+async fn two_calls_in_flight_from_one_goal_resolve_independently_out_of_order() {
+    let fabric = Fabric::start().await;
+    let callee = fabric.agent("slowpoke").await;
+    let callee_goal = callee.open_goal().await.unwrap();
+    let caller = std::sync::Arc::new(fabric.agent("asker").await);
+    let _goal = caller.open_goal().await.unwrap();
+
+    let (c1, c2) = (
+        std::sync::Arc::clone(&caller),
+        std::sync::Arc::clone(&caller),
+    );
+    let first = tokio::spawn(async move { c1.call("slowpoke", "first?", LONG).await });
+    let second = tokio::spawn(async move { c2.call("slowpoke", "second?", LONG).await });
+    let mut requests = [next(&callee_goal).await, next(&callee_goal).await];
+    requests.sort_by_key(|m| m.body.clone());
+    // Answer the second one first.
+    callee
+        .reply(requests[1].correlation_id.unwrap(), "answer to second")
+        .await
+        .unwrap();
+    let second = second.await.unwrap().unwrap();
+    assert_eq!(second.body, "answer to second");
+    assert!(!first.is_finished());
+    callee
+        .reply(requests[0].correlation_id.unwrap(), "answer to first")
+        .await
+        .unwrap();
+    assert_eq!(first.await.unwrap().unwrap().body, "answer to first");
+}
+
+#[tokio::test]
+async fn timeouts_default_clamp_and_notify_a_parked_caller() {
+    let fabric = Fabric::start_full(
+        inbox_fanout::FanoutConfig::default(),
+        reply_correlator::CorrelatorConfig {
+            default_timeout_ms: 300,
+            max_timeout_ms: 700,
+            ..fast_calls()
+        },
+    )
+    .await;
+    let silent = fabric.agent("silent").await;
+    let _silent_goal = silent.open_goal().await.unwrap();
+    let caller = fabric.agent("caller").await;
+    let goal = caller.open_goal().await.unwrap();
+
+    // No timeout given: the default (300 ms) applies.
+    let client = fabric.nats.client().await;
+    let started = std::time::Instant::now();
+    let reply = raw(
+        &client,
+        "agent.call.caller",
+        r#"{"to":"silent","message":"hello?"}"#,
+    )
+    .await;
+    assert_eq!(reply.error_kind(), "timeout");
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(300) && took < Duration::from_millis(5_000),
+        "{took:?}"
+    );
+
+    // Asking for 60 s is clamped to 700 ms.
+    let parked = caller
+        .call_parked("silent", "anyone?", Duration::from_secs(60))
+        .await
+        .unwrap();
+    let budget = parked.deadline - switchboard_proto::timestamp::now();
+    assert!(budget <= time::Duration::milliseconds(700), "{budget:?}");
+    let err = caller
+        .call("silent", "still there?", Duration::from_secs(60))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), Some(ErrorKind::Timeout));
+
+    // The parked caller is told in its inbox, once.
+    let notice = next(&goal).await;
+    assert_eq!(notice.kind, MessageKind::Notify);
+    assert_eq!(notice.correlation_id, Some(parked.correlation_id));
+    assert!(notice.body.contains("timed out"), "{}", notice.body);
+    assert!(
+        goal.recv(Duration::from_millis(300))
+            .await
+            .unwrap()
+            .is_none()
+    );
+}
+
+#[tokio::test]
+async fn a_late_reply_is_expired_and_never_delivered() {
+    let fabric = Fabric::start().await;
+    let callee = fabric.agent("tardy").await;
+    let callee_goal = callee.open_goal().await.unwrap();
+    let caller = fabric.agent("caller").await;
+    let goal = caller.open_goal().await.unwrap();
+    let parked = caller
+        .call_parked("tardy", "quick question", Duration::from_millis(200))
+        .await
+        .unwrap();
+    let request = next(&callee_goal).await;
+    assert_eq!(next(&goal).await.kind, MessageKind::Notify);
+    let err = callee
+        .reply(request.correlation_id.unwrap(), "sorry, late")
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), Some(ErrorKind::Expired));
+    assert_eq!(parked.correlation_id, request.correlation_id.unwrap());
+    assert!(
+        goal.recv(Duration::from_millis(300))
+            .await
+            .unwrap()
+            .is_none(),
+        "no response after expiry"
+    );
+}
+
+#[tokio::test]
+async fn replies_are_for_the_callee_only_and_delivered_exactly_once() {
+    let fabric = Fabric::start().await;
+    let callee = fabric.agent("callee").await;
+    let callee_goal = callee.open_goal().await.unwrap();
+    let intruder = fabric.agent("intruder").await;
+    let caller = fabric.agent("caller").await;
+    let goal = caller.open_goal().await.unwrap();
+    let parked = caller.call_parked("callee", "q", LONG).await.unwrap();
+    let cid = next(&callee_goal).await.correlation_id.unwrap();
+
+    assert_eq!(
+        kind(intruder.reply(cid, "fake answer").await),
+        ErrorKind::NotCallee
+    );
+    assert_eq!(
+        kind(callee.reply(uuid::Uuid::now_v7(), "to nothing").await),
+        ErrorKind::NotFound
+    );
+    let first = callee.reply(cid, "the answer").await.unwrap();
+    assert_eq!(first.delivered, AnswerRoute::Inbox);
+    assert!(!first.duplicate);
+    let again = callee.reply(cid, "the answer").await.unwrap();
+    assert!(
+        again.duplicate,
+        "a retried reply is acknowledged, not sent again"
+    );
+    let response = next(&goal).await;
+    assert_eq!(response.correlation_id, Some(parked.correlation_id));
+    assert_eq!(response.body, "the answer");
+    assert!(
+        goal.recv(Duration::from_millis(300))
+            .await
+            .unwrap()
+            .is_none(),
+        "exactly once"
+    );
+}
+
+#[tokio::test]
+async fn a_b_a_is_refused_as_a_cycle() {
+    let fabric = Fabric::start().await;
+    let a = fabric.agent("a").await;
+    let _a_goal = a.open_goal().await.unwrap();
+    let b = fabric.agent("b").await;
+    let b_goal = b.open_goal().await.unwrap();
+    a.call_parked("b", "please ask me back", LONG)
+        .await
+        .unwrap();
+    let request = next(&b_goal).await;
+    // B, serving A's call, calls A: the chain a → b → a is a cycle.
+    let err = switchboard_client::serving(request.correlation_id.unwrap(), async {
+        b.call("a", "what did you mean?", LONG).await
+    })
+    .await
+    .unwrap_err();
+    assert_eq!(err.kind(), Some(ErrorKind::Cycle));
+    assert!(err.to_string().contains("a → b → a"), "{err}");
+}
+
+#[tokio::test]
+async fn a_chain_of_six_is_refused_at_the_depth_limit() {
+    let fabric = Fabric::start().await;
+    let names = ["c1", "c2", "c3", "c4", "c5", "c6"];
+    let mut agents: Vec<(Agent, Goal)> = Vec::new();
+    for name in names {
+        let agent = fabric.agent(name).await;
+        let goal = agent.open_goal().await.unwrap();
+        agents.push((agent, goal));
+    }
+    // c1 → c2 → c3 → c4 → c5 are allowed; c5 → c6 (depth 5) is not.
+    let mut parent: Option<uuid::Uuid> = None;
+    for hop in 0..5 {
+        let (caller, _) = &agents[hop];
+        let to = names[hop + 1];
+        let made = async { caller.call_parked(to, "go deeper", LONG).await };
+        let result = match parent {
+            Some(p) => switchboard_client::serving(p, made).await,
+            None => made.await,
+        };
+        if hop < 4 {
+            result.unwrap();
+            let request = next(&agents[hop + 1].1).await;
+            parent = request.correlation_id;
+        } else {
+            let err = result.unwrap_err();
+            assert_eq!(err.kind(), Some(ErrorKind::DepthExceeded), "{err}");
+            assert!(err.to_string().contains("c1 → c2 → c3 → c4 → c5"), "{err}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_eleventh_open_call_is_refused_until_one_resolves() {
+    let fabric = Fabric::start().await;
+    let callee = fabric.agent("busy").await;
+    let callee_goal = callee.open_goal().await.unwrap();
+    let caller = fabric.agent("eager").await;
+    let _goal = caller.open_goal().await.unwrap();
+    for i in 0..10 {
+        caller
+            .call_parked("busy", &format!("q{i}"), LONG)
+            .await
+            .unwrap();
+    }
+    assert_eq!(
+        kind(caller.call_parked("busy", "q10", LONG).await),
+        ErrorKind::TooManyCalls
+    );
+    let pending = caller.pending_calls().await.unwrap();
+    assert_eq!(pending.outgoing.len(), 10);
+    assert_eq!(callee.pending_calls().await.unwrap().incoming.len(), 10);
+    let first = next(&callee_goal).await;
+    callee
+        .reply(first.correlation_id.unwrap(), "done")
+        .await
+        .unwrap();
+    assert_eq!(caller.pending_calls().await.unwrap().outgoing.len(), 9);
+    caller.call_parked("busy", "q10 again", LONG).await.unwrap();
+}
+
+#[tokio::test]
+async fn calls_that_cannot_be_made_are_typed_errors() {
+    let fabric = Fabric::start().await;
+    let caller = fabric.agent("caller").await;
+    let _goal = caller.open_goal().await.unwrap();
+    let _idle = fabric.agent("idle").await;
+    assert_eq!(
+        kind(caller.call("caller", "me?", LONG).await),
+        ErrorKind::SelfSend
+    );
+    assert_eq!(kind(caller.call("", "x", LONG).await), ErrorKind::MissingTo);
+    assert_eq!(
+        kind(caller.call("ghost", "x", LONG).await),
+        ErrorKind::Unreachable
+    );
+    assert_eq!(
+        kind(caller.call("idle", "x", LONG).await),
+        ErrorKind::Unreachable
+    );
+    assert_eq!(
+        kind(caller.call("*", "x", LONG).await),
+        ErrorKind::BadRequest
+    );
+    assert!(
+        caller.pending_calls().await.unwrap().outgoing.is_empty(),
+        "nothing left open"
+    );
+    let client = fabric.nats.client().await;
+    for (subject, payload, want) in [
+        ("agent.call.caller", "{nope", "bad_request"),
+        (
+            "agent.call.caller",
+            r#"{"to":"idle","message":"x","wait":"yes"}"#,
+            "bad_request",
+        ),
+        (
+            "agent.call.caller",
+            r#"{"to":"idle","message":""}"#,
+            "empty_message",
+        ),
+        (
+            "agent.call.a.b",
+            r#"{"to":"idle","message":"x"}"#,
+            "invalid_agent_id",
+        ),
+        ("agent.reply.caller", r#"{"message":"x"}"#, "bad_request"),
+        (
+            "agent.reply.caller",
+            r#"{"correlation_id":"nope","message":"x"}"#,
+            "bad_request",
+        ),
+        (
+            "agent.reply.caller",
+            r#"{"correlation_id":"0193a1b2-0000-7000-8000-000000000001"}"#,
+            "empty_message",
+        ),
+        ("agent.calls.pending.a.b", "", "invalid_agent_id"),
+    ] {
+        assert_eq!(
+            raw(&client, subject, payload).await.error_kind(),
+            want,
+            "{subject} {payload}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn parked_calls_survive_a_correlator_restart() {
+    let fabric = Fabric::start().await;
+    let url = fabric.url();
+    let callee = fabric.agent("callee").await;
+    let callee_goal = callee.open_goal().await.unwrap();
+    let caller = fabric.agent("caller").await;
+    let goal = caller.open_goal().await.unwrap();
+    let parked = caller
+        .call_parked("callee", "before the restart", LONG)
+        .await
+        .unwrap();
+    let request = next(&callee_goal).await;
+
+    let Fabric { correlator, .. } = fabric;
+    correlator.stop().await;
+    let replacement = CorrelatorReplica::start(&url, fast_calls()).await;
+    assert_eq!(caller.pending_calls().await.unwrap().outgoing.len(), 1);
+    callee
+        .reply(request.correlation_id.unwrap(), "after the restart")
+        .await
+        .unwrap();
+    let response = next(&goal).await;
+    assert_eq!(response.correlation_id, Some(parked.correlation_id));
+    assert_eq!(response.body, "after the restart");
+    replacement.stop().await;
+}
+
+#[tokio::test]
+async fn with_two_replicas_every_call_times_out_exactly_once() {
+    let fabric = Fabric::start().await;
+    let second = CorrelatorReplica::start(&fabric.url(), fast_calls()).await;
+    let silent = fabric.agent("silent").await;
+    let _silent_goal = silent.open_goal().await.unwrap();
+    let caller = fabric.agent("caller").await;
+    let goal = caller.open_goal().await.unwrap();
+    let mut ids = BTreeSet::new();
+    for i in 0..8 {
+        let parked = caller
+            .call_parked("silent", &format!("q{i}"), Duration::from_millis(150))
+            .await
+            .unwrap();
+        ids.insert(parked.correlation_id);
+    }
+    let notices = std::sync::Mutex::new(Vec::new());
+    assert_eventually!(Duration::from_secs(10), async {
+        let got = goal.drain().await.unwrap();
+        let mut all = notices.lock().unwrap();
+        all.extend(got);
+        all.len() >= 8
+    });
+    let mut notices = notices.into_inner().unwrap();
+    // Both sweepers keep running; give them time to (wrongly) notify twice.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    notices.extend(goal.drain().await.unwrap());
+    assert_eq!(notices.len(), 8, "one notice per call");
+    assert!(notices.iter().all(|n| n.kind == MessageKind::Notify));
+    let got: BTreeSet<uuid::Uuid> = notices.iter().map(|n| n.correlation_id.unwrap()).collect();
+    assert_eq!(got, ids);
+    second.stop().await;
+}
