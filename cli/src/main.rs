@@ -9,6 +9,10 @@
 //!   the delivery report (JSON).
 //! - `switchboard inbox --as <agent> --goal <id> [--follow]`: a goal's inbox as JSON lines,
 //!   without consuming it.
+//! - `switchboard call --as <agent> --to <peer> "question" [--timeout-ms N] [--park]`: a
+//!   correlated call; prints the answer (or where it will land).
+//! - `switchboard reply --as <agent> <correlation_id> "answer"`: reply_to_peer.
+//! - `switchboard pending --as <agent>`: open outgoing and incoming calls.
 
 mod inbox;
 mod up;
@@ -16,10 +20,12 @@ mod up;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use switchboard_client::proto::call::{CallRequest, ReplyRequest};
 use switchboard_client::proto::registry::LookupRequest;
 use switchboard_client::proto::send::SendRequest;
 use switchboard_client::proto::subject::{self, RegistryOp};
-use switchboard_client::proto::{AgentId, ErrorReply, HEADER_SERVICE_ERROR_CODE};
+use switchboard_client::proto::{AgentId, GoalId};
+use switchboard_runtime::request::RequestFailure;
 
 /// Default NATS URL for the inspection commands (also what `up` serves by default).
 pub(crate) const DEFAULT_NATS_URL: &str = "nats://127.0.0.1:4222";
@@ -29,7 +35,7 @@ pub(crate) const DEFAULT_NATS_URL: &str = "nats://127.0.0.1:4222";
     name = "switchboard",
     version,
     about = "Switchboard: a NATS-native messaging fabric for LLM agents",
-    after_help = "Examples:\n  switchboard up                       # embedded nats-server + all services\n  switchboard up --nats-url nats://nats:4222\n  switchboard agents\n  switchboard peers --as researcher\n  switchboard lookup writer\n  switchboard send --as writer --to researcher \"draft ready\"\n  switchboard inbox --as researcher --goal <goal_id> --follow"
+    after_help = "Examples:\n  switchboard up                       # embedded nats-server + all services\n  switchboard up --nats-url nats://nats:4222\n  switchboard agents\n  switchboard peers --as researcher\n  switchboard lookup writer\n  switchboard send --as writer --to researcher \"draft ready\"\n  switchboard inbox --as researcher --goal <goal_id> --follow\n  switchboard call --as researcher --to writer \"title?\"\n  switchboard pending --as writer"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -94,6 +100,58 @@ enum Command {
         #[arg(long, env = "NATS_URL", default_value = DEFAULT_NATS_URL)]
         nats_url: String,
     },
+    /// A correlated call: waits for the answer (or --park: the answer lands in the inbox).
+    #[command(
+        after_help = "Examples:\n  switchboard call --as researcher --to writer \"title for section 2?\" --timeout-ms 20000\n  switchboard call --as researcher --to writer \"review this\" --park"
+    )]
+    Call {
+        /// The calling agent.
+        #[arg(long = "as", value_name = "AGENT")]
+        as_agent: String,
+        /// The callee.
+        #[arg(long, value_name = "PEER")]
+        to: String,
+        /// The question.
+        message: String,
+        /// Deadline in milliseconds (default 30 s, at most 300 s).
+        #[arg(long)]
+        timeout_ms: Option<u64>,
+        /// Do not wait: return the correlation id at once.
+        #[arg(long)]
+        park: bool,
+        /// The caller goal where a parked answer lands.
+        #[arg(long)]
+        goal: Option<String>,
+        /// NATS URL.
+        #[arg(long, env = "NATS_URL", default_value = DEFAULT_NATS_URL)]
+        nats_url: String,
+    },
+    /// reply_to_peer: answer the call with this correlation id.
+    #[command(
+        after_help = "Example:\n  switchboard reply --as writer 0193a1b2-0000-7000-8000-0000000000cc \"How about: Beyond the Inbox\""
+    )]
+    Reply {
+        /// The answering agent (must be the callee).
+        #[arg(long = "as", value_name = "AGENT")]
+        as_agent: String,
+        /// The call being answered.
+        correlation_id: uuid::Uuid,
+        /// The answer.
+        message: String,
+        /// NATS URL.
+        #[arg(long, env = "NATS_URL", default_value = DEFAULT_NATS_URL)]
+        nats_url: String,
+    },
+    /// Open calls an agent made (outgoing) and must answer (incoming) (JSON).
+    #[command(after_help = "Example:\n  switchboard pending --as writer")]
+    Pending {
+        /// The agent.
+        #[arg(long = "as", value_name = "AGENT")]
+        as_agent: String,
+        /// NATS URL.
+        #[arg(long, env = "NATS_URL", default_value = DEFAULT_NATS_URL)]
+        nats_url: String,
+    },
     /// Print a goal's inbox as JSON lines without consuming it (--follow keeps tailing).
     #[command(
         after_help = "Example:\n  switchboard inbox --as researcher --goal 0193a1b2-0000-7000-8000-000000000001 --follow"
@@ -137,6 +195,61 @@ async fn main() -> ExitCode {
             }
         }
         Command::Inbox(args) => return inbox::run(args).await,
+        Command::Call {
+            as_agent,
+            to,
+            message,
+            timeout_ms,
+            park,
+            goal,
+            nats_url,
+        } => {
+            let run = async {
+                let agent = AgentId::parse(&as_agent)?;
+                let from_goal_id = goal.as_deref().map(GoalId::parse).transpose()?;
+                let request = CallRequest {
+                    to: Some(to),
+                    message: Some(message),
+                    from_goal_id,
+                    timeout_ms,
+                    wait: Some(!park),
+                    ..CallRequest::default()
+                };
+                // A waiting call may take up to its timeout (max 300 s), plus a margin.
+                let wait =
+                    std::time::Duration::from_millis(timeout_ms.unwrap_or(30_000).min(300_000))
+                        + std::time::Duration::from_secs(10);
+                request_json_within(&nats_url, &subject::call(&agent), &request, wait).await
+            };
+            run.await
+        }
+        Command::Reply {
+            as_agent,
+            correlation_id,
+            message,
+            nats_url,
+        } => {
+            let request = ReplyRequest {
+                correlation_id: Some(correlation_id),
+                message: Some(message),
+                ..ReplyRequest::default()
+            };
+            match AgentId::parse(&as_agent) {
+                Ok(agent) => request_json(&nats_url, &subject::reply(&agent), &request).await,
+                Err(err) => Err(err.into()),
+            }
+        }
+        Command::Pending { as_agent, nats_url } => match AgentId::parse(&as_agent) {
+            Ok(agent) => {
+                request_json(
+                    &nats_url,
+                    &subject::calls_pending(&agent),
+                    &serde_json::json!({}),
+                )
+                .await
+            }
+            Err(err) => Err(err.into()),
+        },
         Command::Lookup {
             agent,
             as_agent,
@@ -196,23 +309,25 @@ pub(crate) async fn request_json<T: serde::Serialize>(
     subject: &str,
     body: &T,
 ) -> anyhow::Result<serde_json::Value> {
+    request_json_within(nats_url, subject, body, std::time::Duration::from_secs(10)).await
+}
+
+/// [`request_json`] with an explicit reply timeout.
+async fn request_json_within<T: serde::Serialize>(
+    nats_url: &str,
+    subject: &str,
+    body: &T,
+    timeout: std::time::Duration,
+) -> anyhow::Result<serde_json::Value> {
     let client = connect(nats_url).await?;
-    let subject = subject.to_owned();
-    let reply = client
-        .request(subject.clone(), serde_json::to_vec(body)?.into())
+    switchboard_runtime::request::request_json(&client, subject, body, timeout)
         .await
-        .map_err(|err| {
-            anyhow::anyhow!("request to {subject}: {err} (is `switchboard up` running?)")
-        })?;
-    let is_error = reply
-        .headers
-        .as_ref()
-        .is_some_and(|h| h.get(HEADER_SERVICE_ERROR_CODE).is_some());
-    if is_error {
-        let error: ErrorReply = serde_json::from_slice(&reply.payload)?;
-        anyhow::bail!("{error}");
-    }
-    Ok(serde_json::from_slice(&reply.payload)?)
+        .map_err(|failure| match failure {
+            RequestFailure::NoResponders { subject } => {
+                anyhow::anyhow!("no service answers on {subject} (is `switchboard up` running?)")
+            }
+            other => anyhow::anyhow!("{other}"),
+        })
 }
 
 async fn agents(nats_url: &str) -> anyhow::Result<serde_json::Value> {

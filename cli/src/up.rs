@@ -7,6 +7,7 @@ use std::time::Duration;
 use clap::Args;
 use directory::DirectoryConfig;
 use inbox_fanout::FanoutConfig;
+use reply_correlator::CorrelatorConfig;
 use switchboard_runtime::embedded::EmbeddedNats;
 use switchboard_runtime::{RuntimeConfig, config, nats, shutdown, telemetry};
 
@@ -34,6 +35,7 @@ pub async fn run(args: UpArgs) -> ExitCode {
             runtime,
             directory: config::section(&figment, directory::config::SECTION)?,
             fanout: config::section(&figment, inbox_fanout::config::SECTION)?,
+            correlator: config::section(&figment, reply_correlator::config::SECTION)?,
         })
     });
     let mut services = match loaded {
@@ -66,6 +68,7 @@ struct Services {
     runtime: RuntimeConfig,
     directory: DirectoryConfig,
     fanout: FanoutConfig,
+    correlator: CorrelatorConfig,
 }
 
 async fn serve(args: UpArgs, services: &mut Services, otlp: Option<&str>) -> anyhow::Result<()> {
@@ -87,9 +90,11 @@ async fn serve(args: UpArgs, services: &mut Services, otlp: Option<&str>) -> any
 
     let directory = directory::start(&client, runtime, services.directory.clone()).await?;
     let fanout = inbox_fanout::start(&client, runtime, services.fanout.clone()).await?;
+    let correlator = reply_correlator::start(&client, runtime, services.correlator.clone()).await?;
     let tasks = vec![
         tokio::spawn(directory.run(shutdown.clone())),
         tokio::spawn(fanout.run(shutdown.clone())),
+        tokio::spawn(correlator.run(shutdown.clone())),
     ];
 
     match &embedded {
@@ -102,7 +107,7 @@ async fn serve(args: UpArgs, services: &mut Services, otlp: Option<&str>) -> any
         None => println!("Switchboard is up.\n  NATS:      {url}"),
     }
     println!(
-        "  services:  directory, inbox-fanout\n  traces:    {}\n\nAn agent in any language connects to {url} and sends\n  agent.registry.register.<agent_id>   (its card, JSON)\n  agent.registry.goal.open.<agent_id>  (then reads its inbox consumer)\n  agent.send.<agent_id>                ({{\"to\": \"peer\", \"message\": \"…\"}})\nTry:  switchboard agents   |   switchboard peers --as <agent_id>\nStop: Ctrl-C",
+        "  services:  directory, inbox-fanout, reply-correlator\n  traces:    {}\n\nAn agent in any language connects to {url} and sends\n  agent.registry.register.<agent_id>   (its card, JSON)\n  agent.registry.goal.open.<agent_id>  (then reads its inbox consumer)\n  agent.send.<agent_id>                ({{\"to\": \"peer\", \"message\": \"…\"}})\n  agent.call.<agent_id> / agent.reply.<agent_id>   (calls that wait for an answer)\nTry:  switchboard agents   |   switchboard peers --as <agent_id>\nStop: Ctrl-C",
         otlp.unwrap_or("not exported (set OTEL_EXPORTER_OTLP_ENDPOINT)")
     );
 

@@ -191,6 +191,56 @@ async fn up_runs_the_embedded_system_and_stops_on_ctrl_c() {
         .await
         .unwrap();
     assert!(!output.status.success(), "someone else's goal is refused");
+
+    // A parked call from the CLI, seen as pending by the callee, answered with reply.
+    let (ok, parked, stderr) = json(&[
+        "call",
+        "--as",
+        "writer",
+        "--to",
+        "researcher",
+        "title?",
+        "--park",
+        "--nats-url",
+        &url,
+    ])
+    .await;
+    assert!(ok, "{stderr}");
+    let cid = parked["correlation_id"].as_str().unwrap().to_owned();
+    let (ok, pending, _) = json(&["pending", "--as", "researcher", "--nats-url", &url]).await;
+    assert!(ok);
+    assert_eq!(pending["incoming"][0]["correlation_id"], cid.as_str());
+    let (ok, ack, stderr) = json(&[
+        "reply",
+        "--as",
+        "researcher",
+        &cid,
+        "Beyond the Inbox",
+        "--nats-url",
+        &url,
+    ])
+    .await;
+    assert!(ok, "{stderr}");
+    assert_eq!(ack["correlation_id"], cid.as_str());
+    let (ok, pending, _) = json(&["pending", "--as", "researcher", "--nats-url", &url]).await;
+    assert!(ok);
+    assert_eq!(pending["incoming"], serde_json::json!([]));
+    // A waiting call nobody answers: a timeout error and a non-zero exit.
+    let (ok, _, stderr) = json(&[
+        "call",
+        "--as",
+        "writer",
+        "--to",
+        "researcher",
+        "hello?",
+        "--timeout-ms",
+        "300",
+        "--nats-url",
+        &url,
+    ])
+    .await;
+    assert!(!ok);
+    assert!(stderr.contains("timeout"), "{stderr}");
     drop(writer);
     drop(goal);
     drop(agent);
@@ -222,7 +272,9 @@ async fn inspection_commands_fail_clearly_without_a_server() {
 
 #[test]
 fn help_shows_an_example_per_command() {
-    for command in ["up", "peers", "agents", "lookup", "send", "inbox"] {
+    for command in [
+        "up", "peers", "agents", "lookup", "send", "inbox", "call", "reply", "pending",
+    ] {
         let output = std::process::Command::new(env!("CARGO_BIN_EXE_switchboard"))
             .args([command, "--help"])
             .output()
