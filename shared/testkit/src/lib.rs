@@ -562,6 +562,11 @@ impl NatsCluster {
                     break;
                 }
             }
+            if failure.is_none()
+                && let Err(reason) = cluster.wait_placement(deadline).await
+            {
+                failure = Some((0, reason));
+            }
             let Some((node, reason)) = failure else {
                 return cluster;
             };
@@ -632,6 +637,46 @@ impl NatsCluster {
                 &reason,
                 &n.log_path,
             );
+        }
+        if self.nodes.iter().all(|n| n.child.is_some())
+            && let Err(reason) = self.wait_placement(deadline).await
+        {
+            let n = self.node(node);
+            readiness_panic(
+                &format!("cluster node {node} ({})", n.name),
+                &reason,
+                &n.log_path,
+            );
+        }
+    }
+
+    /// Waits until the meta leader can place a stream on every node: every node answering
+    /// is not enough, since the leader may not yet count a (re)started peer as online, and
+    /// creating an R`n` stream then fails with "no suitable peers for placement". A probe
+    /// stream with `n` replicas is created (retried until it works) and deleted.
+    async fn wait_placement(&self, deadline: Instant) -> Result<(), String> {
+        const PROBE: &str = "SB_TESTKIT_PLACEMENT_PROBE";
+        let client = connect(&self.url(0)).await;
+        let js = jetstream::new(client);
+        loop {
+            let config = jetstream::stream::Config {
+                name: PROBE.to_owned(),
+                subjects: vec!["_sb_testkit.placement_probe".to_owned()],
+                num_replicas: self.nodes.len(),
+                storage: jetstream::stream::StorageType::Memory,
+                ..Default::default()
+            };
+            let last = match js.create_stream(config).await {
+                Ok(_) => {
+                    let _ = js.delete_stream(PROBE).await;
+                    return Ok(());
+                }
+                Err(err) => err.to_string(),
+            };
+            if Instant::now() >= deadline {
+                return Err(format!("streams cannot be placed on all nodes: {last}"));
+            }
+            sleep(Duration::from_millis(100)).await;
         }
     }
 
