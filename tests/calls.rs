@@ -450,3 +450,38 @@ async fn with_two_replicas_every_call_times_out_exactly_once() {
     assert_eq!(got, ids);
     second.stop().await;
 }
+
+#[tokio::test]
+async fn ended_calls_leave_nothing_in_the_open_call_index() {
+    let fabric = Fabric::start().await;
+    let (_callee, _serve) = fabric.answering("echo", |q| q).await;
+    let silent = fabric.agent("silent").await;
+    let _silent_goal = silent.open_goal().await.unwrap();
+    let caller = fabric.agent("caller").await;
+    let goal = caller.open_goal().await.unwrap();
+    for i in 0..20 {
+        caller.call("echo", &format!("q{i}"), LONG).await.unwrap();
+    }
+    caller
+        .call_parked("silent", "will time out", Duration::from_millis(100))
+        .await
+        .unwrap();
+    assert_eq!(next(&goal).await.kind, MessageKind::Notify);
+    let still_open = caller
+        .call_parked("silent", "stays open", LONG)
+        .await
+        .unwrap();
+    let js = async_nats::jetstream::new(fabric.nats.client().await);
+    let mut index = js
+        .get_stream(switchboard_proto::CALLS_OPEN_STREAM)
+        .await
+        .unwrap();
+    // One open call: its outgoing and incoming entries, nothing from the 21 that ended.
+    assert_eq!(index.info().await.unwrap().state.messages, 2);
+    let pending = caller.pending_calls().await.unwrap();
+    assert_eq!(pending.outgoing.len(), 1);
+    assert_eq!(
+        pending.outgoing[0].correlation_id,
+        still_open.correlation_id
+    );
+}

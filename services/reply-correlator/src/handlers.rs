@@ -107,13 +107,6 @@ impl Correlator {
         ]
     }
 
-    fn open_count(calls: &[Stored], now: OffsetDateTime) -> usize {
-        calls
-            .iter()
-            .filter(|s| s.call.state == CallState::Open && s.call.deadline > now)
-            .count()
-    }
-
     /// talk_to_agent / call_agent.
     pub async fn call(
         &self,
@@ -165,8 +158,7 @@ impl Correlator {
                 ),
             )
         };
-        if Self::open_count(&self.store.outgoing(caller).await?, now) >= self.config.max_open_calls
-        {
+        if self.store.outgoing_count(caller).await? >= self.config.max_open_calls {
             return Err(too_many());
         }
         let correlation_id = new_id();
@@ -187,7 +179,7 @@ impl Correlator {
         };
         let stored = self.store.create(&record).await?;
         // Two calls racing past the count both see it now; the later ones step back.
-        if Self::open_count(&self.store.outgoing(caller).await?, now) > self.config.max_open_calls {
+        if self.store.outgoing_count(caller).await? > self.config.max_open_calls {
             self.store.forget(&stored).await?;
             return Err(too_many());
         }
@@ -546,7 +538,7 @@ impl Correlator {
     /// Returns how many this sweep expired.
     pub async fn sweep(&self, now: OffsetDateTime) -> Result<usize, CorrelatorError> {
         let mut expired = 0;
-        for stored in self.store.all().await? {
+        for stored in self.store.open().await? {
             if stored.call.state != CallState::Open || stored.call.deadline > now {
                 continue;
             }
@@ -561,7 +553,7 @@ impl Correlator {
                 }
                 Ok(None) => {}
                 Err(err) => {
-                    tracing::warn!(key = %stored.key, error = %err, "expiring a call failed")
+                    tracing::warn!(correlation_id = %stored.call.correlation_id, error = %err, "expiring a call failed")
                 }
             }
         }

@@ -52,10 +52,18 @@ pub async fn start(
     let js = jetstream::new(client.clone());
     resources::ensure_stream(&js, resources::inbox_stream(&runtime.jetstream)).await?;
     let calls = resources::ensure_bucket(&js, resources::calls_bucket(&runtime.jetstream)).await?;
+    resources::ensure_stream(&js, resources::calls_open_stream(&runtime.jetstream)).await?;
+    let index = js
+        .get_stream(switchboard_proto::CALLS_OPEN_STREAM)
+        .await
+        .map_err(|err| StartError::Stream {
+            stream: switchboard_proto::CALLS_OPEN_STREAM,
+            message: err.to_string(),
+        })?;
     let sweep_every = Duration::from_millis(config.sweep_interval_ms.max(10));
     let correlator = Arc::new(Correlator::new(
         client.clone(),
-        state::CallStore::new(js, calls),
+        state::CallStore::new(js, calls, index),
         config,
     ));
     let running = micro::start(client, SPEC, correlator.endpoints()).await?;

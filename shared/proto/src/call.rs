@@ -119,7 +119,7 @@ pub enum CallState {
     Expired,
 }
 
-/// A call as recorded in the `agent_calls` bucket under `<caller>.<callee>.<correlation_id>`.
+/// A call as recorded in the `agent_calls` bucket under `call.<correlation_id>`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PendingCall {
     /// The call.
@@ -159,9 +159,20 @@ impl PendingCall {
     }
 }
 
-/// Key of a call in `agent_calls`.
-pub fn call_key(caller: &AgentId, callee: &AgentId, correlation_id: &Uuid) -> String {
-    format!("{caller}.{callee}.{correlation_id}")
+/// Key of a call's record in `agent_calls` (kept after the call ends, until the bucket's
+/// max age, so retried and late replies get the right answer).
+pub fn call_key(correlation_id: &Uuid) -> String {
+    format!("call.{correlation_id}")
+}
+
+/// Index key of an open call among its caller's outgoing calls (deleted when it ends).
+pub fn outgoing_key(caller: &AgentId, correlation_id: &Uuid) -> String {
+    format!("out.{caller}.{correlation_id}")
+}
+
+/// Index key of an open call among its callee's incoming calls (deleted when it ends).
+pub fn incoming_key(callee: &AgentId, correlation_id: &Uuid) -> String {
+    format!("in.{callee}.{correlation_id}")
 }
 
 /// Reply to `agent.calls.pending.<agent_id>`.

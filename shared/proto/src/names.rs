@@ -34,8 +34,14 @@ pub const AUDIT_STREAM: &str = "AGENT_AUDIT";
 pub const REGISTRY_BUCKET: &str = "agent_registry";
 /// KV bucket of live goals, key = `<agent_id>.<goal_id>`.
 pub const GOALS_BUCKET: &str = "agent_goals";
-/// KV bucket of pending calls.
+/// KV bucket of calls (records, kept after they end until the bucket's max age).
 pub const CALLS_BUCKET: &str = "agent_calls";
+/// Stream indexing open calls by caller and callee (one message per open call and side,
+/// deleted when the call ends).
+pub const CALLS_OPEN_STREAM: &str = "AGENT_CALLS_OPEN";
+/// Subject prefix of the open-call index: `_SB.calls.open.out.<caller>.<id>` and
+/// `_SB.calls.open.in.<callee>.<id>` (services only).
+pub const CALLS_OPEN_PREFIX: &str = "_SB.calls.open.";
 /// KV bucket of tasks.
 pub const TASKS_BUCKET: &str = "agent_tasks";
 

@@ -31,6 +31,8 @@ pub struct KvEntry {
     pub value: Bytes,
     /// Its revision (stream sequence), for compare-and-set.
     pub revision: u64,
+    /// When the server stored it.
+    pub stored_at: Option<time::OffsetDateTime>,
 }
 
 /// A snapshot could not be read.
@@ -56,9 +58,50 @@ pub async fn snapshot(
     store: &kv::Store,
     key_filter: &str,
 ) -> Result<Vec<KvEntry>, SnapshotError> {
-    match direct_snapshot(js, store, key_filter, DIRECT_BATCH).await? {
+    let source = Source {
+        name: &store.name,
+        stream: &store.stream,
+        stream_name: &store.stream_name,
+        prefix: &store.prefix,
+    };
+    last_per_subject(js, &source, key_filter).await
+}
+
+/// The same snapshot over a plain stream whose subjects are `<prefix><key>` (one message per
+/// subject): the latest message of every matching subject, keys without `prefix`. The stream
+/// must allow direct gets.
+pub async fn stream_snapshot(
+    js: &jetstream::Context,
+    stream: &jetstream::stream::Stream,
+    prefix: &str,
+    key_filter: &str,
+) -> Result<Vec<KvEntry>, SnapshotError> {
+    let name = stream.cached_info().config.name.clone();
+    let source = Source {
+        name: &name,
+        stream,
+        stream_name: &name,
+        prefix,
+    };
+    last_per_subject(js, &source, key_filter).await
+}
+
+/// What a snapshot reads: a stream, and the subject prefix its keys sit under.
+struct Source<'a> {
+    name: &'a str,
+    stream: &'a jetstream::stream::Stream,
+    stream_name: &'a str,
+    prefix: &'a str,
+}
+
+async fn last_per_subject(
+    js: &jetstream::Context,
+    source: &Source<'_>,
+    key_filter: &str,
+) -> Result<Vec<KvEntry>, SnapshotError> {
+    match direct_snapshot(js, source, key_filter, DIRECT_BATCH).await? {
         Some(entries) => Ok(entries),
-        None => scan_snapshot(js, store, key_filter).await,
+        None => scan(js, source, key_filter).await,
     }
 }
 
@@ -69,12 +112,12 @@ fn header_u64(headers: &HeaderMap, name: &str) -> Option<u64> {
 /// The direct-get path: `Ok(None)` when too many keys match for one batch.
 async fn direct_snapshot(
     js: &jetstream::Context,
-    store: &kv::Store,
+    store: &Source<'_>,
     key_filter: &str,
     page_size: usize,
 ) -> Result<Option<Vec<KvEntry>>, SnapshotError> {
     let fail = |message: String| SnapshotError {
-        bucket: store.name.clone(),
+        bucket: store.name.to_owned(),
         message,
     };
     let client = js.client();
@@ -122,11 +165,19 @@ async fn direct_snapshot(
             let live = headers
                 .get("KV-Operation")
                 .is_none_or(|op| op.as_str() == "PUT");
-            if live && let Some(key) = subject.strip_prefix(store.prefix.as_str()) {
+            if live && let Some(key) = subject.strip_prefix(store.prefix) {
+                let stored_at = headers.get("Nats-Time-Stamp").and_then(|v| {
+                    time::OffsetDateTime::parse(
+                        v.as_str(),
+                        &time::format_description::well_known::Rfc3339,
+                    )
+                    .ok()
+                });
                 entries.push(KvEntry {
                     key: key.to_owned(),
                     value: message.payload,
                     revision,
+                    stored_at,
                 });
             }
         };
@@ -137,14 +188,30 @@ async fn direct_snapshot(
     Ok(Some(entries))
 }
 
-/// The full-scan path: every message of the filter in stream order, folded by key.
+/// The full-scan path over a KV bucket (what [`snapshot`] falls back to above 1024 keys),
+/// exposed so tests can exercise it directly.
 pub async fn scan_snapshot(
     js: &jetstream::Context,
     store: &kv::Store,
     key_filter: &str,
 ) -> Result<Vec<KvEntry>, SnapshotError> {
+    let source = Source {
+        name: &store.name,
+        stream: &store.stream,
+        stream_name: &store.stream_name,
+        prefix: &store.prefix,
+    };
+    scan(js, &source, key_filter).await
+}
+
+/// Every message of the filter in stream order, folded by key.
+async fn scan(
+    js: &jetstream::Context,
+    store: &Source<'_>,
+    key_filter: &str,
+) -> Result<Vec<KvEntry>, SnapshotError> {
     let fail = |message: String| SnapshotError {
-        bucket: store.name.clone(),
+        bucket: store.name.to_owned(),
         message,
     };
     let consumer = store
@@ -178,11 +245,12 @@ pub async fn scan_snapshot(
                 .as_ref()
                 .and_then(|headers| headers.get("KV-Operation"))
                 .is_none_or(|op| op.as_str() == "PUT");
-            if let Some(key) = message.subject.as_str().strip_prefix(store.prefix.as_str()) {
+            if let Some(key) = message.subject.as_str().strip_prefix(store.prefix) {
                 let entry = live.then(|| KvEntry {
                     key: key.to_owned(),
                     value: message.payload.clone(),
                     revision,
+                    stored_at: Some(info.published),
                 });
                 latest.insert(key.to_owned(), entry);
             }

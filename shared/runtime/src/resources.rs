@@ -7,8 +7,8 @@ use std::time::Duration;
 use async_nats::jetstream::{self, kv, stream};
 use switchboard_proto::subject::{INBOX_ALL, REGISTRY_EVENTS_ALL};
 use switchboard_proto::{
-    CALLS_BUCKET, EVENTS_STREAM, GOALS_BUCKET, INBOX_CAP_PER_GOAL, INBOX_STREAM,
-    MAX_INBOX_MESSAGE_BYTES, REGISTRY_BUCKET,
+    CALLS_BUCKET, CALLS_OPEN_PREFIX, CALLS_OPEN_STREAM, EVENTS_STREAM, GOALS_BUCKET,
+    INBOX_CAP_PER_GOAL, INBOX_STREAM, MAX_INBOX_MESSAGE_BYTES, REGISTRY_BUCKET,
 };
 
 use crate::config::JetStreamConfig;
@@ -92,6 +92,23 @@ pub fn calls_bucket(config: &JetStreamConfig) -> kv::Config {
         max_age: Duration::from_secs(config.calls_max_age_secs),
         num_replicas: config.replicas,
         storage: stream::StorageType::File,
+        ..Default::default()
+    }
+}
+
+/// `AGENT_CALLS_OPEN`: the open-call index. Entries are removed by deleting their message
+/// (a KV delete would leave a marker that listings read forever), so it is a plain stream that
+/// allows deletes; max age bounds any entry a crash leaves behind.
+pub fn calls_open_stream(config: &JetStreamConfig) -> stream::Config {
+    stream::Config {
+        name: CALLS_OPEN_STREAM.to_owned(),
+        description: Some("Switchboard open-call index".to_owned()),
+        subjects: vec![format!("{CALLS_OPEN_PREFIX}>")],
+        max_messages_per_subject: 1,
+        max_age: Duration::from_secs(config.calls_max_age_secs),
+        num_replicas: config.replicas,
+        storage: stream::StorageType::File,
+        allow_direct: true,
         ..Default::default()
     }
 }
