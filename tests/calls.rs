@@ -485,3 +485,55 @@ async fn ended_calls_leave_nothing_in_the_open_call_index() {
         still_open.correlation_id
     );
 }
+
+#[tokio::test]
+async fn racing_replies_deliver_one_answer_and_oversized_ones_do_not_consume_the_call() {
+    let fabric = Fabric::start().await;
+    let callee = std::sync::Arc::new(fabric.agent("callee").await);
+    let callee_goal = callee.open_goal().await.unwrap();
+    let caller = std::sync::Arc::new(fabric.agent("caller").await);
+    let goal = caller.open_goal().await.unwrap();
+
+    let asking = std::sync::Arc::clone(&caller);
+    let waiting = tokio::spawn(async move { asking.call("callee", "q", LONG).await });
+    let cid = next(&callee_goal).await.correlation_id.unwrap();
+
+    // Too big to store as an answer: refused before the call is claimed.
+    let huge = "a".repeat(65_000);
+    let reply = switchboard_proto::call::ReplyRequest {
+        correlation_id: Some(cid),
+        message: Some(huge.clone()),
+        parts: vec![switchboard_proto::Part::Text { text: huge }],
+    };
+    let client = fabric.nats.client().await;
+    let raw_reply = raw(
+        &client,
+        "agent.reply.callee",
+        serde_json::to_vec(&reply).unwrap(),
+    )
+    .await;
+    assert_eq!(raw_reply.error_kind(), "body_too_large");
+
+    // Two replies race: one answer reaches the waiting caller, nothing lands in its inbox.
+    let (a, b) = (
+        std::sync::Arc::clone(&callee),
+        std::sync::Arc::clone(&callee),
+    );
+    let (first, second) = tokio::join!(a.reply(cid, "one"), b.reply(cid, "two"));
+    let answer = waiting.await.unwrap().unwrap();
+    assert!(answer.body == "one" || answer.body == "two");
+    let fresh = [&first, &second]
+        .iter()
+        .filter(|r| matches!(r, Ok(ack) if !ack.duplicate))
+        .count();
+    assert_eq!(
+        fresh, 1,
+        "exactly one reply delivered: {first:?} / {second:?}"
+    );
+    assert!(
+        goal.recv(Duration::from_millis(300))
+            .await
+            .unwrap()
+            .is_none()
+    );
+}

@@ -22,5 +22,14 @@ impl Default for DirectoryConfig {
     }
 }
 
+impl switchboard_runtime::config::Section for DirectoryConfig {
+    fn validate(&self) -> Result<(), String> {
+        if self.heartbeat_timeout_ms == 0 || self.sweep_interval_ms == 0 {
+            return Err("heartbeat_timeout_ms and sweep_interval_ms must be above 0".to_owned());
+        }
+        Ok(())
+    }
+}
+
 /// Config section name.
 pub const SECTION: &str = "directory";

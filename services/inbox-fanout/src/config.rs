@@ -23,5 +23,14 @@ impl Default for FanoutConfig {
     }
 }
 
+impl switchboard_runtime::config::Section for FanoutConfig {
+    fn validate(&self) -> Result<(), String> {
+        if self.broadcast_cap == 0 {
+            return Err("broadcast_cap must be at least 1".to_owned());
+        }
+        Ok(())
+    }
+}
+
 /// Config section name.
 pub const SECTION: &str = "inbox_fanout";

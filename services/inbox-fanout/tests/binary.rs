@@ -35,6 +35,7 @@ async fn bad_configuration_exits_64_with_one_clear_line() {
     let mut settings = BAD_SETTINGS.to_vec();
     settings.push(("SWITCHBOARD_INBOX_FANOUT__BROADCAST_CAP", "many"));
     settings.push(("SWITCHBOARD_INBOX_FANOUT__CAP", "5"));
+    settings.push(("SWITCHBOARD_INBOX_FANOUT__BROADCAST_CAP", "0"));
     for (key, value) in settings {
         let (code, stderr) = config_error(BIN, key, value).await;
         assert_eq!(code, Some(64), "{key}={value}: {stderr}");

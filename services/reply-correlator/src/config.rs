@@ -33,5 +33,26 @@ impl Default for CorrelatorConfig {
     }
 }
 
+impl switchboard_runtime::config::Section for CorrelatorConfig {
+    fn validate(&self) -> Result<(), String> {
+        if self.max_timeout_ms == 0 || self.default_timeout_ms == 0 {
+            return Err("default_timeout_ms and max_timeout_ms must be above 0".to_owned());
+        }
+        if self.default_timeout_ms > self.max_timeout_ms {
+            return Err(format!(
+                "default_timeout_ms {} is above max_timeout_ms {}",
+                self.default_timeout_ms, self.max_timeout_ms
+            ));
+        }
+        if self.depth_limit < 2 {
+            return Err("depth_limit must be at least 2 (1 would refuse every call)".to_owned());
+        }
+        if self.max_open_calls == 0 || self.sweep_interval_ms == 0 {
+            return Err("max_open_calls and sweep_interval_ms must be above 0".to_owned());
+        }
+        Ok(())
+    }
+}
+
 /// Config section name.
 pub const SECTION: &str = "reply_correlator";

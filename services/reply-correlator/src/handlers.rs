@@ -24,7 +24,8 @@ use switchboard_proto::call::{
 use switchboard_proto::send::{DeliveryReport, SendRequest, Target, check_gates, unknown_agent};
 use switchboard_proto::subject::{self, CALL_PREFIX, CALLS_PENDING_PREFIX, REPLY_PREFIX};
 use switchboard_proto::{
-    AgentId, ErrorKind, ErrorReply, GoalId, InboxMessage, MessageKind, new_id, timestamp,
+    AgentId, ErrorKind, ErrorReply, GoalId, INBOX_HEADER_ALLOWANCE, InboxMessage,
+    MAX_INBOX_MESSAGE_BYTES, MessageKind, new_id, timestamp,
 };
 use switchboard_runtime::micro::{AgentRequest, Endpoint};
 use switchboard_runtime::publish::publish_durable;
@@ -41,6 +42,11 @@ const DELIVERY_TIMEOUT: Duration = Duration::from_secs(10);
 const HANDOVER_TIMEOUT: Duration = Duration::from_secs(2);
 /// Compare-and-set retries on one call.
 const CAS_ATTEMPTS: usize = 8;
+/// A claim younger than this is a delivery in progress, not a failed one: a second reply
+/// must not deliver again.
+const CLAIM_IN_PROGRESS: time::Duration = time::Duration::seconds(10);
+/// Room for the envelope of an answer copied into an inbox message.
+const ANSWER_ENVELOPE: usize = 2048;
 
 /// The reply to a call: the answer (wait) or where it will land (park).
 #[derive(Debug, Serialize)]
@@ -173,6 +179,7 @@ impl Correlator {
             wait: request.wait.unwrap_or(true),
             state: CallState::Open,
             answered_via: None,
+            claimed_at: None,
             created_at: now,
             deadline: now
                 + time::Duration::milliseconds(i64::try_from(timeout_ms).unwrap_or(i64::MAX)),
@@ -342,6 +349,15 @@ impl Correlator {
             ..SendRequest::default()
         };
         let (_, body) = check_gates(callee, &probe)?;
+        // An answer that could not be stored must be refused before the call is claimed.
+        let parts_size = serde_json::to_vec(&request.parts).map_or(0, |p| p.len());
+        let limit = MAX_INBOX_MESSAGE_BYTES - INBOX_HEADER_ALLOWANCE;
+        if body.len() + parts_size + ANSWER_ENVELOPE > limit {
+            return Err(ErrorReply::new(
+                ErrorKind::BodyTooLarge,
+                format!("the answer with its parts is over {limit} bytes"),
+            ));
+        }
         for _ in 0..CAS_ATTEMPTS {
             let Some(stored) = self.store.find(&correlation_id).await? else {
                 return Err(ErrorReply::new(
@@ -373,6 +389,19 @@ impl Correlator {
                         delivered: via,
                         duplicate: true,
                     });
+                }
+                (CallState::Answered, None)
+                    if call
+                        .claimed_at
+                        .is_some_and(|at| timestamp::now() - at < CLAIM_IN_PROGRESS) =>
+                {
+                    // Another reply claimed it a moment ago and is delivering right now.
+                    return Err(ErrorReply::new(
+                        ErrorKind::Conflict,
+                        format!(
+                            "an answer to call {correlation_id} is being delivered; retry to see its outcome"
+                        ),
+                    ));
                 }
                 (CallState::Answered, None) => {
                     // Claimed by an attempt that did not finish delivering: deliver again

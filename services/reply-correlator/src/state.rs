@@ -102,7 +102,16 @@ impl CallStore {
             else {
                 continue;
             };
-            match self.find(&id).await? {
+            let found = match self.find(&id).await {
+                Ok(found) => found,
+                Err(CorrelatorError::Corrupt(key)) => {
+                    // One bad record must not stop listings and the deadline sweep.
+                    tracing::warn!(%key, "undecodable call record skipped");
+                    continue;
+                }
+                Err(err) => return Err(err),
+            };
+            match found {
                 Some(stored) if stored.call.state == CallState::Open => calls.push(stored),
                 // Stale: the call ended but its index entries stayed.
                 Some(_) => self.unindex(&id).await,
@@ -204,6 +213,9 @@ impl CallStore {
         let mut call = stored.call.clone();
         call.state = state;
         call.answered_via = via;
+        if state == CallState::Answered && via.is_none() {
+            call.claimed_at = Some(timestamp::now());
+        }
         match self
             .calls
             .update(

@@ -34,6 +34,8 @@ async fn bad_configuration_exits_64_with_one_clear_line() {
     let mut settings = BAD_SETTINGS.to_vec();
     settings.push(("SWITCHBOARD_REPLY_CORRELATOR__MAX_OPEN_CALLS", "lots"));
     settings.push(("SWITCHBOARD_REPLY_CORRELATOR__TIMEOUT_MS", "5"));
+    settings.push(("SWITCHBOARD_REPLY_CORRELATOR__MAX_TIMEOUT_MS", "0"));
+    settings.push(("SWITCHBOARD_REPLY_CORRELATOR__DEPTH_LIMIT", "1"));
     for (key, value) in settings {
         let (code, stderr) = config_error(BIN, key, value).await;
         assert_eq!(code, Some(64), "{key}={value}: {stderr}");

@@ -13,7 +13,8 @@ use switchboard_proto::timestamp;
 /// </peer-message>
 /// ```
 ///
-/// with a `correlation_id` attribute when the message has one. `None` when there is nothing
+/// with a `correlation_id` attribute when the message has one and a `kind` attribute when it
+/// is not a plain message (`request`, `response`, `notify`, …). `None` when there is nothing
 /// to show. A body cannot close its own element early: `</peer-message` inside a body is
 /// written as `<\/peer-message`, so one peer cannot forge another's message.
 pub fn render_peer_messages_block(messages: &[InboxMessage]) -> Option<String> {
@@ -29,6 +30,15 @@ pub fn render_peer_messages_block(messages: &[InboxMessage]) -> Option<String> {
         ));
         if let Some(correlation_id) = message.correlation_id {
             out.push_str(&format!(" correlation_id=\"{correlation_id}\""));
+        }
+        if !message.kind.is_message() {
+            // request / response / notify / task …: the model must know a timeout notice
+            // is not the peer speaking.
+            let kind = serde_json::to_value(message.kind)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_owned))
+                .unwrap_or_default();
+            out.push_str(&format!(" kind=\"{kind}\""));
         }
         out.push_str(">\n");
         out.push_str(&message.body.replace("</peer-message", "<\\/peer-message"));
@@ -73,6 +83,10 @@ mod tests {
         assert!(block.contains(
             "<peer-message from=\"researcher\" sent_at=\"2026-04-30T14:00:00Z\" correlation_id=\"7a3b2f00-0000-4000-8000-000000000000\">"
         ));
+        let mut notice = message("call timed out");
+        notice.kind = switchboard_proto::MessageKind::Notify;
+        let block = render_peer_messages_block(&[notice]).unwrap();
+        assert!(block.contains(" kind=\"notify\">"), "{block}");
     }
 
     #[test]

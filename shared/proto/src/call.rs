@@ -141,9 +141,16 @@ pub struct PendingCall {
     pub wait: bool,
     /// State.
     pub state: CallState,
-    /// Where the answer went, once answered.
+    /// Where the answer went, once delivered.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub answered_via: Option<AnswerRoute>,
+    /// When a reply claimed the call (its delivery may still be under way).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "time::serde::rfc3339::option"
+    )]
+    pub claimed_at: Option<OffsetDateTime>,
     /// Opened at.
     #[serde(with = "time::serde::rfc3339")]
     pub created_at: OffsetDateTime,
@@ -186,7 +193,7 @@ pub struct PendingCalls {
 
 /// Clamps a requested timeout: default when absent, at most `max_ms`, at least 1 ms.
 pub fn clamp_timeout(requested_ms: Option<u64>, default_ms: u64, max_ms: u64) -> u64 {
-    requested_ms.unwrap_or(default_ms).clamp(1, max_ms)
+    requested_ms.unwrap_or(default_ms).min(max_ms).max(1)
 }
 
 /// Derives a new call's chain from the call being served (if any) and checks the cycle and
@@ -260,6 +267,7 @@ mod tests {
             wait: true,
             state: CallState::Open,
             answered_via: None,
+            claimed_at: None,
             created_at: OffsetDateTime::UNIX_EPOCH,
             deadline: OffsetDateTime::UNIX_EPOCH,
         }
@@ -271,6 +279,11 @@ mod tests {
         assert_eq!(clamp_timeout(Some(5), 30_000, 300_000), 5);
         assert_eq!(clamp_timeout(Some(900_000), 30_000, 300_000), 300_000);
         assert_eq!(clamp_timeout(Some(0), 30_000, 300_000), 1);
+        assert_eq!(
+            clamp_timeout(None, 30_000, 0),
+            1,
+            "never panics on a bad max"
+        );
     }
 
     #[test]

@@ -64,14 +64,23 @@ pub fn figment() -> Figment {
     figment.merge(Env::prefixed(ENV_PREFIX).split("__"))
 }
 
-/// Extracts the section `key` as `T`, with `T::default()` under every layer.
-pub fn section<T>(figment: &Figment, key: &str) -> Result<T, ConfigError>
-where
-    T: Default + Serialize + DeserializeOwned,
-{
-    Ok(Figment::from(Serialized::default(key, T::default()))
+/// A service's config section: its defaults, and the checks types alone cannot express.
+pub trait Section: Default + Serialize + DeserializeOwned {
+    /// Explains what is wrong with the values, if anything (start-up then exits 64).
+    fn validate(&self) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+/// Extracts the section `key` as `T`, with `T::default()` under every layer, and validates it.
+pub fn section<T: Section>(figment: &Figment, key: &str) -> Result<T, ConfigError> {
+    let section: T = Figment::from(Serialized::default(key, T::default()))
         .merge(figment.clone())
-        .extract_inner(key)?)
+        .extract_inner(key)?;
+    section
+        .validate()
+        .map_err(|message| ConfigError::Invalid(format!("[{key}] {message}")))?;
+    Ok(section)
 }
 
 /// A secret string: deserializes normally, never prints or serializes its value.
@@ -303,6 +312,15 @@ mod tests {
         nested: DemoNested,
     }
 
+    impl Section for Demo {
+        fn validate(&self) -> Result<(), String> {
+            if self.limit > 100 {
+                return Err(format!("limit {} is over 100", self.limit));
+            }
+            Ok(())
+        }
+    }
+
     #[derive(Debug, Default, PartialEq, Serialize, Deserialize)]
     #[serde(default, deny_unknown_fields)]
     struct DemoNested {
@@ -362,6 +380,12 @@ mod tests {
             );
             let missing: Demo = section(&fig, "absent")?;
             assert_eq!(missing, Demo::default());
+            jail.set_env("SWITCHBOARD_DEMO__LIMIT", "101");
+            let err = section::<Demo>(&figment(), "demo").unwrap_err();
+            assert!(
+                err.to_string().contains("[demo] limit 101 is over 100"),
+                "{err}"
+            );
             Ok(())
         });
     }

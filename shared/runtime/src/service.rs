@@ -4,6 +4,7 @@
 //! ```no_run
 //! # mod directory { pub mod config { pub const SECTION: &str = "directory"; }
 //! #   #[derive(Default, serde::Serialize, serde::Deserialize)] pub struct DirectoryConfig;
+//! #   impl switchboard_runtime::config::Section for DirectoryConfig {}
 //! #   pub async fn run(_: &async_nats::Client, _: &switchboard_runtime::RuntimeConfig,
 //! #       _: DirectoryConfig, _: switchboard_runtime::CancellationToken)
 //! #       -> Result<(), std::io::Error> { Ok(()) } }
@@ -25,8 +26,6 @@ use std::future::Future;
 use std::process::ExitCode;
 
 use async_nats::Client;
-use serde::Serialize;
-use serde::de::DeserializeOwned;
 use tokio_util::sync::CancellationToken;
 
 use crate::{RuntimeConfig, config, micro, nats, resources, shutdown, telemetry};
@@ -37,7 +36,7 @@ pub const EXIT_BAD_CONFIG: u8 = 64;
 /// Runs a service binary named `name` whose settings are the config section `section`.
 pub async fn main<C, F, Fut, E>(name: &'static str, section: &str, run: F) -> ExitCode
 where
-    C: Default + Serialize + DeserializeOwned,
+    C: config::Section,
     F: FnOnce(Client, RuntimeConfig, C, CancellationToken) -> Fut,
     Fut: Future<Output = Result<(), E>>,
     E: Display,
