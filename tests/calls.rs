@@ -7,10 +7,10 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use switchboard_client::{Agent, Goal};
-use switchboard_proto::call::AnswerRoute;
+use switchboard_proto::call::{AnswerRoute, CallEvent, CallEventKind};
 use switchboard_proto::{ErrorKind, InboxMessage, MessageKind};
 use switchboard_testkit::assert_eventually;
-use switchboard_tests::{CorrelatorReplica, Fabric, fast_calls, raw};
+use switchboard_tests::{CorrelatorReplica, Fabric, fast_calls, raw, stored_json};
 
 const LONG: Duration = Duration::from_secs(20);
 
@@ -200,6 +200,21 @@ async fn a_late_reply_is_expired_and_never_delivered() {
             .is_none(),
         "no response after expiry"
     );
+
+    // The late answer is not lost: it is in the event trail, with opened and expired.
+    let client = fabric.nats.client().await;
+    let filter = format!("agent.calls.events.*.{}", parked.correlation_id);
+    let events: Vec<CallEvent> = stored_json(&client, &filter).await;
+    let kinds: Vec<CallEventKind> = events.iter().map(|e| e.event).collect();
+    assert_eq!(
+        kinds,
+        vec![
+            CallEventKind::Opened,
+            CallEventKind::Expired,
+            CallEventKind::LateAnswer
+        ]
+    );
+    assert_eq!(events[2].body.as_deref(), Some("sorry, late"));
 }
 
 #[tokio::test]
@@ -222,6 +237,11 @@ async fn replies_are_for_the_callee_only_and_delivered_exactly_once() {
         ErrorKind::NotFound
     );
     let first = callee.reply(cid, "the answer").await.unwrap();
+    let client = fabric.nats.client().await;
+    let answered: Vec<CallEvent> =
+        stored_json(&client, &format!("agent.calls.events.answered.{cid}")).await;
+    assert_eq!(answered.len(), 1);
+    assert_eq!(answered[0].body.as_deref(), Some("the answer"));
     assert_eq!(first.delivered, AnswerRoute::Inbox);
     assert!(!first.duplicate);
     let again = callee.reply(cid, "the answer").await.unwrap();
@@ -260,6 +280,14 @@ async fn a_b_a_is_refused_as_a_cycle() {
     .unwrap_err();
     assert_eq!(err.kind(), Some(ErrorKind::Cycle));
     assert!(err.to_string().contains("a → b → a"), "{err}");
+    let client = fabric.nats.client().await;
+    let refused: Vec<CallEvent> = stored_json(&client, "agent.calls.events.refused.*").await;
+    assert_eq!(refused.len(), 1);
+    assert_eq!(
+        (refused[0].caller.as_str(), refused[0].callee.as_str()),
+        ("b", "a")
+    );
+    assert!(refused[0].body.as_deref().unwrap().contains("cycle"));
 }
 
 #[tokio::test]

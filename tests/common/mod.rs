@@ -141,6 +141,11 @@ pub async fn stored_events(
     client: &Client,
     filter: &str,
 ) -> Vec<switchboard_proto::registry::RegistryEventPayload> {
+    stored_json(client, filter).await
+}
+
+/// Every stored message on `AGENT_EVENTS` whose subject matches `filter`, decoded as `T`.
+pub async fn stored_json<T: serde::de::DeserializeOwned>(client: &Client, filter: &str) -> Vec<T> {
     use async_nats::jetstream::consumer::{AckPolicy, pull};
     use futures::StreamExt;
     let js = async_nats::jetstream::new(client.clone());

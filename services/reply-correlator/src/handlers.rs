@@ -18,8 +18,9 @@ use bytes::Bytes;
 use futures::StreamExt;
 use serde::Serialize;
 use switchboard_proto::call::{
-    AnswerRoute, CallAnswer, CallParked, CallRequest, CallState, PendingCall, PendingCalls,
-    ReplyAck, ReplyRequest, clamp_timeout, derive_chain,
+    AnswerRoute, CallAnswer, CallEvent, CallEventKind, CallParked, CallRequest, CallState,
+    PendingCall, PendingCalls, ReplyAck, ReplyRequest, call_event_subject, clamp_timeout,
+    derive_chain,
 };
 use switchboard_proto::send::{DeliveryReport, SendRequest, Target, check_gates, unknown_agent};
 use switchboard_proto::subject::{self, CALL_PREFIX, CALLS_PENDING_PREFIX, REPLY_PREFIX};
@@ -113,8 +114,71 @@ impl Correlator {
         ]
     }
 
-    /// talk_to_agent / call_agent.
+    /// Publishes a call event into `AGENT_EVENTS` (retried with the same id; the call's state
+    /// change is already committed, so a failure is logged, not returned).
+    async fn emit(&self, event: CallEventKind, call: &PendingCall, body: Option<&str>) {
+        let payload = CallEvent {
+            id: new_id(),
+            event,
+            correlation_id: call.correlation_id,
+            caller: call.caller.clone(),
+            callee: call.callee.clone(),
+            chain: call.chain.clone(),
+            at: timestamp::now(),
+            body: body.map(str::to_owned),
+        };
+        let Ok(bytes) = serde_json::to_vec(&payload) else {
+            return;
+        };
+        let subject = call_event_subject(event, &call.correlation_id);
+        if let Err(err) =
+            publish_durable(&self.js, &subject, &payload.id.to_string(), bytes.into()).await
+        {
+            tracing::error!(%subject, error = %err, "call event lost after retries");
+        }
+    }
+
+    /// talk_to_agent / call_agent. Refusals by a rule are published as `refused` events.
     pub async fn call(
+        &self,
+        caller: &AgentId,
+        request: CallRequest,
+    ) -> Result<CallOutcome, ErrorReply> {
+        let to = request.to.clone();
+        let result = self.make_call(caller, request).await;
+        if let Err(err) = &result
+            && matches!(
+                err.kind(),
+                ErrorKind::Cycle
+                    | ErrorKind::DepthExceeded
+                    | ErrorKind::TooManyCalls
+                    | ErrorKind::Unreachable
+            )
+            && let Some(callee) = to.as_deref().and_then(|to| AgentId::parse(to.trim()).ok())
+        {
+            let now = timestamp::now();
+            let refused = PendingCall {
+                correlation_id: new_id(),
+                caller: caller.clone(),
+                caller_goal: GoalId::new(),
+                callee,
+                chain: Vec::new(),
+                parent: None,
+                request_id: new_id(),
+                wait: false,
+                state: CallState::Expired,
+                answered_via: None,
+                claimed_at: None,
+                created_at: now,
+                deadline: now,
+            };
+            self.emit(CallEventKind::Refused, &refused, Some(&err.error.message))
+                .await;
+        }
+        result
+    }
+
+    async fn make_call(
         &self,
         caller: &AgentId,
         request: CallRequest,
@@ -218,6 +282,7 @@ impl Correlator {
             ));
         }
         tracing::info!(%correlation_id, caller = %caller, callee = %callee, depth = chain.len(), timeout_ms, wait = record.wait, "call opened");
+        self.emit(CallEventKind::Opened, &record, None).await;
 
         let Some(answers) = answers.as_mut() else {
             return Ok(CallOutcome::Parked(CallParked {
@@ -350,9 +415,15 @@ impl Correlator {
         };
         let (_, body) = check_gates(callee, &probe)?;
         // An answer that could not be stored must be refused before the call is claimed.
-        let parts_size = serde_json::to_vec(&request.parts).map_or(0, |p| p.len());
+        // Encoded sizes: JSON escaping can make a 64 KiB body much longer.
+        let body_size = serde_json::to_vec(body).map_or(usize::MAX, |b| b.len());
+        let parts_size = serde_json::to_vec(&request.parts).map_or(usize::MAX, |p| p.len());
         let limit = MAX_INBOX_MESSAGE_BYTES - INBOX_HEADER_ALLOWANCE;
-        if body.len() + parts_size + ANSWER_ENVELOPE > limit {
+        if body_size
+            .saturating_add(parts_size)
+            .saturating_add(ANSWER_ENVELOPE)
+            > limit
+        {
             return Err(ErrorReply::new(
                 ErrorKind::BodyTooLarge,
                 format!("the answer with its parts is over {limit} bytes"),
@@ -382,7 +453,10 @@ impl Correlator {
                 )
             };
             match (call.state, call.answered_via) {
-                (CallState::Expired, _) => return Err(expired()),
+                (CallState::Expired, _) => {
+                    self.emit(CallEventKind::LateAnswer, call, Some(body)).await;
+                    return Err(expired());
+                }
                 (CallState::Answered, Some(via)) => {
                     return Ok(ReplyAck {
                         correlation_id,
@@ -404,11 +478,19 @@ impl Correlator {
                     ));
                 }
                 (CallState::Answered, None) => {
-                    // Claimed by an attempt that did not finish delivering: deliver again
-                    // (an inbox copy is de-duplicated by its message id).
+                    // Claimed by an attempt that did not finish delivering: claim it anew
+                    // (so concurrent retries cannot both deliver), then deliver again (an
+                    // inbox copy is de-duplicated by its message id).
+                    let Some(reclaimed) = self
+                        .store
+                        .transition(&stored, CallState::Answered, None)
+                        .await?
+                    else {
+                        continue;
+                    };
                     let via = self.deliver_answer(call, callee, body, &request).await?;
                     self.store
-                        .transition(&stored, CallState::Answered, Some(via))
+                        .transition(&reclaimed, CallState::Answered, Some(via))
                         .await?;
                     return Ok(ReplyAck {
                         correlation_id,
@@ -439,6 +521,7 @@ impl Correlator {
                             .transition(&claimed, CallState::Answered, Some(via))
                             .await?;
                         tracing::info!(%correlation_id, ?via, "call answered");
+                        self.emit(CallEventKind::Answered, call, Some(body)).await;
                         return Ok(ReplyAck {
                             correlation_id,
                             delivered: via,
@@ -518,6 +601,7 @@ impl Correlator {
     /// inbox; a waiting caller's own replica answers it with `timeout`.
     async fn on_expired(&self, call: &PendingCall) {
         tracing::info!(correlation_id = %call.correlation_id, callee = %call.callee, "call expired");
+        self.emit(CallEventKind::Expired, call, None).await;
         if call.wait {
             return;
         }

@@ -43,7 +43,8 @@ pub struct Running {
     grace: Duration,
 }
 
-/// Applies the calls bucket (and the inbox stream it writes answers to) and subscribes.
+/// Applies what it uses (the `agent_calls` bucket, the `AGENT_CALLS_OPEN` index, the inbox
+/// stream it writes answers to, the events stream) and subscribes its endpoints.
 pub async fn start(
     client: &Client,
     runtime: &RuntimeConfig,
@@ -51,6 +52,7 @@ pub async fn start(
 ) -> Result<Running, StartError> {
     let js = jetstream::new(client.clone());
     resources::ensure_stream(&js, resources::inbox_stream(&runtime.jetstream)).await?;
+    resources::ensure_stream(&js, resources::events_stream(&runtime.jetstream)).await?;
     let calls = resources::ensure_bucket(&js, resources::calls_bucket(&runtime.jetstream)).await?;
     resources::ensure_stream(&js, resources::calls_open_stream(&runtime.jetstream)).await?;
     let index = js

@@ -191,6 +191,68 @@ pub struct PendingCalls {
     pub incoming: Vec<PendingCall>,
 }
 
+/// What happened to a call, published as `agent.calls.events.<event>.<correlation_id>` into
+/// `AGENT_EVENTS` (the audit trail's input).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CallEventKind {
+    /// The request was delivered; the call is open.
+    Opened,
+    /// The answer was delivered (once).
+    Answered,
+    /// The deadline passed first.
+    Expired,
+    /// An answer arrived after the deadline and was not delivered (its text is kept here).
+    LateAnswer,
+    /// A call was refused by a rule (cycle, depth, cap, unreachable callee); the reason is
+    /// the event's body.
+    Refused,
+}
+
+impl CallEventKind {
+    /// The subject token.
+    pub fn token(self) -> &'static str {
+        match self {
+            Self::Opened => "opened",
+            Self::Answered => "answered",
+            Self::Expired => "expired",
+            Self::LateAnswer => "late_answer",
+            Self::Refused => "refused",
+        }
+    }
+}
+
+/// Prefix of call events.
+pub const CALL_EVENTS_PREFIX: &str = "agent.calls.events";
+
+/// `agent.calls.events.<event>.<correlation_id>`.
+pub fn call_event_subject(event: CallEventKind, correlation_id: &Uuid) -> String {
+    format!("{CALL_EVENTS_PREFIX}.{}.{correlation_id}", event.token())
+}
+
+/// Payload of a call event.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CallEvent {
+    /// Event id (also its `Nats-Msg-Id`).
+    pub id: Uuid,
+    /// What happened.
+    pub event: CallEventKind,
+    /// The call.
+    pub correlation_id: Uuid,
+    /// Who asked.
+    pub caller: AgentId,
+    /// Who was asked.
+    pub callee: AgentId,
+    /// The chain the call belongs to.
+    pub chain: Vec<AgentId>,
+    /// When.
+    #[serde(with = "time::serde::rfc3339")]
+    pub at: OffsetDateTime,
+    /// The answer's text (answered, late_answer), or the refusal's reason (refused).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body: Option<String>,
+}
+
 /// Clamps a requested timeout: default when absent, at most `max_ms`, at least 1 ms.
 pub fn clamp_timeout(requested_ms: Option<u64>, default_ms: u64, max_ms: u64) -> u64 {
     requested_ms.unwrap_or(default_ms).min(max_ms).max(1)

@@ -43,12 +43,16 @@ pub fn inbox_stream(config: &JetStreamConfig) -> stream::Config {
     }
 }
 
-/// `AGENT_EVENTS`: directory events, kept so auditors can replay them.
+/// `AGENT_EVENTS`: directory and call events, kept so auditors can replay them. One
+/// definition for every service that publishes into it (they must agree on its subjects).
 pub fn events_stream(config: &JetStreamConfig) -> stream::Config {
     stream::Config {
         name: EVENTS_STREAM.to_owned(),
-        description: Some("Switchboard registry events (agent.registry.events.>)".to_owned()),
-        subjects: vec![REGISTRY_EVENTS_ALL.to_owned()],
+        description: Some("Switchboard registry and call events".to_owned()),
+        subjects: vec![
+            REGISTRY_EVENTS_ALL.to_owned(),
+            format!("{}.>", switchboard_proto::call::CALL_EVENTS_PREFIX),
+        ],
         duplicate_window: Duration::from_secs(config.duplicate_window_secs),
         max_age: Duration::from_secs(config.events_max_age_secs),
         num_replicas: config.replicas,
@@ -81,9 +85,9 @@ pub fn goals_bucket(config: &JetStreamConfig) -> kv::Config {
     }
 }
 
-/// `agent_calls`: pending calls, key = `<caller>.<callee>.<correlation_id>`. Records stay
-/// after they are answered or expired (so a retried or late reply gets the right answer) and
-/// age out after `max_age`.
+/// `agent_calls`: call records, key = `call.<correlation_id>`. Records stay after they are
+/// answered or expired (so a retried or late reply gets the right answer) and age out after
+/// `max_age`. Open calls are indexed in [`calls_open_stream`].
 pub fn calls_bucket(config: &JetStreamConfig) -> kv::Config {
     kv::Config {
         bucket: CALLS_BUCKET.to_owned(),
@@ -96,9 +100,9 @@ pub fn calls_bucket(config: &JetStreamConfig) -> kv::Config {
     }
 }
 
-/// `AGENT_CALLS_OPEN`: the open-call index. Entries are removed by deleting their message
-/// (a KV delete would leave a marker that listings read forever), so it is a plain stream that
-/// allows deletes; max age bounds any entry a crash leaves behind.
+/// `AGENT_CALLS_OPEN`: the open-call index. Entries are removed with a subject-filtered purge
+/// (a KV delete would leave a marker that listings read forever), so it is a plain stream;
+/// max age bounds any entry a crash leaves behind.
 pub fn calls_open_stream(config: &JetStreamConfig) -> stream::Config {
     stream::Config {
         name: CALLS_OPEN_STREAM.to_owned(),
