@@ -11,69 +11,18 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::StreamExt;
 use switchboard_proto::MessageKind;
+use switchboard_tests::bench::{measure, ms, ops_from_env};
 use switchboard_tests::{Fabric, fast_calls};
 
 const IN_FLIGHT: usize = 64;
 
-struct Sample {
-    p50: Duration,
-    p99: Duration,
-    per_sec: f64,
-}
-
-async fn measure<F, Fut>(ops: usize, op: F) -> Sample
-where
-    F: Fn() -> Fut + Send + Sync + 'static,
-    Fut: std::future::Future<Output = ()> + Send,
-{
-    let op = Arc::new(op);
-    for _ in 0..ops / 10 {
-        op().await;
-    }
-    let mut latencies = Vec::with_capacity(ops);
-    for _ in 0..ops {
-        let started = Instant::now();
-        op().await;
-        latencies.push(started.elapsed());
-    }
-    latencies.sort();
-    let pick = |p: f64| latencies[((latencies.len() - 1) as f64 * p).round() as usize];
-    let per_task = (ops * 2).div_ceil(IN_FLIGHT).max(4);
-    let started = Instant::now();
-    let tasks: Vec<_> = (0..IN_FLIGHT)
-        .map(|_| {
-            let op = Arc::clone(&op);
-            tokio::spawn(async move {
-                for _ in 0..per_task {
-                    op().await;
-                }
-            })
-        })
-        .collect();
-    for task in tasks {
-        task.await.unwrap();
-    }
-    Sample {
-        p50: pick(0.50),
-        p99: pick(0.99),
-        per_sec: (per_task * IN_FLIGHT) as f64 / started.elapsed().as_secs_f64(),
-    }
-}
-
-fn ms(d: Duration) -> String {
-    format!("{:.3}", d.as_secs_f64() * 1e3)
-}
-
 #[tokio::main]
 async fn main() {
-    let ops: usize = std::env::var("BENCH_OPS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(300);
+    let ops = ops_from_env(300);
     let fabric = Fabric::start_full(
         inbox_fanout::FanoutConfig::default(),
         reply_correlator::CorrelatorConfig {
@@ -99,7 +48,7 @@ async fn main() {
     });
     let requester = async_nats::connect(&url).await.unwrap();
     let payload = bytes::Bytes::from(question.clone());
-    let raw = measure(ops, move || {
+    let raw = measure(ops, 2, IN_FLIGHT, move || {
         let (client, payload) = (requester.clone(), payload.clone());
         async move {
             client.request("bench.echo", payload).await.unwrap();
@@ -130,7 +79,7 @@ async fn main() {
     });
     let caller = Arc::new(fabric.agent("bench-caller").await);
     let _caller_goal = caller.open_goal().await.unwrap();
-    let call = measure(ops, move || {
+    let call = measure(ops, 2, IN_FLIGHT, move || {
         let (caller, question) = (Arc::clone(&caller), question.clone());
         async move {
             let answer = caller

@@ -11,7 +11,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use async_nats::jetstream;
 use bytes::Bytes;
@@ -19,69 +18,13 @@ use switchboard_client::Agent;
 use switchboard_proto::{AgentId, GoalId, InboxMessage, new_id, subject};
 use switchboard_runtime::publish::publish_all;
 use switchboard_tests::Fabric;
+use switchboard_tests::bench::{measure, ms, ops_from_env};
 
 const IN_FLIGHT: usize = 64;
 
-struct Sample {
-    p50: Duration,
-    p99: Duration,
-    per_sec: f64,
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    let rank = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[rank.min(sorted.len() - 1)]
-}
-
-async fn measure<F, Fut>(ops: usize, op: F) -> Sample
-where
-    F: Fn() -> Fut + Send + Sync + 'static,
-    Fut: std::future::Future<Output = ()> + Send,
-{
-    let op = Arc::new(op);
-    // Warm-up.
-    for _ in 0..ops / 10 {
-        op().await;
-    }
-    let mut latencies = Vec::with_capacity(ops);
-    for _ in 0..ops {
-        let started = Instant::now();
-        op().await;
-        latencies.push(started.elapsed());
-    }
-    latencies.sort();
-    let per_task = (ops * 4).div_ceil(IN_FLIGHT).max(4);
-    let started = Instant::now();
-    let mut tasks = Vec::new();
-    for _ in 0..IN_FLIGHT {
-        let op = Arc::clone(&op);
-        tasks.push(tokio::spawn(async move {
-            for _ in 0..per_task {
-                op().await;
-            }
-        }));
-    }
-    for task in tasks {
-        task.await.unwrap();
-    }
-    let per_sec = (per_task * IN_FLIGHT) as f64 / started.elapsed().as_secs_f64();
-    Sample {
-        p50: percentile(&latencies, 0.50),
-        p99: percentile(&latencies, 0.99),
-        per_sec,
-    }
-}
-
-fn ms(d: Duration) -> String {
-    format!("{:.3}", d.as_secs_f64() * 1e3)
-}
-
 #[tokio::main]
 async fn main() {
-    let ops: usize = std::env::var("BENCH_OPS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(400);
+    let ops = ops_from_env(400);
     let fabric = Fabric::start().await;
     let url = fabric.url();
     let sender = Arc::new(fabric.agent("bench-sender").await);
@@ -124,7 +67,7 @@ async fn main() {
             );
             let payload = Bytes::from(serde_json::to_vec(&message).unwrap());
             let (js_raw, ids) = (js.clone(), goal_ids.clone());
-            let raw = measure(ops, move || {
+            let raw = measure(ops, 4, IN_FLIGHT, move || {
                 let (js, ids, payload) = (js_raw.clone(), ids.clone(), payload.clone());
                 async move {
                     let id = new_id();
@@ -141,7 +84,7 @@ async fn main() {
 
             let (agent, to_peer, text, expect) =
                 (Arc::clone(&sender), to.clone(), body.clone(), *goals);
-            let ours = measure(ops, move || {
+            let ours = measure(ops, 4, IN_FLIGHT, move || {
                 let (agent, to_peer, text) = (Arc::clone(&agent), to_peer.clone(), text.clone());
                 async move {
                     let report = agent.send_to_peer(&to_peer, &text).await.unwrap();

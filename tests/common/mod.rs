@@ -15,6 +15,8 @@ use tokio::task::JoinHandle;
 
 pub use directory::DirectoryConfig;
 
+pub mod bench;
+
 /// Runtime settings pointing at `url`, with a short grace period for tests.
 pub fn runtime(url: &str) -> RuntimeConfig {
     let mut config = RuntimeConfig::default();

@@ -61,20 +61,6 @@ pub struct Agent {
     current_goal: std::sync::Mutex<Option<GoalId>>,
 }
 
-/// [`request`] with the subject as `String` taken by value.
-async fn request_with<Req, Resp>(
-    nats: &Client,
-    subject: String,
-    body: &Req,
-    timeout: Duration,
-) -> Result<Resp, ClientError>
-where
-    Req: Serialize + ?Sized,
-    Resp: DeserializeOwned,
-{
-    request(nats, subject, body, timeout).await
-}
-
 /// Sends a JSON request with trace context and decodes the reply or the error reply.
 pub(crate) async fn request<Req, Resp>(
     nats: &Client,
@@ -282,9 +268,9 @@ impl Agent {
         message: &str,
         timeout: Duration,
     ) -> Result<CallAnswer, ClientError> {
-        let request = self.call_request(to, message, timeout, true);
+        let body = self.call_request(to, message, timeout, true);
         let wait = timeout + self.options.request_timeout;
-        request_with(&self.nats, subject::call(self.id()), &request, wait).await
+        request(&self.nats, subject::call(self.id()), &body, wait).await
     }
 
     /// A parked call: returns at once; the answer (or a timeout notice) lands in the calling
@@ -295,11 +281,11 @@ impl Agent {
         message: &str,
         timeout: Duration,
     ) -> Result<CallParked, ClientError> {
-        let request = self.call_request(to, message, timeout, false);
-        request_with(
+        let body = self.call_request(to, message, timeout, false);
+        request(
             &self.nats,
             subject::call(self.id()),
-            &request,
+            &body,
             self.options.request_timeout,
         )
         .await
@@ -325,15 +311,15 @@ impl Agent {
         correlation_id: Uuid,
         message: &str,
     ) -> Result<ReplyAck, ClientError> {
-        let request = ReplyRequest {
+        let body = ReplyRequest {
             correlation_id: Some(correlation_id),
             message: Some(message.to_owned()),
             ..ReplyRequest::default()
         };
-        request_with(
+        request(
             &self.nats,
             subject::reply(self.id()),
-            &request,
+            &body,
             self.options.request_timeout,
         )
         .await
@@ -341,7 +327,7 @@ impl Agent {
 
     /// Open calls this agent made and must answer.
     pub async fn pending_calls(&self) -> Result<PendingCalls, ClientError> {
-        request_with(
+        request(
             &self.nats,
             subject::calls_pending(self.id()),
             &serde_json::json!({}),

@@ -1,0 +1,74 @@
+//! The measuring harness both benches share: sequential latency percentiles, then throughput
+//! with a fixed number of operations in flight.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// What one path measured.
+#[derive(Debug, Clone, Copy)]
+pub struct Sample {
+    /// Median sequential latency.
+    pub p50: Duration,
+    /// 99th percentile sequential latency.
+    pub p99: Duration,
+    /// Operations per second with `in_flight` concurrent.
+    pub per_sec: f64,
+}
+
+/// Runs `op` `ops / 10` times to warm up, `ops` times one after another (latency), then
+/// `ops * spread` times spread over `in_flight` concurrent tasks (throughput).
+pub async fn measure<F, Fut>(ops: usize, spread: usize, in_flight: usize, op: F) -> Sample
+where
+    F: Fn() -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = ()> + Send,
+{
+    let op = Arc::new(op);
+    for _ in 0..ops / 10 {
+        op().await;
+    }
+    let mut latencies = Vec::with_capacity(ops);
+    for _ in 0..ops {
+        let started = Instant::now();
+        op().await;
+        latencies.push(started.elapsed());
+    }
+    latencies.sort();
+    let pick = |p: f64| {
+        let rank = ((latencies.len().saturating_sub(1)) as f64 * p).round() as usize;
+        latencies[rank.min(latencies.len().saturating_sub(1))]
+    };
+    let per_task = (ops * spread).div_ceil(in_flight).max(4);
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..in_flight)
+        .map(|_| {
+            let op = Arc::clone(&op);
+            tokio::spawn(async move {
+                for _ in 0..per_task {
+                    op().await;
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.expect("a benchmark task panicked");
+    }
+    Sample {
+        p50: pick(0.50),
+        p99: pick(0.99),
+        per_sec: (per_task * in_flight) as f64 / started.elapsed().as_secs_f64(),
+    }
+}
+
+/// Milliseconds with three decimals.
+pub fn ms(d: Duration) -> String {
+    format!("{:.3}", d.as_secs_f64() * 1e3)
+}
+
+/// `BENCH_OPS` from the environment, or `default`.
+pub fn ops_from_env(default: usize) -> usize {
+    std::env::var("BENCH_OPS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
