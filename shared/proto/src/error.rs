@@ -52,6 +52,12 @@ pub enum ErrorKind {
     Expired,
     /// Only the callee may answer a call.
     NotCallee,
+    /// The task has ended (completed, failed, rejected, canceled) and cannot change.
+    TaskTerminal,
+    /// The task operation does not apply in the task's current state.
+    IllegalTransition,
+    /// The caller's role (requester/assignee) may not perform this operation.
+    NotAllowed,
     /// A kind this client version does not know yet.
     #[serde(other)]
     Unknown,
@@ -71,7 +77,8 @@ impl ErrorKind {
             Self::BodyTooLarge => 413,
             Self::Cycle | Self::DepthExceeded => 409,
             Self::Unreachable => 404,
-            Self::NotCallee => 403,
+            Self::NotCallee | Self::NotAllowed => 403,
+            Self::TaskTerminal | Self::IllegalTransition => 409,
             Self::Expired => 410,
             Self::TooManyCalls => 429,
             Self::Timeout => 504,
@@ -107,6 +114,9 @@ impl ErrorKind {
             Self::TooManyCalls => "too_many_calls",
             Self::Expired => "expired",
             Self::NotCallee => "not_callee",
+            Self::TaskTerminal => "task_terminal",
+            Self::IllegalTransition => "illegal_transition",
+            Self::NotAllowed => "not_allowed",
             Self::Unknown => "unknown",
         }
     }
@@ -205,6 +215,9 @@ mod tests {
             ErrorKind::TooManyCalls,
             ErrorKind::Expired,
             ErrorKind::NotCallee,
+            ErrorKind::TaskTerminal,
+            ErrorKind::IllegalTransition,
+            ErrorKind::NotAllowed,
         ] {
             assert_eq!(serde_json::to_value(kind).unwrap(), json!(kind.as_str()));
         }

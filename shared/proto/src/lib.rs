@@ -17,6 +17,7 @@
 //! - [`acl`]: who may talk to whom (globs, deny beats allow).
 //! - [`send`]: send_to_peer request/report and the pure gate and anti-loop rules.
 //! - [`call`]: correlated calls, the pending-call record, chain/cycle/depth rules.
+//! - [`task`]: the task state machine (who may do what, legal transitions).
 //! - [`error`]: `ErrorKind` and the `{"error":{code,kind,message}}` reply.
 
 pub mod acl;
@@ -28,6 +29,7 @@ pub mod names;
 pub mod registry;
 pub mod send;
 pub mod subject;
+pub mod task;
 
 pub use error::{ErrorBody, ErrorKind, ErrorReply};
 pub use ids::{AgentId, GoalId, IdError, new_id};
