@@ -188,10 +188,9 @@ async fn main() -> ExitCode {
                 correlation_id,
                 ..SendRequest::default()
             };
-            let agent = AgentId::parse(&as_agent).map_err(anyhow::Error::from);
-            match agent {
-                Ok(agent) => request_json(&nats_url, &subject::send(&agent), &request).await,
-                Err(err) => Err(err),
+            match AgentId::parse(&as_agent) {
+                Ok(agent) => send_with_retry(&nats_url, &agent, &request).await,
+                Err(err) => Err(err.into()),
             }
         }
         Command::Inbox(args) => return inbox::run(args).await,
@@ -301,6 +300,42 @@ async fn registry_request<T: serde::Serialize>(
 ) -> anyhow::Result<serde_json::Value> {
     let agent = AgentId::parse(as_agent)?;
     request_json(nats_url, &op.subject(&agent), body).await
+}
+
+/// Sends with the minted message id, retrying (same id, so stored once per goal) while no
+/// fan-out answers — the same policy as the Rust client.
+async fn send_with_retry(
+    nats_url: &str,
+    agent: &AgentId,
+    request: &SendRequest,
+) -> anyhow::Result<serde_json::Value> {
+    let client = connect(nats_url).await?;
+    let subject = subject::send(agent);
+    let mut pause = std::time::Duration::from_millis(100);
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let result = switchboard_runtime::request::request_json(
+            &client,
+            &subject,
+            request,
+            std::time::Duration::from_secs(10),
+        )
+        .await;
+        match result {
+            Err(RequestFailure::NoResponders { .. } | RequestFailure::Timeout { .. })
+                if attempt <= 5 =>
+            {
+                tokio::time::sleep(pause).await;
+                pause *= 2;
+            }
+            Ok(report) => return Ok(report),
+            Err(RequestFailure::NoResponders { subject }) => {
+                anyhow::bail!("no service answers on {subject} (is `switchboard up` running?)")
+            }
+            Err(other) => anyhow::bail!("{other}"),
+        }
+    }
 }
 
 /// Sends a JSON request and returns the reply, or the service's error reply as an error.
