@@ -32,10 +32,10 @@ pub async fn run(args: UpArgs) -> ExitCode {
     let figment = config::figment();
     let loaded = RuntimeConfig::load(&figment).and_then(|runtime| {
         Ok(Services {
+            directory: config::section_for(&figment, directory::config::SECTION, &runtime)?,
+            fanout: config::section_for(&figment, inbox_fanout::config::SECTION, &runtime)?,
+            correlator: config::section_for(&figment, reply_correlator::config::SECTION, &runtime)?,
             runtime,
-            directory: config::section(&figment, directory::config::SECTION)?,
-            fanout: config::section(&figment, inbox_fanout::config::SECTION)?,
-            correlator: config::section(&figment, reply_correlator::config::SECTION)?,
         })
     });
     let mut services = match loaded {

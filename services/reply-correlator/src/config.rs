@@ -52,6 +52,18 @@ impl switchboard_runtime::config::Section for CorrelatorConfig {
         }
         Ok(())
     }
+
+    fn validate_with(&self, runtime: &switchboard_runtime::RuntimeConfig) -> Result<(), String> {
+        // Records must outlive every deadline, or an open call could age out unanswered.
+        let keep_ms = runtime.jetstream.calls_max_age_secs.saturating_mul(1_000);
+        if keep_ms <= self.max_timeout_ms {
+            return Err(format!(
+                "jetstream.calls_max_age_secs ({} s) must be longer than max_timeout_ms ({} ms)",
+                runtime.jetstream.calls_max_age_secs, self.max_timeout_ms
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// Config section name.

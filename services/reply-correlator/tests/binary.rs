@@ -36,6 +36,8 @@ async fn bad_configuration_exits_64_with_one_clear_line() {
     settings.push(("SWITCHBOARD_REPLY_CORRELATOR__TIMEOUT_MS", "5"));
     settings.push(("SWITCHBOARD_REPLY_CORRELATOR__MAX_TIMEOUT_MS", "0"));
     settings.push(("SWITCHBOARD_REPLY_CORRELATOR__DEPTH_LIMIT", "1"));
+    // Records would age out before the longest call's deadline.
+    settings.push(("SWITCHBOARD_JETSTREAM__CALLS_MAX_AGE_SECS", "60"));
     for (key, value) in settings {
         let (code, stderr) = config_error(BIN, key, value).await;
         assert_eq!(code, Some(64), "{key}={value}: {stderr}");

@@ -70,6 +70,25 @@ pub trait Section: Default + Serialize + DeserializeOwned {
     fn validate(&self) -> Result<(), String> {
         Ok(())
     }
+
+    /// Checks that involve the shared settings too (e.g. a retention that must outlive a
+    /// timeout). Called by `service::main` and `switchboard up` after both are loaded.
+    fn validate_with(&self, _runtime: &RuntimeConfig) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+/// Loads a section and checks it against the shared settings (`[key] …` in the error).
+pub fn section_for<T: Section>(
+    figment: &Figment,
+    key: &str,
+    runtime: &RuntimeConfig,
+) -> Result<T, ConfigError> {
+    let section: T = section(figment, key)?;
+    section
+        .validate_with(runtime)
+        .map_err(|message| ConfigError::Invalid(format!("[{key}] {message}")))?;
+    Ok(section)
 }
 
 /// Extracts the section `key` as `T`, with `T::default()` under every layer, and validates it.

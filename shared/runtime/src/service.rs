@@ -42,8 +42,10 @@ where
     E: Display,
 {
     let figment = config::figment();
-    let loaded = RuntimeConfig::load(&figment)
-        .and_then(|runtime| Ok((runtime, config::section::<C>(&figment, section)?)));
+    let loaded = RuntimeConfig::load(&figment).and_then(|runtime| {
+        let service = config::section_for::<C>(&figment, section, &runtime)?;
+        Ok((runtime, service))
+    });
     let (runtime, service) = match loaded {
         Ok(loaded) => loaded,
         Err(err) => {
