@@ -302,39 +302,32 @@ async fn registry_request<T: serde::Serialize>(
     request_json(nats_url, &op.subject(&agent), body).await
 }
 
-/// Sends with the minted message id, retrying (same id, so stored once per goal) while no
-/// fan-out answers — the same policy as the Rust client.
+/// Sends with the minted message id, retried while no fan-out answers (same id, so stored
+/// once per goal) — the Rust client's policy, from the same helper.
 async fn send_with_retry(
     nats_url: &str,
     agent: &AgentId,
     request: &SendRequest,
 ) -> anyhow::Result<serde_json::Value> {
     let client = connect(nats_url).await?;
-    let subject = subject::send(agent);
-    let mut pause = std::time::Duration::from_millis(100);
-    let mut attempt = 0;
-    loop {
-        attempt += 1;
-        let result = switchboard_runtime::request::request_json(
-            &client,
-            &subject,
-            request,
-            std::time::Duration::from_secs(10),
-        )
-        .await;
-        match result {
-            Err(RequestFailure::NoResponders { .. } | RequestFailure::Timeout { .. })
-                if attempt <= 5 =>
-            {
-                tokio::time::sleep(pause).await;
-                pause *= 2;
-            }
-            Ok(report) => return Ok(report),
-            Err(RequestFailure::NoResponders { subject }) => {
-                anyhow::bail!("no service answers on {subject} (is `switchboard up` running?)")
-            }
-            Err(other) => anyhow::bail!("{other}"),
+    switchboard_runtime::request::request_json_retrying(
+        &client,
+        &subject::send(agent),
+        request,
+        std::time::Duration::from_secs(10),
+        switchboard_runtime::request::IDEMPOTENT_RETRIES,
+    )
+    .await
+    .map_err(cli_failure)
+}
+
+/// A request failure as the CLI reports it.
+fn cli_failure(failure: RequestFailure) -> anyhow::Error {
+    match failure {
+        RequestFailure::NoResponders { subject } => {
+            anyhow::anyhow!("no service answers on {subject} (is `switchboard up` running?)")
         }
+        other => anyhow::anyhow!("{other}"),
     }
 }
 
@@ -357,12 +350,7 @@ async fn request_json_within<T: serde::Serialize>(
     let client = connect(nats_url).await?;
     switchboard_runtime::request::request_json(&client, subject, body, timeout)
         .await
-        .map_err(|failure| match failure {
-            RequestFailure::NoResponders { subject } => {
-                anyhow::anyhow!("no service answers on {subject} (is `switchboard up` running?)")
-            }
-            other => anyhow::anyhow!("{other}"),
-        })
+        .map_err(cli_failure)
 }
 
 async fn agents(nats_url: &str) -> anyhow::Result<serde_json::Value> {

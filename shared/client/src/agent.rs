@@ -16,7 +16,7 @@ use switchboard_proto::registry::{
 use switchboard_proto::send::{DeliveryReport, SendRequest};
 use switchboard_proto::subject::{self, RegistryOp};
 use switchboard_proto::{AgentCard, AgentId, GoalId, GoalKind};
-use switchboard_runtime::request::{RequestFailure, request_json};
+use switchboard_runtime::request::{request_json, request_json_retrying};
 use tokio_util::sync::{CancellationToken, DropGuard};
 use uuid::Uuid;
 
@@ -42,7 +42,7 @@ impl Default for AgentOptions {
         Self {
             heartbeat_interval: Duration::from_secs(10),
             request_timeout: Duration::from_secs(10),
-            send_retries: 5,
+            send_retries: switchboard_runtime::request::IDEMPOTENT_RETRIES,
         }
     }
 }
@@ -74,12 +74,7 @@ where
 {
     request_json(nats, &subject, body, timeout)
         .await
-        .map_err(|failure| match failure {
-            RequestFailure::NoResponders { subject } => ClientError::NoResponders { subject },
-            RequestFailure::Timeout { subject } => ClientError::Timeout { subject },
-            RequestFailure::Service(reply) => ClientError::Service(reply),
-            RequestFailure::Other { subject, message } => ClientError::Request { subject, message },
-        })
+        .map_err(ClientError::from)
 }
 
 impl Agent {
@@ -215,28 +210,15 @@ impl Agent {
         if send.from_goal_id.is_none() {
             send.from_goal_id = self.current_goal.lock().ok().and_then(|goal| *goal);
         }
-        let subject = subject::send(self.id());
-        let mut pause = Duration::from_millis(100);
-        let mut attempt = 0;
-        loop {
-            match request::<_, DeliveryReport>(
-                &self.nats,
-                subject.clone(),
-                &send,
-                self.options.request_timeout,
-            )
-            .await
-            {
-                Err(ClientError::NoResponders { .. } | ClientError::Timeout { .. })
-                    if attempt < self.options.send_retries =>
-                {
-                    attempt += 1;
-                    tokio::time::sleep(pause).await;
-                    pause *= 2;
-                }
-                outcome => return outcome,
-            }
-        }
+        request_json_retrying(
+            &self.nats,
+            &subject::send(self.id()),
+            &send,
+            self.options.request_timeout,
+            self.options.send_retries,
+        )
+        .await
+        .map_err(ClientError::from)
     }
 
     /// send_to_peer: `message` to every live goal of `to`.

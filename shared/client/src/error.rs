@@ -56,3 +56,15 @@ impl ClientError {
         }
     }
 }
+
+impl From<switchboard_runtime::request::RequestFailure> for ClientError {
+    fn from(failure: switchboard_runtime::request::RequestFailure) -> Self {
+        use switchboard_runtime::request::RequestFailure;
+        match failure {
+            RequestFailure::NoResponders { subject } => Self::NoResponders { subject },
+            RequestFailure::Timeout { subject } => Self::Timeout { subject },
+            RequestFailure::Service(reply) => Self::Service(reply),
+            RequestFailure::Other { subject, message } => Self::Request { subject, message },
+        }
+    }
+}

@@ -83,3 +83,36 @@ where
     }
     serde_json::from_slice(&reply.payload).map_err(|err| other(err.to_string()))
 }
+
+/// Default number of retries of an idempotent request while no service answers.
+pub const IDEMPOTENT_RETRIES: u32 = 5;
+
+/// [`request_json`] for idempotent requests (e.g. a send carrying its own message id):
+/// retried up to `retries` times while nobody answers or the reply times out, pausing 100 ms
+/// and doubling, so a service restart is ridden out. Other failures return at once.
+pub async fn request_json_retrying<Req, Resp>(
+    client: &Client,
+    subject: &str,
+    body: &Req,
+    timeout: Duration,
+    retries: u32,
+) -> Result<Resp, RequestFailure>
+where
+    Req: Serialize + ?Sized,
+    Resp: DeserializeOwned,
+{
+    let mut pause = Duration::from_millis(100);
+    let mut attempt = 0;
+    loop {
+        match request_json(client, subject, body, timeout).await {
+            Err(RequestFailure::NoResponders { .. } | RequestFailure::Timeout { .. })
+                if attempt < retries =>
+            {
+                attempt += 1;
+                tokio::time::sleep(pause).await;
+                pause *= 2;
+            }
+            outcome => return outcome,
+        }
+    }
+}
