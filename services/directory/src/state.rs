@@ -29,7 +29,7 @@ use switchboard_proto::{
     INBOX_STREAM, acl, inbox_consumer, new_id, timestamp,
 };
 use switchboard_runtime::kv::snapshot;
-use switchboard_runtime::publish::publish_durable;
+use switchboard_runtime::publish::publish_event;
 use time::OffsetDateTime;
 use tracing::Instrument;
 
@@ -180,15 +180,13 @@ impl Registry {
             goal_id,
             status,
         };
-        let Ok(body) = serde_json::to_vec(&payload) else {
-            tracing::error!(?event, "encoding a registry event failed");
-            return;
-        };
-        let subject = event.subject(agent);
-        let id = payload.id.to_string();
-        if let Err(err) = publish_durable(&self.js, &subject, &id, Bytes::from(body)).await {
-            tracing::error!(%subject, event_id = %id, error = %err, "registry event lost after retries");
-        }
+        publish_event(
+            &self.js,
+            &event.subject(agent),
+            &payload.id.to_string(),
+            &payload,
+        )
+        .await;
     }
 
     /// register: create or update the caller's card. `body` is the raw JSON object.

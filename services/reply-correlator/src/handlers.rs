@@ -29,7 +29,7 @@ use switchboard_proto::{
     MAX_INBOX_MESSAGE_BYTES, MessageKind, new_id, timestamp,
 };
 use switchboard_runtime::micro::{AgentRequest, Endpoint};
-use switchboard_runtime::publish::publish_durable;
+use switchboard_runtime::publish::{publish_event, publish_json};
 use switchboard_runtime::request::{RequestFailure, request_json};
 use time::OffsetDateTime;
 
@@ -127,15 +127,8 @@ impl Correlator {
             at: timestamp::now(),
             body: body.map(str::to_owned),
         };
-        let Ok(bytes) = serde_json::to_vec(&payload) else {
-            return;
-        };
         let subject = call_event_subject(event, &call.correlation_id);
-        if let Err(err) =
-            publish_durable(&self.js, &subject, &payload.id.to_string(), bytes.into()).await
-        {
-            tracing::error!(%subject, error = %err, "call event lost after retries");
-        }
+        publish_event(&self.js, &subject, &payload.id.to_string(), &payload).await;
     }
 
     /// talk_to_agent / call_agent. Refusals by a rule are published as `refused` events.
@@ -583,14 +576,12 @@ impl Correlator {
         message: &InboxMessage,
         purpose: &str,
     ) -> Result<(), ErrorReply> {
-        let payload = serde_json::to_vec(message)
-            .map_err(|err| ErrorReply::new(ErrorKind::Internal, err.to_string()))?;
         let msg_id = format!("{purpose}:{}:{}", call.correlation_id, call.caller_goal);
-        publish_durable(
+        publish_json(
             &self.js,
             &subject::inbox(&call.caller_goal),
             &msg_id,
-            payload.into(),
+            message,
         )
         .await
         .map(|_| ())

@@ -58,12 +58,7 @@ pub async fn snapshot(
     store: &kv::Store,
     key_filter: &str,
 ) -> Result<Vec<KvEntry>, SnapshotError> {
-    let source = Source {
-        name: &store.name,
-        stream: &store.stream,
-        stream_name: &store.stream_name,
-        prefix: &store.prefix,
-    };
+    let source = Source::of(store);
     last_per_subject(js, &source, key_filter).await
 }
 
@@ -92,6 +87,18 @@ struct Source<'a> {
     stream: &'a jetstream::stream::Stream,
     stream_name: &'a str,
     prefix: &'a str,
+}
+
+impl<'a> Source<'a> {
+    /// A KV bucket's stream and key prefix.
+    fn of(store: &'a kv::Store) -> Self {
+        Self {
+            name: &store.name,
+            stream: &store.stream,
+            stream_name: &store.stream_name,
+            prefix: &store.prefix,
+        }
+    }
 }
 
 async fn last_per_subject(
@@ -195,12 +202,7 @@ pub async fn scan_snapshot(
     store: &kv::Store,
     key_filter: &str,
 ) -> Result<Vec<KvEntry>, SnapshotError> {
-    let source = Source {
-        name: &store.name,
-        stream: &store.stream,
-        stream_name: &store.stream_name,
-        prefix: &store.prefix,
-    };
+    let source = Source::of(store);
     scan(js, &source, key_filter).await
 }
 

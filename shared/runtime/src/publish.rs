@@ -145,3 +145,31 @@ pub async fn publish_all(
     );
     futures::future::join_all(outcomes).await
 }
+
+/// Encodes `value` as JSON and publishes it with [`publish_durable`].
+pub async fn publish_json<T: serde::Serialize>(
+    js: &jetstream::Context,
+    subject: &str,
+    msg_id: &str,
+    value: &T,
+) -> Result<Stored, PublishFailure> {
+    let payload = serde_json::to_vec(value).map_err(|err| PublishFailure {
+        subject: subject.to_owned(),
+        attempts: 0,
+        last: format!("encoding: {err}"),
+    })?;
+    publish_durable(js, subject, msg_id, payload.into()).await
+}
+
+/// Publishes an event about a state change that is already committed: it is retried like any
+/// durable publish, and a loss is logged (the change stands), not returned.
+pub async fn publish_event<T: serde::Serialize>(
+    js: &jetstream::Context,
+    subject: &str,
+    event_id: &str,
+    event: &T,
+) {
+    if let Err(err) = publish_json(js, subject, event_id, event).await {
+        tracing::error!(%subject, %event_id, error = %err, "event lost after retries");
+    }
+}
