@@ -10,7 +10,7 @@ use switchboard_client::{Agent, Goal};
 use switchboard_proto::call::{AnswerRoute, CallEvent, CallEventKind};
 use switchboard_proto::{ErrorKind, InboxMessage, MessageKind};
 use switchboard_testkit::assert_eventually;
-use switchboard_tests::{CorrelatorReplica, Fabric, fast_calls, raw, stored_json};
+use switchboard_tests::{Fabric, assert_no_more, fast_calls, raw, start_correlator, stored_json};
 
 const LONG: Duration = Duration::from_secs(20);
 
@@ -33,8 +33,7 @@ fn kind<T: std::fmt::Debug>(result: Result<T, switchboard_client::ClientError>) 
 async fn a_waiting_call_gets_the_answer_and_a_parked_one_gets_it_in_the_inbox() {
     let fabric = Fabric::start().await;
     let (_writer, _serve) = fabric.answering("writer", |q| format!("re: {q}")).await;
-    let researcher = fabric.agent("researcher").await;
-    let goal = researcher.open_goal().await.unwrap();
+    let (researcher, goal) = fabric.agent_with_goal("researcher").await;
 
     let answer = researcher
         .call("writer", "need a title", LONG)
@@ -55,21 +54,14 @@ async fn a_waiting_call_gets_the_answer_and_a_parked_one_gets_it_in_the_inbox() 
     assert_eq!(response.body, "re: and a subtitle");
     assert_eq!(response.from_agent_id, "writer");
     // Nothing else arrived (the waiting call's answer did not also land in the inbox).
-    assert!(
-        goal.recv(Duration::from_millis(300))
-            .await
-            .unwrap()
-            .is_none()
-    );
+    assert_no_more(&goal).await;
 }
 
 #[tokio::test]
 async fn the_callee_sees_a_request_with_its_correlation_and_chain() {
     let fabric = Fabric::start().await;
-    let callee = fabric.agent("callee").await;
-    let callee_goal = callee.open_goal().await.unwrap();
-    let caller = fabric.agent("caller").await;
-    let _caller_goal = caller.open_goal().await.unwrap();
+    let (_callee, callee_goal) = fabric.agent_with_goal("callee").await;
+    let (caller, _caller_goal) = fabric.agent_with_goal("caller").await;
     let parked = caller
         .call_parked("callee", "question", LONG)
         .await
@@ -88,8 +80,7 @@ async fn the_callee_sees_a_request_with_its_correlation_and_chain() {
 #[tokio::test]
 async fn two_calls_in_flight_from_one_goal_resolve_independently_out_of_order() {
     let fabric = Fabric::start().await;
-    let callee = fabric.agent("slowpoke").await;
-    let callee_goal = callee.open_goal().await.unwrap();
+    let (callee, callee_goal) = fabric.agent_with_goal("slowpoke").await;
     let caller = std::sync::Arc::new(fabric.agent("asker").await);
     let _goal = caller.open_goal().await.unwrap();
 
@@ -127,10 +118,8 @@ async fn timeouts_default_clamp_and_notify_a_parked_caller() {
         },
     )
     .await;
-    let silent = fabric.agent("silent").await;
-    let _silent_goal = silent.open_goal().await.unwrap();
-    let caller = fabric.agent("caller").await;
-    let goal = caller.open_goal().await.unwrap();
+    let (_silent, _silent_goal) = fabric.agent_with_goal("silent").await;
+    let (caller, goal) = fabric.agent_with_goal("caller").await;
 
     // No timeout given: the default (300 ms) applies.
     let client = fabric.nats.client().await;
@@ -166,21 +155,14 @@ async fn timeouts_default_clamp_and_notify_a_parked_caller() {
     assert_eq!(notice.kind, MessageKind::Notify);
     assert_eq!(notice.correlation_id, Some(parked.correlation_id));
     assert!(notice.body.contains("timed out"), "{}", notice.body);
-    assert!(
-        goal.recv(Duration::from_millis(300))
-            .await
-            .unwrap()
-            .is_none()
-    );
+    assert_no_more(&goal).await;
 }
 
 #[tokio::test]
 async fn a_late_reply_is_expired_and_never_delivered() {
     let fabric = Fabric::start().await;
-    let callee = fabric.agent("tardy").await;
-    let callee_goal = callee.open_goal().await.unwrap();
-    let caller = fabric.agent("caller").await;
-    let goal = caller.open_goal().await.unwrap();
+    let (callee, callee_goal) = fabric.agent_with_goal("tardy").await;
+    let (caller, goal) = fabric.agent_with_goal("caller").await;
     let parked = caller
         .call_parked("tardy", "quick question", Duration::from_millis(200))
         .await
@@ -193,13 +175,7 @@ async fn a_late_reply_is_expired_and_never_delivered() {
         .unwrap_err();
     assert_eq!(err.kind(), Some(ErrorKind::Expired));
     assert_eq!(parked.correlation_id, request.correlation_id.unwrap());
-    assert!(
-        goal.recv(Duration::from_millis(300))
-            .await
-            .unwrap()
-            .is_none(),
-        "no response after expiry"
-    );
+    assert_no_more(&goal).await;
 
     // The late answer is not lost: it is in the event trail, with opened and expired.
     let client = fabric.nats.client().await;
@@ -220,11 +196,9 @@ async fn a_late_reply_is_expired_and_never_delivered() {
 #[tokio::test]
 async fn replies_are_for_the_callee_only_and_delivered_exactly_once() {
     let fabric = Fabric::start().await;
-    let callee = fabric.agent("callee").await;
-    let callee_goal = callee.open_goal().await.unwrap();
+    let (callee, callee_goal) = fabric.agent_with_goal("callee").await;
     let intruder = fabric.agent("intruder").await;
-    let caller = fabric.agent("caller").await;
-    let goal = caller.open_goal().await.unwrap();
+    let (caller, goal) = fabric.agent_with_goal("caller").await;
     let parked = caller.call_parked("callee", "q", LONG).await.unwrap();
     let cid = next(&callee_goal).await.correlation_id.unwrap();
 
@@ -252,22 +226,14 @@ async fn replies_are_for_the_callee_only_and_delivered_exactly_once() {
     let response = next(&goal).await;
     assert_eq!(response.correlation_id, Some(parked.correlation_id));
     assert_eq!(response.body, "the answer");
-    assert!(
-        goal.recv(Duration::from_millis(300))
-            .await
-            .unwrap()
-            .is_none(),
-        "exactly once"
-    );
+    assert_no_more(&goal).await;
 }
 
 #[tokio::test]
 async fn a_b_a_is_refused_as_a_cycle() {
     let fabric = Fabric::start().await;
-    let a = fabric.agent("a").await;
-    let _a_goal = a.open_goal().await.unwrap();
-    let b = fabric.agent("b").await;
-    let b_goal = b.open_goal().await.unwrap();
+    let (a, _a_goal) = fabric.agent_with_goal("a").await;
+    let (b, b_goal) = fabric.agent_with_goal("b").await;
     a.call_parked("b", "please ask me back", LONG)
         .await
         .unwrap();
@@ -325,10 +291,8 @@ async fn a_chain_of_six_is_refused_at_the_depth_limit() {
 #[tokio::test]
 async fn the_eleventh_open_call_is_refused_until_one_resolves() {
     let fabric = Fabric::start().await;
-    let callee = fabric.agent("busy").await;
-    let callee_goal = callee.open_goal().await.unwrap();
-    let caller = fabric.agent("eager").await;
-    let _goal = caller.open_goal().await.unwrap();
+    let (callee, callee_goal) = fabric.agent_with_goal("busy").await;
+    let (caller, _goal) = fabric.agent_with_goal("eager").await;
     for i in 0..10 {
         caller
             .call_parked("busy", &format!("q{i}"), LONG)
@@ -354,8 +318,7 @@ async fn the_eleventh_open_call_is_refused_until_one_resolves() {
 #[tokio::test]
 async fn calls_that_cannot_be_made_are_typed_errors() {
     let fabric = Fabric::start().await;
-    let caller = fabric.agent("caller").await;
-    let _goal = caller.open_goal().await.unwrap();
+    let (caller, _goal) = fabric.agent_with_goal("caller").await;
     let _idle = fabric.agent("idle").await;
     assert_eq!(
         kind(caller.call("caller", "me?", LONG).await),
@@ -421,10 +384,8 @@ async fn calls_that_cannot_be_made_are_typed_errors() {
 async fn parked_calls_survive_a_correlator_restart() {
     let fabric = Fabric::start().await;
     let url = fabric.url();
-    let callee = fabric.agent("callee").await;
-    let callee_goal = callee.open_goal().await.unwrap();
-    let caller = fabric.agent("caller").await;
-    let goal = caller.open_goal().await.unwrap();
+    let (callee, callee_goal) = fabric.agent_with_goal("callee").await;
+    let (caller, goal) = fabric.agent_with_goal("caller").await;
     let parked = caller
         .call_parked("callee", "before the restart", LONG)
         .await
@@ -433,7 +394,7 @@ async fn parked_calls_survive_a_correlator_restart() {
 
     let Fabric { correlator, .. } = fabric;
     correlator.stop().await;
-    let replacement = CorrelatorReplica::start(&url, fast_calls()).await;
+    let replacement = start_correlator(&url, fast_calls()).await;
     assert_eq!(caller.pending_calls().await.unwrap().outgoing.len(), 1);
     callee
         .reply(request.correlation_id.unwrap(), "after the restart")
@@ -448,11 +409,9 @@ async fn parked_calls_survive_a_correlator_restart() {
 #[tokio::test]
 async fn with_two_replicas_every_call_times_out_exactly_once() {
     let fabric = Fabric::start().await;
-    let second = CorrelatorReplica::start(&fabric.url(), fast_calls()).await;
-    let silent = fabric.agent("silent").await;
-    let _silent_goal = silent.open_goal().await.unwrap();
-    let caller = fabric.agent("caller").await;
-    let goal = caller.open_goal().await.unwrap();
+    let second = start_correlator(&fabric.url(), fast_calls()).await;
+    let (_silent, _silent_goal) = fabric.agent_with_goal("silent").await;
+    let (caller, goal) = fabric.agent_with_goal("caller").await;
     let mut ids = BTreeSet::new();
     for i in 0..8 {
         let parked = caller
@@ -483,10 +442,8 @@ async fn with_two_replicas_every_call_times_out_exactly_once() {
 async fn ended_calls_leave_nothing_in_the_open_call_index() {
     let fabric = Fabric::start().await;
     let (_callee, _serve) = fabric.answering("echo", |q| q).await;
-    let silent = fabric.agent("silent").await;
-    let _silent_goal = silent.open_goal().await.unwrap();
-    let caller = fabric.agent("caller").await;
-    let goal = caller.open_goal().await.unwrap();
+    let (_silent, _silent_goal) = fabric.agent_with_goal("silent").await;
+    let (caller, goal) = fabric.agent_with_goal("caller").await;
     for i in 0..20 {
         caller.call("echo", &format!("q{i}"), LONG).await.unwrap();
     }
@@ -558,10 +515,5 @@ async fn racing_replies_deliver_one_answer_and_oversized_ones_do_not_consume_the
         fresh, 1,
         "exactly one reply delivered: {first:?} / {second:?}"
     );
-    assert!(
-        goal.recv(Duration::from_millis(300))
-            .await
-            .unwrap()
-            .is_none()
-    );
+    assert_no_more(&goal).await;
 }

@@ -17,7 +17,7 @@ use switchboard_proto::{
 };
 use switchboard_testkit::{NatsServer, assert_eventually};
 use switchboard_tests::{
-    DirectoryConfig, DirectoryReplica, agent_with, card, fast_offline, raw, stored_events,
+    DirectoryConfig, agent_with, card, fast_offline, raw, start_directory, stored_events,
 };
 
 const LONG: Duration = Duration::from_secs(3600);
@@ -26,7 +26,7 @@ const LONG: Duration = Duration::from_secs(3600);
 async fn register_heartbeat_and_offline_by_timeout() {
     let nats = NatsServer::start().await;
     // Generous against a loaded CI machine: the steps below must fit well inside it.
-    let _dir = DirectoryReplica::start(&nats.url(), fast_offline(1_500)).await;
+    let _dir = start_directory(&nats.url(), fast_offline(1_500)).await;
 
     // An agent that never heartbeats on its own (interval of an hour).
     let mut researcher = card("researcher");
@@ -93,7 +93,7 @@ async fn register_heartbeat_and_offline_by_timeout() {
 #[tokio::test]
 async fn heartbeat_loop_keeps_an_agent_online() {
     let nats = NatsServer::start().await;
-    let _dir = DirectoryReplica::start(&nats.url(), fast_offline(1_000)).await;
+    let _dir = start_directory(&nats.url(), fast_offline(1_000)).await;
     let agent = agent_with(&nats.url(), card("steady"), Duration::from_millis(100)).await;
     // Well past several timeouts, the loop has kept it online the whole time.
     for _ in 0..30 {
@@ -119,7 +119,7 @@ async fn heartbeat_loop_keeps_an_agent_online() {
 #[tokio::test]
 async fn goals_open_and_close() {
     let nats = NatsServer::start().await;
-    let _dir = DirectoryReplica::start(&nats.url(), DirectoryConfig::default()).await;
+    let _dir = start_directory(&nats.url(), DirectoryConfig::default()).await;
     let agent = agent_with(&nats.url(), card("writer"), LONG).await;
     let js = jetstream::new(agent.nats().clone());
 
@@ -248,7 +248,7 @@ async fn publish_inbox(
 #[tokio::test]
 async fn buffer_on_demand_send_before_subscribe() {
     let nats = NatsServer::start().await;
-    let _dir = DirectoryReplica::start(&nats.url(), DirectoryConfig::default()).await;
+    let _dir = start_directory(&nats.url(), DirectoryConfig::default()).await;
     let client = nats.client().await;
     let js = jetstream::new(client.clone());
 
@@ -318,7 +318,7 @@ async fn buffer_on_demand_send_before_subscribe() {
 #[tokio::test]
 async fn peers_with_acl_reachability() {
     let nats = NatsServer::start().await;
-    let _dir = DirectoryReplica::start(&nats.url(), DirectoryConfig::default()).await;
+    let _dir = start_directory(&nats.url(), DirectoryConfig::default()).await;
     let url = nats.url();
 
     let mut coord = card("coordinator");
@@ -425,8 +425,8 @@ async fn peers_with_acl_reachability() {
 async fn two_replicas_serve_the_same_registry() {
     let nats = NatsServer::start().await;
     let url = nats.url();
-    let a = DirectoryReplica::start(&url, fast_offline(500)).await;
-    let b = DirectoryReplica::start(&url, fast_offline(500)).await;
+    let a = start_directory(&url, fast_offline(500)).await;
+    let b = start_directory(&url, fast_offline(500)).await;
 
     // 40 agents register concurrently; the queue group spreads them over both replicas.
     let mut joins = Vec::new();
@@ -524,7 +524,7 @@ async fn two_replicas_serve_the_same_registry() {
 async fn restart_of_directory_and_server_loses_nothing() {
     let mut nats = NatsServer::start().await;
     let url = nats.url();
-    let dir = DirectoryReplica::start(&url, DirectoryConfig::default()).await;
+    let dir = start_directory(&url, DirectoryConfig::default()).await;
 
     let mut researcher = card("researcher");
     researcher.allow_from = vec!["coordinator".into()];
@@ -537,7 +537,7 @@ async fn restart_of_directory_and_server_loses_nothing() {
 
     // Restart the directory...
     dir.stop().await;
-    let dir = DirectoryReplica::start(&url, DirectoryConfig::default()).await;
+    let dir = start_directory(&url, DirectoryConfig::default()).await;
     assert_eq!(agent.lookup("researcher").await.unwrap(), before);
 
     // ...and the server under it (same port, same store).
@@ -545,7 +545,7 @@ async fn restart_of_directory_and_server_loses_nothing() {
     drop(goal);
     drop(agent);
     nats.restart().await;
-    let _dir = DirectoryReplica::start(&url, DirectoryConfig::default()).await;
+    let _dir = start_directory(&url, DirectoryConfig::default()).await;
     let nats_client = async_nats::connect(&url).await.unwrap();
     let back = switchboard_client::Agent::connect_with(
         nats_client,
@@ -573,7 +573,7 @@ async fn restart_of_directory_and_server_loses_nothing() {
 #[tokio::test]
 async fn bad_inputs_get_typed_errors_and_the_service_keeps_serving() {
     let nats = NatsServer::start().await;
-    let _dir = DirectoryReplica::start(&nats.url(), DirectoryConfig::default()).await;
+    let _dir = start_directory(&nats.url(), DirectoryConfig::default()).await;
     let client = nats.client().await;
     let owner = agent_with(&nats.url(), card("owner"), LONG).await;
     let owned_goal = owner.open_goal().await.unwrap();
@@ -824,7 +824,7 @@ async fn bad_inputs_get_typed_errors_and_the_service_keeps_serving() {
 #[tokio::test]
 async fn micro_discovery_lists_every_endpoint() {
     let nats = NatsServer::start().await;
-    let _dir = DirectoryReplica::start(&nats.url(), DirectoryConfig::default()).await;
+    let _dir = start_directory(&nats.url(), DirectoryConfig::default()).await;
     let client = nats.client().await;
     let ping = client
         .request("$SRV.PING.directory", "".into())
@@ -860,7 +860,7 @@ async fn micro_discovery_lists_every_endpoint() {
 #[tokio::test]
 async fn deregister_stops_the_heartbeat_and_register_resumes_it() {
     let nats = NatsServer::start().await;
-    let _dir = DirectoryReplica::start(&nats.url(), fast_offline(2_000)).await;
+    let _dir = start_directory(&nats.url(), fast_offline(2_000)).await;
     let agent = agent_with(&nats.url(), card("leaver"), Duration::from_millis(50)).await;
     agent.deregister().await.unwrap();
     // Many heartbeat intervals later it is still offline: the loop stopped.
@@ -884,7 +884,7 @@ async fn deregister_stops_the_heartbeat_and_register_resumes_it() {
 #[tokio::test]
 async fn two_agents_racing_for_one_goal_id_never_both_win() {
     let nats = NatsServer::start().await;
-    let _dir = DirectoryReplica::start(&nats.url(), DirectoryConfig::default()).await;
+    let _dir = start_directory(&nats.url(), DirectoryConfig::default()).await;
     let a = agent_with(&nats.url(), card("racer-a"), LONG).await;
     let b = agent_with(&nats.url(), card("racer-b"), LONG).await;
     for _ in 0..20 {
@@ -906,7 +906,7 @@ async fn two_agents_racing_for_one_goal_id_never_both_win() {
 #[tokio::test]
 async fn a_half_finished_close_can_be_retried() {
     let nats = NatsServer::start().await;
-    let _dir = DirectoryReplica::start(&nats.url(), DirectoryConfig::default()).await;
+    let _dir = start_directory(&nats.url(), DirectoryConfig::default()).await;
     let agent = agent_with(&nats.url(), card("closer"), LONG).await;
     let goal = agent.open_goal().await.unwrap();
     let js = jetstream::new(agent.nats().clone());

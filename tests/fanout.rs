@@ -16,7 +16,7 @@ use switchboard_proto::{
     AgentId, ErrorKind, GoalId, INBOX_STREAM, MAX_BODY_BYTES, MessageKind, Part, subject,
 };
 use switchboard_runtime::publish::{PublishFailure, Stored};
-use switchboard_tests::{Fabric, FanoutReplica, agent_with, card, raw};
+use switchboard_tests::{Fabric, agent_with, card, raw, start_fanout, start_fanout_with};
 
 fn send(to: &str, message: &str) -> SendRequest {
     SendRequest {
@@ -133,8 +133,7 @@ async fn every_live_goal_gets_exactly_one_copy_with_the_fields_passed_through() 
 async fn the_seed_gates_and_edge_cases() {
     let fabric = Fabric::start().await;
     let writer = fabric.agent("writer").await;
-    let researcher = fabric.agent("researcher").await;
-    let goal = researcher.open_goal().await.unwrap();
+    let (_researcher, goal) = fabric.agent_with_goal("researcher").await;
     let _idle = fabric.agent("idle").await; // registered, no goal
     let before = fabric.stored().await;
 
@@ -289,8 +288,7 @@ async fn the_seed_gates_and_edge_cases() {
 async fn sixty_five_messages_leave_exactly_the_newest_sixty_four_in_order() {
     let fabric = Fabric::start().await;
     let writer = fabric.agent("writer").await;
-    let reader = fabric.agent("reader").await;
-    let goal = reader.open_goal().await.unwrap();
+    let (_reader, goal) = fabric.agent_with_goal("reader").await;
     for i in 0..65 {
         let report = writer
             .send_to_peer("reader", &format!("m{i:02}"))
@@ -341,7 +339,7 @@ async fn a_failing_goal_is_a_reason_while_the_others_deliver() {
     // A second fan-out whose publisher fails for `bad`; stop the normal one.
     let url = fabric.url();
     let js = async_nats::jetstream::new(async_nats::connect(&url).await.unwrap());
-    let faulty = FanoutReplica::start_with(
+    let faulty = start_fanout_with(
         &url,
         inbox_fanout::FanoutConfig::default(),
         Arc::new(FailOneGoal {
@@ -377,8 +375,7 @@ async fn a_failing_goal_is_a_reason_while_the_others_deliver() {
 async fn a_peer_that_leaves_between_list_peers_and_send_is_a_reason() {
     let fabric = Fabric::start().await;
     let caller = fabric.agent("caller").await;
-    let peer = fabric.agent("fleeting").await;
-    let goal = peer.open_goal().await.unwrap();
+    let (peer, goal) = fabric.agent_with_goal("fleeting").await;
     let listed = caller.peers().await.unwrap();
     assert!(
         listed
@@ -428,8 +425,7 @@ async fn broadcast_reaches_every_reachable_peer_and_respects_the_cap() {
     })
     .await;
     let url = fabric.url();
-    let herald = fabric.agent("herald").await;
-    let _herald_goal = herald.open_goal().await.unwrap();
+    let (herald, _herald_goal) = fabric.agent_with_goal("herald").await;
     let mut goals = Vec::new();
     for name in ["a1", "a2", "a3"] {
         let agent = fabric.agent(name).await;
@@ -457,8 +453,7 @@ async fn broadcast_reaches_every_reachable_peer_and_respects_the_cap() {
     );
 
     // One more reachable peer: over the cap, refused, nothing sent.
-    let a4 = fabric.agent("a4").await;
-    let a4_goal = a4.open_goal().await.unwrap();
+    let (_a4, a4_goal) = fabric.agent_with_goal("a4").await;
     let before = fabric.stored().await;
     let err = herald.broadcast("too many").await.unwrap_err();
     assert_eq!(err.kind(), Some(ErrorKind::BroadcastTooLarge));
@@ -600,8 +595,7 @@ async fn restarting_the_fanout_mid_stream_loses_no_acknowledged_message() {
     let fabric = Fabric::start().await;
     let url = fabric.url();
     let writer = fabric.agent("writer").await;
-    let reader = fabric.agent("reader").await;
-    let goal = reader.open_goal().await.unwrap();
+    let (_reader, goal) = fabric.agent_with_goal("reader").await;
 
     let progress = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let counter = Arc::clone(&progress);
@@ -630,7 +624,7 @@ async fn restarting_the_fanout_mid_stream_loses_no_acknowledged_message() {
         during_outage < 60,
         "the restart happened mid-stream ({during_outage} sent)"
     );
-    let replacement = FanoutReplica::start(&url, inbox_fanout::FanoutConfig::default()).await;
+    let replacement = start_fanout(&url, inbox_fanout::FanoutConfig::default()).await;
     let acknowledged = sender.await.unwrap();
 
     let got = goal.drain().await.unwrap();

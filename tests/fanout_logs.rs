@@ -46,8 +46,7 @@ async fn a_goal_at_its_inbox_cap_is_logged_with_its_id() {
     })
     .await;
     let writer = fabric.agent("writer").await;
-    let reader = fabric.agent("reader").await;
-    let goal = reader.open_goal().await.unwrap();
+    let (_reader, goal) = fabric.agent_with_goal("reader").await;
     let text = || String::from_utf8_lossy(&logs.0.lock().unwrap()).to_string();
 
     for i in 0..63 {

@@ -14,7 +14,7 @@ use switchboard_proto::{EVENTS_STREAM, HEADER_TRACEPARENT};
 use switchboard_runtime::config::TelemetryConfig;
 use switchboard_runtime::telemetry;
 use switchboard_testkit::{NatsServer, assert_eventually};
-use switchboard_tests::{DirectoryConfig, DirectoryReplica, FanoutReplica, agent_with, card};
+use switchboard_tests::{DirectoryConfig, agent_with, card, start_directory, start_fanout};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tracing::Instrument;
 
@@ -91,7 +91,7 @@ async fn trace_context_crosses_every_hop_and_spans_are_exported() {
     .unwrap();
 
     let nats = NatsServer::start().await;
-    let dir = DirectoryReplica::start(&nats.url(), DirectoryConfig::default()).await;
+    let dir = start_directory(&nats.url(), DirectoryConfig::default()).await;
     let client = nats.client().await;
 
     // A foreign caller sends a traceparent: the reply and the event it causes carry its trace.
@@ -156,7 +156,7 @@ async fn trace_context_crosses_every_hop_and_spans_are_exported() {
     assert_eq!(trace_id_of(Some(&event.headers)), agent_trace);
 
     // The send hop: the copy stored in the receiver's inbox carries the sender's trace.
-    let fanout = FanoutReplica::start(&nats.url(), inbox_fanout::FanoutConfig::default()).await;
+    let fanout = start_fanout(&nats.url(), inbox_fanout::FanoutConfig::default()).await;
     let reader = agent_with(&nats.url(), card("reader"), Duration::from_secs(3600)).await;
     let reader_goal = reader.open_goal().await.unwrap();
     let span = tracing::info_span!("agent-send");

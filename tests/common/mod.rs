@@ -25,23 +25,23 @@ pub fn runtime(url: &str) -> RuntimeConfig {
     config
 }
 
-/// One in-process directory replica with its own NATS connection.
-pub struct DirectoryReplica {
-    pub client: Client,
+/// One in-process service replica with its own NATS connection; [`Replica::stop`] drains it.
+pub struct Replica {
+    name: &'static str,
     pub shutdown: CancellationToken,
     pub task: JoinHandle<()>,
 }
 
-impl DirectoryReplica {
-    pub async fn start(url: &str, config: DirectoryConfig) -> Self {
-        let client = async_nats::connect(url).await.unwrap();
-        let dir = directory::start(&client, &runtime(url), config)
-            .await
-            .unwrap();
+impl Replica {
+    fn spawn<F, Fut>(name: &'static str, run: F) -> Self
+    where
+        F: FnOnce(CancellationToken) -> Fut,
+        Fut: std::future::Future<Output = ()> + Send + 'static,
+    {
         let shutdown = CancellationToken::new();
-        let task = tokio::spawn(dir.run(shutdown.clone()));
+        let task = tokio::spawn(run(shutdown.clone()));
         Self {
-            client,
+            name,
             shutdown,
             task,
         }
@@ -52,9 +52,49 @@ impl DirectoryReplica {
         self.shutdown.cancel();
         tokio::time::timeout(Duration::from_secs(10), self.task)
             .await
-            .expect("directory did not stop within 10 s")
+            .unwrap_or_else(|_| panic!("{} did not stop within 10 s", self.name))
             .unwrap();
     }
+}
+
+/// A directory replica.
+pub async fn start_directory(url: &str, config: DirectoryConfig) -> Replica {
+    let client = async_nats::connect(url).await.unwrap();
+    let dir = directory::start(&client, &runtime(url), config)
+        .await
+        .unwrap();
+    Replica::spawn("directory", |shutdown| dir.run(shutdown))
+}
+
+/// An inbox-fanout replica.
+pub async fn start_fanout(url: &str, config: inbox_fanout::FanoutConfig) -> Replica {
+    let client = async_nats::connect(url).await.unwrap();
+    let running = inbox_fanout::start(&client, &runtime(url), config)
+        .await
+        .unwrap();
+    Replica::spawn("inbox-fanout", |shutdown| running.run(shutdown))
+}
+
+/// An inbox-fanout replica publishing through `publisher`.
+pub async fn start_fanout_with(
+    url: &str,
+    config: inbox_fanout::FanoutConfig,
+    publisher: std::sync::Arc<dyn inbox_fanout::InboxPublisher>,
+) -> Replica {
+    let client = async_nats::connect(url).await.unwrap();
+    let running = inbox_fanout::start_with(&client, &runtime(url), config, publisher)
+        .await
+        .unwrap();
+    Replica::spawn("inbox-fanout", |shutdown| running.run(shutdown))
+}
+
+/// A reply-correlator replica.
+pub async fn start_correlator(url: &str, config: reply_correlator::CorrelatorConfig) -> Replica {
+    let client = async_nats::connect(url).await.unwrap();
+    let running = reply_correlator::start(&client, &runtime(url), config)
+        .await
+        .unwrap();
+    Replica::spawn("reply-correlator", |shutdown| running.run(shutdown))
 }
 
 /// A directory config with fast offline detection for tests.
@@ -78,6 +118,16 @@ pub async fn agent_with(url: &str, card: AgentCard, beat: Duration) -> Agent {
 /// A card with open ACLs.
 pub fn card(id: &str) -> AgentCard {
     AgentCard::new(AgentId::parse(id).unwrap())
+}
+
+/// Asserts that nothing more arrives in `goal`'s inbox (waits 300 ms for a stray message).
+pub async fn assert_no_more(goal: &switchboard_client::Goal) {
+    let stray = goal.recv(Duration::from_millis(300)).await.unwrap();
+    assert!(
+        stray.is_none(),
+        "unexpected message: {:?}",
+        stray.map(|d| d.message)
+    );
 }
 
 /// A raw reply: headers and JSON body.
@@ -178,74 +228,6 @@ pub async fn stored_json<T: serde::de::DeserializeOwned>(client: &Client, filter
     out
 }
 
-/// One in-process inbox-fanout replica with its own NATS connection.
-pub struct FanoutReplica {
-    pub shutdown: CancellationToken,
-    pub task: JoinHandle<()>,
-}
-
-impl FanoutReplica {
-    pub async fn start(url: &str, config: inbox_fanout::FanoutConfig) -> Self {
-        let client = async_nats::connect(url).await.unwrap();
-        let running = inbox_fanout::start(&client, &runtime(url), config)
-            .await
-            .unwrap();
-        Self::spawn(running)
-    }
-
-    pub async fn start_with(
-        url: &str,
-        config: inbox_fanout::FanoutConfig,
-        publisher: std::sync::Arc<dyn inbox_fanout::InboxPublisher>,
-    ) -> Self {
-        let client = async_nats::connect(url).await.unwrap();
-        let running = inbox_fanout::start_with(&client, &runtime(url), config, publisher)
-            .await
-            .unwrap();
-        Self::spawn(running)
-    }
-
-    fn spawn(running: inbox_fanout::Running) -> Self {
-        let shutdown = CancellationToken::new();
-        let task = tokio::spawn(running.run(shutdown.clone()));
-        Self { shutdown, task }
-    }
-
-    pub async fn stop(self) {
-        self.shutdown.cancel();
-        tokio::time::timeout(Duration::from_secs(10), self.task)
-            .await
-            .expect("inbox-fanout did not stop within 10 s")
-            .unwrap();
-    }
-}
-
-/// One in-process reply-correlator replica with its own NATS connection.
-pub struct CorrelatorReplica {
-    pub shutdown: CancellationToken,
-    pub task: JoinHandle<()>,
-}
-
-impl CorrelatorReplica {
-    pub async fn start(url: &str, config: reply_correlator::CorrelatorConfig) -> Self {
-        let client = async_nats::connect(url).await.unwrap();
-        let running = reply_correlator::start(&client, &runtime(url), config)
-            .await
-            .unwrap();
-        let shutdown = CancellationToken::new();
-        let task = tokio::spawn(running.run(shutdown.clone()));
-        Self { shutdown, task }
-    }
-
-    pub async fn stop(self) {
-        self.shutdown.cancel();
-        tokio::time::timeout(Duration::from_secs(10), self.task)
-            .await
-            .expect("reply-correlator did not stop within 10 s")
-            .unwrap();
-    }
-}
-
 /// Correlator settings for tests: quick sweeps.
 pub fn fast_calls() -> reply_correlator::CorrelatorConfig {
     reply_correlator::CorrelatorConfig {
@@ -257,9 +239,9 @@ pub fn fast_calls() -> reply_correlator::CorrelatorConfig {
 /// A nats-server with a directory, an inbox-fanout and a reply-correlator.
 pub struct Fabric {
     pub nats: switchboard_testkit::NatsServer,
-    pub directory: DirectoryReplica,
-    pub fanout: FanoutReplica,
-    pub correlator: CorrelatorReplica,
+    pub directory: Replica,
+    pub fanout: Replica,
+    pub correlator: Replica,
 }
 
 impl Fabric {
@@ -276,9 +258,9 @@ impl Fabric {
         calls: reply_correlator::CorrelatorConfig,
     ) -> Self {
         let nats = switchboard_testkit::NatsServer::start().await;
-        let directory = DirectoryReplica::start(&nats.url(), DirectoryConfig::default()).await;
-        let fanout = FanoutReplica::start(&nats.url(), fanout).await;
-        let correlator = CorrelatorReplica::start(&nats.url(), calls).await;
+        let directory = start_directory(&nats.url(), DirectoryConfig::default()).await;
+        let fanout = start_fanout(&nats.url(), fanout).await;
+        let correlator = start_correlator(&nats.url(), calls).await;
         Self {
             nats,
             directory,
@@ -294,6 +276,13 @@ impl Fabric {
     /// A registered agent (open ACLs, no automatic heartbeats during a test).
     pub async fn agent(&self, id: &str) -> Agent {
         agent_with(&self.url(), card(id), Duration::from_secs(3600)).await
+    }
+
+    /// A registered agent with one open goal.
+    pub async fn agent_with_goal(&self, id: &str) -> (Agent, switchboard_client::Goal) {
+        let agent = self.agent(id).await;
+        let goal = agent.open_goal().await.unwrap();
+        (agent, goal)
     }
 
     /// An agent with one goal whose runtime answers every call request with `answer(body)`,
