@@ -33,3 +33,22 @@ impl switchboard_runtime::config::Section for DirectoryConfig {
 
 /// Config section name.
 pub const SECTION: &str = "directory";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use switchboard_runtime::config::Section;
+
+    #[test]
+    fn defaults_are_the_issue_figures() {
+        let config = DirectoryConfig::default();
+        // Offline after 3 × the client's 10 s heartbeat.
+        assert_eq!(config.heartbeat_timeout_ms, 30_000);
+        assert!(config.validate().is_ok());
+        let zero = DirectoryConfig {
+            heartbeat_timeout_ms: 0,
+            ..config
+        };
+        assert!(zero.validate().is_err());
+    }
+}

@@ -34,3 +34,21 @@ impl switchboard_runtime::config::Section for FanoutConfig {
 
 /// Config section name.
 pub const SECTION: &str = "inbox_fanout";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use switchboard_runtime::config::Section;
+
+    #[test]
+    fn broadcast_cap_defaults_to_64_peers_and_must_be_positive() {
+        let config = FanoutConfig::default();
+        assert_eq!(config.broadcast_cap, 64);
+        assert!(config.validate().is_ok());
+        let zero = FanoutConfig {
+            broadcast_cap: 0,
+            ..config
+        };
+        assert!(zero.validate().is_err());
+    }
+}

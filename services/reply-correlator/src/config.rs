@@ -68,3 +68,52 @@ impl switchboard_runtime::config::Section for CorrelatorConfig {
 
 /// Config section name.
 pub const SECTION: &str = "reply_correlator";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use switchboard_runtime::RuntimeConfig;
+    use switchboard_runtime::config::Section;
+
+    #[test]
+    fn defaults_are_the_issue_figures() {
+        let config = CorrelatorConfig::default();
+        assert_eq!(config.default_timeout_ms, 30_000);
+        assert_eq!(config.max_timeout_ms, 300_000);
+        assert_eq!(config.depth_limit, 5);
+        assert_eq!(config.max_open_calls, 10);
+        assert!(config.validate().is_ok());
+        assert!(config.validate_with(&RuntimeConfig::default()).is_ok());
+    }
+
+    #[test]
+    fn contradictions_are_refused() {
+        let base = CorrelatorConfig::default();
+        for bad in [
+            CorrelatorConfig {
+                max_timeout_ms: 0,
+                ..base.clone()
+            },
+            CorrelatorConfig {
+                default_timeout_ms: 400_000,
+                ..base.clone()
+            },
+            CorrelatorConfig {
+                depth_limit: 1,
+                ..base.clone()
+            },
+            CorrelatorConfig {
+                max_open_calls: 0,
+                ..base.clone()
+            },
+        ] {
+            assert!(bad.validate().is_err(), "{bad:?}");
+        }
+        let mut runtime = RuntimeConfig::default();
+        runtime.jetstream.calls_max_age_secs = 300;
+        assert!(
+            base.validate_with(&runtime).is_err(),
+            "records must outlive deadlines"
+        );
+    }
+}

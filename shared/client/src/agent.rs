@@ -403,3 +403,15 @@ async fn heartbeat_loop(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn heartbeats_every_10_s_so_three_misses_are_the_directory_timeout() {
+        let options = AgentOptions::default();
+        assert_eq!(options.heartbeat_interval, Duration::from_secs(10));
+        assert_eq!(options.send_retries, 5);
+    }
+}

@@ -9,18 +9,21 @@ use async_nats::jetstream::{self, kv};
 use switchboard_runtime::kv::snapshot;
 use switchboard_testkit::NatsServer;
 
+async fn bucket(js: &jetstream::Context, name: &str, history: i64) -> kv::Store {
+    js.create_key_value(kv::Config {
+        bucket: name.into(),
+        history,
+        ..Default::default()
+    })
+    .await
+    .unwrap()
+}
+
 #[tokio::test]
 async fn snapshot_reads_latest_live_values() {
     let nats = NatsServer::start().await;
     let js = jetstream::new(nats.client().await);
-    let store = js
-        .create_key_value(kv::Config {
-            bucket: "snap".into(),
-            history: 5,
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    let store = bucket(&js, "snap", 5).await;
     assert!(snapshot(&js, &store, ">").await.unwrap().is_empty());
 
     store.put("a.1", "one".into()).await.unwrap();
@@ -53,13 +56,7 @@ async fn snapshot_reads_latest_live_values() {
 async fn snapshot_under_concurrent_writes_has_each_key_once() {
     let nats = NatsServer::start().await;
     let js = jetstream::new(nats.client().await);
-    let store = js
-        .create_key_value(kv::Config {
-            bucket: "busy".into(),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    let store = bucket(&js, "busy", 1).await;
     for i in 0..50 {
         store.put(format!("k{i:02}"), "0".into()).await.unwrap();
     }
@@ -93,13 +90,7 @@ async fn snapshot_of_more_keys_than_one_direct_batch_is_complete() {
     let nats = NatsServer::start().await;
     let client = nats.client().await;
     let js = jetstream::new(client.clone());
-    let store = js
-        .create_key_value(kv::Config {
-            bucket: "large".into(),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    let store = bucket(&js, "large", 1).await;
     // 3000 keys, published without waiting for each ack.
     let mut acks = Vec::new();
     for i in 0..3000 {

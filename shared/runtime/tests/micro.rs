@@ -55,6 +55,33 @@ fn endpoints(seen: Arc<AtomicUsize>) -> Vec<Endpoint> {
     )]
 }
 
+/// A real server with the echo service running under `grace`.
+struct Served {
+    _nats: NatsServer,
+    client: async_nats::Client,
+    seen: Arc<AtomicUsize>,
+    shutdown: CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+}
+
+async fn serve(grace: Duration) -> Served {
+    let nats = NatsServer::start().await;
+    let client = nats.client().await;
+    let seen = Arc::new(AtomicUsize::new(0));
+    let running = micro::start(&client, SPEC, endpoints(Arc::clone(&seen)))
+        .await
+        .unwrap();
+    let shutdown = CancellationToken::new();
+    let task = tokio::spawn(running.run(shutdown.clone(), grace));
+    Served {
+        _nats: nats,
+        client,
+        seen,
+        shutdown,
+        task,
+    }
+}
+
 async fn json(
     client: &async_nats::Client,
     subject: &str,
@@ -70,14 +97,13 @@ async fn json(
 
 #[tokio::test]
 async fn replies_errors_panics_and_fire_and_forget() {
-    let nats = NatsServer::start().await;
-    let client = nats.client().await;
-    let seen = Arc::new(AtomicUsize::new(0));
-    let running = micro::start(&client, SPEC, endpoints(Arc::clone(&seen)))
-        .await
-        .unwrap();
-    let shutdown = CancellationToken::new();
-    let task = tokio::spawn(running.run(shutdown.clone(), Duration::from_secs(2)));
+    let Served {
+        _nats,
+        client,
+        seen,
+        shutdown,
+        task,
+    } = serve(Duration::from_secs(2)).await;
 
     let (_, ok) = json(&client, "test.echo.alice", "").await;
     assert_eq!(ok, serde_json::json!({"caller": "alice"}));
@@ -132,14 +158,13 @@ async fn replies_errors_panics_and_fire_and_forget() {
 
 #[tokio::test]
 async fn shutdown_finishes_in_flight_requests_then_stops_listening() {
-    let nats = NatsServer::start().await;
-    let client = nats.client().await;
-    let seen = Arc::new(AtomicUsize::new(0));
-    let running = micro::start(&client, SPEC, endpoints(Arc::clone(&seen)))
-        .await
-        .unwrap();
-    let shutdown = CancellationToken::new();
-    let task = tokio::spawn(running.run(shutdown.clone(), Duration::from_secs(5)));
+    let Served {
+        _nats,
+        client,
+        seen,
+        shutdown,
+        task,
+    } = serve(Duration::from_secs(5)).await;
 
     // Three slow requests in flight when shutdown starts: all are answered.
     let mut in_flight = Vec::new();
@@ -174,14 +199,13 @@ async fn shutdown_finishes_in_flight_requests_then_stops_listening() {
 
 #[tokio::test]
 async fn grace_period_bounds_shutdown() {
-    let nats = NatsServer::start().await;
-    let client = nats.client().await;
-    let seen = Arc::new(AtomicUsize::new(0));
-    let running = micro::start(&client, SPEC, endpoints(Arc::clone(&seen)))
-        .await
-        .unwrap();
-    let shutdown = CancellationToken::new();
-    let task = tokio::spawn(running.run(shutdown.clone(), Duration::from_millis(200)));
+    let Served {
+        _nats,
+        client,
+        seen,
+        shutdown,
+        task,
+    } = serve(Duration::from_millis(200)).await;
     let stuck = client.clone();
     tokio::spawn(async move {
         let _ = stuck
