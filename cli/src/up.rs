@@ -10,6 +10,7 @@ use inbox_fanout::FanoutConfig;
 use reply_correlator::CorrelatorConfig;
 use switchboard_runtime::embedded::EmbeddedNats;
 use switchboard_runtime::{RuntimeConfig, config, nats, shutdown, telemetry};
+use task_lifecycle::TaskConfig;
 
 /// Arguments of `switchboard up`.
 #[derive(Debug, Args)]
@@ -35,6 +36,7 @@ pub async fn run(args: UpArgs) -> ExitCode {
             directory: config::section_for(&figment, directory::config::SECTION, &runtime)?,
             fanout: config::section_for(&figment, inbox_fanout::config::SECTION, &runtime)?,
             correlator: config::section_for(&figment, reply_correlator::config::SECTION, &runtime)?,
+            tasks: config::section_for(&figment, task_lifecycle::config::SECTION, &runtime)?,
             runtime,
         })
     });
@@ -69,6 +71,7 @@ struct Services {
     directory: DirectoryConfig,
     fanout: FanoutConfig,
     correlator: CorrelatorConfig,
+    tasks: TaskConfig,
 }
 
 async fn serve(args: UpArgs, services: &mut Services, otlp: Option<&str>) -> anyhow::Result<()> {
@@ -91,10 +94,12 @@ async fn serve(args: UpArgs, services: &mut Services, otlp: Option<&str>) -> any
     let directory = directory::start(&client, runtime, services.directory.clone()).await?;
     let fanout = inbox_fanout::start(&client, runtime, services.fanout.clone()).await?;
     let correlator = reply_correlator::start(&client, runtime, services.correlator.clone()).await?;
+    let task_service = task_lifecycle::start(&client, runtime, services.tasks.clone()).await?;
     let tasks = vec![
         tokio::spawn(directory.run(shutdown.clone())),
         tokio::spawn(fanout.run(shutdown.clone())),
         tokio::spawn(correlator.run(shutdown.clone())),
+        tokio::spawn(task_service.run(shutdown.clone())),
     ];
 
     match &embedded {
@@ -107,7 +112,7 @@ async fn serve(args: UpArgs, services: &mut Services, otlp: Option<&str>) -> any
         None => println!("Switchboard is up.\n  NATS:      {url}"),
     }
     println!(
-        "  services:  directory, inbox-fanout, reply-correlator\n  traces:    {}\n\nAn agent in any language connects to {url} and sends\n  agent.registry.register.<agent_id>   (its card, JSON)\n  agent.registry.goal.open.<agent_id>  (then reads its inbox consumer)\n  agent.send.<agent_id>                ({{\"to\": \"peer\", \"message\": \"…\"}})\n  agent.call.<agent_id> / agent.reply.<agent_id>   (calls that wait for an answer)\nTry:  switchboard agents   |   switchboard peers --as <agent_id>\nStop: Ctrl-C",
+        "  services:  directory, inbox-fanout, reply-correlator, task-lifecycle\n  traces:    {}\n\nAn agent in any language connects to {url} and sends\n  agent.registry.register.<agent_id>   (its card, JSON)\n  agent.registry.goal.open.<agent_id>  (then reads its inbox consumer)\n  agent.send.<agent_id>                ({{\"to\": \"peer\", \"message\": \"…\"}})\n  agent.call.<agent_id> / agent.reply.<agent_id>   (calls that wait for an answer)\n  agent.task.<op>.<agent_id>           (tasks: create, accept, start, complete, spawn, …)\nTry:  switchboard agents   |   switchboard peers --as <agent_id>\nStop: Ctrl-C",
         otlp.unwrap_or("not exported (set OTEL_EXPORTER_OTLP_ENDPOINT)")
     );
 

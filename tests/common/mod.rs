@@ -236,12 +236,52 @@ pub fn fast_calls() -> reply_correlator::CorrelatorConfig {
     }
 }
 
-/// A nats-server with a directory, an inbox-fanout and a reply-correlator.
+/// A task-lifecycle replica.
+pub async fn start_tasks(url: &str, config: task_lifecycle::TaskConfig) -> Replica {
+    start_tasks_in_process(url, config).await.0
+}
+
+/// A task-lifecycle replica and its service, for calling it in-process.
+pub async fn start_tasks_in_process(
+    url: &str,
+    config: task_lifecycle::TaskConfig,
+) -> (Replica, std::sync::Arc<task_lifecycle::Tasks>) {
+    let client = async_nats::connect(url).await.unwrap();
+    let running = task_lifecycle::start(&client, &runtime(url), config)
+        .await
+        .unwrap();
+    let tasks = running.tasks();
+    (
+        Replica::spawn("task-lifecycle", |shutdown| running.run(shutdown)),
+        tasks,
+    )
+}
+
+/// Task settings whose deadline sweep never runs during a test.
+pub fn slow_task_sweep() -> task_lifecycle::TaskConfig {
+    task_lifecycle::TaskConfig {
+        sweep_interval_ms: 3_600_000,
+        ..Default::default()
+    }
+}
+
+/// Task settings for tests: quick sweeps.
+pub fn fast_tasks() -> task_lifecycle::TaskConfig {
+    task_lifecycle::TaskConfig {
+        sweep_interval_ms: 50,
+        ..Default::default()
+    }
+}
+
+/// A nats-server with all four request services: directory, inbox-fanout, reply-correlator
+/// and task-lifecycle.
 pub struct Fabric {
     pub nats: switchboard_testkit::NatsServer,
     pub directory: Replica,
     pub fanout: Replica,
     pub correlator: Replica,
+    /// `None` after [`Fabric::stop_tasks`].
+    pub tasks: Option<Replica>,
 }
 
 impl Fabric {
@@ -257,15 +297,37 @@ impl Fabric {
         fanout: inbox_fanout::FanoutConfig,
         calls: reply_correlator::CorrelatorConfig,
     ) -> Self {
+        Self::start_all(fanout, calls, fast_tasks()).await
+    }
+
+    /// Default fan-out and calls, these task settings.
+    pub async fn start_tasks_with(tasks: task_lifecycle::TaskConfig) -> Self {
+        Self::start_all(Default::default(), fast_calls(), tasks).await
+    }
+
+    pub async fn start_all(
+        fanout: inbox_fanout::FanoutConfig,
+        calls: reply_correlator::CorrelatorConfig,
+        tasks: task_lifecycle::TaskConfig,
+    ) -> Self {
         let nats = switchboard_testkit::NatsServer::start().await;
         let directory = start_directory(&nats.url(), DirectoryConfig::default()).await;
         let fanout = start_fanout(&nats.url(), fanout).await;
         let correlator = start_correlator(&nats.url(), calls).await;
+        let tasks = Some(start_tasks(&nats.url(), tasks).await);
         Self {
             nats,
             directory,
             fanout,
             correlator,
+            tasks,
+        }
+    }
+
+    /// Stops the fabric's task-lifecycle replica.
+    pub async fn stop_tasks(&mut self) {
+        if let Some(tasks) = self.tasks.take() {
+            tasks.stop().await;
         }
     }
 

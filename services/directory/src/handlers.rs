@@ -4,9 +4,9 @@
 use std::sync::Arc;
 
 use switchboard_proto::registry::{
-    GoalCloseRequest, GoalOpenRequest, HeartbeatRequest, LookupRequest,
+    GoalCloseRequest, GoalOpenRequest, HeartbeatRequest, LookupRequest, TaskLoadReport,
 };
-use switchboard_proto::subject::RegistryOp;
+use switchboard_proto::subject::{REGISTRY_TASKS_PREFIX, RegistryOp};
 use switchboard_proto::{ErrorReply, GoalId};
 use switchboard_runtime::micro::{AgentRequest, Endpoint};
 
@@ -34,12 +34,22 @@ fn parse_goal(raw: &str) -> Result<GoalId, ErrorReply> {
     GoalId::parse(raw).map_err(|err| DirectoryError::InvalidAgentId(err).into())
 }
 
-/// Builds every endpoint of the directory.
+/// Builds every endpoint of the directory: one per agent-facing op, plus the task-load
+/// endpoint task-lifecycle reports to (services only).
 pub fn endpoints(registry: Arc<Registry>) -> Vec<Endpoint> {
-    RegistryOp::ALL
+    let mut endpoints: Vec<Endpoint> = RegistryOp::ALL
         .into_iter()
         .map(|op| endpoint(op, Arc::clone(&registry)))
-        .collect()
+        .collect();
+    endpoints.push(Endpoint::agent(
+        "task_load",
+        REGISTRY_TASKS_PREFIX.to_owned(),
+        move |req: AgentRequest<TaskLoadReport>| {
+            let registry = Arc::clone(&registry);
+            async move { Ok::<_, ErrorReply>(registry.task_load(&req.caller, req.body).await?) }
+        },
+    ));
+    endpoints
 }
 
 fn endpoint(op: RegistryOp, registry: Arc<Registry>) -> Endpoint {

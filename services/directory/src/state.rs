@@ -21,7 +21,7 @@ use serde::de::DeserializeOwned;
 use switchboard_proto::registry::{
     DeregisterReply, GoalCloseReply, GoalOpenReply, GoalOpenRequest, HeartbeatReply,
     HeartbeatRequest, LookupReply, PeerSummary, PeersReply, RegisterReply, RegistryEventPayload,
-    goal_key,
+    TaskLoadReport, goal_key,
 };
 use switchboard_proto::subject::{self, RegistryEvent};
 use switchboard_proto::{
@@ -279,6 +279,47 @@ impl Registry {
         }
         Ok(HeartbeatReply {
             agent_id: caller.clone(),
+            status: record.status,
+            last_heartbeat: record.last_heartbeat,
+        })
+    }
+
+    /// Task load from task-lifecycle: stores the agent's active tasks as `current_tasks` and
+    /// sets `busy` at its `max_concurrent_tasks` (back to `idle` below it; offline stays).
+    pub async fn task_load(
+        &self,
+        agent: &AgentId,
+        report: TaskLoadReport,
+    ) -> Result<HeartbeatReply, DirectoryError> {
+        let (old, record) = self
+            .modify(agent, |current| {
+                let current =
+                    current.ok_or_else(|| DirectoryError::NotRegistered(agent.clone()))?;
+                let at_cap = report.current_tasks.len()
+                    >= usize::try_from(current.card.max_concurrent_tasks).unwrap_or(usize::MAX);
+                let status = match (current.status, at_cap) {
+                    (AgentStatus::Offline, _) => AgentStatus::Offline,
+                    (_, true) => AgentStatus::Busy,
+                    (AgentStatus::Busy, false) => AgentStatus::Idle,
+                    (status, false) => status,
+                };
+                Ok(AgentRecord {
+                    status,
+                    current_tasks: report
+                        .current_tasks
+                        .iter()
+                        .map(ToString::to_string)
+                        .collect(),
+                    ..current.clone()
+                })
+            })
+            .await?;
+        if old.map(|r| r.status) != Some(record.status) {
+            self.emit(RegistryEvent::Status, agent, None, Some(record.status))
+                .await;
+        }
+        Ok(HeartbeatReply {
+            agent_id: agent.clone(),
             status: record.status,
             last_heartbeat: record.last_heartbeat,
         })

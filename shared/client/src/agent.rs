@@ -353,6 +353,11 @@ impl Agent {
             .await
     }
 
+    /// The goal opened most recently (the default `from_goal_id`).
+    pub fn current_goal(&self) -> Option<GoalId> {
+        self.current_goal.lock().ok().and_then(|goal| *goal)
+    }
+
     pub(crate) fn jetstream(&self) -> &jetstream::Context {
         &self.js
     }

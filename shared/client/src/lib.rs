@@ -19,7 +19,8 @@
 //! ```
 //!
 //! Layout: `agent.rs` (identity, registry calls, heartbeat), `goal.rs` (inbox reading),
-//! `render.rs` (the `<peer-message>` block), `admin.rs` (operator views), `error.rs`.
+//! `tasks.rs` (task ops and the worker loop), `render.rs` (the `<peer-message>` block),
+//! `admin.rs` (operator views), `error.rs`.
 
 mod admin;
 mod agent;
@@ -27,6 +28,7 @@ mod error;
 mod goal;
 mod render;
 mod serving;
+mod tasks;
 
 pub use admin::{AgentListing, list_agents};
 pub use agent::{Agent, AgentOptions};
@@ -35,3 +37,4 @@ pub use goal::{Delivery, Goal};
 pub use render::render_peer_messages_block;
 pub use serving::{current as serving_call, serving};
 pub use switchboard_proto as proto;
+pub use tasks::TaskOutcome;

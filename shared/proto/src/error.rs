@@ -58,6 +58,12 @@ pub enum ErrorKind {
     IllegalTransition,
     /// The caller's role (requester/assignee) may not perform this operation.
     NotAllowed,
+    /// The assignee's `allow_from` does not admit the requester (task create/accept).
+    AclDenied,
+    /// The assignee already has `max_concurrent_tasks` tasks accepted, working or waiting.
+    AtCapacity,
+    /// The parent task already has the most open children allowed.
+    TooManyChildren,
     /// A kind this client version does not know yet.
     #[serde(other)]
     Unknown,
@@ -77,7 +83,8 @@ impl ErrorKind {
             Self::BodyTooLarge => 413,
             Self::Cycle | Self::DepthExceeded => 409,
             Self::Unreachable => 404,
-            Self::NotCallee | Self::NotAllowed => 403,
+            Self::NotCallee | Self::NotAllowed | Self::AclDenied => 403,
+            Self::AtCapacity | Self::TooManyChildren => 429,
             Self::TaskTerminal | Self::IllegalTransition => 409,
             Self::Expired => 410,
             Self::TooManyCalls => 429,
@@ -117,6 +124,9 @@ impl ErrorKind {
             Self::TaskTerminal => "task_terminal",
             Self::IllegalTransition => "illegal_transition",
             Self::NotAllowed => "not_allowed",
+            Self::AclDenied => "acl_denied",
+            Self::AtCapacity => "at_capacity",
+            Self::TooManyChildren => "too_many_children",
             Self::Unknown => "unknown",
         }
     }
@@ -218,6 +228,9 @@ mod tests {
             ErrorKind::TaskTerminal,
             ErrorKind::IllegalTransition,
             ErrorKind::NotAllowed,
+            ErrorKind::AclDenied,
+            ErrorKind::AtCapacity,
+            ErrorKind::TooManyChildren,
         ] {
             assert_eq!(serde_json::to_value(kind).unwrap(), json!(kind.as_str()));
         }

@@ -177,6 +177,9 @@ pub struct TaskRef {
         with = "time::serde::rfc3339::option"
     )]
     pub deadline: Option<OffsetDateTime>,
+    /// The parent task, for a subagent task.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<Uuid>,
 }
 
 /// Routing info of the conversation that started an exchange (e.g. a chat session), carried

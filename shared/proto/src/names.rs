@@ -42,8 +42,19 @@ pub const CALLS_OPEN_STREAM: &str = "AGENT_CALLS_OPEN";
 /// Subject prefix of the open-call index: `_SB.calls.open.out.<caller>.<id>` and
 /// `_SB.calls.open.in.<callee>.<id>` (services only).
 pub const CALLS_OPEN_PREFIX: &str = "_SB.calls.open.";
-/// KV bucket of tasks.
+/// KV bucket of tasks: `task.<task_id>` records and `load.<agent_id>` active-task sets.
 pub const TASKS_BUCKET: &str = "agent_tasks";
+/// Stream indexing tasks by requester, assignee and openness (services only).
+pub const TASKS_INDEX_STREAM: &str = "AGENT_TASKS_INDEX";
+/// Subject prefix of the task index: `_SB.tasks.req.<agent>.<id>`, `_SB.tasks.asg.<agent>.<id>`
+/// (kept while the task is kept) and `_SB.tasks.open.<id>` (removed when the task ends).
+pub const TASKS_INDEX_PREFIX: &str = "_SB.tasks.";
+/// Deepest nesting of subagent tasks (a root task is depth 1).
+pub const TASK_DEPTH_LIMIT: u32 = 3;
+/// Open (non-terminal) children one task may have at once.
+pub const MAX_OPEN_CHILDREN: usize = 8;
+/// NATS micro service name (and queue group) of the task service.
+pub const TASK_LIFECYCLE_SERVICE: &str = "task-lifecycle";
 
 /// JetStream de-duplication header.
 pub const HEADER_MSG_ID: &str = "Nats-Msg-Id";

@@ -169,6 +169,15 @@ pub struct HeartbeatRequest {
     pub current_tasks: Option<Vec<String>>,
 }
 
+/// Sent by task-lifecycle to `_SB.registry.tasks.<agent_id>` whenever an agent's active tasks
+/// change: the directory stores them as `current_tasks` and marks the agent `busy` at its cap.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TaskLoadReport {
+    /// The agent's tasks in accepted, working or input_required.
+    pub current_tasks: Vec<uuid::Uuid>,
+}
+
 /// Reply to `heartbeat`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct HeartbeatReply {

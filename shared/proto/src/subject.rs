@@ -163,6 +163,10 @@ pub fn calls_pending(agent: &AgentId) -> String {
     format!("{CALLS_PENDING_PREFIX}.{agent}")
 }
 
+/// Prefix of the directory's task-load endpoint (services only):
+/// `_SB.registry.tasks.<agent_id>` with a [`crate::registry::TaskLoadReport`].
+pub const REGISTRY_TASKS_PREFIX: &str = "_SB.registry.tasks";
+
 /// Extracts and validates the caller identity: the part of `subject` after `prefix.`.
 ///
 /// The tail must be exactly one valid agent id token; `a.b`, an empty tail or 65 characters are

@@ -10,8 +10,14 @@
 //! Pure rules, so the task service, its compare-and-set writes and property tests share one
 //! definition. Terminal states never change.
 
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use time::OffsetDateTime;
+use uuid::Uuid;
+
 use crate::error::{ErrorKind, ErrorReply};
-use crate::message::TaskState;
+use crate::ids::{AgentId, GoalId};
+use crate::message::{Callback, Part, TaskState};
 
 impl TaskState {
     /// Completed, failed, rejected and canceled never change again.
@@ -43,7 +49,8 @@ impl TaskState {
 }
 
 /// Something that may change a task's state.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum TaskOp {
     /// The assignee takes the task.
     Accept,
@@ -111,7 +118,8 @@ impl TaskOp {
 }
 
 /// Who is acting on a task.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum TaskRole {
     /// The agent that created the task.
     Requester,
@@ -191,6 +199,345 @@ pub fn apply(state: TaskState, op: TaskOp, role: TaskRole) -> Result<TaskState, 
     Ok(next)
 }
 
+/// Prefix of task requests: `agent.task.<op>.<agent_id>`.
+pub const TASK_PREFIX: &str = "agent.task";
+/// Prefix of task events: `agent.task.events.<task_id>`.
+pub const TASK_EVENTS_PREFIX: &str = "agent.task.events";
+
+/// `agent.task.events.<task_id>`: one event per transition (and the creation).
+pub fn task_event_subject(task_id: &Uuid) -> String {
+    format!("{TASK_EVENTS_PREFIX}.{task_id}")
+}
+
+/// A request an agent sends to the task service, addressed `agent.task.<op>.<agent_id>`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TaskRequestOp {
+    /// Hand a task to another agent ([`CreateTask`]).
+    Create,
+    /// Delegate part of a task to a subagent ([`CreateTask`] with `parent_task_id`).
+    Spawn,
+    /// A state change ([`TaskAction`]).
+    Transition(TaskOp),
+    /// One task ([`TaskAction`] with only `task_id`).
+    Get,
+    /// Tasks by role, state or parent ([`ListTasks`]).
+    List,
+}
+
+impl TaskRequestOp {
+    /// Every request op, for wiring endpoints.
+    pub const ALL: [TaskRequestOp; 12] = [
+        Self::Create,
+        Self::Spawn,
+        Self::Transition(TaskOp::Accept),
+        Self::Transition(TaskOp::Reject),
+        Self::Transition(TaskOp::Start),
+        Self::Transition(TaskOp::Progress),
+        Self::Transition(TaskOp::InputRequired),
+        Self::Transition(TaskOp::Complete),
+        Self::Transition(TaskOp::Fail),
+        Self::Transition(TaskOp::Cancel),
+        Self::Get,
+        Self::List,
+    ];
+
+    /// The subject token (and micro endpoint name).
+    pub fn token(self) -> &'static str {
+        match self {
+            Self::Create => "create",
+            Self::Spawn => "spawn",
+            Self::Transition(op) => op.as_str(),
+            Self::Get => "get",
+            Self::List => "list",
+        }
+    }
+
+    /// `agent.task.<op>`: the prefix the caller's id is appended to.
+    pub fn prefix(self) -> String {
+        format!("{TASK_PREFIX}.{}", self.token())
+    }
+
+    /// `agent.task.<op>.<agent_id>`.
+    pub fn subject(self, agent: &AgentId) -> String {
+        format!("{}.{agent}", self.prefix())
+    }
+}
+
+/// `create` and `spawn`: a task for `to` (`self` in a spawn: any live goal of the caller).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateTask {
+    /// The assignee (`self` allowed in a spawn only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to: Option<String>,
+    /// What to do (≤ 64 KiB).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// Structured input.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub parts: Vec<Part>,
+    /// When the task must be done by (RFC 3339).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "time::serde::rfc3339::option"
+    )]
+    pub deadline: Option<OffsetDateTime>,
+    /// The deadline relative to now, in milliseconds (instead of `deadline`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline_in_ms: Option<u64>,
+    /// Routing of the conversation that asked; returned unchanged in every `task_update`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub callback: Option<Callback>,
+    /// Free-form metadata.
+    #[serde(default, skip_serializing_if = "Map::is_empty")]
+    pub metadata: Map<String, Value>,
+    /// The requester goal that updates go to (the client's current goal).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from_goal_id: Option<GoalId>,
+    /// A caller-chosen id (UUID) so a retried create is recognised; minted when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_id: Option<Uuid>,
+    /// spawn only: the task this one is a part of (the caller must be its assignee).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_task_id: Option<Uuid>,
+}
+
+/// `accept`, `reject`, `start`, `progress`, `input_required`, `complete`, `fail`, `cancel`, `get`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TaskAction {
+    /// The task.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_id: Option<Uuid>,
+    /// The reason (reject, fail, cancel), note (progress), question (input_required) or result
+    /// (complete); each of those names is accepted as an alias.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        alias = "reason",
+        alias = "note",
+        alias = "question",
+        alias = "result"
+    )]
+    pub message: Option<String>,
+    /// Structured content (progress, question or result parts).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub parts: Vec<Part>,
+    /// The caller's goal (on `accept`: the goal that takes the task).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from_goal_id: Option<GoalId>,
+}
+
+/// Which side of a task a listing shows.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ListRole {
+    /// Tasks the caller created.
+    Requester,
+    /// Tasks given to the caller.
+    Assignee,
+    /// Both (the default).
+    #[default]
+    Any,
+}
+
+/// `list`: the caller's tasks by role and state, or the children of a parent, paged.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListTasks {
+    /// Which side (default both).
+    #[serde(default)]
+    pub role: ListRole,
+    /// Only tasks in this state.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<TaskState>,
+    /// The children of this task (subagent_status); the caller must be a party of it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<Uuid>,
+    /// Page size (default 50, at most 200).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<usize>,
+    /// `next_cursor` of the previous page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cursor: Option<Uuid>,
+}
+
+/// Default page size of `list`.
+pub const LIST_LIMIT_DEFAULT: usize = 50;
+/// Largest page size of `list`.
+pub const LIST_LIMIT_MAX: usize = 200;
+
+/// One change in a task's life, as kept in its record.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskTransition {
+    /// What happened.
+    pub op: TaskOp,
+    /// Who did it (absent: the service, for deadlines and cascades).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub by: Option<AgentId>,
+    /// State before.
+    pub from: TaskState,
+    /// State after.
+    pub to: TaskState,
+    /// When.
+    #[serde(with = "time::serde::rfc3339")]
+    pub at: OffsetDateTime,
+    /// Reason, note or question (shortened in the record; full text in the messages).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+/// A task: the value stored in `agent_tasks` under `task.<task_id>`, and the reply of every op.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskRecord {
+    /// The task id (UUID v7 unless the requester chose one).
+    pub task_id: Uuid,
+    /// Who asked.
+    pub requester: AgentId,
+    /// The requester goal that receives `task_update` messages.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requester_goal: Option<GoalId>,
+    /// Who does it.
+    pub assignee: AgentId,
+    /// The assignee goal that accepted it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub assignee_goal: Option<GoalId>,
+    /// Current state.
+    pub state: TaskState,
+    /// What to do.
+    pub message: String,
+    /// Structured input.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub parts: Vec<Part>,
+    /// When it must be done by.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "time::serde::rfc3339::option"
+    )]
+    pub deadline: Option<OffsetDateTime>,
+    /// The requester's routing, returned unchanged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub callback: Option<Callback>,
+    /// Free-form metadata.
+    #[serde(default, skip_serializing_if = "Map::is_empty")]
+    pub metadata: Map<String, Value>,
+    /// The parent task, for a subagent task.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<Uuid>,
+    /// Nesting depth: 1 for a task without parent.
+    pub depth: u32,
+    /// Children spawned from this task, oldest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub children: Vec<Uuid>,
+    /// The result text (completed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<String>,
+    /// The result parts (completed).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub result_parts: Vec<Part>,
+    /// Why it ended, when it was rejected, failed (`deadline_expired` for deadlines) or canceled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The id of the `kind: task` message delivered to the assignee.
+    pub message_id: Uuid,
+    /// Transitions so far (the event sequence number of the next one).
+    pub transitions: u32,
+    /// The latest transitions (at most [`HISTORY_KEPT`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub history: Vec<TaskTransition>,
+    /// Created.
+    #[serde(with = "time::serde::rfc3339")]
+    pub created_at: OffsetDateTime,
+    /// Last changed.
+    #[serde(with = "time::serde::rfc3339")]
+    pub updated_at: OffsetDateTime,
+}
+
+/// How many transitions a task record keeps.
+pub const HISTORY_KEPT: usize = 32;
+/// The `reason` of a task failed by its deadline.
+pub const DEADLINE_EXPIRED: &str = "deadline_expired";
+
+impl TaskRecord {
+    /// The caller's role: the assignee for assignee ops, the requester for a cancel (both for a
+    /// task an agent gave itself); `None` for an outsider.
+    pub fn role_of(&self, agent: &AgentId, op: TaskOp) -> Option<TaskRole> {
+        let assignee = self.assignee == *agent;
+        let requester = self.requester == *agent;
+        match (assignee, requester) {
+            (true, true) if op.allowed(TaskRole::Assignee) => Some(TaskRole::Assignee),
+            (_, true) => Some(TaskRole::Requester),
+            (true, false) => Some(TaskRole::Assignee),
+            (false, false) => None,
+        }
+    }
+
+    /// Whether `agent` is the requester or the assignee.
+    pub fn is_party(&self, agent: &AgentId) -> bool {
+        self.assignee == *agent || self.requester == *agent
+    }
+}
+
+/// The reply to every task op but `list`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskReply {
+    /// The task after the op.
+    pub task: TaskRecord,
+    /// The goals the `kind: task` message reached (create, spawn).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub delivered_to: Vec<GoalId>,
+    /// True when the op had already been applied (a retried request): nothing changed.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub duplicate: bool,
+}
+
+/// The reply to `list`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskList {
+    /// Tasks, oldest first.
+    pub tasks: Vec<TaskRecord>,
+    /// Pass as `cursor` for the next page; absent on the last page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<Uuid>,
+}
+
+/// Published on `agent.task.events.<task_id>` for the creation (`op` absent) and every
+/// transition.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskEvent {
+    /// `<task_id>:<n>`, n counting from 0 (the creation): stable, so a retried publish and the
+    /// audit service de-duplicate by it.
+    pub id: String,
+    /// The task.
+    pub task_id: Uuid,
+    /// The op (absent for the creation).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub op: Option<TaskOp>,
+    /// Who acted (absent: the service).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub by: Option<AgentId>,
+    /// State before (absent for the creation).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<TaskState>,
+    /// State after.
+    pub to: TaskState,
+    /// The requester.
+    pub requester: AgentId,
+    /// The assignee.
+    pub assignee: AgentId,
+    /// The parent task.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<Uuid>,
+    /// Reason, note, question or result text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+    /// When.
+    #[serde(with = "time::serde::rfc3339")]
+    pub at: OffsetDateTime,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -235,5 +582,61 @@ mod tests {
         assert_eq!(err.kind(), ErrorKind::NotAllowed);
         assert_eq!(apply(S::Working, Op::Expire, R::System), Ok(S::Failed));
         assert!(apply(S::Working, Op::Expire, R::Requester).is_err());
+    }
+
+    #[test]
+    fn subjects_and_aliases() {
+        let a = AgentId::parse("writer").unwrap();
+        assert_eq!(
+            TaskRequestOp::Transition(Op::InputRequired).subject(&a),
+            "agent.task.input_required.writer"
+        );
+        assert_eq!(TaskRequestOp::Spawn.subject(&a), "agent.task.spawn.writer");
+        let id = Uuid::nil();
+        assert_eq!(
+            task_event_subject(&id),
+            "agent.task.events.00000000-0000-0000-0000-000000000000"
+        );
+        let action: TaskAction =
+            serde_json::from_value(serde_json::json!({"task_id": id, "reason": "busy"})).unwrap();
+        assert_eq!(action.message.as_deref(), Some("busy"));
+        assert!(
+            serde_json::from_value::<TaskAction>(serde_json::json!({"task_id": id, "bogus": 1}))
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn roles_of_a_self_task() {
+        let me = AgentId::parse("me").unwrap();
+        let other = AgentId::parse("other").unwrap();
+        let now = OffsetDateTime::now_utc();
+        let task = TaskRecord {
+            task_id: Uuid::nil(),
+            requester: me.clone(),
+            requester_goal: None,
+            assignee: me.clone(),
+            assignee_goal: None,
+            state: S::Submitted,
+            message: "x".into(),
+            parts: Vec::new(),
+            deadline: None,
+            callback: None,
+            metadata: Map::new(),
+            parent: None,
+            depth: 1,
+            children: Vec::new(),
+            result: None,
+            result_parts: Vec::new(),
+            reason: None,
+            message_id: Uuid::nil(),
+            transitions: 0,
+            history: Vec::new(),
+            created_at: now,
+            updated_at: now,
+        };
+        assert_eq!(task.role_of(&me, Op::Accept), Some(R::Assignee));
+        assert_eq!(task.role_of(&me, Op::Cancel), Some(R::Requester));
+        assert_eq!(task.role_of(&other, Op::Cancel), None);
     }
 }

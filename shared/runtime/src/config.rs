@@ -303,6 +303,9 @@ pub struct JetStreamConfig {
     /// How long a call record is kept after it was opened, in seconds (well above the
     /// 300 s maximum call timeout, so late and retried replies are answered correctly).
     pub calls_max_age_secs: u64,
+    /// How long a task record (and its index entries) is kept after its last change, in
+    /// seconds; a task left untouched longer is forgotten.
+    pub tasks_max_age_secs: u64,
 }
 
 impl Default for JetStreamConfig {
@@ -313,6 +316,7 @@ impl Default for JetStreamConfig {
             duplicate_window_secs: 120,
             events_max_age_secs: 7 * 24 * 3600,
             calls_max_age_secs: 24 * 3600,
+            tasks_max_age_secs: 30 * 24 * 3600,
         }
     }
 }

@@ -15,6 +15,7 @@
 //! - [`request`]: JSON requests to services with trace context and typed error replies.
 //! - [`resources`]: JetStream streams and KV buckets, declared once and applied idempotently.
 //! - [`embedded`]: the local nats-server `switchboard up` starts, and where to find the binary.
+//! - [`store`]: the error type of a service's JetStream-backed state.
 //! - [`kv`]: KV reads the services need beyond async-nats (a consistent snapshot of a bucket).
 
 pub mod config;
@@ -27,6 +28,7 @@ pub mod request;
 pub mod resources;
 pub mod service;
 pub mod shutdown;
+pub mod store;
 pub mod telemetry;
 
 pub use config::RuntimeConfig;

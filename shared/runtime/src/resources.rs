@@ -8,7 +8,8 @@ use async_nats::jetstream::{self, kv, stream};
 use switchboard_proto::subject::{INBOX_ALL, REGISTRY_EVENTS_ALL};
 use switchboard_proto::{
     CALLS_BUCKET, CALLS_OPEN_PREFIX, CALLS_OPEN_STREAM, EVENTS_STREAM, GOALS_BUCKET,
-    INBOX_CAP_PER_GOAL, INBOX_STREAM, MAX_INBOX_MESSAGE_BYTES, REGISTRY_BUCKET,
+    INBOX_CAP_PER_GOAL, INBOX_STREAM, MAX_INBOX_MESSAGE_BYTES, REGISTRY_BUCKET, TASKS_BUCKET,
+    TASKS_INDEX_PREFIX, TASKS_INDEX_STREAM,
 };
 
 use crate::config::JetStreamConfig;
@@ -43,15 +44,16 @@ pub fn inbox_stream(config: &JetStreamConfig) -> stream::Config {
     }
 }
 
-/// `AGENT_EVENTS`: directory and call events, kept so auditors can replay them. One
+/// `AGENT_EVENTS`: directory, call and task events, kept so auditors can replay them. One
 /// definition for every service that publishes into it (they must agree on its subjects).
 pub fn events_stream(config: &JetStreamConfig) -> stream::Config {
     stream::Config {
         name: EVENTS_STREAM.to_owned(),
-        description: Some("Switchboard registry and call events".to_owned()),
+        description: Some("Switchboard registry, call and task events".to_owned()),
         subjects: vec![
             REGISTRY_EVENTS_ALL.to_owned(),
             format!("{}.>", switchboard_proto::call::CALL_EVENTS_PREFIX),
+            format!("{}.>", switchboard_proto::task::TASK_EVENTS_PREFIX),
         ],
         duplicate_window: Duration::from_secs(config.duplicate_window_secs),
         max_age: Duration::from_secs(config.events_max_age_secs),
@@ -110,6 +112,37 @@ pub fn calls_open_stream(config: &JetStreamConfig) -> stream::Config {
         subjects: vec![format!("{CALLS_OPEN_PREFIX}>")],
         max_messages_per_subject: 1,
         max_age: Duration::from_secs(config.calls_max_age_secs),
+        num_replicas: config.replicas,
+        storage: stream::StorageType::File,
+        allow_direct: true,
+        ..Default::default()
+    }
+}
+
+/// `agent_tasks`: task records (`task.<task_id>`, the compare-and-set target of every
+/// transition) and per-assignee active sets (`load.<agent_id>`), kept `tasks_max_age_secs`
+/// after their last change.
+pub fn tasks_bucket(config: &JetStreamConfig) -> kv::Config {
+    kv::Config {
+        bucket: TASKS_BUCKET.to_owned(),
+        description: "Switchboard tasks".to_owned(),
+        history: 1,
+        max_age: Duration::from_secs(config.tasks_max_age_secs),
+        num_replicas: config.replicas,
+        storage: stream::StorageType::File,
+        ..Default::default()
+    }
+}
+
+/// `AGENT_TASKS_INDEX`: tasks by requester, by assignee (kept with the task) and the open set
+/// (removed with a filtered purge when a task ends, like the open-call index).
+pub fn tasks_index_stream(config: &JetStreamConfig) -> stream::Config {
+    stream::Config {
+        name: TASKS_INDEX_STREAM.to_owned(),
+        description: Some("Switchboard task index".to_owned()),
+        subjects: vec![format!("{TASKS_INDEX_PREFIX}>")],
+        max_messages_per_subject: 1,
+        max_age: Duration::from_secs(config.tasks_max_age_secs),
         num_replicas: config.replicas,
         storage: stream::StorageType::File,
         allow_direct: true,

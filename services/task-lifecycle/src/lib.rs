@@ -1,0 +1,130 @@
+//! # task-lifecycle
+//!
+//! A2A-style tasks for Switchboard (ARCHITECTURE.md §3, §5): `agent.task.<op>.<agent_id>`
+//! creates, spawns, moves, reads and lists tasks; every transition is published on
+//! `agent.task.events.<task_id>` and sent to the requester's goal as a `kind: task_update`
+//! message carrying the task's `callback` unchanged.
+//!
+//! States: `submitted → accepted → working → completed | failed`, `working ⇄ input_required`,
+//! `submitted → rejected`, any non-terminal → `canceled`, deadline passed → `failed`
+//! (`deadline_expired`). The rules are `switchboard_proto::task`; this service applies them
+//! with compare-and-set on each record's KV revision, so replicas and retries can never make
+//! an illegal or double transition. Acceptance needs the requester in the assignee's
+//! `allow_from`, the assignee below its `max_concurrent_tasks`, and the deadline ahead.
+//! Subtasks (`spawn`) are linked to their parent, capped in depth and open children, and
+//! canceled when the parent ends.
+//!
+//! Layout: `config.rs` (`[task_lifecycle]`), `state.rs` (the `agent_tasks` bucket and the
+//! `AGENT_TASKS_INDEX` stream), `handlers.rs` (ops, deliveries, cascade, sweep), this file
+//! (`start`/`run`).
+
+pub mod config;
+pub mod handlers;
+pub mod state;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::Client;
+use async_nats::jetstream;
+use switchboard_proto::TASK_LIFECYCLE_SERVICE;
+use switchboard_runtime::micro::{self, ServiceSpec};
+use switchboard_runtime::{CancellationToken, RuntimeConfig, resources};
+
+pub use config::TaskConfig;
+pub use handlers::Tasks;
+pub use switchboard_runtime::service::StartError;
+
+/// The micro service description.
+pub const SPEC: ServiceSpec = ServiceSpec {
+    name: TASK_LIFECYCLE_SERVICE,
+    version: env!("CARGO_PKG_VERSION"),
+    description: "Switchboard task-lifecycle: tasks, deadlines, concurrency caps, subagents",
+};
+
+/// A started task service; call [`Running::run`] to serve.
+#[derive(Debug)]
+pub struct Running {
+    running: micro::Running,
+    tasks: Arc<Tasks>,
+    sweep_every: Duration,
+    grace: Duration,
+}
+
+/// Applies what it uses (the `agent_tasks` bucket and its index, the inbox and events streams,
+/// the directory's buckets it reads) and subscribes its endpoints.
+pub async fn start(
+    client: &Client,
+    runtime: &RuntimeConfig,
+    config: TaskConfig,
+) -> Result<Running, StartError> {
+    let js = jetstream::new(client.clone());
+    let settings = &runtime.jetstream;
+    resources::ensure_stream(&js, resources::inbox_stream(settings)).await?;
+    resources::ensure_stream(&js, resources::events_stream(settings)).await?;
+    let agents = resources::ensure_bucket(&js, resources::registry_bucket(settings)).await?;
+    let goals = resources::ensure_bucket(&js, resources::goals_bucket(settings)).await?;
+    let tasks = resources::ensure_bucket(&js, resources::tasks_bucket(settings)).await?;
+    resources::ensure_stream(&js, resources::tasks_index_stream(settings)).await?;
+    let index = js
+        .get_stream(switchboard_proto::TASKS_INDEX_STREAM)
+        .await
+        .map_err(|err| StartError::Stream {
+            stream: switchboard_proto::TASKS_INDEX_STREAM,
+            message: err.to_string(),
+        })?;
+    let sweep_every = Duration::from_millis(config.sweep_interval_ms.max(10));
+    let tasks = Arc::new(Tasks::new(
+        client.clone(),
+        state::TaskStore::new(js, tasks, index, agents, goals),
+        config,
+    ));
+    let running = micro::start(client, SPEC, tasks.endpoints()).await?;
+    tracing::info!(service = SPEC.name, "task-lifecycle ready");
+    Ok(Running {
+        running,
+        tasks,
+        sweep_every,
+        grace: runtime.shutdown_grace(),
+    })
+}
+
+impl Running {
+    /// The task service (for in-process callers and tests).
+    pub fn tasks(&self) -> Arc<Tasks> {
+        Arc::clone(&self.tasks)
+    }
+
+    /// Serves and sweeps deadlines until `shutdown`, then drains.
+    pub async fn run(self, shutdown: CancellationToken) {
+        let tasks = Arc::clone(&self.tasks);
+        let stop = shutdown.clone();
+        let every = self.sweep_every;
+        let sweeper = tokio::spawn(async move {
+            let mut ticker = tokio::time::interval(every);
+            ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = ticker.tick() => {}
+                    () = stop.cancelled() => return,
+                }
+                if let Err(err) = tasks.sweep(switchboard_proto::timestamp::now()).await {
+                    tracing::warn!(error = %err, "task sweep failed");
+                }
+            }
+        });
+        self.running.run(shutdown, self.grace).await;
+        let _ = sweeper.await;
+    }
+}
+
+/// Starts and serves until `shutdown` (what `main` and `switchboard up` call).
+pub async fn run(
+    client: &Client,
+    runtime: &RuntimeConfig,
+    config: TaskConfig,
+    shutdown: CancellationToken,
+) -> Result<(), StartError> {
+    start(client, runtime, config).await?.run(shutdown).await;
+    Ok(())
+}

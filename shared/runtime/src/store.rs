@@ -1,0 +1,40 @@
+//! The error of a service's JetStream-backed store, shared so every service maps store
+//! failures to the same error kinds.
+
+use switchboard_proto::{ErrorKind, ErrorReply};
+
+/// Why a read or write of a service's state failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// A KV or JetStream call failed (answered as `unavailable`: retry).
+    #[error("{step}: {message}")]
+    Unavailable {
+        /// What we were doing.
+        step: &'static str,
+        /// The underlying error.
+        message: String,
+    },
+    /// A stored record does not decode (answered as `internal`).
+    #[error("corrupt record `{0}`")]
+    Corrupt(String),
+}
+
+impl StoreError {
+    /// Wraps a store error with the step that failed.
+    pub fn store(step: &'static str, err: impl std::fmt::Display) -> Self {
+        Self::Unavailable {
+            step,
+            message: err.to_string(),
+        }
+    }
+}
+
+impl From<StoreError> for ErrorReply {
+    fn from(err: StoreError) -> Self {
+        let kind = match err {
+            StoreError::Unavailable { .. } => ErrorKind::Unavailable,
+            StoreError::Corrupt(_) => ErrorKind::Internal,
+        };
+        ErrorReply::new(kind, err.to_string())
+    }
+}

@@ -1,0 +1,1363 @@
+//! task-lifecycle end to end against a real nats-server: every legal transition and a table of
+//! illegal ones, acceptance rules (ACL, concurrency cap, deadline), deadline expiry across
+//! replicas and restarts, callback routing, subtasks (spawn, self, caps, results to the
+//! parent's goal), the cancel cascade, racing replicas, bad input, listings, the client's
+//! worker loop, and random op sequences against a reference model.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use proptest::prelude::*;
+use switchboard_client::{Agent, ClientError, Goal, TaskOutcome};
+use switchboard_proto::task::{
+    CreateTask, ListRole, ListTasks, TaskAction, TaskEvent, TaskOp, TaskRecord, TaskRequestOp,
+};
+use switchboard_proto::{AgentStatus, ErrorKind, InboxMessage, MessageKind, Part, TaskState};
+use switchboard_testkit::assert_eventually;
+use switchboard_tests::{
+    Fabric, agent_with, assert_no_more, card, raw, start_tasks, start_tasks_in_process, stored_json,
+};
+use uuid::Uuid;
+
+/// Waits (bounded) for the next message in a goal's inbox.
+async fn next(goal: &Goal) -> InboxMessage {
+    goal.recv(Duration::from_secs(10))
+        .await
+        .unwrap()
+        .expect("a message within 10 s")
+        .ack()
+        .await
+        .unwrap()
+}
+
+/// The next `task_update` about `task` (other messages are skipped), which must be in `state`.
+async fn update_of(goal: &Goal, task: Uuid, state: TaskState) -> InboxMessage {
+    loop {
+        let message = next(goal).await;
+        if message.kind == MessageKind::TaskUpdate
+            && message.task.as_ref().map(|t| t.id) == Some(task)
+        {
+            assert_eq!(message.task.as_ref().unwrap().state, state, "{message:?}");
+            return message;
+        }
+    }
+}
+
+/// The next message, which must be a `task_update` in `state`.
+async fn update(goal: &Goal, state: TaskState) -> InboxMessage {
+    let message = next(goal).await;
+    assert_eq!(message.kind, MessageKind::TaskUpdate, "{message:?}");
+    assert_eq!(message.task.as_ref().unwrap().state, state, "{message:?}");
+    message
+}
+
+fn kind<T: std::fmt::Debug>(result: Result<T, ClientError>) -> ErrorKind {
+    result.unwrap_err().kind().expect("a service error reply")
+}
+
+async fn events(fabric: &Fabric, task: Uuid) -> Vec<TaskEvent> {
+    stored_json(
+        &fabric.nats.client().await,
+        &format!("agent.task.events.{task}"),
+    )
+    .await
+}
+
+/// A requester and an assignee, each with one goal.
+struct Pair {
+    boss: Agent,
+    boss_goal: Goal,
+    worker: Agent,
+    worker_goal: Goal,
+}
+
+async fn pair(fabric: &Fabric) -> Pair {
+    let (boss, boss_goal) = fabric.agent_with_goal("boss").await;
+    // Room for every task a test leaves active.
+    let mut worker_card = card("worker");
+    worker_card.max_concurrent_tasks = 100;
+    let worker = agent_with(&fabric.url(), worker_card, Duration::from_secs(3600)).await;
+    let worker_goal = worker.open_goal().await.unwrap();
+    Pair {
+        boss,
+        boss_goal,
+        worker,
+        worker_goal,
+    }
+}
+
+impl Pair {
+    /// boss gives worker a task; the worker's goal receives it.
+    async fn task(&self, what: &str) -> Uuid {
+        let reply = self.boss.give_task("worker", what).await.unwrap();
+        let message = next(&self.worker_goal).await;
+        assert_eq!(message.kind, MessageKind::Task);
+        assert_eq!(message.task.as_ref().unwrap().id, reply.task.task_id);
+        reply.task.task_id
+    }
+
+    /// A task driven to `state` by legal moves (updates on the boss goal consumed).
+    async fn task_in(&self, state: TaskState) -> Uuid {
+        let id = self.task("reach a state").await;
+        let path: &[TaskOp] = match state {
+            TaskState::Submitted => &[],
+            TaskState::Accepted => &[TaskOp::Accept],
+            TaskState::Working => &[TaskOp::Accept, TaskOp::Start],
+            TaskState::InputRequired => &[TaskOp::Accept, TaskOp::Start, TaskOp::InputRequired],
+            TaskState::Completed => &[TaskOp::Accept, TaskOp::Start, TaskOp::Complete],
+            TaskState::Failed => &[TaskOp::Accept, TaskOp::Start, TaskOp::Fail],
+            TaskState::Rejected => &[TaskOp::Reject],
+            TaskState::Canceled => &[TaskOp::Cancel],
+        };
+        for op in path {
+            let agent = if *op == TaskOp::Cancel {
+                &self.boss
+            } else {
+                &self.worker
+            };
+            agent.task_op(*op, action(id, "because")).await.unwrap();
+            next(&self.boss_goal).await;
+        }
+        if state == TaskState::Canceled {
+            next(&self.worker_goal).await; // the assignee's notice
+        }
+        id
+    }
+}
+
+fn action(id: Uuid, text: &str) -> TaskAction {
+    TaskAction {
+        task_id: Some(id),
+        message: Some(text.to_owned()),
+        ..TaskAction::default()
+    }
+}
+
+#[tokio::test]
+async fn every_legal_transition_reaches_the_requester_with_the_callback() {
+    let fabric = Fabric::start().await;
+    let p = pair(&fabric).await;
+    let callback: switchboard_proto::Callback = serde_json::from_value(
+        serde_json::json!({"session_id": "feishu:user_123", "channel": "feishu"}),
+    )
+    .unwrap();
+    let created = p
+        .boss
+        .create_task(CreateTask {
+            to: Some("worker".into()),
+            message: Some("summarise the report".into()),
+            parts: vec![Part::Text {
+                text: "report.pdf".into(),
+            }],
+            callback: Some(callback.clone()),
+            deadline_in_ms: Some(60_000),
+            ..CreateTask::default()
+        })
+        .await
+        .unwrap();
+    let id = created.task.task_id;
+    assert_eq!(created.task.state, TaskState::Submitted);
+    assert_eq!(created.delivered_to, vec![p.worker_goal.id()]);
+    assert_eq!(created.task.requester_goal, Some(p.boss_goal.id()));
+
+    let handed = next(&p.worker_goal).await;
+    assert_eq!(handed.kind, MessageKind::Task);
+    assert_eq!(handed.from_agent_id, "boss");
+    assert_eq!(handed.body, "summarise the report");
+    assert_eq!(handed.callback, Some(callback.clone()));
+    assert_eq!(handed.id, Some(created.task.message_id));
+    assert!(handed.task.as_ref().unwrap().deadline.is_some());
+
+    let steps = [
+        (TaskOp::Accept, TaskState::Accepted),
+        (TaskOp::Start, TaskState::Working),
+        (TaskOp::Progress, TaskState::Working),
+        (TaskOp::InputRequired, TaskState::InputRequired),
+        (TaskOp::Start, TaskState::Working),
+        (TaskOp::Complete, TaskState::Completed),
+    ];
+    for (op, state) in steps {
+        let reply = p
+            .worker
+            .task_op(op, action(id, &format!("{} text", op.as_str())))
+            .await
+            .unwrap();
+        assert_eq!(reply.task.state, state);
+        let message = update(&p.boss_goal, state).await;
+        assert_eq!(
+            message.callback,
+            Some(callback.clone()),
+            "callback unchanged"
+        );
+        assert_eq!(message.in_reply_to, Some(created.task.message_id));
+        assert_eq!(message.from_agent_id, "worker");
+        assert_eq!(message.metadata["task_op"], op.as_str());
+        if matches!(
+            op,
+            TaskOp::Progress | TaskOp::InputRequired | TaskOp::Complete
+        ) {
+            assert!(
+                message.body.contains(&format!("{} text", op.as_str())),
+                "{}",
+                message.body
+            );
+        }
+    }
+    let done = p.boss.get_task(id).await.unwrap();
+    assert_eq!(done.result.as_deref(), Some("complete text"));
+    assert_eq!(done.assignee_goal, Some(p.worker_goal.id()));
+    assert_eq!(done.transitions, 6);
+    assert_eq!(done.history.len(), 6);
+
+    // One event per transition plus the creation, in order, each with a stable id.
+    let events = events(&fabric, id).await;
+    let path: Vec<_> = events.iter().map(|e| (e.op, e.to)).collect();
+    assert_eq!(path[0], (None, TaskState::Submitted));
+    assert_eq!(
+        path[1..]
+            .iter()
+            .map(|(op, to)| (op.unwrap(), *to))
+            .collect::<Vec<_>>(),
+        steps.to_vec()
+    );
+    let ids: Vec<_> = events.iter().map(|e| e.id.clone()).collect();
+    assert_eq!(ids, (0..7).map(|n| format!("{id}:{n}")).collect::<Vec<_>>());
+
+    // The other endings: reject, fail, and cancel from every live state (the assignee is told).
+    let rejected = p.task("no thanks").await;
+    p.worker
+        .reject_task(rejected, "not my field")
+        .await
+        .unwrap();
+    let message = update(&p.boss_goal, TaskState::Rejected).await;
+    assert!(message.body.contains("not my field"));
+    let failed = p.task_in(TaskState::Working).await;
+    p.worker
+        .fail_task(failed, "source unavailable")
+        .await
+        .unwrap();
+    update(&p.boss_goal, TaskState::Failed).await;
+    assert_eq!(
+        p.boss.get_task(failed).await.unwrap().reason.as_deref(),
+        Some("source unavailable")
+    );
+    for state in [
+        TaskState::Submitted,
+        TaskState::Accepted,
+        TaskState::Working,
+        TaskState::InputRequired,
+    ] {
+        let id = p.task_in(state).await;
+        let reply = p.boss.cancel_task(id, Some("plans changed")).await.unwrap();
+        assert_eq!(reply.task.state, TaskState::Canceled);
+        update(&p.boss_goal, TaskState::Canceled).await;
+        let notice = update(&p.worker_goal, TaskState::Canceled).await;
+        assert_eq!(notice.from_agent_id, "boss");
+        assert!(notice.body.contains("plans changed"), "{}", notice.body);
+    }
+    assert_no_more(&p.boss_goal).await;
+    assert_no_more(&p.worker_goal).await;
+}
+
+#[tokio::test]
+async fn illegal_transitions_are_refused_with_their_kind_and_change_nothing() {
+    use ErrorKind::{IllegalTransition as Illegal, NotAllowed, TaskTerminal as Terminal};
+    use TaskOp::*;
+    use TaskState as S;
+    #[derive(Clone, Copy, Debug)]
+    enum Who {
+        Boss,
+        Worker,
+        Stranger,
+    }
+    let fabric = Fabric::start().await;
+    let p = pair(&fabric).await;
+    let stranger = fabric.agent("stranger").await;
+    let table: &[(S, TaskOp, Who, ErrorKind)] = &[
+        (S::Submitted, Start, Who::Worker, Illegal),
+        (S::Submitted, Progress, Who::Worker, Illegal),
+        (S::Submitted, InputRequired, Who::Worker, Illegal),
+        (S::Submitted, Complete, Who::Worker, Illegal),
+        (S::Submitted, Fail, Who::Worker, Illegal),
+        (S::Submitted, Accept, Who::Boss, NotAllowed),
+        (S::Submitted, Cancel, Who::Worker, NotAllowed),
+        (S::Submitted, Accept, Who::Stranger, NotAllowed),
+        (S::Submitted, Cancel, Who::Stranger, NotAllowed),
+        (S::Accepted, Reject, Who::Worker, Illegal),
+        (S::Accepted, Complete, Who::Worker, Illegal),
+        (S::Accepted, Progress, Who::Worker, Illegal),
+        (S::Accepted, InputRequired, Who::Worker, Illegal),
+        (S::Accepted, Start, Who::Boss, NotAllowed),
+        (S::Working, Accept, Who::Worker, Illegal),
+        (S::Working, Reject, Who::Worker, Illegal),
+        (S::Working, Complete, Who::Boss, NotAllowed),
+        (S::InputRequired, Complete, Who::Worker, Illegal),
+        (S::InputRequired, Progress, Who::Worker, Illegal),
+        (S::InputRequired, Fail, Who::Worker, Illegal),
+        (S::InputRequired, Accept, Who::Worker, Illegal),
+        (S::Completed, Cancel, Who::Boss, Terminal),
+        (S::Completed, Start, Who::Worker, Terminal),
+        (S::Completed, Fail, Who::Worker, Terminal),
+        (S::Failed, Start, Who::Worker, Terminal),
+        (S::Failed, Complete, Who::Worker, Terminal),
+        (S::Rejected, Accept, Who::Worker, Terminal),
+        (S::Rejected, Cancel, Who::Boss, Terminal),
+        (S::Canceled, Accept, Who::Worker, Terminal),
+        (S::Canceled, Start, Who::Worker, Terminal),
+    ];
+    let mut tasks: HashMap<S, Uuid> = HashMap::new();
+    for (state, op, who, expected) in table {
+        let id = match tasks.get(state) {
+            Some(id) => *id,
+            None => {
+                let id = p.task_in(*state).await;
+                tasks.insert(*state, id);
+                id
+            }
+        };
+        let before = p.boss.get_task(id).await.unwrap();
+        let agent = match who {
+            Who::Boss => &p.boss,
+            Who::Worker => &p.worker,
+            Who::Stranger => &stranger,
+        };
+        let got = kind(agent.task_op(*op, action(id, "try")).await);
+        assert_eq!(got, *expected, "{op:?} by {who:?} on a {state:?} task");
+        let after = p.boss.get_task(id).await.unwrap();
+        assert_eq!(after, before, "a refused {op:?} changed the task");
+    }
+    assert_no_more(&p.boss_goal).await;
+    assert_no_more(&p.worker_goal).await;
+
+    // A retried request is answered as a duplicate: no second transition, event or message.
+    let id = p.task("twice").await;
+    let first = p.worker.accept_task(id).await.unwrap();
+    assert!(!first.duplicate);
+    let again = p.worker.accept_task(id).await.unwrap();
+    assert!(again.duplicate);
+    assert_eq!(again.task.transitions, 1);
+    update(&p.boss_goal, S::Accepted).await;
+    assert_no_more(&p.boss_goal).await;
+    assert_eq!(events(&fabric, id).await.len(), 2);
+}
+
+#[tokio::test]
+async fn the_concurrency_cap_counts_active_tasks_and_the_directory_follows() {
+    let fabric = Fabric::start().await;
+    let (boss, _boss_goal) = fabric.agent_with_goal("boss").await;
+    let mut worker_card = card("worker");
+    worker_card.max_concurrent_tasks = 2;
+    let worker = agent_with(&fabric.url(), worker_card, Duration::from_secs(3600)).await;
+    let _goal = worker.open_goal().await.unwrap();
+    let mut ids = Vec::new();
+    for n in 0..3 {
+        ids.push(
+            boss.give_task("worker", &format!("job {n}"))
+                .await
+                .unwrap()
+                .task
+                .task_id,
+        );
+    }
+    worker.accept_task(ids[0]).await.unwrap();
+    worker.accept_task(ids[1]).await.unwrap();
+    assert_eq!(
+        kind(worker.accept_task(ids[2]).await),
+        ErrorKind::AtCapacity
+    );
+    assert_eq!(
+        boss.get_task(ids[2]).await.unwrap().state,
+        TaskState::Submitted,
+        "a refused accept leaves the task submitted"
+    );
+    let looked = boss.lookup("worker").await.unwrap();
+    assert_eq!(looked.status, AgentStatus::Busy, "busy at the cap");
+    let mut current = looked.current_tasks.clone();
+    current.sort();
+    let mut expected = vec![ids[0].to_string(), ids[1].to_string()];
+    expected.sort();
+    assert_eq!(current, expected);
+
+    // input_required still counts; ending one frees a place.
+    worker.start_task(ids[0]).await.unwrap();
+    worker.ask_requester(ids[0], "which format?").await.unwrap();
+    assert_eq!(
+        kind(worker.accept_task(ids[2]).await),
+        ErrorKind::AtCapacity
+    );
+    worker.start_task(ids[0]).await.unwrap();
+    worker
+        .complete_task(ids[0], TaskOutcome::text("done"))
+        .await
+        .unwrap();
+    assert_eq!(
+        boss.lookup("worker").await.unwrap().status,
+        AgentStatus::Idle
+    );
+    worker.accept_task(ids[2]).await.unwrap();
+    boss.cancel_task(ids[1], None).await.unwrap();
+    boss.cancel_task(ids[2], None).await.unwrap();
+    let looked = boss.lookup("worker").await.unwrap();
+    assert_eq!(looked.status, AgentStatus::Idle);
+    assert!(
+        looked.current_tasks.is_empty(),
+        "{:?}",
+        looked.current_tasks
+    );
+
+    // Concurrent accepts never exceed the cap.
+    let mut ids = Vec::new();
+    for n in 0..6 {
+        ids.push(
+            boss.give_task("worker", &format!("rush {n}"))
+                .await
+                .unwrap()
+                .task
+                .task_id,
+        );
+    }
+    let worker = Arc::new(worker);
+    let accepts = ids.iter().map(|id| {
+        let worker = Arc::clone(&worker);
+        let id = *id;
+        tokio::spawn(async move { worker.accept_task(id).await })
+    });
+    let results = futures::future::join_all(accepts).await;
+    let accepted = results
+        .iter()
+        .filter(|r| r.as_ref().unwrap().is_ok())
+        .count();
+    assert_eq!(accepted, 2, "{results:?}");
+    for result in results {
+        if let Err(err) = result.unwrap() {
+            assert_eq!(err.kind(), Some(ErrorKind::AtCapacity));
+        }
+    }
+}
+
+#[tokio::test]
+async fn acceptance_needs_allow_from_and_a_deadline_ahead() {
+    let fabric = Fabric::start_tasks_with(switchboard_tests::slow_task_sweep()).await;
+    let (boss, _g) = fabric.agent_with_goal("boss").await;
+    let mut guarded = card("worker");
+    guarded.allow_from = vec!["boss".into()];
+    let worker = agent_with(&fabric.url(), guarded.clone(), Duration::from_secs(3600)).await;
+    let _wg = worker.open_goal().await.unwrap();
+    let (stranger, _sg) = fabric.agent_with_goal("stranger").await;
+
+    assert_eq!(
+        kind(stranger.give_task("worker", "hi").await),
+        ErrorKind::AclDenied
+    );
+    let id = boss
+        .give_task("worker", "allowed")
+        .await
+        .unwrap()
+        .task
+        .task_id;
+    // The card changes before the task is accepted: the rule is checked again.
+    guarded.allow_from = vec!["someone-else".into()];
+    let nats = async_nats::connect(fabric.url()).await.unwrap();
+    raw(
+        &nats,
+        "agent.registry.register.worker",
+        serde_json::to_vec(&guarded).unwrap(),
+    )
+    .await;
+    assert_eq!(kind(worker.accept_task(id).await), ErrorKind::AclDenied);
+
+    // A deadline in the past is refused at create; one that passes before accept fails the
+    // task at the accept (the sweep here is slow, so the accept sees it first).
+    let past = switchboard_proto::timestamp::now() - time::Duration::seconds(1);
+    let refused = boss
+        .create_task(CreateTask {
+            to: Some("stranger".into()),
+            message: Some("late".into()),
+            deadline: Some(past),
+            ..CreateTask::default()
+        })
+        .await;
+    assert_eq!(kind(refused), ErrorKind::Expired);
+    let id = boss
+        .create_task(CreateTask {
+            to: Some("stranger".into()),
+            message: Some("quick".into()),
+            deadline_in_ms: Some(200),
+            ..CreateTask::default()
+        })
+        .await
+        .unwrap()
+        .task
+        .task_id;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(kind(stranger.accept_task(id).await), ErrorKind::Expired);
+    let task = boss.get_task(id).await.unwrap();
+    assert_eq!(task.state, TaskState::Failed);
+    assert_eq!(task.reason.as_deref(), Some("deadline_expired"));
+}
+
+#[tokio::test]
+async fn deadlines_fail_tasks_exactly_once_across_replicas_and_restarts() {
+    let mut fabric = Fabric::start().await;
+    let second = start_tasks(&fabric.url(), switchboard_tests::fast_tasks()).await;
+    let p = pair(&fabric).await;
+    let mut ids = Vec::new();
+    for n in 0..6 {
+        let id = p
+            .boss
+            .create_task(CreateTask {
+                to: Some("worker".into()),
+                message: Some(format!("short {n}")),
+                deadline_in_ms: Some(400),
+                ..CreateTask::default()
+            })
+            .await
+            .unwrap()
+            .task
+            .task_id;
+        next(&p.worker_goal).await;
+        if n % 2 == 0 {
+            p.worker.accept_task(id).await.unwrap();
+            update(&p.boss_goal, TaskState::Accepted).await;
+        }
+        ids.push(id);
+    }
+    for id in &ids {
+        assert_eventually!(
+            Duration::from_secs(5),
+            async {
+                p.boss
+                    .get_task(*id)
+                    .await
+                    .is_ok_and(|t| t.state == TaskState::Failed)
+            },
+            "task {id} did not expire"
+        );
+    }
+    for id in &ids {
+        let task = p.boss.get_task(*id).await.unwrap();
+        assert_eq!(task.reason.as_deref(), Some("deadline_expired"));
+        let expiries = events(&fabric, *id)
+            .await
+            .into_iter()
+            .filter(|e| e.op == Some(TaskOp::Expire))
+            .count();
+        assert_eq!(expiries, 1, "task {id} expired {expiries} times");
+    }
+    // One update per task to the requester, one notice per task to the assignee.
+    for _ in &ids {
+        let message = update(&p.boss_goal, TaskState::Failed).await;
+        assert_eq!(message.metadata["task_reason"], "deadline_expired");
+        let notice = update(&p.worker_goal, TaskState::Failed).await;
+        assert!(notice.body.contains("deadline_expired"));
+    }
+    assert_no_more(&p.boss_goal).await;
+    assert_no_more(&p.worker_goal).await;
+    // The worker's load was released as the accepted ones failed.
+    assert!(
+        p.boss
+            .lookup("worker")
+            .await
+            .unwrap()
+            .current_tasks
+            .is_empty()
+    );
+
+    // Restart: with no task service running the deadline passes; the next one expires it.
+    let id = p
+        .boss
+        .create_task(CreateTask {
+            to: Some("worker".into()),
+            message: Some("over the restart".into()),
+            deadline_in_ms: Some(300),
+            ..CreateTask::default()
+        })
+        .await
+        .unwrap()
+        .task
+        .task_id;
+    next(&p.worker_goal).await;
+    second.stop().await;
+    fabric.stop_tasks().await;
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let _restarted = start_tasks(&fabric.url(), switchboard_tests::fast_tasks()).await;
+    assert_eventually!(
+        Duration::from_secs(5),
+        async {
+            p.boss
+                .get_task(id)
+                .await
+                .is_ok_and(|t| t.state == TaskState::Failed)
+        },
+        "task {id} did not expire after the restart"
+    );
+    update(&p.boss_goal, TaskState::Failed).await;
+    assert_eq!(
+        events(&fabric, id)
+            .await
+            .iter()
+            .filter(|e| e.op == Some(TaskOp::Expire))
+            .count(),
+        1
+    );
+}
+
+#[tokio::test]
+async fn subtasks_return_their_results_to_the_parent_goal() {
+    let fabric = Fabric::start().await;
+    let p = pair(&fabric).await;
+    let (helper, helper_goal) = fabric.agent_with_goal("helper").await;
+    let parent = p.task_in(TaskState::Working).await;
+
+    // Only the parent's assignee spawns; the child goes to the named agent.
+    assert_eq!(
+        kind(p.boss.spawn_subtask(parent, "helper", "dig").await),
+        ErrorKind::NotAllowed
+    );
+    let child = p
+        .worker
+        .spawn_subtask(parent, "helper", "find three sources")
+        .await
+        .unwrap()
+        .task;
+    assert_eq!(child.parent, Some(parent));
+    assert_eq!(child.depth, 2);
+    assert_eq!(child.requester_goal, Some(p.worker_goal.id()));
+    let handed = next(&helper_goal).await;
+    assert_eq!(handed.kind, MessageKind::Task);
+    assert_eq!(handed.task.as_ref().unwrap().parent, Some(parent));
+
+    helper.accept_task(child.task_id).await.unwrap();
+    helper.start_task(child.task_id).await.unwrap();
+    helper
+        .complete_task(
+            child.task_id,
+            TaskOutcome {
+                result: "three sources".into(),
+                parts: vec![Part::Data {
+                    data: serde_json::json!({"sources": ["a", "b", "c"]}),
+                }],
+            },
+        )
+        .await
+        .unwrap();
+    update(&p.worker_goal, TaskState::Accepted).await;
+    update(&p.worker_goal, TaskState::Working).await;
+    let result = update(&p.worker_goal, TaskState::Completed).await;
+    assert!(result.body.contains("three sources"));
+    assert_eq!(result.task.as_ref().unwrap().parent, Some(parent));
+    assert_eq!(
+        result.parts,
+        vec![Part::Data {
+            data: serde_json::json!({"sources": ["a", "b", "c"]})
+        }]
+    );
+
+    // `self`: any live goal of the caller's own agent takes it; the result comes back to
+    // the goal that spawned it.
+    let other_goal = p.worker.open_goal().await.unwrap();
+    let own = p
+        .worker
+        .create_task(CreateTask {
+            to: Some("self".into()),
+            message: Some("check my own draft".into()),
+            parent_task_id: Some(parent),
+            from_goal_id: Some(p.worker_goal.id()),
+            ..CreateTask::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(own.task.assignee, "worker");
+    assert_eq!(own.delivered_to.len(), 2, "every live goal of the agent");
+    let taken = next(&other_goal).await;
+    assert_eq!(taken.kind, MessageKind::Task);
+    p.worker
+        .task_op(
+            TaskOp::Accept,
+            TaskAction {
+                task_id: Some(own.task.task_id),
+                from_goal_id: Some(other_goal.id()),
+                ..TaskAction::default()
+            },
+        )
+        .await
+        .unwrap();
+    p.worker.start_task(own.task.task_id).await.unwrap();
+    p.worker
+        .complete_task(own.task.task_id, TaskOutcome::text("draft is fine"))
+        .await
+        .unwrap();
+    // The spawning goal got the task itself (every live goal does), then the updates.
+    let mut seen = Vec::new();
+    while seen.last().map(|(_, state)| *state) != Some(TaskState::Completed) {
+        let message = next(&p.worker_goal).await;
+        if message.task.as_ref().map(|t| t.id) == Some(own.task.task_id) {
+            seen.push((message.kind, message.task.unwrap().state));
+        }
+    }
+    assert_eq!(
+        seen,
+        vec![
+            (MessageKind::Task, TaskState::Submitted),
+            (MessageKind::TaskUpdate, TaskState::Accepted),
+            (MessageKind::TaskUpdate, TaskState::Working),
+            (MessageKind::TaskUpdate, TaskState::Completed),
+        ]
+    );
+
+    // subagent_status: the parent's children and their states.
+    let children = p.worker.subtasks(parent).await.unwrap();
+    let states: Vec<_> = children.iter().map(|c| (c.task_id, c.state)).collect();
+    assert_eq!(
+        states,
+        vec![
+            (child.task_id, TaskState::Completed),
+            (own.task.task_id, TaskState::Completed)
+        ]
+    );
+    // The root requester sees the children too (a party of an ancestor).
+    assert_eq!(p.boss.subtasks(parent).await.unwrap().len(), 2);
+    assert_eq!(
+        kind(helper.subtasks(parent).await),
+        ErrorKind::NotAllowed,
+        "a child's assignee is not a party of the parent"
+    );
+}
+
+#[tokio::test]
+async fn depth_and_open_children_are_capped() {
+    let fabric = Fabric::start().await;
+    let p = pair(&fabric).await;
+    let (helper, _hg) = fabric.agent_with_goal("helper").await;
+    let root = p.task_in(TaskState::Working).await;
+    let level2 = p
+        .worker
+        .spawn_subtask(root, "helper", "level 2")
+        .await
+        .unwrap()
+        .task;
+    helper.accept_task(level2.task_id).await.unwrap();
+    let level3 = helper
+        .spawn_subtask(level2.task_id, "worker", "level 3")
+        .await
+        .unwrap()
+        .task;
+    assert_eq!(level3.depth, 3);
+    p.worker.accept_task(level3.task_id).await.unwrap();
+    let too_deep = p
+        .worker
+        .spawn_subtask(level3.task_id, "helper", "level 4")
+        .await;
+    assert_eq!(kind(too_deep), ErrorKind::DepthExceeded);
+
+    // Eight open children at once (level2 is one of them), the ninth refused.
+    let mut children = vec![level2.task_id];
+    for n in 0..7 {
+        children.push(
+            p.worker
+                .spawn_subtask(root, "helper", &format!("part {n}"))
+                .await
+                .unwrap()
+                .task
+                .task_id,
+        );
+    }
+    assert_eq!(
+        kind(p.worker.spawn_subtask(root, "helper", "one too many").await),
+        ErrorKind::TooManyChildren
+    );
+    // One ends: a place is free again.
+    helper.reject_task(children[7], "busy").await.unwrap();
+    p.worker
+        .spawn_subtask(root, "helper", "ninth")
+        .await
+        .unwrap();
+    assert_eq!(
+        kind(p.worker.spawn_subtask(root, "helper", "tenth").await),
+        ErrorKind::TooManyChildren
+    );
+    // Spawning under an ended task is refused.
+    p.worker_goal.drain().await.unwrap();
+    let ended = p.task_in(TaskState::Completed).await;
+    assert_eq!(
+        kind(p.worker.spawn_subtask(ended, "helper", "late").await),
+        ErrorKind::TaskTerminal
+    );
+}
+
+#[tokio::test]
+async fn ending_a_parent_cancels_every_open_descendant_and_tells_each_assignee() {
+    let fabric = Fabric::start().await;
+    let p = pair(&fabric).await;
+    let (b, b_goal) = fabric.agent_with_goal("agent-b").await;
+    let (c, c_goal) = fabric.agent_with_goal("agent-c").await;
+    let root = p.task_in(TaskState::Working).await;
+    let level2 = p
+        .worker
+        .spawn_subtask(root, "agent-b", "level 2")
+        .await
+        .unwrap()
+        .task;
+    next(&b_goal).await;
+    b.accept_task(level2.task_id).await.unwrap();
+    b.start_task(level2.task_id).await.unwrap();
+    let level3 = b
+        .spawn_subtask(level2.task_id, "agent-c", "level 3")
+        .await
+        .unwrap()
+        .task;
+    next(&c_goal).await;
+    c.accept_task(level3.task_id).await.unwrap();
+    let finished = b
+        .spawn_subtask(level2.task_id, "agent-c", "already done")
+        .await
+        .unwrap()
+        .task;
+    next(&c_goal).await;
+    c.reject_task(finished.task_id, "nope").await.unwrap();
+
+    p.boss
+        .cancel_task(root, Some("no longer needed"))
+        .await
+        .unwrap();
+    for (agent, id) in [(&p.boss, level2.task_id), (&p.boss, level3.task_id)] {
+        let task = agent.get_task(id).await.unwrap();
+        assert_eq!(task.state, TaskState::Canceled, "{id}");
+        assert!(
+            task.reason.as_deref().unwrap().starts_with("parent task"),
+            "{:?}",
+            task.reason
+        );
+    }
+    assert_eq!(
+        p.boss.get_task(finished.task_id).await.unwrap().state,
+        TaskState::Rejected,
+        "ended children stay as they were"
+    );
+    // Each assignee is told, and each requester gets the update.
+    let told_b = update_of(&b_goal, level2.task_id, TaskState::Canceled).await;
+    assert_eq!(told_b.from_agent_id, "worker", "from the requester");
+    let told_c = update_of(&c_goal, level3.task_id, TaskState::Canceled).await;
+    assert!(told_c.body.contains("parent task"), "{}", told_c.body);
+    // agent-b, the requester of level 3, also gets its update.
+    update_of(&b_goal, level3.task_id, TaskState::Canceled).await;
+    for event in [level2.task_id, level3.task_id] {
+        let cancels: Vec<_> = events(&fabric, event)
+            .await
+            .into_iter()
+            .filter(|e| e.op == Some(TaskOp::Cancel))
+            .collect();
+        assert_eq!(cancels.len(), 1);
+        assert_eq!(cancels[0].by, None, "the service canceled it");
+    }
+
+    // Completing a parent with an open child cancels the child too.
+    p.worker_goal.drain().await.unwrap();
+    let root = p.task_in(TaskState::Working).await;
+    let open = p
+        .worker
+        .spawn_subtask(root, "agent-b", "still open")
+        .await
+        .unwrap()
+        .task;
+    p.worker
+        .complete_task(root, TaskOutcome::text("done anyway"))
+        .await
+        .unwrap();
+    assert_eq!(
+        p.boss.get_task(open.task_id).await.unwrap().state,
+        TaskState::Canceled
+    );
+}
+
+#[tokio::test]
+async fn two_replicas_racing_on_one_transition_make_it_once() {
+    let fabric = Fabric::start().await;
+    let (_r1, one) = start_tasks_in_process(&fabric.url(), switchboard_tests::fast_tasks()).await;
+    let (_r2, two) = start_tasks_in_process(&fabric.url(), switchboard_tests::fast_tasks()).await;
+    let p = pair(&fabric).await;
+    let worker = p.worker.id().clone();
+    let boss = p.boss.id().clone();
+    for _ in 0..10 {
+        let id = p
+            .boss
+            .give_task("worker", "race")
+            .await
+            .unwrap()
+            .task
+            .task_id;
+        let (a, b) = tokio::join!(
+            one.act(&worker, TaskOp::Accept, action(id, "")),
+            two.act(&worker, TaskOp::Accept, action(id, ""))
+        );
+        let winners = [&a, &b]
+            .iter()
+            .filter(|r| r.as_ref().is_ok_and(|r| !r.duplicate))
+            .count();
+        assert_eq!(winners, 1, "{a:?} / {b:?}");
+        assert!(
+            a.is_ok() && b.is_ok(),
+            "the loser sees a duplicate: {a:?} / {b:?}"
+        );
+        one.act(&worker, TaskOp::Start, action(id, ""))
+            .await
+            .unwrap();
+        // Different actors racing to end it: one wins, the other is told it ended.
+        let (done, canceled) = tokio::join!(
+            one.act(&worker, TaskOp::Complete, action(id, "result")),
+            two.act(&boss, TaskOp::Cancel, action(id, "stop"))
+        );
+        assert!(done.is_ok() != canceled.is_ok(), "{done:?} / {canceled:?}");
+        let loser = done.err().or(canceled.err()).unwrap();
+        assert_eq!(loser.kind(), ErrorKind::TaskTerminal);
+        let events = events(&fabric, id).await;
+        let ops: Vec<_> = events.iter().filter_map(|e| e.op).collect();
+        assert_eq!(ops.len(), 3, "accept, start and one ending: {ops:?}");
+    }
+}
+
+#[tokio::test]
+async fn bad_input_gets_a_typed_error() {
+    let fabric = Fabric::start().await;
+    let p = pair(&fabric).await;
+    let parent = p.task_in(TaskState::Working).await;
+    let other_goal = fabric.agent_with_goal("other").await.1;
+    let nats = async_nats::connect(fabric.url()).await.unwrap();
+    let body_limit = "x".repeat(switchboard_proto::MAX_BODY_BYTES + 1);
+    let cases: Vec<(&str, String, &str)> = vec![
+        ("agent.task.create.boss", "not json".into(), "bad_request"),
+        (
+            "agent.task.create.boss",
+            r#"{"to":"worker","message":"x","bogus":1}"#.into(),
+            "bad_request",
+        ),
+        (
+            "agent.task.create.boss",
+            r#"{"message":"x"}"#.into(),
+            "missing_to",
+        ),
+        (
+            "agent.task.create.boss",
+            r#"{"to":"boss","message":"x"}"#.into(),
+            "self_send",
+        ),
+        (
+            "agent.task.create.boss",
+            r#"{"to":"worker","message":"  "}"#.into(),
+            "empty_message",
+        ),
+        (
+            "agent.task.create.boss",
+            serde_json::json!({"to":"worker","message": body_limit}).to_string(),
+            "body_too_large",
+        ),
+        (
+            "agent.task.create.boss",
+            r#"{"to":"ghost","message":"x"}"#.into(),
+            "unreachable",
+        ),
+        (
+            "agent.task.create.boss",
+            r#"{"to":"bad id","message":"x"}"#.into(),
+            "unreachable",
+        ),
+        (
+            "agent.task.create.boss",
+            r#"{"to":"*","message":"x"}"#.into(),
+            "bad_request",
+        ),
+        (
+            "agent.task.create.nobody",
+            r#"{"to":"worker","message":"x"}"#.into(),
+            "not_registered",
+        ),
+        (
+            "agent.task.create.boss",
+            r#"{"to":"worker","message":"x","deadline_in_ms":5,"deadline":"2030-01-01T00:00:00Z"}"#
+                .into(),
+            "bad_request",
+        ),
+        (
+            "agent.task.create.boss",
+            r#"{"to":"worker","message":"x","deadline":"yesterday"}"#.into(),
+            "bad_request",
+        ),
+        (
+            "agent.task.create.boss",
+            format!(r#"{{"to":"worker","message":"x","parent_task_id":"{parent}"}}"#),
+            "bad_request",
+        ),
+        (
+            "agent.task.create.boss",
+            format!(
+                r#"{{"to":"worker","message":"x","from_goal_id":"{}"}}"#,
+                other_goal.id()
+            ),
+            "invalid_goal_id",
+        ),
+        (
+            "agent.task.spawn.worker",
+            r#"{"to":"boss","message":"x"}"#.into(),
+            "bad_request",
+        ),
+        (
+            "agent.task.spawn.worker",
+            format!(
+                r#"{{"to":"boss","message":"x","parent_task_id":"{}"}}"#,
+                Uuid::nil()
+            ),
+            "not_found",
+        ),
+        ("agent.task.accept.worker", "{}".into(), "bad_request"),
+        (
+            "agent.task.accept.worker",
+            r#"{"task_id":"not-a-uuid"}"#.into(),
+            "bad_request",
+        ),
+        (
+            "agent.task.accept.worker",
+            format!(r#"{{"task_id":"{}"}}"#, Uuid::nil()),
+            "not_found",
+        ),
+        (
+            "agent.task.reject.worker",
+            format!(r#"{{"task_id":"{parent}"}}"#),
+            "bad_request",
+        ),
+        (
+            "agent.task.fail.worker",
+            format!(r#"{{"task_id":"{parent}","reason":" "}}"#),
+            "bad_request",
+        ),
+        (
+            "agent.task.input_required.worker",
+            format!(r#"{{"task_id":"{parent}"}}"#),
+            "bad_request",
+        ),
+        (
+            "agent.task.progress.worker",
+            format!(r#"{{"task_id":"{parent}"}}"#),
+            "bad_request",
+        ),
+        (
+            "agent.task.progress.worker",
+            format!(r#"{{"task_id":"{parent}","note":"a","reason":"b"}}"#),
+            "bad_request",
+        ),
+        (
+            "agent.task.accept.a.b",
+            format!(r#"{{"task_id":"{parent}"}}"#),
+            "invalid_agent_id",
+        ),
+        (
+            "agent.task.get.stranger",
+            format!(r#"{{"task_id":"{parent}"}}"#),
+            "not_allowed",
+        ),
+        (
+            "agent.task.list.boss",
+            r#"{"limit":0}"#.into(),
+            "bad_request",
+        ),
+        (
+            "agent.task.list.boss",
+            r#"{"limit":100000}"#.into(),
+            "bad_request",
+        ),
+        (
+            "agent.task.list.boss",
+            r#"{"role":"boss"}"#.into(),
+            "bad_request",
+        ),
+        (
+            "agent.task.list.boss",
+            r#"{"state":"sleeping"}"#.into(),
+            "bad_request",
+        ),
+    ];
+    for (subject, body, expected) in cases {
+        let reply = raw(&nats, subject, body.clone()).await;
+        assert_eq!(reply.error_kind(), expected, "{subject} {body:.120}");
+    }
+    // Nothing was created by any of them, and the service still serves.
+    let listing = p.boss.list_tasks(&ListTasks::default()).await.unwrap();
+    assert_eq!(listing.tasks.len(), 1);
+    p.worker
+        .task_progress(parent, "still fine", Vec::new())
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn listings_filter_by_role_and_state_and_page() {
+    let fabric = Fabric::start().await;
+    let p = pair(&fabric).await;
+    let mut ids = Vec::new();
+    for n in 0..5 {
+        ids.push(
+            p.boss
+                .give_task("worker", &format!("item {n}"))
+                .await
+                .unwrap()
+                .task
+                .task_id,
+        );
+    }
+    let back = p
+        .worker
+        .give_task("boss", "the other way")
+        .await
+        .unwrap()
+        .task
+        .task_id;
+    p.worker.accept_task(ids[1]).await.unwrap();
+    p.worker.accept_task(ids[3]).await.unwrap();
+
+    let list = |role, state, limit, cursor| ListTasks {
+        role,
+        state,
+        parent: None,
+        limit,
+        cursor,
+    };
+    let ids_of = |tasks: &[TaskRecord]| tasks.iter().map(|t| t.task_id).collect::<Vec<_>>();
+    let accepted = p
+        .worker
+        .list_tasks(&list(
+            ListRole::Assignee,
+            Some(TaskState::Accepted),
+            None,
+            None,
+        ))
+        .await
+        .unwrap();
+    assert_eq!(ids_of(&accepted.tasks), vec![ids[1], ids[3]]);
+    let asked = p
+        .boss
+        .list_tasks(&list(ListRole::Requester, None, None, None))
+        .await
+        .unwrap();
+    assert_eq!(ids_of(&asked.tasks), ids);
+    let both = p
+        .boss
+        .list_tasks(&list(ListRole::Any, None, None, None))
+        .await
+        .unwrap();
+    assert_eq!(both.tasks.len(), 6);
+    assert_eq!(both.tasks.last().unwrap().task_id, back, "oldest first");
+
+    let mut pages = Vec::new();
+    let mut cursor = None;
+    loop {
+        let page = p
+            .boss
+            .list_tasks(&list(ListRole::Requester, None, Some(2), cursor))
+            .await
+            .unwrap();
+        pages.push(ids_of(&page.tasks));
+        match page.next_cursor {
+            Some(next) => cursor = Some(next),
+            None => break,
+        }
+    }
+    assert_eq!(
+        pages,
+        vec![ids[0..2].to_vec(), ids[2..4].to_vec(), ids[4..5].to_vec()]
+    );
+    let stranger = fabric.agent("stranger").await;
+    assert!(
+        stranger
+            .list_tasks(&ListTasks::default())
+            .await
+            .unwrap()
+            .tasks
+            .is_empty()
+    );
+    assert_eq!(kind(stranger.get_task(ids[0]).await), ErrorKind::NotAllowed);
+}
+
+#[tokio::test]
+async fn the_worker_loop_accepts_works_and_completes_or_fails() {
+    let fabric = Fabric::start().await;
+    let (boss, boss_goal) = fabric.agent_with_goal("boss").await;
+    let (worker, goal) = fabric.agent_with_goal("worker").await;
+    let stop = tokio_util::sync::CancellationToken::new();
+    let (others, mut other_rx) = tokio::sync::mpsc::unbounded_channel();
+    let worker = Arc::new(worker);
+    let looping = {
+        let worker = Arc::clone(&worker);
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            worker
+                .serve_tasks(&goal, stop, Some(others), |task| async move {
+                    if task.message.contains("impossible") {
+                        Err("cannot be done".to_owned())
+                    } else {
+                        Ok(TaskOutcome::text(format!("did: {}", task.message)))
+                    }
+                })
+                .await
+        })
+    };
+    let ok = boss
+        .give_task("worker", "write a haiku")
+        .await
+        .unwrap()
+        .task
+        .task_id;
+    update(&boss_goal, TaskState::Accepted).await;
+    update(&boss_goal, TaskState::Working).await;
+    let done = update(&boss_goal, TaskState::Completed).await;
+    assert!(done.body.contains("did: write a haiku"));
+    assert_eq!(
+        boss.get_task(ok).await.unwrap().result.as_deref(),
+        Some("did: write a haiku")
+    );
+    boss.give_task("worker", "something impossible")
+        .await
+        .unwrap();
+    update(&boss_goal, TaskState::Accepted).await;
+    update(&boss_goal, TaskState::Working).await;
+    let failed = update(&boss_goal, TaskState::Failed).await;
+    assert!(failed.body.contains("cannot be done"));
+    boss.send_to_peer("worker", "just a chat").await.unwrap();
+    let chat = tokio::time::timeout(Duration::from_secs(10), other_rx.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(chat.body, "just a chat");
+    stop.cancel();
+    looping.await.unwrap().unwrap();
+}
+
+/// The reference model for the property test: legal moves by role, written as a table
+/// independent of `switchboard_proto::task::apply`.
+fn model_next(state: TaskState, op: TaskOp, as_assignee: bool) -> Result<TaskState, ErrorKind> {
+    use TaskState as S;
+    let by_assignee = !matches!(op, TaskOp::Cancel);
+    if by_assignee != as_assignee {
+        return Err(ErrorKind::NotAllowed);
+    }
+    if matches!(state, S::Completed | S::Failed | S::Rejected | S::Canceled) {
+        return Err(ErrorKind::TaskTerminal);
+    }
+    match (state, op) {
+        (S::Submitted, TaskOp::Accept) => Ok(S::Accepted),
+        (S::Submitted, TaskOp::Reject) => Ok(S::Rejected),
+        (S::Accepted, TaskOp::Start) | (S::InputRequired, TaskOp::Start) => Ok(S::Working),
+        (S::Working, TaskOp::Progress) => Ok(S::Working),
+        (S::Working, TaskOp::InputRequired) => Ok(S::InputRequired),
+        (S::Working, TaskOp::Complete) => Ok(S::Completed),
+        (S::Working, TaskOp::Fail) => Ok(S::Failed),
+        (_, TaskOp::Cancel) => Ok(S::Canceled),
+        _ => Err(ErrorKind::IllegalTransition),
+    }
+}
+
+const OPS: [TaskOp; 8] = [
+    TaskOp::Accept,
+    TaskOp::Reject,
+    TaskOp::Start,
+    TaskOp::Progress,
+    TaskOp::InputRequired,
+    TaskOp::Complete,
+    TaskOp::Fail,
+    TaskOp::Cancel,
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_op_sequences_against_the_service_match_the_model() {
+    let fabric = Fabric::start().await;
+    let boss = fabric.agent("boss").await;
+    let worker = fabric.agent("worker").await;
+    let stranger = fabric.agent("stranger").await;
+    let _goal = worker.open_goal().await.unwrap();
+    let _boss_goal = boss.open_goal().await.unwrap();
+    let handle = tokio::runtime::Handle::current();
+    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
+        cases: 40,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    });
+    let steps = prop::collection::vec((prop::sample::select(OPS.to_vec()), 0..3u8), 1..14);
+    runner
+        .run(&steps, |steps| {
+            tokio::task::block_in_place(|| {
+                handle.block_on(async {
+                    let id = boss
+                        .give_task("worker", "model")
+                        .await
+                        .unwrap()
+                        .task
+                        .task_id;
+                    let mut state = TaskState::Submitted;
+                    let mut last: Option<(TaskOp, u8)> = None;
+                    let mut transitions = 0;
+                    for (op, who) in steps {
+                        let agent = [&boss, &worker, &stranger][usize::from(who)];
+                        let got = agent.task_op(op, action(id, "because")).await;
+                        let repeat = who != 2 && op != TaskOp::Progress && last == Some((op, who));
+                        let expected = if who == 2 {
+                            Err(ErrorKind::NotAllowed)
+                        } else if repeat {
+                            Ok(state) // a retried request: answered as a duplicate
+                        } else {
+                            model_next(state, op, who == 1)
+                        };
+                        match (&got, expected) {
+                            (Ok(reply), Ok(next)) => {
+                                prop_assert_eq!(reply.task.state, next);
+                                prop_assert_eq!(reply.duplicate, repeat);
+                                if !repeat {
+                                    transitions += 1;
+                                    last = Some((op, who));
+                                }
+                                state = next;
+                            }
+                            (Err(err), Err(kind)) => prop_assert_eq!(err.kind(), Some(kind)),
+                            (got, expected) => prop_assert!(
+                                false,
+                                "{:?} by {} from {:?}: got {:?}, model {:?}",
+                                op,
+                                who,
+                                state,
+                                got.as_ref().map(|r| r.task.state),
+                                expected
+                            ),
+                        }
+                    }
+                    let task = boss.get_task(id).await.unwrap();
+                    prop_assert_eq!(task.state, state);
+                    prop_assert_eq!(task.transitions, transitions);
+                    if !state.is_terminal() {
+                        boss.cancel_task(id, None).await.unwrap();
+                    }
+                    Ok(())
+                })
+            })
+        })
+        .unwrap();
+}
+
+#[tokio::test]
+async fn task_requests_are_micro_endpoints() {
+    let fabric = Fabric::start().await;
+    let nats = async_nats::connect(fabric.url()).await.unwrap();
+    let info = raw(&nats, "$SRV.INFO.task-lifecycle", "").await;
+    let subjects: Vec<String> = info.body["endpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["subject"].as_str().unwrap().to_owned())
+        .collect();
+    for op in TaskRequestOp::ALL {
+        assert!(
+            subjects.contains(&format!("{}.>", op.prefix())),
+            "{} missing from {subjects:?}",
+            op.token()
+        );
+    }
+}
