@@ -843,10 +843,15 @@ async fn micro_discovery_lists_every_endpoint() {
         .iter()
         .map(|e| e["subject"].as_str().unwrap().to_owned())
         .collect();
-    let want: BTreeSet<String> = RegistryOp::ALL
+    let mut want: BTreeSet<String> = RegistryOp::ALL
         .iter()
         .map(|op| op.endpoint_subject())
         .collect();
+    // The service-only endpoint task-lifecycle reports task load to.
+    want.insert(format!(
+        "{}.>",
+        switchboard_proto::subject::REGISTRY_TASKS_PREFIX
+    ));
     assert_eq!(subjects, want);
     assert!(
         info["endpoints"]

@@ -13,8 +13,10 @@
 //!   correlated call; prints the answer (or where it will land).
 //! - `switchboard reply --as <agent> <correlation_id> "answer"`: reply_to_peer.
 //! - `switchboard pending --as <agent>`: open outgoing and incoming calls.
+//! - `switchboard task create|get|list|cancel --as <agent> …`: tasks and subtasks.
 
 mod inbox;
+mod task;
 mod up;
 
 use std::process::ExitCode;
@@ -35,7 +37,7 @@ pub(crate) const DEFAULT_NATS_URL: &str = "nats://127.0.0.1:4222";
     name = "switchboard",
     version,
     about = "Switchboard: a NATS-native messaging fabric for LLM agents",
-    after_help = "Examples:\n  switchboard up                       # embedded nats-server + all services\n  switchboard up --nats-url nats://nats:4222\n  switchboard agents\n  switchboard peers --as researcher\n  switchboard lookup writer\n  switchboard send --as writer --to researcher \"draft ready\"\n  switchboard inbox --as researcher --goal <goal_id> --follow\n  switchboard call --as researcher --to writer \"title?\"\n  switchboard pending --as writer"
+    after_help = "Examples:\n  switchboard up                       # embedded nats-server + all services\n  switchboard up --nats-url nats://nats:4222\n  switchboard agents\n  switchboard peers --as researcher\n  switchboard lookup writer\n  switchboard send --as writer --to researcher \"draft ready\"\n  switchboard inbox --as researcher --goal <goal_id> --follow\n  switchboard call --as researcher --to writer \"title?\"\n  switchboard pending --as writer\n  switchboard task create --as coordinator --to researcher \"find sources\"\n  switchboard task list --as researcher --state submitted"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -157,6 +159,11 @@ enum Command {
         after_help = "Example:\n  switchboard inbox --as researcher --goal 0193a1b2-0000-7000-8000-000000000001 --follow"
     )]
     Inbox(inbox::InboxArgs),
+    /// Tasks: create (or spawn a subtask), get, list, cancel (JSON).
+    #[command(
+        after_help = "Examples:\n  switchboard task create --as coordinator --to researcher \"find 3 sources\" --deadline-ms 600000\n  switchboard task get --as coordinator <task_id>\n  switchboard task list --as researcher --role assignee --state submitted\n  switchboard task cancel --as coordinator <task_id> --reason \"plans changed\""
+    )]
+    Task(task::TaskArgs),
 }
 
 #[tokio::main]
@@ -194,6 +201,7 @@ async fn main() -> ExitCode {
             }
         }
         Command::Inbox(args) => return inbox::run(args).await,
+        Command::Task(args) => task::run(args).await,
         Command::Call {
             as_agent,
             to,
@@ -309,10 +317,19 @@ async fn send_with_retry(
     agent: &AgentId,
     request: &SendRequest,
 ) -> anyhow::Result<serde_json::Value> {
+    request_with_retry(nats_url, &subject::send(agent), request).await
+}
+
+/// An idempotent request (it carries its own id), retried while no service answers.
+pub(crate) async fn request_with_retry<T: serde::Serialize>(
+    nats_url: &str,
+    subject: &str,
+    request: &T,
+) -> anyhow::Result<serde_json::Value> {
     let client = connect(nats_url).await?;
     switchboard_runtime::request::request_json_retrying(
         &client,
-        &subject::send(agent),
+        subject,
         request,
         std::time::Duration::from_secs(10),
         switchboard_runtime::request::IDEMPOTENT_RETRIES,

@@ -71,7 +71,7 @@ async fn up_runs_the_embedded_system_and_stops_on_ctrl_c() {
         "{banner}"
     );
     assert!(
-        banner.contains("services:  directory, inbox-fanout"),
+        banner.contains("services:  directory, inbox-fanout, reply-correlator, task-lifecycle"),
         "{banner}"
     );
     assert!(
@@ -241,6 +241,97 @@ async fn up_runs_the_embedded_system_and_stops_on_ctrl_c() {
     .await;
     assert!(!ok);
     assert!(stderr.contains("timeout"), "{stderr}");
+
+    // Tasks: create as writer for researcher, see it listed and read it, cancel it.
+    goal.drain().await.unwrap();
+    let (ok, created, stderr) = json(&[
+        "task",
+        "create",
+        "--as",
+        "writer",
+        "--to",
+        "researcher",
+        "find three sources",
+        "--deadline-ms",
+        "600000",
+        "--callback",
+        r#"{"session_id":"chat:42"}"#,
+        "--nats-url",
+        &url,
+    ])
+    .await;
+    assert!(ok, "{stderr}");
+    let task_id = created["task"]["task_id"].as_str().unwrap().to_owned();
+    assert_eq!(created["task"]["state"], "submitted");
+    assert_eq!(created["delivered_to"][0], goal.id().to_string());
+    let handed = goal.drain().await.unwrap();
+    assert_eq!(handed[0].kind, switchboard_client::proto::MessageKind::Task);
+    let (ok, listed, _) = json(&[
+        "task",
+        "list",
+        "--as",
+        "researcher",
+        "--role",
+        "assignee",
+        "--state",
+        "submitted",
+        "--nats-url",
+        &url,
+    ])
+    .await;
+    assert!(ok);
+    assert_eq!(listed["tasks"][0]["task_id"], task_id.as_str());
+    let (ok, got, _) = json(&[
+        "task",
+        "get",
+        "--as",
+        "writer",
+        &task_id,
+        "--nats-url",
+        &url,
+    ])
+    .await;
+    assert!(ok);
+    assert_eq!(got["task"]["callback"]["session_id"], "chat:42");
+    let (ok, canceled, stderr) = json(&[
+        "task",
+        "cancel",
+        "--as",
+        "writer",
+        &task_id,
+        "--reason",
+        "not needed",
+        "--nats-url",
+        &url,
+    ])
+    .await;
+    assert!(ok, "{stderr}");
+    assert_eq!(canceled["task"]["state"], "canceled");
+    let (ok, _, stderr) = json(&[
+        "task",
+        "cancel",
+        "--as",
+        "researcher",
+        &task_id,
+        "--nats-url",
+        &url,
+    ])
+    .await;
+    assert!(!ok, "a refused op exits non-zero");
+    assert!(stderr.contains("not_allowed"), "{stderr}");
+    let (ok, _, stderr) = json(&[
+        "task",
+        "list",
+        "--as",
+        "writer",
+        "--state",
+        "asleep",
+        "--nats-url",
+        &url,
+    ])
+    .await;
+    assert!(!ok);
+    assert!(stderr.contains("--state"), "{stderr}");
     drop(writer);
     drop(goal);
     drop(agent);

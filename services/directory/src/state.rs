@@ -38,14 +38,6 @@ use crate::error::DirectoryError;
 /// How many times a compare-and-set is retried before giving up with `conflict`.
 const CAS_ATTEMPTS: u32 = 64;
 
-/// Jittered backoff between compare-and-set attempts, so writers racing on one key spread
-/// out instead of colliding in lockstep (the ceiling doubles from 0.5 ms up to 16 ms).
-async fn cas_backoff(attempt: u32) {
-    let ceiling_us = 500u64 << attempt.min(5);
-    let jitter = u64::try_from(new_id().as_u128() % 1_000).unwrap_or(500);
-    tokio::time::sleep(Duration::from_micros(ceiling_us * jitter / 1_000)).await;
-}
-
 /// The directory's handle on its state.
 #[derive(Debug, Clone)]
 pub struct Registry {
@@ -145,7 +137,7 @@ impl Registry {
     {
         for attempt in 0..CAS_ATTEMPTS {
             if attempt > 0 {
-                cas_backoff(attempt).await;
+                switchboard_runtime::store::cas_backoff(attempt).await;
             }
             let current = self.record(agent).await?;
             let (old, revision) = match current {

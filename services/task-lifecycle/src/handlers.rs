@@ -8,7 +8,7 @@
 //! the cancel cascade over open descendants when a task ends. A writer that loses the
 //! compare-and-set re-reads and decides again, so no transition happens twice or illegally.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -62,6 +62,10 @@ pub struct Tasks {
     store: TaskStore,
     config: TaskConfig,
     sweeps: std::sync::atomic::AtomicU64,
+    /// One lock per assignee whose active set this replica is changing: requests on one
+    /// replica take turns instead of colliding on the compare-and-set (other replicas still
+    /// race through it).
+    load_locks: std::sync::Mutex<HashMap<AgentId, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 fn bad(message: impl Into<String>) -> ErrorReply {
@@ -113,6 +117,7 @@ impl Tasks {
             store,
             config,
             sweeps: std::sync::atomic::AtomicU64::new(0),
+            load_locks: std::sync::Mutex::new(HashMap::new()),
         }
     }
 
@@ -570,9 +575,6 @@ impl Tasks {
                 text: text.map(str::to_owned),
                 parts: request.parts.clone(),
             };
-            // On `None` another writer won: decide again on what it wrote. A reservation made
-            // for this accept stays; if the task did not become active, reading the load
-            // drops it.
             if let Some(done) = self.commit(&stored, updated, &change).await? {
                 if done.task.state.is_terminal() {
                     self.cascade(&done.task).await;
@@ -582,6 +584,17 @@ impl Tasks {
                     delivered_to: Vec::new(),
                     duplicate: false,
                 });
+            }
+            // Another writer won: decide again on what it wrote. This accept's reservation
+            // stays only if the task became active (accepted by a racing request).
+            if op == TaskOp::Accept
+                && !self
+                    .store
+                    .find(&task_id)
+                    .await?
+                    .is_some_and(|now| now.task.state.is_active())
+            {
+                self.release(&task.assignee, task_id).await;
             }
         }
         Err(ErrorReply::new(
@@ -615,18 +628,33 @@ impl Tasks {
         }
     }
 
+    /// This replica's turn at an assignee's active set (locks of idle agents are dropped).
+    async fn load_turn(&self, agent: &AgentId) -> tokio::sync::OwnedMutexGuard<()> {
+        let lock = match self.load_locks.lock() {
+            Ok(mut locks) => {
+                locks.retain(|_, lock| Arc::strong_count(lock) > 1);
+                Arc::clone(locks.entry(agent.clone()).or_default())
+            }
+            Err(_) => Arc::new(tokio::sync::Mutex::new(())),
+        };
+        lock.lock_owned().await
+    }
+
     /// Reserves a place in the assignee's active set, refusing at `max_concurrent_tasks`.
+    /// The set is the compare-and-set target, so concurrent accepts are decided one at a time.
     async fn reserve(&self, agent: &AgentId, task_id: Uuid) -> Result<(), ErrorReply> {
+        let _turn = self.load_turn(agent).await;
         let cap = self.store.card(agent).await?.map_or(
             switchboard_proto::registry::DEFAULT_MAX_CONCURRENT_TASKS,
             |c| c.max_concurrent_tasks,
         );
         let cap = usize::try_from(cap).unwrap_or(usize::MAX);
-        for _ in 0..CAS_ATTEMPTS {
-            let (mut live, revision) = self.live_load(agent).await?;
-            if live.iter().any(|entry| entry.task_id == task_id) {
+        for attempt in 0..CAS_ATTEMPTS {
+            let (load, revision) = self.store.load(agent).await?;
+            if load.active.iter().any(|entry| entry.task_id == task_id) {
                 return Ok(());
             }
+            let mut live = self.verified_at_cap(load.active, cap).await?;
             if live.len() >= cap {
                 return Err(ErrorReply::new(
                     ErrorKind::AtCapacity,
@@ -644,6 +672,8 @@ impl Tasks {
             if self.store.save_load(agent, &load, revision).await? {
                 return Ok(());
             }
+            switchboard_runtime::store::cas_backoff(u32::try_from(attempt).unwrap_or(u32::MAX))
+                .await;
         }
         Err(ErrorReply::new(
             ErrorKind::Conflict,
@@ -651,16 +681,21 @@ impl Tasks {
         ))
     }
 
-    /// The assignee's active set as it really is: entries whose task is active, or an accept
-    /// still in flight. Entries left by a lost race or a crash are dropped here.
-    async fn live_load(
+    /// An active set that looks full is checked against the records: entries whose task is
+    /// not active (left by a crash between a transition and its release) are dropped; an
+    /// accept still in flight counts. Below the cap the entries are trusted as they are, so
+    /// an accept costs no record reads.
+    async fn verified_at_cap(
         &self,
-        agent: &AgentId,
-    ) -> Result<(Vec<LoadEntry>, Option<u64>), StoreError> {
-        let (load, revision) = self.store.load(agent).await?;
+        entries: Vec<LoadEntry>,
+        cap: usize,
+    ) -> Result<Vec<LoadEntry>, StoreError> {
+        if entries.len() < cap {
+            return Ok(entries);
+        }
         let now = timestamp::now();
-        let mut live = Vec::with_capacity(load.active.len() + 1);
-        for entry in load.active {
+        let mut live = Vec::with_capacity(entries.len());
+        for entry in entries {
             let in_flight = now - entry.since < RESERVATION_IN_FLIGHT;
             let keep = match self.store.find(&entry.task_id).await? {
                 Some(stored) => {
@@ -673,13 +708,14 @@ impl Tasks {
                 live.push(entry);
             }
         }
-        Ok((live, revision))
+        Ok(live)
     }
 
     /// Takes a task out of the assignee's active set (best effort: stale entries are dropped
     /// by the next reservation).
     async fn release(&self, agent: &AgentId, task_id: Uuid) {
-        for _ in 0..CAS_ATTEMPTS {
+        let _turn = self.load_turn(agent).await;
+        for attempt in 0..CAS_ATTEMPTS {
             let (mut load, revision) = match self.store.load(agent).await {
                 Ok(load) => load,
                 Err(err) => {
@@ -694,7 +730,12 @@ impl Tasks {
             }
             match self.store.save_load(agent, &load, revision).await {
                 Ok(true) => return,
-                Ok(false) => {}
+                Ok(false) => {
+                    switchboard_runtime::store::cas_backoff(
+                        u32::try_from(attempt).unwrap_or(u32::MAX),
+                    )
+                    .await;
+                }
                 Err(err) => {
                     tracing::warn!(%agent, error = %err, "task load not released");
                     return;
@@ -705,8 +746,21 @@ impl Tasks {
 
     /// Tells the directory an agent's active tasks (its `current_tasks`; `busy` at the cap).
     async fn report_load(&self, agent: &AgentId) {
-        let current_tasks = match self.live_load(agent).await {
-            Ok((live, _)) => live.into_iter().map(|e| e.task_id).collect(),
+        let cap = match self.store.card(agent).await {
+            Ok(card) => card.map_or(usize::MAX, |c| {
+                usize::try_from(c.max_concurrent_tasks).unwrap_or(usize::MAX)
+            }),
+            Err(err) => {
+                tracing::warn!(%agent, error = %err, "card not read");
+                return;
+            }
+        };
+        let entries = match self.store.load(agent).await {
+            Ok((load, _)) => self.verified_at_cap(load.active, cap).await,
+            Err(err) => Err(err),
+        };
+        let current_tasks = match entries {
+            Ok(live) => live.into_iter().map(|e| e.task_id).collect(),
             Err(err) => {
                 tracing::warn!(%agent, error = %err, "task load not read");
                 return;

@@ -6,8 +6,9 @@
 //!   waiting for input), also written with compare-and-set, so concurrent accepts for one
 //!   assignee are decided one at a time and never exceed its `max_concurrent_tasks`.
 //! - The `AGENT_TASKS_INDEX` stream: `req.<agent>.<id>` and `asg.<agent>.<id>` (who asked, who
-//!   works; kept with the task, for `list`) and `open.<id>` (carrying the deadline and the
-//!   parent; removed with a filtered purge when the task ends, for the deadline sweep). A plain
+//!   works; kept with the task, for `list`) and `open.<id>` (only for a task with a deadline
+//!   or a parent, carrying both; removed with a filtered purge when the task ends, for the
+//!   deadline sweep and the orphan check, whose cost is then what can be due). A plain
 //!   stream for the same reason as the open-call index: a KV delete leaves a marker that
 //!   snapshots keep reading.
 //!
@@ -165,11 +166,15 @@ impl TaskStore {
             deadline: task.deadline,
             parent: task.parent,
         })?;
-        for (key, payload) in [
+        let mut entries = vec![
             (format!("req.{}.{id}", task.requester), Bytes::new()),
             (format!("asg.{}.{id}", task.assignee), Bytes::new()),
-            (format!("open.{id}"), open),
-        ] {
+        ];
+        // Only a task with a deadline or a parent can ever need the sweep.
+        if task.deadline.is_some() || task.parent.is_some() {
+            entries.push((format!("open.{id}"), open));
+        }
+        for (key, payload) in entries {
             let subject = format!("{TASKS_INDEX_PREFIX}{key}");
             publish_durable(&self.js, &subject, &subject, payload)
                 .await

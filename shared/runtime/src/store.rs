@@ -38,3 +38,15 @@ impl From<StoreError> for ErrorReply {
         ErrorReply::new(kind, err.to_string())
     }
 }
+
+/// Jittered backoff between compare-and-set attempts, so writers racing on one key spread out
+/// instead of colliding in lockstep (the ceiling doubles from 0.5 ms up to 16 ms).
+pub async fn cas_backoff(attempt: u32) {
+    let ceiling_us = 500u64 << attempt.min(5);
+    // The low bits of a v7 id are random.
+    let jitter = u64::try_from(switchboard_proto::new_id().as_u128() % 1_000).unwrap_or(500);
+    tokio::time::sleep(std::time::Duration::from_micros(
+        ceiling_us * jitter / 1_000,
+    ))
+    .await;
+}

@@ -1,0 +1,187 @@
+//! `switchboard task create|get|list|cancel`: tasks from the command line, as an agent.
+
+use clap::{Args, Subcommand};
+use switchboard_client::proto::task::{
+    CreateTask, ListRole, ListTasks, TaskAction, TaskOp, TaskRequestOp,
+};
+use switchboard_client::proto::{AgentId, GoalId, TaskState};
+
+use crate::DEFAULT_NATS_URL;
+
+/// Arguments of `switchboard task`.
+#[derive(Debug, Args)]
+pub struct TaskArgs {
+    #[command(subcommand)]
+    command: TaskCommand,
+    /// The agent acting (requester for create/cancel, any party for get/list).
+    #[arg(long = "as", value_name = "AGENT", global = true)]
+    as_agent: Option<String>,
+    /// NATS URL.
+    #[arg(long, env = "NATS_URL", default_value = DEFAULT_NATS_URL, global = true)]
+    nats_url: String,
+}
+
+#[derive(Debug, Subcommand)]
+enum TaskCommand {
+    /// Hand a task to an agent (or, with --parent, spawn a subtask; `--to self` for any goal
+    /// of your own agent). Prints the task and the goals it reached (JSON).
+    #[command(
+        after_help = "Examples:\n  switchboard task create --as coordinator --to researcher \"find 3 sources on NATS KV\" --deadline-ms 600000\n  switchboard task create --as researcher --to writer \"draft the intro\" --parent <task_id>\n  switchboard task create --as coordinator --to researcher \"summarise\" --callback '{\"session_id\":\"chat:42\"}'"
+    )]
+    Create {
+        /// The assignee (`self` with --parent).
+        #[arg(long, value_name = "AGENT")]
+        to: String,
+        /// What to do.
+        message: String,
+        /// Deadline, in milliseconds from now.
+        #[arg(long)]
+        deadline_ms: Option<u64>,
+        /// Routing of the asking conversation (a JSON object), returned in every update.
+        #[arg(long, value_name = "JSON")]
+        callback: Option<String>,
+        /// Free-form metadata (a JSON object).
+        #[arg(long, value_name = "JSON")]
+        metadata: Option<String>,
+        /// The requester goal that receives the updates.
+        #[arg(long, value_name = "GOAL_ID")]
+        goal: Option<String>,
+        /// Spawn as a subtask of this task (you must be its assignee).
+        #[arg(long, value_name = "TASK_ID")]
+        parent: Option<uuid::Uuid>,
+    },
+    /// One task with its state, result and history (JSON).
+    #[command(after_help = "Example:\n  switchboard task get --as coordinator <task_id>")]
+    Get {
+        /// The task.
+        task_id: uuid::Uuid,
+    },
+    /// Your tasks by role and state, or a task's subtasks with --parent (JSON, paged).
+    #[command(
+        after_help = "Examples:\n  switchboard task list --as researcher --role assignee --state working\n  switchboard task list --as coordinator --parent <task_id>\n  switchboard task list --as coordinator --limit 10 --cursor <next_cursor>"
+    )]
+    List {
+        /// requester, assignee or any.
+        #[arg(long, default_value = "any")]
+        role: String,
+        /// Only tasks in this state (submitted, accepted, working, input_required, completed,
+        /// failed, rejected, canceled).
+        #[arg(long)]
+        state: Option<String>,
+        /// The subtasks of this task.
+        #[arg(long, value_name = "TASK_ID")]
+        parent: Option<uuid::Uuid>,
+        /// Page size (1–200).
+        #[arg(long)]
+        limit: Option<usize>,
+        /// `next_cursor` of the previous page.
+        #[arg(long)]
+        cursor: Option<uuid::Uuid>,
+    },
+    /// Cancel a task you asked for (its open subtasks are canceled too).
+    #[command(
+        after_help = "Example:\n  switchboard task cancel --as coordinator <task_id> --reason \"no longer needed\""
+    )]
+    Cancel {
+        /// The task.
+        task_id: uuid::Uuid,
+        /// Why.
+        #[arg(long)]
+        reason: Option<String>,
+    },
+}
+
+fn json_object(
+    flag: &str,
+    raw: Option<String>,
+) -> anyhow::Result<Option<serde_json::Map<String, serde_json::Value>>> {
+    raw.map(|raw| {
+        serde_json::from_str(&raw)
+            .map_err(|err| anyhow::anyhow!("--{flag} must be a JSON object: {err}"))
+    })
+    .transpose()
+}
+
+fn parse_enum<T: serde::de::DeserializeOwned>(flag: &str, raw: &str) -> anyhow::Result<T> {
+    serde_json::from_value(serde_json::Value::String(raw.to_owned()))
+        .map_err(|_| anyhow::anyhow!("--{flag}: `{raw}` is not a valid value"))
+}
+
+/// Runs a `task` subcommand and returns the service's reply.
+pub async fn run(args: TaskArgs) -> anyhow::Result<serde_json::Value> {
+    let Some(as_agent) = args.as_agent else {
+        anyhow::bail!("--as <AGENT> is required: tasks are created and read as an agent");
+    };
+    let agent = AgentId::parse(&as_agent)?;
+    let url = &args.nats_url;
+    let subject = |op: TaskRequestOp| op.subject(&agent);
+    match args.command {
+        TaskCommand::Create {
+            to,
+            message,
+            deadline_ms,
+            callback,
+            metadata,
+            goal,
+            parent,
+        } => {
+            let request = CreateTask {
+                to: Some(to),
+                message: Some(message),
+                deadline_in_ms: deadline_ms,
+                callback: json_object("callback", callback)?,
+                metadata: json_object("metadata", metadata)?.unwrap_or_default(),
+                from_goal_id: goal.as_deref().map(GoalId::parse).transpose()?,
+                // Chosen here, so the retried request is recognised as the same task.
+                task_id: Some(switchboard_client::proto::new_id()),
+                parent_task_id: parent,
+                ..CreateTask::default()
+            };
+            let op = if parent.is_some() {
+                TaskRequestOp::Spawn
+            } else {
+                TaskRequestOp::Create
+            };
+            crate::request_with_retry(url, &subject(op), &request).await
+        }
+        TaskCommand::Get { task_id } => {
+            let request = TaskAction {
+                task_id: Some(task_id),
+                ..TaskAction::default()
+            };
+            crate::request_json(url, &subject(TaskRequestOp::Get), &request).await
+        }
+        TaskCommand::List {
+            role,
+            state,
+            parent,
+            limit,
+            cursor,
+        } => {
+            let request = ListTasks {
+                role: parse_enum::<ListRole>("role", &role)?,
+                state: state
+                    .as_deref()
+                    .map(|s| parse_enum::<TaskState>("state", s))
+                    .transpose()?,
+                parent,
+                limit,
+                cursor,
+            };
+            crate::request_json(url, &subject(TaskRequestOp::List), &request).await
+        }
+        TaskCommand::Cancel { task_id, reason } => {
+            let request = TaskAction {
+                task_id: Some(task_id),
+                message: reason,
+                ..TaskAction::default()
+            };
+            crate::request_with_retry(
+                url,
+                &subject(TaskRequestOp::Transition(TaskOp::Cancel)),
+                &request,
+            )
+            .await
+        }
+    }
+}
