@@ -345,6 +345,44 @@ async fn illegal_transitions_are_refused_with_their_kind_and_change_nothing() {
 }
 
 #[tokio::test]
+async fn a_retried_create_is_one_task_and_one_message() {
+    let fabric = Fabric::start().await;
+    let p = pair(&fabric).await;
+    let request = CreateTask {
+        to: Some("worker".into()),
+        message: Some("once".into()),
+        task_id: Some(switchboard_proto::new_id()),
+        ..CreateTask::default()
+    };
+    let first = p.boss.create_task(request.clone()).await.unwrap();
+    let again = p.boss.create_task(request.clone()).await.unwrap();
+    assert!(!first.duplicate);
+    assert!(again.duplicate);
+    assert_eq!(again.task.task_id, first.task.task_id);
+    assert_eq!(next(&p.worker_goal).await.kind, MessageKind::Task);
+    assert_no_more(&p.worker_goal).await;
+    assert_eq!(events(&fabric, first.task.task_id).await.len(), 1);
+    // The same id for a different task is a conflict, also for another agent, who gains no
+    // view of the task through it.
+    let other = CreateTask {
+        message: Some("something else".into()),
+        ..request.clone()
+    };
+    assert_eq!(kind(p.boss.create_task(other).await), ErrorKind::Conflict);
+    let (intruder, _ig) = fabric.agent_with_goal("intruder").await;
+    let stolen = CreateTask {
+        to: Some("boss".into()),
+        ..request
+    };
+    assert_eq!(
+        kind(intruder.create_task(stolen).await),
+        ErrorKind::Conflict
+    );
+    let seen = intruder.list_tasks(&ListTasks::default()).await.unwrap();
+    assert!(seen.tasks.is_empty(), "{:?}", seen.tasks);
+}
+
+#[tokio::test]
 async fn the_concurrency_cap_counts_active_tasks_and_the_directory_follows() {
     let fabric = Fabric::start().await;
     let (boss, _boss_goal) = fabric.agent_with_goal("boss").await;
@@ -674,6 +712,7 @@ async fn subtasks_return_their_results_to_the_parent_goal() {
     assert_eq!(own.delivered_to.len(), 2, "every live goal of the agent");
     let taken = next(&other_goal).await;
     assert_eq!(taken.kind, MessageKind::Task);
+    assert_eq!(taken.task.as_ref().unwrap().id, own.task.task_id);
     p.worker
         .task_op(
             TaskOp::Accept,
@@ -685,6 +724,19 @@ async fn subtasks_return_their_results_to_the_parent_goal() {
         )
         .await
         .unwrap();
+    // The first goal to accept has it: another goal of the same agent is refused.
+    let second = p
+        .worker
+        .task_op(
+            TaskOp::Accept,
+            TaskAction {
+                task_id: Some(own.task.task_id),
+                from_goal_id: Some(p.worker_goal.id()),
+                ..TaskAction::default()
+            },
+        )
+        .await;
+    assert_eq!(kind(second), ErrorKind::IllegalTransition);
     p.worker.start_task(own.task.task_id).await.unwrap();
     p.worker
         .complete_task(own.task.task_id, TaskOutcome::text("draft is fine"))

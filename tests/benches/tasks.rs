@@ -93,8 +93,14 @@ async fn main() {
         .await
     };
 
+    // A fresh worker: the accept run left hundreds of tasks active on the first one, and an
+    // active set is read and written whole.
+    let mut fresh_card = card("bench-worker-2");
+    fresh_card.max_concurrent_tasks = 1_000_000;
+    let fresh = Arc::new(agent_with(&url, fresh_card, std::time::Duration::from_secs(3600)).await);
+    let _fresh_goal = fresh.open_goal().await.unwrap();
     let life = {
-        let (boss, worker) = (Arc::clone(&boss), Arc::clone(&worker));
+        let (boss, worker) = (Arc::clone(&boss), Arc::clone(&fresh));
         measure(ops, 2, IN_FLIGHT, move || {
             let (boss, worker, what) = (Arc::clone(&boss), Arc::clone(&worker), what.clone());
             async move {

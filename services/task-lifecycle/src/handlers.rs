@@ -276,6 +276,11 @@ impl Tasks {
         }
 
         let task_id = request.task_id.unwrap_or_else(new_id);
+        if let Some(existing) = self.store.find(&task_id).await? {
+            return self
+                .created_again(caller, body, existing.task, &goals)
+                .await;
+        }
         let (depth, requester_goal) = match parent_id {
             Some(parent_id) => {
                 let parent = self.adopt(caller, parent_id, task_id).await?;
@@ -311,40 +316,18 @@ impl Tasks {
             updated_at: now,
         };
         let Some(stored) = self.store.insert(&task).await? else {
-            // A retried create with the same id: the same task again is a duplicate.
-            let existing = self.store.find(&task_id).await?;
-            return match existing {
-                Some(existing)
-                    if existing.task.requester == *caller && existing.task.message == body =>
-                {
-                    Ok(TaskReply {
-                        task: existing.task,
-                        delivered_to: Vec::new(),
-                        duplicate: true,
-                    })
-                }
-                _ => Err(ErrorReply::new(
+            // Created meanwhile by a concurrent request with the same id.
+            let Some(existing) = self.store.find(&task_id).await? else {
+                return Err(ErrorReply::new(
                     ErrorKind::Conflict,
-                    format!("task {task_id} exists already"),
-                )),
+                    format!("task {task_id} is being created; retry"),
+                ));
             };
+            return self
+                .created_again(caller, body, existing.task, &goals)
+                .await;
         };
-
-        let mut message = InboxMessage::new(
-            caller.clone(),
-            requester_goal.unwrap_or_default(),
-            assignee.clone(),
-            body,
-        );
-        message.id = Some(task.message_id);
-        message.kind = MessageKind::Task;
-        message.parts = task.parts.clone();
-        message.task = Some(task_ref(&task));
-        message.callback = task.callback.clone();
-        message.metadata = task.metadata.clone();
-        let delivered_to = self
-            .publish_to(&goals, &message, &format!("task:{task_id}"))
-            .await;
+        let delivered_to = self.deliver_task(&stored.task, &goals).await;
         if delivered_to.is_empty() {
             self.store.forget(&task_id).await?;
             return Err(ErrorReply::new(
@@ -359,6 +342,55 @@ impl Tasks {
             delivered_to,
             duplicate: false,
         })
+    }
+
+    /// A create whose task id exists already: the same requester and text is a retry (if the
+    /// first attempt stopped before its delivery, deliver now: the copies are de-duplicated
+    /// per goal by their message id, so nothing arrives twice); anything else is a conflict.
+    async fn created_again(
+        &self,
+        caller: &AgentId,
+        body: &str,
+        existing: TaskRecord,
+        goals: &[GoalId],
+    ) -> Result<TaskReply, ErrorReply> {
+        if existing.requester != *caller || existing.message != body {
+            return Err(ErrorReply::new(
+                ErrorKind::Conflict,
+                format!("task {} exists already", existing.task_id),
+            ));
+        }
+        let delivered_to = if existing.state == TaskState::Submitted {
+            let delivered = self.deliver_task(&existing, goals).await;
+            self.emit(&existing, None, None, None).await;
+            delivered
+        } else {
+            Vec::new()
+        };
+        Ok(TaskReply {
+            task: existing,
+            delivered_to,
+            duplicate: true,
+        })
+    }
+
+    /// The `kind: task` message to each of the assignee's goals (`Nats-Msg-Id`
+    /// `task:<task_id>:<goal>`, so a repeat is stored once); returns the goals that took it.
+    async fn deliver_task(&self, task: &TaskRecord, goals: &[GoalId]) -> Vec<GoalId> {
+        let mut message = InboxMessage::new(
+            task.requester.clone(),
+            task.requester_goal.unwrap_or_default(),
+            task.assignee.clone(),
+            task.message.as_str(),
+        );
+        message.id = Some(task.message_id);
+        message.kind = MessageKind::Task;
+        message.parts = task.parts.clone();
+        message.task = Some(task_ref(task));
+        message.callback = task.callback.clone();
+        message.metadata = task.metadata.clone();
+        self.publish_to(goals, &message, &format!("task:{}", task.task_id))
+            .await
     }
 
     /// A goal named in a request must be a live goal of the caller (updates go there).
@@ -525,8 +557,13 @@ impl Tasks {
                     ),
                 ));
             };
-            // A retried request whose op is already the task's last step changes nothing.
-            if op != TaskOp::Progress && is_repeat(task, op, caller) {
+            // A retried request whose op is already the task's last step changes nothing. An
+            // accept from another goal of the same agent is not a retry: the first goal that
+            // accepted has the task.
+            let other_goal = op == TaskOp::Accept
+                && request.from_goal_id.is_some()
+                && request.from_goal_id != task.assignee_goal;
+            if op != TaskOp::Progress && !other_goal && is_repeat(task, op, caller) {
                 return Ok(TaskReply {
                     task: stored.task,
                     delivered_to: Vec::new(),
@@ -551,6 +588,14 @@ impl Tasks {
                 ));
             }
             let next = rules::apply(task.state, op, role).map_err(ErrorReply::from)?;
+            // The update carries the task's callback too: it must still fit an inbox message.
+            if let Some(callback) = &task.callback {
+                check_size(content_size(
+                    text.unwrap_or(""),
+                    &request.parts,
+                    &[&serde_json::Value::Object(callback.clone())],
+                ))?;
+            }
             if op == TaskOp::Accept {
                 self.check_acceptance(task).await?;
                 self.reserve(&task.assignee, task_id).await?;
@@ -901,7 +946,7 @@ impl Tasks {
             if let Some(reason) = &task.reason {
                 message
                     .metadata
-                    .insert("task_reason".to_owned(), reason.as_str().into());
+                    .insert("task_reason".to_owned(), shorten(reason).into());
             }
             message
         };
@@ -1029,6 +1074,11 @@ impl Tasks {
             let Some(stored) = self.store.find(id).await? else {
                 return Ok(None);
             };
+            // Only a real child: an id listed under a parent must name that parent back.
+            if stored.task.parent != Some(parent) {
+                tracing::warn!(task_id = %id, %parent, "listed as a child but names another parent; not canceled");
+                return Ok(None);
+            }
             let Ok(next) = rules::apply(stored.task.state, TaskOp::Cancel, TaskRole::System) else {
                 return Ok(None);
             };
@@ -1127,9 +1177,25 @@ impl Tasks {
         let mut tasks = Vec::new();
         let mut next_cursor = None;
         for (i, id) in ids.iter().enumerate() {
-            let Some(stored) = self.store.find(id).await? else {
-                continue;
+            let stored = match self.store.find(id).await {
+                Ok(Some(stored)) => stored,
+                Ok(None) => continue,
+                Err(StoreError::Corrupt(key)) => {
+                    // One bad record must not fail every listing.
+                    tracing::warn!(%key, "undecodable task record skipped");
+                    continue;
+                }
+                Err(err) => return Err(err.into()),
             };
+            // An index entry is only a hint: the record says who the parties are (children
+            // were checked through their parent above).
+            let listed = match request.parent {
+                Some(parent) => stored.task.parent == Some(parent),
+                None => stored.task.is_party(caller),
+            };
+            if !listed {
+                continue;
+            }
             if request
                 .state
                 .is_some_and(|state| state != stored.task.state)
@@ -1162,7 +1228,15 @@ impl Tasks {
             if !due && !orphan_check {
                 continue;
             }
-            let Some(stored) = self.store.find(&id).await? else {
+            let found = match self.store.find(&id).await {
+                Err(StoreError::Corrupt(key)) => {
+                    // One bad record must not stop the sweep for every other task.
+                    tracing::warn!(%key, "undecodable task record skipped by the sweep");
+                    continue;
+                }
+                other => other?,
+            };
+            let Some(stored) = found else {
                 if stored_at.is_some_and(|at| now - at > CHILD_IN_FLIGHT) {
                     self.store.close(&id).await;
                 }

@@ -176,7 +176,10 @@ impl TaskStore {
         }
         for (key, payload) in entries {
             let subject = format!("{TASKS_INDEX_PREFIX}{key}");
-            publish_durable(&self.js, &subject, &subject, payload)
+            // The subject keeps one entry anyway; a fresh id per create attempt keeps an entry
+            // purged by `forget` from being de-duplicated away when the create is retried.
+            let msg_id = format!("{subject}:{}", switchboard_proto::new_id());
+            publish_durable(&self.js, &subject, &msg_id, payload)
                 .await
                 .map_err(|err| StoreError::store("indexing the task", err))?;
         }

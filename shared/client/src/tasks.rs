@@ -6,7 +6,7 @@ use std::future::Future;
 use switchboard_proto::task::{
     CreateTask, ListTasks, TaskAction, TaskList, TaskOp, TaskRecord, TaskReply, TaskRequestOp,
 };
-use switchboard_proto::{InboxMessage, MessageKind, Part};
+use switchboard_proto::{GoalId, InboxMessage, MessageKind, Part};
 use switchboard_runtime::request::request_json_retrying;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
@@ -247,11 +247,13 @@ impl Agent {
         }
     }
 
-    /// Works on one `kind: task` message: accept → start → `work` → complete (its `Ok`) or
-    /// fail (its `Err`, the reason). Returns the task as it ended, or the refusal of accept
-    /// (e.g. `at_capacity`: the task stays submitted for later).
+    /// Works on one `kind: task` message that arrived in `goal`: accept (for that goal) →
+    /// start → `work` → complete (its `Ok`) or fail (its `Err`, the reason). Returns the task
+    /// as it ended, or the refusal of accept (e.g. `at_capacity`: the task stays submitted
+    /// for later; `illegal_transition`: another goal took it).
     pub async fn work_on<F, Fut>(
         &self,
+        goal: GoalId,
         message: &InboxMessage,
         work: F,
     ) -> Result<TaskRecord, ClientError>
@@ -266,7 +268,17 @@ impl Agent {
         else {
             return Err(ClientError::Inbox("not a `kind: task` message".to_owned()));
         };
-        self.accept_task(task.id).await?;
+        // Accepted for this goal: if another goal of this agent took it first, this is
+        // refused (`illegal_transition`) and the work is theirs.
+        self.task_op(
+            TaskOp::Accept,
+            TaskAction {
+                task_id: Some(task.id),
+                from_goal_id: Some(goal),
+                ..TaskAction::default()
+            },
+        )
+        .await?;
         let started = self.start_task(task.id).await?;
         let reply = match work(started.task).await {
             Ok(outcome) => self.complete_task(task.id, outcome).await?,
@@ -297,7 +309,7 @@ impl Agent {
             let Some(delivery) = delivery else { continue };
             let message = delivery.ack().await?;
             if message.kind == MessageKind::Task {
-                match self.work_on(&message, &work).await {
+                match self.work_on(goal.id(), &message, &work).await {
                     Ok(task) => {
                         tracing::info!(task_id = %task.task_id, state = task.state.as_str(), "task worked on")
                     }
