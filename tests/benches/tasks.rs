@@ -105,7 +105,7 @@ async fn main() {
             let (boss, worker, what) = (Arc::clone(&boss), Arc::clone(&worker), what.clone());
             async move {
                 let id = boss
-                    .give_task("bench-worker", &what)
+                    .give_task("bench-worker-2", &what)
                     .await
                     .unwrap()
                     .task
