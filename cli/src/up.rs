@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use audit::AuditConfig;
 use clap::Args;
 use directory::DirectoryConfig;
 use inbox_fanout::FanoutConfig;
@@ -37,6 +38,7 @@ pub async fn run(args: UpArgs) -> ExitCode {
             fanout: config::section_for(&figment, inbox_fanout::config::SECTION, &runtime)?,
             correlator: config::section_for(&figment, reply_correlator::config::SECTION, &runtime)?,
             tasks: config::section_for(&figment, task_lifecycle::config::SECTION, &runtime)?,
+            audit: config::section_for(&figment, audit::config::SECTION, &runtime)?,
             runtime,
         })
     });
@@ -72,6 +74,7 @@ struct Services {
     fanout: FanoutConfig,
     correlator: CorrelatorConfig,
     tasks: TaskConfig,
+    audit: AuditConfig,
 }
 
 async fn serve(args: UpArgs, services: &mut Services, otlp: Option<&str>) -> anyhow::Result<()> {
@@ -95,11 +98,13 @@ async fn serve(args: UpArgs, services: &mut Services, otlp: Option<&str>) -> any
     let fanout = inbox_fanout::start(&client, runtime, services.fanout.clone()).await?;
     let correlator = reply_correlator::start(&client, runtime, services.correlator.clone()).await?;
     let task_service = task_lifecycle::start(&client, runtime, services.tasks.clone()).await?;
+    let audit_service = audit::start(&client, runtime, services.audit.clone()).await?;
     let tasks = vec![
         tokio::spawn(directory.run(shutdown.clone())),
         tokio::spawn(fanout.run(shutdown.clone())),
         tokio::spawn(correlator.run(shutdown.clone())),
         tokio::spawn(task_service.run(shutdown.clone())),
+        tokio::spawn(audit_service.run(shutdown.clone())),
     ];
 
     match &embedded {
@@ -112,7 +117,7 @@ async fn serve(args: UpArgs, services: &mut Services, otlp: Option<&str>) -> any
         None => println!("Switchboard is up.\n  NATS:      {url}"),
     }
     println!(
-        "  services:  directory, inbox-fanout, reply-correlator, task-lifecycle\n  traces:    {}\n\nAn agent in any language connects to {url} and sends\n  agent.registry.register.<agent_id>   (its card, JSON)\n  agent.registry.goal.open.<agent_id>  (then reads its inbox consumer)\n  agent.send.<agent_id>                ({{\"to\": \"peer\", \"message\": \"…\"}})\n  agent.call.<agent_id> / agent.reply.<agent_id>   (calls that wait for an answer)\n  agent.task.<op>.<agent_id>           (tasks: create, accept, start, complete, spawn, …)\nTry:  switchboard agents   |   switchboard peers --as <agent_id>\nStop: Ctrl-C",
+        "  services:  directory, inbox-fanout, reply-correlator, task-lifecycle, audit\n  traces:    {}\n\nAn agent in any language connects to {url} and sends\n  agent.registry.register.<agent_id>   (its card, JSON)\n  agent.registry.goal.open.<agent_id>  (then reads its inbox consumer)\n  agent.send.<agent_id>                ({{\"to\": \"peer\", \"message\": \"…\"}})\n  agent.call.<agent_id> / agent.reply.<agent_id>   (calls that wait for an answer)\n  agent.task.<op>.<agent_id>           (tasks: create, accept, start, complete, spawn, …)\nTry:  switchboard agents   |   switchboard peers --as <agent_id>\nStop: Ctrl-C",
         otlp.unwrap_or("not exported (set OTEL_EXPORTER_OTLP_ENDPOINT)")
     );
 

@@ -71,7 +71,9 @@ async fn up_runs_the_embedded_system_and_stops_on_ctrl_c() {
         "{banner}"
     );
     assert!(
-        banner.contains("services:  directory, inbox-fanout, reply-correlator, task-lifecycle"),
+        banner.contains(
+            "services:  directory, inbox-fanout, reply-correlator, task-lifecycle, audit"
+        ),
         "{banner}"
     );
     assert!(

@@ -257,6 +257,29 @@ pub async fn start_tasks_in_process(
     )
 }
 
+/// An audit replica and its trail, for reading its index in-process.
+pub async fn start_audit(
+    url: &str,
+    config: audit::AuditConfig,
+) -> (Replica, std::sync::Arc<audit::Trail>) {
+    let client = async_nats::connect(url).await.unwrap();
+    let running = audit::start(&client, &runtime(url), config).await.unwrap();
+    let trail = running.trail();
+    (
+        Replica::spawn("audit", |shutdown| running.run(shutdown)),
+        trail,
+    )
+}
+
+/// Audit settings for tests: quick redelivery and catch-up, index in memory.
+pub fn fast_audit() -> audit::AuditConfig {
+    audit::AuditConfig {
+        ack_wait_ms: 1_000,
+        catch_up_interval_ms: 100,
+        ..Default::default()
+    }
+}
+
 /// Task settings whose deadline sweep never runs during a test.
 pub fn slow_task_sweep() -> task_lifecycle::TaskConfig {
     task_lifecycle::TaskConfig {

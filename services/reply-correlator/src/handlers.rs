@@ -310,6 +310,7 @@ impl Correlator {
             from_goal_id: Some(record.caller_goal),
             kind: Some(MessageKind::Request),
             expects_reply: true,
+            in_reply_to: request.in_reply_to,
             parts: request.parts.clone(),
             metadata,
             ..SendRequest::default()

@@ -310,6 +310,7 @@ impl Tasks {
             result_parts: Vec::new(),
             reason: None,
             message_id: new_id(),
+            in_reply_to: request.in_reply_to,
             transitions: 0,
             history: Vec::new(),
             created_at: now,
@@ -384,6 +385,7 @@ impl Tasks {
             task.message.as_str(),
         );
         message.id = Some(task.message_id);
+        message.in_reply_to = task.in_reply_to;
         message.kind = MessageKind::Task;
         message.parts = task.parts.clone();
         message.task = Some(task_ref(task));

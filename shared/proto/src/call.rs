@@ -39,6 +39,10 @@ pub struct CallRequest {
     /// Free-form metadata for the callee.
     #[serde(default, skip_serializing_if = "Map::is_empty")]
     pub metadata: Map<String, Value>,
+    /// The message that prompted this call (the request's `in_reply_to`), so the audit trail
+    /// links it into that conversation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub in_reply_to: Option<Uuid>,
 }
 
 /// Reply to a parked call.

@@ -97,6 +97,22 @@ impl ErrorKind {
         }
     }
 
+    /// Whether the error is a rule refusing a well-formed request (gates, ACL, limits, ids,
+    /// identity, state machine) rather than a malformed body or a failure on our side:
+    /// refusals are published for the audit trail.
+    pub fn is_refusal(self) -> bool {
+        !matches!(
+            self,
+            Self::BadRequest
+                | Self::NotFound
+                | Self::Conflict
+                | Self::Unavailable
+                | Self::Internal
+                | Self::Timeout
+                | Self::Unknown
+        )
+    }
+
     /// The snake_case name, as on the wire.
     pub fn as_str(self) -> &'static str {
         match self {

@@ -18,9 +18,11 @@
 //! - [`send`]: send_to_peer request/report and the pure gate and anti-loop rules.
 //! - [`call`]: correlated calls, the pending-call record, chain/cycle/depth rules.
 //! - [`task`]: the task state machine (who may do what, legal transitions).
+//! - [`audit`]: audit records, refusal events and the audit queries.
 //! - [`error`]: `ErrorKind` and the `{"error":{code,kind,message}}` reply.
 
 pub mod acl;
+pub mod audit;
 pub mod call;
 pub mod error;
 pub mod ids;

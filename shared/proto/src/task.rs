@@ -301,6 +301,10 @@ pub struct CreateTask {
     /// spawn only: the task this one is a part of (the caller must be its assignee).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent_task_id: Option<Uuid>,
+    /// The message that prompted this task (the task message's `in_reply_to`), so the audit
+    /// trail links it into that conversation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub in_reply_to: Option<Uuid>,
 }
 
 /// `accept`, `reject`, `start`, `progress`, `input_required`, `complete`, `fail`, `cancel`, `get`.
@@ -442,6 +446,9 @@ pub struct TaskRecord {
     pub reason: Option<String>,
     /// The id of the `kind: task` message delivered to the assignee.
     pub message_id: Uuid,
+    /// The message that prompted the task.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub in_reply_to: Option<Uuid>,
     /// Transitions so far (the event sequence number of the next one).
     pub transitions: u32,
     /// The latest transitions (at most [`HISTORY_KEPT`]).
@@ -630,6 +637,7 @@ mod tests {
             result_parts: Vec::new(),
             reason: None,
             message_id: Uuid::nil(),
+            in_reply_to: None,
             transitions: 0,
             history: Vec::new(),
             created_at: now,

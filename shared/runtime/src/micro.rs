@@ -140,6 +140,24 @@ impl Endpoint {
         }
     }
 
+    /// An endpoint that takes the whole request message (to stream several messages to its
+    /// reply subject before the final reply, which is what it returns).
+    pub fn raw<F, Fut>(name: &str, subject: String, handler: F) -> Self
+    where
+        F: Fn(Message) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Bytes, ErrorReply>> + Send + 'static,
+    {
+        let handler = Arc::new(handler);
+        Self {
+            name: name.to_owned(),
+            subject,
+            handler: Arc::new(move |message: Message| {
+                let handler = Arc::clone(&handler);
+                async move { handler(message).await }.boxed()
+            }),
+        }
+    }
+
     /// An endpoint without caller identity on exactly `subject`.
     pub fn json<Req, Resp, F, Fut>(name: &str, subject: String, handler: F) -> Self
     where
@@ -242,7 +260,15 @@ pub async fn start(
                 subject: endpoint.subject.clone(),
                 source,
             })?;
-        let handler = wrap_errors(endpoint.handler, endpoint.name.clone(), Arc::clone(&errors));
+        let handler = wrap_errors(
+            endpoint.handler,
+            endpoint.name.clone(),
+            Arc::clone(&errors),
+            Refusals {
+                js: async_nats::jetstream::new(client.clone()),
+                service: spec.name,
+            },
+        );
         subscribed.push((stream, handler, endpoint.name));
     }
     // Ready means the server has registered every endpoint subscription (a real round trip;
@@ -260,11 +286,59 @@ pub async fn start(
     })
 }
 
-fn wrap_errors(handler: Handler, endpoint: String, errors: ErrorCounts) -> Handler {
-    Arc::new(move |message| {
+/// Where refusals are published for the audit trail.
+#[derive(Clone)]
+struct Refusals {
+    js: async_nats::jetstream::Context,
+    service: &'static str,
+}
+
+impl Refusals {
+    /// Publishes a rule refusal as `agent.refusals.<service>.<caller>` (in the background:
+    /// the reply does not wait for it; a loss is logged by `publish_event`).
+    fn publish(&self, subject: &str, err: &ErrorReply) {
+        if !err.kind().is_refusal() {
+            return;
+        }
+        let caller = subject
+            .rsplit('.')
+            .next()
+            .filter(|token| AgentId::parse(token).is_ok())
+            .unwrap_or("_")
+            .to_owned();
+        let event = switchboard_proto::audit::RefusalEvent {
+            id: switchboard_proto::new_id(),
+            service: self.service.to_owned(),
+            agent_id: caller.clone(),
+            subject: subject.to_owned(),
+            kind: err.kind(),
+            message: err.error.message.clone(),
+            at: switchboard_proto::timestamp::now(),
+        };
+        let js = self.js.clone();
+        let to = format!(
+            "{}.{}.{caller}",
+            switchboard_proto::audit::REFUSALS_PREFIX,
+            self.service
+        );
+        tokio::spawn(async move {
+            crate::publish::publish_event(&js, &to, &event.id.to_string(), &event).await;
+        });
+    }
+}
+
+fn wrap_errors(
+    handler: Handler,
+    endpoint: String,
+    errors: ErrorCounts,
+    refusals: Refusals,
+) -> Handler {
+    Arc::new(move |message: Message| {
         let handler = Arc::clone(&handler);
         let errors = Arc::clone(&errors);
         let endpoint = endpoint.clone();
+        let refusals = refusals.clone();
+        let subject = message.subject.to_string();
         async move {
             let result = AssertUnwindSafe(handler(message))
                 .catch_unwind()
@@ -275,6 +349,9 @@ fn wrap_errors(handler: Handler, endpoint: String, errors: ErrorCounts) -> Handl
                         "the handler panicked; see the service log",
                     ))
                 });
+            if let Err(err) = &result {
+                refusals.publish(&subject, err);
+            }
             if let Err(err) = &result
                 && let Ok(mut counts) = errors.lock()
             {

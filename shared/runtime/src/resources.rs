@@ -49,11 +49,12 @@ pub fn inbox_stream(config: &JetStreamConfig) -> stream::Config {
 pub fn events_stream(config: &JetStreamConfig) -> stream::Config {
     stream::Config {
         name: EVENTS_STREAM.to_owned(),
-        description: Some("Switchboard registry, call and task events".to_owned()),
+        description: Some("Switchboard registry, call, task and refusal events".to_owned()),
         subjects: vec![
             REGISTRY_EVENTS_ALL.to_owned(),
             format!("{}.>", switchboard_proto::call::CALL_EVENTS_PREFIX),
             format!("{}.>", switchboard_proto::task::TASK_EVENTS_PREFIX),
+            format!("{}.>", switchboard_proto::audit::REFUSALS_PREFIX),
         ],
         duplicate_window: Duration::from_secs(config.duplicate_window_secs),
         max_age: Duration::from_secs(config.events_max_age_secs),
@@ -143,6 +144,31 @@ pub fn tasks_index_stream(config: &JetStreamConfig) -> stream::Config {
         subjects: vec![format!("{TASKS_INDEX_PREFIX}>")],
         max_messages_per_subject: 1,
         max_age: Duration::from_secs(config.tasks_max_age_secs),
+        num_replicas: config.replicas,
+        storage: stream::StorageType::File,
+        allow_direct: true,
+        ..Default::default()
+    }
+}
+
+/// `AGENT_AUDIT`: the append-only trail, one subject, written only by the audit service with
+/// an expected last sequence (so the hash chain has one order). Retention by age and size
+/// (`jetstream.audit_max_age_secs`, `audit_max_bytes`; 0 = unlimited); deletes and purges are
+/// denied.
+pub fn audit_stream(config: &JetStreamConfig) -> stream::Config {
+    stream::Config {
+        name: switchboard_proto::AUDIT_STREAM.to_owned(),
+        description: Some("Switchboard audit trail (hash-chained)".to_owned()),
+        subjects: vec![switchboard_proto::audit::AUDIT_RECORDS_SUBJECT.to_owned()],
+        max_age: Duration::from_secs(config.audit_max_age_secs),
+        max_bytes: if config.audit_max_bytes == 0 {
+            -1
+        } else {
+            i64::try_from(config.audit_max_bytes).unwrap_or(i64::MAX)
+        },
+        duplicate_window: Duration::from_secs(config.duplicate_window_secs),
+        deny_delete: true,
+        deny_purge: true,
         num_replicas: config.replicas,
         storage: stream::StorageType::File,
         allow_direct: true,

@@ -1,0 +1,82 @@
+//! The `[audit]` config section.
+
+use serde::{Deserialize, Serialize};
+
+/// Audit settings (`[audit]`, `SWITCHBOARD_AUDIT__*`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AuditConfig {
+    /// The query index's SQLite file; empty keeps it in memory (rebuilt from `AGENT_AUDIT` at
+    /// every start). With a file, a restart reads only what was appended since.
+    pub index_path: String,
+    /// Most source messages appended in one batch (their publishes are pipelined).
+    pub batch: usize,
+    /// How often the index reads records other replicas appended, in milliseconds.
+    pub catch_up_interval_ms: u64,
+    /// Name prefix of the durable consumers on `AGENT_INBOX` and `AGENT_EVENTS` (replicas
+    /// sharing it share the work).
+    pub consumer: String,
+    /// How long a source message may stay unacknowledged before it is delivered again (to
+    /// any replica), in milliseconds.
+    pub ack_wait_ms: u64,
+}
+
+impl Default for AuditConfig {
+    fn default() -> Self {
+        Self {
+            index_path: String::new(),
+            batch: 256,
+            catch_up_interval_ms: 500,
+            consumer: "audit".to_owned(),
+            ack_wait_ms: 30_000,
+        }
+    }
+}
+
+impl switchboard_runtime::config::Section for AuditConfig {
+    fn validate(&self) -> Result<(), String> {
+        if self.batch == 0 || self.batch > 10_000 {
+            return Err(format!("batch must be 1 to 10000, not {}", self.batch));
+        }
+        if self.catch_up_interval_ms == 0 || self.ack_wait_ms == 0 {
+            return Err("catch_up_interval_ms and ack_wait_ms must be above 0".to_owned());
+        }
+        if switchboard_proto::AgentId::parse(&self.consumer).is_err() {
+            return Err(format!(
+                "consumer `{}` must be a simple name ([a-z0-9_-])",
+                self.consumer
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Config section name.
+pub const SECTION: &str = "audit";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use switchboard_runtime::config::Section;
+
+    #[test]
+    fn defaults_are_valid_and_contradictions_are_not() {
+        assert!(AuditConfig::default().validate().is_ok());
+        for bad in [
+            AuditConfig {
+                batch: 0,
+                ..AuditConfig::default()
+            },
+            AuditConfig {
+                catch_up_interval_ms: 0,
+                ..AuditConfig::default()
+            },
+            AuditConfig {
+                consumer: "a.b".into(),
+                ..AuditConfig::default()
+            },
+        ] {
+            assert!(bad.validate().is_err(), "{bad:?}");
+        }
+    }
+}

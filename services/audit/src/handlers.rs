@@ -1,0 +1,235 @@
+//! The queries: `agent.audit.thread`, `history`, `pending`, `export`, `verify`. Anyone allowed
+//! by NATS permissions may ask; answers come from this replica's index (caught up with the
+//! stream before each query), except `verify`, which reads the stream itself.
+
+use std::sync::Arc;
+
+use async_nats::{Client, HeaderMap, Message};
+use bytes::Bytes;
+use switchboard_proto::audit::{
+    AuditEntry, AuditOp, AuditRecords, ExportDone, HEADER_EXPORT, HISTORY_LIMIT_DEFAULT,
+    HISTORY_LIMIT_MAX, HistoryRequest, ThreadRequest, VerifyReply,
+};
+use switchboard_proto::{ErrorKind, ErrorReply};
+use switchboard_runtime::micro::{Endpoint, decode};
+
+use crate::index::{Index, IndexError};
+use crate::trail::{Trail, TrailError};
+
+/// Largest export chunk (JSON lines), in bytes.
+const CHUNK_BYTES: usize = 60 * 1024;
+/// Records read from the index per export page.
+const EXPORT_PAGE: usize = 500;
+
+impl From<IndexError> for ErrorReply {
+    fn from(err: IndexError) -> Self {
+        ErrorReply::new(ErrorKind::Internal, err.to_string())
+    }
+}
+
+impl From<TrailError> for ErrorReply {
+    fn from(err: TrailError) -> Self {
+        ErrorReply::new(ErrorKind::Unavailable, err.to_string())
+    }
+}
+
+/// The query side.
+#[derive(Debug)]
+pub struct Queries {
+    client: Client,
+    trail: Arc<Trail>,
+}
+
+/// Runs an index call on a blocking thread.
+async fn blocking<T: Send + 'static>(
+    index: Arc<Index>,
+    call: impl FnOnce(&Index) -> Result<T, IndexError> + Send + 'static,
+) -> Result<T, ErrorReply> {
+    tokio::task::spawn_blocking(move || call(&index))
+        .await
+        .map_err(|err| ErrorReply::new(ErrorKind::Internal, err.to_string()))?
+        .map_err(ErrorReply::from)
+}
+
+impl Queries {
+    /// Wires the parts together.
+    pub fn new(client: Client, trail: Arc<Trail>) -> Self {
+        Self { client, trail }
+    }
+
+    /// One endpoint per op.
+    pub fn endpoints(self: &Arc<Self>) -> Vec<Endpoint> {
+        AuditOp::ALL
+            .into_iter()
+            .map(|op| {
+                let me = Arc::clone(self);
+                let name = op.token();
+                let subject = op.subject();
+                match op {
+                    AuditOp::Thread => Endpoint::json(name, subject, move |req: ThreadRequest| {
+                        let me = Arc::clone(&me);
+                        async move { me.thread(req).await }
+                    }),
+                    AuditOp::History => {
+                        Endpoint::json(name, subject, move |req: HistoryRequest| {
+                            let me = Arc::clone(&me);
+                            async move { me.history(req).await }
+                        })
+                    }
+                    AuditOp::Pending => {
+                        Endpoint::json(name, subject, move |_: serde::de::IgnoredAny| {
+                            let me = Arc::clone(&me);
+                            async move { me.pending().await }
+                        })
+                    }
+                    AuditOp::Verify => {
+                        Endpoint::json(name, subject, move |_: serde::de::IgnoredAny| {
+                            let me = Arc::clone(&me);
+                            async move { me.verify().await }
+                        })
+                    }
+                    AuditOp::Export => Endpoint::raw(name, subject, move |message: Message| {
+                        let me = Arc::clone(&me);
+                        async move { me.export(message).await }
+                    }),
+                }
+            })
+            .collect()
+    }
+
+    /// The index, caught up with the stream first (so a query sees what was appended by any
+    /// replica before it was asked).
+    async fn fresh_index(&self) -> Result<Arc<Index>, ErrorReply> {
+        self.trail.catch_up().await?;
+        Ok(self.trail.index())
+    }
+
+    /// thread: the conversation around a message, call or task.
+    pub async fn thread(&self, request: ThreadRequest) -> Result<AuditRecords, ErrorReply> {
+        if request.message_id.is_none()
+            && request.correlation_id.is_none()
+            && request.task_id.is_none()
+        {
+            return Err(ErrorReply::new(
+                ErrorKind::BadRequest,
+                "give one of `message_id`, `correlation_id` or `task_id`",
+            ));
+        }
+        let index = self.fresh_index().await?;
+        let records = blocking(index, move |index| {
+            index.thread(request.message_id, request.correlation_id, request.task_id)
+        })
+        .await?;
+        Ok(AuditRecords {
+            records,
+            next_cursor: None,
+        })
+    }
+
+    /// history: records matching a filter, paged by sequence.
+    pub async fn history(&self, request: HistoryRequest) -> Result<AuditRecords, ErrorReply> {
+        let limit = request.limit.unwrap_or(HISTORY_LIMIT_DEFAULT);
+        if limit == 0 || limit > HISTORY_LIMIT_MAX {
+            return Err(ErrorReply::new(
+                ErrorKind::BadRequest,
+                format!("`limit` must be 1 to {HISTORY_LIMIT_MAX}"),
+            ));
+        }
+        let index = self.fresh_index().await?;
+        let cursor = request.cursor.unwrap_or(0);
+        let mut records = blocking(index, move |index| {
+            index.history(&request, cursor, limit + 1)
+        })
+        .await?;
+        let next_cursor = if records.len() > limit {
+            records.truncate(limit);
+            records.last().map(|e| e.seq)
+        } else {
+            None
+        };
+        Ok(AuditRecords {
+            records,
+            next_cursor,
+        })
+    }
+
+    /// pending: requests that expect a reply and have none.
+    pub async fn pending(&self) -> Result<AuditRecords, ErrorReply> {
+        let index = self.fresh_index().await?;
+        let records = blocking(index, Index::pending).await?;
+        Ok(AuditRecords {
+            records,
+            next_cursor: None,
+        })
+    }
+
+    /// verify: the hash chain over the whole stream.
+    pub async fn verify(&self) -> Result<VerifyReply, ErrorReply> {
+        Ok(self.trail.verify().await?)
+    }
+
+    /// export: the filter's records as JSON lines, sent to the reply subject in chunks of at
+    /// most 60 KiB (header `Switchboard-Export: chunk`); the final reply is the summary.
+    pub async fn export(&self, message: Message) -> Result<Bytes, ErrorReply> {
+        let filter: HistoryRequest = decode(&message.payload)?;
+        if filter.limit.is_some() || filter.cursor.is_some() {
+            return Err(ErrorReply::new(
+                ErrorKind::BadRequest,
+                "export takes a filter without `limit` or `cursor`: it sends every record",
+            ));
+        }
+        let Some(reply) = message.reply.clone() else {
+            return Err(ErrorReply::new(
+                ErrorKind::BadRequest,
+                "export needs a reply subject",
+            ));
+        };
+        let index = self.fresh_index().await?;
+        let mut cursor = 0;
+        let mut chunk = Vec::with_capacity(CHUNK_BYTES);
+        let mut done = ExportDone {
+            records: 0,
+            chunks: 0,
+        };
+        loop {
+            let page_filter = filter.clone();
+            let page: Vec<AuditEntry> = blocking(Arc::clone(&index), move |index| {
+                index.history(&page_filter, cursor, EXPORT_PAGE)
+            })
+            .await?;
+            let Some(last) = page.last() else { break };
+            cursor = last.seq;
+            for entry in &page {
+                let line = serde_json::to_vec(entry)
+                    .map_err(|err| ErrorReply::new(ErrorKind::Internal, err.to_string()))?;
+                if !chunk.is_empty() && chunk.len() + line.len() + 1 > CHUNK_BYTES {
+                    self.send_chunk(&reply, std::mem::take(&mut chunk)).await?;
+                    done.chunks += 1;
+                }
+                chunk.extend_from_slice(&line);
+                chunk.push(b'\n');
+                done.records += 1;
+            }
+        }
+        if !chunk.is_empty() {
+            self.send_chunk(&reply, chunk).await?;
+            done.chunks += 1;
+        }
+        serde_json::to_vec(&done)
+            .map(Bytes::from)
+            .map_err(|err| ErrorReply::new(ErrorKind::Internal, err.to_string()))
+    }
+
+    async fn send_chunk(
+        &self,
+        reply: &async_nats::Subject,
+        chunk: Vec<u8>,
+    ) -> Result<(), ErrorReply> {
+        let mut headers = HeaderMap::new();
+        headers.insert(HEADER_EXPORT, "chunk");
+        self.client
+            .publish_with_headers(reply.clone(), headers, chunk.into())
+            .await
+            .map_err(|err| ErrorReply::new(ErrorKind::Unavailable, err.to_string()))
+    }
+}

@@ -1,0 +1,330 @@
+//! The query index: an embedded SQLite database holding every record of `AGENT_AUDIT` by
+//! sequence, with the ids threads and histories are looked up by. It is derived data: it can
+//! be deleted at any time and is rebuilt by reading the stream again; rows below the stream's
+//! first sequence (aged out) are dropped.
+//!
+//! Calls are synchronous and short; the service runs them on blocking threads.
+
+use std::collections::BTreeSet;
+use std::sync::Mutex;
+
+use rusqlite::{Connection, OptionalExtension, params};
+use switchboard_proto::audit::{AuditEntry, HistoryRequest};
+use uuid::Uuid;
+
+/// Most records a thread gathers.
+const THREAD_MAX: usize = 10_000;
+/// Most expansion rounds of a thread (each follows one more hop of links).
+const THREAD_ROUNDS: usize = 64;
+
+/// The index failed.
+#[derive(Debug, thiserror::Error)]
+#[error("audit index: {0}")]
+pub struct IndexError(String);
+
+impl From<rusqlite::Error> for IndexError {
+    fn from(err: rusqlite::Error) -> Self {
+        Self(err.to_string())
+    }
+}
+
+impl From<serde_json::Error> for IndexError {
+    fn from(err: serde_json::Error) -> Self {
+        Self(err.to_string())
+    }
+}
+
+/// The index.
+#[derive(Debug)]
+pub struct Index {
+    db: Mutex<Connection>,
+}
+
+fn nanos(at: time::OffsetDateTime) -> i64 {
+    i64::try_from(at.unix_timestamp_nanos()).unwrap_or(i64::MAX)
+}
+
+fn opt(id: Option<Uuid>) -> Option<String> {
+    id.map(|id| id.to_string())
+}
+
+impl Index {
+    /// Opens (or creates) the index at `path`; an empty path keeps it in memory.
+    pub fn open(path: &str) -> Result<Self, IndexError> {
+        let db = if path.is_empty() {
+            Connection::open_in_memory()?
+        } else {
+            if let Some(dir) = std::path::Path::new(path).parent()
+                && !dir.as_os_str().is_empty()
+            {
+                std::fs::create_dir_all(dir).map_err(|err| IndexError(err.to_string()))?;
+            }
+            Connection::open(path)?
+        };
+        db.execute_batch(
+            "PRAGMA journal_mode = WAL;
+             PRAGMA synchronous = NORMAL;
+             CREATE TABLE IF NOT EXISTS records (
+                 seq INTEGER PRIMARY KEY,
+                 id TEXT NOT NULL UNIQUE,
+                 at INTEGER NOT NULL,
+                 kind TEXT NOT NULL,
+                 message_id TEXT, correlation_id TEXT, in_reply_to TEXT,
+                 task_id TEXT, parent_task_id TEXT,
+                 from_agent TEXT, from_goal TEXT, to_agent TEXT, to_goal TEXT,
+                 expects_reply INTEGER NOT NULL,
+                 hash TEXT NOT NULL,
+                 entry TEXT NOT NULL
+             );
+             CREATE INDEX IF NOT EXISTS by_message ON records(message_id);
+             CREATE INDEX IF NOT EXISTS by_reply ON records(in_reply_to);
+             CREATE INDEX IF NOT EXISTS by_correlation ON records(correlation_id);
+             CREATE INDEX IF NOT EXISTS by_task ON records(task_id);
+             CREATE INDEX IF NOT EXISTS by_parent ON records(parent_task_id);
+             CREATE INDEX IF NOT EXISTS by_from ON records(from_agent);
+             CREATE INDEX IF NOT EXISTS by_to ON records(to_agent);
+             CREATE INDEX IF NOT EXISTS by_at ON records(at);",
+        )?;
+        Ok(Self { db: Mutex::new(db) })
+    }
+
+    fn db(&self) -> Result<std::sync::MutexGuard<'_, Connection>, IndexError> {
+        self.db
+            .lock()
+            .map_err(|_| IndexError("the index lock is poisoned".to_owned()))
+    }
+
+    /// The last record indexed: its sequence and hash.
+    pub fn head(&self) -> Result<Option<(u64, String)>, IndexError> {
+        Ok(self
+            .db()?
+            .query_row(
+                "SELECT seq, hash FROM records ORDER BY seq DESC LIMIT 1",
+                [],
+                |row| Ok((row.get::<_, i64>(0)?, row.get::<_, String>(1)?)),
+            )
+            .optional()?
+            .map(|(seq, hash)| (u64::try_from(seq).unwrap_or(0), hash)))
+    }
+
+    /// Whether an event id has a record.
+    pub fn has(&self, id: &str) -> Result<bool, IndexError> {
+        Ok(self
+            .db()?
+            .query_row("SELECT 1 FROM records WHERE id = ?1", [id], |_| Ok(()))
+            .optional()?
+            .is_some())
+    }
+
+    /// Adds records (already in the stream); ones indexed before are skipped.
+    pub fn insert(&self, entries: &[AuditEntry]) -> Result<(), IndexError> {
+        let mut db = self.db()?;
+        let tx = db.transaction()?;
+        {
+            let mut insert = tx.prepare_cached(
+                "INSERT OR IGNORE INTO records (seq, id, at, kind, message_id, correlation_id,
+                   in_reply_to, task_id, parent_task_id, from_agent, from_goal, to_agent, to_goal,
+                   expects_reply, hash, entry)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
+            )?;
+            for entry in entries {
+                let r = &entry.record;
+                insert.execute(params![
+                    i64::try_from(entry.seq).unwrap_or(i64::MAX),
+                    r.id,
+                    nanos(r.at),
+                    r.kind,
+                    opt(r.message_id),
+                    opt(r.correlation_id),
+                    opt(r.in_reply_to),
+                    opt(r.task_id),
+                    opt(r.parent_task_id),
+                    r.from_agent,
+                    r.from_goal.map(|g| g.to_string()),
+                    r.to_agent,
+                    r.to_goal.map(|g| g.to_string()),
+                    r.expects_reply,
+                    entry.hash,
+                    serde_json::to_string(entry)?,
+                ])?;
+            }
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Drops rows the stream no longer holds.
+    pub fn prune_below(&self, first_seq: u64) -> Result<usize, IndexError> {
+        Ok(self.db()?.execute(
+            "DELETE FROM records WHERE seq < ?1",
+            [i64::try_from(first_seq).unwrap_or(i64::MAX)],
+        )?)
+    }
+
+    fn entries(
+        db: &Connection,
+        sql: &str,
+        params: &[&dyn rusqlite::ToSql],
+    ) -> Result<Vec<AuditEntry>, IndexError> {
+        let mut statement = db.prepare(sql)?;
+        let rows = statement.query_map(params, |row| row.get::<_, String>(0))?;
+        let mut out = Vec::new();
+        for row in rows {
+            out.push(serde_json::from_str(&row?)?);
+        }
+        Ok(out)
+    }
+
+    /// The conversation around the given ids: follows `in_reply_to` both ways, correlation
+    /// ids (a call's request, events and answer), and tasks with their parents and children,
+    /// until nothing new is linked. Oldest first (by stored time, then sequence).
+    pub fn thread(
+        &self,
+        message: Option<Uuid>,
+        correlation: Option<Uuid>,
+        task: Option<Uuid>,
+    ) -> Result<Vec<AuditEntry>, IndexError> {
+        let db = self.db()?;
+        let mut messages: BTreeSet<String> = message.iter().map(Uuid::to_string).collect();
+        let mut calls: BTreeSet<String> = correlation.iter().map(Uuid::to_string).collect();
+        let mut tasks: BTreeSet<String> = task.iter().map(Uuid::to_string).collect();
+        let mut found: std::collections::BTreeMap<u64, AuditEntry> = Default::default();
+        for _ in 0..THREAD_ROUNDS {
+            let list = |set: &BTreeSet<String>| {
+                // Every element is a formatted UUID, so quoting cannot be escaped.
+                set.iter()
+                    .map(|id| format!("'{id}'"))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            };
+            let sql = format!(
+                "SELECT entry FROM records WHERE message_id IN ({m}) OR in_reply_to IN ({m})
+                   OR correlation_id IN ({c}) OR task_id IN ({t}) OR parent_task_id IN ({t})",
+                m = list(&messages),
+                c = list(&calls),
+                t = list(&tasks)
+            );
+            let before = (messages.len(), calls.len(), tasks.len(), found.len());
+            for entry in Self::entries(&db, &sql, &[])? {
+                let r = &entry.record;
+                messages.extend(
+                    r.message_id
+                        .iter()
+                        .chain(&r.in_reply_to)
+                        .map(Uuid::to_string),
+                );
+                calls.extend(r.correlation_id.iter().map(Uuid::to_string));
+                tasks.extend(
+                    r.task_id
+                        .iter()
+                        .chain(&r.parent_task_id)
+                        .map(Uuid::to_string),
+                );
+                found.insert(entry.seq, entry);
+                if found.len() >= THREAD_MAX {
+                    break;
+                }
+            }
+            if (messages.len(), calls.len(), tasks.len(), found.len()) == before
+                || found.len() >= THREAD_MAX
+            {
+                break;
+            }
+        }
+        let mut out: Vec<AuditEntry> = found.into_values().collect();
+        out.sort_by_key(|e| (e.record.at, e.seq));
+        Ok(out)
+    }
+
+    /// Records matching a filter, by sequence, after `cursor`, at most `limit`.
+    pub fn history(
+        &self,
+        filter: &HistoryRequest,
+        cursor: u64,
+        limit: usize,
+    ) -> Result<Vec<AuditEntry>, IndexError> {
+        let db = self.db()?;
+        let mut sql = String::from("SELECT entry FROM records WHERE seq > ?1");
+        let mut values: Vec<Box<dyn rusqlite::ToSql>> =
+            vec![Box::new(i64::try_from(cursor).unwrap_or(i64::MAX))];
+        let mut bind = |clause: &str, value: Box<dyn rusqlite::ToSql>, values: &mut Vec<_>| {
+            values.push(value);
+            sql.push_str(&clause.replace('?', &format!("?{}", values.len())));
+        };
+        if let Some(agent) = &filter.agent_id {
+            bind(
+                " AND (from_agent = ? ",
+                Box::new(agent.clone()),
+                &mut values,
+            );
+            bind("OR to_agent = ?)", Box::new(agent.clone()), &mut values);
+        }
+        if let Some(goal) = &filter.goal_id {
+            bind(
+                " AND (from_goal = ? ",
+                Box::new(goal.to_string()),
+                &mut values,
+            );
+            bind("OR to_goal = ?)", Box::new(goal.to_string()), &mut values);
+        }
+        if let Some(task) = &filter.task_id {
+            bind(" AND task_id = ?", Box::new(task.to_string()), &mut values);
+        }
+        if let Some(since) = filter.since {
+            bind(" AND at >= ?", Box::new(nanos(since)), &mut values);
+        }
+        if let Some(until) = filter.until {
+            bind(" AND at < ?", Box::new(nanos(until)), &mut values);
+        }
+        if let Some(kind) = &filter.kind {
+            match kind.strip_suffix(".*") {
+                Some(family) => bind(
+                    " AND kind LIKE ? ESCAPE '\\'",
+                    Box::new(format!(
+                        "{}.%",
+                        family
+                            .replace('\\', "\\\\")
+                            .replace('%', "\\%")
+                            .replace('_', "\\_")
+                    )),
+                    &mut values,
+                ),
+                None => bind(" AND kind = ?", Box::new(kind.clone()), &mut values),
+            }
+        }
+        bind(
+            " ORDER BY seq LIMIT ?",
+            Box::new(i64::try_from(limit).unwrap_or(i64::MAX)),
+            &mut values,
+        );
+        let params: Vec<&dyn rusqlite::ToSql> = values.iter().map(|v| v.as_ref()).collect();
+        Self::entries(&db, &sql, &params)
+    }
+
+    /// Requests that expect a reply and have none: no response, answer, expiry or later
+    /// message in reply to them. One entry per request (its first delivery).
+    pub fn pending(&self) -> Result<Vec<AuditEntry>, IndexError> {
+        let db = self.db()?;
+        Self::entries(
+            &db,
+            "SELECT r.entry FROM records r
+             WHERE r.expects_reply = 1
+               AND r.seq = (SELECT MIN(seq) FROM records d WHERE d.message_id = r.message_id)
+               AND NOT EXISTS (
+                 SELECT 1 FROM records a
+                 WHERE (r.correlation_id IS NOT NULL AND a.correlation_id = r.correlation_id
+                        AND a.kind IN ('response', 'call.answered', 'call.expired'))
+                    OR (a.in_reply_to = r.message_id AND a.seq > r.seq))
+             ORDER BY r.seq",
+            &[],
+        )
+    }
+
+    /// How many records the index holds.
+    pub fn count(&self) -> Result<u64, IndexError> {
+        let n: i64 = self
+            .db()?
+            .query_row("SELECT COUNT(*) FROM records", [], |row| row.get(0))?;
+        Ok(u64::try_from(n).unwrap_or(0))
+    }
+}

@@ -1,0 +1,128 @@
+//! # audit
+//!
+//! The append-only trail of everything that crosses Switchboard (ARCHITECTURE.md §1, §3):
+//! every inbox delivery and every registry, call, task and refusal event is recorded once, in
+//! order, in the stream `AGENT_AUDIT`, hash-chained so a changed, removed or inserted record is
+//! found by `agent.audit.verify`. An embedded SQLite index, rebuildable from the stream at any
+//! time, answers `agent.audit.thread`, `history`, `pending` and `export`.
+//!
+//! Layout: `config.rs` (`[audit]`), `record.rs` (source message → record, hashing),
+//! `trail.rs` (ingest, chain, catch-up, verify), `index.rs` (SQLite), `handlers.rs` (queries),
+//! this file (`start`/`run`).
+
+pub mod config;
+pub mod handlers;
+pub mod index;
+pub mod record;
+pub mod trail;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::Client;
+use async_nats::jetstream;
+use switchboard_proto::{AUDIT_SERVICE, AUDIT_STREAM};
+use switchboard_runtime::micro::{self, ServiceSpec};
+use switchboard_runtime::{CancellationToken, RuntimeConfig, resources};
+
+pub use config::AuditConfig;
+pub use handlers::Queries;
+pub use switchboard_runtime::service::StartError;
+pub use trail::Trail;
+
+/// The micro service description.
+pub const SPEC: ServiceSpec = ServiceSpec {
+    name: AUDIT_SERVICE,
+    version: env!("CARGO_PKG_VERSION"),
+    description: "Switchboard audit: hash-chained trail, threads, history, export, verify",
+};
+
+/// A started audit service; call [`Running::run`] to serve and ingest.
+#[derive(Debug)]
+pub struct Running {
+    running: micro::Running,
+    trail: Arc<Trail>,
+    js: jetstream::Context,
+    config: AuditConfig,
+    grace: Duration,
+}
+
+/// Applies the streams it reads and writes, opens (and catches up) the index, and subscribes
+/// the query endpoints.
+pub async fn start(
+    client: &Client,
+    runtime: &RuntimeConfig,
+    config: AuditConfig,
+) -> Result<Running, StartError> {
+    let js = jetstream::new(client.clone());
+    let settings = &runtime.jetstream;
+    resources::ensure_stream(&js, resources::inbox_stream(settings)).await?;
+    resources::ensure_stream(&js, resources::events_stream(settings)).await?;
+    resources::ensure_stream(&js, resources::audit_stream(settings)).await?;
+    let stream = js
+        .get_stream(AUDIT_STREAM)
+        .await
+        .map_err(|err| StartError::Stream {
+            stream: AUDIT_STREAM,
+            message: err.to_string(),
+        })?;
+    let index = index::Index::open(&config.index_path).map_err(|err| StartError::Stream {
+        stream: AUDIT_STREAM,
+        message: err.to_string(),
+    })?;
+    let trail = Arc::new(
+        Trail::open(js.clone(), stream, Arc::new(index))
+            .await
+            .map_err(|err| StartError::Stream {
+                stream: AUDIT_STREAM,
+                message: err.to_string(),
+            })?,
+    );
+    let queries = Arc::new(Queries::new(client.clone(), Arc::clone(&trail)));
+    let running = micro::start(client, SPEC, queries.endpoints()).await?;
+    tracing::info!(service = SPEC.name, "audit ready");
+    Ok(Running {
+        running,
+        trail,
+        js,
+        config,
+        grace: runtime.shutdown_grace(),
+    })
+}
+
+impl Running {
+    /// The trail (for in-process callers and tests).
+    pub fn trail(&self) -> Arc<Trail> {
+        Arc::clone(&self.trail)
+    }
+
+    /// Ingests and serves until `shutdown`, then drains.
+    pub async fn run(self, shutdown: CancellationToken) {
+        let ingest = tokio::spawn(trail::ingest(
+            Arc::clone(&self.trail),
+            self.js.clone(),
+            self.config.consumer.clone(),
+            self.config.batch,
+            Duration::from_millis(self.config.ack_wait_ms),
+            Duration::from_millis(self.config.catch_up_interval_ms),
+            shutdown.clone(),
+        ));
+        self.running.run(shutdown, self.grace).await;
+        match ingest.await {
+            Ok(Ok(())) => {}
+            Ok(Err(err)) => tracing::error!(error = %err, "audit ingest stopped"),
+            Err(err) => tracing::error!(error = %err, "audit ingest panicked"),
+        }
+    }
+}
+
+/// Starts and serves until `shutdown` (what `main` and `switchboard up` call).
+pub async fn run(
+    client: &Client,
+    runtime: &RuntimeConfig,
+    config: AuditConfig,
+    shutdown: CancellationToken,
+) -> Result<(), StartError> {
+    start(client, runtime, config).await?.run(shutdown).await;
+    Ok(())
+}

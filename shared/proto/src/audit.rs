@@ -1,0 +1,261 @@
+//! The audit trail (ARCHITECTURE.md §1, §3): what every record in `AGENT_AUDIT` holds, the
+//! refusal events services publish, and the `agent.audit.<op>` queries.
+//!
+//! A record is one thing that crossed the fabric — an inbox delivery or an event — with the
+//! ids a thread is followed by, and the hash of the record before it: each record's body names
+//! `prev_hash`, and the SHA-256 of the body is sent as the `Switchboard-Audit-Hash` header, so
+//! changing, removing or inserting a record breaks the chain at that point.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+use crate::error::ErrorKind;
+use crate::ids::GoalId;
+
+/// Prefix of the audit queries: `agent.audit.<op>`.
+pub const AUDIT_PREFIX: &str = "agent.audit";
+/// The one subject of `AGENT_AUDIT` (services only).
+pub const AUDIT_RECORDS_SUBJECT: &str = "_SB.audit.records";
+/// Header carrying a record's SHA-256 (lowercase hex) of its body.
+pub const HEADER_AUDIT_HASH: &str = "Switchboard-Audit-Hash";
+/// Header of an export message: `chunk` (JSON lines) or `done` (the summary, last).
+pub const HEADER_EXPORT: &str = "Switchboard-Export";
+/// The `prev_hash` of the first record of a chain.
+pub const GENESIS_HASH: &str = "genesis";
+/// Prefix of refusal events: `agent.refusals.<service>.<agent_id>`.
+pub const REFUSALS_PREFIX: &str = "agent.refusals";
+
+/// An audit query, addressed `agent.audit.<op>`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AuditOp {
+    /// A conversation by any of its ids ([`ThreadRequest`]).
+    Thread,
+    /// Records by agent, goal, task, time and kind, paged ([`HistoryRequest`]).
+    History,
+    /// Requests that expect a reply and have none yet.
+    Pending,
+    /// A filter's records as JSON lines, in chunks ([`HistoryRequest`] without paging).
+    Export,
+    /// Walks the hash chain and reports the first break ([`VerifyReply`]).
+    Verify,
+}
+
+impl AuditOp {
+    /// Every op.
+    pub const ALL: [AuditOp; 5] = [
+        Self::Thread,
+        Self::History,
+        Self::Pending,
+        Self::Export,
+        Self::Verify,
+    ];
+
+    /// The subject token (and micro endpoint name).
+    pub fn token(self) -> &'static str {
+        match self {
+            Self::Thread => "thread",
+            Self::History => "history",
+            Self::Pending => "pending",
+            Self::Export => "export",
+            Self::Verify => "verify",
+        }
+    }
+
+    /// `agent.audit.<op>`.
+    pub fn subject(self) -> String {
+        format!("{AUDIT_PREFIX}.{}", self.token())
+    }
+}
+
+/// One record of the trail (the body of a message in `AGENT_AUDIT`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AuditRecord {
+    /// The stable event id: `<source stream>:<source sequence>`. A record is written once per
+    /// id, however often its source is delivered.
+    pub id: String,
+    /// When the source stream stored it.
+    #[serde(with = "time::serde::rfc3339")]
+    pub at: OffsetDateTime,
+    /// What it is: an inbox message's kind (`message`, `request`, `response`, `notify`, `task`,
+    /// `task_update`), or `registry.<event>`, `call.<event>`, `task.<op>` (`task.created` for
+    /// a creation) or `refused.<service>`.
+    pub kind: String,
+    /// The source subject.
+    pub subject: String,
+    /// The message id (inbox deliveries).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message_id: Option<Uuid>,
+    /// The correlation id (calls).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub correlation_id: Option<Uuid>,
+    /// The message this one answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub in_reply_to: Option<Uuid>,
+    /// The task.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_id: Option<Uuid>,
+    /// The task's parent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_task_id: Option<Uuid>,
+    /// Sender (or actor).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from_agent: Option<String>,
+    /// Sender goal.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from_goal: Option<GoalId>,
+    /// Receiver (or the other party).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to_agent: Option<String>,
+    /// Receiver goal.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to_goal: Option<GoalId>,
+    /// A request that wants an answer.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub expects_reply: bool,
+    /// The source message as it was (JSON; a body that was not JSON is kept as a string).
+    pub payload: Value,
+    /// The hash of the record before this one ([`GENESIS_HASH`] for the first).
+    pub prev_hash: String,
+}
+
+/// A record with its place in `AGENT_AUDIT`, as queries return it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AuditEntry {
+    /// Its sequence in `AGENT_AUDIT`.
+    pub seq: u64,
+    /// Its hash.
+    pub hash: String,
+    /// The record.
+    #[serde(flatten)]
+    pub record: AuditRecord,
+}
+
+/// A request a service refused by a rule, published on
+/// `agent.refusals.<service>.<agent_id>` (in `AGENT_EVENTS`) so the audit records it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RefusalEvent {
+    /// Event id.
+    pub id: Uuid,
+    /// The refusing service.
+    pub service: String,
+    /// The caller, from the request subject (`_` when that was not a valid id).
+    pub agent_id: String,
+    /// The request subject.
+    pub subject: String,
+    /// The error kind.
+    pub kind: ErrorKind,
+    /// The error message.
+    pub message: String,
+    /// When.
+    #[serde(with = "time::serde::rfc3339")]
+    pub at: OffsetDateTime,
+}
+
+/// `agent.audit.thread`: one of the ids of a conversation.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ThreadRequest {
+    /// A message of the thread.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message_id: Option<Uuid>,
+    /// A call of the thread.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub correlation_id: Option<Uuid>,
+    /// A task of the thread.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_id: Option<Uuid>,
+}
+
+/// `agent.audit.history` and `agent.audit.export`: a filter (all given fields must match).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HistoryRequest {
+    /// Records from or to this agent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_id: Option<String>,
+    /// Records from or to this goal.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub goal_id: Option<GoalId>,
+    /// Records of this task.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_id: Option<Uuid>,
+    /// Stored at or after.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "time::serde::rfc3339::option"
+    )]
+    pub since: Option<OffsetDateTime>,
+    /// Stored before.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "time::serde::rfc3339::option"
+    )]
+    pub until: Option<OffsetDateTime>,
+    /// Only this kind; a trailing `.*` matches a family (`call.*`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    /// Page size (default 100, at most 1000; history only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<usize>,
+    /// `next_cursor` of the previous page (history only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cursor: Option<u64>,
+}
+
+/// Default page size of `history`.
+pub const HISTORY_LIMIT_DEFAULT: usize = 100;
+/// Largest page size of `history`.
+pub const HISTORY_LIMIT_MAX: usize = 1000;
+
+/// The reply to `thread`, `history` and `pending`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AuditRecords {
+    /// Records, oldest first.
+    pub records: Vec<AuditEntry>,
+    /// Pass as `cursor` for the next page (history).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<u64>,
+}
+
+/// The last message of an export.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ExportDone {
+    /// Records exported.
+    pub records: u64,
+    /// Chunks sent before this message.
+    pub chunks: u64,
+}
+
+/// Where the chain breaks.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChainBreak {
+    /// The first record that does not fit.
+    pub seq: u64,
+    /// Why.
+    pub reason: String,
+}
+
+/// The reply to `verify`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct VerifyReply {
+    /// True when every record is intact and linked to the one before.
+    pub ok: bool,
+    /// Records checked.
+    pub records: u64,
+    /// First sequence checked (earlier ones aged out).
+    pub first_seq: u64,
+    /// Last sequence checked.
+    pub last_seq: u64,
+    /// The first break, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_break: Option<ChainBreak>,
+}
+
+/// Lowercase hex of a digest (audit hashes are SHA-256 of the record body, in this form).
+pub fn hash_hex(digest: &[u8]) -> String {
+    digest.iter().map(|b| format!("{b:02x}")).collect()
+}

@@ -1,0 +1,672 @@
+//! audit end to end against a real nats-server: a scripted conversation read back as one
+//! thread, history filters and paging, pending requests, export against the stream, a killed
+//! and restarted audit service (nothing lost or doubled), an index rebuilt from the stream,
+//! verify finding a tampered record, and refusals in the trail.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::jetstream;
+use switchboard_client::{
+    Goal, TaskOutcome, audit_export, audit_history, audit_pending, audit_thread, audit_verify,
+};
+use switchboard_proto::audit::{
+    AUDIT_RECORDS_SUBJECT, AuditEntry, AuditRecord, HEADER_AUDIT_HASH, HistoryRequest,
+    ThreadRequest,
+};
+use switchboard_proto::call::CallRequest;
+use switchboard_proto::send::SendRequest;
+use switchboard_proto::task::CreateTask;
+use switchboard_proto::{AUDIT_STREAM, EVENTS_STREAM, ErrorKind, INBOX_STREAM, InboxMessage};
+use switchboard_testkit::assert_eventually;
+use switchboard_tests::{Fabric, fast_audit, start_audit};
+
+const WAIT: Duration = Duration::from_secs(20);
+
+async fn next(goal: &Goal) -> InboxMessage {
+    goal.recv(Duration::from_secs(10))
+        .await
+        .unwrap()
+        .expect("a message within 10 s")
+        .ack()
+        .await
+        .unwrap()
+}
+
+/// Every record in `AGENT_AUDIT`, read straight from the stream.
+async fn stream_records(nats: &async_nats::Client) -> Vec<AuditEntry> {
+    let js = jetstream::new(nats.clone());
+    let stream = js.get_stream(AUDIT_STREAM).await.unwrap();
+    let mut out = Vec::new();
+    audit::trail::read_range(&js, &stream, 1, |stored| {
+        let hash = stored
+            .headers
+            .as_ref()
+            .and_then(|h| h.get(HEADER_AUDIT_HASH))
+            .unwrap()
+            .to_string();
+        out.push(AuditEntry {
+            seq: stored.seq,
+            hash,
+            record: serde_json::from_slice(&stored.payload).unwrap(),
+        });
+        Ok(())
+    })
+    .await
+    .unwrap();
+    out
+}
+
+/// `<stream>:<seq>` of every message the two source streams hold now.
+async fn source_ids(nats: &async_nats::Client) -> BTreeSet<String> {
+    let js = jetstream::new(nats.clone());
+    let mut ids = BTreeSet::new();
+    for name in [INBOX_STREAM, EVENTS_STREAM] {
+        let mut stream = js.get_stream(name).await.unwrap();
+        let state = stream.info().await.unwrap().state.clone();
+        if state.messages == 0 {
+            continue;
+        }
+        assert_eq!(
+            state.messages,
+            state.last_sequence + 1 - state.first_sequence,
+            "{name} has no gaps in this test"
+        );
+        for seq in state.first_sequence..=state.last_sequence {
+            ids.insert(format!("{name}:{seq}"));
+        }
+    }
+    ids
+}
+
+/// Waits until every source message has its record.
+async fn caught_up(nats: &async_nats::Client) {
+    assert_eventually!(
+        WAIT,
+        async {
+            let want = source_ids(nats).await;
+            let have: BTreeSet<String> = stream_records(nats)
+                .await
+                .into_iter()
+                .map(|e| e.record.id)
+                .collect();
+            want.is_subset(&have)
+        },
+        "the audit did not record every source message"
+    );
+}
+
+fn kinds(records: &[AuditEntry]) -> Vec<String> {
+    records.iter().map(|e| e.record.kind.clone()).collect()
+}
+
+fn position(records: &[AuditEntry], what: impl Fn(&AuditRecord) -> bool) -> usize {
+    records
+        .iter()
+        .position(|e| what(&e.record))
+        .unwrap_or_else(|| panic!("not in the thread: {:?}", kinds(records)))
+}
+
+#[tokio::test]
+async fn a_scripted_conversation_reads_back_as_one_thread_in_causal_order() {
+    let fabric = Fabric::start().await;
+    let (_audit, _trail) = start_audit(&fabric.url(), fast_audit()).await;
+    let nats = fabric.nats.client().await;
+    let (boss, boss_goal) = fabric.agent_with_goal("coordinator").await;
+    let (researcher, researcher_goal) = fabric.agent_with_goal("researcher").await;
+    let (writer, writer_goal) = fabric.agent_with_goal("writer").await;
+    let (_bystander, _bg) = fabric.agent_with_goal("bystander").await;
+    boss.send_to_peer("bystander", "unrelated").await.unwrap();
+
+    // 1. A message, and a reply to it.
+    let first = boss
+        .send_to_peer("researcher", "find sources on JetStream")
+        .await
+        .unwrap()
+        .message_id
+        .unwrap();
+    next(&researcher_goal).await;
+    let ack = researcher
+        .send(SendRequest {
+            to: Some("coordinator".into()),
+            message: Some("on it".into()),
+            in_reply_to: Some(first),
+            ..SendRequest::default()
+        })
+        .await
+        .unwrap()
+        .message_id
+        .unwrap();
+    next(&boss_goal).await;
+    // 2. A task in reply to that, with a subtask for the writer.
+    let task = boss
+        .create_task(CreateTask {
+            to: Some("researcher".into()),
+            message: Some("write it up".into()),
+            in_reply_to: Some(ack),
+            ..CreateTask::default()
+        })
+        .await
+        .unwrap()
+        .task
+        .task_id;
+    researcher.accept_task(task).await.unwrap();
+    researcher.start_task(task).await.unwrap();
+    let sub = researcher
+        .spawn_subtask(task, "writer", "draft the intro")
+        .await
+        .unwrap()
+        .task;
+    let handed = loop {
+        let message = next(&writer_goal).await;
+        if message.task.as_ref().is_some_and(|t| t.id == sub.task_id) {
+            break message;
+        }
+    };
+    writer.accept_task(sub.task_id).await.unwrap();
+    writer.start_task(sub.task_id).await.unwrap();
+    // 3. A call from the writer, in reply to the subtask, answered by the researcher.
+    let researcher = Arc::new(researcher);
+    let answering = {
+        let researcher = Arc::clone(&researcher);
+        tokio::spawn(async move {
+            loop {
+                let message = next(&researcher_goal).await;
+                if let Some(cid) = message.correlation_id {
+                    researcher.reply(cid, "use the ADR format").await.unwrap();
+                    return cid;
+                }
+            }
+        })
+    };
+    let nats_writer = writer.nats().clone();
+    let answer: switchboard_proto::call::CallAnswer = switchboard_runtime::request::request_json(
+        &nats_writer,
+        "agent.call.writer",
+        &CallRequest {
+            to: Some("researcher".into()),
+            message: Some("which format?".into()),
+            from_goal_id: Some(writer_goal.id()),
+            in_reply_to: handed.id,
+            ..CallRequest::default()
+        },
+        Duration::from_secs(20),
+    )
+    .await
+    .unwrap();
+    let correlation = answering.await.unwrap();
+    assert_eq!(answer.body, "use the ADR format");
+    writer
+        .complete_task(sub.task_id, TaskOutcome::text("intro drafted"))
+        .await
+        .unwrap();
+    researcher
+        .complete_task(task, TaskOutcome::text("write-up done"))
+        .await
+        .unwrap();
+    caught_up(&nats).await;
+
+    // Any id of the conversation gives the same thread.
+    let by_message = audit_thread(
+        &nats,
+        &ThreadRequest {
+            message_id: Some(first),
+            ..ThreadRequest::default()
+        },
+    )
+    .await
+    .unwrap()
+    .records;
+    for other in [
+        ThreadRequest {
+            task_id: Some(sub.task_id),
+            ..ThreadRequest::default()
+        },
+        ThreadRequest {
+            correlation_id: Some(correlation),
+            ..ThreadRequest::default()
+        },
+    ] {
+        let thread = audit_thread(&nats, &other).await.unwrap().records;
+        assert_eq!(
+            thread.iter().map(|e| e.seq).collect::<BTreeSet<_>>(),
+            by_message.iter().map(|e| e.seq).collect::<BTreeSet<_>>(),
+            "{other:?}"
+        );
+    }
+    let records = by_message;
+    assert!(
+        !records
+            .iter()
+            .any(|e| e.record.to_agent.as_deref() == Some("bystander")),
+        "the unrelated message is not in the thread"
+    );
+    // Causal order.
+    let sent = position(&records, |r| r.message_id == Some(first));
+    let replied = position(&records, |r| r.message_id == Some(ack));
+    let created = position(&records, |r| {
+        r.kind == "task.created" && r.task_id == Some(task)
+    });
+    let spawned = position(&records, |r| {
+        r.kind == "task.created" && r.task_id == Some(sub.task_id)
+    });
+    let opened = position(&records, |r| r.kind == "call.opened");
+    let answered = position(&records, |r| r.kind == "call.answered");
+    let sub_done = position(&records, |r| {
+        r.kind == "task.complete" && r.task_id == Some(sub.task_id)
+    });
+    let done = position(&records, |r| {
+        r.kind == "task.complete" && r.task_id == Some(task)
+    });
+    assert!(
+        sent < replied
+            && replied < created
+            && created < spawned
+            && spawned < opened
+            && opened < answered
+            && answered < sub_done
+            && sub_done < done,
+        "{:?}",
+        kinds(&records)
+    );
+    assert!(records.iter().any(|r| r.record.kind == "request"));
+    assert!(
+        records
+            .windows(2)
+            .all(|w| (w[0].record.at, w[0].seq) <= (w[1].record.at, w[1].seq))
+    );
+}
+
+#[tokio::test]
+async fn history_filters_and_pages() {
+    let fabric = Fabric::start().await;
+    let (_audit, _trail) = start_audit(&fabric.url(), fast_audit()).await;
+    let nats = fabric.nats.client().await;
+    let (alice, _ag) = fabric.agent_with_goal("alice").await;
+    let (_bob, bob_goal) = fabric.agent_with_goal("bob").await;
+    let (_carol, _cg) = fabric.agent_with_goal("carol").await;
+    let before = switchboard_proto::timestamp::now();
+    for n in 0..7 {
+        alice
+            .send_to_peer("bob", &format!("note {n}"))
+            .await
+            .unwrap();
+    }
+    alice.send_to_peer("carol", "hello carol").await.unwrap();
+    caught_up(&nats).await;
+
+    let query = |agent: Option<&str>, kind: Option<&str>, limit, cursor| HistoryRequest {
+        agent_id: agent.map(str::to_owned),
+        kind: kind.map(str::to_owned),
+        limit,
+        cursor,
+        ..HistoryRequest::default()
+    };
+    let to_bob = audit_history(&nats, &query(Some("bob"), Some("message"), None, None))
+        .await
+        .unwrap()
+        .records;
+    assert_eq!(to_bob.len(), 7);
+    assert!(
+        to_bob
+            .iter()
+            .all(|e| e.record.to_agent.as_deref() == Some("bob"))
+    );
+    let by_goal = audit_history(
+        &nats,
+        &HistoryRequest {
+            goal_id: Some(bob_goal.id()),
+            kind: Some("message".into()),
+            ..HistoryRequest::default()
+        },
+    )
+    .await
+    .unwrap()
+    .records;
+    assert_eq!(by_goal, to_bob);
+    let registry = audit_history(&nats, &query(Some("carol"), Some("registry.*"), None, None))
+        .await
+        .unwrap()
+        .records;
+    assert_eq!(
+        kinds(&registry),
+        vec!["registry.registered", "registry.goal_opened"]
+    );
+    let later = audit_history(
+        &nats,
+        &HistoryRequest {
+            agent_id: Some("alice".into()),
+            since: Some(before),
+            ..HistoryRequest::default()
+        },
+    )
+    .await
+    .unwrap()
+    .records;
+    assert_eq!(later.len(), 8, "{:?}", kinds(&later));
+    let none = audit_history(
+        &nats,
+        &HistoryRequest {
+            agent_id: Some("alice".into()),
+            until: Some(before - time::Duration::hours(1)),
+            ..HistoryRequest::default()
+        },
+    )
+    .await
+    .unwrap()
+    .records;
+    assert!(none.is_empty());
+
+    // Pages of 3 walk the same records.
+    let mut paged = Vec::new();
+    let mut cursor = None;
+    loop {
+        let page = audit_history(&nats, &query(Some("bob"), Some("message"), Some(3), cursor))
+            .await
+            .unwrap();
+        assert!(page.records.len() <= 3);
+        paged.extend(page.records);
+        match page.next_cursor {
+            Some(next) => cursor = Some(next),
+            None => break,
+        }
+    }
+    assert_eq!(paged, to_bob);
+    let bad = audit_history(&nats, &query(None, None, Some(0), None)).await;
+    assert_eq!(bad.unwrap_err().kind(), Some(ErrorKind::BadRequest));
+}
+
+#[tokio::test]
+async fn pending_lists_requests_without_an_answer() {
+    let fabric = Fabric::start().await;
+    let (_audit, _trail) = start_audit(&fabric.url(), fast_audit()).await;
+    let nats = fabric.nats.client().await;
+    let (asker, _ag) = fabric.agent_with_goal("asker").await;
+    let (answerer, answerer_goal) = fabric.agent_with_goal("answerer").await;
+    let parked = asker
+        .call_parked("answerer", "are you there?", Duration::from_secs(60))
+        .await
+        .unwrap();
+    let question = asker
+        .send(SendRequest {
+            to: Some("answerer".into()),
+            message: Some("reply when you can".into()),
+            expects_reply: true,
+            ..SendRequest::default()
+        })
+        .await
+        .unwrap()
+        .message_id
+        .unwrap();
+    caught_up(&nats).await;
+    let pending = audit_pending(&nats).await.unwrap().records;
+    let open: BTreeSet<_> = pending.iter().filter_map(|e| e.record.message_id).collect();
+    assert_eq!(pending.len(), 2, "{:?}", kinds(&pending));
+    assert!(open.contains(&question));
+    assert!(
+        pending
+            .iter()
+            .any(|e| e.record.correlation_id == Some(parked.correlation_id))
+    );
+
+    answerer.reply(parked.correlation_id, "yes").await.unwrap();
+    next(&answerer_goal).await;
+    answerer
+        .send(SendRequest {
+            to: Some("asker".into()),
+            message: Some("here you go".into()),
+            in_reply_to: Some(question),
+            ..SendRequest::default()
+        })
+        .await
+        .unwrap();
+    caught_up(&nats).await;
+    assert_eventually!(
+        WAIT,
+        async { audit_pending(&nats).await.unwrap().records.is_empty() },
+        "answered requests are still pending"
+    );
+}
+
+#[tokio::test]
+async fn export_matches_the_stream_and_verify_finds_tampering() {
+    let fabric = Fabric::start().await;
+    let (_audit, _trail) = start_audit(&fabric.url(), fast_audit()).await;
+    let nats = fabric.nats.client().await;
+    let (sender, _sg) = fabric.agent_with_goal("sender").await;
+    let (_receiver, _rg) = fabric.agent_with_goal("receiver").await;
+    // Enough (with bodies of 2 KiB) to need several chunks.
+    let body = "y".repeat(2048);
+    for _ in 0..60 {
+        sender.send_to_peer("receiver", &body).await.unwrap();
+    }
+    caught_up(&nats).await;
+
+    let mut lines = Vec::new();
+    let mut chunks = 0;
+    let done = audit_export(&nats, &HistoryRequest::default(), |chunk| {
+        chunks += 1;
+        lines.extend(
+            std::str::from_utf8(chunk)
+                .unwrap()
+                .lines()
+                .map(|l| serde_json::from_str::<AuditEntry>(l).unwrap()),
+        );
+    })
+    .await
+    .unwrap();
+    assert!(chunks > 1, "exported in chunks ({chunks})");
+    assert_eq!(done.chunks, chunks);
+    let stream = stream_records(&nats).await;
+    assert_eq!(done.records as usize, lines.len());
+    // The stream may have grown by a record or two since; the export is its prefix.
+    assert_eq!(lines[..], stream[..lines.len()]);
+    let since = stream[10].record.at;
+    let mut filtered = Vec::new();
+    audit_export(
+        &nats,
+        &HistoryRequest {
+            since: Some(since),
+            kind: Some("message".into()),
+            ..HistoryRequest::default()
+        },
+        |chunk| filtered.extend_from_slice(chunk),
+    )
+    .await
+    .unwrap();
+    let filtered: Vec<AuditEntry> = std::str::from_utf8(&filtered)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let expected: Vec<_> = stream
+        .iter()
+        .filter(|e| e.record.kind == "message" && e.record.at >= since)
+        .cloned()
+        .collect();
+    assert_eq!(filtered, expected);
+
+    // The chain is whole.
+    let verified = audit_verify(&nats).await.unwrap();
+    assert!(verified.ok, "{verified:?}");
+    assert_eq!(verified.first_seq, 1);
+    assert!(verified.records >= stream.len() as u64);
+
+    // The stream refuses deletes; a forged record appended by someone else breaks the chain
+    // where it stands.
+    let js = jetstream::new(nats.clone());
+    let audit_stream = js.get_stream(AUDIT_STREAM).await.unwrap();
+    assert!(
+        audit_stream.delete_message(3).await.is_err(),
+        "deletes are denied"
+    );
+    let mut forged = stream[5].record.clone();
+    forged.id = "FORGED:1".into();
+    forged.prev_hash = "0".repeat(64);
+    let body = serde_json::to_vec(&forged).unwrap();
+    let mut headers = async_nats::HeaderMap::new();
+    headers.insert(HEADER_AUDIT_HASH, audit::record::hash(&body).as_str());
+    let forged_seq = js
+        .publish_with_headers(AUDIT_RECORDS_SUBJECT, headers, body.into())
+        .await
+        .unwrap()
+        .await
+        .unwrap()
+        .sequence;
+    let verified = audit_verify(&nats).await.unwrap();
+    assert!(!verified.ok);
+    let found = verified.first_break.unwrap();
+    assert_eq!(found.seq, forged_seq);
+    assert!(found.reason.contains("prev_hash"), "{}", found.reason);
+
+    // A record whose body does not match its hash is found too (a second stream, same rule).
+    let mut changed = stream[6].record.clone();
+    changed.prev_hash = audit::record::hash(b"whatever");
+    let body = serde_json::to_vec(&changed).unwrap();
+    let mut headers = async_nats::HeaderMap::new();
+    headers.insert(HEADER_AUDIT_HASH, "not-the-hash");
+    js.publish_with_headers(AUDIT_RECORDS_SUBJECT, headers, body.into())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    let verified = audit_verify(&nats).await.unwrap();
+    assert_eq!(
+        verified.first_break.unwrap().seq,
+        forged_seq,
+        "the first break is still the first"
+    );
+}
+
+#[tokio::test]
+async fn a_killed_audit_service_loses_and_doubles_nothing_and_a_fresh_index_matches() {
+    let fabric = Fabric::start().await;
+    let nats = fabric.nats.client().await;
+    let (first, _first_trail) = start_audit(&fabric.url(), fast_audit()).await;
+    let (sender, _sg) = fabric.agent_with_goal("sender").await;
+    let mut receivers = Vec::new();
+    for n in 0..5 {
+        receivers.push(fabric.agent_with_goal(&format!("receiver-{n}")).await);
+    }
+    let sender = Arc::new(sender);
+    let flow = {
+        let sender = Arc::clone(&sender);
+        tokio::spawn(async move {
+            for round in 0..30 {
+                for n in 0..5 {
+                    sender
+                        .send_to_peer(&format!("receiver-{n}"), &format!("round {round}"))
+                        .await
+                        .unwrap();
+                }
+            }
+        })
+    };
+    // Kill it mid-flow: its in-flight batch is never acknowledged.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    first.task.abort();
+    let _ = first.task.await;
+    let at_kill = stream_records(&nats).await.len();
+    flow.await.unwrap();
+    let (_second, second_trail) = start_audit(&fabric.url(), fast_audit()).await;
+    caught_up(&nats).await;
+
+    let records = stream_records(&nats).await;
+    let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+    for entry in &records {
+        *counts.entry(entry.record.id.as_str()).or_default() += 1;
+    }
+    let doubled: Vec<_> = counts.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(doubled.is_empty(), "records written twice: {doubled:?}");
+    let sources = source_ids(&nats).await;
+    let recorded: BTreeSet<String> = counts.keys().map(|k| (*k).to_owned()).collect();
+    assert_eq!(recorded, sources, "one record per source message, no more");
+    assert!(records.len() >= 150);
+    assert!(
+        at_kill < records.len(),
+        "the restarted service recorded what came after the kill ({at_kill} before)"
+    );
+    assert!(audit_verify(&nats).await.unwrap().ok);
+
+    // A fresh index, rebuilt from the stream, equals the running one.
+    let (_third, third_trail) = start_audit(
+        &fabric.url(),
+        audit::AuditConfig {
+            consumer: "audit-rebuild".into(),
+            ..fast_audit()
+        },
+    )
+    .await;
+    second_trail.catch_up().await.unwrap();
+    third_trail.catch_up().await.unwrap();
+    let everything = |trail: &audit::Trail| {
+        trail
+            .index()
+            .history(&HistoryRequest::default(), 0, usize::MAX)
+            .unwrap()
+    };
+    let (old, fresh) = (everything(&second_trail), everything(&third_trail));
+    assert!(old.len() >= records.len());
+    assert_eq!(old, fresh);
+    assert_eq!(old[..records.len()], records[..]);
+}
+
+#[tokio::test]
+async fn refusals_are_in_the_trail() {
+    let fabric = Fabric::start().await;
+    let (_audit, _trail) = start_audit(&fabric.url(), fast_audit()).await;
+    let nats = fabric.nats.client().await;
+    let (me, _g) = fabric.agent_with_goal("loner").await;
+    assert_eq!(
+        me.send_to_peer("loner", "me?").await.unwrap_err().kind(),
+        Some(ErrorKind::SelfSend)
+    );
+    // A spoofed subject tail is refused and recorded under `_`.
+    switchboard_tests::raw(&nats, "agent.send.Not.Valid", "{}").await;
+    let found = || async {
+        audit_history(
+            &nats,
+            &HistoryRequest {
+                kind: Some("refused.*".into()),
+                ..HistoryRequest::default()
+            },
+        )
+        .await
+        .unwrap()
+        .records
+        .iter()
+        .map(|e| {
+            (
+                e.record.kind.clone(),
+                e.record.from_agent.clone().unwrap_or_default(),
+                e.record.payload["kind"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
+            )
+        })
+        .collect::<Vec<_>>()
+    };
+    let self_send = (
+        "refused.inbox-fanout".to_owned(),
+        "loner".to_owned(),
+        "self_send".to_owned(),
+    );
+    let spoofed = (
+        "refused.inbox-fanout".to_owned(),
+        "_".to_owned(),
+        "invalid_agent_id".to_owned(),
+    );
+    assert_eventually!(
+        WAIT,
+        async {
+            let found = found().await;
+            found.contains(&self_send) && found.contains(&spoofed)
+        },
+        "refusals missing from the trail: {:?}",
+        found().await
+    );
+}
