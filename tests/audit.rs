@@ -624,6 +624,14 @@ async fn refusals_are_in_the_trail() {
         me.send_to_peer("loner", "me?").await.unwrap_err().kind(),
         Some(ErrorKind::SelfSend)
     );
+    // A peer whose ACL refuses the sender: the send succeeds with a reason, recorded too.
+    let mut guarded = switchboard_tests::card("guarded");
+    guarded.allow_from = vec!["someone-else".into()];
+    let guarded =
+        switchboard_tests::agent_with(&fabric.url(), guarded, Duration::from_secs(3600)).await;
+    let _guarded_goal = guarded.open_goal().await.unwrap();
+    let report = me.send_to_peer("guarded", "let me in").await.unwrap();
+    assert!(report.delivered_to.is_empty());
     // A spoofed subject tail is refused and recorded under `_`.
     switchboard_tests::raw(&nats, "agent.send.Not.Valid", "{}").await;
     let found = || async {
@@ -660,13 +668,60 @@ async fn refusals_are_in_the_trail() {
         "_".to_owned(),
         "invalid_agent_id".to_owned(),
     );
+    let acl = (
+        "refused.inbox-fanout".to_owned(),
+        "loner".to_owned(),
+        "unreachable".to_owned(),
+    );
     assert_eventually!(
         WAIT,
         async {
             let found = found().await;
-            found.contains(&self_send) && found.contains(&spoofed)
+            found.contains(&self_send) && found.contains(&spoofed) && found.contains(&acl)
         },
         "refusals missing from the trail: {:?}",
         found().await
     );
+}
+
+#[tokio::test]
+async fn retention_drops_old_records_from_the_stream_and_the_index() {
+    let fabric = Fabric::start().await;
+    let nats = fabric.nats.client().await;
+    let mut runtime = switchboard_tests::runtime(&fabric.url());
+    runtime.jetstream.audit_max_bytes = 64 * 1024;
+    let (_audit, trail) = switchboard_tests::start_audit_with(&runtime, fast_audit()).await;
+    let (sender, _sg) = fabric.agent_with_goal("sender").await;
+    let (_receiver, _rg) = fabric.agent_with_goal("receiver").await;
+    let body = "z".repeat(4096);
+    for _ in 0..40 {
+        sender.send_to_peer("receiver", &body).await.unwrap();
+    }
+    let js = jetstream::new(nats.clone());
+    assert_eventually!(
+        WAIT,
+        async {
+            let mut stream = js.get_stream(AUDIT_STREAM).await.unwrap();
+            stream.info().await.unwrap().state.first_sequence > 1
+        },
+        "the size limit never dropped a record"
+    );
+    trail.catch_up().await.unwrap();
+    let first = {
+        let mut stream = js.get_stream(AUDIT_STREAM).await.unwrap();
+        stream.info().await.unwrap().state.first_sequence
+    };
+    let indexed = trail
+        .index()
+        .history(&HistoryRequest::default(), 0, usize::MAX)
+        .unwrap();
+    assert!(!indexed.is_empty());
+    assert!(
+        indexed.iter().all(|e| e.seq >= first),
+        "the index holds records the stream dropped"
+    );
+    // The chain is checked from the oldest record kept.
+    let verified = audit_verify(&nats).await.unwrap();
+    assert!(verified.ok, "{verified:?}");
+    assert!(verified.first_seq > 1);
 }

@@ -262,8 +262,18 @@ pub async fn start_audit(
     url: &str,
     config: audit::AuditConfig,
 ) -> (Replica, std::sync::Arc<audit::Trail>) {
-    let client = async_nats::connect(url).await.unwrap();
-    let running = audit::start(&client, &runtime(url), config).await.unwrap();
+    start_audit_with(&runtime(url), config).await
+}
+
+/// An audit replica with these runtime settings (e.g. audit retention).
+pub async fn start_audit_with(
+    runtime: &RuntimeConfig,
+    config: audit::AuditConfig,
+) -> (Replica, std::sync::Arc<audit::Trail>) {
+    let client = async_nats::connect(runtime.nats.urls.join(","))
+        .await
+        .unwrap();
+    let running = audit::start(&client, runtime, config).await.unwrap();
     let trail = running.trail();
     (
         Replica::spawn("audit", |shutdown| running.run(shutdown)),

@@ -52,6 +52,7 @@ pub struct Fanout {
     view: PeerView,
     publisher: Arc<dyn InboxPublisher>,
     inbox: stream::Stream,
+    js: jetstream::Context,
     config: FanoutConfig,
     backlog_checked: Mutex<HashMap<GoalId, Instant>>,
 }
@@ -76,12 +77,14 @@ impl Fanout {
         view: PeerView,
         publisher: Arc<dyn InboxPublisher>,
         inbox: stream::Stream,
+        js: jetstream::Context,
         config: FanoutConfig,
     ) -> Self {
         Self {
             view,
             publisher,
             inbox,
+            js,
             config,
             backlog_checked: Mutex::default(),
         }
@@ -95,7 +98,21 @@ impl Fanout {
             SEND_PREFIX.to_owned(),
             move |req: AgentRequest<SendRequest>| {
                 let fanout = Arc::clone(&fanout);
-                async move { fanout.send(&req.caller, req.body).await }
+                async move {
+                    let report = fanout.send(&req.caller, req.body).await?;
+                    // Peers the send could not reach (unknown, ACL, no goal, anti-loop) are
+                    // refusals too: the audit records them.
+                    if !report.unreachable_reasons.is_empty() {
+                        switchboard_runtime::publish::publish_refusal(
+                            &fanout.js,
+                            crate::SPEC.name,
+                            &req.subject,
+                            switchboard_proto::ErrorKind::Unreachable,
+                            &report.unreachable_reasons.join("; "),
+                        );
+                    }
+                    Ok(report)
+                }
             },
         )]
     }

@@ -75,8 +75,8 @@ pub async fn start_with(
             stream: switchboard_proto::INBOX_STREAM,
             message: err.to_string(),
         })?;
-    let view = PeerView::new(js, agents, goals);
-    let fanout = Arc::new(Fanout::new(view.clone(), publisher, inbox, config));
+    let view = PeerView::new(js.clone(), agents, goals);
+    let fanout = Arc::new(Fanout::new(view.clone(), publisher, inbox, js, config));
     let running = micro::start(client, SPEC, fanout.endpoints()).await?;
     tracing::info!(service = SPEC.name, "inbox-fanout ready");
     Ok(Running {

@@ -294,36 +294,17 @@ struct Refusals {
 }
 
 impl Refusals {
-    /// Publishes a rule refusal as `agent.refusals.<service>.<caller>` (in the background:
-    /// the reply does not wait for it; a loss is logged by `publish_event`).
+    /// Publishes a rule refusal for the audit trail (see [`crate::publish::publish_refusal`]).
     fn publish(&self, subject: &str, err: &ErrorReply) {
-        if !err.kind().is_refusal() {
-            return;
+        if err.kind().is_refusal() {
+            crate::publish::publish_refusal(
+                &self.js,
+                self.service,
+                subject,
+                err.kind(),
+                &err.error.message,
+            );
         }
-        let caller = subject
-            .rsplit('.')
-            .next()
-            .filter(|token| AgentId::parse(token).is_ok())
-            .unwrap_or("_")
-            .to_owned();
-        let event = switchboard_proto::audit::RefusalEvent {
-            id: switchboard_proto::new_id(),
-            service: self.service.to_owned(),
-            agent_id: caller.clone(),
-            subject: subject.to_owned(),
-            kind: err.kind(),
-            message: err.error.message.clone(),
-            at: switchboard_proto::timestamp::now(),
-        };
-        let js = self.js.clone();
-        let to = format!(
-            "{}.{}.{caller}",
-            switchboard_proto::audit::REFUSALS_PREFIX,
-            self.service
-        );
-        tokio::spawn(async move {
-            crate::publish::publish_event(&js, &to, &event.id.to_string(), &event).await;
-        });
     }
 }
 

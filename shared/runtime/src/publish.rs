@@ -173,3 +173,39 @@ pub async fn publish_event<T: serde::Serialize>(
         tracing::error!(%subject, %event_id, error = %err, "event lost after retries");
     }
 }
+
+/// Publishes a refusal (a rule refused a well-formed request) as
+/// `agent.refusals.<service>.<caller>` for the audit trail, in the background so the reply
+/// does not wait for it. `subject` is the request subject; its last token names the caller
+/// (`_` when that is not a valid agent id).
+pub fn publish_refusal(
+    js: &jetstream::Context,
+    service: &str,
+    subject: &str,
+    kind: switchboard_proto::ErrorKind,
+    message: &str,
+) {
+    let caller = subject
+        .rsplit('.')
+        .next()
+        .filter(|token| switchboard_proto::AgentId::parse(token).is_ok())
+        .unwrap_or("_")
+        .to_owned();
+    let event = switchboard_proto::audit::RefusalEvent {
+        id: switchboard_proto::new_id(),
+        service: service.to_owned(),
+        agent_id: caller.clone(),
+        subject: subject.to_owned(),
+        kind,
+        message: message.to_owned(),
+        at: switchboard_proto::timestamp::now(),
+    };
+    let js = js.clone();
+    let to = format!(
+        "{}.{service}.{caller}",
+        switchboard_proto::audit::REFUSALS_PREFIX
+    );
+    tokio::spawn(async move {
+        publish_event(&js, &to, &event.id.to_string(), &event).await;
+    });
+}
