@@ -14,7 +14,10 @@
 //! - `switchboard reply --as <agent> <correlation_id> "answer"`: reply_to_peer.
 //! - `switchboard pending --as <agent>`: open outgoing and incoming calls.
 //! - `switchboard task create|get|list|cancel --as <agent> …`: tasks and subtasks.
+//! - `switchboard thread <id>`, `switchboard history --agent <id> …`,
+//!   `switchboard audit export|verify|pending`: the audit trail.
 
+mod audit;
 mod inbox;
 mod task;
 mod up;
@@ -37,7 +40,7 @@ pub(crate) const DEFAULT_NATS_URL: &str = "nats://127.0.0.1:4222";
     name = "switchboard",
     version,
     about = "Switchboard: a NATS-native messaging fabric for LLM agents",
-    after_help = "Examples:\n  switchboard up                       # embedded nats-server + all services\n  switchboard up --nats-url nats://nats:4222\n  switchboard agents\n  switchboard peers --as researcher\n  switchboard lookup writer\n  switchboard send --as writer --to researcher \"draft ready\"\n  switchboard inbox --as researcher --goal <goal_id> --follow\n  switchboard call --as researcher --to writer \"title?\"\n  switchboard pending --as writer\n  switchboard task create --as coordinator --to researcher \"find sources\"\n  switchboard task list --as researcher --state submitted"
+    after_help = "Examples:\n  switchboard up                       # embedded nats-server + all services\n  switchboard up --nats-url nats://nats:4222\n  switchboard agents\n  switchboard peers --as researcher\n  switchboard lookup writer\n  switchboard send --as writer --to researcher \"draft ready\"\n  switchboard inbox --as researcher --goal <goal_id> --follow\n  switchboard call --as researcher --to writer \"title?\"\n  switchboard pending --as writer\n  switchboard task create --as coordinator --to researcher \"find sources\"\n  switchboard task list --as researcher --state submitted\n  switchboard thread <message_id|correlation_id|task_id>\n  switchboard history --agent researcher\n  switchboard audit export --since 2026-11-22T00:00:00Z > manifest.jsonl\n  switchboard audit verify"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -164,6 +167,25 @@ enum Command {
         after_help = "Examples:\n  switchboard task create --as coordinator --to researcher \"find 3 sources\" --deadline-ms 600000\n  switchboard task get --as coordinator <task_id>\n  switchboard task list --as researcher --role assignee --state submitted\n  switchboard task cancel --as coordinator <task_id> --reason \"plans changed\""
     )]
     Task(task::TaskArgs),
+    /// The conversation around a message, call or task id, from the audit trail (JSON).
+    #[command(after_help = "Example:\n  switchboard thread 0193a1b2-0000-7000-8000-0000000000cc")]
+    Thread {
+        /// A message id, correlation id or task id.
+        id: uuid::Uuid,
+        /// NATS URL.
+        #[arg(long, env = "NATS_URL", default_value = DEFAULT_NATS_URL)]
+        nats_url: String,
+    },
+    /// Audit records by agent, goal, task, time and kind, one page (JSON).
+    #[command(
+        after_help = "Examples:\n  switchboard history --agent researcher\n  switchboard history --agent researcher --kind 'call.*' --limit 20\n  switchboard history --task <task_id> --since 2026-11-22T00:00:00Z"
+    )]
+    History(audit::HistoryArgs),
+    /// The audit trail: export (JSON lines), verify the hash chain, pending requests.
+    #[command(
+        after_help = "Examples:\n  switchboard audit export --since 2026-11-22T00:00:00Z > manifest.jsonl\n  switchboard audit verify\n  switchboard audit pending"
+    )]
+    Audit(audit::AuditArgs),
 }
 
 #[tokio::main]
@@ -202,6 +224,13 @@ async fn main() -> ExitCode {
         }
         Command::Inbox(args) => return inbox::run(args).await,
         Command::Task(args) => task::run(args).await,
+        Command::Thread { id, nats_url } => audit::thread(&nats_url, id).await,
+        Command::History(args) => audit::history(args).await,
+        Command::Audit(args) => match audit::run(args).await {
+            Ok(Some(value)) => Ok(value),
+            Ok(None) => return ExitCode::SUCCESS,
+            Err(err) => Err(err),
+        },
         Command::Call {
             as_agent,
             to,

@@ -334,6 +334,73 @@ async fn up_runs_the_embedded_system_and_stops_on_ctrl_c() {
     .await;
     assert!(!ok);
     assert!(stderr.contains("--state"), "{stderr}");
+
+    // The audit trail: the task's thread, a history page, the chain, an export.
+    let mut thread = serde_json::Value::Null;
+    for _ in 0..100 {
+        let (ok, found, stderr) = json(&["thread", &task_id, "--nats-url", &url]).await;
+        assert!(ok, "{stderr}");
+        let kinds: Vec<String> = found["records"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["kind"].as_str().unwrap().to_owned())
+            .collect();
+        if kinds.contains(&"task.cancel".to_owned()) {
+            thread = found;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let kinds: Vec<&str> = thread["records"]
+        .as_array()
+        .expect("the task's thread reaches its cancel")
+        .iter()
+        .map(|r| r["kind"].as_str().unwrap())
+        .collect();
+    let at = |kind: &str| {
+        kinds
+            .iter()
+            .position(|k| *k == kind)
+            .unwrap_or_else(|| panic!("{kind} missing from {kinds:?}"))
+    };
+    assert!(at("task.created") < at("task.cancel"), "{kinds:?}");
+    assert!(at("task") < at("task_update"), "{kinds:?}");
+    let (ok, page, stderr) = json(&[
+        "history",
+        "--agent",
+        "writer",
+        "--kind",
+        "task.*",
+        "--nats-url",
+        &url,
+    ])
+    .await;
+    assert!(ok, "{stderr}");
+    assert!(!page["records"].as_array().unwrap().is_empty());
+    let (ok, verified, stderr) = json(&["audit", "verify", "--nats-url", &url]).await;
+    assert!(ok, "{stderr}");
+    assert_eq!(verified["ok"], true);
+    let output = switchboard()
+        .args(["audit", "export", "--kind", "task.*", "--nats-url", &url])
+        .output()
+        .await
+        .unwrap();
+    assert!(output.status.success());
+    let exported: Vec<serde_json::Value> = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    assert!(exported.len() >= 2, "{exported:?}");
+    assert!(
+        exported
+            .iter()
+            .all(|l| l["kind"].as_str().unwrap().starts_with("task."))
+    );
+    assert!(String::from_utf8_lossy(&output.stderr).contains("exported"));
+    let (ok, _, stderr) = json(&["history", "--since", "yesterday", "--nats-url", &url]).await;
+    assert!(!ok);
+    assert!(stderr.contains("--since"), "{stderr}");
     drop(writer);
     drop(goal);
     drop(agent);
