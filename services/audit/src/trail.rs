@@ -399,9 +399,11 @@ impl Trail {
     }
 }
 
+/// Acknowledges a source whose record is stored. A plain ack (no server confirmation): if it
+/// is lost the source comes back and is recognised as recorded, so waiting would only slow
+/// the trail down.
 async fn ack(message: &jetstream::Message) {
-    if let Err(err) = message.double_ack().await {
-        // Not acknowledged: it comes back and is recognised as recorded.
+    if let Err(err) = message.ack().await {
         tracing::debug!(error = %err, "source ack failed");
     }
 }
