@@ -545,12 +545,16 @@ async fn export_matches_the_stream_and_verify_finds_tampering() {
 async fn a_killed_audit_service_loses_and_doubles_nothing_and_a_fresh_index_matches() {
     let fabric = Fabric::start().await;
     let nats = fabric.nats.client().await;
+    // Two replicas: the first writes (it took the lease and recorded the set-up), the second
+    // follows.
     let (first, _first_trail) = start_audit(&fabric.url(), fast_audit()).await;
     let (sender, _sg) = fabric.agent_with_goal("sender").await;
     let mut receivers = Vec::new();
     for n in 0..5 {
         receivers.push(fabric.agent_with_goal(&format!("receiver-{n}")).await);
     }
+    caught_up(&nats).await;
+    let (_second, second_trail) = start_audit(&fabric.url(), fast_audit()).await;
     let sender = Arc::new(sender);
     let flow = {
         let sender = Arc::clone(&sender);
@@ -565,13 +569,13 @@ async fn a_killed_audit_service_loses_and_doubles_nothing_and_a_fresh_index_matc
             }
         })
     };
-    // Kill it mid-flow: its in-flight batch is never acknowledged.
+    // Kill the writer mid-flow: its in-flight batch is never acknowledged, its lease is never
+    // released; the other replica takes over when the lease expires.
     tokio::time::sleep(Duration::from_millis(300)).await;
     first.task.abort();
     let _ = first.task.await;
     let at_kill = stream_records(&nats).await.len();
     flow.await.unwrap();
-    let (_second, second_trail) = start_audit(&fabric.url(), fast_audit()).await;
     caught_up(&nats).await;
 
     let records = stream_records(&nats).await;

@@ -286,6 +286,7 @@ pub fn fast_audit() -> audit::AuditConfig {
     audit::AuditConfig {
         ack_wait_ms: 1_000,
         catch_up_interval_ms: 100,
+        lease_ttl_ms: 1_000,
         ..Default::default()
     }
 }

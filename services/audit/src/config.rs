@@ -19,6 +19,10 @@ pub struct AuditConfig {
     /// How long a source message may stay unacknowledged before it is delivered again (to
     /// any replica), in milliseconds.
     pub ack_wait_ms: u64,
+    /// The writer lease: one replica appends at a time and renews the lease every third of
+    /// this; when it stops renewing, another replica takes over after this long, in
+    /// milliseconds.
+    pub lease_ttl_ms: u64,
 }
 
 impl Default for AuditConfig {
@@ -29,17 +33,26 @@ impl Default for AuditConfig {
             catch_up_interval_ms: 500,
             consumer: "audit".to_owned(),
             ack_wait_ms: 30_000,
+            lease_ttl_ms: 10_000,
         }
     }
 }
 
 impl switchboard_runtime::config::Section for AuditConfig {
     fn validate(&self) -> Result<(), String> {
-        if self.batch == 0 || self.batch > 10_000 {
-            return Err(format!("batch must be 1 to 10000, not {}", self.batch));
+        // Every publish of a batch is sent before its acks are awaited; the client allows
+        // 5,000 outstanding acks, so a batch stays well below that.
+        if self.batch == 0 || self.batch > 1_000 {
+            return Err(format!("batch must be 1 to 1000, not {}", self.batch));
         }
         if self.catch_up_interval_ms == 0 || self.ack_wait_ms == 0 {
             return Err("catch_up_interval_ms and ack_wait_ms must be above 0".to_owned());
+        }
+        if self.lease_ttl_ms < 300 {
+            return Err(format!(
+                "lease_ttl_ms must be at least 300, not {}",
+                self.lease_ttl_ms
+            ));
         }
         if switchboard_proto::AgentId::parse(&self.consumer).is_err() {
             return Err(format!(

@@ -20,6 +20,21 @@ use crate::trail::{Trail, TrailError};
 const CHUNK_BYTES: usize = 60 * 1024;
 /// Records read from the index per export page.
 const EXPORT_PAGE: usize = 500;
+/// Most bytes of records in one reply (NATS' default message limit is 1 MiB).
+const REPLY_BUDGET: usize = 900 * 1024;
+
+/// Cuts `records` to what fits a reply; true when something was cut.
+fn fit(records: &mut Vec<AuditEntry>) -> bool {
+    let mut size = 0;
+    for (i, entry) in records.iter().enumerate() {
+        size += serde_json::to_vec(entry).map_or(usize::MAX, |b| b.len());
+        if size > REPLY_BUDGET {
+            records.truncate(i.max(1));
+            return true;
+        }
+    }
+    false
+}
 
 impl From<IndexError> for ErrorReply {
     fn from(err: IndexError) -> Self {
@@ -116,13 +131,15 @@ impl Queries {
             ));
         }
         let index = self.fresh_index().await?;
-        let records = blocking(index, move |index| {
+        let mut records = blocking(index, move |index| {
             index.thread(request.message_id, request.correlation_id, request.task_id)
         })
         .await?;
+        let truncated = fit(&mut records);
         Ok(AuditRecords {
             records,
             next_cursor: None,
+            truncated,
         })
     }
 
@@ -141,8 +158,9 @@ impl Queries {
             index.history(&request, cursor, limit + 1)
         })
         .await?;
-        let next_cursor = if records.len() > limit {
-            records.truncate(limit);
+        let more = records.len() > limit;
+        records.truncate(limit);
+        let next_cursor = if fit(&mut records) || more {
             records.last().map(|e| e.seq)
         } else {
             None
@@ -150,16 +168,19 @@ impl Queries {
         Ok(AuditRecords {
             records,
             next_cursor,
+            truncated: false,
         })
     }
 
     /// pending: requests that expect a reply and have none.
     pub async fn pending(&self) -> Result<AuditRecords, ErrorReply> {
         let index = self.fresh_index().await?;
-        let records = blocking(index, Index::pending).await?;
+        let mut records = blocking(index, Index::pending).await?;
+        let truncated = fit(&mut records);
         Ok(AuditRecords {
             records,
             next_cursor: None,
+            truncated,
         })
     }
 

@@ -59,6 +59,11 @@ pub async fn start(
     resources::ensure_stream(&js, resources::inbox_stream(settings)).await?;
     resources::ensure_stream(&js, resources::events_stream(settings)).await?;
     resources::ensure_stream(&js, resources::audit_stream(settings)).await?;
+    resources::ensure_bucket(
+        &js,
+        resources::audit_lease_bucket(settings, Duration::from_millis(config.lease_ttl_ms)),
+    )
+    .await?;
     let stream = js
         .get_stream(AUDIT_STREAM)
         .await
@@ -98,20 +103,21 @@ impl Running {
 
     /// Ingests and serves until `shutdown`, then drains.
     pub async fn run(self, shutdown: CancellationToken) {
-        let ingest = tokio::spawn(trail::ingest(
+        let ingest = trail::ingest(
             Arc::clone(&self.trail),
             self.js.clone(),
-            self.config.consumer.clone(),
-            self.config.batch,
-            Duration::from_millis(self.config.ack_wait_ms),
-            Duration::from_millis(self.config.catch_up_interval_ms),
+            trail::IngestSettings::from(&self.config),
             shutdown.clone(),
-        ));
+        );
+        let ingest = tokio::spawn(async move {
+            // Logged when it happens: a replica that cannot ingest still answers queries.
+            if let Err(err) = ingest.await {
+                tracing::error!(error = %err, "audit ingest stopped; this replica only answers queries");
+            }
+        });
         self.running.run(shutdown, self.grace).await;
-        match ingest.await {
-            Ok(Ok(())) => {}
-            Ok(Err(err)) => tracing::error!(error = %err, "audit ingest stopped"),
-            Err(err) => tracing::error!(error = %err, "audit ingest panicked"),
+        if let Err(err) = ingest.await {
+            tracing::error!(error = %err, "audit ingest panicked");
         }
     }
 }

@@ -201,10 +201,16 @@ impl Trail {
         let mut last = None;
         read_range(&self.js, &self.stream, head.seq + 1, |stored| {
             let hash = stored_hash(&stored);
-            let record: AuditRecord = serde_json::from_slice(&stored.payload).map_err(|err| {
-                TrailError(format!("record {} does not decode: {err}", stored.seq))
-            })?;
             last = Some((stored.seq, hash.clone()));
+            let record: AuditRecord = match serde_json::from_slice(&stored.payload) {
+                Ok(record) => record,
+                Err(err) => {
+                    // Not ours (only a foreign publisher could put it there, and deletes are
+                    // denied): the chain continues after it; `verify` reports it.
+                    tracing::warn!(seq = stored.seq, error = %err, "undecodable audit record skipped by the index");
+                    return Ok(());
+                }
+            };
             batch.push(AuditEntry {
                 seq: stored.seq,
                 hash,
@@ -226,16 +232,11 @@ impl Trail {
         let mut stream = self.stream.clone();
         if let Ok(info) = stream.info().await {
             self.index.prune_below(info.state.first_sequence)?;
-            if head.seq < info.state.last_sequence && read == 0 {
-                // Nothing readable yet past the head (e.g. the head aged out): follow the
-                // stream's own last record.
-                if let Ok(message) = self.stream.get_raw_message(info.state.last_sequence).await {
-                    head.seq = message.sequence;
-                    head.hash = message
-                        .headers
-                        .get(HEADER_AUDIT_HASH)
-                        .map_or_else(|| record::hash(&message.payload), |h| h.as_str().to_owned());
-                }
+            if info.state.messages == 0 && head.seq < info.state.last_sequence {
+                // Everything aged out: the next record follows the stream's last sequence and
+                // starts a new chain (verify checks from the oldest record kept).
+                head.seq = info.state.last_sequence;
+                head.hash = GENESIS_HASH.to_owned();
             }
         }
         Ok(read)
@@ -248,6 +249,7 @@ impl Trail {
         let mut waiting = sources;
         let mut written = 0;
         for _ in 0..APPEND_ATTEMPTS {
+            let before_batch = head.clone();
             // Exactly once: an event already recorded is only acknowledged.
             let mut fresh = Vec::with_capacity(waiting.len());
             for source in waiting {
@@ -308,7 +310,12 @@ impl Trail {
                     }
                 }
             }
-            self.index.insert(&committed)?;
+            if let Err(err) = self.index.insert(&committed) {
+                // The records are stored but not indexed: rewind so the next catch-up reads
+                // them from the stream (and their redelivered sources find them recorded).
+                *head = before_batch;
+                return Err(err.into());
+            }
             let done = committed.len();
             written += done;
             let mut rest = fresh.into_iter();
@@ -408,17 +415,190 @@ async fn ack(message: &jetstream::Message) {
     }
 }
 
-/// Feeds the appender from the durable consumers and runs it until `shutdown`; also catches
-/// up with other replicas' records every `catch_up_every`.
+/// How ingest runs (from [`crate::AuditConfig`]).
+#[derive(Debug, Clone)]
+pub struct IngestSettings {
+    /// Durable consumer name prefix.
+    pub consumer_prefix: String,
+    /// Most sources per batch.
+    pub batch: usize,
+    /// Redelivery delay of an unacknowledged source.
+    pub ack_wait: Duration,
+    /// How often the index reads other replicas' records.
+    pub catch_up_every: Duration,
+    /// The writer lease's time to live.
+    pub lease_ttl: Duration,
+}
+
+impl From<&crate::AuditConfig> for IngestSettings {
+    fn from(config: &crate::AuditConfig) -> Self {
+        Self {
+            consumer_prefix: config.consumer.clone(),
+            batch: config.batch,
+            ack_wait: Duration::from_millis(config.ack_wait_ms),
+            catch_up_every: Duration::from_millis(config.catch_up_interval_ms),
+            lease_ttl: Duration::from_millis(config.lease_ttl_ms),
+        }
+    }
+}
+
+/// The writer lease: the one key of `audit_lease`, holding the writing replica's id. It
+/// expires `ttl` after its last write, so a replica that stops renewing (crash, pause,
+/// partition) gives way to another.
+struct Lease {
+    kv: jetstream::kv::Store,
+    holder: String,
+    revision: Option<u64>,
+}
+
+const LEASE_KEY: &str = "writer";
+
+impl Lease {
+    /// Takes the lease if nobody holds it.
+    async fn acquire(&mut self) -> bool {
+        match self.kv.create(LEASE_KEY, self.holder.clone().into()).await {
+            Ok(revision) => {
+                self.revision = Some(revision);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// Renews the lease; false when it was lost (expired and taken, or unreachable).
+    async fn renew(&mut self) -> bool {
+        let Some(revision) = self.revision else {
+            return false;
+        };
+        match self
+            .kv
+            .update(LEASE_KEY, self.holder.clone().into(), revision)
+            .await
+        {
+            Ok(revision) => {
+                self.revision = Some(revision);
+                true
+            }
+            Err(err) => {
+                tracing::warn!(error = %err, "audit writer lease not renewed");
+                self.revision = None;
+                false
+            }
+        }
+    }
+
+    /// Gives the lease up (on shutdown), so another replica takes over at once.
+    async fn release(&mut self) {
+        if let Some(revision) = self.revision.take()
+            && let Err(err) = self
+                .kv
+                .delete_expect_revision(LEASE_KEY, Some(revision))
+                .await
+        {
+            tracing::debug!(error = %err, "audit writer lease not released");
+        }
+    }
+}
+
+/// Runs ingest until `shutdown`. One replica at a time holds the writer lease and appends
+/// (the chain has one writer; the expected-sequence check stays as a safety net for the
+/// moment a lease changes hands); the others keep their index caught up and answer queries,
+/// and take the lease when it expires.
 pub async fn ingest(
     trail: Arc<Trail>,
     js: jetstream::Context,
-    consumer_prefix: String,
-    batch: usize,
-    ack_wait: Duration,
-    catch_up_every: Duration,
+    settings: IngestSettings,
     shutdown: CancellationToken,
 ) -> Result<(), TrailError> {
+    let kv = js
+        .get_key_value(switchboard_proto::AUDIT_LEASE_BUCKET)
+        .await
+        .map_err(|err| TrailError::of("opening the writer lease", err))?;
+    let mut lease = Lease {
+        kv,
+        holder: switchboard_proto::new_id().to_string(),
+        revision: None,
+    };
+    let every = settings.lease_ttl / 3;
+    loop {
+        // Follow: keep the index current and wait for the lease.
+        let mut ticker = tokio::time::interval(settings.catch_up_every.min(every));
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                () = shutdown.cancelled() => return Ok(()),
+                _ = ticker.tick() => {}
+            }
+            if let Err(err) = trail.catch_up().await {
+                tracing::warn!(error = %err, "audit catch-up failed");
+            }
+            if lease.acquire().await {
+                break;
+            }
+        }
+        tracing::info!(holder = %lease.holder, "audit writer lease taken");
+        // Write while the lease holds.
+        let lost = shutdown.child_token();
+        let renewing = {
+            let lost = lost.clone();
+            async move {
+                let mut ticker = tokio::time::interval(every);
+                ticker.tick().await;
+                loop {
+                    tokio::select! {
+                        () = lost.cancelled() => break,
+                        _ = ticker.tick() => {}
+                    }
+                    if !lease.renew().await {
+                        lost.cancel();
+                        break;
+                    }
+                }
+                lease
+            }
+        };
+        let writing = write(
+            Arc::clone(&trail),
+            js.clone(),
+            settings.clone(),
+            lost.clone(),
+        );
+        let (result, returned) = tokio::join!(
+            async {
+                let result = writing.await;
+                lost.cancel();
+                result
+            },
+            renewing
+        );
+        lease = returned;
+        if shutdown.is_cancelled() {
+            lease.release().await;
+            return result;
+        }
+        if let Err(err) = result {
+            lease.release().await;
+            return Err(err);
+        }
+        tracing::warn!("audit writer lease lost; following until it can be taken again");
+    }
+}
+
+/// Feeds the appender from the durable consumers and runs it until `stop`; also catches up
+/// with other replicas' records every `catch_up_every`.
+async fn write(
+    trail: Arc<Trail>,
+    js: jetstream::Context,
+    settings: IngestSettings,
+    shutdown: CancellationToken,
+) -> Result<(), TrailError> {
+    let IngestSettings {
+        consumer_prefix,
+        batch,
+        ack_wait,
+        catch_up_every,
+        lease_ttl: _,
+    } = settings;
     let (tx, mut rx) = mpsc::channel::<Source>(batch * 4);
     let mut feeders = Vec::new();
     for (stream_name, consumer_name) in [

@@ -107,6 +107,7 @@ impl Fanout {
                             &fanout.js,
                             crate::SPEC.name,
                             &req.subject,
+                            Some(&req.caller),
                             switchboard_proto::ErrorKind::Unreachable,
                             &report.unreachable_reasons.join("; "),
                         );

@@ -13,6 +13,8 @@ use crate::error::ClientError;
 
 /// How long a query (or one export message) may take.
 const TIMEOUT: Duration = Duration::from_secs(30);
+/// How long verify may take (the service allows 120 s to read the stream).
+const VERIFY_TIMEOUT: Duration = Duration::from_secs(130);
 
 /// thread: the conversation around a message, call or task, oldest first.
 pub async fn audit_thread(
@@ -47,7 +49,7 @@ pub async fn audit_verify(nats: &async_nats::Client) -> Result<VerifyReply, Clie
         nats,
         AuditOp::Verify.subject(),
         &serde_json::json!({}),
-        TIMEOUT,
+        VERIFY_TIMEOUT,
     )
     .await
 }
@@ -78,6 +80,7 @@ pub async fn audit_export(
     )
     .await
     .map_err(|err| failed(err.to_string()))?;
+    let mut received = 0u64;
     loop {
         let message = tokio::time::timeout(TIMEOUT, replies.next())
             .await
@@ -94,6 +97,7 @@ pub async fn audit_export(
             .is_some_and(|v| v.as_str() == "chunk")
         {
             lines(&message.payload);
+            received += 1;
             continue;
         }
         if headers.and_then(|h| h.get(HEADER_SERVICE_ERROR)).is_some() {
@@ -101,9 +105,19 @@ pub async fn audit_export(
                 serde_json::from_slice(&message.payload).map_err(|err| failed(err.to_string()))?;
             return Err(ClientError::Service(reply));
         }
-        return serde_json::from_slice(&message.payload).map_err(|err| ClientError::Decode {
-            subject,
-            message: err.to_string(),
-        });
+        let done: ExportDone =
+            serde_json::from_slice(&message.payload).map_err(|err| ClientError::Decode {
+                subject: subject.clone(),
+                message: err.to_string(),
+            })?;
+        // Chunks are plain messages: a slow reader can lose some. Never pass off a partial
+        // export as whole.
+        if received != done.chunks {
+            return Err(failed(format!(
+                "the export is incomplete: {received} of {} chunks arrived",
+                done.chunks
+            )));
+        }
+        return Ok(done);
     }
 }

@@ -20,7 +20,8 @@ pub const AUDIT_PREFIX: &str = "agent.audit";
 pub const AUDIT_RECORDS_SUBJECT: &str = "_SB.audit.records";
 /// Header carrying a record's SHA-256 (lowercase hex) of its body.
 pub const HEADER_AUDIT_HASH: &str = "Switchboard-Audit-Hash";
-/// Header of an export message: `chunk` (JSON lines) or `done` (the summary, last).
+/// Header of an export chunk (`chunk`, JSON lines); the final reply, without it, is the
+/// summary ([`ExportDone`]) or an error reply.
 pub const HEADER_EXPORT: &str = "Switchboard-Export";
 /// The `prev_hash` of the first record of a chain.
 pub const GENESIS_HASH: &str = "genesis";
@@ -219,6 +220,10 @@ pub struct AuditRecords {
     /// Pass as `cursor` for the next page (history).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_cursor: Option<u64>,
+    /// True when the records were cut to keep the reply under the NATS message size limit
+    /// (thread, pending; a history page is cut the same way and says so by `next_cursor`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub truncated: bool,
 }
 
 /// The last message of an export.

@@ -53,6 +53,8 @@ pub const TASKS_INDEX_PREFIX: &str = "_SB.tasks.";
 pub const TASK_DEPTH_LIMIT: u32 = 3;
 /// Open (non-terminal) children one task may have at once.
 pub const MAX_OPEN_CHILDREN: usize = 8;
+/// KV bucket holding the audit writer lease (one replica appends at a time).
+pub const AUDIT_LEASE_BUCKET: &str = "audit_lease";
 /// NATS micro service name (and queue group) of the audit service.
 pub const AUDIT_SERVICE: &str = "audit";
 /// NATS micro service name (and queue group) of the task service.

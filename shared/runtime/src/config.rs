@@ -197,6 +197,14 @@ impl RuntimeConfig {
                 self.jetstream.replicas
             )));
         }
+        let js = &self.jetstream;
+        if js.audit_max_age_secs != 0 && js.audit_max_age_secs < js.duplicate_window_secs {
+            // The server refuses a stream whose duplicate window outlives its max age.
+            return Err(ConfigError::Invalid(format!(
+                "jetstream.audit_max_age_secs ({} s) must be 0 (forever) or at least duplicate_window_secs ({} s)",
+                js.audit_max_age_secs, js.duplicate_window_secs
+            )));
+        }
         Ok(())
     }
 

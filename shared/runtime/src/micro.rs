@@ -267,6 +267,7 @@ pub async fn start(
             Refusals {
                 js: async_nats::jetstream::new(client.clone()),
                 service: spec.name,
+                prefix: endpoint.subject.strip_suffix(".>").map(str::to_owned),
             },
         );
         subscribed.push((stream, handler, endpoint.name));
@@ -291,16 +292,23 @@ pub async fn start(
 struct Refusals {
     js: async_nats::jetstream::Context,
     service: &'static str,
+    /// The endpoint's subject prefix when the caller is its tail (agent endpoints).
+    prefix: Option<String>,
 }
 
 impl Refusals {
     /// Publishes a rule refusal for the audit trail (see [`crate::publish::publish_refusal`]).
     fn publish(&self, subject: &str, err: &ErrorReply) {
         if err.kind().is_refusal() {
+            let caller = self
+                .prefix
+                .as_deref()
+                .and_then(|prefix| caller_from_subject(subject, prefix).ok());
             crate::publish::publish_refusal(
                 &self.js,
                 self.service,
                 subject,
+                caller.as_ref(),
                 err.kind(),
                 &err.error.message,
             );

@@ -176,21 +176,17 @@ pub async fn publish_event<T: serde::Serialize>(
 
 /// Publishes a refusal (a rule refused a well-formed request) as
 /// `agent.refusals.<service>.<caller>` for the audit trail, in the background so the reply
-/// does not wait for it. `subject` is the request subject; its last token names the caller
-/// (`_` when that is not a valid agent id).
+/// does not wait for it. `subject` is the request subject and `caller` the identity it named
+/// (`_` when it named none that is valid).
 pub fn publish_refusal(
     js: &jetstream::Context,
     service: &str,
     subject: &str,
+    caller: Option<&switchboard_proto::AgentId>,
     kind: switchboard_proto::ErrorKind,
     message: &str,
 ) {
-    let caller = subject
-        .rsplit('.')
-        .next()
-        .filter(|token| switchboard_proto::AgentId::parse(token).is_ok())
-        .unwrap_or("_")
-        .to_owned();
+    let caller = caller.map_or_else(|| "_".to_owned(), ToString::to_string);
     let event = switchboard_proto::audit::RefusalEvent {
         id: switchboard_proto::new_id(),
         service: service.to_owned(),

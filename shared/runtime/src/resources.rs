@@ -176,6 +176,19 @@ pub fn audit_stream(config: &JetStreamConfig) -> stream::Config {
     }
 }
 
+/// `audit_lease`: the audit writer lease, one key that expires `ttl` after its last renewal.
+pub fn audit_lease_bucket(config: &JetStreamConfig, ttl: Duration) -> kv::Config {
+    kv::Config {
+        bucket: switchboard_proto::AUDIT_LEASE_BUCKET.to_owned(),
+        description: "Switchboard audit writer lease".to_owned(),
+        history: 1,
+        max_age: ttl,
+        num_replicas: config.replicas,
+        storage: stream::StorageType::File,
+        ..Default::default()
+    }
+}
+
 /// Attempts per resource: concurrent replicas racing to create the same resource converge
 /// after a retry.
 const ATTEMPTS: usize = 3;
