@@ -109,16 +109,14 @@ impl Running {
             trail::IngestSettings::from(&self.config),
             shutdown.clone(),
         );
-        let ingest = tokio::spawn(async move {
+        let ingest = async move {
             // Logged when it happens: a replica that cannot ingest still answers queries.
             if let Err(err) = ingest.await {
                 tracing::error!(error = %err, "audit ingest stopped; this replica only answers queries");
             }
-        });
-        self.running.run(shutdown, self.grace).await;
-        if let Err(err) = ingest.await {
-            tracing::error!(error = %err, "audit ingest panicked");
-        }
+        };
+        // One task for both, so stopping (or aborting) the service stops its writer too.
+        tokio::join!(ingest, self.running.run(shutdown, self.grace));
     }
 }
 
