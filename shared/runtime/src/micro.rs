@@ -280,11 +280,28 @@ pub async fn start(
             name: spec.name.to_owned(),
             source: err.into(),
         })?;
+    write_health_id(spec.name, &service.info().await.id);
     Ok(Running {
         name: spec.name,
         service,
         endpoints: subscribed,
     })
+}
+
+/// Where a running service leaves its micro instance id for `<service> health`:
+/// `SWITCHBOARD_HEALTH_ID_FILE`, or `switchboard-<service>.id` in the temp folder.
+pub fn health_id_file(name: &str) -> std::path::PathBuf {
+    std::env::var_os("SWITCHBOARD_HEALTH_ID_FILE").map_or_else(
+        || std::env::temp_dir().join(format!("switchboard-{name}.id")),
+        std::path::PathBuf::from,
+    )
+}
+
+fn write_health_id(name: &str, id: &str) {
+    let path = health_id_file(name);
+    if let Err(err) = std::fs::write(&path, id) {
+        tracing::warn!(path = %path.display(), error = %err, "health id not written; `health` will fail");
+    }
 }
 
 /// Where refusals are published for the audit trail.

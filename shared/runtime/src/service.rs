@@ -34,6 +34,11 @@ use crate::{RuntimeConfig, config, micro, nats, resources, shutdown, telemetry};
 pub const EXIT_BAD_CONFIG: u8 = 64;
 
 /// Runs a service binary named `name` whose settings are the config section `section`.
+///
+/// `<binary> health` instead checks a running instance (for container probes) and exits 0 when
+/// it is healthy, 1 when not: NATS reachable with the same configuration, JetStream answering,
+/// and *this host's* instance answering a micro `PING` addressed to its own id (which it wrote
+/// to [`micro::health_id_file`] at start), so a process that lost NATS or stopped serving fails.
 pub async fn main<C, F, Fut, E>(name: &'static str, section: &str, run: F) -> ExitCode
 where
     C: config::Section,
@@ -53,6 +58,18 @@ where
             return ExitCode::from(EXIT_BAD_CONFIG);
         }
     };
+    if std::env::args().nth(1).as_deref() == Some("health") {
+        return match health(name, &runtime).await {
+            Ok(report) => {
+                println!("{name}: healthy ({report})");
+                ExitCode::SUCCESS
+            }
+            Err(why) => {
+                eprintln!("{name}: unhealthy: {why}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let telemetry = match telemetry::init(name, &runtime.telemetry) {
         Ok(guard) => guard,
         Err(err) => {
@@ -81,6 +98,35 @@ where
     };
     telemetry.shutdown();
     code
+}
+
+/// The `health` check (see [`main`]).
+async fn health(name: &str, runtime: &RuntimeConfig) -> Result<String, String> {
+    let wait = std::time::Duration::from_secs(3);
+    let client = tokio::time::timeout(
+        wait,
+        nats::connect(&runtime.nats, &format!("{name}-health")),
+    )
+    .await
+    .map_err(|_| "NATS did not answer within 3 s".to_owned())?
+    .map_err(|err| format!("cannot connect to NATS: {err}"))?;
+    let js = async_nats::jetstream::new(client.clone());
+    tokio::time::timeout(wait, js.query_account())
+        .await
+        .map_err(|_| "JetStream did not answer within 3 s".to_owned())?
+        .map_err(|err| format!("JetStream unavailable: {err}"))?;
+    let path = micro::health_id_file(name);
+    let id = std::fs::read_to_string(&path)
+        .map_err(|err| format!("no instance id at {} ({err}); not started?", path.display()))?;
+    let subject = format!("$SRV.PING.{name}.{}", id.trim());
+    tokio::time::timeout(wait, client.request(subject.clone(), "".into()))
+        .await
+        .map_err(|_| format!("{subject} not answered within 3 s"))?
+        .map_err(|err| format!("{subject}: {err}"))?;
+    Ok(format!(
+        "instance {} answers, JetStream reachable",
+        id.trim()
+    ))
 }
 
 /// Why a service could not start (shared by every service's `start`).
