@@ -181,6 +181,16 @@ enum Command {
         after_help = "Examples:\n  switchboard history --agent researcher\n  switchboard history --agent researcher --kind 'call.*' --limit 20\n  switchboard history --task <task_id> --since 2026-11-22T00:00:00Z"
     )]
     History(audit::HistoryArgs),
+    /// Print the nats-server `authorization` block for a users file: one user per agent,
+    /// allowed to publish only request subjects ending in its own id; one user for services.
+    #[command(
+        after_help = "Example (agents.toml):\n  [services]\n  user = \"switchboard\"\n  password = \"…\"\n  [[agents]]\n  id = \"researcher\"\n  password = \"…\"\n  audit = true      # may query agent.audit.*\n\n  switchboard nats-config --agents agents.toml > nats/users.conf\n  # then `include users.conf` in the nats-server config"
+    )]
+    NatsConfig {
+        /// The users file (TOML).
+        #[arg(long, value_name = "FILE")]
+        agents: std::path::PathBuf,
+    },
     /// The audit trail: export (JSON lines), verify the hash chain, pending requests.
     #[command(
         after_help = "Examples:\n  switchboard audit export --since 2026-11-22T00:00:00Z > manifest.jsonl\n  switchboard audit verify\n  switchboard audit pending"
@@ -225,6 +235,20 @@ async fn main() -> ExitCode {
         Command::Inbox(args) => return inbox::run(args).await,
         Command::Task(args) => task::run(args).await,
         Command::Thread { id, nats_url } => audit::thread(&nats_url, id).await,
+        Command::NatsConfig { agents } => {
+            let made = switchboard_runtime::permissions::read_users(&agents)
+                .and_then(|users| switchboard_runtime::permissions::nats_config(&users));
+            return match made {
+                Ok(config) => {
+                    print!("{config}");
+                    ExitCode::SUCCESS
+                }
+                Err(err) => {
+                    eprintln!("switchboard: {err}");
+                    ExitCode::FAILURE
+                }
+            };
+        }
         Command::History(args) => audit::history(args).await,
         Command::Audit(args) => match audit::run(args).await {
             Ok(Some(value)) => Ok(value),

@@ -180,6 +180,7 @@ impl Correlator {
         let probe = SendRequest {
             to: request.to.clone(),
             message: request.message.clone(),
+            from_agent_id: request.from_agent_id.clone(),
             ..SendRequest::default()
         };
         let (target, body) = check_gates(caller, &probe)?;

@@ -198,6 +198,7 @@ impl Tasks {
                 request.to.clone()
             },
             message: request.message.clone(),
+            from_agent_id: request.from_agent_id.clone(),
             ..SendRequest::default()
         };
         let (target, body) = check_gates(caller, &probe).map_err(|err| {

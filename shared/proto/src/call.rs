@@ -43,6 +43,9 @@ pub struct CallRequest {
     /// links it into that conversation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub in_reply_to: Option<Uuid>,
+    /// The caller, if the body names one: it must be the subject's identity.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from_agent_id: Option<String>,
 }
 
 /// Reply to a parked call.

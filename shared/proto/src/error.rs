@@ -64,6 +64,8 @@ pub enum ErrorKind {
     AtCapacity,
     /// The parent task already has the most open children allowed.
     TooManyChildren,
+    /// The body names a sender (`from_agent_id`) other than the subject's identity.
+    SenderMismatch,
     /// A kind this client version does not know yet.
     #[serde(other)]
     Unknown,
@@ -89,7 +91,7 @@ impl ErrorKind {
             Self::Expired => 410,
             Self::TooManyCalls => 429,
             Self::Timeout => 504,
-            Self::IdentityMismatch => 403,
+            Self::IdentityMismatch | Self::SenderMismatch => 403,
             Self::NotRegistered | Self::NotFound => 404,
             Self::Conflict => 409,
             Self::Unavailable => 503,
@@ -141,6 +143,7 @@ impl ErrorKind {
             Self::IllegalTransition => "illegal_transition",
             Self::NotAllowed => "not_allowed",
             Self::AclDenied => "acl_denied",
+            Self::SenderMismatch => "sender_mismatch",
             Self::AtCapacity => "at_capacity",
             Self::TooManyChildren => "too_many_children",
             Self::Unknown => "unknown",
@@ -247,6 +250,7 @@ mod tests {
             ErrorKind::AclDenied,
             ErrorKind::AtCapacity,
             ErrorKind::TooManyChildren,
+            ErrorKind::SenderMismatch,
         ] {
             assert_eq!(serde_json::to_value(kind).unwrap(), json!(kind.as_str()));
         }

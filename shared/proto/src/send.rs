@@ -59,6 +59,10 @@ pub struct SendRequest {
     /// Free-form metadata.
     #[serde(default, skip_serializing_if = "Map::is_empty")]
     pub metadata: Map<String, Value>,
+    /// The sender, if the body names one: it must be the subject's identity
+    /// (`sender_mismatch` otherwise). The identity always comes from the subject.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from_agent_id: Option<String>,
 }
 
 /// Reply to a send: which goals got the message, and why others did not.
@@ -96,6 +100,7 @@ pub fn check_gates<'a>(
     caller: &AgentId,
     request: &'a SendRequest,
 ) -> Result<(Target, &'a str), ErrorReply> {
+    check_sender(caller, request.from_agent_id.as_deref())?;
     let to = request.to.as_deref().map(str::trim).unwrap_or("");
     if to.is_empty() {
         return Err(ErrorReply::new(
@@ -131,6 +136,21 @@ pub fn check_gates<'a>(
         Target::Peer(to.to_owned())
     };
     Ok((target, body))
+}
+
+/// A body that names its sender must name the subject's identity: a spoofed `from_agent_id`
+/// is refused with `sender_mismatch` (and, being a refusal, recorded by the audit).
+pub fn check_sender(caller: &AgentId, named: Option<&str>) -> Result<(), ErrorReply> {
+    match named {
+        Some(named) if named != caller.as_str() => Err(ErrorReply::new(
+            ErrorKind::SenderMismatch,
+            format!(
+                "the body says it is from `{}`, but the request came from `{caller}`",
+                printable(named)
+            ),
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// Gate 5's reason.

@@ -305,6 +305,9 @@ pub struct CreateTask {
     /// trail links it into that conversation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub in_reply_to: Option<Uuid>,
+    /// The requester, if the body names one: it must be the subject's identity.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from_agent_id: Option<String>,
 }
 
 /// `accept`, `reject`, `start`, `progress`, `input_required`, `complete`, `fail`, `cancel`, `get`.

@@ -16,6 +16,7 @@
 //! - [`resources`]: JetStream streams and KV buckets, declared once and applied idempotently.
 //! - [`embedded`]: the local nats-server `switchboard up` starts, and where to find the binary.
 //! - [`store`]: the error type of a service's JetStream-backed state.
+//! - [`permissions`]: per-agent NATS users pinned to their own identity (`switchboard nats-config`).
 //! - [`kv`]: KV reads the services need beyond async-nats (a consistent snapshot of a bucket).
 
 pub mod config;
@@ -23,6 +24,7 @@ pub mod embedded;
 pub mod kv;
 pub mod micro;
 pub mod nats;
+pub mod permissions;
 pub mod publish;
 pub mod request;
 pub mod resources;

@@ -292,6 +292,8 @@ pub struct NatsServer {
     log_path: PathBuf,
     /// User and password the server requires, if any.
     auth: Option<(String, String)>,
+    /// A config file passed with `-c` (its `authorization` replaces `--user`/`--pass`).
+    config_file: Option<PathBuf>,
     // Declared last, and `Drop` kills the process first: the dir is removed
     // only once the server is gone.
     _dir: tempfile::TempDir,
@@ -305,17 +307,28 @@ impl NatsServer {
     /// If the binary is missing or the server does not become ready (the
     /// message includes the tail of its log).
     pub async fn start() -> NatsServer {
-        Self::start_inner(None).await
+        Self::start_inner(None, None).await
     }
 
     /// Like [`NatsServer::start`], but the server requires `user`/`password` (`--user`,
     /// `--pass`). [`NatsServer::url`] stays credential-free; [`NatsServer::client`] and the
     /// readiness check log in.
     pub async fn start_with_user(user: &str, password: &str) -> NatsServer {
-        Self::start_inner(Some((user.to_owned(), password.to_owned()))).await
+        Self::start_inner(Some((user.to_owned(), password.to_owned())), None).await
     }
 
-    async fn start_inner(auth: Option<(String, String)>) -> NatsServer {
+    /// Like [`NatsServer::start`], with `config` (nats-server config text, e.g. an
+    /// `authorization` block) written to a file and passed with `-c`; `login` is the user the
+    /// readiness check and [`NatsServer::client`] connect as.
+    pub async fn start_with_config(config: &str, login: (&str, &str)) -> NatsServer {
+        Self::start_inner(
+            Some((login.0.to_owned(), login.1.to_owned())),
+            Some(config.to_owned()),
+        )
+        .await
+    }
+
+    async fn start_inner(auth: Option<(String, String)>, config: Option<String>) -> NatsServer {
         let bin = nats_server_bin();
         let dir = temp_dir("sb-nats-");
         let store_dir = dir.path().join("store");
@@ -330,8 +343,14 @@ impl NatsServer {
             ports_dir,
             log_path: dir.path().join("nats-server.log"),
             auth,
+            config_file: None,
             _dir: dir,
         };
+        if let Some(config) = config {
+            let path = server._dir.path().join("nats-server.conf");
+            fs::write(&path, config).expect("testkit: cannot write the server config");
+            server.config_file = Some(path);
+        }
         server.launch(None).await;
         server
     }
@@ -427,7 +446,10 @@ impl NatsServer {
         args.push(self.store_dir.clone().into());
         args.push("--ports_file_dir".into());
         args.push(self.ports_dir.clone().into());
-        if let Some((user, password)) = &self.auth {
+        if let Some(config) = &self.config_file {
+            args.push("-c".into());
+            args.push(config.clone().into());
+        } else if let Some((user, password)) = &self.auth {
             args.extend([
                 "--user".into(),
                 user.into(),
