@@ -5,7 +5,6 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_nats::HeaderMap;
@@ -14,60 +13,12 @@ use switchboard_proto::{EVENTS_STREAM, HEADER_TRACEPARENT};
 use switchboard_runtime::config::TelemetryConfig;
 use switchboard_runtime::telemetry;
 use switchboard_testkit::{NatsServer, assert_eventually};
-use switchboard_tests::{DirectoryConfig, agent_with, card, start_directory, start_fanout};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use switchboard_tests::{
+    DirectoryConfig, agent_with, card, otlp_sink, start_directory, start_fanout,
+};
 use tracing::Instrument;
 
 const TRACE_ID: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
-
-/// A minimal OTLP/HTTP sink: records the body of every POST to /v1/traces.
-async fn otlp_sink() -> (String, Arc<Mutex<Vec<Vec<u8>>>>) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let bodies = Arc::new(Mutex::new(Vec::new()));
-    let sink = Arc::clone(&bodies);
-    tokio::spawn(async move {
-        loop {
-            let Ok((mut socket, _)) = listener.accept().await else {
-                return;
-            };
-            let sink = Arc::clone(&sink);
-            tokio::spawn(async move {
-                let mut buf = Vec::new();
-                let mut chunk = [0u8; 8192];
-                loop {
-                    let n = socket.read(&mut chunk).await.unwrap_or(0);
-                    if n == 0 {
-                        return;
-                    }
-                    buf.extend_from_slice(&chunk[..n]);
-                    let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
-                        continue;
-                    };
-                    let head = String::from_utf8_lossy(&buf[..end]).to_lowercase();
-                    let length: usize = head
-                        .lines()
-                        .find_map(|l| l.strip_prefix("content-length:"))
-                        .map(|v| v.trim().parse().unwrap())
-                        .unwrap_or(0);
-                    if buf.len() < end + 4 + length {
-                        continue;
-                    }
-                    if head.starts_with("post /v1/traces") {
-                        sink.lock()
-                            .unwrap()
-                            .push(buf[end + 4..end + 4 + length].to_vec());
-                    }
-                    buf.drain(..end + 4 + length);
-                    let _ = socket
-                        .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
-                        .await;
-                }
-            });
-        }
-    });
-    (url, bodies)
-}
 
 fn trace_id_of(headers: Option<&HeaderMap>) -> String {
     let value = headers

@@ -35,6 +35,32 @@ pub struct Delivery {
 }
 
 impl Delivery {
+    /// A span for handling this message, continuing the sender's trace from the message's
+    /// `traceparent` (OpenTelemetry messaging conventions: `process` of a NATS message).
+    /// Requests made inside it — a reply, a call, a send — join the same trace:
+    /// `handle(delivery.message).instrument(delivery.span())`.
+    pub fn span(&self) -> tracing::Span {
+        let message = &self.message;
+        let span = tracing::info_span!(
+            "receive",
+            otel.name = "process agent.inbox",
+            otel.kind = "consumer",
+            messaging.system = "nats",
+            messaging.operation.type = "process",
+            messaging.destination.name = %self.raw.subject,
+            messaging.message.id = message.id.map(|id| id.to_string()).unwrap_or_default(),
+            messaging.message.conversation_id = message
+                .correlation_id
+                .map(|id| id.to_string())
+                .unwrap_or_default(),
+            switchboard.from_agent_id = %message.from_agent_id,
+            switchboard.to_agent_id = %message.to_agent_id,
+            switchboard.kind = ?message.kind,
+        );
+        switchboard_runtime::telemetry::set_parent_from(&span, self.raw.headers.as_ref());
+        span
+    }
+
     /// Acknowledges the message and waits for the server to confirm, so it is never
     /// delivered to this goal again.
     pub async fn ack(self) -> Result<InboxMessage, ClientError> {

@@ -440,13 +440,19 @@ async fn handle(
     endpoint: String,
 ) {
     let message = &request.message;
+    // OpenTelemetry messaging conventions: a NATS message processed by a consumer group.
     let span = tracing::info_span!(
         "request",
         otel.name = %format!("{service}.{endpoint}"),
         otel.kind = "server",
+        messaging.system = "nats",
+        messaging.operation.type = "process",
+        messaging.operation.name = %endpoint,
+        messaging.destination.name = %message.subject,
+        messaging.consumer.group.name = service,
+        switchboard.agent_id = message.subject.rsplit('.').next().unwrap_or(""),
         service,
         endpoint = %endpoint,
-        subject = %message.subject,
         reply = ?message.reply,
         error.kind = tracing::field::Empty,
     );
