@@ -1,5 +1,5 @@
 # The two commands (see README.md). Both install the pinned nats-server into .tools/ first.
-.PHONY: up test lint nats-server
+.PHONY: up test lint validate-deploy nats-server
 
 # Run the system: an embedded nats-server with JetStream (data in .data/nats) + every service.
 up: nats-server
@@ -13,6 +13,11 @@ test: nats-server
 lint:
 	cargo fmt --all --check
 	cargo clippy --workspace --all-targets --locked -- -D warnings
+
+# Check the deployment artifacts (nats/*.conf, docker-compose.yml, Dockerfile, helm/switchboard)
+# with pinned tools in .tools/deploy-venv; needs no Docker and no Kubernetes.
+validate-deploy:
+	bash deploy/validate.sh
 
 nats-server:
 	@bash nats/install-server.sh

@@ -1,0 +1,155 @@
+"""helm lint + helm template for helm/switchboard, through Helm's own Go SDK (helm-python-sdk
+embeds Helm v4 as a shared library: the real template engine, lint rules and values parser).
+
+    python deploy/helm_check.py CHART OUT_DIR KUBE_VERSION [NAME=VALUES_FILE ...]
+
+For the default values and each values file: lint (strict: warnings fail), render as release
+`switchboard` in namespace `switchboard`, write every manifest to OUT_DIR/<name>/<template>
+(for kubernetes-validate), and check what the chart promises (probes, grace period, non-root,
+the Secret). Then values that must be refused are rendered and must fail.
+Exit status 1 on any problem.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import helm_python as helm
+import yaml
+
+SERVICES = ["directory", "inbox-fanout", "reply-correlator", "task-lifecycle", "audit"]
+RELEASE, NAMESPACE = "switchboard", "switchboard"
+
+# Values the chart must refuse (helm template fails with the given text).
+MUST_FAIL = {
+    "unknown auth type": ({"nats": {"auth": {"type": "basic"}}}, "nats.auth.type must be one of"),
+    "user without password": (
+        {"nats": {"auth": {"type": "userPassword", "user": "svc"}}},
+        "nats.auth.password is required",
+    ),
+    "no NATS url": ({"nats": {"urls": []}}, "nats.urls must list at least one server"),
+    "jetstream replicas 0": ({"jetstream": {"replicas": 0}}, "jetstream.replicas must be 1..5"),
+    "unknown service": ({"services": {"gateway": {"enabled": True}}}, "not a Switchboard service"),
+    "persistent index with 2 audit replicas": (
+        {"auditIndex": {"persistence": {"enabled": True}}, "services": {"audit": {"replicas": 2}}},
+        "auditIndex.persistence needs services.audit.replicas = 1",
+    ),
+}
+
+problems: list[str] = []
+
+
+def problem(text: str) -> None:
+    problems.append(text)
+    print(f"  FAIL {text}")
+
+
+def lint(chart: str, values: dict | None, kube: str, label: str) -> None:
+    report = helm.lint(chart, values, strict=True, kube_version=f"v{kube}")
+    for message in report.get("messages", []):
+        # severity 1 = info (e.g. "icon is recommended"), 2 = warning, 3 = error.
+        if message["severity"] >= 2:
+            problem(f"[{label}] helm lint: {message['path']}: {message['error']}")
+    for error in report.get("errors", []):
+        problem(f"[{label}] helm lint: {error}")
+
+
+def check_objects(objects: list[dict], values: dict, label: str) -> None:
+    """What the chart promises, read back from the rendered objects."""
+    merged = values
+    grace = int(merged["shutdownGraceMs"]) // 1000 + 10
+    enabled = [s for s in SERVICES if merged["services"][s]["enabled"]]
+    deployments = {o["metadata"]["name"]: o for o in objects if o["kind"] == "Deployment"}
+    pdbs = {o["metadata"]["name"]: o for o in objects if o["kind"] == "PodDisruptionBudget"}
+    if len(deployments) != len(enabled) or len(pdbs) != len(enabled):
+        problem(f"[{label}] {len(deployments)} Deployments / {len(pdbs)} PDBs for {len(enabled)} services")
+    for service in enabled:
+        name = next((n for n in deployments if n.endswith(f"-{service}")), None)
+        if name is None:
+            problem(f"[{label}] no Deployment for {service}")
+            continue
+        pod = deployments[name]["spec"]["template"]["spec"]
+        container = pod["containers"][0]
+        env = {e["name"]: e for e in container.get("env", [])}
+        for probe in ("readinessProbe", "livenessProbe"):
+            if container.get(probe, {}).get("exec", {}).get("command") != [service, "health"]:
+                problem(f"[{label}] {service}: {probe} is not [{service}, health]")
+        if pod.get("terminationGracePeriodSeconds") != grace:
+            problem(f"[{label}] {service}: terminationGracePeriodSeconds != {grace}")
+        if not pod.get("securityContext", {}).get("runAsNonRoot"):
+            problem(f"[{label}] {service}: not runAsNonRoot")
+        if env.get("SERVICE", {}).get("value") != service:
+            problem(f"[{label}] {service}: SERVICE env is not {service}")
+        urls = "[" + ",".join(merged["nats"]["urls"]) + "]"
+        if env.get("SWITCHBOARD_NATS__URLS", {}).get("value") != urls:
+            problem(f"[{label}] {service}: SWITCHBOARD_NATS__URLS is not {urls}")
+        replicas = int(merged["services"][service]["replicas"])
+        pdb = pdbs.get(name, {}).get("spec", {})
+        want = {"minAvailable": 1} if replicas > 1 else {"maxUnavailable": 1}
+        if {k: pdb.get(k) for k in want} != want:
+            problem(f"[{label}] {service}: PodDisruptionBudget is not {want}")
+    auth = merged["nats"]["auth"]
+    secrets = [o for o in objects if o["kind"] == "Secret"]
+    rendered_secret = auth["type"] != "none" and not auth["existingSecret"]
+    if bool(secrets) != rendered_secret:
+        problem(f"[{label}] a Secret was{'' if secrets else ' not'} rendered for auth {auth['type']}")
+
+
+def render(chart: str, values: dict | None, out: Path, label: str) -> int:
+    with helm.Chart.load(chart) as loaded:
+        manifests = loaded.render(values, name=RELEASE, namespace=NAMESPACE, is_install=True)
+        merged = loaded.merge_values(values)
+    out.mkdir(parents=True, exist_ok=True)
+    objects: list[dict] = []
+    for template, text in sorted(manifests.items()):
+        if template.endswith("NOTES.txt"):
+            if "Switchboard" not in text:
+                problem(f"[{label}] NOTES.txt did not render")
+            continue
+        docs = [d for d in yaml.safe_load_all(text) if d]
+        if not docs:
+            continue
+        objects.extend(docs)
+        (out / Path(template).name).write_text(text)
+    kinds: dict[str, int] = {}
+    for obj in objects:
+        kinds[obj["kind"]] = kinds.get(obj["kind"], 0) + 1
+    summary = ", ".join(f"{n} {k}" for k, n in sorted(kinds.items()))
+    print(f"  ok   [{label}] lint + template: {summary}")
+    check_objects(objects, merged, label)
+    return len(objects)
+
+
+def main() -> int:
+    chart, out_dir, kube, *sets = sys.argv[1:]
+    out = Path(out_dir)
+    cases: list[tuple[str, dict | None]] = [("default", None)]
+    for spec in sets:
+        label, _, path = spec.partition("=")
+        cases.append((label, helm.values_from_yaml(Path(path).read_text())))
+    print(f"helm (Go SDK {helm.helm_sdk_version()}, via helm-python-sdk): chart {chart}")
+    for label, values in cases:
+        lint(chart, values, kube, label)
+        try:
+            render(chart, values, out / label, label)
+        except helm.HelmError as err:
+            problem(f"[{label}] helm template: {err}")
+    for label, (values, expected) in MUST_FAIL.items():
+        try:
+            with helm.Chart.load(chart) as loaded:
+                loaded.render(values, name=RELEASE, namespace=NAMESPACE, is_install=True)
+        except helm.HelmError as err:
+            if expected not in str(err):
+                problem(f"refused for another reason ({label}): {err}")
+            continue
+        problem(f"values accepted that must be refused: {label}")
+    if not problems:
+        print(f"  ok   {len(MUST_FAIL)} invalid value sets refused")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("HELM_CACHE_HOME", os.path.join(os.path.dirname(__file__), "..", ".tools", "helm-cache"))
+    sys.exit(main())
