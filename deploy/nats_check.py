@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SINGLE = ROOT / "nats" / "single.conf"
 CLUSTER = ROOT / "nats" / "cluster"
 NODES = ["n1", "n2", "n3"]
-MAX_PAYLOAD = 1024 * 1024  # nats/*.conf: max_payload: 1MB (see the comment there)
+MAX_PAYLOAD = 256 * 1024  # nats/*.conf: max_payload: 256KB (see the comment there)
 BOOT_TIMEOUT_S = 20.0
 
 problems: list[str] = []

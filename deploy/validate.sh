@@ -97,5 +97,5 @@ echo "--- deployment checks done in $((elapsed_ms / 1000)).$(printf '%03d' $((el
 if [[ ${failed} -gt 0 ]]; then
     printf '  failed: %s\n' "${failures[@]}"
 fi
-echo "validate-deploy: ${passed} passed, ${failed} failed"
+echo "validate-deploy: ${passed} checks ok, ${failed} failing"
 [[ ${failed} -eq 0 ]]

@@ -20,15 +20,17 @@ use crate::trail::{Trail, TrailError};
 const CHUNK_BYTES: usize = 60 * 1024;
 /// Records read from the index per export page.
 const EXPORT_PAGE: usize = 500;
-/// Most bytes of records in one reply (NATS' default message limit is 1 MiB).
-const REPLY_BUDGET: usize = 900 * 1024;
+/// Most bytes of records in one reply, whatever the server allows.
+const REPLY_BUDGET_MAX: usize = 900 * 1024;
+/// Room kept under the server's `max_payload` for the reply's envelope and headers.
+const REPLY_HEADROOM: usize = 64 * 1024;
 
-/// Cuts `records` to what fits a reply; true when something was cut.
-fn fit(records: &mut Vec<AuditEntry>) -> bool {
+/// Cuts `records` to what fits a reply of `budget` bytes; true when something was cut.
+fn fit(records: &mut Vec<AuditEntry>, budget: usize) -> bool {
     let mut size = 0;
     for (i, entry) in records.iter().enumerate() {
         size += serde_json::to_vec(entry).map_or(usize::MAX, |b| b.len());
-        if size > REPLY_BUDGET {
+        if size > budget {
             records.truncate(i.max(1));
             return true;
         }
@@ -70,6 +72,16 @@ impl Queries {
     /// Wires the parts together.
     pub fn new(client: Client, trail: Arc<Trail>) -> Self {
         Self { client, trail }
+    }
+
+    /// How many bytes of records a reply may carry: below the connected server's
+    /// `max_payload` (a deployment may lower it, e.g. to 256 KiB) and at most 900 KiB.
+    fn budget(&self) -> usize {
+        self.client
+            .server_info()
+            .max_payload
+            .saturating_sub(REPLY_HEADROOM)
+            .clamp(REPLY_HEADROOM, REPLY_BUDGET_MAX)
     }
 
     /// One endpoint per op.
@@ -135,7 +147,7 @@ impl Queries {
             index.thread(request.message_id, request.correlation_id, request.task_id)
         })
         .await?;
-        let truncated = fit(&mut records);
+        let truncated = fit(&mut records, self.budget());
         Ok(AuditRecords {
             records,
             next_cursor: None,
@@ -160,7 +172,7 @@ impl Queries {
         .await?;
         let more = records.len() > limit;
         records.truncate(limit);
-        let next_cursor = if fit(&mut records) || more {
+        let next_cursor = if fit(&mut records, self.budget()) || more {
             records.last().map(|e| e.seq)
         } else {
             None
@@ -176,7 +188,7 @@ impl Queries {
     pub async fn pending(&self) -> Result<AuditRecords, ErrorReply> {
         let index = self.fresh_index().await?;
         let mut records = blocking(index, Index::pending).await?;
-        let truncated = fit(&mut records);
+        let truncated = fit(&mut records, self.budget());
         Ok(AuditRecords {
             records,
             next_cursor: None,
