@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use async_nats::jetstream;
 use switchboard_client::{
-    Goal, TaskOutcome, audit_export, audit_history, audit_pending, audit_thread, audit_verify,
+    TaskOutcome, audit_export, audit_history, audit_pending, audit_thread, audit_verify,
 };
 use switchboard_proto::audit::{
     AUDIT_RECORDS_SUBJECT, AuditEntry, AuditRecord, HEADER_AUDIT_HASH, HistoryRequest,
@@ -20,21 +20,11 @@ use switchboard_proto::audit::{
 use switchboard_proto::call::CallRequest;
 use switchboard_proto::send::SendRequest;
 use switchboard_proto::task::CreateTask;
-use switchboard_proto::{AUDIT_STREAM, EVENTS_STREAM, ErrorKind, INBOX_STREAM, InboxMessage};
+use switchboard_proto::{AUDIT_STREAM, EVENTS_STREAM, ErrorKind, INBOX_STREAM};
 use switchboard_testkit::assert_eventually;
-use switchboard_tests::{Fabric, fast_audit, start_audit};
+use switchboard_tests::{Fabric, fast_audit, next, start_audit};
 
 const WAIT: Duration = Duration::from_secs(20);
-
-async fn next(goal: &Goal) -> InboxMessage {
-    goal.recv(Duration::from_secs(10))
-        .await
-        .unwrap()
-        .expect("a message within 10 s")
-        .ack()
-        .await
-        .unwrap()
-}
 
 /// Every record in `AGENT_AUDIT`, read straight from the stream.
 async fn stream_records(nats: &async_nats::Client) -> Vec<AuditEntry> {

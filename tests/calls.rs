@@ -8,22 +8,13 @@ use std::time::Duration;
 
 use switchboard_client::{Agent, Goal};
 use switchboard_proto::call::{AnswerRoute, CallEvent, CallEventKind};
-use switchboard_proto::{ErrorKind, InboxMessage, MessageKind};
+use switchboard_proto::{ErrorKind, MessageKind};
 use switchboard_testkit::assert_eventually;
-use switchboard_tests::{Fabric, assert_no_more, fast_calls, raw, start_correlator, stored_json};
+use switchboard_tests::{
+    Fabric, assert_no_more, fast_calls, next, raw, start_correlator, stored_json,
+};
 
 const LONG: Duration = Duration::from_secs(20);
-
-/// Waits (bounded) for the next message in a goal's inbox.
-async fn next(goal: &Goal) -> InboxMessage {
-    goal.recv(Duration::from_secs(10))
-        .await
-        .unwrap()
-        .expect("a message within 10 s")
-        .ack()
-        .await
-        .unwrap()
-}
 
 fn kind<T: std::fmt::Debug>(result: Result<T, switchboard_client::ClientError>) -> ErrorKind {
     result.unwrap_err().kind().expect("a service error reply")

@@ -7,13 +7,13 @@
 
 use std::time::Duration;
 
-use switchboard_client::{Agent, AgentOptions, Goal};
+use switchboard_client::{Agent, AgentOptions};
+use switchboard_proto::ErrorKind;
 use switchboard_proto::send::SendRequest;
-use switchboard_proto::{ErrorKind, InboxMessage};
 use switchboard_runtime::config::Secret;
 use switchboard_runtime::permissions::{AgentLogin, Login, UsersFile, nats_config};
 use switchboard_testkit::NatsServer;
-use switchboard_tests::{assert_no_more, card, raw, runtime};
+use switchboard_tests::{assert_no_more, card, next, raw, runtime};
 use tokio::sync::mpsc;
 
 const SERVICES: (&str, &str) = ("switchboard", "services-secret");
@@ -69,16 +69,6 @@ async fn violation(errors: &mut mpsc::UnboundedReceiver<String>, subject: &str) 
     })
     .await;
     assert_eq!(found, Ok(true), "no permission violation for {subject}");
-}
-
-async fn next(goal: &Goal) -> InboxMessage {
-    goal.recv(Duration::from_secs(10))
-        .await
-        .unwrap()
-        .expect("a message within 10 s")
-        .ack()
-        .await
-        .unwrap()
 }
 
 #[tokio::test]

@@ -18,20 +18,10 @@ use switchboard_proto::task::{
 use switchboard_proto::{AgentStatus, ErrorKind, InboxMessage, MessageKind, Part, TaskState};
 use switchboard_testkit::assert_eventually;
 use switchboard_tests::{
-    Fabric, agent_with, assert_no_more, card, raw, start_tasks, start_tasks_in_process, stored_json,
+    Fabric, agent_with, assert_no_more, card, next, raw, start_tasks, start_tasks_in_process,
+    stored_json,
 };
 use uuid::Uuid;
-
-/// Waits (bounded) for the next message in a goal's inbox.
-async fn next(goal: &Goal) -> InboxMessage {
-    goal.recv(Duration::from_secs(10))
-        .await
-        .unwrap()
-        .expect("a message within 10 s")
-        .ack()
-        .await
-        .unwrap()
-}
 
 /// The next `task_update` about `task` (other messages are skipped), which must be in `state`.
 async fn update_of(goal: &Goal, task: Uuid, state: TaskState) -> InboxMessage {

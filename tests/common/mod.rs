@@ -120,6 +120,17 @@ pub fn card(id: &str) -> AgentCard {
     AgentCard::new(AgentId::parse(id).unwrap())
 }
 
+/// Waits (at most 10 s) for the next message in a goal's inbox and acknowledges it.
+pub async fn next(goal: &switchboard_client::Goal) -> switchboard_proto::InboxMessage {
+    goal.recv(Duration::from_secs(10))
+        .await
+        .unwrap()
+        .expect("a message within 10 s")
+        .ack()
+        .await
+        .unwrap()
+}
+
 /// Asserts that nothing more arrives in `goal`'s inbox (waits 300 ms for a stray message).
 pub async fn assert_no_more(goal: &switchboard_client::Goal) {
     let stray = goal.recv(Duration::from_millis(300)).await.unwrap();

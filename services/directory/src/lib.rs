@@ -88,30 +88,22 @@ impl Directory {
 
     /// Serves requests and sweeps for silent agents until `shutdown`, then drains.
     pub async fn run(self, shutdown: CancellationToken) {
-        let sweeper = tokio::spawn(sweep_loop(
-            Arc::clone(&self.registry),
-            Duration::from_millis(self.config.sweep_interval_ms.max(10)),
+        let registry = Arc::clone(&self.registry);
+        let sweep = switchboard_runtime::service::periodically(
+            "offline sweep",
+            Duration::from_millis(self.config.sweep_interval_ms),
             shutdown.clone(),
-        ));
-        self.running.run(shutdown, self.grace).await;
-        let _ = sweeper.await;
-    }
-}
-
-async fn sweep_loop(registry: Arc<Registry>, every: Duration, shutdown: CancellationToken) {
-    let mut ticker = tokio::time::interval(every);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = ticker.tick() => {}
-            () = shutdown.cancelled() => return,
-        }
-        if let Err(err) = registry
-            .sweep_offline(switchboard_proto::timestamp::now())
-            .await
-        {
-            tracing::warn!(error = %err, "offline sweep failed");
-        }
+            move || {
+                let registry = Arc::clone(&registry);
+                async move {
+                    registry
+                        .sweep_offline(switchboard_proto::timestamp::now())
+                        .await
+                        .map(|_| ())
+                }
+            },
+        );
+        tokio::join!(sweep, self.running.run(shutdown, self.grace));
     }
 }
 

@@ -87,23 +87,21 @@ impl Running {
     /// Serves and sweeps deadlines until `shutdown`, then drains.
     pub async fn run(self, shutdown: CancellationToken) {
         let correlator = Arc::clone(&self.correlator);
-        let stop = shutdown.clone();
-        let every = self.sweep_every;
-        let sweeper = tokio::spawn(async move {
-            let mut ticker = tokio::time::interval(every);
-            ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tokio::select! {
-                    _ = ticker.tick() => {}
-                    () = stop.cancelled() => return,
+        let sweep = switchboard_runtime::service::periodically(
+            "deadline sweep",
+            self.sweep_every,
+            shutdown.clone(),
+            move || {
+                let correlator = Arc::clone(&correlator);
+                async move {
+                    correlator
+                        .sweep(switchboard_proto::timestamp::now())
+                        .await
+                        .map(|_| ())
                 }
-                if let Err(err) = correlator.sweep(switchboard_proto::timestamp::now()).await {
-                    tracing::warn!(error = %err, "deadline sweep failed");
-                }
-            }
-        });
-        self.running.run(shutdown, self.grace).await;
-        let _ = sweeper.await;
+            },
+        );
+        tokio::join!(sweep, self.running.run(shutdown, self.grace));
     }
 }
 

@@ -98,23 +98,21 @@ impl Running {
     /// Serves and sweeps deadlines until `shutdown`, then drains.
     pub async fn run(self, shutdown: CancellationToken) {
         let tasks = Arc::clone(&self.tasks);
-        let stop = shutdown.clone();
-        let every = self.sweep_every;
-        let sweeper = tokio::spawn(async move {
-            let mut ticker = tokio::time::interval(every);
-            ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tokio::select! {
-                    _ = ticker.tick() => {}
-                    () = stop.cancelled() => return,
+        let sweep = switchboard_runtime::service::periodically(
+            "task sweep",
+            self.sweep_every,
+            shutdown.clone(),
+            move || {
+                let tasks = Arc::clone(&tasks);
+                async move {
+                    tasks
+                        .sweep(switchboard_proto::timestamp::now())
+                        .await
+                        .map(|_| ())
                 }
-                if let Err(err) = tasks.sweep(switchboard_proto::timestamp::now()).await {
-                    tracing::warn!(error = %err, "task sweep failed");
-                }
-            }
-        });
-        self.running.run(shutdown, self.grace).await;
-        let _ = sweeper.await;
+            },
+        );
+        tokio::join!(sweep, self.running.run(shutdown, self.grace));
     }
 }
 

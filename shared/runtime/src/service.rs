@@ -100,6 +100,32 @@ where
     code
 }
 
+/// Runs `job` every `every` until `stop` (a missed tick waits, never bursts); a failed run is
+/// logged as `what failed` and the next tick tries again. The services' sweeps run this beside
+/// their endpoints, in the same task, so stopping (or aborting) a service stops its sweep too.
+pub async fn periodically<F, Fut, E>(
+    what: &str,
+    every: std::time::Duration,
+    stop: CancellationToken,
+    mut job: F,
+) where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<(), E>>,
+    E: Display,
+{
+    let mut ticker = tokio::time::interval(every.max(std::time::Duration::from_millis(10)));
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = ticker.tick() => {}
+            () = stop.cancelled() => return,
+        }
+        if let Err(err) = job().await {
+            tracing::warn!(error = %err, "{what} failed");
+        }
+    }
+}
+
 /// The `health` check (see [`main`]).
 async fn health(name: &str, runtime: &RuntimeConfig) -> Result<String, String> {
     let wait = std::time::Duration::from_secs(3);
