@@ -22,11 +22,12 @@ use switchboard_proto::call::{
     PendingCall, PendingCalls, ReplyAck, ReplyRequest, call_event_subject, clamp_timeout,
     derive_chain,
 };
-use switchboard_proto::send::{DeliveryReport, SendRequest, Target, check_gates, unknown_agent};
+use switchboard_proto::send::{
+    DeliveryReport, SendRequest, Target, check_content_fits, check_gates, unknown_agent,
+};
 use switchboard_proto::subject::{self, CALL_PREFIX, CALLS_PENDING_PREFIX, REPLY_PREFIX};
 use switchboard_proto::{
-    AgentId, ErrorKind, ErrorReply, GoalId, INBOX_HEADER_ALLOWANCE, InboxMessage,
-    MAX_INBOX_MESSAGE_BYTES, MessageKind, new_id, timestamp,
+    AgentId, ErrorKind, ErrorReply, GoalId, InboxMessage, MessageKind, new_id, timestamp,
 };
 use switchboard_runtime::micro::{AgentRequest, Endpoint};
 use switchboard_runtime::publish::{publish_event, publish_json};
@@ -46,8 +47,6 @@ const CAS_ATTEMPTS: usize = 8;
 /// A claim younger than this is a delivery in progress, not a failed one: a second reply
 /// must not deliver again.
 const CLAIM_IN_PROGRESS: time::Duration = time::Duration::seconds(10);
-/// Room for the envelope of an answer copied into an inbox message.
-const ANSWER_ENVELOPE: usize = 2048;
 
 /// The reply to a call: the answer (wait) or where it will land (park).
 #[derive(Debug, Serialize)]
@@ -410,20 +409,7 @@ impl Correlator {
         };
         let (_, body) = check_gates(callee, &probe)?;
         // An answer that could not be stored must be refused before the call is claimed.
-        // Encoded sizes: JSON escaping can make a 64 KiB body much longer.
-        let body_size = serde_json::to_vec(body).map_or(usize::MAX, |b| b.len());
-        let parts_size = serde_json::to_vec(&request.parts).map_or(usize::MAX, |p| p.len());
-        let limit = MAX_INBOX_MESSAGE_BYTES - INBOX_HEADER_ALLOWANCE;
-        if body_size
-            .saturating_add(parts_size)
-            .saturating_add(ANSWER_ENVELOPE)
-            > limit
-        {
-            return Err(ErrorReply::new(
-                ErrorKind::BodyTooLarge,
-                format!("the answer with its parts is over {limit} bytes"),
-            ));
-        }
+        check_content_fits("the answer with its parts", body, &request.parts, &[])?;
         for _ in 0..CAS_ATTEMPTS {
             let Some(stored) = self.store.find(&correlation_id).await? else {
                 return Err(ErrorReply::new(

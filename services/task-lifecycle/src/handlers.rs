@@ -16,7 +16,9 @@ use async_nats::Client;
 use async_nats::jetstream;
 use bytes::Bytes;
 use switchboard_proto::registry::TaskLoadReport;
-use switchboard_proto::send::{SendRequest, Target, check_gates, no_live_goals, unknown_agent};
+use switchboard_proto::send::{
+    SendRequest, Target, check_content_fits, check_gates, no_live_goals, unknown_agent,
+};
 use switchboard_proto::subject::REGISTRY_TASKS_PREFIX;
 use switchboard_proto::task::{
     self as rules, CreateTask, DEADLINE_EXPIRED, HISTORY_KEPT, LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX,
@@ -24,9 +26,8 @@ use switchboard_proto::task::{
     TaskRequestOp, TaskRole, TaskTransition, task_event_subject,
 };
 use switchboard_proto::{
-    AgentId, ErrorKind, ErrorReply, GoalId, INBOX_HEADER_ALLOWANCE, InboxMessage,
-    MAX_INBOX_MESSAGE_BYTES, MessageKind, Part, TaskRef, TaskState, acl, new_id, subject,
-    timestamp,
+    AgentId, ErrorKind, ErrorReply, GoalId, InboxMessage, MessageKind, Part, TaskRef, TaskState,
+    acl, new_id, subject, timestamp,
 };
 use switchboard_runtime::micro::{AgentRequest, Endpoint};
 use switchboard_runtime::publish::{publish_all, publish_event};
@@ -40,8 +41,6 @@ use crate::state::{LoadEntry, Side, Stored, TaskStore};
 
 /// Compare-and-set retries on one record.
 const CAS_ATTEMPTS: usize = 16;
-/// Room for the envelope of a task message around its content.
-const ENVELOPE: usize = 2048;
 /// A reservation in an assignee's load younger than this is an accept in flight.
 const RESERVATION_IN_FLIGHT: time::Duration = time::Duration::seconds(30);
 /// A child listed by its parent without a record yet, younger than this, is being created.
@@ -80,27 +79,6 @@ fn shorten(text: &str) -> String {
         short.push('…');
         short
     }
-}
-
-/// The encoded size of what a task message carries besides its envelope.
-fn content_size(text: &str, parts: &[Part], extra: &[&serde_json::Value]) -> usize {
-    let mut size = serde_json::to_vec(text).map_or(usize::MAX, |b| b.len());
-    size = size.saturating_add(serde_json::to_vec(parts).map_or(usize::MAX, |b| b.len()));
-    for value in extra {
-        size = size.saturating_add(serde_json::to_vec(value).map_or(usize::MAX, |b| b.len()));
-    }
-    size
-}
-
-fn check_size(size: usize) -> Result<(), ErrorReply> {
-    let limit = MAX_INBOX_MESSAGE_BYTES - INBOX_HEADER_ALLOWANCE - ENVELOPE;
-    if size > limit {
-        return Err(ErrorReply::new(
-            ErrorKind::BodyTooLarge,
-            format!("the message with its parts, metadata and callback is over {limit} bytes"),
-        ));
-    }
-    Ok(())
 }
 
 /// Who moved a task, for messages.
@@ -219,14 +197,15 @@ impl Tasks {
         };
         let callback = request.callback.clone().map(serde_json::Value::Object);
         let metadata = serde_json::Value::Object(request.metadata.clone());
-        check_size(content_size(
+        check_content_fits(
+            "the message with its parts, metadata and callback",
             body,
             &request.parts,
             &[
                 &metadata,
                 callback.as_ref().unwrap_or(&serde_json::Value::Null),
             ],
-        ))?;
+        )?;
         let deadline = match (request.deadline, request.deadline_in_ms) {
             (Some(_), Some(_)) => return Err(bad("give `deadline` or `deadline_in_ms`, not both")),
             (Some(at), None) => Some(at),
@@ -537,7 +516,6 @@ impl Tasks {
                 ),
             ));
         }
-        check_size(content_size(text.unwrap_or(""), &request.parts, &[]))?;
         if op == TaskOp::Accept
             && let Some(goal) = &request.from_goal_id
         {
@@ -591,14 +569,14 @@ impl Tasks {
                 ));
             }
             let next = rules::apply(task.state, op, role).map_err(ErrorReply::from)?;
-            // The update carries the task's callback too: it must still fit an inbox message.
-            if let Some(callback) = &task.callback {
-                check_size(content_size(
-                    text.unwrap_or(""),
-                    &request.parts,
-                    &[&serde_json::Value::Object(callback.clone())],
-                ))?;
-            }
+            // The update carries the text, the parts and the task's callback.
+            let callback = task.callback.clone().map(serde_json::Value::Object);
+            check_content_fits(
+                "the text with its parts and the task's callback",
+                text.unwrap_or(""),
+                &request.parts,
+                &[callback.as_ref().unwrap_or(&serde_json::Value::Null)],
+            )?;
             if op == TaskOp::Accept {
                 self.check_acceptance(task).await?;
                 self.reserve(&task.assignee, task_id).await?;

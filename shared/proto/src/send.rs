@@ -153,6 +153,37 @@ pub fn check_sender(caller: &AgentId, named: Option<&str>) -> Result<(), ErrorRe
     }
 }
 
+/// Room kept for an inbox message's envelope (ids, agent names, timestamps, task reference)
+/// when content is checked before the message is built.
+pub const INBOX_ENVELOPE_ALLOWANCE: usize = 2048;
+
+/// Whether content a service will put into one inbox message — the text, the parts and any
+/// other JSON it carries (metadata, callback) — fits a stored inbox message with its envelope
+/// and headers, measured as encoded JSON (escaping can make a 64 KiB body much longer).
+/// Checked before anything is claimed or recorded; `what` names the content in the error.
+pub fn check_content_fits(
+    what: &str,
+    text: &str,
+    parts: &[crate::message::Part],
+    extra: &[&Value],
+) -> Result<(), ErrorReply> {
+    let encoded = |value: Result<Vec<u8>, serde_json::Error>| value.map_or(usize::MAX, |b| b.len());
+    let mut size = encoded(serde_json::to_vec(text))
+        .saturating_add(encoded(serde_json::to_vec(parts)))
+        .saturating_add(INBOX_ENVELOPE_ALLOWANCE);
+    for value in extra {
+        size = size.saturating_add(encoded(serde_json::to_vec(value)));
+    }
+    let limit = crate::MAX_INBOX_MESSAGE_BYTES - crate::INBOX_HEADER_ALLOWANCE;
+    if size > limit {
+        return Err(ErrorReply::new(
+            ErrorKind::BodyTooLarge,
+            format!("{what} is over {limit} bytes as one inbox message"),
+        ));
+    }
+    Ok(())
+}
+
 /// Gate 5's reason.
 pub fn unknown_agent(to: &str) -> String {
     format!("unknown agent_id `{}`", printable(to))
@@ -236,6 +267,23 @@ pub fn next_hop(
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn content_must_fit_one_inbox_message_as_encoded_json() {
+        let text = "x".repeat(MAX_BODY_BYTES);
+        assert!(check_content_fits("it", &text, &[], &[]).is_ok());
+        // Escaping doubles a body of quotes: over the limit though under 64 KiB of text.
+        let quotes = "\"".repeat(MAX_BODY_BYTES);
+        let err = check_content_fits("the answer", &quotes, &[], &[]).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::BodyTooLarge);
+        assert!(err.error.message.starts_with("the answer is over"));
+        // Parts and other JSON count too.
+        let part = crate::message::Part::Text {
+            text: "y".repeat(MAX_BODY_BYTES),
+        };
+        let metadata = json!({"blob": "z".repeat(10_000)});
+        assert!(check_content_fits("it", &text, &[part], &[&metadata]).is_err());
+    }
 
     fn id(raw: &str) -> AgentId {
         AgentId::parse(raw).unwrap()
