@@ -227,6 +227,9 @@ async fn agents_on_different_nodes_keep_every_message_through_a_node_restart() {
     )
     .await;
     assert!(outcome.is_ok(), "the call resolved");
+    // ... and no call is left open: each was answered, expired or refused, once.
+    let pending = alice.pending_calls().await.unwrap();
+    assert!(pending.outgoing.is_empty(), "{:?}", pending.outgoing);
     let (seen, doubled) = reader.await.unwrap();
     let lost: Vec<_> = acknowledged
         .iter()
@@ -239,10 +242,8 @@ async fn agents_on_different_nodes_keep_every_message_through_a_node_restart() {
         acknowledged.len(),
         seen.len()
     );
-    assert!(
-        acknowledged.len() >= 100,
-        "most sends go through a restart ({} acknowledged, {refused} refused)",
-        acknowledged.len()
-    );
+    // Publishes ride through the leader election (retried within the publish budget), so
+    // every send was acknowledged, none refused.
+    assert_eq!(refused, 0, "sends refused while the node restarted");
     shutdown.cancel();
 }

@@ -11,12 +11,15 @@ use switchboard_proto::HEADER_MSG_ID;
 
 use crate::telemetry;
 
-/// Attempts before a publish is reported failed.
-pub const PUBLISH_ATTEMPTS: usize = 3;
-/// Pause between attempts (doubles each time).
+/// How long a publish keeps retrying a transient failure (no stream leader, no responders, a
+/// timeout): long enough to ride through a JetStream leader election after a node fails.
+pub const PUBLISH_RETRY_BUDGET: Duration = Duration::from_secs(8);
+/// First pause between attempts (doubling, at most [`MAX_PAUSE`]).
 const RETRY_PAUSE: Duration = Duration::from_millis(50);
+/// Longest pause between attempts.
+const MAX_PAUSE: Duration = Duration::from_secs(1);
 
-/// A publish that was not acknowledged after every attempt.
+/// A publish that was not acknowledged.
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("publish to {subject} not acknowledged after {attempts} attempts: {last}")]
 pub struct PublishFailure {
@@ -37,6 +40,28 @@ pub struct Stored {
     pub duplicate: bool,
 }
 
+/// Why one attempt failed, and whether another could succeed.
+#[derive(Debug, Clone)]
+struct Failed {
+    message: String,
+    permanent: bool,
+}
+
+impl From<jetstream::context::PublishError> for Failed {
+    fn from(err: jetstream::context::PublishError) -> Self {
+        use jetstream::context::PublishErrorKind as Kind;
+        let message = err.to_string();
+        // Too large, an expectation that will not change, or any other request the server
+        // refuses as bad (a JetStream API 400, e.g. "message size exceeds maximum allowed"):
+        // retrying cannot help. Unavailability (no responders, no leader, timeouts) can pass.
+        let permanent = matches!(
+            err.kind(),
+            Kind::MaxPayloadExceeded | Kind::WrongLastSequence | Kind::WrongLastMessageId
+        ) || message.contains("(code 400");
+        Self { message, permanent }
+    }
+}
+
 fn headers(msg_id: &str) -> HeaderMap {
     let mut headers = telemetry::traced_headers();
     headers.insert(HEADER_MSG_ID, msg_id);
@@ -48,69 +73,68 @@ async fn send(
     subject: &str,
     msg_id: &str,
     payload: &Bytes,
-) -> Result<PublishAckFuture, String> {
+) -> Result<PublishAckFuture, Failed> {
     js.publish_with_headers(subject.to_owned(), headers(msg_id), payload.clone())
         .await
-        .map_err(|err| err.to_string())
+        .map_err(Failed::from)
 }
 
-/// Publishes `payload` to `subject` with `Nats-Msg-Id: msg_id` and waits for the stream's ack,
-/// retrying up to [`PUBLISH_ATTEMPTS`] times with the same id.
+async fn acked(sent: Result<PublishAckFuture, Failed>) -> Result<Stored, Failed> {
+    let ack = sent?.await.map_err(Failed::from)?;
+    Ok(Stored {
+        sequence: ack.sequence,
+        duplicate: ack.duplicate,
+    })
+}
+
+/// Publishes `payload` to `subject` with `Nats-Msg-Id: msg_id` and waits for the stream's ack.
+/// A transient failure is retried with the same id for up to [`PUBLISH_RETRY_BUDGET`]; a
+/// permanent one (too large, a failed expectation) is returned at once.
 pub async fn publish_durable(
     js: &jetstream::Context,
     subject: &str,
     msg_id: &str,
     payload: Bytes,
 ) -> Result<Stored, PublishFailure> {
-    attempt_from(js, subject, msg_id, payload, 1, String::new()).await
+    let first = acked(send(js, subject, msg_id, &payload).await).await;
+    retry_after(js, subject, msg_id, payload, first).await
 }
 
-/// Attempts `first..=PUBLISH_ATTEMPTS` (earlier ones already failed with `last`).
-async fn attempt_from(
+/// Retries after a first attempt's outcome, within the budget.
+async fn retry_after(
     js: &jetstream::Context,
     subject: &str,
     msg_id: &str,
     payload: Bytes,
-    first: usize,
-    mut last: String,
+    first: Result<Stored, Failed>,
 ) -> Result<Stored, PublishFailure> {
+    let started = tokio::time::Instant::now();
     let mut pause = RETRY_PAUSE;
-    if first > 1 {
-        tokio::time::sleep(pause).await;
-        pause *= 2;
-    }
-    for attempt in first..=PUBLISH_ATTEMPTS {
-        let acked = match send(js, subject, msg_id, &payload).await {
-            Ok(ack) => ack.await.map_err(|err| err.to_string()),
-            Err(err) => Err(err),
+    let mut attempts = 1;
+    let mut outcome = first;
+    loop {
+        let failed = match outcome {
+            Ok(stored) => return Ok(stored),
+            Err(failed) => failed,
         };
-        match acked {
-            Ok(ack) => {
-                return Ok(Stored {
-                    sequence: ack.sequence,
-                    duplicate: ack.duplicate,
-                });
-            }
-            Err(err) => {
-                tracing::warn!(%subject, attempt, error = %err, "publish not acknowledged");
-                last = err;
-            }
+        if failed.permanent || started.elapsed() + pause > PUBLISH_RETRY_BUDGET {
+            return Err(PublishFailure {
+                subject: subject.to_owned(),
+                attempts,
+                last: failed.message,
+            });
         }
-        if attempt < PUBLISH_ATTEMPTS {
-            tokio::time::sleep(pause).await;
-            pause *= 2;
-        }
+        tracing::warn!(%subject, attempt = attempts, error = %failed.message, "publish not acknowledged; retrying");
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(MAX_PAUSE);
+        attempts += 1;
+        outcome = acked(send(js, subject, msg_id, &payload).await).await;
     }
-    Err(PublishFailure {
-        subject: subject.to_owned(),
-        attempts: PUBLISH_ATTEMPTS,
-        last,
-    })
 }
 
 /// Publishes several messages at once: every publish is sent before any ack is awaited (so
 /// N goals cost about one round trip, not N); the failed ones are then retried concurrently,
-/// each up to [`PUBLISH_ATTEMPTS`] attempts in all. Results come back in input order.
+/// each as [`publish_durable`] would. Results come back in input order.
 pub async fn publish_all(
     js: &jetstream::Context,
     messages: &[(String, String, Bytes)],
@@ -119,30 +143,13 @@ pub async fn publish_all(
     for (subject, msg_id, payload) in messages {
         pending.push(send(js, subject, msg_id, payload).await);
     }
-    let mut acks = Vec::with_capacity(pending.len());
-    for sent in pending {
-        acks.push(async move {
-            match sent {
-                Ok(ack) => ack.await.map_err(|err| err.to_string()),
-                Err(err) => Err(err),
-            }
+    let first = futures::future::join_all(pending.into_iter().map(acked)).await;
+    let outcomes = messages
+        .iter()
+        .zip(first)
+        .map(|((subject, msg_id, payload), outcome)| {
+            retry_after(js, subject, msg_id, payload.clone(), outcome)
         });
-    }
-    let first = futures::future::join_all(acks).await;
-    let outcomes = messages.iter().zip(first).map(
-        |((subject, msg_id, payload), outcome)| async move {
-            match outcome {
-                Ok(ack) => Ok(Stored {
-                    sequence: ack.sequence,
-                    duplicate: ack.duplicate,
-                }),
-                Err(err) => {
-                    tracing::warn!(%subject, error = %err, "publish not acknowledged; retrying");
-                    attempt_from(js, subject, msg_id, payload.clone(), 2, err).await
-                }
-            }
-        },
-    );
     futures::future::join_all(outcomes).await
 }
 
