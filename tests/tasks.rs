@@ -770,6 +770,51 @@ async fn subtasks_return_their_results_to_the_parent_goal() {
 }
 
 #[tokio::test]
+async fn lifetime_children_and_kept_history_are_bounded() {
+    let fabric = Fabric::start_tasks_with(task_lifecycle::TaskConfig {
+        max_open_children: 2,
+        max_children: 3,
+        ..switchboard_tests::fast_tasks()
+    })
+    .await;
+    let p = pair(&fabric).await;
+    let (helper, _hg) = fabric.agent_with_goal("helper").await;
+    let root = p.task_in(TaskState::Working).await;
+    // Children that ended free an open place, but not a lifetime one.
+    for n in 0..3 {
+        let child = p
+            .worker
+            .spawn_subtask(root, "helper", &format!("child {n}"))
+            .await
+            .unwrap()
+            .task;
+        helper.reject_task(child.task_id, "no").await.unwrap();
+    }
+    let refused = p.worker.spawn_subtask(root, "helper", "fourth").await;
+    let err = refused.unwrap_err();
+    assert_eq!(err.kind(), Some(ErrorKind::TooManyChildren));
+    assert!(err.to_string().contains("has spawned 3"), "{err}");
+
+    // The record keeps the latest transitions; the count goes on.
+    for n in 0..40 {
+        p.worker
+            .task_progress(root, &format!("step {n}"), Vec::new())
+            .await
+            .unwrap();
+    }
+    let task = p.boss.get_task(root).await.unwrap();
+    assert_eq!(
+        task.transitions, 42,
+        "accept, start and 40 progress reports"
+    );
+    assert_eq!(task.history.len(), switchboard_proto::task::HISTORY_KEPT);
+    assert_eq!(
+        task.history.last().unwrap().note.as_deref(),
+        Some("step 39")
+    );
+}
+
+#[tokio::test]
 async fn depth_and_open_children_are_capped() {
     let fabric = Fabric::start().await;
     let p = pair(&fabric).await;
@@ -958,6 +1003,37 @@ async fn two_replicas_racing_on_one_transition_make_it_once() {
         let events = events(&fabric, id).await;
         let ops: Vec<_> = events.iter().filter_map(|e| e.op).collect();
         assert_eq!(ops.len(), 3, "accept, start and one ending: {ops:?}");
+    }
+
+    // The concurrency cap holds across replicas: accepts of different tasks for one assignee,
+    // split over both replicas at once, decided one at a time on its active set.
+    let mut capped = card("capped");
+    capped.max_concurrent_tasks = 2;
+    let capped_agent = agent_with(&fabric.url(), capped, Duration::from_secs(3600)).await;
+    let _capped_goal = capped_agent.open_goal().await.unwrap();
+    let capped_id = capped_agent.id().clone();
+    let mut ids = Vec::new();
+    for n in 0..6 {
+        ids.push(
+            p.boss
+                .give_task("capped", &format!("rush {n}"))
+                .await
+                .unwrap()
+                .task
+                .task_id,
+        );
+    }
+    let accepts = ids.iter().enumerate().map(|(n, id)| {
+        let replica = if n % 2 == 0 { &one } else { &two };
+        replica.act(&capped_id, TaskOp::Accept, action(*id, ""))
+    });
+    let results = futures::future::join_all(accepts).await;
+    let accepted = results.iter().filter(|r| r.is_ok()).count();
+    assert_eq!(accepted, 2, "{results:?}");
+    for result in results {
+        if let Err(err) = result {
+            assert_eq!(err.kind(), ErrorKind::AtCapacity);
+        }
     }
 }
 

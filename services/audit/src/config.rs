@@ -88,6 +88,14 @@ mod tests {
                 consumer: "a.b".into(),
                 ..AuditConfig::default()
             },
+            AuditConfig {
+                batch: 1_001,
+                ..AuditConfig::default()
+            },
+            AuditConfig {
+                lease_ttl_ms: 100,
+                ..AuditConfig::default()
+            },
         ] {
             assert!(bad.validate().is_err(), "{bad:?}");
         }

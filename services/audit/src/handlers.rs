@@ -266,3 +266,53 @@ impl Queries {
             .map_err(|err| ErrorReply::new(ErrorKind::Unavailable, err.to_string()))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use switchboard_proto::audit::{AuditRecord, GENESIS_HASH};
+
+    fn entry(seq: u64, payload_bytes: usize) -> AuditEntry {
+        AuditEntry {
+            seq,
+            hash: String::new(),
+            record: AuditRecord {
+                id: format!("S:{seq}"),
+                at: time::OffsetDateTime::UNIX_EPOCH,
+                kind: "message".into(),
+                subject: "agent.inbox.x".into(),
+                message_id: None,
+                correlation_id: None,
+                in_reply_to: None,
+                task_id: None,
+                parent_task_id: None,
+                from_agent: None,
+                from_goal: None,
+                to_agent: None,
+                to_goal: None,
+                expects_reply: false,
+                payload: serde_json::Value::String("p".repeat(payload_bytes)),
+                prev_hash: GENESIS_HASH.into(),
+            },
+        }
+    }
+
+    #[test]
+    fn replies_are_cut_to_the_budget_but_keep_one_record() {
+        let mut records: Vec<_> = (1..=10).map(|seq| entry(seq, 1000)).collect();
+        assert!(!fit(&mut records, 1_000_000), "everything fits");
+        assert_eq!(records.len(), 10);
+        assert!(fit(&mut records, 2_500));
+        assert_eq!(
+            records.iter().map(|e| e.seq).collect::<Vec<_>>(),
+            vec![1, 2]
+        );
+        let mut huge = vec![entry(1, 5_000), entry(2, 10)];
+        assert!(fit(&mut huge, 1_000));
+        assert_eq!(
+            huge.len(),
+            1,
+            "a record larger than the budget is still sent alone"
+        );
+    }
+}
