@@ -3,8 +3,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
-use switchboard_testkit::NatsServer;
-use switchboard_testkit::process::{BAD_SETTINGS, ServiceProcess, config_error};
+use switchboard_testkit::process::{BAD_SETTINGS, ServiceProcess, config_error, run_to_exit};
+use switchboard_testkit::{NatsCluster, NatsServer};
 
 const BIN: &str = env!("CARGO_BIN_EXE_directory");
 
@@ -89,4 +89,58 @@ async fn bad_configuration_exits_64_with_one_clear_line() {
         );
         assert_eq!(stderr.lines().count(), 1, "one clear line: {stderr}");
     }
+}
+
+/// `jetstream.replicas` is checked against what the server can place at start-up: more than 1
+/// on a single server, or more than the cluster's servers, exits 64 naming the setting. (The
+/// cluster tests run R3 on three nodes.)
+#[tokio::test]
+async fn replicas_beyond_the_cluster_size_exit_64_naming_the_setting() {
+    let single = NatsServer::start().await;
+    let (code, stderr) = run_to_exit(
+        BIN,
+        &single.url(),
+        &[("SWITCHBOARD_JETSTREAM__REPLICAS", "3")],
+    )
+    .await;
+    assert_eq!(code, Some(64), "{stderr}");
+    assert!(
+        stderr.contains("jetstream.replicas is 3")
+            && stderr.contains("not part of a JetStream cluster"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.lines().next().unwrap().starts_with("directory: "),
+        "{stderr}"
+    );
+
+    let cluster = NatsCluster::start(3).await;
+    let (code, stderr) = run_to_exit(
+        BIN,
+        &cluster.url(0),
+        &[("SWITCHBOARD_JETSTREAM__REPLICAS", "5")],
+    )
+    .await;
+    assert_eq!(code, Some(64), "{stderr}");
+    assert!(
+        stderr.contains("jetstream.replicas is 5") && stderr.contains("cannot place 5"),
+        "{stderr}"
+    );
+    // Nothing was created with the wrong replica count.
+    let js = async_nats::jetstream::new(cluster.client(0).await);
+    assert!(js.get_stream("AGENT_INBOX").await.is_err());
+
+    // The right count starts and serves.
+    let service = ServiceProcess::start(
+        BIN,
+        "directory",
+        &cluster.url(1),
+        &[("SWITCHBOARD_JETSTREAM__REPLICAS", "3")],
+    )
+    .await;
+    let mut inbox = js.get_stream("AGENT_INBOX").await.unwrap();
+    let info = inbox.info().await.unwrap();
+    assert_eq!(info.config.num_replicas, 3);
+    assert_eq!(info.cluster.as_ref().unwrap().replicas.len(), 2);
+    assert!(service.terminate().await.success());
 }

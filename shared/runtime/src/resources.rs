@@ -22,6 +22,73 @@ pub struct ResourceError {
     pub name: String,
     /// What failed.
     pub message: String,
+    /// The configuration cannot work against this server or cluster (e.g. more replicas than
+    /// JetStream servers): retrying will not help, the setting must change.
+    pub misconfigured: bool,
+}
+
+impl ResourceError {
+    fn transient(name: String, message: String) -> Self {
+        ResourceError {
+            name,
+            message,
+            misconfigured: false,
+        }
+    }
+}
+
+/// JetStream's "replicas > 1 not supported in non-clustered mode".
+const REPLICAS_NOT_SUPPORTED: u64 = 10074;
+
+/// When JetStream refused a stream or bucket because of its replica count, the clear reason.
+fn replicas_refusal(code: u64, wanted: usize, server_said: &str) -> Option<String> {
+    let hint = "set jetstream.replicas (SWITCHBOARD_JETSTREAM__REPLICAS) to at most the number of \
+                JetStream servers in the cluster";
+    if code == REPLICAS_NOT_SUPPORTED {
+        Some(format!(
+            "jetstream.replicas is {wanted}, but the NATS server is not part of a JetStream \
+             cluster (server said: {server_said}); {hint}, i.e. 1 for a single server"
+        ))
+    } else if (code == jetstream::ErrorCode::CLUSTER_NO_PEERS.0
+        || code == jetstream::ErrorCode::INSUFFICIENT_RESOURCES.0)
+        && wanted > 1
+    {
+        Some(format!(
+            "jetstream.replicas is {wanted}, but the cluster cannot place {wanted} replicas \
+             (server said: {server_said}): it has fewer than {wanted} JetStream servers, or some \
+             are down; {hint}"
+        ))
+    } else {
+        None
+    }
+}
+
+/// Checks `jetstream.replicas` against the cluster before a service starts: applies the
+/// shared inbox stream (every service uses it) and confirms JetStream placed exactly that many
+/// replicas. A single server with `replicas > 1`, or a cluster with fewer JetStream servers
+/// than `replicas`, gives a [`ResourceError`] with `misconfigured` set and a message that names
+/// the setting.
+pub async fn check_replicas(
+    js: &jetstream::Context,
+    config: &JetStreamConfig,
+) -> Result<(), ResourceError> {
+    ensure_stream(js, inbox_stream(config)).await
+}
+
+/// Whether the stream as the server reports it has the replicas its config asked for.
+fn placed_replicas(info: &stream::Info, wanted: usize) -> Result<(), String> {
+    let placed = info
+        .cluster
+        .as_ref()
+        .map_or(1, |cluster| 1 + cluster.replicas.len());
+    if placed == wanted || wanted == 1 {
+        Ok(())
+    } else {
+        Err(format!(
+            "jetstream.replicas is {wanted}, but JetStream placed {placed} replica(s) of the stream; \
+             the cluster has fewer than {wanted} JetStream servers"
+        ))
+    }
 }
 
 /// `AGENT_INBOX`: every goal inbox. Keeps the newest 64 messages of each goal (discard old),
@@ -193,7 +260,8 @@ pub fn audit_lease_bucket(config: &JetStreamConfig, ttl: Duration) -> kv::Config
 /// after a retry.
 const ATTEMPTS: usize = 3;
 
-/// Creates or updates a stream.
+/// Creates or updates a stream. A refusal because of its replica count (see
+/// [`check_replicas`]) is returned at once, with `misconfigured` set.
 pub async fn ensure_stream(
     js: &jetstream::Context,
     config: stream::Config,
@@ -201,18 +269,33 @@ pub async fn ensure_stream(
     let mut last = String::new();
     for attempt in 0..ATTEMPTS {
         match js.create_or_update_stream(config.clone()).await {
-            Ok(_) => return Ok(()),
+            Ok(info) => {
+                return placed_replicas(&info, config.num_replicas).map_err(|message| {
+                    ResourceError {
+                        name: config.name.clone(),
+                        message,
+                        misconfigured: true,
+                    }
+                });
+            }
             Err(err) => {
+                if let jetstream::context::CreateStreamErrorKind::JetStream(api) = err.kind()
+                    && let Some(message) =
+                        replicas_refusal(api.error_code().0, config.num_replicas, &api.to_string())
+                {
+                    return Err(ResourceError {
+                        name: config.name,
+                        message,
+                        misconfigured: true,
+                    });
+                }
                 last = err.to_string();
                 tracing::debug!(stream = %config.name, attempt, error = %err, "stream apply failed");
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
         }
     }
-    Err(ResourceError {
-        name: config.name,
-        message: last,
-    })
+    Err(ResourceError::transient(config.name, last))
 }
 
 /// Creates or updates a KV bucket and returns it.
@@ -231,8 +314,5 @@ pub async fn ensure_bucket(
             }
         }
     }
-    Err(ResourceError {
-        name: config.bucket,
-        message: last,
-    })
+    Err(ResourceError::transient(config.bucket, last))
 }

@@ -79,6 +79,15 @@ where
     };
     let code = match nats::connect(&runtime.nats, name).await {
         Ok(client) => {
+            let js = async_nats::jetstream::new(client.clone());
+            if let Err(err) = resources::check_replicas(&js, &runtime.jetstream).await
+                && err.misconfigured
+            {
+                eprintln!("{name}: {err}");
+                tracing::error!(service = name, error = %err, "bad configuration");
+                telemetry.shutdown();
+                return ExitCode::from(EXIT_BAD_CONFIG);
+            }
             let outcome = run(client.clone(), runtime, service, shutdown::on_signal()).await;
             if let Err(err) = client.drain().await {
                 tracing::warn!(error = %err, "draining the NATS connection failed");

@@ -118,6 +118,27 @@ pub async fn config_error(bin: &str, key: &str, value: &str) -> (Option<i32>, St
     )
 }
 
+/// Runs `bin` against `nats_url` with extra `SWITCHBOARD_*` variables until it exits by itself
+/// (bounded: 60 s) and returns its exit code and stderr — for settings only the server can
+/// refuse, such as more `jetstream.replicas` than the cluster has servers.
+pub async fn run_to_exit(bin: &str, nats_url: &str, env: &[(&str, &str)]) -> (Option<i32>, String) {
+    let mut command = command(bin);
+    command
+        .env("SWITCHBOARD_NATS__URLS", format!("[{nats_url}]"))
+        .stderr(Stdio::piped());
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    let output = tokio::time::timeout(Duration::from_secs(60), command.output())
+        .await
+        .unwrap_or_else(|_| panic!("testkit: {bin} did not exit within 60 s"))
+        .unwrap_or_else(|err| panic!("testkit: cannot run {bin}: {err}"));
+    (
+        output.status.code(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
 /// The bad settings every service binary must refuse with exit code 64 and one line.
 pub const BAD_SETTINGS: &[(&str, &str)] = &[
     ("SWITCHBOARD_NATS__URLS", "[]"),
