@@ -1,12 +1,13 @@
 # The two commands (see README.md). Both install the pinned nats-server into .tools/ first.
-.PHONY: up test lint validate-deploy nats-server
+.PHONY: up test lint validate-deploy nats-server py-venv
 
 # Run the system: an embedded nats-server with JetStream (data in .data/nats) + every service.
 up: nats-server
 	cargo run --locked --bin switchboard -- up
 
-# Run every test against real nats-server processes.
-test: nats-server
+# Run every test against real nats-server processes (and the pinned Python clients the
+# foreign-client tests drive: nats-py, the official MCP SDK).
+test: nats-server py-venv
 	cargo test --workspace --locked
 
 # What CI checks besides the tests.
@@ -21,3 +22,6 @@ validate-deploy:
 
 nats-server:
 	@bash nats/install-server.sh
+
+py-venv:
+	@bash tests/python/install.sh
