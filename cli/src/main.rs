@@ -19,6 +19,7 @@
 
 mod audit;
 mod inbox;
+mod mcp;
 mod task;
 mod up;
 
@@ -191,6 +192,13 @@ enum Command {
         #[arg(long, value_name = "FILE")]
         agents: std::path::PathBuf,
     },
+    /// Be one agent as an MCP server over stdio, for an LLM agent host: registers the agent,
+    /// opens a goal, and offers list_peers, send_to_peer, talk_to_agent, reply_to_peer,
+    /// check_inbox and the task tools.
+    #[command(
+        after_help = "Examples:\n  switchboard mcp --agent researcher --description \"finds and summarises sources\"\n  switchboard mcp --agent writer --card writer.toml --goal-kind background\n\nIn an MCP host's config (e.g. mcpServers in a JSON settings file):\n  \"switchboard\": {\"command\": \"switchboard\", \"args\": [\"mcp\", \"--agent\", \"researcher\"],\n                  \"env\": {\"NATS_URL\": \"nats://127.0.0.1:4222\"}}"
+    )]
+    Mcp(mcp::McpArgs),
     /// The audit trail: export (JSON lines), verify the hash chain, pending requests.
     #[command(
         after_help = "Examples:\n  switchboard audit export --since 2026-11-22T00:00:00Z > manifest.jsonl\n  switchboard audit verify\n  switchboard audit pending"
@@ -203,6 +211,7 @@ async fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Up(args) => return up::run(args).await,
+        Command::Mcp(args) => return mcp::run(args).await,
         Command::Peers { as_agent, nats_url } => {
             registry_request(
                 &nats_url,

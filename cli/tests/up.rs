@@ -6,38 +6,11 @@
 use std::process::Stdio;
 use std::time::Duration;
 
+mod common;
+
+use common::{free_port, json, switchboard};
 use switchboard_client::Agent;
 use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::Command;
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn switchboard() -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_switchboard"));
-    command
-        .env_remove("SWITCHBOARD_CONFIG")
-        .env_remove("NATS_URL")
-        .env("RUST_LOG", "warn")
-        .kill_on_drop(true);
-    command
-}
-
-async fn json(args: &[&str]) -> (bool, serde_json::Value, String) {
-    let output = switchboard().args(args).output().await.unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout).to_string();
-    let value = serde_json::from_str(&stdout).unwrap_or(serde_json::Value::Null);
-    (
-        output.status.success(),
-        value,
-        String::from_utf8_lossy(&output.stderr).to_string(),
-    )
-}
 
 #[tokio::test]
 async fn up_runs_the_embedded_system_and_stops_on_ctrl_c() {
@@ -405,7 +378,7 @@ async fn up_runs_the_embedded_system_and_stops_on_ctrl_c() {
     drop(goal);
     drop(agent);
 
-    let status = Command::new("kill")
+    let status = tokio::process::Command::new("kill")
         .args(["-INT", &up.id().unwrap().to_string()])
         .status()
         .await

@@ -186,6 +186,17 @@ impl Goal {
         }
     }
 
+    /// How many messages wait in the inbox, not yet taken (the consumer's pending count, asked
+    /// of the server). Cheap enough to poll: an MCP host is told when it grows.
+    pub async fn waiting(&self) -> Result<u64, ClientError> {
+        let mut consumer = self.consumer.clone();
+        let info = consumer
+            .info()
+            .await
+            .map_err(|err| ClientError::Inbox(format!("consumer info: {err}")))?;
+        Ok(info.num_pending)
+    }
+
     /// Closes the goal: its consumer is deleted and its inbox purged.
     pub async fn close(self) -> Result<GoalCloseReply, ClientError> {
         request(

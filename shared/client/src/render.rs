@@ -14,7 +14,8 @@ use switchboard_proto::timestamp;
 /// ```
 ///
 /// with a `correlation_id` attribute when the message has one and a `kind` attribute when it
-/// is not a plain message (`request`, `response`, `notify`, …). `None` when there is nothing
+/// is not a plain message (`request`, `response`, `notify`, …), and `task_id` / `task_state`
+/// on task messages and updates. `None` when there is nothing
 /// to show. A body cannot close its own element early: `</peer-message` inside a body is
 /// written as `<\/peer-message`, so one peer cannot forge another's message.
 pub fn render_peer_messages_block(messages: &[InboxMessage]) -> Option<String> {
@@ -39,6 +40,14 @@ pub fn render_peer_messages_block(messages: &[InboxMessage]) -> Option<String> {
                 .and_then(|v| v.as_str().map(str::to_owned))
                 .unwrap_or_default();
             out.push_str(&format!(" kind=\"{kind}\""));
+        }
+        if let Some(task) = &message.task {
+            // A model acts on a task by its id (accept, complete, subagent_status …).
+            let state = serde_json::to_value(task.state)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_owned))
+                .unwrap_or_default();
+            out.push_str(&format!(" task_id=\"{}\" task_state=\"{state}\"", task.id));
         }
         out.push_str(">\n");
         out.push_str(&message.body.replace("</peer-message", "<\\/peer-message"));

@@ -95,6 +95,35 @@ pub fn nats_server_bin() -> PathBuf {
     switchboard_runtime::embedded::locate_nats_server().unwrap_or_else(|err| panic!("{err}"))
 }
 
+/// The Python interpreter of the tests' pinned venv (`<workspace root>/.tools/py-venv`, built
+/// by `tests/python/install.sh`, which `make test` runs): it has `nats-py` and the official MCP
+/// SDK for the foreign-client tests.
+///
+/// # Panics
+/// When the venv is missing, saying how to build it (a foreign-client test never skips).
+pub fn python_bin() -> PathBuf {
+    let python = workspace_root().join(".tools/py-venv/bin/python");
+    assert!(
+        python.exists(),
+        "testkit: {} not found: run `make test` or `bash tests/python/install.sh` first",
+        python.display()
+    );
+    python
+}
+
+/// The workspace root (the directory holding `Cargo.lock`), found from this crate's manifest.
+pub fn workspace_root() -> PathBuf {
+    let mut dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    while !dir.join("Cargo.lock").exists() {
+        assert!(
+            dir.pop(),
+            "testkit: no Cargo.lock above {}",
+            env!("CARGO_MANIFEST_DIR")
+        );
+    }
+    dir
+}
+
 /// A name no other server started by this or a concurrent test process uses.
 fn unique_name(kind: &str) -> String {
     static NEXT: AtomicU64 = AtomicU64::new(0);

@@ -1,0 +1,89 @@
+//! `switchboard mcp` driven by a client we did not write: the official MCP Python SDK starts two
+//! MCP agents over stdio, exactly as an agent host would, and they exchange a message and a
+//! call through the running system (tests/python/mcp_two_agents.py does the MCP side).
+
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::{BIN, System, json};
+use switchboard_testkit::{python_bin, workspace_root};
+
+#[tokio::test]
+async fn two_mcp_agents_exchange_a_message_and_a_call_through_the_official_sdk() {
+    let system = System::start().await;
+    let script = workspace_root().join("tests/python/mcp_two_agents.py");
+    let output = tokio::time::timeout(
+        Duration::from_secs(120),
+        tokio::process::Command::new(python_bin())
+            .arg(&script)
+            .arg(BIN)
+            .arg(system.url())
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("the MCP session finishes within 120 s")
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "MCP client failed:\n{stderr}\n{stdout}"
+    );
+    let report: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap())
+        .unwrap_or_else(|err| panic!("{err}: {stdout}"));
+
+    assert_eq!(report["server_name"], "switchboard");
+    assert_eq!(report["tools"].as_array().unwrap().len(), 12, "{report}");
+    let goal = report["delivery"]["delivered_to"][0].as_str().unwrap();
+    let inbox = report["bob_inbox"].as_str().unwrap();
+    assert!(
+        inbox.starts_with("# PEER MESSAGES\n<peer-message from=\"mcp-alice\""),
+        "{inbox}"
+    );
+    assert_eq!(report["answer"]["body"], "4, says bob");
+    assert_eq!(report["answer"]["from_agent_id"], "mcp-bob");
+    // An unknown peer is a delivery report with the reason, not a silent "ok".
+    assert_eq!(
+        report["unknown_peer"]["result"]["unreachable_reasons"][0],
+        "unknown agent_id `nobody-here`"
+    );
+    assert_eq!(report["bad_task"]["error"]["kind"], "not_found");
+
+    // Both servers closed their goals when the host closed their stdin.
+    for agent in ["mcp-alice", "mcp-bob"] {
+        let (ok, looked, stderr) = json(&["lookup", agent, "--nats-url", &system.url()]).await;
+        assert!(ok, "{stderr}");
+        assert_eq!(
+            looked["live_goals"],
+            serde_json::json!([]),
+            "{agent}: {looked}"
+        );
+    }
+    // The call is in the audit trail, joined to its answer.
+    let correlation = report["answer"]["correlation_id"].as_str().unwrap();
+    let url = system.url();
+    let mut kinds = Vec::new();
+    for _ in 0..50 {
+        let (ok, thread, stderr) = json(&["thread", correlation, "--nats-url", &url]).await;
+        assert!(ok, "{stderr}");
+        kinds = thread["records"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|record| record["kind"].as_str().map(str::to_owned))
+            .collect();
+        if kinds.iter().any(|kind| kind == "call.answered") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(
+        kinds.iter().any(|kind| kind == "call.answered"),
+        "{kinds:?}"
+    );
+    assert!(!goal.is_empty());
+}

@@ -1,0 +1,175 @@
+"""Two MCP agents talk through Switchboard, driven by the official MCP Python SDK.
+
+Run by cli/tests/mcp.rs: `python mcp_two_agents.py <switchboard binary> <nats url>`. It starts
+`switchboard mcp --agent mcp-alice` and `--agent mcp-bob` as stdio MCP servers (exactly as an
+agent host would), then, as each agent's host:
+
+1. lists the tools (every seed tool with a description and an input schema);
+2. alice: list_peers finds bob; bob subscribes to the inbox resource;
+3. alice send_to_peer bob -> a delivery report naming bob's goal; bob is told (resource
+   update and log notification) and check_inbox shows alice's message in a <peer-message>;
+4. alice talk_to_agent bob (waits) while bob check_inbox sees the request and reply_to_peer
+   answers it with no target -> alice's tool result is bob's answer;
+5. errors come back as tool errors with a kind: a send to an unknown agent is reported
+   unreachable, a bad task id and a reply with nothing pending are refused with kinds.
+
+It prints one JSON object with what it saw (the Rust test asserts on it too) and exits non-zero
+on the first failed expectation.
+"""
+
+import asyncio
+import json
+import sys
+
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+
+SEED_TOOLS = {
+    "list_peers",
+    "send_to_peer",
+    "talk_to_agent",
+    "reply_to_peer",
+    "check_inbox",
+    "create_task",
+    "update_task",
+    "spawn_subagent",
+    "complete_task",
+    "subagent_status",
+    "cancel_task",
+    "pending_requests",
+}
+INBOX = "switchboard://inbox"
+
+
+def text_of(result):
+    return "".join(block.text for block in result.content if getattr(block, "type", "") == "text")
+
+
+def expect(condition, what):
+    if not condition:
+        raise AssertionError(what)
+
+
+class Host:
+    """One agent host: an MCP client session plus the notifications it received."""
+
+    def __init__(self, name):
+        self.name = name
+        self.events = asyncio.Queue()
+        self.log_messages = []
+
+    async def on_message(self, message):
+        kind = type(message).__name__
+        root = getattr(message, "root", message)
+        method = getattr(root, "method", "")
+        if method == "notifications/resources/updated" or kind == "ResourceUpdatedNotification":
+            await self.events.put(("resource_updated", root.params.uri))
+
+    async def on_log(self, params):
+        self.log_messages.append(params.data)
+        await self.events.put(("log", params.data))
+
+    async def wait_for(self, wanted, seconds=15):
+        deadline = asyncio.get_running_loop().time() + seconds
+        while True:
+            left = deadline - asyncio.get_running_loop().time()
+            expect(left > 0, f"{self.name}: no {wanted} notification within {seconds}s")
+            kind, data = await asyncio.wait_for(self.events.get(), left)
+            if kind == wanted:
+                return data
+
+
+async def call(session, tool, args=None):
+    result = await session.call_tool(tool, args or {})
+    return result.is_error, text_of(result)
+
+
+async def main(binary, nats_url):
+    report = {}
+
+    def server(agent, description):
+        return StdioServerParameters(
+            command=binary,
+            args=["mcp", "--agent", agent, "--description", description, "--nats-url", nats_url],
+            env={"RUST_LOG": "warn"},
+        )
+
+    alice, bob = Host("alice"), Host("bob")
+    async with stdio_client(server("mcp-alice", "asks questions")) as (ar, aw), \
+            stdio_client(server("mcp-bob", "answers questions")) as (br, bw), \
+            ClientSession(ar, aw, message_handler=alice.on_message,
+                          logging_callback=alice.on_log) as a, \
+            ClientSession(br, bw, message_handler=bob.on_message,
+                          logging_callback=bob.on_log) as b:
+        init = await a.initialize()
+        await b.initialize()
+        report["server_name"] = init.server_info.name
+        expect("list_peers" in (init.instructions or ""), "instructions mention the tools")
+
+        # 1. The tools, each described for an LLM, with a JSON Schema.
+        tools = (await a.list_tools()).tools
+        names = {tool.name for tool in tools}
+        expect(SEED_TOOLS <= names, f"missing tools: {SEED_TOOLS - names}")
+        for tool in tools:
+            expect(len(tool.description or "") > 40, f"{tool.name} has a real description")
+            expect(tool.input_schema.get("type") == "object", f"{tool.name} has an object schema")
+        send_schema = next(t for t in tools if t.name == "send_to_peer").input_schema
+        expect(set(send_schema.get("required", [])) == {"to", "message"}, str(send_schema))
+        report["tools"] = sorted(names)
+
+        # 2. Discovery, and bob listens for new messages.
+        error, peers = await call(a, "list_peers")
+        expect(not error and "mcp-bob" in peers, f"list_peers: {peers}")
+        await b.subscribe_resource(INBOX)
+        resources = (await b.list_resources()).resources
+        expect(any(str(r.uri) == INBOX for r in resources), f"resources: {resources}")
+
+        # 3. A message: a delivery report, a notification, the <peer-message> block.
+        error, delivery = await call(a, "send_to_peer", {"to": "mcp-bob", "message": "hello bob"})
+        expect(not error, f"send_to_peer: {delivery}")
+        delivery = json.loads(delivery)
+        expect(len(delivery["delivered_to"]) == 1, f"one goal of bob got it: {delivery}")
+        report["delivery"] = delivery
+        uri = await bob.wait_for("resource_updated")
+        expect(str(uri) == INBOX, uri)
+        await bob.wait_for("log")
+        read = await b.read_resource(INBOX)
+        waiting = json.loads(read.contents[0].text)["waiting"]
+        expect(waiting >= 1, f"inbox resource: {read}")
+        error, inbox = await call(b, "check_inbox")
+        expect(not error and 'from="mcp-alice"' in inbox and "hello bob" in inbox, inbox)
+        report["bob_inbox"] = inbox
+        error, again = await call(b, "check_inbox")
+        expect(again == "No new messages.", f"a message is shown once: {again}")
+
+        # 4. A call: alice waits while bob reads the request and answers with no target.
+        asking = asyncio.create_task(call(a, "talk_to_agent", {
+            "to": "mcp-bob", "message": "what is 2+2?", "timeout_ms": 20000}))
+        await bob.wait_for("log")
+        error, request = await call(b, "check_inbox")
+        expect(not error and 'kind="request"' in request and "what is 2+2?" in request, request)
+        error, pending = await call(b, "pending_requests")
+        expect(not error and len(json.loads(pending)["incoming"]) == 1, pending)
+        error, ack = await call(b, "reply_to_peer", {"message": "4, says bob"})
+        expect(not error, f"reply_to_peer: {ack}")
+        error, answer = await asking
+        expect(not error and "4, says bob" in answer, f"talk_to_agent: {answer}")
+        report["answer"] = json.loads(answer)
+
+        # 5. Errors carry kinds.
+        error, unknown = await call(a, "send_to_peer", {"to": "nobody-here", "message": "hi"})
+        report["unknown_peer"] = {"is_error": error, "result": json.loads(unknown)}
+        error, nothing = await call(b, "reply_to_peer", {"message": "to no one"})
+        expect(error and json.loads(nothing)["error"]["kind"] == "not_found", nothing)
+        error, bad = await call(a, "update_task", {
+            "task_id": "00000000-0000-7000-8000-000000000000", "action": "accept"})
+        expect(error and json.loads(bad)["error"]["kind"], bad)
+        report["bad_task"] = json.loads(bad)
+        error, wrong = await call(a, "update_task", {"task_id": "not-a-uuid", "action": "accept"})
+        expect(error, f"a malformed argument is a tool error: {wrong}")
+
+    print(json.dumps(report))
+
+
+if __name__ == "__main__":
+    asyncio.run(main(sys.argv[1], sys.argv[2]))
