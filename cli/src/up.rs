@@ -58,6 +58,10 @@ pub async fn run(args: UpArgs) -> ExitCode {
     };
     let code = match serve(args, &mut services, telemetry.exporting_to()).await {
         Ok(()) => ExitCode::SUCCESS,
+        Err(err) if err.is::<BadConfig>() => {
+            eprintln!("switchboard: {err:#}");
+            ExitCode::from(64)
+        }
         Err(err) => {
             eprintln!("switchboard: {err:#}");
             ExitCode::FAILURE
@@ -66,6 +70,11 @@ pub async fn run(args: UpArgs) -> ExitCode {
     telemetry.shutdown();
     code
 }
+
+/// A setting the NATS server or cluster cannot honour (exit 64, like a bad config file).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct BadConfig(String);
 
 /// Every service's configuration.
 struct Services {
@@ -92,6 +101,16 @@ async fn serve(args: UpArgs, services: &mut Services, otlp: Option<&str>) -> any
     };
     let url = runtime.nats.urls.join(",");
     let client = nats::connect(&runtime.nats, "switchboard-up").await?;
+    let js = async_nats::jetstream::new(client.clone());
+    switchboard_runtime::resources::check_replicas(&js, &runtime.jetstream)
+        .await
+        .map_err(|err| {
+            if err.misconfigured {
+                anyhow::Error::new(BadConfig(err.to_string()))
+            } else {
+                err.into()
+            }
+        })?;
     let shutdown = shutdown::on_signal();
 
     let directory = directory::start(&client, runtime, services.directory.clone()).await?;

@@ -420,3 +420,17 @@ fn help_shows_an_example_per_command() {
         assert!(help.contains(&format!("switchboard {command}")), "{help}");
     }
 }
+
+#[tokio::test]
+async fn up_refuses_more_replicas_than_the_server_can_place_with_exit_64() {
+    let nats = switchboard_testkit::NatsServer::start().await;
+    let output = switchboard()
+        .args(["up", "--nats-url", &nats.url()])
+        .env("SWITCHBOARD_JETSTREAM__REPLICAS", "3")
+        .output()
+        .await
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(64), "{stderr}");
+    assert!(stderr.contains("jetstream.replicas is 3"), "{stderr}");
+}

@@ -80,13 +80,17 @@ where
     let code = match nats::connect(&runtime.nats, name).await {
         Ok(client) => {
             let js = async_nats::jetstream::new(client.clone());
-            if let Err(err) = resources::check_replicas(&js, &runtime.jetstream).await
-                && err.misconfigured
-            {
-                eprintln!("{name}: {err}");
-                tracing::error!(service = name, error = %err, "bad configuration");
-                telemetry.shutdown();
-                return ExitCode::from(EXIT_BAD_CONFIG);
+            match resources::check_replicas(&js, &runtime.jetstream).await {
+                Err(err) if err.misconfigured => {
+                    eprintln!("{name}: {err}");
+                    tracing::error!(service = name, error = %err, "bad configuration");
+                    telemetry.shutdown();
+                    return ExitCode::from(EXIT_BAD_CONFIG);
+                }
+                // Not a setting problem (e.g. JetStream still electing a leader): the service's
+                // own start applies the streams again and reports what fails there.
+                Err(err) => tracing::warn!(service = name, error = %err, "replicas check failed"),
+                Ok(()) => {}
             }
             let outcome = run(client.clone(), runtime, service, shutdown::on_signal()).await;
             if let Err(err) = client.drain().await {
