@@ -21,7 +21,7 @@ use switchboard_proto::call::CallRequest;
 use switchboard_proto::send::SendRequest;
 use switchboard_proto::task::CreateTask;
 use switchboard_proto::{AUDIT_STREAM, EVENTS_STREAM, ErrorKind, INBOX_STREAM};
-use switchboard_testkit::assert_eventually;
+use switchboard_testkit::{assert_eventually, eventually};
 use switchboard_tests::{Fabric, fast_audit, next, start_audit};
 
 const WAIT: Duration = Duration::from_secs(20);
@@ -556,12 +556,23 @@ async fn a_killed_audit_service_loses_and_doubles_nothing_and_a_fresh_index_matc
                         .await
                         .unwrap();
                 }
+                // Paced, so the kill below lands mid-flow however fast the machine is.
+                tokio::time::sleep(Duration::from_millis(20)).await;
             }
         })
     };
-    // Kill the writer mid-flow: its in-flight batch is never acknowledged, its lease is never
-    // released; the other replica takes over when the lease expires.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Kill the writer mid-flow (once it has recorded some of it): its in-flight batch is never
+    // acknowledged, its lease is never released; the other replica takes over when the lease
+    // expires.
+    let before_flow = stream_records(&nats).await.len();
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            let nats = nats.clone();
+            async move { stream_records(&nats).await.len() >= before_flow + 20 }
+        })
+        .await,
+        "the first writer records the flow"
+    );
     first.task.abort();
     let _ = first.task.await;
     let at_kill = stream_records(&nats).await.len();
