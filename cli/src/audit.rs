@@ -122,6 +122,16 @@ pub async fn history(args: HistoryArgs) -> anyhow::Result<serde_json::Value> {
     Ok(serde_json::to_value(page)?)
 }
 
+impl AuditArgs {
+    /// How the reply reads for a person.
+    pub fn view(&self) -> crate::output::View {
+        match self.command {
+            AuditCommand::Verify => crate::output::View::Verify,
+            AuditCommand::Pending | AuditCommand::Export { .. } => crate::output::View::Records,
+        }
+    }
+}
+
 /// `switchboard audit …`. Export writes its lines itself and returns `None`.
 pub async fn run(args: AuditArgs) -> anyhow::Result<Option<serde_json::Value>> {
     let client = crate::connect(&args.nats_url).await?;

@@ -18,8 +18,11 @@
 //!   `switchboard audit export|verify|pending`: the audit trail.
 
 mod audit;
+mod card;
+mod demo;
 mod inbox;
 mod mcp;
+mod output;
 mod task;
 mod up;
 
@@ -32,6 +35,8 @@ use switchboard_client::proto::send::SendRequest;
 use switchboard_client::proto::subject::{self, RegistryOp};
 use switchboard_client::proto::{AgentId, GoalId};
 use switchboard_runtime::request::RequestFailure;
+
+use crate::output::View;
 
 /// Default NATS URL for the inspection commands (also what `up` serves by default).
 pub(crate) const DEFAULT_NATS_URL: &str = "nats://127.0.0.1:4222";
@@ -46,6 +51,9 @@ pub(crate) const DEFAULT_NATS_URL: &str = "nats://127.0.0.1:4222";
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Print the service's JSON reply instead of readable text.
+    #[arg(long, global = true)]
+    json: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -55,6 +63,49 @@ enum Command {
         after_help = "Examples:\n  switchboard up\n  switchboard up --port 4333 --data-dir /tmp/sb\n  switchboard up --nats-url nats://10.0.0.5:4222"
     )]
     Up(up::UpArgs),
+    /// Register (or update) an agent's card; also counts as a heartbeat.
+    #[command(
+        after_help = "Examples:\n  switchboard register --as researcher --description \"finds sources\" --capability search\n  switchboard register --as writer --card writer.toml --allow-from 'team-*'"
+    )]
+    Register {
+        /// The agent.
+        #[arg(long = "as", value_name = "AGENT")]
+        as_agent: String,
+        /// Its card.
+        #[command(flatten)]
+        card: card::CardArgs,
+        /// NATS URL.
+        #[arg(long, env = "NATS_URL", default_value = DEFAULT_NATS_URL)]
+        nats_url: String,
+    },
+    /// One heartbeat for an agent (agents send one every 10 s; 30 s of silence is offline).
+    #[command(after_help = "Example:\n  switchboard heartbeat --as researcher")]
+    Heartbeat {
+        /// The agent.
+        #[arg(long = "as", value_name = "AGENT")]
+        as_agent: String,
+        /// NATS URL.
+        #[arg(long, env = "NATS_URL", default_value = DEFAULT_NATS_URL)]
+        nats_url: String,
+    },
+    /// Remove an agent from the directory (its goals are closed, their inboxes purged).
+    #[command(after_help = "Example:\n  switchboard deregister --as researcher")]
+    Deregister {
+        /// The agent.
+        #[arg(long = "as", value_name = "AGENT")]
+        as_agent: String,
+        /// NATS URL.
+        #[arg(long, env = "NATS_URL", default_value = DEFAULT_NATS_URL)]
+        nats_url: String,
+    },
+    /// Open or close a goal (a live run with its own durable inbox).
+    #[command(
+        after_help = "Examples:\n  switchboard goal open --as researcher\n  switchboard goal open --as researcher --kind background\n  switchboard goal close --as researcher <goal_id>"
+    )]
+    Goal {
+        #[command(subcommand)]
+        command: GoalCommand,
+    },
     /// list_peers as an agent: every other agent and whether it is reachable (JSON).
     #[command(after_help = "Example:\n  switchboard peers --as researcher")]
     Peers {
@@ -163,7 +214,8 @@ enum Command {
         after_help = "Example:\n  switchboard inbox --as researcher --goal 0193a1b2-0000-7000-8000-000000000001 --follow"
     )]
     Inbox(inbox::InboxArgs),
-    /// Tasks: create (or spawn a subtask), get, list, cancel (JSON).
+    /// Tasks: create (or spawn a subtask), get, list, cancel, and the assignee's steps
+    /// (accept, reject, start, progress, ask, complete, fail).
     #[command(
         after_help = "Examples:\n  switchboard task create --as coordinator --to researcher \"find 3 sources\" --deadline-ms 600000\n  switchboard task get --as coordinator <task_id>\n  switchboard task list --as researcher --role assignee --state submitted\n  switchboard task cancel --as coordinator <task_id> --reason \"plans changed\""
     )]
@@ -204,14 +256,121 @@ enum Command {
         after_help = "Examples:\n  switchboard audit export --since 2026-11-22T00:00:00Z > manifest.jsonl\n  switchboard audit verify\n  switchboard audit pending"
     )]
     Audit(audit::AuditArgs),
+    /// A scripted conversation among three agents against the running system: a task
+    /// delegated, a call answered, a broadcast, a refused self-send, then the audit thread.
+    #[command(
+        after_help = "Example:\n  switchboard up &   # in another terminal\n  switchboard demo"
+    )]
+    Demo(demo::DemoArgs),
+}
+
+/// `switchboard goal …`.
+#[derive(Debug, Subcommand)]
+enum GoalCommand {
+    /// Open a goal; prints its inbox subject and durable consumer.
+    #[command(
+        after_help = "Examples:\n  switchboard goal open --as researcher\n  switchboard goal open --as researcher --kind daemon --json | jq -r .goal_id"
+    )]
+    Open {
+        /// The agent.
+        #[arg(long = "as", value_name = "AGENT")]
+        as_agent: String,
+        /// interactive, background or daemon.
+        #[arg(long, default_value = "interactive", value_parser = card::parse_goal_kind)]
+        kind: switchboard_client::proto::registry::GoalKind,
+        /// Re-open this goal (after a restart) instead of a new one.
+        #[arg(long, value_name = "GOAL_ID")]
+        goal: Option<String>,
+        /// NATS URL.
+        #[arg(long, env = "NATS_URL", default_value = DEFAULT_NATS_URL)]
+        nats_url: String,
+    },
+    /// Close a goal: its consumer is deleted and unread messages are purged.
+    #[command(after_help = "Example:\n  switchboard goal close --as researcher <goal_id>")]
+    Close {
+        /// The agent.
+        #[arg(long = "as", value_name = "AGENT")]
+        as_agent: String,
+        /// The goal.
+        goal_id: String,
+        /// NATS URL.
+        #[arg(long, env = "NATS_URL", default_value = DEFAULT_NATS_URL)]
+        nats_url: String,
+    },
 }
 
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
+    let json = cli.json;
+    let view = view_of(&cli.command);
     let result = match cli.command {
         Command::Up(args) => return up::run(args).await,
         Command::Mcp(args) => return mcp::run(args).await,
+        Command::Demo(args) => demo::run(args, json).await,
+        Command::Register {
+            as_agent,
+            card,
+            nats_url,
+        } => match AgentId::parse(&as_agent) {
+            Ok(agent) => match card.card(&agent) {
+                Ok(card) => {
+                    request_json(&nats_url, &RegistryOp::Register.subject(&agent), &card).await
+                }
+                Err(err) => Err(err),
+            },
+            Err(err) => Err(err.into()),
+        },
+        Command::Heartbeat { as_agent, nats_url } => {
+            registry_request(
+                &nats_url,
+                RegistryOp::Heartbeat,
+                &as_agent,
+                &serde_json::json!({}),
+            )
+            .await
+        }
+        Command::Deregister { as_agent, nats_url } => {
+            registry_request(
+                &nats_url,
+                RegistryOp::Deregister,
+                &as_agent,
+                &serde_json::json!({}),
+            )
+            .await
+        }
+        Command::Goal {
+            command:
+                GoalCommand::Open {
+                    as_agent,
+                    kind,
+                    goal,
+                    nats_url,
+                },
+        } => match goal.as_deref().map(GoalId::parse).transpose() {
+            Ok(goal_id) => {
+                let request = switchboard_client::proto::registry::GoalOpenRequest {
+                    goal_id,
+                    kind: Some(kind),
+                };
+                registry_request(&nats_url, RegistryOp::GoalOpen, &as_agent, &request).await
+            }
+            Err(err) => Err(err.into()),
+        },
+        Command::Goal {
+            command:
+                GoalCommand::Close {
+                    as_agent,
+                    goal_id,
+                    nats_url,
+                },
+        } => match GoalId::parse(&goal_id) {
+            Ok(goal_id) => {
+                let request = switchboard_client::proto::registry::GoalCloseRequest { goal_id };
+                registry_request(&nats_url, RegistryOp::GoalClose, &as_agent, &request).await
+            }
+            Err(err) => Err(err.into()),
+        },
         Command::Peers { as_agent, nats_url } => {
             registry_request(
                 &nats_url,
@@ -241,7 +400,7 @@ async fn main() -> ExitCode {
                 Err(err) => Err(err.into()),
             }
         }
-        Command::Inbox(args) => return inbox::run(args).await,
+        Command::Inbox(args) => return inbox::run(args, json).await,
         Command::Task(args) => task::run(args).await,
         Command::Thread { id, nats_url } => audit::thread(&nats_url, id).await,
         Command::NatsConfig { agents } => {
@@ -249,7 +408,7 @@ async fn main() -> ExitCode {
                 .and_then(|users| switchboard_runtime::permissions::nats_config(&users));
             return match made {
                 Ok(config) => {
-                    print!("{config}");
+                    output::line(config.trim_end());
                     ExitCode::SUCCESS
                 }
                 Err(err) => {
@@ -334,19 +493,37 @@ async fn main() -> ExitCode {
         }
     };
     match result {
-        Ok(value) => match serde_json::to_string_pretty(&value) {
-            Ok(text) => {
-                println!("{text}");
-                ExitCode::SUCCESS
-            }
-            Err(err) => {
-                eprintln!("switchboard: {err}");
-                ExitCode::FAILURE
-            }
-        },
+        Ok(value) => {
+            output::show(view, &value, json);
+            ExitCode::SUCCESS
+        }
         Err(err) => {
             eprintln!("switchboard: {err:#}");
             ExitCode::FAILURE
+        }
+    }
+}
+
+/// How a command's reply reads for a person (see [`output::View`]).
+fn view_of(command: &Command) -> View {
+    match command {
+        Command::Register { .. } | Command::Heartbeat { .. } | Command::Deregister { .. } => {
+            View::Registry
+        }
+        Command::Goal { .. } => View::Goal,
+        Command::Peers { .. } => View::Peers,
+        Command::Agents { .. } => View::Agents,
+        Command::Lookup { .. } => View::Lookup,
+        Command::Send { .. } => View::Delivery,
+        Command::Call { .. } => View::Call,
+        Command::Reply { .. } => View::ReplyAck,
+        Command::Pending { .. } => View::Pending,
+        Command::Task(args) => args.view(),
+        Command::Thread { .. } | Command::History(_) => View::Records,
+        Command::Audit(args) => args.view(),
+        Command::Demo(_) => View::Records,
+        Command::Up(_) | Command::Mcp(_) | Command::Inbox(_) | Command::NatsConfig { .. } => {
+            View::Json
         }
     }
 }

@@ -9,7 +9,6 @@
 //! `switchboard`, `data.event = "inbox"`), so a host can wake the model instead of polling;
 //! the messages stay unacknowledged until `check_inbox` hands them to the model.
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -32,7 +31,7 @@ use rmcp::{
 };
 use schemars::JsonSchema;
 use serde::Deserialize;
-use switchboard_client::proto::registry::{AgentCard, GoalKind, GoalOpenRequest};
+use switchboard_client::proto::registry::{GoalKind, GoalOpenRequest};
 use switchboard_client::proto::send::SendRequest;
 use switchboard_client::proto::task::{CreateTask, TaskAction, TaskOp};
 use switchboard_client::proto::{AgentId, InboxMessage, MessageKind};
@@ -42,7 +41,6 @@ use switchboard_client::{
 use uuid::Uuid;
 
 use crate::DEFAULT_NATS_URL;
-use figment::providers::{Format, Toml};
 
 /// The resource that tracks the inbox: subscribe to it to hear of new messages.
 pub const INBOX_RESOURCE: &str = "switchboard://inbox";
@@ -54,71 +52,14 @@ pub struct McpArgs {
     #[arg(long, value_name = "AGENT")]
     agent: String,
     /// The kind of goal opened for this session: interactive, background or daemon.
-    #[arg(long, default_value = "interactive", value_parser = parse_goal_kind)]
+    #[arg(long, default_value = "interactive", value_parser = crate::card::parse_goal_kind)]
     goal_kind: GoalKind,
-    /// The agent card as TOML (description, capabilities, skills, allow_from, can_talk_to,
-    /// deny_talk_to, max_concurrent_tasks, metadata); flags below override it.
-    #[arg(long, value_name = "FILE")]
-    card: Option<PathBuf>,
-    /// What the agent does, for other agents to read in list_peers.
-    #[arg(long)]
-    description: Option<String>,
-    /// A capability label (repeat for more).
-    #[arg(long = "capability", value_name = "LABEL")]
-    capabilities: Vec<String>,
-    /// Agents allowed to message this one, as globs (repeat; default: anyone).
-    #[arg(long = "allow-from", value_name = "GLOB")]
-    allow_from: Vec<String>,
-    /// Agents this one may message, as globs (repeat; default: anyone).
-    #[arg(long = "can-talk-to", value_name = "GLOB")]
-    can_talk_to: Vec<String>,
-    /// Agents this one may never message, as globs (repeat; beats --can-talk-to).
-    #[arg(long = "deny-talk-to", value_name = "GLOB")]
-    deny_talk_to: Vec<String>,
-    /// Tasks the agent works on at once.
-    #[arg(long, value_name = "N")]
-    max_concurrent_tasks: Option<u32>,
+    /// The agent's card.
+    #[command(flatten)]
+    card: crate::card::CardArgs,
     /// NATS URL.
     #[arg(long, env = "NATS_URL", default_value = DEFAULT_NATS_URL)]
     nats_url: String,
-}
-
-fn parse_goal_kind(text: &str) -> Result<GoalKind, String> {
-    serde_json::from_value(serde_json::Value::String(text.to_owned()))
-        .map_err(|_| format!("unknown goal kind {text:?} (interactive, background or daemon)"))
-}
-
-/// The card: the TOML file (if any), then the flags, with the agent id from `--agent`.
-fn card(args: &McpArgs, id: &AgentId) -> anyhow::Result<AgentCard> {
-    let mut card = match &args.card {
-        Some(path) => {
-            let mut fields: serde_json::Map<String, serde_json::Value> =
-                figment::Figment::from(Toml::file_exact(path))
-                    .extract()
-                    .map_err(|err| anyhow::anyhow!("card {}: {err}", path.display()))?;
-            fields.insert("agent_id".to_owned(), id.as_str().into());
-            serde_json::from_value(serde_json::Value::Object(fields))
-                .map_err(|err| anyhow::anyhow!("card {}: {err}", path.display()))?
-        }
-        None => AgentCard::new(id.clone()),
-    };
-    if let Some(description) = &args.description {
-        card.description.clone_from(description);
-    }
-    card.capabilities.extend(args.capabilities.iter().cloned());
-    for (flag, field) in [
-        (&args.allow_from, &mut card.allow_from),
-        (&args.can_talk_to, &mut card.can_talk_to),
-        (&args.deny_talk_to, &mut card.deny_talk_to),
-    ] {
-        if !flag.is_empty() {
-            field.clone_from(flag);
-        }
-    }
-    if let Some(max) = args.max_concurrent_tasks {
-        card.max_concurrent_tasks = max;
-    }
-    Ok(card)
 }
 
 /// Runs the server until the host closes stdin or a signal arrives.
@@ -146,7 +87,7 @@ pub async fn run(args: McpArgs) -> ExitCode {
 
 async fn serve(args: McpArgs) -> anyhow::Result<()> {
     let id = AgentId::parse(&args.agent)?;
-    let card = card(&args, &id)?;
+    let card = args.card.card(&id)?;
     let nats = async_nats::ConnectOptions::new()
         .name(format!("mcp:{id}"))
         .ping_interval(Duration::from_secs(5))

@@ -1,4 +1,5 @@
-//! `switchboard task create|get|list|cancel`: tasks from the command line, as an agent.
+//! `switchboard task create|get|list|cancel|accept|reject|start|progress|ask|complete|fail`:
+//! tasks from the command line, as an agent (requester or assignee).
 
 use clap::{Args, Subcommand};
 use switchboard_client::proto::task::{
@@ -89,6 +90,61 @@ enum TaskCommand {
         #[arg(long)]
         reason: Option<String>,
     },
+    /// Take a task given to you (as its assignee).
+    #[command(
+        after_help = "Example:\n  switchboard task accept --as researcher <task_id> --goal <goal_id>"
+    )]
+    Accept(TransitionArgs),
+    /// Decline a task given to you, saying why.
+    #[command(
+        after_help = "Example:\n  switchboard task reject --as researcher <task_id> \"out of scope\""
+    )]
+    Reject(TransitionArgs),
+    /// Begin work on an accepted task.
+    #[command(after_help = "Example:\n  switchboard task start --as researcher <task_id>")]
+    Start(TransitionArgs),
+    /// A progress note for the requester.
+    #[command(
+        after_help = "Example:\n  switchboard task progress --as researcher <task_id> \"2 of 3 sources found\""
+    )]
+    Progress(TransitionArgs),
+    /// Ask the requester a question (input_required); resume with `start`.
+    #[command(
+        after_help = "Example:\n  switchboard task ask --as researcher <task_id> \"English sources only?\""
+    )]
+    Ask(TransitionArgs),
+    /// Finish a task with its result.
+    #[command(
+        after_help = "Example:\n  switchboard task complete --as researcher <task_id> \"three sources: …\""
+    )]
+    Complete(TransitionArgs),
+    /// Give up on a task, saying why.
+    #[command(
+        after_help = "Example:\n  switchboard task fail --as researcher <task_id> \"sources unavailable\""
+    )]
+    Fail(TransitionArgs),
+}
+
+impl TaskArgs {
+    /// How the reply reads for a person.
+    pub fn view(&self) -> crate::output::View {
+        match self.command {
+            TaskCommand::List { .. } => crate::output::View::TaskList,
+            _ => crate::output::View::Task,
+        }
+    }
+}
+
+/// The task a transition applies to, with its text.
+#[derive(Debug, Args)]
+struct TransitionArgs {
+    /// The task.
+    task_id: uuid::Uuid,
+    /// The reason, note, question or result that goes with the step.
+    message: Option<String>,
+    /// The goal acting (for accept: the goal that takes the task).
+    #[arg(long, value_name = "GOAL_ID")]
+    goal: Option<String>,
 }
 
 fn json_object(
@@ -170,6 +226,13 @@ pub async fn run(args: TaskArgs) -> anyhow::Result<serde_json::Value> {
             };
             crate::request_json(url, &subject(TaskRequestOp::List), &request).await
         }
+        TaskCommand::Accept(step) => transition(url, &agent, TaskOp::Accept, step).await,
+        TaskCommand::Reject(step) => transition(url, &agent, TaskOp::Reject, step).await,
+        TaskCommand::Start(step) => transition(url, &agent, TaskOp::Start, step).await,
+        TaskCommand::Progress(step) => transition(url, &agent, TaskOp::Progress, step).await,
+        TaskCommand::Ask(step) => transition(url, &agent, TaskOp::InputRequired, step).await,
+        TaskCommand::Complete(step) => transition(url, &agent, TaskOp::Complete, step).await,
+        TaskCommand::Fail(step) => transition(url, &agent, TaskOp::Fail, step).await,
         TaskCommand::Cancel { task_id, reason } => {
             let request = TaskAction {
                 task_id: Some(task_id),
@@ -183,5 +246,27 @@ pub async fn run(args: TaskArgs) -> anyhow::Result<serde_json::Value> {
             )
             .await
         }
+    }
+}
+
+/// One step of a task's life as `agent`. Retried while no service answers, except progress
+/// (a note is not idempotent; the other steps are recognised as retries by the service).
+async fn transition(
+    url: &str,
+    agent: &AgentId,
+    op: TaskOp,
+    step: TransitionArgs,
+) -> anyhow::Result<serde_json::Value> {
+    let request = TaskAction {
+        task_id: Some(step.task_id),
+        message: step.message,
+        from_goal_id: step.goal.as_deref().map(GoalId::parse).transpose()?,
+        ..TaskAction::default()
+    };
+    let subject = TaskRequestOp::Transition(op).subject(agent);
+    if op == TaskOp::Progress {
+        crate::request_json(url, &subject, &request).await
+    } else {
+        crate::request_with_retry(url, &subject, &request).await
     }
 }

@@ -41,9 +41,14 @@ pub fn switchboard() -> Command {
     command
 }
 
-/// Runs `switchboard <args>`: (success, stdout as JSON or Null, stderr).
+/// Runs `switchboard <args> --json`: (success, stdout as JSON or Null, stderr).
 pub async fn json(args: &[&str]) -> (bool, serde_json::Value, String) {
-    let output = switchboard().args(args).output().await.unwrap();
+    let output = switchboard()
+        .args(args)
+        .arg("--json")
+        .output()
+        .await
+        .unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout).to_string();
     let value = serde_json::from_str(&stdout).unwrap_or(serde_json::Value::Null);
     (
@@ -108,6 +113,21 @@ impl Drop for System {
     fn drop(&mut self) {
         if let Err(err) = self.up.start_kill() {
             eprintln!("stopping switchboard up: {err}");
+        }
+    }
+}
+
+/// Sends SIGINT to a process when dropped (a no-op if it has exited): `switchboard up` then
+/// stops its services and its embedded nats-server even when a test fails half-way.
+pub struct InterruptOnDrop(pub Option<u32>);
+
+impl Drop for InterruptOnDrop {
+    fn drop(&mut self) {
+        if let Some(pid) = self.0 {
+            let _ = std::process::Command::new("kill")
+                .args(["-INT", &pid.to_string()])
+                .stderr(Stdio::null())
+                .status();
         }
     }
 }

@@ -1,0 +1,273 @@
+//! `switchboard demo`: a scripted conversation among three agents against the running system,
+//! printing each step, then the audit thread of the task.
+//!
+//! A coordinator delegates a task to a researcher; the researcher accepts, consults a writer
+//! with a call and gets the answer, reports progress and completes; the coordinator reads every
+//! update; a broadcast reaches both peers; a send to itself is refused. The agents are
+//! `demo-coordinator`, `demo-researcher` and `demo-writer` (their ACLs keep them among
+//! themselves, so the broadcast reaches nobody else); their goals are closed at the end.
+
+use std::time::Duration;
+
+use switchboard_client::proto::audit::ThreadRequest;
+use switchboard_client::proto::registry::AgentCard;
+use switchboard_client::proto::{AgentId, InboxMessage, MessageKind, TaskState};
+use switchboard_client::{Agent, AgentOptions, Goal, TaskOutcome, audit_thread};
+
+/// `switchboard demo` options.
+#[derive(Debug, clap::Args)]
+pub struct DemoArgs {
+    /// NATS URL of the running system.
+    #[arg(long, env = "NATS_URL", default_value = crate::DEFAULT_NATS_URL)]
+    nats_url: String,
+}
+
+/// How long any one step may wait for a message.
+const WAIT: Duration = Duration::from_secs(15);
+
+/// Prints one step: human text by default, a JSON line with `--json`.
+struct Narrator {
+    json: bool,
+    step: u32,
+}
+
+impl Narrator {
+    fn say(&mut self, who: &str, what: &str, detail: serde_json::Value) {
+        self.step += 1;
+        if self.json {
+            crate::output::line(
+                &serde_json::json!({"step": self.step, "agent": who, "what": what, "detail": detail})
+                    .to_string(),
+            );
+        } else {
+            let detail = match &detail {
+                serde_json::Value::Null => String::new(),
+                serde_json::Value::String(text) => format!("\n      {text}"),
+                other => format!("\n      {other}"),
+            };
+            crate::output::line(&format!("{:>2}. {who}: {what}{detail}", self.step));
+        }
+    }
+}
+
+async fn agent(nats: &async_nats::Client, id: &str, description: &str) -> anyhow::Result<Agent> {
+    let mut card = AgentCard::new(AgentId::parse(id)?);
+    card.description = description.to_owned();
+    card.can_talk_to = vec!["demo-*".to_owned()];
+    card.allow_from = vec!["demo-*".to_owned()];
+    Ok(Agent::connect_with(nats.clone(), card, AgentOptions::default()).await?)
+}
+
+/// The next message in `goal` (acknowledged), or an error naming what was awaited.
+async fn next(goal: &Goal, what: &str) -> anyhow::Result<InboxMessage> {
+    match goal.recv(WAIT).await? {
+        Some(delivery) => Ok(delivery.ack().await?),
+        None => anyhow::bail!("no {what} within {} s", WAIT.as_secs()),
+    }
+}
+
+/// Runs the demo; returns the task's audit thread as the final value.
+pub async fn run(args: DemoArgs, json: bool) -> anyhow::Result<serde_json::Value> {
+    let nats = crate::connect(&args.nats_url).await?;
+    let mut say = Narrator { json, step: 0 };
+
+    let coordinator = agent(&nats, "demo-coordinator", "plans the work and delegates").await?;
+    let researcher = agent(&nats, "demo-researcher", "finds and checks facts").await?;
+    let writer = agent(&nats, "demo-writer", "phrases things well").await?;
+    let coordinator_goal = coordinator.open_goal().await?;
+    let researcher_goal = researcher.open_goal().await?;
+    let writer_goal = writer.open_goal().await?;
+    say.say(
+        "setup",
+        "registered demo-coordinator, demo-researcher, demo-writer; each opened a goal",
+        serde_json::Value::Null,
+    );
+
+    let peers = coordinator.peers().await?;
+    let names: Vec<String> = peers
+        .peers
+        .iter()
+        .map(|peer| format!("{} ({})", peer.agent_id, name(&peer.status)))
+        .collect();
+    say.say(
+        "demo-coordinator",
+        "list_peers",
+        serde_json::json!(names.join(", ")),
+    );
+
+    // The coordinator delegates.
+    let created = coordinator
+        .give_task(
+            "demo-researcher",
+            "Find one fact about NATS JetStream durability for the launch post.",
+        )
+        .await?;
+    let task_id = created.task.task_id;
+    say.say(
+        "demo-coordinator",
+        "create_task → demo-researcher",
+        serde_json::json!(format!(
+            "task {task_id}, delivered to {} goal(s)",
+            created.delivered_to.len()
+        )),
+    );
+
+    let task_message = next(&researcher_goal, "task message").await?;
+    say.say(
+        "demo-researcher",
+        "check_inbox",
+        serde_json::json!(format!(
+            "{}: {}",
+            name(&task_message.kind),
+            task_message.body
+        )),
+    );
+    researcher.accept_task(task_id).await?;
+    researcher.start_task(task_id).await?;
+    say.say(
+        "demo-researcher",
+        "accept, start",
+        serde_json::json!("task is working"),
+    );
+
+    // The researcher consults the writer and waits; the writer answers with reply_to_peer.
+    let writer_side = async {
+        let request = next(&writer_goal, "call request").await?;
+        let Some(correlation_id) = request.correlation_id else {
+            anyhow::bail!("the call request carries no correlation id");
+        };
+        writer
+            .reply(
+                correlation_id,
+                "Say: every acknowledged message is on disk on a quorum of servers.",
+            )
+            .await?;
+        Ok::<_, anyhow::Error>(request)
+    };
+    let researcher_side = researcher.call(
+        "demo-writer",
+        "How should I phrase the durability fact in one sentence?",
+        Duration::from_secs(20),
+    );
+    let (request, answer) = tokio::join!(writer_side, researcher_side);
+    let request = request?;
+    let answer = answer?;
+    say.say(
+        "demo-researcher",
+        "talk_to_agent → demo-writer (waits)",
+        serde_json::json!(request.body),
+    );
+    say.say(
+        "demo-writer",
+        "reply_to_peer (no target needed)",
+        serde_json::json!(answer.body),
+    );
+
+    researcher
+        .task_progress(task_id, "found it in the JetStream docs", Vec::new())
+        .await?;
+    researcher
+        .complete_task(
+            task_id,
+            TaskOutcome::text(format!("JetStream: {}", answer.body)),
+        )
+        .await?;
+    say.say(
+        "demo-researcher",
+        "progress, complete_task",
+        serde_json::Value::Null,
+    );
+
+    // The coordinator reads its updates until the task is done.
+    loop {
+        let update = next(&coordinator_goal, "task update").await?;
+        let state = update.task.as_ref().map(|task| task.state);
+        say.say(
+            "demo-coordinator",
+            &format!("task_update: {}", state_name(state)),
+            serde_json::json!(update.body),
+        );
+        if state.is_some_and(TaskState::is_terminal) {
+            break;
+        }
+    }
+
+    // A broadcast reaches both peers; a send to oneself is refused.
+    let report = coordinator
+        .broadcast("Thanks both, the post is ready.")
+        .await?;
+    say.say(
+        "demo-coordinator",
+        "send_to_peer \"*\" (broadcast)",
+        serde_json::json!(format!(
+            "delivered to {} goal(s)",
+            report.delivered_to.len()
+        )),
+    );
+    for (goal, who) in [
+        (&researcher_goal, "demo-researcher"),
+        (&writer_goal, "demo-writer"),
+    ] {
+        let got = next(goal, "broadcast").await?;
+        if got.kind != MessageKind::Message {
+            anyhow::bail!("{who} expected the broadcast, got {:?}", got.kind);
+        }
+        say.say(who, "check_inbox", serde_json::json!(got.body));
+    }
+    match coordinator
+        .send_to_peer("demo-coordinator", "note to self")
+        .await
+    {
+        Err(err) => say.say(
+            "demo-coordinator",
+            "send_to_peer itself: refused",
+            serde_json::json!(err.to_string()),
+        ),
+        Ok(report) => anyhow::bail!("a send to oneself was not refused: {report:?}"),
+    }
+
+    // The audit thread of the task (the audit service ingests asynchronously: wait for the
+    // completion to be recorded).
+    let query = ThreadRequest {
+        task_id: Some(task_id),
+        ..ThreadRequest::default()
+    };
+    let mut thread = audit_thread(&nats, &query).await?;
+    for _ in 0..50 {
+        if thread
+            .records
+            .iter()
+            .any(|entry| entry.record.kind == "task.complete")
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        thread = audit_thread(&nats, &query).await?;
+    }
+    say.say(
+        "audit",
+        &format!("thread of task {task_id}"),
+        serde_json::json!(format!("{} records", thread.records.len())),
+    );
+
+    for (agent, goal) in [
+        (&coordinator, coordinator_goal),
+        (&researcher, researcher_goal),
+        (&writer, writer_goal),
+    ] {
+        agent.close_goal(goal.id()).await?;
+    }
+    Ok(serde_json::to_value(thread)?)
+}
+
+fn state_name(state: Option<TaskState>) -> String {
+    state.map_or_else(|| "?".to_owned(), |state| name(&state))
+}
+
+/// A wire enum's name as it is written on the wire (`task`, `idle`, `completed` …).
+fn name<T: serde::Serialize>(value: &T) -> String {
+    serde_json::to_value(value)
+        .ok()
+        .and_then(|value| value.as_str().map(str::to_owned))
+        .unwrap_or_default()
+}

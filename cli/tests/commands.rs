@@ -1,0 +1,241 @@
+//! Every capability from the command line, as a person uses it: readable text by default,
+//! the service's JSON with `--json`, non-zero exit with the error kind on failure, and an
+//! example in every command's `--help`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+mod common;
+
+use common::{System, json, text};
+
+#[tokio::test]
+async fn an_agents_whole_life_from_the_command_line() {
+    let system = System::start().await;
+    let url = system.url();
+    let url = url.as_str();
+
+    let (ok, out, err) = text(&[
+        "register",
+        "--as",
+        "alpha",
+        "--description",
+        "does things",
+        "--capability",
+        "search",
+        "--nats-url",
+        url,
+    ])
+    .await;
+    assert!(ok, "{err}");
+    assert_eq!(out.trim(), "alpha registered (idle)");
+    let (ok, _, err) = text(&["register", "--as", "beta", "--nats-url", url]).await;
+    assert!(ok, "{err}");
+    let (ok, opened, err) = json(&["goal", "open", "--as", "alpha", "--nats-url", url]).await;
+    assert!(ok, "{err}");
+    let goal = opened["goal_id"].as_str().unwrap().to_owned();
+    let (ok, out, _) = text(&["goal", "open", "--as", "beta", "--nats-url", url]).await;
+    assert!(ok);
+    assert!(
+        out.starts_with("goal ") && out.contains("inbox:    agent.inbox."),
+        "{out}"
+    );
+
+    let (ok, out, _) = text(&["peers", "--as", "beta", "--nats-url", url]).await;
+    assert!(ok);
+    assert!(
+        out.starts_with(
+            "AGENT  STATUS  REACHABLE  DESCRIPTION\nalpha  idle    yes        does things"
+        ),
+        "{out}"
+    );
+    let (ok, out, _) = text(&["lookup", "alpha", "--nats-url", url]).await;
+    assert!(ok);
+    assert!(
+        out.starts_with("alpha  (idle)\n  does things\n  capabilities: search"),
+        "{out}"
+    );
+    let (ok, out, _) = text(&["agents", "--nats-url", url]).await;
+    assert!(ok);
+    assert!(out.starts_with("AGENT  STATUS  GOALS"), "{out}");
+
+    // A message, taken as the agent takes it: once.
+    let (ok, out, _) = text(&[
+        "send",
+        "--as",
+        "beta",
+        "--to",
+        "alpha",
+        "hi alpha",
+        "--nats-url",
+        url,
+    ])
+    .await;
+    assert!(ok);
+    assert!(out.starts_with("delivered to 1 goal(s)"), "{out}");
+    let (ok, out, _) = text(&[
+        "inbox",
+        "--as",
+        "alpha",
+        "--goal",
+        &goal,
+        "--take",
+        "--nats-url",
+        url,
+    ])
+    .await;
+    assert!(ok);
+    assert!(out.starts_with("<peer-message from=\"beta\""), "{out}");
+    assert!(out.contains("hi alpha\n</peer-message>"), "{out}");
+    let (ok, out, err) = text(&[
+        "inbox",
+        "--as",
+        "alpha",
+        "--goal",
+        &goal,
+        "--take",
+        "--nats-url",
+        url,
+    ])
+    .await;
+    assert!(ok);
+    assert_eq!(out, "", "taken once");
+    assert!(err.contains("took 0 message(s)"), "{err}");
+
+    // A task, every step of the assignee from the command line.
+    let (ok, created, err) = json(&[
+        "task",
+        "create",
+        "--as",
+        "beta",
+        "--to",
+        "alpha",
+        "sum 2 and 2",
+        "--nats-url",
+        url,
+    ])
+    .await;
+    assert!(ok, "{err}");
+    let task = created["task"]["task_id"].as_str().unwrap().to_owned();
+    for step in [
+        vec![
+            "task",
+            "accept",
+            "--as",
+            "alpha",
+            task.as_str(),
+            "--goal",
+            goal.as_str(),
+        ],
+        vec!["task", "start", "--as", "alpha", task.as_str()],
+        vec!["task", "progress", "--as", "alpha", task.as_str(), "adding"],
+    ] {
+        let mut args = step.clone();
+        args.extend(["--nats-url", url]);
+        let (ok, _, err) = text(&args).await;
+        assert!(ok, "{step:?}: {err}");
+    }
+    let (ok, out, err) = text(&[
+        "task",
+        "complete",
+        "--as",
+        "alpha",
+        &task,
+        "4",
+        "--nats-url",
+        url,
+    ])
+    .await;
+    assert!(ok, "{err}");
+    assert!(
+        out.starts_with(&format!("task {task}  completed\n  beta → alpha")),
+        "{out}"
+    );
+    assert!(out.contains("\n  result: 4"), "{out}");
+    let (ok, out, _) = text(&["task", "list", "--as", "beta", "--nats-url", url]).await;
+    assert!(ok);
+    assert!(
+        out.starts_with("TASK") && out.contains(&task) && out.contains("completed"),
+        "{out}"
+    );
+    // A refused step exits non-zero with the kind.
+    let (ok, _, err) = text(&["task", "start", "--as", "alpha", &task, "--nats-url", url]).await;
+    assert!(!ok);
+    assert!(err.contains("task_terminal"), "{err}");
+
+    let (ok, out, _) = text(&["heartbeat", "--as", "alpha", "--nats-url", url]).await;
+    assert!(ok);
+    assert!(out.starts_with("alpha: "), "{out}");
+    let (ok, out, _) = text(&["goal", "close", "--as", "alpha", &goal, "--nats-url", url]).await;
+    assert!(ok);
+    assert!(out.starts_with(&format!("goal {goal} closed")), "{out}");
+    let (ok, out, _) = text(&["deregister", "--as", "alpha", "--nats-url", url]).await;
+    assert!(ok);
+    assert!(out.starts_with("alpha deregistered"), "{out}");
+    // Deregistered agents stay in the directory as offline, with no goals (protocol §4.3).
+    let (ok, out, _) = text(&["lookup", "alpha", "--nats-url", url]).await;
+    assert!(ok);
+    assert!(out.starts_with("alpha  (offline)"), "{out}");
+    assert!(!out.contains("live goals"), "{out}");
+    // Errors exit non-zero with the kind.
+    let (ok, _, err) = text(&["lookup", "ghost", "--nats-url", url]).await;
+    assert!(!ok);
+    assert!(err.contains("not_found"), "{err}");
+}
+
+#[tokio::test]
+async fn every_command_shows_an_example_in_its_help() {
+    let commands: &[&[&str]] = &[
+        &[],
+        &["up"],
+        &["register"],
+        &["heartbeat"],
+        &["deregister"],
+        &["goal"],
+        &["goal", "open"],
+        &["goal", "close"],
+        &["peers"],
+        &["agents"],
+        &["lookup"],
+        &["send"],
+        &["call"],
+        &["reply"],
+        &["pending"],
+        &["inbox"],
+        &["task"],
+        &["task", "create"],
+        &["task", "get"],
+        &["task", "list"],
+        &["task", "cancel"],
+        &["task", "accept"],
+        &["task", "reject"],
+        &["task", "start"],
+        &["task", "progress"],
+        &["task", "ask"],
+        &["task", "complete"],
+        &["task", "fail"],
+        &["thread"],
+        &["history"],
+        &["audit"],
+        &["audit", "export"],
+        &["audit", "verify"],
+        &["audit", "pending"],
+        &["nats-config"],
+        &["mcp"],
+        &["demo"],
+    ];
+    for command in commands {
+        let mut args = command.to_vec();
+        args.push("--help");
+        let (ok, out, err) = text(&args).await;
+        assert!(ok, "{command:?}: {err}");
+        assert!(
+            out.contains("Example"),
+            "{command:?} --help has no example:\n{out}"
+        );
+        let invocation = format!("switchboard {}", command.join(" "));
+        assert!(
+            out.contains(invocation.trim_end()),
+            "{command:?}: the example runs it:\n{out}"
+        );
+    }
+}
