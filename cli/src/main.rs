@@ -1,21 +1,23 @@
-//! `switchboard`: run the fabric in one process and look at it from the command line.
+//! `switchboard`: run the fabric in one process, be an agent from the command line or as an
+//! MCP server, and look at the fabric.
 //!
-//! - `switchboard up [--nats-url URL]`: every service that exists, against the given NATS or
-//!   an embedded nats-server with JetStream under `.data/nats` (the default).
-//! - `switchboard peers --as <agent>`: list_peers as that agent (JSON).
-//! - `switchboard agents`: every registered agent with status and goal count (JSON).
-//! - `switchboard lookup <agent> [--as <agent>]`: one agent's card, status and goals (JSON).
-//! - `switchboard send --as <agent> --to <peer> "text"`: send_to_peer (or `--to '*'`), prints
-//!   the delivery report (JSON).
-//! - `switchboard inbox --as <agent> --goal <id> [--follow]`: a goal's inbox as JSON lines,
-//!   without consuming it.
-//! - `switchboard call --as <agent> --to <peer> "question" [--timeout-ms N] [--park]`: a
-//!   correlated call; prints the answer (or where it will land).
-//! - `switchboard reply --as <agent> <correlation_id> "answer"`: reply_to_peer.
-//! - `switchboard pending --as <agent>`: open outgoing and incoming calls.
-//! - `switchboard task create|get|list|cancel --as <agent> …`: tasks and subtasks.
-//! - `switchboard thread <id>`, `switchboard history --agent <id> …`,
-//!   `switchboard audit export|verify|pending`: the audit trail.
+//! Every command prints readable text by default and the service's JSON reply with `--json`;
+//! errors go to stderr with their kind and exit non-zero.
+//!
+//! - `switchboard up [--nats-url URL]`: every service, against the given NATS or an embedded
+//!   nats-server with JetStream under `.data/nats` (the default).
+//! - `switchboard mcp --agent <id>`: one agent as an MCP server over stdio (tools for an LLM).
+//! - `switchboard demo`: a scripted conversation among three agents, then its audit thread.
+//! - `switchboard register|heartbeat|deregister --as <agent>`, `switchboard goal open|close`:
+//!   an agent's card and goals.
+//! - `switchboard peers --as <agent>`, `agents`, `lookup <agent>`: the directory.
+//! - `switchboard send --as <agent> --to <peer|*> "text"`: send_to_peer or a broadcast.
+//! - `switchboard inbox --as <agent> --goal <id> [--follow | --take]`: a goal's inbox, peeked
+//!   or taken.
+//! - `switchboard call`, `reply`, `pending`: correlated calls.
+//! - `switchboard task create|get|list|cancel|accept|reject|start|progress|ask|complete|fail`.
+//! - `switchboard thread <id>`, `history …`, `audit export|verify|pending`: the audit trail.
+//! - `switchboard nats-config --agents agents.toml`: per-agent NATS users.
 
 mod audit;
 mod card;

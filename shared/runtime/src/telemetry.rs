@@ -155,7 +155,11 @@ struct HeaderInjector<'a>(&'a mut HeaderMap);
 
 impl Injector for HeaderInjector<'_> {
     fn set(&mut self, key: &str, value: String) {
-        self.0.insert(key, value.as_str());
+        // W3C: an empty `tracestate` is the same as none; foreign clients should not have to
+        // skip an empty header.
+        if !value.is_empty() {
+            self.0.insert(key, value.as_str());
+        }
     }
 }
 
@@ -226,6 +230,8 @@ mod tests {
             .to_owned();
         assert!(traceparent.starts_with("00-"));
         assert!(traceparent.contains(&sent.trace_id().to_string()));
+        // No trace state: no empty `tracestate` header for foreign clients to trip on.
+        assert!(headers.get("tracestate").is_none());
 
         let received = extract(Some(&headers));
         let got = received.span().span_context().clone();
