@@ -391,6 +391,7 @@ impl Registry {
                 filter_subject: inbox_subject.clone(),
                 deliver_policy: DeliverPolicy::All,
                 ack_policy: AckPolicy::Explicit,
+                ack_wait: Duration::from_millis(switchboard_proto::INBOX_ACK_WAIT_MS),
                 metadata: HashMap::from([(
                     CONSUMER_META_AGENT.to_owned(),
                     caller.as_str().to_owned(),

@@ -8,6 +8,7 @@ use futures::StreamExt;
 use switchboard_proto::registry::{GoalCloseReply, GoalCloseRequest, GoalOpenReply};
 use switchboard_proto::subject::RegistryOp;
 use switchboard_proto::{AgentId, GoalId, INBOX_CAP_PER_GOAL, InboxMessage};
+use tokio_util::sync::{CancellationToken, DropGuard};
 
 use crate::agent::{Agent, request};
 use crate::error::ClientError;
@@ -27,11 +28,37 @@ pub struct Goal {
 }
 
 /// A message taken from the inbox; [`Delivery::ack`] it once handled, or it is redelivered.
+///
+/// While it is held, the message is kept from redelivery by an in-progress ack every half
+/// [`INBOX_ACK_WAIT_MS`](switchboard_proto::INBOX_ACK_WAIT_MS), so handling may take as long
+/// as it needs; dropping it unacknowledged stops that, and the message comes back after the
+/// ack wait.
 #[derive(Debug)]
 pub struct Delivery {
     /// The message.
     pub message: InboxMessage,
     raw: jetstream::Message,
+    _in_progress: DropGuard,
+}
+
+/// Sends `+WPI` for `raw` every half ack wait until the guard drops.
+fn keep_in_progress(raw: &jetstream::Message) -> DropGuard {
+    let stop = CancellationToken::new();
+    let raw = raw.clone();
+    let every = Duration::from_millis(switchboard_proto::INBOX_ACK_WAIT_MS / 2);
+    let stopped = stop.clone();
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                () = tokio::time::sleep(every) => {}
+                () = stopped.cancelled() => return,
+            }
+            if let Err(err) = raw.ack_with(AckKind::Progress).await {
+                tracing::debug!(error = %err, "in-progress ack failed");
+            }
+        }
+    });
+    stop.drop_guard()
 }
 
 impl Delivery {
@@ -105,7 +132,11 @@ impl Goal {
     /// publisher could put one there) is terminated so it never comes back, and skipped.
     async fn decode(raw: jetstream::Message) -> Option<Delivery> {
         match serde_json::from_slice::<InboxMessage>(&raw.payload) {
-            Ok(message) => Some(Delivery { message, raw }),
+            Ok(message) => Some(Delivery {
+                message,
+                _in_progress: keep_in_progress(&raw),
+                raw,
+            }),
             Err(err) => {
                 tracing::warn!(subject = %raw.subject, error = %err, "undecodable inbox message dropped");
                 if let Err(err) = raw.ack_with(AckKind::Term).await {

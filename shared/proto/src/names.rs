@@ -9,6 +9,14 @@ pub const MIN_BODY_CHARS: usize = 1;
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
 /// How many messages a goal's inbox keeps; older ones are evicted first.
 pub const INBOX_CAP_PER_GOAL: i64 = 64;
+
+/// How long a goal's inbox consumer waits for a taken message's ack before delivering it
+/// again, in milliseconds. A reader that needs longer sends an in-progress ack (`+WPI`) within
+/// each period (the Rust client does, every half period, while it holds a message). Kept
+/// short because an unacknowledged message is redelivered only after it, and the inbox keeps
+/// only the newest [`INBOX_CAP_PER_GOAL`] messages of a goal: a message taken by a reader that
+/// died is safe unless that many newer ones reach the goal within this time.
+pub const INBOX_ACK_WAIT_MS: u64 = 5_000;
 /// Default hop budget of a forwarded message.
 pub const DEFAULT_TTL: u8 = 3;
 /// Deepest allowed chain of nested calls.

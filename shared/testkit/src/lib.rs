@@ -124,6 +124,18 @@ pub fn workspace_root() -> PathBuf {
     dir
 }
 
+/// Sends `SIG<name>` to `pid` with kill(1) (no unsafe code here); failures are reported.
+fn signal(pid: u32, name: &str) {
+    match std::process::Command::new("kill")
+        .args([format!("-{name}"), pid.to_string()])
+        .status()
+    {
+        Ok(status) if status.success() => {}
+        Ok(status) => eprintln!("testkit: kill -{name} {pid} exited {status}"),
+        Err(err) => eprintln!("testkit: cannot run kill -{name} {pid}: {err}"),
+    }
+}
+
 /// A name no other server started by this or a concurrent test process uses.
 fn unique_name(kind: &str) -> String {
     static NEXT: AtomicU64 = AtomicU64::new(0);
@@ -662,6 +674,54 @@ impl NatsCluster {
         }
     }
 
+    /// Stops node `node` with SIGTERM (a clean shutdown, as an orchestrator stops a pod) and
+    /// waits (at most 30 s, then SIGKILL) for it to exit. Does nothing if it is stopped.
+    pub async fn terminate_node(&mut self, node: usize) {
+        if let Some(mut child) = self.node_mut(node).child.take() {
+            if let Some(pid) = child.id() {
+                signal(pid, "TERM");
+            }
+            if tokio::time::timeout(Duration::from_secs(30), child.wait())
+                .await
+                .is_err()
+            {
+                let _ = child.kill().await;
+            }
+        }
+    }
+
+    /// Freezes node `node` (SIGSTOP): its process and connections stay open but nothing is
+    /// answered — a hung machine, not a crashed one. Undo with [`NatsCluster::resume_node`].
+    pub fn pause_node(&self, node: usize) {
+        if let Some(pid) = self.node(node).child.as_ref().and_then(Child::id) {
+            signal(pid, "STOP");
+        }
+    }
+
+    /// Lets a paused node run again (SIGCONT) and waits (at most 30 s) until it is healthy
+    /// again and streams can be placed on every node.
+    ///
+    /// # Panics
+    /// If the node does not recover in time.
+    pub async fn resume_node(&mut self, node: usize) {
+        if let Some(pid) = self.node(node).child.as_ref().and_then(Child::id) {
+            signal(pid, "CONT");
+        }
+        let deadline = Instant::now() + READY_TIMEOUT_CLUSTER;
+        let ready = match self.wait_node(node, deadline).await {
+            Ok(()) => self.wait_placement(deadline).await,
+            Err((_, reason)) => Err(reason),
+        };
+        if let Err(reason) = ready {
+            let n = self.node(node);
+            readiness_panic(
+                &format!("cluster node {node} ({})", n.name),
+                &reason,
+                &n.log_path,
+            );
+        }
+    }
+
     /// Starts node `node` again with the same ports and store, and waits (at
     /// most 30 s) until it answers, is healthy (caught up), and JetStream API
     /// requests through it succeed (a meta leader exists). Does nothing if it
@@ -788,7 +848,7 @@ impl NatsCluster {
                 "server_name: {name}\n\
                  listen: {listen}\n\
                  http: {http}\n\
-                 jetstream {{\n  store_dir: {store}\n}}\n\
+                 jetstream {{\n  store_dir: {store}\n  sync_interval: always\n}}\n\
                  cluster {{\n  name: {cluster}\n  listen: {cluster_listen}\n  routes: [\n    {routes}\n  ]\n}}\n",
                 name = quote(&name),
                 listen = quote(&format!("127.0.0.1:{}", client_ports[i])),
