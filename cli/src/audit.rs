@@ -95,7 +95,7 @@ enum AuditCommand {
     /// Walk the hash chain; exits non-zero when a record was changed, removed or inserted.
     #[command(after_help = "Example:\n  switchboard audit verify")]
     Verify,
-    /// Requests that expect a reply and have none yet (JSON).
+    /// Requests that expect a reply and have none yet.
     #[command(after_help = "Example:\n  switchboard audit pending")]
     Pending,
 }

@@ -159,7 +159,7 @@ pub async fn run(args: DemoArgs, json: bool) -> anyhow::Result<serde_json::Value
     );
     say.say(
         "demo-writer",
-        "reply_to_peer (no target needed)",
+        "reply_to_peer (answers the call by its correlation id)",
         serde_json::json!(answer.body),
     );
 

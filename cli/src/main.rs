@@ -108,7 +108,7 @@ enum Command {
         #[command(subcommand)]
         command: GoalCommand,
     },
-    /// list_peers as an agent: every other agent and whether it is reachable (JSON).
+    /// list_peers as an agent: every other agent and whether it is reachable.
     #[command(after_help = "Example:\n  switchboard peers --as researcher")]
     Peers {
         /// The agent to ask as (list_peers excludes it).
@@ -118,16 +118,16 @@ enum Command {
         #[arg(long, env = "NATS_URL", default_value = DEFAULT_NATS_URL)]
         nats_url: String,
     },
-    /// Every registered agent with status and number of live goals (JSON).
+    /// Every registered agent with status and number of live goals.
     #[command(
-        after_help = "Example:\n  switchboard agents | jq '.[] | select(.status != \"offline\")'"
+        after_help = "Example:\n  switchboard agents\n  switchboard agents --json | jq '.[] | select(.status != \"offline\")'"
     )]
     Agents {
         /// NATS URL.
         #[arg(long, env = "NATS_URL", default_value = DEFAULT_NATS_URL)]
         nats_url: String,
     },
-    /// One agent's card, status and live goals (JSON).
+    /// One agent's card, status and live goals.
     #[command(after_help = "Example:\n  switchboard lookup writer")]
     Lookup {
         /// The agent to look up.
@@ -139,7 +139,7 @@ enum Command {
         #[arg(long, env = "NATS_URL", default_value = DEFAULT_NATS_URL)]
         nats_url: String,
     },
-    /// send_to_peer as an agent (it must be registered); prints the delivery report (JSON).
+    /// send_to_peer as an agent (it must be registered); prints the delivery report.
     #[command(
         after_help = "Examples:\n  switchboard send --as writer --to researcher \"draft ready\"\n  switchboard send --as herald --to '*' \"standup in 5\"   # broadcast"
     )]
@@ -201,7 +201,7 @@ enum Command {
         #[arg(long, env = "NATS_URL", default_value = DEFAULT_NATS_URL)]
         nats_url: String,
     },
-    /// Open calls an agent made (outgoing) and must answer (incoming) (JSON).
+    /// Open calls an agent made (outgoing) and must answer (incoming).
     #[command(after_help = "Example:\n  switchboard pending --as writer")]
     Pending {
         /// The agent.
@@ -211,7 +211,8 @@ enum Command {
         #[arg(long, env = "NATS_URL", default_value = DEFAULT_NATS_URL)]
         nats_url: String,
     },
-    /// Print a goal's inbox as JSON lines without consuming it (--follow keeps tailing).
+    /// Print a goal's inbox as <peer-message> elements (JSON lines with --json) without
+    /// consuming it (--follow keeps tailing), or take it as the agent does (--take).
     #[command(
         after_help = "Example:\n  switchboard inbox --as researcher --goal 0193a1b2-0000-7000-8000-000000000001 --follow"
     )]
@@ -222,7 +223,7 @@ enum Command {
         after_help = "Examples:\n  switchboard task create --as coordinator --to researcher \"find 3 sources\" --deadline-ms 600000\n  switchboard task get --as coordinator <task_id>\n  switchboard task list --as researcher --role assignee --state submitted\n  switchboard task cancel --as coordinator <task_id> --reason \"plans changed\""
     )]
     Task(task::TaskArgs),
-    /// The conversation around a message, call or task id, from the audit trail (JSON).
+    /// The conversation around a message, call or task id, from the audit trail.
     #[command(after_help = "Example:\n  switchboard thread 0193a1b2-0000-7000-8000-0000000000cc")]
     Thread {
         /// A message id, correlation id or task id.
@@ -231,7 +232,7 @@ enum Command {
         #[arg(long, env = "NATS_URL", default_value = DEFAULT_NATS_URL)]
         nats_url: String,
     },
-    /// Audit records by agent, goal, task, time and kind, one page (JSON).
+    /// Audit records by agent, goal, task, time and kind, one page.
     #[command(
         after_help = "Examples:\n  switchboard history --agent researcher\n  switchboard history --agent researcher --kind 'call.*' --limit 20\n  switchboard history --task <task_id> --since 2026-11-22T00:00:00Z"
     )]

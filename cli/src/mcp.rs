@@ -73,16 +73,18 @@ pub async fn run(args: McpArgs) -> ExitCode {
         },
     );
     let code = match serve(args).await {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(()) => 0,
         Err(err) => {
             eprintln!("switchboard mcp: {err:#}");
-            ExitCode::FAILURE
+            1
         }
     };
     if let Ok(telemetry) = telemetry {
         telemetry.shutdown();
     }
-    code
+    // Exit here: the stdio transport's stdin read blocks a runtime thread until the host
+    // closes stdin, and after a signal it may never do so.
+    std::process::exit(code)
 }
 
 async fn serve(args: McpArgs) -> anyhow::Result<()> {
@@ -102,26 +104,37 @@ async fn serve(args: McpArgs) -> anyhow::Result<()> {
         })
         .await?;
     let server = SwitchboardMcp::new(Arc::new(agent), Arc::new(goal));
-    let running = server.clone().serve(rmcp::transport::stdio()).await?;
-    let watch = tokio::spawn(announce_new_messages(
-        server.clone(),
-        running.peer().clone(),
-    ));
     let stop = switchboard_runtime::shutdown::on_signal();
-    tokio::select! {
-        ended = running.waiting() => {
-            if let Err(err) = ended {
-                tracing::warn!(error = %err, "the MCP session ended with an error");
-            }
+    let session = async {
+        let running = server.clone().serve(rmcp::transport::stdio()).await?;
+        let watch = tokio::spawn(announce_new_messages(
+            server.clone(),
+            running.peer().clone(),
+        ));
+        let ended = running.waiting().await;
+        watch.abort();
+        if let Err(err) = ended {
+            tracing::warn!(error = %err, "the MCP session ended with an error");
         }
-        () = stop.cancelled() => {}
+        anyhow::Ok(())
+    };
+    // However the session ends (the host closes stdin, a signal, a failed handshake), the
+    // goal is closed.
+    let outcome = tokio::select! {
+        outcome = session => outcome,
+        () = stop.cancelled() => Ok(()),
+    };
+    // A signal can also end the session first (its stdin read is interrupted, possibly a
+    // moment before the signal handler runs): that is a requested stop, not a failure.
+    if outcome.is_err() && !stop.is_cancelled() {
+        let _ = tokio::time::timeout(Duration::from_millis(200), stop.cancelled()).await;
     }
-    watch.abort();
+    let outcome = if stop.is_cancelled() { Ok(()) } else { outcome };
     let goal_id = server.goal.id();
     if let Err(err) = server.agent.close_goal(goal_id).await {
         tracing::warn!(%goal_id, error = %err, "closing the goal failed");
     }
-    Ok(())
+    outcome
 }
 
 /// Tells the host when messages arrive (they stay in the inbox, unacknowledged, until
@@ -210,10 +223,44 @@ pub struct SwitchboardMcp {
     goal: Arc<Goal>,
     /// Correlation ids of requests `check_inbox` showed that wait for an answer, oldest
     /// first: `reply_to_peer` without a target answers the last one.
-    unanswered: Arc<Mutex<Vec<Uuid>>>,
+    unanswered: Arc<Mutex<Vec<Unanswered>>>,
     /// Whether the host subscribed to [`INBOX_RESOURCE`].
     subscribed: Arc<std::sync::atomic::AtomicBool>,
     tool_router: ToolRouter<Self>,
+}
+
+/// A request shown by `check_inbox` that waits for this agent's answer.
+#[derive(Debug, Clone, Copy)]
+struct Unanswered {
+    correlation_id: Uuid,
+    /// The caller stops waiting then (the correlator's `call_deadline`); after it an answer is
+    /// refused `expired`, so the request is no longer "the one to answer".
+    deadline: Option<time::OffsetDateTime>,
+}
+
+impl Unanswered {
+    fn from(message: &InboxMessage) -> Option<Self> {
+        if message.kind != MessageKind::Request || !message.expects_reply {
+            return None;
+        }
+        let deadline = message
+            .metadata
+            .get("call_deadline")
+            .and_then(serde_json::Value::as_str)
+            .and_then(|text| {
+                time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339)
+                    .ok()
+            });
+        Some(Self {
+            correlation_id: message.correlation_id?,
+            deadline,
+        })
+    }
+
+    fn open(&self) -> bool {
+        self.deadline
+            .is_none_or(|deadline| deadline > time::OffsetDateTime::now_utc())
+    }
 }
 
 /// A successful tool result: the service's reply as pretty JSON.
@@ -415,29 +462,28 @@ impl SwitchboardMcp {
         }
     }
 
-    /// The most recent request shown and not answered.
+    /// The most recent request shown, not answered, whose caller still waits (requests past
+    /// their deadline are forgotten).
     fn last_unanswered(&self) -> Option<Uuid> {
-        self.unanswered
-            .lock()
-            .ok()
-            .and_then(|list| list.last().copied())
+        let mut list = self.unanswered.lock().ok()?;
+        list.retain(Unanswered::open);
+        list.last().map(|request| request.correlation_id)
     }
 
     fn answered(&self, correlation_id: Uuid) {
         if let Ok(mut list) = self.unanswered.lock() {
-            list.retain(|id| *id != correlation_id);
+            list.retain(|request| request.correlation_id != correlation_id);
         }
     }
 
     fn remember_requests(&self, messages: &[InboxMessage]) {
         if let Ok(mut list) = self.unanswered.lock() {
-            for message in messages {
-                if message.kind == MessageKind::Request
-                    && message.expects_reply
-                    && let Some(id) = message.correlation_id
-                    && !list.contains(&id)
+            for request in messages.iter().filter_map(Unanswered::from) {
+                if !list
+                    .iter()
+                    .any(|known| known.correlation_id == request.correlation_id)
                 {
-                    list.push(id);
+                    list.push(request);
                 }
             }
         }

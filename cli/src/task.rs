@@ -25,7 +25,7 @@ pub struct TaskArgs {
 #[derive(Debug, Subcommand)]
 enum TaskCommand {
     /// Hand a task to an agent (or, with --parent, spawn a subtask; `--to self` for any goal
-    /// of your own agent). Prints the task and the goals it reached (JSON).
+    /// of your own agent). Prints the task and the goals it reached.
     #[command(
         after_help = "Examples:\n  switchboard task create --as coordinator --to researcher \"find 3 sources on NATS KV\" --deadline-ms 600000\n  switchboard task create --as researcher --to writer \"draft the intro\" --parent <task_id>\n  switchboard task create --as coordinator --to researcher \"summarise\" --callback '{\"session_id\":\"chat:42\"}'"
     )]
@@ -51,7 +51,7 @@ enum TaskCommand {
         #[arg(long, value_name = "TASK_ID")]
         parent: Option<uuid::Uuid>,
     },
-    /// One task with its state, result and history (JSON).
+    /// One task with its state, result and history.
     #[command(after_help = "Example:\n  switchboard task get --as coordinator <task_id>")]
     Get {
         /// The task.

@@ -18,7 +18,7 @@ async fn the_demo_runs_the_scripted_conversation_and_prints_the_audit_thread() {
         "demo-coordinator: create_task → demo-researcher",
         "demo-researcher: accept, start",
         "demo-researcher: talk_to_agent → demo-writer (waits)",
-        "demo-writer: reply_to_peer (no target needed)",
+        "demo-writer: reply_to_peer (answers the call by its correlation id)",
         "Say: every acknowledged message is on disk on a quorum of servers.",
         "demo-coordinator: task_update: completed",
         "demo-coordinator: send_to_peer \"*\" (broadcast)",

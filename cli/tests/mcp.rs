@@ -87,3 +87,51 @@ async fn two_mcp_agents_exchange_a_message_and_a_call_through_the_official_sdk()
     );
     assert!(!goal.is_empty());
 }
+
+/// A host that stops the server with SIGTERM (not by closing stdin) still sees it exit at
+/// once, with its goal closed.
+#[tokio::test]
+async fn sigterm_closes_the_goal_and_exits_while_stdin_stays_open() {
+    let system = System::start().await;
+    let url = system.url();
+    let mut server = common::switchboard()
+        .args(["mcp", "--agent", "mcp-term", "--nats-url", &url])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut goals = serde_json::Value::Null;
+    for _ in 0..100 {
+        let (ok, looked, _) = json(&["lookup", "mcp-term", "--nats-url", &url]).await;
+        if ok
+            && looked["live_goals"]
+                .as_array()
+                .is_some_and(|g| !g.is_empty())
+        {
+            goals = looked["live_goals"].clone();
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        goals.as_array().map(Vec::len),
+        Some(1),
+        "the server opened a goal"
+    );
+    let pid = server.id().unwrap().to_string();
+    let killed = tokio::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .await
+        .unwrap();
+    assert!(killed.success());
+    let status = tokio::time::timeout(Duration::from_secs(10), server.wait())
+        .await
+        .expect("exits on SIGTERM although stdin is still open")
+        .unwrap();
+    assert!(status.success(), "{status:?}");
+    let (ok, looked, _) = json(&["lookup", "mcp-term", "--nats-url", &url]).await;
+    assert!(ok);
+    assert_eq!(looked["live_goals"], serde_json::json!([]), "{looked}");
+}

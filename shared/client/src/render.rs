@@ -13,7 +13,8 @@ use switchboard_proto::timestamp;
 /// </peer-message>
 /// ```
 ///
-/// with a `correlation_id` attribute when the message has one and a `kind` attribute when it
+/// with a `message_id` attribute (what a reply's `in_reply_to` names), a `correlation_id`
+/// attribute when the message has one and a `kind` attribute when it
 /// is not a plain message (`request`, `response`, `notify`, …), and `task_id` / `task_state`
 /// on task messages and updates. `None` when there is nothing
 /// to show. A body cannot close its own element early: `</peer-message` inside a body is
@@ -29,6 +30,10 @@ pub fn render_peer_messages_block(messages: &[InboxMessage]) -> Option<String> {
             message.from_agent_id,
             timestamp::format(message.sent_at)
         ));
+        if let Some(id) = message.id {
+            // What send_to_peer's in_reply_to names.
+            out.push_str(&format!(" message_id=\"{id}\""));
+        }
         if let Some(correlation_id) = message.correlation_id {
             out.push_str(&format!(" correlation_id=\"{correlation_id}\""));
         }
@@ -94,6 +99,12 @@ mod tests {
         ));
         let mut notice = message("call timed out");
         notice.kind = switchboard_proto::MessageKind::Notify;
+        notice.id = Some(id);
+        assert!(
+            render_peer_messages_block(std::slice::from_ref(&notice))
+                .unwrap()
+                .contains(" message_id=\"7a3b2f00-0000-4000-8000-000000000000\""),
+        );
         let block = render_peer_messages_block(&[notice]).unwrap();
         assert!(block.contains(" kind=\"notify\">"), "{block}");
     }

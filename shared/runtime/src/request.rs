@@ -90,6 +90,12 @@ pub const IDEMPOTENT_RETRIES: u32 = 5;
 /// [`request_json`] for idempotent requests (e.g. a send carrying its own message id):
 /// retried up to `retries` times while nobody answers or the reply times out, pausing 100 ms
 /// and doubling, so a service restart is ridden out. Other failures return at once.
+///
+/// Each attempt is hedged: a request still unanswered after [`HEDGE_AFTER`] is sent again
+/// beside the first (then after twice that, up to [`HEDGES`] times) and the first reply wins.
+/// A reply lost with a NATS server or a service replica that went away then costs a fraction
+/// of a second instead of the whole `timeout`; the service recognises the copies as the same
+/// request, so nothing happens twice.
 pub async fn request_json_retrying<Req, Resp>(
     client: &Client,
     subject: &str,
@@ -104,7 +110,7 @@ where
     let mut pause = Duration::from_millis(100);
     let mut attempt = 0;
     loop {
-        match request_json(client, subject, body, timeout).await {
+        match hedged(client, subject, body, timeout).await {
             Err(RequestFailure::NoResponders { .. } | RequestFailure::Timeout { .. })
                 if attempt < retries =>
             {
@@ -113,6 +119,59 @@ where
                 pause *= 2;
             }
             outcome => return outcome,
+        }
+    }
+}
+
+/// How long an idempotent request waits before its first hedge (well above a healthy
+/// system's p99, a few tens of milliseconds).
+pub const HEDGE_AFTER: Duration = Duration::from_millis(250);
+/// Most copies sent beside the first within one attempt.
+pub const HEDGES: u32 = 3;
+
+/// One attempt of [`request_json_retrying`]: the request, and its hedges while it waits.
+async fn hedged<Req, Resp>(
+    client: &Client,
+    subject: &str,
+    body: &Req,
+    timeout: Duration,
+) -> Result<Resp, RequestFailure>
+where
+    Req: Serialize + ?Sized,
+    Resp: DeserializeOwned,
+{
+    use futures::StreamExt;
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut in_flight = futures::stream::FuturesUnordered::new();
+    in_flight.push(request_json::<Req, Resp>(client, subject, body, timeout));
+    let mut hedges = 0;
+    let mut wait = HEDGE_AFTER;
+    let mut last = RequestFailure::Timeout {
+        subject: subject.to_owned(),
+    };
+    loop {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let may_hedge = hedges < HEDGES && left > wait;
+        tokio::select! {
+            next = in_flight.next() => match next {
+                // A copy that timed out or found nobody: the others may still answer.
+                Some(Err(failure @ (RequestFailure::Timeout { .. }
+                    | RequestFailure::NoResponders { .. }))) => {
+                    if in_flight.is_empty() {
+                        // Nobody answered at all: the caller's retry pauses first.
+                        return Err(failure);
+                    }
+                    last = failure;
+                }
+                Some(outcome) => return outcome,
+                None => return Err(last),
+            },
+            () = tokio::time::sleep(wait), if may_hedge => {
+                hedges += 1;
+                let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+                in_flight.push(request_json(client, subject, body, left));
+                wait *= 2;
+            }
         }
     }
 }
