@@ -201,7 +201,14 @@ async def run(args):
                 if e.kind in RETRY_KINDS:  # worth another try: -NAK, it comes back (§7)
                     await msg.nak(delay=2)
                     continue
-            await msg.ack()  # after handling; an unacked message is redelivered after 30 s
+            # After handling. The goal's consumer redelivers a message not acked within 5 s
+            # (§7 "Reading an inbox"); handling here takes milliseconds. A handler that can take
+            # longer (a model call, a slow tool) sends `await msg.in_progress()` (+WPI) every
+            # few seconds until it acks. Under faults a request above can wait up to 10 s and
+            # the message come back meanwhile: harmless here, a repeated send reuses its id
+            # (stored once) and a repeated reply changes nothing (`duplicate: true`, or
+            # `conflict` while the first is being delivered: nak'd, it comes back).
+            await msg.ack()
             handled += 1
 
     # Leave cleanly: close the goal (§4.5: its inbox is purged), then deregister (§4.3).
