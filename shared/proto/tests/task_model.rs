@@ -41,8 +41,20 @@ fn role() -> impl Strategy<Value = R> {
     prop::sample::select(vec![R::Requester, R::Assignee, R::System])
 }
 
+/// 100,000 sequences by default; `SB_PROPTEST_CASES` overrides.
+fn config() -> ProptestConfig {
+    ProptestConfig {
+        cases: std::env::var("SB_PROPTEST_CASES")
+            .ok()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(100_000),
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    }
+}
+
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(4_000))]
+    #![proptest_config(config())]
 
     #[test]
     fn random_sequences_match_the_model(steps in prop::collection::vec((op(), role()), 1..40)) {
