@@ -908,6 +908,49 @@ async fn two_agents_racing_for_one_goal_id_never_both_win() {
     }
 }
 
+/// A goal whose inbox consumer was made by an earlier version (another ack wait) re-opens for
+/// its owner, with the consumer brought up to date — and is still refused to anyone else.
+#[tokio::test]
+async fn reopening_a_goal_updates_an_older_inbox_consumer_for_its_owner_only() {
+    let nats = NatsServer::start().await;
+    let _dir = start_directory(&nats.url(), DirectoryConfig::default()).await;
+    let owner = agent_with(&nats.url(), card("owner"), LONG).await;
+    let other = agent_with(&nats.url(), card("other"), LONG).await;
+    let goal_id = owner.open_goal().await.unwrap().id();
+    let js = jetstream::new(nats.client().await);
+    let stream = js
+        .get_stream(switchboard_proto::INBOX_STREAM)
+        .await
+        .unwrap();
+    let name = switchboard_proto::inbox_consumer(&goal_id);
+    let mut old = stream
+        .get_consumer::<jetstream::consumer::pull::Config>(&name)
+        .await
+        .unwrap()
+        .cached_info()
+        .config
+        .clone();
+    old.ack_wait = Duration::from_secs(30);
+    stream.update_consumer(old).await.unwrap();
+
+    let request = GoalOpenRequest {
+        goal_id: Some(goal_id),
+        kind: None,
+    };
+    let refused = other.open_goal_with(request.clone()).await.unwrap_err();
+    assert_eq!(refused.kind(), Some(ErrorKind::Conflict));
+    let reopened = owner.open_goal_with(request).await.unwrap();
+    assert_eq!(reopened.id(), goal_id);
+    let mut consumer = stream
+        .get_consumer::<jetstream::consumer::pull::Config>(&name)
+        .await
+        .unwrap();
+    assert_eq!(
+        consumer.info().await.unwrap().config.ack_wait,
+        Duration::from_millis(switchboard_proto::INBOX_ACK_WAIT_MS)
+    );
+}
+
 #[tokio::test]
 async fn a_half_finished_close_can_be_retried() {
     let nats = NatsServer::start().await;

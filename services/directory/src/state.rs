@@ -383,26 +383,31 @@ impl Registry {
         {
             return Err(DirectoryError::GoalOwnedElsewhere { goal: goal_id });
         }
-        let created = self
-            .inbox
-            .create_consumer_strict(pull::Config {
-                durable_name: Some(consumer.clone()),
-                description: Some(format!("inbox of goal {goal_id} of agent {caller}")),
-                filter_subject: inbox_subject.clone(),
-                deliver_policy: DeliverPolicy::All,
-                ack_policy: AckPolicy::Explicit,
-                ack_wait: Duration::from_millis(switchboard_proto::INBOX_ACK_WAIT_MS),
-                metadata: HashMap::from([(
-                    CONSUMER_META_AGENT.to_owned(),
-                    caller.as_str().to_owned(),
-                )]),
-                ..Default::default()
-            })
-            .await;
+        let config = pull::Config {
+            durable_name: Some(consumer.clone()),
+            description: Some(format!("inbox of goal {goal_id} of agent {caller}")),
+            filter_subject: inbox_subject.clone(),
+            deliver_policy: DeliverPolicy::All,
+            ack_policy: AckPolicy::Explicit,
+            ack_wait: Duration::from_millis(switchboard_proto::INBOX_ACK_WAIT_MS),
+            metadata: HashMap::from([(CONSUMER_META_AGENT.to_owned(), caller.as_str().to_owned())]),
+            ..Default::default()
+        };
+        let created = self.inbox.create_consumer_strict(config.clone()).await;
         match created {
             Ok(_) => {}
             Err(err) if err.kind() == ConsumerCreateStrictErrorKind::AlreadyExists => {
-                return Err(DirectoryError::GoalOwnedElsewhere { goal: goal_id });
+                // It exists with another config: another owner's (refused), or the caller's
+                // own from an earlier version (e.g. the 30 s ack wait before 5 s), brought up
+                // to date.
+                if self.consumer_owner(&consumer).await?.as_deref() != Some(caller.as_str()) {
+                    return Err(DirectoryError::GoalOwnedElsewhere { goal: goal_id });
+                }
+                self.inbox
+                    .update_consumer(config)
+                    .await
+                    .map_err(|err| DirectoryError::store("updating inbox consumer", err))?;
+                tracing::info!(agent_id = %caller, %goal_id, "inbox consumer brought up to date");
             }
             Err(err) => return Err(DirectoryError::store("creating inbox consumer", err)),
         }
