@@ -210,6 +210,13 @@ impl Registry {
         fields.insert("agent_id".to_owned(), caller.as_str().into());
         let card: AgentCard = serde_json::from_value(serde_json::Value::Object(fields))
             .map_err(|err| DirectoryError::InvalidCard(err.to_string()))?;
+        let size = serde_json::to_vec(&card).map_or(usize::MAX, |stored| stored.len());
+        if size > switchboard_proto::MAX_CARD_BYTES {
+            return Err(DirectoryError::InvalidCard(format!(
+                "the card is {size} bytes as stored; the limit is {} bytes (16 KiB)",
+                switchboard_proto::MAX_CARD_BYTES
+            )));
+        }
 
         let now = timestamp::now();
         let (_, record) = self

@@ -17,6 +17,9 @@ pub const INBOX_CAP_PER_GOAL: i64 = 64;
 /// only the newest [`INBOX_CAP_PER_GOAL`] messages of a goal: a message taken by a reader that
 /// died is safe unless that many newer ones reach the goal within this time.
 pub const INBOX_ACK_WAIT_MS: u64 = 5_000;
+/// Largest agent card the directory stores, in bytes of its JSON (16 KiB): every `list_peers`
+/// and every send's ACL check reads cards, and an LLM reads them in its context.
+pub const MAX_CARD_BYTES: usize = 16 * 1024;
 /// Default hop budget of a forwarded message.
 pub const DEFAULT_TTL: u8 = 3;
 /// Deepest allowed chain of nested calls.

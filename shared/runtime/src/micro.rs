@@ -78,12 +78,20 @@ impl std::fmt::Debug for Endpoint {
     }
 }
 
-/// Decodes a JSON body; an empty (or all-whitespace) body reads as `{}`.
+/// Decodes a JSON body, which must be an object; an empty (or all-whitespace) body reads as
+/// `{}`. (serde would also read a struct from a JSON array, field by field in order: `[]` or
+/// `[null, "daemon"]` must not pass for a request.)
 pub fn decode<T: DeserializeOwned>(payload: &[u8]) -> Result<T, ErrorReply> {
-    let payload = if payload.iter().all(u8::is_ascii_whitespace) {
-        b"{}".as_slice()
-    } else {
-        payload
+    let first = payload.iter().find(|byte| !byte.is_ascii_whitespace());
+    let payload = match first {
+        None => b"{}".as_slice(),
+        Some(b'{') => payload,
+        Some(_) => {
+            return Err(ErrorReply::new(
+                ErrorKind::BadRequest,
+                "invalid request body: it must be a JSON object",
+            ));
+        }
     };
     serde_json::from_slice(payload).map_err(|err| {
         ErrorReply::new(
@@ -498,5 +506,37 @@ async fn handle(
     };
     if let Err(err) = outcome {
         tracing::debug!(error = %err, "reply could not be sent");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, serde::Deserialize, PartialEq)]
+    struct Optional {
+        goal_id: Option<String>,
+        kind: Option<String>,
+    }
+
+    #[test]
+    fn a_body_is_an_object_or_nothing() {
+        let empty: Optional = decode(b"  ").unwrap_or_else(|err| panic!("{err:?}"));
+        assert_eq!(
+            empty,
+            Optional {
+                goal_id: None,
+                kind: None
+            }
+        );
+        assert!(decode::<Optional>(br#"{"kind": "daemon"}"#).is_ok());
+        // serde alone would read these arrays as the struct's fields in order.
+        for body in [&b"[]"[..], br#"[null, "daemon"]"#, b"7", b"\"x\"", b"null"] {
+            let err = decode::<Optional>(body).expect_err("not an object");
+            assert_eq!(err.kind(), ErrorKind::BadRequest);
+        }
+        // Endpoints that ignore the body still want an object.
+        assert!(decode::<serde::de::IgnoredAny>(b"[1]").is_err());
+        assert!(decode::<serde::de::IgnoredAny>(b"{}").is_ok());
     }
 }
