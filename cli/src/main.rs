@@ -17,11 +17,13 @@
 //! - `switchboard call`, `reply`, `pending`: correlated calls.
 //! - `switchboard task create|get|list|cancel|accept|reject|start|progress|ask|complete|fail`.
 //! - `switchboard thread <id>`, `history …`, `audit export|verify|pending`: the audit trail.
+//! - `switchboard dlq list|replay`: the dead letters.
 //! - `switchboard nats-config --agents agents.toml`: per-agent NATS users.
 
 mod audit;
 mod card;
 mod demo;
+mod dlq;
 mod inbox;
 mod mcp;
 mod output;
@@ -259,6 +261,10 @@ enum Command {
         after_help = "Examples:\n  switchboard audit export --since 2026-11-22T00:00:00Z > manifest.jsonl\n  switchboard audit verify\n  switchboard audit pending"
     )]
     Audit(audit::AuditArgs),
+    /// The dead letters: messages given up on after the delivery limit or rejected by their
+    /// reader, with why and where from; replay puts one back.
+    #[command(after_help = "Examples:\n  switchboard dlq list\n  switchboard dlq replay 42")]
+    Dlq(dlq::DlqArgs),
     /// A scripted conversation among three agents against the running system: a task
     /// delegated, a call answered, a broadcast, a refused self-send, then the audit thread.
     #[command(
@@ -311,6 +317,7 @@ async fn main() -> ExitCode {
         Command::Up(args) => return up::run(args).await,
         Command::Mcp(args) => return mcp::run(args).await,
         Command::Demo(args) => demo::run(args, json).await,
+        Command::Dlq(args) => dlq::run(args).await,
         Command::Register {
             as_agent,
             card,
@@ -525,6 +532,7 @@ fn view_of(command: &Command) -> View {
         Command::Thread { .. } | Command::History(_) => View::Records,
         Command::Audit(args) => args.view(),
         Command::Demo(_) => View::Records,
+        Command::Dlq(args) => args.view(),
         Command::Up(_) | Command::Mcp(_) | Command::Inbox(_) | Command::NatsConfig { .. } => {
             View::Json
         }

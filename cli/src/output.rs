@@ -40,6 +40,10 @@ pub enum View {
     Records,
     /// The chain verification.
     Verify,
+    /// Dead letters.
+    DeadLetters,
+    /// A dead letter put back.
+    Replayed,
 }
 
 /// Writes `text` and a newline to stdout; a closed pipe ends the program (exit 0).
@@ -91,6 +95,8 @@ pub fn render(view: View, value: &Value) -> String {
         View::TaskList => task_list(value),
         View::Records => records(value),
         View::Verify => verify(value),
+        View::DeadLetters => dead_letters(value),
+        View::Replayed => replayed(value),
     };
     text.unwrap_or_else(|| serde_json::to_string_pretty(value).unwrap_or_default())
 }
@@ -485,6 +491,53 @@ fn verify(value: &Value) -> Option<String> {
             "audit chain BROKEN after {} good records: {}",
             n("records"),
             serde_json::to_string(value.get("first_break").unwrap_or(value)).unwrap_or_default()
+        )
+    })
+}
+
+fn dead_letters(value: &Value) -> Option<String> {
+    let letters = value.as_array()?;
+    if letters.is_empty() {
+        return Some("no dead letters".to_owned());
+    }
+    Some(
+        letters
+            .iter()
+            .map(|letter| {
+                let payload = letter.get("payload").unwrap_or(&Value::Null);
+                let text = payload
+                    .get("body")
+                    .and_then(Value::as_str)
+                    .map_or_else(|| payload.to_string(), str::to_owned);
+                format!(
+                    "#{}  {}  {} (seq {}, consumer {})\n  {}\n  {}",
+                    letter.get("seq").map(Value::to_string).unwrap_or_default(),
+                    s(letter, "at"),
+                    s(letter, "subject"),
+                    letter
+                        .get("source_seq")
+                        .map(Value::to_string)
+                        .unwrap_or_default(),
+                    s(letter, "consumer"),
+                    s(letter, "reason"),
+                    short(&text, 120)
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n"),
+    )
+}
+
+fn replayed(value: &Value) -> Option<String> {
+    let subject = s(value, "subject");
+    (!subject.is_empty()).then(|| {
+        format!(
+            "dead letter #{} replayed to {subject} (sequence {})",
+            value.get("seq").map(Value::to_string).unwrap_or_default(),
+            value
+                .get("stream_seq")
+                .map(Value::to_string)
+                .unwrap_or_default()
         )
     })
 }

@@ -220,6 +220,9 @@ async fn every_command_shows_an_example_in_its_help() {
         &["audit", "verify"],
         &["audit", "pending"],
         &["nats-config"],
+        &["dlq"],
+        &["dlq", "list"],
+        &["dlq", "replay"],
         &["mcp"],
         &["demo"],
     ];
@@ -238,4 +241,65 @@ async fn every_command_shows_an_example_in_its_help() {
             "{command:?}: the example runs it:\n{out}"
         );
     }
+}
+
+#[tokio::test]
+async fn dead_letters_are_listed_and_replayed_from_the_command_line() {
+    let system = System::start().await;
+    let url = system.url();
+    let alpha = switchboard_client::Agent::connect(&url, "alpha")
+        .await
+        .unwrap();
+    let goal = alpha.open_goal().await.unwrap();
+    let beta = switchboard_client::Agent::connect(&url, "beta")
+        .await
+        .unwrap();
+    beta.send_to_peer("alpha", "unreadable").await.unwrap();
+    let delivery = goal
+        .recv(std::time::Duration::from_secs(5))
+        .await
+        .unwrap()
+        .unwrap();
+    delivery.reject("nope").await.unwrap();
+
+    let mut letters = serde_json::Value::Null;
+    for _ in 0..50 {
+        let (ok, listed, err) = json(&["dlq", "list", "--nats-url", &url]).await;
+        assert!(ok, "{err}");
+        if listed.as_array().is_some_and(|l| !l.is_empty()) {
+            letters = listed;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let seq = letters[0]["seq"].as_u64().expect("a dead letter");
+    let (ok, out, _) = text(&["dlq", "list", "--nats-url", &url]).await;
+    assert!(ok);
+    assert!(out.starts_with(&format!("#{seq}  ")), "{out}");
+    assert!(
+        out.contains("rejected by its reader: nope") && out.contains("unreadable"),
+        "{out}"
+    );
+    let seq = seq.to_string();
+    let (ok, out, err) = text(&["dlq", "replay", &seq, "--nats-url", &url]).await;
+    assert!(ok, "{err}");
+    assert!(
+        out.starts_with(&format!(
+            "dead letter #{seq} replayed to {}",
+            goal.subject()
+        )),
+        "{out}"
+    );
+    let back = goal
+        .recv(std::time::Duration::from_secs(5))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(back.ack().await.unwrap().body, "unreadable");
+    let (ok, out, _) = text(&["dlq", "list", "--nats-url", &url]).await;
+    assert!(ok);
+    assert_eq!(out.trim(), "no dead letters");
+    let (ok, _, err) = text(&["dlq", "replay", &seq, "--nats-url", &url]).await;
+    assert!(!ok, "a letter replays once");
+    assert!(!err.is_empty());
 }

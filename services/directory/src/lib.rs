@@ -6,9 +6,11 @@
 //! `agent.registry.<op>.<agent_id>` in queue group `directory`.
 //!
 //! Layout: `config.rs` (the `[directory]` section), `error.rs` (errors → stable kinds),
-//! `state.rs` (the registry over KV), `handlers.rs` (endpoints), this file (`start`/`run`).
+//! `state.rs` (the registry over KV), `handlers.rs` (endpoints), `dlq.rs` (the dead-letter
+//! mover), this file (`start`/`run`).
 
 pub mod config;
+pub mod dlq;
 pub mod error;
 pub mod handlers;
 pub mod state;
@@ -40,6 +42,7 @@ pub use switchboard_runtime::service::StartError;
 pub struct Directory {
     running: micro::Running,
     registry: Arc<Registry>,
+    dead_letters: dlq::DeadLetters,
     config: DirectoryConfig,
     grace: Duration,
 }
@@ -53,6 +56,14 @@ pub async fn start(
     let js = jetstream::new(client.clone());
     resources::ensure_stream(&js, resources::inbox_stream(&runtime.jetstream)).await?;
     resources::ensure_stream(&js, resources::events_stream(&runtime.jetstream)).await?;
+    resources::ensure_stream(&js, resources::advisories_stream(&runtime.jetstream)).await?;
+    resources::ensure_stream(&js, resources::dlq_stream(&runtime.jetstream)).await?;
+    let dead_letters = dlq::DeadLetters::open(js.clone())
+        .await
+        .map_err(|message| StartError::Stream {
+            stream: switchboard_proto::ADVISORIES_STREAM,
+            message,
+        })?;
     let agents =
         resources::ensure_bucket(&js, resources::registry_bucket(&runtime.jetstream)).await?;
     let goals = resources::ensure_bucket(&js, resources::goals_bucket(&runtime.jetstream)).await?;
@@ -75,6 +86,7 @@ pub async fn start(
     Ok(Directory {
         running,
         registry,
+        dead_letters,
         config,
         grace: runtime.shutdown_grace(),
     })
@@ -86,7 +98,8 @@ impl Directory {
         Arc::clone(&self.registry)
     }
 
-    /// Serves requests and sweeps for silent agents until `shutdown`, then drains.
+    /// Serves requests, sweeps for silent agents and moves dead letters until `shutdown`, then
+    /// drains.
     pub async fn run(self, shutdown: CancellationToken) {
         let registry = Arc::clone(&self.registry);
         let sweep = switchboard_runtime::service::periodically(
@@ -103,7 +116,8 @@ impl Directory {
                 }
             },
         );
-        tokio::join!(sweep, self.running.run(shutdown, self.grace));
+        let dead_letters = self.dead_letters.run(shutdown.clone());
+        tokio::join!(sweep, dead_letters, self.running.run(shutdown, self.grace));
     }
 }
 

@@ -397,6 +397,7 @@ impl Registry {
             deliver_policy: DeliverPolicy::All,
             ack_policy: AckPolicy::Explicit,
             ack_wait: Duration::from_millis(switchboard_proto::INBOX_ACK_WAIT_MS),
+            max_deliver: switchboard_proto::INBOX_MAX_DELIVER,
             metadata: HashMap::from([(CONSUMER_META_AGENT.to_owned(), caller.as_str().to_owned())]),
             ..Default::default()
         };

@@ -41,6 +41,25 @@ pub struct Delivery {
     _in_progress: DropGuard,
 }
 
+/// `+TERM <reason>` for `raw` (async-nats' `AckKind::Term` carries no reason).
+async fn terminate(raw: &jetstream::Message, reason: &str) -> Result<(), ClientError> {
+    let Some(reply) = raw.message.reply.clone() else {
+        return Err(ClientError::Inbox(
+            "the message has no ack subject".to_owned(),
+        ));
+    };
+    let reason: String = reason
+        .chars()
+        .filter(|c| !c.is_control())
+        .take(200)
+        .collect();
+    raw.context
+        .client()
+        .publish(reply, format!("+TERM {reason}").into())
+        .await
+        .map_err(|err| ClientError::Inbox(format!("reject: {err}")))
+}
+
 /// Sends `+WPI` for `raw` every half ack wait until the guard drops.
 fn keep_in_progress(raw: &jetstream::Message) -> DropGuard {
     let stop = CancellationToken::new();
@@ -88,6 +107,23 @@ impl Delivery {
         span
     }
 
+    /// Gives the message back for now: it is delivered again after `delay` (at once when
+    /// `None`). After [`INBOX_MAX_DELIVER`](switchboard_proto::INBOX_MAX_DELIVER) deliveries
+    /// the inbox gives up on it and it moves to the dead-letter stream.
+    pub async fn nak(self, delay: Option<Duration>) -> Result<(), ClientError> {
+        self.raw
+            .ack_with(AckKind::Nak(delay))
+            .await
+            .map_err(|err| ClientError::Inbox(format!("nak: {err}")))
+    }
+
+    /// Rejects the message for good (`+TERM` with `reason`): it is never delivered again, and
+    /// moves to the dead-letter stream with the reason, for an operator to look at or replay
+    /// (`switchboard dlq list|replay`).
+    pub async fn reject(self, reason: &str) -> Result<(), ClientError> {
+        terminate(&self.raw, reason).await
+    }
+
     /// Acknowledges the message and waits for the server to confirm, so it is never
     /// delivered to this goal again.
     pub async fn ack(self) -> Result<InboxMessage, ClientError> {
@@ -129,7 +165,8 @@ impl Goal {
     }
 
     /// Decodes one inbox message; a message that is not an `InboxMessage` (only a foreign
-    /// publisher could put one there) is terminated so it never comes back, and skipped.
+    /// publisher could put one there) is rejected with its reason, so it never comes back and
+    /// lands in the dead-letter stream, and skipped.
     async fn decode(raw: jetstream::Message) -> Option<Delivery> {
         match serde_json::from_slice::<InboxMessage>(&raw.payload) {
             Ok(message) => Some(Delivery {
@@ -138,8 +175,8 @@ impl Goal {
                 raw,
             }),
             Err(err) => {
-                tracing::warn!(subject = %raw.subject, error = %err, "undecodable inbox message dropped");
-                if let Err(err) = raw.ack_with(AckKind::Term).await {
+                tracing::warn!(subject = %raw.subject, error = %err, "undecodable inbox message moved to the dead letters");
+                if let Err(err) = terminate(&raw, &format!("undecodable: {err}")).await {
                     tracing::debug!(error = %err, "terminating an undecodable message failed");
                 }
                 None

@@ -20,11 +20,12 @@
 //!
 //! Layout: `agent.rs` (identity, registry calls, heartbeat), `goal.rs` (inbox reading),
 //! `tasks.rs` (task ops and the worker loop), `render.rs` (the `<peer-message>` block),
-//! `admin.rs` (operator views), `audit.rs` (trail queries), `error.rs`.
+//! `admin.rs` (operator views), `audit.rs` (trail queries), `dlq.rs` (dead letters), `error.rs`.
 
 mod admin;
 mod agent;
 mod audit;
+mod dlq;
 mod error;
 mod goal;
 mod render;
@@ -34,6 +35,7 @@ mod tasks;
 pub use admin::{AgentListing, list_agents};
 pub use agent::{Agent, AgentOptions};
 pub use audit::{audit_export, audit_history, audit_pending, audit_thread, audit_verify};
+pub use dlq::{DeadLetter, Replayed, dlq_list, dlq_replay};
 pub use error::ClientError;
 pub use goal::{Delivery, Goal};
 pub use render::render_peer_messages_block;

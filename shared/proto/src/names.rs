@@ -17,6 +17,34 @@ pub const INBOX_CAP_PER_GOAL: i64 = 64;
 /// only the newest [`INBOX_CAP_PER_GOAL`] messages of a goal: a message taken by a reader that
 /// died is safe unless that many newer ones reach the goal within this time.
 pub const INBOX_ACK_WAIT_MS: u64 = 5_000;
+
+/// How many times a goal's inbox consumer delivers one message before giving up on it: a
+/// message no reader can handle (it naks or crashes every time) then moves to the dead-letter
+/// stream [`DLQ_STREAM`] with its reason, and the goal's later messages flow on.
+pub const INBOX_MAX_DELIVER: i64 = 10;
+
+/// JetStream advisories about messages given up on (`MAX_DELIVERIES` after the delivery limit,
+/// `MSG_TERMINATED` when a reader rejected one): kept, so the dead-letter mover misses none.
+pub const ADVISORIES_STREAM: &str = "AGENT_ADVISORIES";
+
+/// Dead letters: messages given up on, each with its reason and where it came from.
+pub const DLQ_STREAM: &str = "AGENT_DLQ";
+
+/// Subject prefix of dead letters: `agent.dlq.<stream>.<consumer>`.
+pub const DLQ_PREFIX: &str = "agent.dlq";
+
+/// Dead-letter headers: why the message was given up on.
+pub const HEADER_DLQ_REASON: &str = "Switchboard-Dlq-Reason";
+/// Dead-letter headers: the stream, sequence and subject it was taken from.
+pub const HEADER_DLQ_STREAM: &str = "Switchboard-Dlq-Stream";
+/// See [`HEADER_DLQ_STREAM`].
+pub const HEADER_DLQ_SEQ: &str = "Switchboard-Dlq-Seq";
+/// See [`HEADER_DLQ_STREAM`].
+pub const HEADER_DLQ_SUBJECT: &str = "Switchboard-Dlq-Subject";
+/// Dead-letter headers: the consumer that gave up, and after how many deliveries.
+pub const HEADER_DLQ_CONSUMER: &str = "Switchboard-Dlq-Consumer";
+/// See [`HEADER_DLQ_CONSUMER`].
+pub const HEADER_DLQ_DELIVERIES: &str = "Switchboard-Dlq-Deliveries";
 /// Largest agent card the directory stores, in bytes of its JSON (16 KiB): every `list_peers`
 /// and every send's ACL check reads cards, and an LLM reads them in its context.
 pub const MAX_CARD_BYTES: usize = 16 * 1024;

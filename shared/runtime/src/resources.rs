@@ -131,6 +131,43 @@ pub fn events_stream(config: &JetStreamConfig) -> stream::Config {
     }
 }
 
+/// `AGENT_ADVISORIES`: JetStream's advisories about inbox and event messages given up on
+/// (delivery limit reached, or rejected by a reader), kept a week for the dead-letter mover.
+pub fn advisories_stream(config: &JetStreamConfig) -> stream::Config {
+    let mut subjects = Vec::new();
+    for advisory in ["MAX_DELIVERIES", "MSG_TERMINATED"] {
+        for source in [INBOX_STREAM, EVENTS_STREAM] {
+            subjects.push(format!("$JS.EVENT.ADVISORY.CONSUMER.{advisory}.{source}.*"));
+        }
+    }
+    stream::Config {
+        name: switchboard_proto::ADVISORIES_STREAM.to_owned(),
+        description: Some("JetStream advisories: messages given up on (for AGENT_DLQ)".to_owned()),
+        subjects,
+        max_age: Duration::from_secs(7 * 24 * 3600),
+        num_replicas: config.replicas,
+        storage: stream::StorageType::File,
+        ..Default::default()
+    }
+}
+
+/// `AGENT_DLQ`: dead letters (`agent.dlq.<stream>.<consumer>`), each the original message with
+/// `Switchboard-Dlq-*` headers saying why and where from; kept as long as the events
+/// (`jetstream.events_max_age_secs`). A replayed letter is deleted.
+pub fn dlq_stream(config: &JetStreamConfig) -> stream::Config {
+    stream::Config {
+        name: switchboard_proto::DLQ_STREAM.to_owned(),
+        description: Some("Switchboard dead letters, with their reasons".to_owned()),
+        subjects: vec![format!("{}.>", switchboard_proto::DLQ_PREFIX)],
+        duplicate_window: Duration::from_secs(config.duplicate_window_secs),
+        max_age: Duration::from_secs(config.events_max_age_secs),
+        num_replicas: config.replicas,
+        storage: stream::StorageType::File,
+        allow_direct: true,
+        ..Default::default()
+    }
+}
+
 /// `agent_registry`: agent cards and runtime state, key = agent id.
 pub fn registry_bucket(config: &JetStreamConfig) -> kv::Config {
     kv::Config {
