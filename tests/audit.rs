@@ -20,65 +20,19 @@ use switchboard_proto::audit::{
 use switchboard_proto::call::CallRequest;
 use switchboard_proto::send::SendRequest;
 use switchboard_proto::task::CreateTask;
-use switchboard_proto::{AUDIT_STREAM, EVENTS_STREAM, ErrorKind, INBOX_STREAM};
+use switchboard_proto::{AUDIT_STREAM, ErrorKind};
 use switchboard_testkit::{assert_eventually, eventually};
 use switchboard_tests::{Fabric, fast_audit, next, start_audit};
 
 const WAIT: Duration = Duration::from_secs(20);
-
-/// Every record in `AGENT_AUDIT`, read straight from the stream.
-async fn stream_records(nats: &async_nats::Client) -> Vec<AuditEntry> {
-    let js = jetstream::new(nats.clone());
-    let stream = js.get_stream(AUDIT_STREAM).await.unwrap();
-    let mut out = Vec::new();
-    audit::trail::read_range(&js, &stream, 1, |stored| {
-        let hash = stored
-            .headers
-            .as_ref()
-            .and_then(|h| h.get(HEADER_AUDIT_HASH))
-            .unwrap()
-            .to_string();
-        out.push(AuditEntry {
-            seq: stored.seq,
-            hash,
-            record: serde_json::from_slice(&stored.payload).unwrap(),
-        });
-        Ok(())
-    })
-    .await
-    .unwrap();
-    out
-}
-
-/// `<stream>:<seq>` of every message the two source streams hold now.
-async fn source_ids(nats: &async_nats::Client) -> BTreeSet<String> {
-    let js = jetstream::new(nats.clone());
-    let mut ids = BTreeSet::new();
-    for name in [INBOX_STREAM, EVENTS_STREAM] {
-        let mut stream = js.get_stream(name).await.unwrap();
-        let state = stream.info().await.unwrap().state.clone();
-        if state.messages == 0 {
-            continue;
-        }
-        assert_eq!(
-            state.messages,
-            state.last_sequence + 1 - state.first_sequence,
-            "{name} has no gaps in this test"
-        );
-        for seq in state.first_sequence..=state.last_sequence {
-            ids.insert(format!("{name}:{seq}"));
-        }
-    }
-    ids
-}
 
 /// Waits until every source message has its record.
 async fn caught_up(nats: &async_nats::Client) {
     assert_eventually!(
         WAIT,
         async {
-            let want = source_ids(nats).await;
-            let have: BTreeSet<String> = stream_records(nats)
+            let want = switchboard_tests::source_ids(nats).await;
+            let have: BTreeSet<String> = switchboard_tests::audit_records(nats)
                 .await
                 .into_iter()
                 .map(|e| e.record.id)
@@ -450,7 +404,7 @@ async fn export_matches_the_stream_and_verify_finds_tampering() {
     .unwrap();
     assert!(chunks > 1, "exported in chunks ({chunks})");
     assert_eq!(done.chunks, chunks);
-    let stream = stream_records(&nats).await;
+    let stream = switchboard_tests::audit_records(&nats).await;
     assert_eq!(done.records as usize, lines.len());
     // The stream may have grown by a record or two since; the export is its prefix.
     assert_eq!(lines[..], stream[..lines.len()]);
@@ -564,29 +518,29 @@ async fn a_killed_audit_service_loses_and_doubles_nothing_and_a_fresh_index_matc
     // Kill the writer mid-flow (once it has recorded some of it): its in-flight batch is never
     // acknowledged, its lease is never released; the other replica takes over when the lease
     // expires.
-    let before_flow = stream_records(&nats).await.len();
+    let before_flow = switchboard_tests::audit_records(&nats).await.len();
     assert!(
         eventually(Duration::from_secs(10), || {
             let nats = nats.clone();
-            async move { stream_records(&nats).await.len() >= before_flow + 20 }
+            async move { switchboard_tests::audit_records(&nats).await.len() >= before_flow + 20 }
         })
         .await,
         "the first writer records the flow"
     );
     first.task.abort();
     let _ = first.task.await;
-    let at_kill = stream_records(&nats).await.len();
+    let at_kill = switchboard_tests::audit_records(&nats).await.len();
     flow.await.unwrap();
     caught_up(&nats).await;
 
-    let records = stream_records(&nats).await;
+    let records = switchboard_tests::audit_records(&nats).await;
     let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
     for entry in &records {
         *counts.entry(entry.record.id.as_str()).or_default() += 1;
     }
     let doubled: Vec<_> = counts.iter().filter(|(_, n)| **n > 1).collect();
     assert!(doubled.is_empty(), "records written twice: {doubled:?}");
-    let sources = source_ids(&nats).await;
+    let sources = switchboard_tests::source_ids(&nats).await;
     let recorded: BTreeSet<String> = counts.keys().map(|k| (*k).to_owned()).collect();
     assert_eq!(recorded, sources, "one record per source message, no more");
     assert!(records.len() >= 150);

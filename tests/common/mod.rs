@@ -479,3 +479,73 @@ pub async fn otlp_sink() -> (String, std::sync::Arc<std::sync::Mutex<Vec<Vec<u8>
     });
     (url, bodies)
 }
+
+/// Every record in `AGENT_AUDIT`, read straight from the stream.
+pub async fn audit_records(nats: &async_nats::Client) -> Vec<switchboard_proto::audit::AuditEntry> {
+    let js = async_nats::jetstream::new(nats.clone());
+    let stream = js
+        .get_stream(switchboard_proto::AUDIT_STREAM)
+        .await
+        .unwrap();
+    let mut out = Vec::new();
+    audit::trail::read_range(&js, &stream, 1, |stored| {
+        let hash = stored
+            .headers
+            .as_ref()
+            .and_then(|h| h.get(switchboard_proto::audit::HEADER_AUDIT_HASH))
+            .unwrap()
+            .to_string();
+        out.push(switchboard_proto::audit::AuditEntry {
+            seq: stored.seq,
+            hash,
+            record: serde_json::from_slice(&stored.payload).unwrap(),
+        });
+        Ok(())
+    })
+    .await
+    .unwrap();
+    out
+}
+
+/// `<stream>:<seq>` of every message the two source streams hold now.
+pub async fn source_ids(nats: &async_nats::Client) -> std::collections::BTreeSet<String> {
+    let js = async_nats::jetstream::new(nats.clone());
+    let mut ids = std::collections::BTreeSet::new();
+    for name in [
+        switchboard_proto::INBOX_STREAM,
+        switchboard_proto::EVENTS_STREAM,
+    ] {
+        let mut stream = js.get_stream(name).await.unwrap();
+        let state = stream.info().await.unwrap().state.clone();
+        if state.messages == 0 {
+            continue;
+        }
+        assert_eq!(
+            state.messages,
+            state.last_sequence + 1 - state.first_sequence,
+            "{name} has no gaps in this test"
+        );
+        for seq in state.first_sequence..=state.last_sequence {
+            ids.insert(format!("{name}:{seq}"));
+        }
+    }
+    ids
+}
+
+/// `<stream>:<seq>` of every message the two source streams ever stored (sequences
+/// `1..=last`), including those evicted or expired since: what the audit must have recorded.
+pub async fn stored_ever(nats: &async_nats::Client) -> std::collections::BTreeSet<String> {
+    let js = async_nats::jetstream::new(nats.clone());
+    let mut ids = std::collections::BTreeSet::new();
+    for name in [
+        switchboard_proto::INBOX_STREAM,
+        switchboard_proto::EVENTS_STREAM,
+    ] {
+        let mut stream = js.get_stream(name).await.unwrap();
+        let last = stream.info().await.unwrap().state.last_sequence;
+        for seq in 1..=last {
+            ids.insert(format!("{name}:{seq}"));
+        }
+    }
+    ids
+}

@@ -156,6 +156,12 @@ async fn direct_snapshot(
                 }
                 Some(StatusCode::NOT_FOUND) => break 0,
                 Some(status) if status.as_u16() == 413 => return Ok(None),
+                // A replica that answers direct gets is not ready (e.g. just after its server
+                // restarted): read through the stream leader instead.
+                Some(status) if status.as_u16() == 503 || status.as_u16() == 408 => {
+                    tracing::debug!(stream = %store.stream_name, %status, "direct get unavailable; scanning");
+                    return Ok(None);
+                }
                 Some(status) => {
                     return Err(fail(format!(
                         "direct get answered {status}: {}",

@@ -73,6 +73,25 @@ impl ServiceProcess {
         &self.client
     }
 
+    /// Sends `SIG<signal>` (`TERM`, `KILL`, …) and waits (bounded: 20 s) for the exit — for a
+    /// replica among others, where someone still answers `PING` afterwards.
+    pub async fn signal(mut self, signal: &str) -> ExitStatus {
+        let pid = self
+            .child
+            .id()
+            .expect("testkit: the service already exited");
+        let sent = Command::new("kill")
+            .args([format!("-{signal}"), pid.to_string()])
+            .status()
+            .await
+            .expect("testkit: cannot run kill");
+        assert!(sent.success(), "testkit: kill -{signal} {pid} failed");
+        tokio::time::timeout(Duration::from_secs(20), self.child.wait())
+            .await
+            .unwrap_or_else(|_| panic!("testkit: {} did not exit after SIG{signal}", self.service))
+            .expect("testkit: waiting for the service failed")
+    }
+
     /// Sends SIGTERM and waits (bounded) for the exit; then waits until the server has
     /// dropped the service's subscriptions (nobody answers PING).
     pub async fn terminate(mut self) -> ExitStatus {

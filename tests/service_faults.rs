@@ -1,0 +1,438 @@
+//! Each of the five services runs as two real processes (queue-group replicas). One replica of
+//! each, in turn, is stopped with SIGTERM and restarted, then the same with SIGKILL, while 10
+//! agents exchange messages, calls and tasks.
+//!
+//! Asserted: at least 2,000 acknowledged sends and 200 calls and tasks; acknowledged sends
+//! lost = 0; delivered again after a confirmed ack = 0; every call resolved exactly once (the
+//! caller got one outcome; each opened call has exactly one `answered` or `expired` event; none
+//! is left open); every task created ends exactly once; and the audit recorded every stored
+//! inbox message and event exactly once (record count = accepted count).
+//!
+//! The services are the workspace's own binaries (`target/<profile>/<service>`), which
+//! `cargo test --workspace` builds.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use switchboard_client::{Agent, AgentOptions, Goal, TaskOutcome};
+use switchboard_proto::{MessageKind, TaskState};
+use switchboard_testkit::NatsServer;
+use switchboard_testkit::process::ServiceProcess;
+use switchboard_tests::card;
+use tokio::time::Instant;
+use uuid::Uuid;
+
+const AGENTS: usize = 10;
+const SERVICES: [&str; 5] = [
+    "directory",
+    "inbox-fanout",
+    "reply-correlator",
+    "task-lifecycle",
+    "audit",
+];
+/// Quick audit takeover when its writer dies (the lease and redelivery).
+const SERVICE_ENV: &[(&str, &str)] = &[
+    ("SWITCHBOARD_AUDIT__ACK_WAIT_MS", "1000"),
+    ("SWITCHBOARD_AUDIT__LEASE_TTL_MS", "1000"),
+    ("SWITCHBOARD_AUDIT__CATCH_UP_INTERVAL_MS", "100"),
+];
+
+/// A service binary next to this test's own executable (`target/<profile>/deps/…`).
+fn bin(name: &str) -> String {
+    let dir = std::env::current_exe()
+        .unwrap()
+        .parent()
+        .and_then(|deps| deps.parent())
+        .map(PathBuf::from)
+        .unwrap();
+    let path = dir.join(name);
+    assert!(
+        path.exists(),
+        "{} is not built: run `cargo test --workspace` (it builds every service binary)",
+        path.display()
+    );
+    path.to_string_lossy().into_owned()
+}
+
+async fn start(service: &str, url: &str) -> ServiceProcess {
+    ServiceProcess::start(&bin(service), service, url, SERVICE_ENV).await
+}
+
+/// What one agent's reader saw.
+#[derive(Default)]
+struct Read {
+    /// Plain messages by id, with how often each was delivered.
+    messages: BTreeMap<Uuid, usize>,
+    doubled: Vec<Uuid>,
+    answered: usize,
+    tasks_done: usize,
+}
+
+/// Reads `goal` until `stop` and then 3 s of silence: acks everything, answers call requests,
+/// and works every task it is given (accept, start, complete).
+async fn reader(agent: Arc<Agent>, goal: Goal, stop: Arc<AtomicBool>) -> Read {
+    let mut read = Read::default();
+    let mut confirmed = BTreeSet::new();
+    let mut quiet_since = Instant::now();
+    loop {
+        if stop.load(Ordering::Relaxed) && quiet_since.elapsed() > Duration::from_secs(3) {
+            return read;
+        }
+        let delivery = match goal.recv(Duration::from_millis(500)).await {
+            Ok(Some(delivery)) => delivery,
+            Ok(None) => continue,
+            Err(_) => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        quiet_since = Instant::now();
+        let message = delivery.message.clone();
+        match message.kind {
+            MessageKind::Request if message.expects_reply => {
+                if let Some(cid) = message.correlation_id
+                    && agent.reply(cid, "answer").await.is_ok()
+                {
+                    read.answered += 1;
+                }
+            }
+            MessageKind::Task => {
+                if let Some(task) = message.task.as_ref()
+                    && task.state == TaskState::Submitted
+                {
+                    let id = task.id;
+                    let worked = async {
+                        agent.accept_task(id).await?;
+                        agent.start_task(id).await?;
+                        agent.complete_task(id, TaskOutcome::text("done")).await
+                    };
+                    if worked.await.is_ok() {
+                        read.tasks_done += 1;
+                    }
+                }
+            }
+            MessageKind::Message => {
+                let id = message.id.unwrap();
+                if confirmed.contains(&id) {
+                    read.doubled.push(id);
+                }
+                *read.messages.entry(id).or_default() += 1;
+            }
+            _ => {}
+        }
+        if delivery.ack().await.is_ok()
+            && let Some(id) = message.id
+        {
+            confirmed.insert(id);
+        }
+    }
+}
+
+/// What one agent's sender did.
+#[derive(Default)]
+struct Sent {
+    acknowledged: Vec<(usize, Uuid)>,
+    not_acknowledged: Vec<String>,
+    calls: usize,
+    answers: usize,
+    call_errors: BTreeMap<String, usize>,
+    /// (requester, task).
+    tasks: Vec<(usize, Uuid)>,
+    task_errors: Vec<String>,
+}
+
+async fn sender(i: usize, agent: Arc<Agent>, stop: Arc<AtomicBool>) -> Sent {
+    let mut sent = Sent::default();
+    let mut n = 0usize;
+    while !stop.load(Ordering::Relaxed) {
+        let to = (i + 1) % AGENTS;
+        match agent
+            .send_to_peer(&format!("agent-{to}"), &format!("{i}→{to} #{n}"))
+            .await
+        {
+            Ok(report) if !report.delivered_to.is_empty() => {
+                sent.acknowledged.push((to, report.message_id.unwrap()));
+            }
+            Ok(report) => sent
+                .not_acknowledged
+                .push(format!("{:?}", report.unreachable_reasons)),
+            Err(err) => sent.not_acknowledged.push(err.to_string()),
+        }
+        if n.is_multiple_of(8) {
+            sent.calls += 1;
+            let callee = format!("agent-{}", (i + 3) % AGENTS);
+            match agent
+                .call(&callee, "question", Duration::from_secs(5))
+                .await
+            {
+                Ok(_) => sent.answers += 1,
+                Err(err) => {
+                    let kind = err
+                        .kind()
+                        .map_or_else(|| "transport".to_owned(), |kind| kind.to_string());
+                    *sent.call_errors.entry(kind).or_default() += 1;
+                }
+            }
+        }
+        if n % 8 == 4 {
+            match agent
+                .give_task(&format!("agent-{}", (i + 5) % AGENTS), "work")
+                .await
+            {
+                Ok(reply) => sent.tasks.push((i, reply.task.task_id)),
+                Err(err) => sent.task_errors.push(err.to_string()),
+            }
+        }
+        n += 1;
+        tokio::time::sleep(Duration::from_millis(80)).await;
+    }
+    sent
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_service_stopped_and_killed_in_turn_loses_doubles_and_leaves_nothing_open() {
+    let nats = NatsServer::start().await;
+    let url = nats.url();
+    let mut replicas: Vec<[Option<ServiceProcess>; 2]> = Vec::new();
+    for service in SERVICES {
+        replicas.push([
+            Some(start(service, &url).await),
+            Some(start(service, &url).await),
+        ]);
+    }
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut agents = Vec::new();
+    let mut readers = Vec::new();
+    for i in 0..AGENTS {
+        let client = async_nats::connect(&url).await.unwrap();
+        let options = AgentOptions {
+            request_timeout: Duration::from_secs(5),
+            ..AgentOptions::default()
+        };
+        let agent = Arc::new(
+            Agent::connect_with(client, card(&format!("agent-{i}")), options)
+                .await
+                .unwrap(),
+        );
+        let goal = agent.open_goal().await.unwrap();
+        readers.push(tokio::spawn(reader(
+            Arc::clone(&agent),
+            goal,
+            Arc::clone(&stop),
+        )));
+        agents.push(agent);
+    }
+    let senders: Vec<_> = agents
+        .iter()
+        .enumerate()
+        .map(|(i, agent)| tokio::spawn(sender(i, Arc::clone(agent), Arc::clone(&stop))))
+        .collect();
+
+    // One replica of each service in turn: SIGTERM, then (second round) SIGKILL.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    for signal in ["TERM", "KILL"] {
+        for (s, service) in SERVICES.iter().enumerate() {
+            let victim = replicas[s][0].take().unwrap();
+            let status = victim.signal(signal).await;
+            println!("SIG{signal} {service}: exited {status:?}");
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            replicas[s][0] = Some(start(service, &url).await);
+            tokio::time::sleep(Duration::from_secs(2)).await;
+        }
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    stop.store(true, Ordering::Relaxed);
+
+    let mut sent = Vec::new();
+    for sender in senders {
+        sent.push(sender.await.unwrap());
+    }
+    let mut read = Vec::new();
+    for reader in readers {
+        read.push(reader.await.unwrap());
+    }
+
+    // Messages: none lost, none doubled.
+    let acknowledged: usize = sent.iter().map(|s| s.acknowledged.len()).sum();
+    let not_acknowledged: Vec<&String> = sent.iter().flat_map(|s| &s.not_acknowledged).collect();
+    let mut lost = Vec::new();
+    for s in &sent {
+        for (to, id) in &s.acknowledged {
+            if !read[*to].messages.contains_key(id) {
+                lost.push(*id);
+            }
+        }
+    }
+    let doubled: Vec<Uuid> = read.iter().flat_map(|r| r.doubled.clone()).collect();
+
+    // Calls: one outcome each (by construction of the client), and exactly one terminal event
+    // per opened call, none left open.
+    let calls: usize = sent.iter().map(|s| s.calls).sum();
+    let answers: usize = sent.iter().map(|s| s.answers).sum();
+    let mut call_errors: BTreeMap<String, usize> = BTreeMap::new();
+    for s in &sent {
+        for (kind, n) in &s.call_errors {
+            *call_errors.entry(kind.clone()).or_default() += n;
+        }
+    }
+    let client = nats.client().await;
+    let events: Vec<serde_json::Value> =
+        switchboard_tests::stored_json(&client, "agent.calls.events.>").await;
+    let mut opened = BTreeSet::new();
+    let mut ended: BTreeMap<String, usize> = BTreeMap::new();
+    for event in &events {
+        let cid = event["correlation_id"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        match event["event"].as_str().unwrap_or_default() {
+            "opened" => {
+                opened.insert(cid);
+            }
+            "answered" | "expired" => *ended.entry(cid).or_default() += 1,
+            _ => {}
+        }
+    }
+    let unresolved: Vec<&String> = opened
+        .iter()
+        .filter(|cid| !ended.contains_key(*cid))
+        .collect();
+    let resolved_twice: Vec<(&String, &usize)> = ended.iter().filter(|(_, n)| **n > 1).collect();
+    for agent in &agents {
+        let pending = agent.pending_calls().await.unwrap();
+        assert!(
+            pending.outgoing.is_empty(),
+            "{}: calls left open: {:?}",
+            agent.id(),
+            pending.outgoing
+        );
+    }
+
+    // Tasks: each created task ended, once.
+    let tasks: Vec<(usize, Uuid)> = sent.iter().flat_map(|s| s.tasks.clone()).collect();
+    let task_errors: Vec<&String> = sent.iter().flat_map(|s| &s.task_errors).collect();
+    let mut not_ended = Vec::new();
+    for (requester, task) in &tasks {
+        match agents[*requester].get_task(*task).await {
+            Ok(record) if record.state.is_terminal() => {
+                let terminal = record
+                    .history
+                    .iter()
+                    .filter(|step| step.to.is_terminal())
+                    .count();
+                assert_eq!(terminal, 1, "task {task} ended {terminal} times");
+            }
+            Ok(record) => not_ended.push(format!("{task}: {:?}", record.state)),
+            Err(err) => not_ended.push(format!("{task}: {err}")),
+        }
+    }
+
+    // The audit: every stored inbox message and event recorded exactly once.
+    let want = switchboard_tests::stored_ever(&client).await;
+    let mut have = BTreeMap::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        have.clear();
+        for entry in switchboard_tests::audit_records(&client).await {
+            *have.entry(entry.record.id.clone()).or_insert(0usize) += 1;
+        }
+        if want.iter().all(|id| have.contains_key(id)) || Instant::now() > deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let missing: Vec<&String> = want.iter().filter(|id| !have.contains_key(*id)).collect();
+    let recorded_twice: Vec<(&String, &usize)> = have.iter().filter(|(_, n)| **n > 1).collect();
+    let extra: Vec<&String> = have
+        .keys()
+        .filter(|id| !want.contains(*id) && !id.starts_with(switchboard_proto::AUDIT_STREAM))
+        .collect();
+
+    println!(
+        "five services, two replicas each, one of each stopped (SIGTERM) then killed (SIGKILL) in turn:"
+    );
+    println!(
+        "  sends acknowledged {acknowledged}, not acknowledged {}, lost {}, doubled {}",
+        not_acknowledged.len(),
+        lost.len(),
+        doubled.len()
+    );
+    println!(
+        "  calls {calls}: answered {answers}, errors {call_errors:?}; opened {} (events), unresolved {}, resolved twice {}",
+        opened.len(),
+        unresolved.len(),
+        resolved_twice.len()
+    );
+    println!(
+        "  tasks created {}, refused {}, not ended {}",
+        tasks.len(),
+        task_errors.len(),
+        not_ended.len()
+    );
+    println!(
+        "  audit: {} source messages, {} recorded, missing {}, twice {}, extra {}",
+        want.len(),
+        have.len(),
+        missing.len(),
+        recorded_twice.len(),
+        extra.len()
+    );
+    for line in not_acknowledged.iter().take(5) {
+        println!("  not acknowledged: {line}");
+    }
+    for line in task_errors.iter().take(5) {
+        println!("  task refused: {line}");
+    }
+
+    assert!(
+        acknowledged >= 2_000,
+        "≥ 2,000 acknowledged sends, got {acknowledged}"
+    );
+    assert!(
+        calls + tasks.len() >= 200,
+        "≥ 200 calls and tasks, got {}",
+        calls + tasks.len()
+    );
+    assert!(
+        lost.is_empty(),
+        "acknowledged but lost: {:?}",
+        &lost[..lost.len().min(5)]
+    );
+    assert!(
+        doubled.is_empty(),
+        "delivered again after a confirmed ack: {doubled:?}"
+    );
+    assert!(
+        unresolved.is_empty(),
+        "calls opened but never answered or expired: {unresolved:?}"
+    );
+    assert!(
+        resolved_twice.is_empty(),
+        "calls resolved twice: {resolved_twice:?}"
+    );
+    assert!(
+        not_ended.is_empty(),
+        "tasks that never ended: {not_ended:?}"
+    );
+    assert!(
+        missing.is_empty(),
+        "stored but not audited: {:?}",
+        &missing[..missing.len().min(5)]
+    );
+    assert!(
+        recorded_twice.is_empty(),
+        "audited twice: {recorded_twice:?}"
+    );
+    assert!(extra.is_empty(), "audited but never stored: {extra:?}");
+    for pair in replicas {
+        for replica in pair.into_iter().flatten() {
+            replica.signal("TERM").await;
+        }
+    }
+}
