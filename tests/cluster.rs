@@ -11,17 +11,8 @@ use std::time::Duration;
 
 use switchboard_client::{Agent, AgentOptions, TaskOutcome};
 use switchboard_proto::{MessageKind, TaskState};
-use switchboard_runtime::CancellationToken;
-use switchboard_runtime::RuntimeConfig;
 use switchboard_testkit::NatsCluster;
 use switchboard_tests::card;
-
-fn settings(urls: Vec<String>) -> RuntimeConfig {
-    let mut runtime = RuntimeConfig::default();
-    runtime.nats.urls = urls;
-    runtime.jetstream.replicas = 3;
-    runtime
-}
 
 async fn agent_on(url: &str, id: &str) -> Agent {
     let nats = async_nats::ConnectOptions::new()
@@ -41,38 +32,8 @@ async fn agent_on(url: &str, id: &str) -> Agent {
 async fn agents_on_different_nodes_keep_every_message_through_a_node_restart() {
     let mut cluster = NatsCluster::start(3).await;
     let urls = cluster.urls();
-    let shutdown = CancellationToken::new();
-
     // Each service starts on its own node (and may fail over to the others).
-    let rotated =
-        |first: usize| -> Vec<String> { (0..3).map(|i| urls[(first + i) % 3].clone()).collect() };
-    let connect = |first: usize, name: &'static str| {
-        let runtime = settings(rotated(first));
-        async move {
-            let client = switchboard_runtime::nats::connect(&runtime.nats, name)
-                .await
-                .unwrap();
-            (client, runtime)
-        }
-    };
-    let (c, rt) = connect(0, "directory").await;
-    let directory = directory::start(&c, &rt, Default::default()).await.unwrap();
-    tokio::spawn(directory.run(shutdown.clone()));
-    let (c, rt) = connect(1, "inbox-fanout").await;
-    let fanout = inbox_fanout::start(&c, &rt, Default::default())
-        .await
-        .unwrap();
-    tokio::spawn(fanout.run(shutdown.clone()));
-    let (c, rt) = connect(2, "reply-correlator").await;
-    let correlator = reply_correlator::start(&c, &rt, Default::default())
-        .await
-        .unwrap();
-    tokio::spawn(correlator.run(shutdown.clone()));
-    let (c, rt) = connect(1, "task-lifecycle").await;
-    let tasks = task_lifecycle::start(&c, &rt, Default::default())
-        .await
-        .unwrap();
-    tokio::spawn(tasks.run(shutdown.clone()));
+    let shutdown = switchboard_tests::start_services_across(&urls, false).await;
 
     // alice on node 1, bob on node 3.
     let alice = Arc::new(agent_on(&urls[0], "alice").await);

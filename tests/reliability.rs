@@ -15,7 +15,6 @@ use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use switchboard_client::{Agent, AgentOptions};
-use switchboard_runtime::{CancellationToken, RuntimeConfig};
 use switchboard_testkit::NatsCluster;
 use switchboard_tests::card;
 use tokio::time::Instant;
@@ -50,22 +49,8 @@ impl Phase {
     }
 }
 
-fn settings(urls: Vec<String>) -> RuntimeConfig {
-    let mut runtime = RuntimeConfig::default();
-    runtime.nats.urls = urls;
-    runtime.jetstream.replicas = 3;
-    runtime
-}
-
-/// `urls` starting at node `first`: a client connects there and fails over to the rest.
-fn rotated(urls: &[String], first: usize) -> Vec<String> {
-    (0..urls.len())
-        .map(|i| urls[(first + i) % urls.len()].clone())
-        .collect()
-}
-
 async fn agent_on(urls: Vec<String>, id: &str) -> Agent {
-    let runtime = settings(urls);
+    let runtime = switchboard_tests::cluster_runtime(urls);
     let nats = switchboard_runtime::nats::connect(&runtime.nats, id)
         .await
         .unwrap();
@@ -101,45 +86,18 @@ fn percentiles(samples: &mut [Duration]) -> (f64, f64, f64) {
 async fn rolling_sigterm_sigkill_and_sigstop_of_each_node_lose_and_double_nothing() {
     let mut cluster = NatsCluster::start(3).await;
     let urls = cluster.urls();
-    let shutdown = CancellationToken::new();
-
     // The five services, each on its own node first (and failing over to the others).
-    let connect = |first: usize, name: &'static str| {
-        let runtime = settings(rotated(&urls, first));
-        async move {
-            let client = switchboard_runtime::nats::connect(&runtime.nats, name)
-                .await
-                .unwrap();
-            (client, runtime)
-        }
-    };
-    let (c, rt) = connect(0, "directory").await;
-    let service = directory::start(&c, &rt, Default::default()).await.unwrap();
-    tokio::spawn(service.run(shutdown.clone()));
-    let (c, rt) = connect(1, "inbox-fanout").await;
-    let service = inbox_fanout::start(&c, &rt, Default::default())
-        .await
-        .unwrap();
-    tokio::spawn(service.run(shutdown.clone()));
-    let (c, rt) = connect(2, "reply-correlator").await;
-    let service = reply_correlator::start(&c, &rt, Default::default())
-        .await
-        .unwrap();
-    tokio::spawn(service.run(shutdown.clone()));
-    let (c, rt) = connect(0, "task-lifecycle").await;
-    let service = task_lifecycle::start(&c, &rt, Default::default())
-        .await
-        .unwrap();
-    tokio::spawn(service.run(shutdown.clone()));
-    let (c, rt) = connect(1, "audit").await;
-    let service = audit::start(&c, &rt, Default::default()).await.unwrap();
-    tokio::spawn(service.run(shutdown.clone()));
+    let shutdown = switchboard_tests::start_services_across(&urls, true).await;
 
     // Ten agents spread over the nodes; agent i sends to agent i+1 (a ring).
     let mut agents = Vec::new();
     let mut goals = Vec::new();
     for i in 0..AGENTS {
-        let agent = agent_on(rotated(&urls, i % 3), &format!("agent-{i}")).await;
+        let agent = agent_on(
+            switchboard_tests::rotated(&urls, i % 3),
+            &format!("agent-{i}"),
+        )
+        .await;
         goals.push(agent.open_goal().await.unwrap());
         agents.push(Arc::new(agent));
     }

@@ -549,3 +549,58 @@ pub async fn stored_ever(nats: &async_nats::Client) -> std::collections::BTreeSe
     }
     ids
 }
+
+/// Settings for a service or agent on a cluster: `urls` (first one preferred) and R3 streams.
+pub fn cluster_runtime(urls: Vec<String>) -> RuntimeConfig {
+    let mut runtime = RuntimeConfig::default();
+    runtime.nats.urls = urls;
+    runtime.jetstream.replicas = 3;
+    runtime
+}
+
+/// `urls` starting at node `first`: a client connects there and fails over to the rest.
+pub fn rotated(urls: &[String], first: usize) -> Vec<String> {
+    (0..urls.len())
+        .map(|i| urls[(first + i) % urls.len()].clone())
+        .collect()
+}
+
+/// Starts the services in-process on a cluster, each connected first to its own node
+/// (directory 0, inbox-fanout 1, reply-correlator 2, task-lifecycle 0, audit 1, as far as the
+/// cluster has nodes) with R3 streams; `with_audit` adds the audit. They stop with the token.
+pub async fn start_services_across(urls: &[String], with_audit: bool) -> CancellationToken {
+    let shutdown = CancellationToken::new();
+    let connect = |first: usize, name: &'static str| {
+        let runtime = cluster_runtime(rotated(urls, first % urls.len()));
+        async move {
+            let client = switchboard_runtime::nats::connect(&runtime.nats, name)
+                .await
+                .unwrap();
+            (client, runtime)
+        }
+    };
+    let (c, rt) = connect(0, "directory").await;
+    let service = directory::start(&c, &rt, Default::default()).await.unwrap();
+    tokio::spawn(service.run(shutdown.clone()));
+    let (c, rt) = connect(1, "inbox-fanout").await;
+    let service = inbox_fanout::start(&c, &rt, Default::default())
+        .await
+        .unwrap();
+    tokio::spawn(service.run(shutdown.clone()));
+    let (c, rt) = connect(2, "reply-correlator").await;
+    let service = reply_correlator::start(&c, &rt, Default::default())
+        .await
+        .unwrap();
+    tokio::spawn(service.run(shutdown.clone()));
+    let (c, rt) = connect(0, "task-lifecycle").await;
+    let service = task_lifecycle::start(&c, &rt, Default::default())
+        .await
+        .unwrap();
+    tokio::spawn(service.run(shutdown.clone()));
+    if with_audit {
+        let (c, rt) = connect(1, "audit").await;
+        let service = audit::start(&c, &rt, Default::default()).await.unwrap();
+        tokio::spawn(service.run(shutdown.clone()));
+    }
+    shutdown
+}
