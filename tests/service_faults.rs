@@ -73,15 +73,27 @@ struct Read {
     tasks_done: usize,
 }
 
-/// Reads `goal` until `stop` and then 3 s of silence: acks everything, answers call requests,
-/// and works every task it is given (accept, start, complete).
-async fn reader(agent: Arc<Agent>, goal: Goal, stop: Arc<AtomicBool>) -> Read {
+/// What each reader must have read before it stops: set once the senders are done.
+type Expected = tokio::sync::watch::Receiver<Option<Arc<Vec<BTreeSet<Uuid>>>>>;
+
+/// Reads `goal` (reader `index`): acks everything, answers call requests, and works every task
+/// it is given (accept, start, complete) — until every message acknowledged to it has arrived
+/// and 2 s passed quietly, or 30 s after the senders stopped.
+async fn reader(agent: Arc<Agent>, goal: Goal, index: usize, mut expected: Expected) -> Read {
     let mut read = Read::default();
     let mut confirmed = BTreeSet::new();
     let mut quiet_since = Instant::now();
+    let mut deadline = None;
     loop {
-        if stop.load(Ordering::Relaxed) && quiet_since.elapsed() > Duration::from_secs(3) {
-            return read;
+        let want = expected.borrow_and_update().clone();
+        if let Some(want) = want {
+            let deadline = *deadline.get_or_insert(Instant::now() + Duration::from_secs(30));
+            let all_in = want[index].iter().all(|id| read.messages.contains_key(id));
+            if (all_in && quiet_since.elapsed() > Duration::from_secs(2))
+                || Instant::now() > deadline
+            {
+                return read;
+            }
         }
         let delivery = match goal.recv(Duration::from_millis(500)).await {
             Ok(Some(delivery)) => delivery,
@@ -207,6 +219,7 @@ async fn each_service_stopped_and_killed_in_turn_loses_doubles_and_leaves_nothin
     }
 
     let stop = Arc::new(AtomicBool::new(false));
+    let (expected_tx, expected_rx) = tokio::sync::watch::channel(None);
     let mut agents = Vec::new();
     let mut readers = Vec::new();
     for i in 0..AGENTS {
@@ -224,7 +237,8 @@ async fn each_service_stopped_and_killed_in_turn_loses_doubles_and_leaves_nothin
         readers.push(tokio::spawn(reader(
             Arc::clone(&agent),
             goal,
-            Arc::clone(&stop),
+            i,
+            expected_rx.clone(),
         )));
         agents.push(agent);
     }
@@ -253,6 +267,13 @@ async fn each_service_stopped_and_killed_in_turn_loses_doubles_and_leaves_nothin
     for sender in senders {
         sent.push(sender.await.unwrap());
     }
+    let mut expected = vec![BTreeSet::new(); AGENTS];
+    for s in &sent {
+        for (to, id) in &s.acknowledged {
+            expected[*to].insert(*id);
+        }
+    }
+    expected_tx.send(Some(Arc::new(expected))).unwrap();
     let mut read = Vec::new();
     for reader in readers {
         read.push(reader.await.unwrap());
@@ -282,22 +303,33 @@ async fn each_service_stopped_and_killed_in_turn_loses_doubles_and_leaves_nothin
         }
     }
     let client = nats.client().await;
-    let events: Vec<serde_json::Value> =
-        switchboard_tests::stored_json(&client, "agent.calls.events.>").await;
+    // A call whose caller gave up is expired by the correlator's sweep shortly after its
+    // deadline: wait (bounded) until every opened call has its one ending.
     let mut opened = BTreeSet::new();
     let mut ended: BTreeMap<String, usize> = BTreeMap::new();
-    for event in &events {
-        let cid = event["correlation_id"]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned();
-        match event["event"].as_str().unwrap_or_default() {
-            "opened" => {
-                opened.insert(cid);
+    let calls_deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        opened.clear();
+        ended.clear();
+        let events: Vec<serde_json::Value> =
+            switchboard_tests::stored_json(&client, "agent.calls.events.>").await;
+        for event in &events {
+            let cid = event["correlation_id"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            match event["event"].as_str().unwrap_or_default() {
+                "opened" => {
+                    opened.insert(cid);
+                }
+                "answered" | "expired" => *ended.entry(cid).or_default() += 1,
+                _ => {}
             }
-            "answered" | "expired" => *ended.entry(cid).or_default() += 1,
-            _ => {}
         }
+        if opened.iter().all(|cid| ended.contains_key(cid)) || Instant::now() > calls_deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
     }
     let unresolved: Vec<&String> = opened
         .iter()
