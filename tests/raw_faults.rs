@@ -96,13 +96,28 @@ async fn raw_jetstream_keeps_acknowledged_publishes_through_node_faults() {
     for publisher in publishers {
         acked.extend(publisher.await.unwrap());
     }
-    // Everything in the stream now.
+    // Everything in the stream now. The last node restarted a second ago, so the stream may
+    // still be electing a leader: ask until it answers (bounded).
     let js = jetstream::new(cluster.client(1).await);
-    let stream = js.get_stream("RAW").await.unwrap();
-    let consumer = stream
-        .create_consumer(jetstream::consumer::pull::OrderedConfig::default())
-        .await
-        .unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let consumer = loop {
+        let attempt = async {
+            js.get_stream("RAW")
+                .await
+                .map_err(|err| err.to_string())?
+                .create_consumer(jetstream::consumer::pull::OrderedConfig::default())
+                .await
+                .map_err(|err| err.to_string())
+        };
+        match attempt.await {
+            Ok(consumer) => break consumer,
+            Err(err) if tokio::time::Instant::now() < deadline => {
+                println!("stream not ready yet ({err}); asking again");
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+            Err(err) => panic!("the RAW stream did not answer within 30 s: {err}"),
+        }
+    };
     let total = consumer.cached_info().num_pending;
     let mut present = std::collections::BTreeMap::new();
     let mut messages = consumer.messages().await.unwrap();
