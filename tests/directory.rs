@@ -9,7 +9,9 @@ use std::time::Duration;
 use async_nats::jetstream;
 use serde_json::json;
 use switchboard_client::{Agent, render_peer_messages_block};
-use switchboard_proto::registry::{GoalOpenRequest, HeartbeatRequest, RegistryEventPayload};
+use switchboard_proto::registry::{
+    GoalOpenRequest, HeartbeatRequest, PEERS_PAGE_BYTES, PeersRequest, RegistryEventPayload,
+};
 use switchboard_proto::subject::{RegistryEvent, RegistryOp};
 use switchboard_proto::{
     AgentId, AgentStatus, ErrorKind, GoalId, GoalKind, HEADER_MSG_ID, INBOX_STREAM, InboxMessage,
@@ -419,6 +421,101 @@ async fn peers_with_acl_reachability() {
         reply.body,
         json!({"peers": [], "note": "agent `ghost` is not registered"})
     );
+}
+
+/// list_peers comes in pages in agent-id order: `limit` peers (default 100), `next` to
+/// continue, and a page never grows past its byte budget however long the descriptions are.
+#[tokio::test]
+async fn list_peers_pages_in_id_order_within_a_byte_budget() {
+    let nats = NatsServer::start().await;
+    let url = nats.url();
+    let _directory = start_directory(&url, DirectoryConfig::default()).await;
+    let client = nats.client().await;
+    // 250 small cards and 12 big ones (15,000-character descriptions), registered as a
+    // foreign client would.
+    let mut expected = BTreeSet::new();
+    for i in 0..250 {
+        let id = format!("peer-{i:03}");
+        let reply = raw(
+            &client,
+            &format!("agent.registry.register.{id}"),
+            json!({"agent_id": id}).to_string(),
+        )
+        .await;
+        assert!(reply.body.get("error").is_none(), "{:?}", reply.body);
+        expected.insert(id);
+    }
+    for i in 0..12 {
+        let id = format!("big-{i:02}");
+        let card = json!({"agent_id": id, "description": "d".repeat(15_000)});
+        let reply = raw(
+            &client,
+            &format!("agent.registry.register.{id}"),
+            card.to_string(),
+        )
+        .await;
+        assert!(reply.body.get("error").is_none(), "{:?}", reply.body);
+        expected.insert(id);
+    }
+    let asker = agent_with(&url, card("zz-asker"), LONG).await;
+
+    // The first page: big cards first (id order), cut by the byte budget, not the limit.
+    let first = asker.peers_page(&PeersRequest::default()).await.unwrap();
+    let bytes = serde_json::to_vec(&first.peers).unwrap().len();
+    assert!(
+        first.peers.len() < 12 && bytes <= PEERS_PAGE_BYTES,
+        "{} peers, {bytes} bytes",
+        first.peers.len()
+    );
+    assert_eq!(
+        first.next.as_deref(),
+        Some(first.peers.last().unwrap().agent_id.as_str())
+    );
+    // Small cards: 100 per page by default, `limit` up to 1000, at least 1.
+    let small = asker
+        .peers_page(&PeersRequest {
+            after: Some("big-11".into()),
+            limit: None,
+        })
+        .await
+        .unwrap();
+    assert_eq!(small.peers.len(), 100);
+    assert_eq!(small.peers[0].agent_id, "peer-000");
+    assert_eq!(small.next.as_deref(), Some("peer-099"));
+    let rest = asker
+        .peers_page(&PeersRequest {
+            after: Some("peer-099".into()),
+            limit: Some(5_000),
+        })
+        .await
+        .unwrap();
+    assert_eq!(rest.peers.len(), 150);
+    assert_eq!(rest.next, None, "the last page has no next");
+    let one = asker
+        .peers_page(&PeersRequest {
+            after: None,
+            limit: Some(0),
+        })
+        .await
+        .unwrap();
+    assert_eq!((one.peers.len(), one.next.as_deref()), (1, Some("big-00")));
+
+    // The client walks every page; the caller is never listed.
+    let all: Vec<String> = asker
+        .peers()
+        .await
+        .unwrap()
+        .peers
+        .into_iter()
+        .map(|peer| peer.agent_id.to_string())
+        .collect();
+    assert_eq!(all, expected.into_iter().collect::<Vec<_>>());
+
+    // A malformed page request is a typed error.
+    for body in [r#"{"limit": "ten"}"#, r#"{"page": 2}"#, r#"{"after": 7}"#] {
+        let reply = raw(&client, "agent.registry.peers.zz-asker", body).await;
+        assert_eq!(reply.error_kind(), "bad_request", "{body}");
+    }
 }
 
 #[tokio::test]

@@ -110,12 +110,21 @@ enum Command {
         #[command(subcommand)]
         command: GoalCommand,
     },
-    /// list_peers as an agent: every other agent and whether it is reachable.
-    #[command(after_help = "Example:\n  switchboard peers --as researcher")]
+    /// list_peers as an agent: other agents (one page, in id order) and whether each is
+    /// reachable.
+    #[command(
+        after_help = "Examples:\n  switchboard peers --as researcher\n  switchboard peers --as researcher --limit 500 --after writer"
+    )]
     Peers {
         /// The agent to ask as (list_peers excludes it).
         #[arg(long = "as", value_name = "AGENT")]
         as_agent: String,
+        /// Start after this agent id (the previous page's `next`).
+        #[arg(long)]
+        after: Option<String>,
+        /// Most peers in the page (default 100, at most 1000).
+        #[arg(long)]
+        limit: Option<u32>,
         /// NATS URL.
         #[arg(long, env = "NATS_URL", default_value = DEFAULT_NATS_URL)]
         nats_url: String,
@@ -381,12 +390,17 @@ async fn main() -> ExitCode {
             }
             Err(err) => Err(err.into()),
         },
-        Command::Peers { as_agent, nats_url } => {
+        Command::Peers {
+            as_agent,
+            after,
+            limit,
+            nats_url,
+        } => {
             registry_request(
                 &nats_url,
                 RegistryOp::Peers,
                 &as_agent,
-                &serde_json::json!({}),
+                &switchboard_proto::registry::PeersRequest { after, limit },
             )
             .await
         }

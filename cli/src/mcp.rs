@@ -295,9 +295,20 @@ fn outcome<T: serde::Serialize>(result: Result<T, ClientError>) -> CallToolResul
     }
 }
 
-/// `list_peers` takes nothing.
+/// Tools that take nothing.
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct NoParams {}
+
+/// `list_peers` parameters (both optional: no arguments lists the first page).
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct ListPeersParams {
+    /// Continue after this agent id: the `next` of the previous answer.
+    #[serde(default)]
+    pub after: Option<String>,
+    /// Most peers in the answer (default 100, at most 1000).
+    #[serde(default)]
+    pub limit: Option<u32>,
+}
 
 /// `send_to_peer` parameters.
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -493,10 +504,18 @@ impl SwitchboardMcp {
         description = "List the other agents you can talk to: their ids, descriptions, \
                        capabilities, status (idle/busy/offline) and whether you may reach them. \
                        Call this before send_to_peer, talk_to_agent or create_task to find the \
-                       right agent id."
+                       right agent id. Peers come in pages in id order; when the answer has \
+                       `next`, call again with `after` set to it for more."
     )]
-    async fn list_peers(&self, _: Parameters<NoParams>) -> CallToolResult {
-        outcome(self.agent.peers().await)
+    async fn list_peers(&self, Parameters(params): Parameters<ListPeersParams>) -> CallToolResult {
+        outcome(
+            self.agent
+                .peers_page(&switchboard_proto::registry::PeersRequest {
+                    after: params.after,
+                    limit: params.limit,
+                })
+                .await,
+        )
     }
 
     #[tool(

@@ -189,6 +189,9 @@ fn peers(value: &Value) -> Option<String> {
             &rows,
         ));
     }
+    if let Some(next) = value.get("next").and_then(Value::as_str) {
+        out.push_str(&format!("\n(more peers: ask again with --after {next})"));
+    }
     if let Some(note) = value.get("note").and_then(Value::as_str) {
         out.push_str(&format!("\n({note})"));
     }
@@ -557,6 +560,15 @@ mod tests {
         assert_eq!(
             text,
             "AGENT   STATUS  REACHABLE  DESCRIPTION\nwriter  idle    yes        writes"
+        );
+        let text = render(
+            View::Peers,
+            &json!({"peers": [{"agent_id": "a", "status": "idle", "reachable": false,
+                               "description": ""}], "next": "a"}),
+        );
+        assert!(
+            text.ends_with("(more peers: ask again with --after a)"),
+            "{text}"
         );
         let text = render(View::Peers, &json!({"peers": [], "note": "not registered"}));
         assert_eq!(text, "no peers\n(not registered)");

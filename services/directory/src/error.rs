@@ -91,6 +91,20 @@ impl DirectoryError {
     }
 }
 
+impl From<switchboard_runtime::store::StoreError> for DirectoryError {
+    fn from(err: switchboard_runtime::store::StoreError) -> Self {
+        match err {
+            switchboard_runtime::store::StoreError::Unavailable { step, message } => {
+                Self::Store { step, message }
+            }
+            switchboard_runtime::store::StoreError::Corrupt(key) => Self::CorruptRecord {
+                key,
+                message: "not an agent record".to_owned(),
+            },
+        }
+    }
+}
+
 impl From<DirectoryError> for ErrorReply {
     fn from(err: DirectoryError) -> Self {
         ErrorReply::new(err.kind(), err.to_string())

@@ -4,7 +4,8 @@
 use std::sync::Arc;
 
 use switchboard_proto::registry::{
-    GoalCloseRequest, GoalOpenRequest, HeartbeatRequest, LookupRequest, TaskLoadReport,
+    GoalCloseRequest, GoalOpenRequest, HeartbeatRequest, LookupRequest, PeersRequest,
+    TaskLoadReport,
 };
 use switchboard_proto::subject::{REGISTRY_TASKS_PREFIX, RegistryOp};
 use switchboard_proto::{ErrorReply, GoalId};
@@ -100,14 +101,12 @@ fn endpoint(op: RegistryOp, registry: Arc<Registry>) -> Endpoint {
                 }
             })
         }
-        RegistryOp::Peers => Endpoint::agent(
-            name,
-            prefix,
-            move |req: AgentRequest<serde::de::IgnoredAny>| {
+        RegistryOp::Peers => {
+            Endpoint::agent(name, prefix, move |req: AgentRequest<PeersRequest>| {
                 let registry = Arc::clone(&registry);
-                async move { Ok::<_, ErrorReply>(registry.peers(&req.caller).await?) }
-            },
-        ),
+                async move { Ok::<_, ErrorReply>(registry.peers(&req.caller, &req.body).await?) }
+            })
+        }
         RegistryOp::Lookup => {
             Endpoint::agent(name, prefix, move |req: AgentRequest<LookupRequest>| {
                 let registry = Arc::clone(&registry);

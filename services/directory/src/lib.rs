@@ -117,7 +117,13 @@ impl Directory {
             },
         );
         let dead_letters = self.dead_letters.run(shutdown.clone());
-        tokio::join!(sweep, dead_letters, self.running.run(shutdown, self.grace));
+        let view = self.registry.view().clone().watch(shutdown.clone());
+        tokio::join!(
+            sweep,
+            dead_letters,
+            view,
+            self.running.run(shutdown, self.grace)
+        );
     }
 }
 

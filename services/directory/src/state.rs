@@ -20,8 +20,9 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use switchboard_proto::registry::{
     DeregisterReply, GoalCloseReply, GoalOpenReply, GoalOpenRequest, HeartbeatReply,
-    HeartbeatRequest, LookupReply, PeerSummary, PeersReply, RegisterReply, RegistryEventPayload,
-    TaskLoadReport, goal_key,
+    HeartbeatRequest, LookupReply, PEERS_PAGE_BYTES, PEERS_PAGE_DEFAULT, PEERS_PAGE_MAX,
+    PeerSummary, PeersReply, PeersRequest, RegisterReply, RegistryEventPayload, TaskLoadReport,
+    goal_key,
 };
 use switchboard_proto::subject::{self, RegistryEvent};
 use switchboard_proto::{
@@ -30,6 +31,7 @@ use switchboard_proto::{
 };
 use switchboard_runtime::kv::snapshot;
 use switchboard_runtime::publish::publish_event;
+use switchboard_runtime::registry_view::RegistryView;
 use time::OffsetDateTime;
 use tracing::Instrument;
 
@@ -37,6 +39,9 @@ use crate::error::DirectoryError;
 
 /// How many times a compare-and-set is retried before giving up with `conflict`.
 const CAS_ATTEMPTS: u32 = 64;
+/// How long list_peers waits for the registry view to catch up with KV before it reads KV
+/// itself (the view is normally a few milliseconds behind at most).
+const VIEW_CATCH_UP: Duration = Duration::from_millis(500);
 
 /// The directory's handle on its state.
 #[derive(Debug, Clone)]
@@ -46,6 +51,7 @@ pub struct Registry {
     goals: kv::Store,
     inbox: stream::Stream,
     heartbeat_timeout: Duration,
+    view: RegistryView,
 }
 
 fn decode<T: DeserializeOwned>(key: &str, value: &[u8]) -> Result<T, DirectoryError> {
@@ -79,13 +85,21 @@ impl Registry {
         inbox: stream::Stream,
         heartbeat_timeout: Duration,
     ) -> Self {
+        let view = RegistryView::new(js.clone(), agents.clone(), goals.clone());
         Self {
             js,
             agents,
             goals,
             inbox,
             heartbeat_timeout,
+            view,
         }
+    }
+
+    /// The in-memory registry view list_peers and the offline sweep read (fed by KV watches
+    /// while [`RegistryView::watch`] runs; [`crate::Directory::run`] runs it).
+    pub fn view(&self) -> &RegistryView {
+        &self.view
     }
 
     /// The record of `agent` and its revision, if registered.
@@ -537,32 +551,53 @@ impl Registry {
             .collect())
     }
 
-    /// list_peers: every other agent, with `reachable` from the ACL rules and live goals.
-    pub async fn peers(&self, caller: &AgentId) -> Result<PeersReply, DirectoryError> {
-        let Some((me, _)) = self.record(caller).await? else {
-            return Ok(PeersReply {
-                peers: Vec::new(),
-                note: Some(format!("agent `{caller}` is not registered")),
-            });
-        };
-        let with_goals = self.agents_with_goals().await?;
-        let mut peers: Vec<PeerSummary> = self
-            .all_records()
-            .await?
-            .into_iter()
-            .map(|(record, _)| record)
-            .filter(|record| record.card.agent_id != *caller)
-            .map(|record| PeerSummary {
-                reachable: with_goals.contains(record.card.agent_id.as_str())
-                    && acl::check(&me.card, &record.card).is_ok(),
-                agent_id: record.card.agent_id,
-                description: record.card.description,
-                capabilities: record.card.capabilities,
-                status: record.status,
+    /// list_peers: one page of the other agents in agent-id order, each with `reachable`
+    /// from the ACL rules and live goals. Answered from the registry view once it has caught
+    /// up with every write stored before the request (so a peer registered a moment ago on any
+    /// replica is listed); from a KV scan if the view cannot catch up in time.
+    pub async fn peers(
+        &self,
+        caller: &AgentId,
+        request: &PeersRequest,
+    ) -> Result<PeersReply, DirectoryError> {
+        let limit = request
+            .limit
+            .unwrap_or(PEERS_PAGE_DEFAULT)
+            .clamp(1, PEERS_PAGE_MAX) as usize;
+        let after = request.after.as_deref();
+        let page = if self.view.caught_up(VIEW_CATCH_UP).await? {
+            self.view.with(|view| {
+                let me = view.record(caller.as_str())?;
+                let candidates = view
+                    .records_after(after)
+                    .map(|(record, _)| (record, view.has_goal(record.card.agent_id.as_str())));
+                Some(peers_page(&me.card, candidates, limit))
             })
-            .collect();
-        peers.sort_by(|a, b| a.agent_id.cmp(&b.agent_id));
-        Ok(PeersReply { peers, note: None })
+        } else {
+            tracing::warn!("registry view is behind; list_peers reads KV");
+            match self.record(caller).await? {
+                None => None,
+                Some((me, _)) => {
+                    let with_goals = self.agents_with_goals().await?;
+                    let mut records = self.all_records().await?;
+                    records.sort_by(|(a, _), (b, _)| a.card.agent_id.cmp(&b.card.agent_id));
+                    let candidates = records
+                        .iter()
+                        .filter(|(record, _)| {
+                            after.is_none_or(|after| record.card.agent_id.as_str() > after)
+                        })
+                        .map(|(record, _)| {
+                            (record, with_goals.contains(record.card.agent_id.as_str()))
+                        });
+                    Some(peers_page(&me.card, candidates, limit))
+                }
+            }
+        };
+        Ok(page.unwrap_or_else(|| PeersReply {
+            peers: Vec::new(),
+            next: None,
+            note: Some(format!("agent `{caller}` is not registered")),
+        }))
     }
 
     /// lookup: one agent's card, status and live goals.
@@ -593,7 +628,18 @@ impl Registry {
     /// offline.
     pub async fn sweep_offline(&self, now: OffsetDateTime) -> Result<Vec<AgentId>, DirectoryError> {
         let mut marked = Vec::new();
-        for (record, revision) in self.all_records().await? {
+        // Candidates come from the view; the compare-and-set on the revision it holds makes a
+        // stale candidate (a heartbeat the view has not applied yet) a harmless conflict.
+        let silent: Vec<(AgentRecord, u64)> = self.view.with(|view| {
+            view.records_after(None)
+                .filter(|(record, _)| {
+                    record.status != AgentStatus::Offline
+                        && now - record.last_heartbeat >= self.heartbeat_timeout
+                })
+                .map(|(record, revision)| (record.clone(), revision))
+                .collect()
+        });
+        for (record, revision) in silent {
             if record.status == AgentStatus::Offline {
                 continue;
             }
@@ -629,5 +675,44 @@ impl Registry {
             }
         }
         Ok(marked)
+    }
+}
+
+/// One list_peers page from `candidates` (records in agent-id order, each with whether it has
+/// a live goal): the caller is skipped, and the page ends at `limit` peers or before its JSON
+/// would pass [`PEERS_PAGE_BYTES`], with `next` set when more candidates follow.
+fn peers_page<'a>(
+    me: &AgentCard,
+    candidates: impl Iterator<Item = (&'a AgentRecord, bool)>,
+    limit: usize,
+) -> PeersReply {
+    let mut peers: Vec<PeerSummary> = Vec::new();
+    let mut bytes = 0;
+    let mut next = None;
+    for (record, has_goal) in candidates {
+        if record.card.agent_id == me.agent_id {
+            continue;
+        }
+        let summary = PeerSummary {
+            reachable: has_goal && acl::check(me, &record.card).is_ok(),
+            agent_id: record.card.agent_id.clone(),
+            description: record.card.description.clone(),
+            capabilities: record.card.capabilities.clone(),
+            status: record.status,
+        };
+        let size = serde_json::to_vec(&summary).map_or(0, |json| json.len() + 1);
+        if let Some(last) = peers.last()
+            && (peers.len() >= limit || bytes + size > PEERS_PAGE_BYTES)
+        {
+            next = Some(last.agent_id.to_string());
+            break;
+        }
+        bytes += size;
+        peers.push(summary);
+    }
+    PeersReply {
+        peers,
+        next,
+        note: None,
     }
 }

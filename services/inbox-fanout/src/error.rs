@@ -25,39 +25,19 @@ pub enum FanoutError {
         /// The limit.
         limit: usize,
     },
-    /// A KV read failed.
-    #[error("{step}: {message}")]
-    Store {
-        /// What we were doing.
-        step: &'static str,
-        /// The underlying error.
-        message: String,
-    },
-    /// A registry record does not decode.
-    #[error("corrupt registry record `{0}`")]
-    CorruptRecord(String),
     /// Encoding the inbox message failed (a bug).
     #[error("encoding the inbox message: {0}")]
     Encode(String),
 }
 
 impl FanoutError {
-    /// Wraps a store error with the step that failed.
-    pub fn store(step: &'static str, err: impl std::fmt::Display) -> Self {
-        Self::Store {
-            step,
-            message: err.to_string(),
-        }
-    }
-
     /// The stable kind callers match on.
     pub fn kind(&self) -> ErrorKind {
         match self {
             Self::SenderNotRegistered(_) => ErrorKind::NotRegistered,
             Self::BroadcastTooLarge { .. } => ErrorKind::BroadcastTooLarge,
             Self::EnvelopeTooLarge { .. } => ErrorKind::BodyTooLarge,
-            Self::Store { .. } => ErrorKind::Unavailable,
-            Self::CorruptRecord(_) | Self::Encode(_) => ErrorKind::Internal,
+            Self::Encode(_) => ErrorKind::Internal,
         }
     }
 }

@@ -21,7 +21,7 @@ use switchboard_runtime::publish::{PublishFailure, Stored, publish_all};
 
 use crate::config::FanoutConfig;
 use crate::error::FanoutError;
-use crate::state::{Peer, PeerView};
+use switchboard_runtime::registry_view::{Peer, RegistryView};
 
 /// Where inbox messages are published. The one seam of the service: production publishes to
 /// JetStream; a test can wrap it to make one goal's publish fail.
@@ -49,7 +49,7 @@ impl InboxPublisher for JetStreamPublisher {
 
 /// The fan-out: view, publisher, settings.
 pub struct Fanout {
-    view: PeerView,
+    view: RegistryView,
     publisher: Arc<dyn InboxPublisher>,
     inbox: stream::Stream,
     js: jetstream::Context,
@@ -74,7 +74,7 @@ struct Planned {
 impl Fanout {
     /// Wires the parts together.
     pub fn new(
-        view: PeerView,
+        view: RegistryView,
         publisher: Arc<dyn InboxPublisher>,
         inbox: stream::Stream,
         js: jetstream::Context,
@@ -152,9 +152,9 @@ impl Fanout {
                     .await?
                     .into_iter()
                     .filter(|peer| {
-                        peer.card.agent_id != *caller
+                        peer.record.card.agent_id != *caller
                             && !peer.goals.is_empty()
-                            && acl::check(&me, &peer.card).is_ok()
+                            && acl::check(&me, &peer.record.card).is_ok()
                     })
                     .collect();
                 if reachable.len() > self.config.broadcast_cap {
@@ -188,8 +188,8 @@ impl Fanout {
         report: &mut DeliveryReport,
         planned: &mut Vec<Planned>,
     ) {
-        let (from, to) = (&me.agent_id, &peer.card.agent_id);
-        if let Err(denial) = acl::check(me, &peer.card) {
+        let (from, to) = (&me.agent_id, &peer.record.card.agent_id);
+        if let Err(denial) = acl::check(me, &peer.record.card) {
             report
                 .unreachable_reasons
                 .push(denial.reason(from.as_str(), to.as_str()));

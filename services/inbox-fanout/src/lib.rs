@@ -6,13 +6,12 @@
 //! watches) makes resolution cost no round trip; any number of replicas serve
 //! `agent.send.<agent_id>` in queue group `inbox-fanout`.
 //!
-//! Layout: `config.rs` (`[inbox_fanout]`), `error.rs` (errors → kinds), `state.rs` (the
-//! registry view), `handlers.rs` (the send path), this file (`start`/`run`).
+//! Layout: `config.rs` (`[inbox_fanout]`), `error.rs` (errors → kinds), `handlers.rs` (the
+//! send path), this file (`start`/`run`); the registry view is `switchboard_runtime::registry_view`.
 
 pub mod config;
 pub mod error;
 pub mod handlers;
-pub mod state;
 
 use std::sync::Arc;
 
@@ -24,7 +23,7 @@ use switchboard_runtime::{CancellationToken, RuntimeConfig, resources};
 
 pub use config::FanoutConfig;
 pub use handlers::{Fanout, InboxPublisher, JetStreamPublisher};
-pub use state::PeerView;
+pub use switchboard_runtime::registry_view::RegistryView;
 
 /// The micro service description.
 pub const SPEC: ServiceSpec = ServiceSpec {
@@ -40,7 +39,7 @@ pub use switchboard_runtime::service::StartError;
 #[derive(Debug)]
 pub struct Running {
     running: micro::Running,
-    view: PeerView,
+    view: RegistryView,
     grace: std::time::Duration,
 }
 
@@ -75,7 +74,7 @@ pub async fn start_with(
             stream: switchboard_proto::INBOX_STREAM,
             message: err.to_string(),
         })?;
-    let view = PeerView::new(js.clone(), agents, goals);
+    let view = RegistryView::new(js.clone(), agents, goals);
     let fanout = Arc::new(Fanout::new(view.clone(), publisher, inbox, js, config));
     let running = micro::start(client, SPEC, fanout.endpoints()).await?;
     tracing::info!(service = SPEC.name, "inbox-fanout ready");
@@ -88,7 +87,7 @@ pub async fn start_with(
 
 impl Running {
     /// The registry view (for tests and diagnostics).
-    pub fn view(&self) -> PeerView {
+    pub fn view(&self) -> RegistryView {
         self.view.clone()
     }
 

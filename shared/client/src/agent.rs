@@ -11,7 +11,8 @@ use switchboard_proto::call::{
 };
 use switchboard_proto::registry::{
     DeregisterReply, GoalCloseReply, GoalCloseRequest, GoalOpenReply, GoalOpenRequest,
-    HeartbeatReply, HeartbeatRequest, LookupReply, LookupRequest, PeersReply, RegisterReply,
+    HeartbeatReply, HeartbeatRequest, LookupReply, LookupRequest, PEERS_PAGE_MAX, PeersReply,
+    PeersRequest, RegisterReply,
 };
 use switchboard_proto::send::{DeliveryReport, SendRequest};
 use switchboard_proto::subject::{self, RegistryOp};
@@ -182,10 +183,32 @@ impl Agent {
             .await
     }
 
-    /// list_peers: every other agent with `reachable`.
+    /// list_peers: every other agent with `reachable`, in agent-id order (all pages, asked
+    /// one after another; see [`Agent::peers_page`] for one page).
     pub async fn peers(&self) -> Result<PeersReply, ClientError> {
-        self.registry(RegistryOp::Peers, &serde_json::json!({}))
-            .await
+        let mut all = self
+            .peers_page(&PeersRequest {
+                after: None,
+                limit: Some(PEERS_PAGE_MAX),
+            })
+            .await?;
+        while let Some(after) = all.next.take() {
+            let page = self
+                .peers_page(&PeersRequest {
+                    after: Some(after),
+                    limit: Some(PEERS_PAGE_MAX),
+                })
+                .await?;
+            all.peers.extend(page.peers);
+            all.next = page.next;
+        }
+        Ok(all)
+    }
+
+    /// One page of list_peers: up to `limit` peers (default 100) after `after`; the reply's
+    /// `next` is the `after` of the following page.
+    pub async fn peers_page(&self, request: &PeersRequest) -> Result<PeersReply, ClientError> {
+        self.registry(RegistryOp::Peers, request).await
     }
 
     /// One agent's card, status and live goals.

@@ -257,11 +257,35 @@ pub struct PeerSummary {
     pub reachable: bool,
 }
 
-/// Reply to `peers` (list_peers).
+/// Most peers one list_peers page returns when the request names no `limit`.
+pub const PEERS_PAGE_DEFAULT: u32 = 100;
+/// Most peers one list_peers page may return, whatever `limit` asks for.
+pub const PEERS_PAGE_MAX: u32 = 1_000;
+/// Budget for one list_peers page, in bytes of its peers' JSON: a page ends early rather than
+/// grow past it, so a page always fits a NATS message (the smallest `max_payload` Switchboard
+/// supports is 256 KiB).
+pub const PEERS_PAGE_BYTES: usize = 128 * 1024;
+
+/// Body of `peers` (list_peers); an empty body asks for the first page.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PeersRequest {
+    /// Start after this agent id (the previous page's `next`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<String>,
+    /// Most peers to return (default [`PEERS_PAGE_DEFAULT`], at most [`PEERS_PAGE_MAX`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u32>,
+}
+
+/// Reply to `peers` (list_peers): one page of peers in agent-id order.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct PeersReply {
-    /// Every other registered agent.
+    /// Other registered agents, in agent-id order.
     pub peers: Vec<PeerSummary>,
+    /// More peers follow: ask again with `after` set to this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next: Option<String>,
     /// Why the list is empty, when the caller is not registered.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
@@ -354,12 +378,31 @@ mod tests {
         assert_eq!(serde_json::to_value(&reply).unwrap(), literal);
         let unregistered = PeersReply {
             peers: vec![],
+            next: None,
             note: Some("agent `x` is not registered".into()),
         };
         assert_eq!(
             serde_json::to_value(&unregistered).unwrap(),
             json!({"peers": [], "note": "agent `x` is not registered"})
         );
+        let paged: PeersReply = serde_json::from_value(json!({"peers": [], "next": "m"})).unwrap();
+        assert_eq!(paged.next.as_deref(), Some("m"));
+    }
+
+    #[test]
+    fn peers_request_is_optional_and_strict() {
+        assert_eq!(
+            serde_json::from_value::<PeersRequest>(json!({})).unwrap(),
+            PeersRequest::default()
+        );
+        let page: PeersRequest =
+            serde_json::from_value(json!({"after": "writer", "limit": 500})).unwrap();
+        assert_eq!(
+            (page.after.as_deref(), page.limit),
+            (Some("writer"), Some(500))
+        );
+        assert!(serde_json::from_value::<PeersRequest>(json!({"limit": -1})).is_err());
+        assert!(serde_json::from_value::<PeersRequest>(json!({"page": 2})).is_err());
     }
 
     #[test]

@@ -18,6 +18,8 @@
 //! - [`store`]: the error type of a service's JetStream-backed state.
 //! - [`permissions`]: per-agent NATS users pinned to their own identity (`switchboard nats-config`).
 //! - [`kv`]: KV reads the services need beyond async-nats (a consistent snapshot of a bucket).
+//! - [`registry_view`]: the registry (agent records, live goals) kept in memory by KV watches,
+//!   for the fan-out's peer resolution and the directory's list_peers and offline sweep.
 
 pub mod config;
 pub mod embedded;
@@ -26,6 +28,7 @@ pub mod micro;
 pub mod nats;
 pub mod permissions;
 pub mod publish;
+pub mod registry_view;
 pub mod request;
 pub mod resources;
 pub mod service;
