@@ -1,5 +1,5 @@
 # The two commands (see README.md). Both install the pinned nats-server into .tools/ first.
-.PHONY: up test lint validate-deploy nats-server py-venv
+.PHONY: up test bench lint validate-deploy nats-server py-venv
 
 # Run the system: an embedded nats-server with JetStream (data in .data/nats) + every service.
 up: nats-server
@@ -9,6 +9,13 @@ up: nats-server
 # foreign-client tests drive: nats-py, the official MCP SDK).
 test: nats-server py-venv
 	cargo test --workspace --locked
+
+# The performance report: a private nats-server and the five services (release binaries),
+# Switchboard's paths beside raw NATS in the same run; prints the table and writes
+# docs/performance.md. BENCH_OPS (default 400) and BENCH_AGENTS (default 10000) scale it.
+bench: nats-server
+	cargo build --release --locked --bins
+	BENCH_WRITE=docs/performance.md cargo bench --locked -p switchboard-tests --bench report
 
 # What CI checks besides the tests.
 lint:

@@ -14,7 +14,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -23,7 +22,7 @@ use switchboard_client::{Agent, AgentOptions, Goal, TaskOutcome};
 use switchboard_proto::{MessageKind, TaskState};
 use switchboard_testkit::NatsServer;
 use switchboard_testkit::process::ServiceProcess;
-use switchboard_tests::card;
+use switchboard_tests::{card, service_bin};
 use tokio::time::Instant;
 use uuid::Uuid;
 
@@ -42,25 +41,8 @@ const SERVICE_ENV: &[(&str, &str)] = &[
     ("SWITCHBOARD_AUDIT__CATCH_UP_INTERVAL_MS", "100"),
 ];
 
-/// A service binary next to this test's own executable (`target/<profile>/deps/…`).
-fn bin(name: &str) -> String {
-    let dir = std::env::current_exe()
-        .unwrap()
-        .parent()
-        .and_then(|deps| deps.parent())
-        .map(PathBuf::from)
-        .unwrap();
-    let path = dir.join(name);
-    assert!(
-        path.exists(),
-        "{} is not built: run `cargo test --workspace` (it builds every service binary)",
-        path.display()
-    );
-    path.to_string_lossy().into_owned()
-}
-
 async fn start(service: &str, url: &str) -> ServiceProcess {
-    ServiceProcess::start(&bin(service), service, url, SERVICE_ENV).await
+    ServiceProcess::start(&service_bin(service), service, url, SERVICE_ENV).await
 }
 
 /// What one agent's reader saw.

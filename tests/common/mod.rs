@@ -115,6 +115,23 @@ pub async fn agent_with(url: &str, card: AgentCard, beat: Duration) -> Agent {
     Agent::connect_with(nats, card, options).await.unwrap()
 }
 
+/// A service binary of this workspace next to the running test's or bench's own executable
+/// (`target/<profile>/<name>`, beside `target/<profile>/deps/…`). `cargo test --workspace`
+/// builds them; `make bench` builds them in release first.
+pub fn service_bin(name: &str) -> String {
+    let dir = std::env::current_exe()
+        .ok()
+        .and_then(|exe| Some(exe.parent()?.parent()?.to_path_buf()))
+        .unwrap_or_else(|| panic!("cannot tell where this executable lives"));
+    let path = dir.join(name);
+    assert!(
+        path.exists(),
+        "{} is not built: run `cargo test --workspace` (debug) or `cargo build --release --bins`",
+        path.display()
+    );
+    path.to_string_lossy().into_owned()
+}
+
 /// A card with open ACLs.
 pub fn card(id: &str) -> AgentCard {
     AgentCard::new(AgentId::parse(id).unwrap())

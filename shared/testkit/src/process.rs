@@ -68,6 +68,11 @@ impl ServiceProcess {
         )
     }
 
+    /// The process id (for reading its resource use from `/proc`), while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.id()
+    }
+
     /// A connection to the same server, for requests to the service.
     pub fn client(&self) -> &async_nats::Client {
         &self.client
