@@ -684,3 +684,135 @@ async fn retention_drops_old_records_from_the_stream_and_the_index() {
     assert!(verified.ok, "{verified:?}");
     assert!(verified.first_seq > 1);
 }
+
+/// Publishes a well-formed record for `id` chained on the stream's last record, as a second
+/// writer would (the moment a lease changes hands); retries until its expected sequence holds.
+async fn append_as_another_writer(js: &jetstream::Context, id: &str) -> u64 {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the second writer never got a record in"
+        );
+        let stream = js.get_stream(AUDIT_STREAM).await.unwrap();
+        let last = stream.get_info().await.unwrap().state.last_sequence;
+        let prev_hash = match stream.get_raw_message(last).await {
+            Ok(message) => message
+                .headers
+                .get(HEADER_AUDIT_HASH)
+                .unwrap()
+                .as_str()
+                .to_owned(),
+            Err(_) => continue,
+        };
+        let record = AuditRecord {
+            id: id.to_owned(),
+            at: time::OffsetDateTime::now_utc(),
+            kind: "message".into(),
+            subject: "agent.inbox.elsewhere".into(),
+            message_id: None,
+            correlation_id: None,
+            in_reply_to: None,
+            task_id: None,
+            parent_task_id: None,
+            from_agent: Some("second-writer".into()),
+            from_goal: None,
+            to_agent: None,
+            to_goal: None,
+            expects_reply: false,
+            payload: serde_json::json!({"written": "by another replica"}),
+            prev_hash,
+        };
+        let body = serde_json::to_vec(&record).unwrap();
+        let mut headers = async_nats::HeaderMap::new();
+        headers.insert(HEADER_AUDIT_HASH, audit::record::hash(&body).as_str());
+        let publish = jetstream::message::PublishMessage::build()
+            .payload(body.into())
+            .headers(headers)
+            .message_id(id)
+            .expected_last_sequence(last);
+        match js.send_publish(AUDIT_RECORDS_SUBJECT, publish).await {
+            Ok(ack) => match ack.await {
+                Ok(ack) => return ack.sequence,
+                Err(_) => continue,
+            },
+            Err(_) => continue,
+        }
+    }
+}
+
+#[tokio::test]
+async fn records_of_another_writer_mid_burst_are_caught_up_and_nothing_is_doubled() {
+    let fabric = Fabric::start().await;
+    let nats = fabric.nats.client().await;
+    let js = jetstream::new(nats.clone());
+    let (sender, _sg) = fabric.agent_with_goal("sender").await;
+    // A flow the appender takes in with many publishes in flight (20 goals of 50: under the
+    // inbox's per-goal cap, so the stream keeps every one).
+    let mut receivers = Vec::new();
+    for n in 0..20 {
+        receivers.push(fabric.agent_with_goal(&format!("receiver-{n}")).await);
+    }
+    let (_audit, trail) = start_audit(&fabric.url(), fast_audit()).await;
+    let sender = Arc::new(sender);
+    let mut sends = Vec::new();
+    for worker in 0..20 {
+        let sender = Arc::clone(&sender);
+        sends.push(tokio::spawn(async move {
+            for n in 0..50 {
+                sender
+                    .send_to_peer(&format!("receiver-{worker}"), &format!("{n}"))
+                    .await
+                    .unwrap();
+                // Paced, so the flow outlasts the second writer's records.
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }));
+    }
+    // While it writes, a second writer gets records in between its own: the appender's
+    // publishes in flight fail their expected sequence, and it must catch up and send again.
+    let mut foreign = BTreeSet::new();
+    for n in 0..5 {
+        let id = format!("SECOND_WRITER:{n}");
+        append_as_another_writer(&js, &id).await;
+        foreign.insert(id);
+    }
+    for send in sends {
+        send.await.unwrap();
+    }
+    caught_up(&nats).await;
+
+    let records = switchboard_tests::audit_records(&nats).await;
+    let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+    for entry in &records {
+        *counts.entry(entry.record.id.as_str()).or_default() += 1;
+    }
+    let doubled: Vec<_> = counts.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(doubled.is_empty(), "records written twice: {doubled:?}");
+    let mut want = switchboard_tests::source_ids(&nats).await;
+    assert!(want.len() >= 1_000);
+    want.extend(foreign);
+    let recorded: BTreeSet<String> = counts.keys().map(|k| (*k).to_owned()).collect();
+    assert_eq!(
+        recorded, want,
+        "one record per source, and the second writer's"
+    );
+    // The second writer's records landed mid-burst: the appender wrote after each of them.
+    let last_foreign = records
+        .iter()
+        .filter(|e| e.record.id.starts_with("SECOND_WRITER:"))
+        .map(|e| e.seq)
+        .max()
+        .unwrap();
+    let after = records.iter().filter(|e| e.seq > last_foreign).count();
+    assert!(after > 0, "the second writer wrote after the flow");
+    eprintln!(
+        "records after the second writer's last: {after} of {}",
+        records.len()
+    );
+    let verified = audit_verify(&nats).await.unwrap();
+    assert!(verified.ok, "{verified:?}");
+    // The index holds exactly what the stream holds.
+    trail.catch_up().await.unwrap();
+    assert_eq!(trail.index().count().unwrap(), records.len() as u64);
+}

@@ -3,9 +3,10 @@
 //! be deleted at any time and is rebuilt by reading the stream again; rows below the stream's
 //! first sequence (aged out) are dropped.
 //!
-//! Calls are synchronous and short; the service runs them on blocking threads.
+//! Calls are synchronous and short; the service runs them on blocking threads (the appender's
+//! duplicate check, [`Index::has`], is answered from memory for every new source message).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Mutex;
 
 use rusqlite::{Connection, OptionalExtension, params};
@@ -38,6 +39,32 @@ impl From<serde_json::Error> for IndexError {
 #[derive(Debug)]
 pub struct Index {
     db: Mutex<Connection>,
+    /// Per source stream, a sequence no record id of that stream in the index is above (the
+    /// highest one inserted; pruning leaves it): an id `STREAM:n` above it has no record, which
+    /// [`Index::has`] knows without asking SQLite. Raised before the rows are inserted, so it
+    /// is never below a row a reader can see.
+    highest: Mutex<HashMap<String, u64>>,
+}
+
+/// The source stream and sequence of a record id (`AGENT_INBOX:42`), when it has that shape.
+fn source_of(id: &str) -> Option<(&str, u64)> {
+    let (stream, seq) = id.split_once(':')?;
+    Some((stream, seq.parse().ok()?))
+}
+
+/// The entry as the index stores it (`AuditEntry` as JSON: `seq`, `hash`, then the record's
+/// fields), made from the record's body as published, which is the record's own JSON: the
+/// same text `serde_json` writes for the entry, without encoding the record a second time.
+fn entry_json(entry: &AuditEntry, body: &[u8]) -> Result<String, IndexError> {
+    match std::str::from_utf8(body) {
+        Ok(text) if text.starts_with("{\"") => Ok(format!(
+            "{{\"seq\":{},\"hash\":\"{}\",{}",
+            entry.seq,
+            entry.hash,
+            &text[1..]
+        )),
+        _ => Ok(serde_json::to_string(entry)?),
+    }
 }
 
 fn nanos(at: time::OffsetDateTime) -> i64 {
@@ -85,7 +112,23 @@ impl Index {
              CREATE INDEX IF NOT EXISTS by_to ON records(to_agent);
              CREATE INDEX IF NOT EXISTS by_at ON records(at);",
         )?;
-        Ok(Self { db: Mutex::new(db) })
+        // The highest sequence per source stream (one pass over the ids, at open only).
+        let mut highest = HashMap::new();
+        {
+            let mut ids = db.prepare("SELECT id FROM records")?;
+            let mut rows = ids.query([])?;
+            while let Some(row) = rows.next()? {
+                let id = row.get_ref(0)?.as_str().unwrap_or_default();
+                if let Some((stream, seq)) = source_of(id) {
+                    let top = highest.entry(stream.to_owned()).or_insert(seq);
+                    *top = (*top).max(seq);
+                }
+            }
+        }
+        Ok(Self {
+            db: Mutex::new(db),
+            highest: Mutex::new(highest),
+        })
     }
 
     fn db(&self) -> Result<std::sync::MutexGuard<'_, Connection>, IndexError> {
@@ -107,17 +150,61 @@ impl Index {
             .map(|(seq, hash)| (u64::try_from(seq).unwrap_or(0), hash)))
     }
 
-    /// Whether an event id has a record.
+    fn highest(&self) -> Result<std::sync::MutexGuard<'_, HashMap<String, u64>>, IndexError> {
+        self.highest
+            .lock()
+            .map_err(|_| IndexError("the index lock is poisoned".to_owned()))
+    }
+
+    /// Whether an event id has a record. An id past the highest source sequence indexed (a
+    /// source seen for the first time) is answered from memory; others (redeliveries) are
+    /// looked up.
     pub fn has(&self, id: &str) -> Result<bool, IndexError> {
+        if let Some((stream, seq)) = source_of(id)
+            && self.highest()?.get(stream).is_none_or(|top| seq > *top)
+        {
+            return Ok(false);
+        }
         Ok(self
             .db()?
-            .query_row("SELECT 1 FROM records WHERE id = ?1", [id], |_| Ok(()))
+            .prepare_cached("SELECT 1 FROM records WHERE id = ?1")?
+            .query_row([id], |_| Ok(()))
             .optional()?
             .is_some())
     }
 
     /// Adds records (already in the stream); ones indexed before are skipped.
     pub fn insert(&self, entries: &[AuditEntry]) -> Result<(), IndexError> {
+        self.insert_rows(entries.iter().map(|entry| (entry, None)))
+    }
+
+    /// Adds records this replica published, each with its body as published (the record's
+    /// JSON, which the stored entry is made from); ones indexed before are skipped.
+    pub fn insert_published<'a, I>(&self, rows: I) -> Result<(), IndexError>
+    where
+        I: IntoIterator<Item = (&'a AuditEntry, &'a [u8])>,
+        I::IntoIter: Clone,
+    {
+        self.insert_rows(rows.into_iter().map(|(entry, body)| (entry, Some(body))))
+    }
+
+    fn insert_rows<'a>(
+        &self,
+        rows: impl Iterator<Item = (&'a AuditEntry, Option<&'a [u8]>)> + Clone,
+    ) -> Result<(), IndexError> {
+        {
+            let mut highest = self.highest()?;
+            for (entry, _) in rows.clone() {
+                if let Some((stream, seq)) = source_of(&entry.record.id) {
+                    match highest.get_mut(stream) {
+                        Some(top) => *top = (*top).max(seq),
+                        None => {
+                            highest.insert(stream.to_owned(), seq);
+                        }
+                    }
+                }
+            }
+        }
         let mut db = self.db()?;
         let tx = db.transaction()?;
         {
@@ -127,8 +214,12 @@ impl Index {
                    expects_reply, hash, entry)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
             )?;
-            for entry in entries {
+            for (entry, body) in rows {
                 let r = &entry.record;
+                let json = match body {
+                    Some(body) => entry_json(entry, body)?,
+                    None => serde_json::to_string(entry)?,
+                };
                 insert.execute(params![
                     i64::try_from(entry.seq).unwrap_or(i64::MAX),
                     r.id,
@@ -145,7 +236,7 @@ impl Index {
                     r.to_goal.map(|g| g.to_string()),
                     r.expects_reply,
                     entry.hash,
-                    serde_json::to_string(entry)?,
+                    json,
                 ])?;
             }
         }

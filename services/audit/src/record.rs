@@ -5,14 +5,22 @@
 //! was sent even when a producer's shape changes.
 
 use serde_json::Value;
-use switchboard_proto::audit::{AuditRecord, GENESIS_HASH, hash_hex};
+use switchboard_proto::audit::{AuditRecord, GENESIS_HASH};
 use switchboard_proto::{GoalId, INBOX_SUBJECT_PREFIX};
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-/// SHA-256 of a record body, lowercase hex.
+/// SHA-256 of a record body, lowercase hex (what `switchboard_proto::audit::hash_hex` writes,
+/// without a `format!` per byte: this runs once per record on the appender's task).
 pub fn hash(body: &[u8]) -> String {
-    hash_hex(ring::digest::digest(&ring::digest::SHA256, body).as_ref())
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let digest = ring::digest::digest(&ring::digest::SHA256, body);
+    let mut hex = String::with_capacity(digest.as_ref().len() * 2);
+    for byte in digest.as_ref() {
+        hex.push(char::from(DIGITS[usize::from(byte >> 4)]));
+        hex.push(char::from(DIGITS[usize::from(byte & 0x0f)]));
+    }
+    hex
 }
 
 fn uuid(value: &Value, field: &str) -> Option<Uuid> {
@@ -125,6 +133,21 @@ pub fn from_source(
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn the_hash_is_the_protocol_hex_of_the_sha256() {
+        for body in [&b""[..], b"{}", &[0xff; 1000]] {
+            let digest = ring::digest::digest(&ring::digest::SHA256, body);
+            assert_eq!(
+                hash(body),
+                switchboard_proto::audit::hash_hex(digest.as_ref())
+            );
+        }
+        assert_eq!(
+            hash(b""),
+            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+        );
+    }
 
     #[test]
     fn inbox_deliveries_and_events_get_their_ids() {

@@ -1,43 +1,66 @@
 //! Writing and reading `AGENT_AUDIT`.
 //!
 //! Ingest: durable pull consumers on `AGENT_INBOX` and `AGENT_EVENTS` (explicit ack) feed one
-//! appender per replica. The appender turns a batch of source messages into records, chains
-//! them (each body names the hash of the record before it; the body's SHA-256 travels in the
-//! `Switchboard-Audit-Hash` header), and publishes them pipelined, each with
+//! appender per replica. The appender turns each source message into a record, chains it on
+//! the record it sent before (each body names the hash of the record before it; the body's
+//! SHA-256 travels in the `Switchboard-Audit-Hash` header), and publishes it with
 //! `Nats-Expected-Last-Sequence` = the sequence it must follow and `Nats-Msg-Id` = its event id.
-//! A source message is acknowledged only after its record is stored and indexed.
+//! The chain fixes every record's sequence in advance, so the appender does not wait for the
+//! stream's acks of the records before: up to a window of publishes are in flight. Their acks
+//! are read in order; stored records are indexed in batches (one SQLite transaction each, on a
+//! blocking thread, beside the appender), and a source message is acknowledged only after its
+//! record is stored and indexed.
 //!
-//! Exactly once: an event id already in the index is acknowledged without a second record.
-//! The index is complete up to the appender's head; when another replica appended meanwhile,
-//! the expected-sequence check fails, the appender reads what it missed into the index (so
-//! the duplicate check sees it) and retries. So redeliveries, restarts and several replicas
-//! never write a record twice, and the chain has one order.
+//! Exactly once: an event id already in the index is acknowledged without a second record; one
+//! whose record is on its way (published, not yet indexed) waits for it. The appender chains
+//! on a head it knows: the index head (everything up to it is indexed) followed by its own
+//! records on their way, so every record it stores was checked against every record before it.
+//! When another replica appended meanwhile (or a publish failed), the expected-sequence check
+//! fails: the appender collects every publish still on its way, reads what it missed into the
+//! index (so the duplicate check sees it), and sends the sources not yet stored again. So
+//! redeliveries, restarts and several replicas never write a record twice, and the chain has
+//! one order.
 
+use std::collections::{HashSet, VecDeque};
+use std::future::{Future, IntoFuture};
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::HeaderMap;
 use async_nats::jetstream::consumer::{DeliverPolicy, ReplayPolicy, pull, push};
-use async_nats::jetstream::context::PublishErrorKind;
+use async_nats::jetstream::context::{PublishError, PublishErrorKind};
 use async_nats::jetstream::message::PublishMessage;
+use async_nats::jetstream::publish::PublishAck;
 use async_nats::jetstream::{self, stream};
 use bytes::Bytes;
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use switchboard_proto::audit::{
     AUDIT_RECORDS_SUBJECT, AuditEntry, AuditRecord, ChainBreak, GENESIS_HASH, HEADER_AUDIT_HASH,
     VerifyReply,
 };
 use switchboard_proto::{EVENTS_STREAM, INBOX_STREAM};
-use tokio::sync::{Mutex, mpsc};
+use tokio::sync::{Mutex, MutexGuard, mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::index::Index;
 use crate::record;
 
-/// Appends retried after another writer moved the stream.
+/// Recoveries in a row (each: collect, catch up, send again) without a record stored before
+/// the sources waiting are given up (they come back after the ack wait).
 const APPEND_ATTEMPTS: usize = 16;
+/// Publishes in flight per `batch` of the config (the window is 4 × `batch`, at most 4,000:
+/// the JetStream client allows 5,000 publishes awaiting their ack).
+const WINDOW_BATCHES: usize = 4;
+/// Stored batches waiting for the indexer (beyond the one it is inserting) before the appender
+/// waits for it.
+const INDEX_QUEUE: usize = 4;
 /// Records indexed per transaction while catching up.
 const CATCH_UP_BATCH: usize = 500;
+/// How long a query on the writing replica waits for the index to reach the stream's end.
+const FRESH_WAIT: Duration = Duration::from_secs(5);
+/// The pause after a recovery that could not reach the stream, before the appender goes on.
+const RECOVERY_PAUSE: Duration = Duration::from_millis(250);
 /// How long reading a range of the stream may take.
 const READ_TIMEOUT: Duration = Duration::from_secs(120);
 
@@ -63,6 +86,31 @@ impl From<crate::index::IndexError> for TrailError {
 struct Head {
     seq: u64,
     hash: String,
+    /// Its `Nats-Msg-Id`, when known: the next record is published with it as
+    /// `Nats-Expected-Last-Msg-Id` besides the expected sequence. The sequence alone would let
+    /// a pipelined record follow another writer's record that took the place of one of ours
+    /// whose publish failed; the id says which record it must follow.
+    msg_id: Option<String>,
+}
+
+impl Head {
+    /// The index's last row (the index has no gap below it), or the start of the stream. Its
+    /// message id is left unknown: the next record is checked by sequence only, which is safe
+    /// for the first record published after the head was read.
+    fn of_index(index: &Index) -> Result<Self, TrailError> {
+        Ok(match index.head()? {
+            Some((seq, hash)) => Self {
+                seq,
+                hash,
+                msg_id: None,
+            },
+            None => Self {
+                seq: 0,
+                hash: GENESIS_HASH.to_owned(),
+                msg_id: None,
+            },
+        })
+    }
 }
 
 /// The trail: the stream, the index, and the appender's head.
@@ -72,6 +120,9 @@ pub struct Trail {
     stream: stream::Stream,
     index: Arc<Index>,
     head: Mutex<Head>,
+    /// The highest sequence the index has taken in (records read or appended); a query on the
+    /// writing replica waits on it instead of reading the stream the appender is writing.
+    indexed: watch::Sender<u64>,
 }
 
 /// A source message waiting for its record.
@@ -165,17 +216,12 @@ impl Trail {
         stream: stream::Stream,
         index: Arc<Index>,
     ) -> Result<Self, TrailError> {
-        let head = match index.head()? {
-            Some((seq, hash)) => Head { seq, hash },
-            None => Head {
-                seq: 0,
-                hash: GENESIS_HASH.to_owned(),
-            },
-        };
+        let head = Head::of_index(&index)?;
         let trail = Self {
             js,
             stream,
             index,
+            indexed: watch::Sender::new(head.seq),
             head: Mutex::new(head),
         };
         trail.catch_up().await?;
@@ -189,9 +235,60 @@ impl Trail {
 
     /// Reads records appended since the head (by other replicas) into the index, and drops
     /// index rows the stream has aged out. Returns how many were read.
+    ///
+    /// On the writing replica the appender holds the head and indexes what it stores: this
+    /// then waits (at most [`FRESH_WAIT`]) until the index has reached the stream's last record
+    /// as of the call, or catches up itself if the appender lets go of the head meanwhile.
     pub async fn catch_up(&self) -> Result<usize, TrailError> {
-        let mut head = self.head.lock().await;
-        self.catch_up_locked(&mut head).await
+        if let Ok(mut head) = self.head.try_lock() {
+            return self.catch_up_locked(&mut head).await;
+        }
+        let mut stream = self.stream.clone();
+        let state = stream
+            .info()
+            .await
+            .map_err(|err| TrailError::of("reading the stream info", err))?
+            .state
+            .clone();
+        // Rows the stream has aged out go now (the appender's own catch-up runs between
+        // bursts only).
+        self.index.prune_below(state.first_sequence)?;
+        let last = state.last_sequence;
+        let mut indexed = self.indexed.subscribe();
+        let reached = async {
+            loop {
+                if *indexed.borrow_and_update() >= last {
+                    return Ok(0);
+                }
+                tokio::select! {
+                    changed = indexed.changed() => {
+                        if changed.is_err() {
+                            return Ok(0);
+                        }
+                    }
+                    mut head = self.head.lock() => return self.catch_up_locked(&mut head).await,
+                }
+            }
+        };
+        match tokio::time::timeout(FRESH_WAIT, reached).await {
+            Ok(read) => read,
+            Err(_) => {
+                tracing::debug!(
+                    last,
+                    "the index did not reach the stream's end in time; answering from it as it is"
+                );
+                Ok(0)
+            }
+        }
+    }
+
+    /// Notes that the index holds everything up to `seq`.
+    fn mark_indexed(&self, seq: u64) {
+        self.indexed.send_if_modified(|indexed| {
+            let moved = seq > *indexed;
+            *indexed = (*indexed).max(seq);
+            moved
+        });
     }
 
     async fn catch_up_locked(&self, head: &mut Head) -> Result<usize, TrailError> {
@@ -201,7 +298,12 @@ impl Trail {
         let mut last = None;
         read_range(&self.js, &self.stream, head.seq + 1, |stored| {
             let hash = stored_hash(&stored);
-            last = Some((stored.seq, hash.clone()));
+            let msg_id = stored
+                .headers
+                .as_ref()
+                .and_then(|h| h.get(async_nats::header::NATS_MESSAGE_ID))
+                .map(|id| id.as_str().to_owned());
+            last = Some((stored.seq, hash.clone(), msg_id));
             let record: AuditRecord = match serde_json::from_slice(&stored.payload) {
                 Ok(record) => record,
                 Err(err) => {
@@ -225,114 +327,24 @@ impl Trail {
         })
         .await?;
         self.index.insert(&batch)?;
-        if let Some((seq, hash)) = last {
-            head.seq = seq;
-            head.hash = hash;
+        if let Some((seq, hash, msg_id)) = last {
+            *head = Head { seq, hash, msg_id };
         }
+        self.mark_indexed(head.seq);
         let mut stream = self.stream.clone();
         if let Ok(info) = stream.info().await {
             self.index.prune_below(info.state.first_sequence)?;
             if info.state.messages == 0 && head.seq < info.state.last_sequence {
                 // Everything aged out: the next record follows the stream's last sequence and
                 // starts a new chain (verify checks from the oldest record kept).
-                head.seq = info.state.last_sequence;
-                head.hash = GENESIS_HASH.to_owned();
+                *head = Head {
+                    seq: info.state.last_sequence,
+                    hash: GENESIS_HASH.to_owned(),
+                    msg_id: None,
+                };
             }
         }
         Ok(read)
-    }
-
-    /// Appends the records of `sources` (skipping any already recorded) and acknowledges each
-    /// source once its record is stored and indexed. Returns how many records were written.
-    async fn append(&self, sources: Vec<Source>) -> Result<usize, TrailError> {
-        let mut head = self.head.lock().await;
-        let mut waiting = sources;
-        let mut written = 0;
-        for _ in 0..APPEND_ATTEMPTS {
-            let before_batch = head.clone();
-            // Exactly once: an event already recorded is only acknowledged.
-            let mut fresh = Vec::with_capacity(waiting.len());
-            for source in waiting {
-                if self.index.has(&source.record.id)? {
-                    ack(&source.message).await;
-                } else {
-                    fresh.push(source);
-                }
-            }
-            if fresh.is_empty() {
-                return Ok(written);
-            }
-            // Chain and send them all, then collect the acks in order.
-            let mut prev = head.hash.clone();
-            let mut sent = Vec::with_capacity(fresh.len());
-            for (i, source) in fresh.iter().enumerate() {
-                let mut record = source.record.clone();
-                record.prev_hash = prev.clone();
-                let body = serde_json::to_vec(&record)
-                    .map_err(|err| TrailError::of("encoding a record", err))?;
-                let hash = record::hash(&body);
-                prev = hash.clone();
-                let mut headers = switchboard_runtime::telemetry::traced_headers();
-                headers.insert(HEADER_AUDIT_HASH, hash.as_str());
-                let publish = PublishMessage::build()
-                    .payload(body.into())
-                    .headers(headers)
-                    .message_id(&record.id)
-                    .expected_last_sequence(head.seq + i as u64);
-                let ack = self.js.send_publish(AUDIT_RECORDS_SUBJECT, publish).await;
-                sent.push((record, hash, ack));
-            }
-            let mut committed = Vec::new();
-            let mut moved = false;
-            for (record, hash, ack) in sent {
-                if moved {
-                    continue;
-                }
-                let stored = match ack {
-                    Ok(future) => future.await,
-                    Err(err) => Err(err),
-                };
-                match stored {
-                    Ok(ack) if !ack.duplicate && ack.sequence == head.seq + 1 => {
-                        head.seq = ack.sequence;
-                        head.hash = hash.clone();
-                        committed.push(AuditEntry {
-                            seq: ack.sequence,
-                            hash,
-                            record,
-                        });
-                    }
-                    Ok(_) => moved = true,
-                    Err(err) if err.kind() == PublishErrorKind::WrongLastSequence => moved = true,
-                    Err(err) => {
-                        tracing::warn!(error = %err, "an audit record was not stored; retrying");
-                        moved = true;
-                    }
-                }
-            }
-            if let Err(err) = self.index.insert(&committed) {
-                // The records are stored but not indexed: rewind so the next catch-up reads
-                // them from the stream (and their redelivered sources find them recorded).
-                *head = before_batch;
-                return Err(err.into());
-            }
-            let done = committed.len();
-            written += done;
-            let mut rest = fresh.into_iter();
-            for source in rest.by_ref().take(done) {
-                ack(&source.message).await;
-            }
-            waiting = rest.collect();
-            if waiting.is_empty() {
-                return Ok(written);
-            }
-            // Someone else appended (or a publish failed): learn what is there, then retry.
-            self.catch_up_locked(&mut head).await?;
-        }
-        Err(TrailError(format!(
-            "{} records not appended after {APPEND_ATTEMPTS} attempts",
-            waiting.len()
-        )))
     }
 
     /// Walks the chain over everything the stream holds and reports the first break: a body
@@ -631,38 +643,421 @@ async fn write(
         }));
     }
     drop(tx);
+    // The appender owns the head while it writes: queries wait for its indexer instead of
+    // reading the stream it is writing (see `Trail::catch_up`).
+    let mut head = trail.head.lock().await;
+    let (jobs, job_rx) = mpsc::channel(INDEX_QUEUE);
+    let shared = Arc::new(Shared::default());
+    let indexer = tokio::spawn(index_stored(
+        Arc::clone(&trail),
+        job_rx,
+        Arc::clone(&shared),
+    ));
+    let mut appender = Appender {
+        trail: Arc::clone(&trail),
+        window: (batch * WINDOW_BATCHES).min(4_000),
+        batch,
+        tail: head.clone(),
+        sent: VecDeque::new(),
+        stored: Vec::new(),
+        jobs,
+        shared,
+        fruitless: 0,
+    };
     let mut ticker = tokio::time::interval(catch_up_every);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        let first = tokio::select! {
-            () = shutdown.cancelled() => break,
-            _ = ticker.tick() => {
-                if let Err(err) = trail.catch_up().await {
-                    tracing::warn!(error = %err, "audit catch-up failed");
-                }
-                continue;
-            }
-            next = rx.recv() => next,
-        };
-        let Some(first) = first else { break };
-        let mut sources = vec![first];
-        while sources.len() < batch {
-            match rx.try_recv() {
-                Ok(source) => sources.push(source),
-                Err(_) => break,
-            }
+        if appender.shared.index_failed() {
+            appender.recover(&mut head, Vec::new(), &shutdown).await;
         }
-        let count = sources.len();
-        match trail.append(sources).await {
-            Ok(written) => tracing::debug!(count, written, "audit batch appended"),
-            // The sources stay unacknowledged and come back after the ack wait.
-            Err(err) => tracing::error!(error = %err, count, "audit batch not appended"),
+        let room = appender.sent.len() < appender.window;
+        tokio::select! {
+            biased;
+            () = shutdown.cancelled() => break,
+            acked = front_ack(&mut appender.sent), if !appender.sent.is_empty() => {
+                appender.settle(&mut head, acked, &shutdown).await;
+            }
+            next = rx.recv(), if room => match next {
+                Some(source) => appender.offer(source).await,
+                None => break,
+            },
+            _ = ticker.tick() => {
+                // Between bursts only: the catch-up reads from the head, which must be where
+                // the last stored record is, and the index must hold everything before it.
+                if appender.sent.is_empty() && appender.drain().await {
+                    if let Err(err) = trail.catch_up_locked(&mut head).await {
+                        tracing::warn!(error = %err, "audit catch-up failed");
+                    }
+                    appender.tail = head.clone();
+                }
+            }
         }
     }
+    // Stopping: collect the acks of what was sent (their sources are acknowledged once
+    // indexed), so the index holds every record this replica stored before it lets go.
+    while !appender.sent.is_empty() {
+        let acked = front_ack(&mut appender.sent).await;
+        appender.settle(&mut head, acked, &shutdown).await;
+    }
+    appender.drain().await;
+    if appender.shared.index_failed() {
+        // The index stops at its last row without a gap: the next catch-up starts there.
+        match Head::of_index(&trail.index) {
+            Ok(read) => *head = read,
+            Err(err) => tracing::error!(error = %err, "audit index unreadable"),
+        }
+    }
+    drop(appender);
+    drop(head);
+    let _ = indexer.await;
     for feeder in feeders {
         feeder.abort();
     }
     Ok(())
+}
+
+/// The ack of the oldest record in flight.
+async fn front_ack(sent: &mut VecDeque<Sent>) -> Result<PublishAck, PublishError> {
+    match sent.front_mut() {
+        Some(front) => front.ack.as_mut().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// A record published, waiting for the stream's ack.
+struct Sent {
+    source: Source,
+    /// The sequence it must be stored at.
+    seq: u64,
+    hash: String,
+    body: Bytes,
+    ack: Pin<Box<dyn Future<Output = Result<PublishAck, PublishError>> + Send>>,
+}
+
+/// A record stored, waiting for the indexer (its source is acknowledged once it is indexed).
+struct Committed {
+    entry: AuditEntry,
+    body: Bytes,
+    message: jetstream::Message,
+}
+
+/// What the appender asks of the indexer.
+enum IndexJob {
+    /// Index these stored records (in stream order), then acknowledge their sources.
+    Rows(Vec<Committed>),
+    /// Answer once every job before this one is done.
+    Drained(oneshot::Sender<()>),
+}
+
+/// What the appender and its indexer share.
+#[derive(Default)]
+struct Shared {
+    /// Ids of records sent and not yet indexed (a source arriving again meanwhile is dropped:
+    /// its first delivery is acknowledged when the record is indexed).
+    on_way: std::sync::Mutex<HashSet<String>>,
+    /// An insert failed: the indexer skips what follows (so the index has no gap) until the
+    /// appender recovers by reading the stream from the index's last row.
+    failed: std::sync::atomic::AtomicBool,
+}
+
+impl Shared {
+    fn on_way(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
+        self.on_way
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn index_failed(&self) -> bool {
+        self.failed.load(std::sync::atomic::Ordering::Acquire)
+    }
+}
+
+/// Indexes stored records in order, one transaction per job, on a blocking thread beside the
+/// appender, then acknowledges their sources.
+async fn index_stored(trail: Arc<Trail>, mut jobs: mpsc::Receiver<IndexJob>, shared: Arc<Shared>) {
+    while let Some(job) = jobs.recv().await {
+        let rows = match job {
+            IndexJob::Drained(done) => {
+                let _ = done.send(());
+                continue;
+            }
+            IndexJob::Rows(rows) => rows,
+        };
+        if rows.is_empty() || shared.index_failed() {
+            continue;
+        }
+        let index = trail.index();
+        let inserted = tokio::task::spawn_blocking(move || {
+            let result =
+                index.insert_published(rows.iter().map(|row| (&row.entry, row.body.as_ref())));
+            (rows, result)
+        })
+        .await;
+        let (rows, result) = match inserted {
+            Ok(done) => done,
+            Err(err) => {
+                tracing::error!(error = %err, "audit indexer stopped");
+                shared
+                    .failed
+                    .store(true, std::sync::atomic::Ordering::Release);
+                continue;
+            }
+        };
+        if let Err(err) = result {
+            // Stored but not indexed: the sources stay unacknowledged, and the appender's
+            // recovery reads these records from the stream into the index.
+            tracing::error!(error = %err, "audit records stored but not indexed; recovering");
+            shared
+                .failed
+                .store(true, std::sync::atomic::Ordering::Release);
+            continue;
+        }
+        {
+            let mut on_way = shared.on_way();
+            for row in &rows {
+                on_way.remove(&row.entry.record.id);
+            }
+        }
+        if let Some(last) = rows.last() {
+            trail.mark_indexed(last.entry.seq);
+        }
+        for row in &rows {
+            ack(&row.message).await;
+        }
+    }
+}
+
+/// The writing replica's appender: chains each new source on the record sent before it and
+/// keeps up to `window` publishes in flight.
+struct Appender {
+    trail: Arc<Trail>,
+    window: usize,
+    batch: usize,
+    /// The last record sent (the head when nothing is in flight).
+    tail: Head,
+    /// Records in flight, oldest first.
+    sent: VecDeque<Sent>,
+    /// Records stored since the last job handed to the indexer.
+    stored: Vec<Committed>,
+    jobs: mpsc::Sender<IndexJob>,
+    shared: Arc<Shared>,
+    /// Recoveries since a record was last stored.
+    fruitless: usize,
+}
+
+impl Appender {
+    /// Takes a source: acknowledges it if its record exists, drops it if its record is on its
+    /// way, or sends its record.
+    async fn offer(&mut self, source: Source) {
+        let id = source.record.id.as_str();
+        // `on_way` first: the indexer inserts a row before it forgets the id, so a record is
+        // always in one of the two.
+        if self.shared.on_way().contains(id) {
+            tracing::debug!(id, "source delivered again while its record is on its way");
+            return;
+        }
+        match self.trail.index.has(id) {
+            Ok(true) => ack(&source.message).await,
+            Ok(false) => self.send(source).await,
+            Err(err) => {
+                tracing::error!(error = %err, id, "audit index unreadable; the source comes back later");
+            }
+        }
+    }
+
+    /// Chains the source's record on the tail and publishes it.
+    async fn send(&mut self, source: Source) {
+        let Source {
+            mut record,
+            message,
+        } = source;
+        record.prev_hash = self.tail.hash.clone();
+        let body = match serde_json::to_vec(&record) {
+            Ok(body) => Bytes::from(body),
+            Err(err) => {
+                tracing::error!(error = %err, id = %record.id, "audit record not encodable");
+                return;
+            }
+        };
+        let hash = record::hash(&body);
+        let mut headers = switchboard_runtime::telemetry::traced_headers();
+        headers.insert(HEADER_AUDIT_HASH, hash.as_str());
+        let mut publish = PublishMessage::build()
+            .payload(body.clone())
+            .headers(headers)
+            .message_id(&record.id)
+            .expected_last_sequence(self.tail.seq);
+        if let Some(last_id) = &self.tail.msg_id {
+            publish = publish.expected_last_message_id(last_id);
+        }
+        let ack = match self
+            .trail
+            .js
+            .send_publish(AUDIT_RECORDS_SUBJECT, publish)
+            .await
+        {
+            Ok(future) => future.into_future(),
+            Err(err) => futures::future::ready(Err(err)).boxed(),
+        };
+        self.shared.on_way().insert(record.id.clone());
+        self.tail = Head {
+            seq: self.tail.seq + 1,
+            hash: hash.clone(),
+            msg_id: Some(record.id.clone()),
+        };
+        self.sent.push_back(Sent {
+            source: Source { record, message },
+            seq: self.tail.seq,
+            hash,
+            body,
+            ack,
+        });
+    }
+
+    /// Takes the oldest record's ack: stored where it was meant to go, it moves the head and
+    /// goes to the indexer; anything else (another writer moved the stream, a publish failed
+    /// or timed out) starts a recovery.
+    async fn settle(
+        &mut self,
+        head: &mut MutexGuard<'_, Head>,
+        acked: Result<PublishAck, PublishError>,
+        shutdown: &CancellationToken,
+    ) {
+        let Some(front) = self.sent.pop_front() else {
+            return;
+        };
+        match acked {
+            Ok(ack) if !ack.duplicate && ack.sequence == front.seq && front.seq == head.seq + 1 => {
+                head.seq = front.seq;
+                head.hash = front.hash.clone();
+                head.msg_id = Some(front.source.record.id.clone());
+                self.fruitless = 0;
+                self.stored.push(Committed {
+                    entry: AuditEntry {
+                        seq: front.seq,
+                        hash: front.hash,
+                        record: front.source.record,
+                    },
+                    body: front.body,
+                    message: front.source.message,
+                });
+                if self.stored.len() >= self.batch || self.sent.is_empty() {
+                    self.hand_over().await;
+                }
+            }
+            other => {
+                match other {
+                    Err(err) if err.kind() == PublishErrorKind::WrongLastSequence => {
+                        tracing::debug!("another writer moved the audit stream; catching up");
+                    }
+                    Err(err) => {
+                        tracing::warn!(error = %err, "an audit record was not stored; recovering")
+                    }
+                    Ok(ack) => tracing::debug!(
+                        duplicate = ack.duplicate,
+                        sequence = ack.sequence,
+                        expected = front.seq,
+                        "an audit record was not stored where expected; catching up"
+                    ),
+                }
+                self.recover(head, vec![front.source], shutdown).await;
+            }
+        }
+    }
+
+    /// Hands the records stored so far to the indexer.
+    async fn hand_over(&mut self) {
+        if self.stored.is_empty() {
+            return;
+        }
+        let rows = std::mem::take(&mut self.stored);
+        if self.jobs.send(IndexJob::Rows(rows)).await.is_err() {
+            self.shared
+                .failed
+                .store(true, std::sync::atomic::Ordering::Release);
+        }
+    }
+
+    /// Hands over what is stored and waits until the indexer has done every job; false if the
+    /// indexer is gone.
+    async fn drain(&mut self) -> bool {
+        self.hand_over().await;
+        let (done, drained) = oneshot::channel();
+        self.jobs.send(IndexJob::Drained(done)).await.is_ok() && drained.await.is_ok()
+    }
+
+    /// Brings the head back to what the stream holds after a record was not stored where it
+    /// was meant to go: collects every publish still in flight, lets the indexer finish,
+    /// reads what the stream holds beyond the head into the index (records of another writer,
+    /// or its own whose ack was lost), then offers the sources not yet recorded again, chained
+    /// on the new head. If the stream cannot be read, they are left unacknowledged: they come
+    /// back after the ack wait.
+    async fn recover(
+        &mut self,
+        head: &mut MutexGuard<'_, Head>,
+        mut waiting: Vec<Source>,
+        shutdown: &CancellationToken,
+    ) {
+        waiting.extend(
+            self.in_flight_sources()
+                .await
+                .into_iter()
+                .map(|sent| sent.source),
+        );
+        let drained = self.drain().await;
+        if self.shared.index_failed() || !drained {
+            // The index has no gap below its last row: read the stream from there.
+            match Head::of_index(&self.trail.index) {
+                Ok(read) => **head = read,
+                Err(err) => tracing::error!(error = %err, "audit index unreadable"),
+            }
+        }
+        let caught_up = self.trail.catch_up_locked(head).await;
+        self.tail = (**head).clone();
+        match caught_up {
+            Ok(_) => {
+                self.shared.on_way().clear();
+                self.shared
+                    .failed
+                    .store(false, std::sync::atomic::Ordering::Release);
+            }
+            Err(err) => {
+                tracing::warn!(error = %err, count = waiting.len(), "audit stream unreadable; its sources come back after the ack wait");
+                self.shared.on_way().clear();
+                tokio::select! {
+                    () = shutdown.cancelled() => {}
+                    () = tokio::time::sleep(RECOVERY_PAUSE) => {}
+                }
+                return;
+            }
+        }
+        if shutdown.is_cancelled() {
+            // Stopping (or the lease was lost): another writer takes the sources over.
+            return;
+        }
+        self.fruitless += 1;
+        if self.fruitless > APPEND_ATTEMPTS {
+            tracing::error!(
+                count = waiting.len(),
+                "audit records not appended after {APPEND_ATTEMPTS} recoveries; their sources come back after the ack wait"
+            );
+            self.fruitless = 0;
+            return;
+        }
+        for source in waiting {
+            self.offer(source).await;
+        }
+    }
+
+    /// Every record still in flight, once its ack (or its failure) has arrived.
+    async fn in_flight_sources(&mut self) -> Vec<Sent> {
+        let mut all = Vec::with_capacity(self.sent.len());
+        while let Some(mut sent) = self.sent.pop_front() {
+            let _ = sent.ack.as_mut().await;
+            all.push(sent);
+        }
+        all
+    }
 }
 
 /// Pulls a source consumer into the appender's channel.
