@@ -15,7 +15,7 @@ test: nats-server py-venv
 # docs/performance.md. BENCH_OPS (default 400) and BENCH_AGENTS (default 10000) scale it.
 bench: nats-server
 	cargo build --release --locked --bins
-	BENCH_WRITE=docs/performance.md cargo bench --locked -p switchboard-tests --bench report
+	BENCH_WRITE=$(CURDIR)/docs/performance.md cargo bench --locked -p switchboard-tests --bench report
 
 # What CI checks besides the tests.
 lint:

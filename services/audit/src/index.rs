@@ -76,10 +76,13 @@ fn opt(id: Option<Uuid>) -> Option<String> {
 }
 
 impl Index {
-    /// Opens (or creates) the index at `path`; an empty path keeps it in memory.
+    /// Opens (or creates) the index at `path`. An empty path makes a private temporary file
+    /// (SQLite's own, deleted when the index closes): the index is rebuilt at every start as
+    /// if it were in memory, but only its page cache is (an in-memory index held ~8 KiB per
+    /// record, 660 MiB at 83,000 records in `make bench`).
     pub fn open(path: &str) -> Result<Self, IndexError> {
         let db = if path.is_empty() {
-            Connection::open_in_memory()?
+            Connection::open("")?
         } else {
             if let Some(dir) = std::path::Path::new(path).parent()
                 && !dir.as_os_str().is_empty()
@@ -91,6 +94,7 @@ impl Index {
         db.execute_batch(
             "PRAGMA journal_mode = WAL;
              PRAGMA synchronous = NORMAL;
+             PRAGMA cache_size = -8192;
              CREATE TABLE IF NOT EXISTS records (
                  seq INTEGER PRIMARY KEY,
                  id TEXT NOT NULL UNIQUE,
