@@ -28,7 +28,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::HeaderMap;
-use async_nats::jetstream::consumer::{DeliverPolicy, ReplayPolicy, pull, push};
+use async_nats::jetstream::consumer::{DeliverPolicy, ReplayPolicy, pull};
 use async_nats::jetstream::context::{PublishError, PublishErrorKind};
 use async_nats::jetstream::message::PublishMessage;
 use async_nats::jetstream::publish::PublishAck;
@@ -144,7 +144,6 @@ pub struct Stored {
 /// Reads `stream` from `from` (inclusive) to its last message at the time of the call, in
 /// order, handing each message to `each`.
 pub async fn read_range(
-    js: &jetstream::Context,
     stream: &stream::Stream,
     from: u64,
     mut each: impl FnMut(Stored) -> Result<(), TrailError>,
@@ -159,9 +158,11 @@ pub async fn read_range(
     if info.state.messages == 0 || from > last {
         return Ok(());
     }
+    // An ordered *pull* consumer: it fetches in batches as the reader goes, so a large trail
+    // read at start-up is never buffered whole in the client (an ordered push consumer ran
+    // ahead of the index inserts and the audit's RSS kept the high-water mark).
     let consumer = stream
-        .create_consumer(push::OrderedConfig {
-            deliver_subject: js.client().new_inbox(),
+        .create_consumer(pull::OrderedConfig {
             deliver_policy: DeliverPolicy::ByStartSequence {
                 start_sequence: from,
             },
@@ -296,7 +297,7 @@ impl Trail {
         let mut read = 0;
         let index = Arc::clone(&self.index);
         let mut last = None;
-        read_range(&self.js, &self.stream, head.seq + 1, |stored| {
+        read_range(&self.stream, head.seq + 1, |stored| {
             let hash = stored_hash(&stored);
             let msg_id = stored
                 .headers
@@ -360,7 +361,7 @@ impl Trail {
             first_break: None,
         };
         let mut prev: Option<(u64, String)> = None;
-        read_range(&self.js, &self.stream, 1, |stored| {
+        read_range(&self.stream, 1, |stored| {
             if reply.records == 0 {
                 reply.first_seq = stored.seq;
             }
