@@ -43,6 +43,17 @@ async fn caught_up(nats: &async_nats::Client) {
     );
 }
 
+/// The ids recorded, each checked to have exactly one record.
+fn recorded_once(records: &[AuditEntry]) -> BTreeSet<String> {
+    let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+    for entry in records {
+        *counts.entry(entry.record.id.as_str()).or_default() += 1;
+    }
+    let doubled: Vec<_> = counts.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(doubled.is_empty(), "records written twice: {doubled:?}");
+    counts.keys().map(|k| (*k).to_owned()).collect()
+}
+
 fn kinds(records: &[AuditEntry]) -> Vec<String> {
     records.iter().map(|e| e.record.kind.clone()).collect()
 }
@@ -534,14 +545,8 @@ async fn a_killed_audit_service_loses_and_doubles_nothing_and_a_fresh_index_matc
     caught_up(&nats).await;
 
     let records = switchboard_tests::audit_records(&nats).await;
-    let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
-    for entry in &records {
-        *counts.entry(entry.record.id.as_str()).or_default() += 1;
-    }
-    let doubled: Vec<_> = counts.iter().filter(|(_, n)| **n > 1).collect();
-    assert!(doubled.is_empty(), "records written twice: {doubled:?}");
+    let recorded = recorded_once(&records);
     let sources = switchboard_tests::source_ids(&nats).await;
-    let recorded: BTreeSet<String> = counts.keys().map(|k| (*k).to_owned()).collect();
     assert_eq!(recorded, sources, "one record per source message, no more");
     assert!(records.len() >= 150);
     assert!(
@@ -783,16 +788,10 @@ async fn records_of_another_writer_mid_burst_are_caught_up_and_nothing_is_double
     caught_up(&nats).await;
 
     let records = switchboard_tests::audit_records(&nats).await;
-    let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
-    for entry in &records {
-        *counts.entry(entry.record.id.as_str()).or_default() += 1;
-    }
-    let doubled: Vec<_> = counts.iter().filter(|(_, n)| **n > 1).collect();
-    assert!(doubled.is_empty(), "records written twice: {doubled:?}");
+    let recorded = recorded_once(&records);
     let mut want = switchboard_tests::source_ids(&nats).await;
     assert!(want.len() >= 1_000);
     want.extend(foreign);
-    let recorded: BTreeSet<String> = counts.keys().map(|k| (*k).to_owned()).collect();
     assert_eq!(
         recorded, want,
         "one record per source, and the second writer's"

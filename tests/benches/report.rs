@@ -570,21 +570,7 @@ async fn fill_and_consume_raw(js: &jetstream::Context, count: usize) -> (f64, u6
     for ack in acks {
         ack.await.unwrap();
     }
-    let raw = js
-        .get_stream(INBOX_STREAM)
-        .await
-        .unwrap()
-        .create_consumer(consumer::pull::Config {
-            durable_name: Some("bench-raw".into()),
-            ack_policy: consumer::AckPolicy::Explicit,
-            deliver_policy: consumer::DeliverPolicy::ByStartSequence {
-                start_sequence: first,
-            },
-            max_ack_pending: 4096,
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    let raw = backlog_reader(js, "bench-raw", first).await;
     let mut messages = raw.messages().await.unwrap();
     let mut read = 0;
     let mut began = None;
@@ -596,6 +582,28 @@ async fn fill_and_consume_raw(js: &jetstream::Context, count: usize) -> (f64, u6
     }
     let elapsed = began.map(|at| at.elapsed()).unwrap_or_default();
     ((count - 1) as f64 / elapsed.as_secs_f64(), first)
+}
+
+/// A durable pull consumer (explicit ack) named `name` reading `AGENT_INBOX` from `first`.
+async fn backlog_reader(
+    js: &jetstream::Context,
+    name: &str,
+    first: u64,
+) -> consumer::Consumer<consumer::pull::Config> {
+    js.get_stream(INBOX_STREAM)
+        .await
+        .unwrap()
+        .create_consumer(consumer::pull::Config {
+            durable_name: Some(name.into()),
+            ack_policy: consumer::AckPolicy::Explicit,
+            deliver_policy: consumer::DeliverPolicy::ByStartSequence {
+                start_sequence: first,
+            },
+            max_ack_pending: 4096,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
 }
 
 /// The least broker work audit ingest needs, without the audit: a durable pull consumer reads
@@ -611,21 +619,7 @@ async fn consume_and_store_raw(js: &jetstream::Context, first: u64, count: usize
     config.subjects = vec!["bench.floor".into()];
     let store = js.get_or_create_stream(config).await.unwrap();
     let mut last = store.get_info().await.unwrap().state.last_sequence;
-    let source = js
-        .get_stream(INBOX_STREAM)
-        .await
-        .unwrap()
-        .create_consumer(consumer::pull::Config {
-            durable_name: Some("bench-floor".into()),
-            ack_policy: consumer::AckPolicy::Explicit,
-            deliver_policy: consumer::DeliverPolicy::ByStartSequence {
-                start_sequence: first,
-            },
-            max_ack_pending: 4096,
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    let source = backlog_reader(js, "bench-floor", first).await;
     let mut messages = source.messages().await.unwrap();
     let mut in_flight = std::collections::VecDeque::new();
     let (mut received, mut done) = (0, 0);
