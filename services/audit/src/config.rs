@@ -23,6 +23,11 @@ pub struct AuditConfig {
     /// this; when it stops renewing, another replica takes over after this long, in
     /// milliseconds.
     pub lease_ttl_ms: u64,
+    /// The audit binary's CPU priority, as a Linux nice value (0 to 19; 0 leaves it as it
+    /// is). The trail is written asynchronously, so where the audit shares cores with
+    /// nats-server and the message path it yields to them and catches up when they are idle.
+    /// Only the `audit` binary applies it (`switchboard up` runs every service in one process).
+    pub nice: i32,
 }
 
 impl Default for AuditConfig {
@@ -34,14 +39,17 @@ impl Default for AuditConfig {
             consumer: "audit".to_owned(),
             ack_wait_ms: 30_000,
             lease_ttl_ms: 10_000,
+            nice: 10,
         }
     }
 }
 
 impl switchboard_runtime::config::Section for AuditConfig {
     fn validate(&self) -> Result<(), String> {
-        // Every publish of a batch is sent before its acks are awaited; the client allows
-        // 5,000 outstanding acks, so a batch stays well below that.
+        // Up to 4 × batch publishes are in flight; the client allows 5,000 outstanding acks.
+        if !(0..=19).contains(&self.nice) {
+            return Err(format!("nice must be 0 to 19, not {}", self.nice));
+        }
         if self.batch == 0 || self.batch > 1_000 {
             return Err(format!("batch must be 1 to 1000, not {}", self.batch));
         }

@@ -130,3 +130,34 @@ pub async fn run(
     start(client, runtime, config).await?.run(shutdown).await;
     Ok(())
 }
+
+/// Sets every thread of this process to the CPU priority `nice` (a Linux nice value; 0 leaves
+/// them as they are). Threads started later inherit it from the thread that starts them. The
+/// `audit` binary calls this with `audit.nice`: the trail is written asynchronously, so on
+/// cores shared with nats-server and the message path it yields and catches up when they are
+/// idle. Failures are logged, not fatal (the audit works at any priority).
+pub fn yield_cpu(nice: i32) {
+    if nice == 0 {
+        return;
+    }
+    let tasks = match std::fs::read_dir("/proc/self/task") {
+        Ok(tasks) => tasks,
+        Err(err) => {
+            tracing::debug!(error = %err, "threads not listed; the audit keeps its CPU priority");
+            return;
+        }
+    };
+    for task in tasks.flatten() {
+        let tid = task
+            .file_name()
+            .to_str()
+            .and_then(|name| name.parse::<i32>().ok())
+            .and_then(rustix::process::Pid::from_raw);
+        if let Some(tid) = tid
+            && let Err(err) = rustix::process::setpriority_process(Some(tid), nice)
+        {
+            tracing::debug!(error = %err, "a thread kept its CPU priority");
+        }
+    }
+    tracing::info!(nice, "audit CPU priority lowered");
+}

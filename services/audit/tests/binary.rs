@@ -1,5 +1,5 @@
 //! The `audit` binary as deployed: configured by environment, serving, stopping cleanly on
-//! SIGTERM, refusing bad configuration with exit code 64.
+//! SIGTERM, running at its lower CPU priority, refusing bad configuration with exit code 64.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
@@ -29,6 +29,19 @@ async fn serves_from_env_config_and_stops_on_sigterm() {
     assert_eq!(body["ok"], true, "{body}");
     assert_eq!(body["records"], 0);
     assert!(path.exists(), "the index file is created");
+    // It runs at `audit.nice` (10 by default), every thread of it.
+    let pid = service.pid().unwrap();
+    let tasks: Vec<_> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .flatten()
+        .collect();
+    assert!(!tasks.is_empty());
+    for task in tasks {
+        let stat = std::fs::read_to_string(task.path().join("stat")).unwrap();
+        // Fields after the command's closing parenthesis; nice is field 19 of stat(5).
+        let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..].split(' ').collect();
+        assert_eq!(fields[16], "10", "thread {:?}: {stat}", task.file_name());
+    }
     let status = service.terminate().await;
     assert!(status.success(), "clean exit, got {status:?}");
 }
@@ -40,6 +53,7 @@ async fn bad_configuration_exits_64_with_one_clear_line() {
     settings.push(("SWITCHBOARD_AUDIT__CONSUMER", "a.b"));
     settings.push(("SWITCHBOARD_AUDIT__ACK_WAIT_MS", "soon"));
     settings.push(("SWITCHBOARD_AUDIT__INDEX", "x"));
+    settings.push(("SWITCHBOARD_AUDIT__NICE", "20"));
     for (key, value) in settings {
         let (code, stderr) = config_error(BIN, key, value).await;
         assert_eq!(code, Some(64), "{key}={value}: {stderr}");

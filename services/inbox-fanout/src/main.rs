@@ -1,7 +1,6 @@
 //! `inbox-fanout` binary: wiring only (see `switchboard_runtime::service::main`).
 
-#[tokio::main]
-async fn main() -> std::process::ExitCode {
+fn main() -> std::process::ExitCode {
     switchboard_runtime::service::main(
         "inbox-fanout",
         inbox_fanout::config::SECTION,
@@ -9,5 +8,4 @@ async fn main() -> std::process::ExitCode {
             inbox_fanout::run(&client, &runtime, config, shutdown).await
         },
     )
-    .await
 }

@@ -1,7 +1,6 @@
 //! `reply-correlator` binary: wiring only (see `switchboard_runtime::service::main`).
 
-#[tokio::main]
-async fn main() -> std::process::ExitCode {
+fn main() -> std::process::ExitCode {
     switchboard_runtime::service::main(
         "reply-correlator",
         reply_correlator::config::SECTION,
@@ -9,5 +8,4 @@ async fn main() -> std::process::ExitCode {
             reply_correlator::run(&client, &runtime, config, shutdown).await
         },
     )
-    .await
 }

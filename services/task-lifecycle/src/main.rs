@@ -1,7 +1,6 @@
 //! `task-lifecycle` binary: wiring only (see `switchboard_runtime::service::main`).
 
-#[tokio::main]
-async fn main() -> std::process::ExitCode {
+fn main() -> std::process::ExitCode {
     switchboard_runtime::service::main(
         "task-lifecycle",
         task_lifecycle::config::SECTION,
@@ -9,5 +8,4 @@ async fn main() -> std::process::ExitCode {
             task_lifecycle::run(&client, &runtime, config, shutdown).await
         },
     )
-    .await
 }

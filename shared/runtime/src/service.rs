@@ -8,8 +8,7 @@
 //! #   pub async fn run(_: &async_nats::Client, _: &switchboard_runtime::RuntimeConfig,
 //! #       _: DirectoryConfig, _: switchboard_runtime::CancellationToken)
 //! #       -> Result<(), std::io::Error> { Ok(()) } }
-//! #[tokio::main]
-//! async fn main() -> std::process::ExitCode {
+//! fn main() -> std::process::ExitCode {
 //!     switchboard_runtime::service::main(
 //!         "directory",
 //!         directory::config::SECTION,
@@ -17,9 +16,12 @@
 //!             directory::run(&client, &runtime, config, shutdown).await
 //!         },
 //!     )
-//!     .await
 //! }
 //! ```
+//!
+//! The async runtime is built from the configuration (`worker_threads`): one thread by default,
+//! so a request's hops inside the service (connection, handler, publish, ack) wake no other
+//! thread.
 
 use std::fmt::Display;
 use std::future::Future;
@@ -39,7 +41,7 @@ pub const EXIT_BAD_CONFIG: u8 = 64;
 /// it is healthy, 1 when not: NATS reachable with the same configuration, JetStream answering,
 /// and *this host's* instance answering a micro `PING` addressed to its own id (which it wrote
 /// to [`micro::health_id_file`] at start), so a process that lost NATS or stopped serving fails.
-pub async fn main<C, F, Fut, E>(name: &'static str, section: &str, run: F) -> ExitCode
+pub fn main<C, F, Fut, E>(name: &'static str, section: &str, run: F) -> ExitCode
 where
     C: config::Section,
     F: FnOnce(Client, RuntimeConfig, C, CancellationToken) -> Fut,
@@ -58,6 +60,43 @@ where
             return ExitCode::from(EXIT_BAD_CONFIG);
         }
     };
+    match async_runtime(runtime.worker_threads) {
+        Ok(tokio) => tokio.block_on(serve(name, runtime, service, run)),
+        Err(err) => {
+            eprintln!("{name}: cannot start the async runtime: {err}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The async runtime for `worker_threads` (see [`RuntimeConfig::worker_threads`]): 1 is a
+/// current-thread runtime, 0 a multi-thread runtime with a worker per core, N one with N.
+pub fn async_runtime(worker_threads: usize) -> std::io::Result<tokio::runtime::Runtime> {
+    let mut builder = if worker_threads == 1 {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        let mut builder = tokio::runtime::Builder::new_multi_thread();
+        if worker_threads > 1 {
+            builder.worker_threads(worker_threads);
+        }
+        builder
+    };
+    builder.enable_all().build()
+}
+
+/// The service once its configuration is read: health check or run.
+async fn serve<C, F, Fut, E>(
+    name: &'static str,
+    runtime: RuntimeConfig,
+    service: C,
+    run: F,
+) -> ExitCode
+where
+    C: config::Section,
+    F: FnOnce(Client, RuntimeConfig, C, CancellationToken) -> Fut,
+    Fut: Future<Output = Result<(), E>>,
+    E: Display,
+{
     if std::env::args().nth(1).as_deref() == Some("health") {
         return match health(name, &runtime).await {
             Ok(report) => {
@@ -185,4 +224,24 @@ pub enum StartError {
     /// The micro service could not start.
     #[error(transparent)]
     Micro(#[from] micro::MicroError),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::async_runtime;
+    use tokio::runtime::RuntimeFlavor;
+
+    #[test]
+    fn worker_threads_choose_the_runtime() {
+        let flavor = |threads| {
+            async_runtime(threads)
+                .map(|rt| rt.handle().runtime_flavor())
+                .ok()
+        };
+        assert_eq!(flavor(1), Some(RuntimeFlavor::CurrentThread));
+        assert_eq!(flavor(0), Some(RuntimeFlavor::MultiThread));
+        assert_eq!(flavor(3), Some(RuntimeFlavor::MultiThread));
+        let three = async_runtime(3).map(|rt| rt.metrics().num_workers()).ok();
+        assert_eq!(three, Some(3));
+    }
 }
