@@ -221,9 +221,6 @@ impl Correlator {
                 ),
             )
         };
-        if self.store.outgoing_count(caller).await? >= self.config.max_open_calls {
-            return Err(too_many());
-        }
         let correlation_id = new_id();
         let record = PendingCall {
             correlation_id,
@@ -241,9 +238,10 @@ impl Correlator {
             deadline: now
                 + time::Duration::milliseconds(i64::try_from(timeout_ms).unwrap_or(i64::MAX)),
         };
-        let stored = self.store.create(&record).await?;
-        // Two calls racing past the count both see it now; the later ones step back.
-        if self.store.outgoing_count(caller).await? > self.config.max_open_calls {
+        // Counted once the call is indexed (one count, not one before and one after): a call
+        // past the cap, or racing others past it, steps back.
+        let (stored, open) = self.store.create(&record).await?;
+        if open > self.config.max_open_calls {
             self.store.forget(&stored).await?;
             return Err(too_many());
         }
@@ -275,16 +273,20 @@ impl Correlator {
             ));
         }
         tracing::info!(%correlation_id, caller = %caller, callee = %callee, depth = chain.len(), timeout_ms, wait = record.wait, "call opened");
-        self.emit(CallEventKind::Opened, &record, None).await;
-
+        let opened = self.emit(CallEventKind::Opened, &record, None);
         let Some(answers) = answers.as_mut() else {
+            opened.await;
             return Ok(CallOutcome::Parked(CallParked {
                 correlation_id,
                 delivered_to: report.delivered_to,
                 deadline: record.deadline,
             }));
         };
-        self.wait_for_answer(stored, answers, timeout_ms).await
+        // The `opened` event is stored while the call waits, not before: it is sent at once,
+        // and its ack is awaited before an answer is taken, so the trail still has it before
+        // the `answered` event (whose replica publishes it only once the answer is taken).
+        self.wait_for_answer(stored, answers, timeout_ms, opened)
+            .await
     }
 
     async fn deliver_request(
@@ -337,19 +339,27 @@ impl Correlator {
         stored: Stored,
         answers: &mut async_nats::Subscriber,
         timeout_ms: u64,
+        opened: impl Future<Output = ()>,
     ) -> Result<CallOutcome, ErrorReply> {
         let call = &stored.call;
         let left = call.deadline - timestamp::now();
         let deadline = tokio::time::Instant::now()
             + Duration::from_millis(duration_ms(left.max(time::Duration::ZERO)));
         let mut grace_until = None;
+        tokio::pin!(opened);
+        let mut opened_stored = false;
         loop {
             let until = grace_until.unwrap_or(deadline);
             tokio::select! {
+                biased;
+                () = &mut opened, if !opened_stored => opened_stored = true,
                 message = answers.next() => {
                     let Some(message) = message else { break };
                     match serde_json::from_slice::<CallAnswer>(&message.payload) {
                         Ok(answer) => {
+                            if !opened_stored {
+                                (&mut opened).await;
+                            }
                             if let Some(reply) = message.reply {
                                 let _ = self.client.publish(reply, Bytes::from_static(b"taken")).await;
                             }
@@ -362,7 +372,7 @@ impl Correlator {
                     if grace_until.is_some() {
                         break;
                     }
-                    match self.store.transition(&stored, CallState::Expired, None).await? {
+                    match self.store.end(&stored, CallState::Expired).await? {
                         Some(_) => break,
                         None => {
                             // Changed meanwhile: answered just now (its hand-over is on the
@@ -377,6 +387,9 @@ impl Correlator {
                     }
                 }
             }
+        }
+        if !opened_stored {
+            opened.await;
         }
         let _ = answers.unsubscribe().await;
         Err(ErrorReply::new(
@@ -480,24 +493,24 @@ impl Correlator {
                     });
                 }
                 (CallState::Open, _) if call.deadline <= timestamp::now() => {
-                    if self
-                        .store
-                        .transition(&stored, CallState::Expired, None)
-                        .await?
-                        .is_some()
-                    {
+                    if self.store.end(&stored, CallState::Expired).await?.is_some() {
                         self.on_expired(call).await;
                         return Err(expired());
                     }
                 }
                 (CallState::Open, _) => {
-                    // Claim it; the winner delivers, exactly once.
+                    // Claim it; the winner delivers, exactly once (and takes the call out of
+                    // the open-call index meanwhile).
                     if let Some(claimed) = self
                         .store
                         .transition(&stored, CallState::Answered, None)
                         .await?
                     {
-                        let via = self.deliver_answer(call, callee, body, &request).await?;
+                        let (via, ()) = tokio::join!(
+                            self.deliver_answer(call, callee, body, &request),
+                            self.store.unindex(&correlation_id)
+                        );
+                        let via = via?;
                         self.store
                             .transition(&claimed, CallState::Answered, Some(via))
                             .await?;
@@ -634,11 +647,7 @@ impl Correlator {
             if stored.call.state != CallState::Open || stored.call.deadline > now {
                 continue;
             }
-            match self
-                .store
-                .transition(&stored, CallState::Expired, None)
-                .await
-            {
+            match self.store.end(&stored, CallState::Expired).await {
                 Ok(Some(_)) => {
                     self.on_expired(&stored.call).await;
                     expired += 1;

@@ -28,7 +28,7 @@ use switchboard_proto::call::{
 };
 use switchboard_proto::{AgentId, CALLS_OPEN_PREFIX, timestamp};
 use switchboard_runtime::kv::stream_snapshot;
-use switchboard_runtime::publish::publish_durable;
+use switchboard_runtime::publish::publish_all;
 use uuid::Uuid;
 
 use crate::error::CorrelatorError;
@@ -159,33 +159,44 @@ impl CallStore {
         self.indexed("out.*.*").await
     }
 
-    /// Records a new open call: index keys first, then the record.
-    pub async fn create(&self, call: &PendingCall) -> Result<Stored, CorrelatorError> {
+    /// Records a new open call: index keys first (both published at once), then the record,
+    /// while the caller's open calls are counted (its own entry included). Returns the stored
+    /// call and that count.
+    pub async fn create(&self, call: &PendingCall) -> Result<(Stored, usize), CorrelatorError> {
         let id = &call.correlation_id;
-        for key in [
+        let entries: Vec<(String, String, Bytes)> = [
             outgoing_key(&call.caller, id),
             incoming_key(&call.callee, id),
-        ] {
+        ]
+        .into_iter()
+        .map(|key| {
             let subject = format!("{CALLS_OPEN_PREFIX}{key}");
-            publish_durable(&self.js, &subject, &subject, Bytes::new())
-                .await
-                .map_err(|err| CorrelatorError::store("indexing the call", err))?;
-        }
-        let revision = self
-            .calls
-            .create(call_key(id).as_str(), encode(call)?)
-            .await
-            .map_err(|err| CorrelatorError::store("recording the call", err))?;
-        Ok(Stored {
-            call: call.clone(),
-            revision,
+            (subject.clone(), subject, Bytes::new())
         })
+        .collect();
+        for indexed in publish_all(&self.js, &entries).await {
+            indexed.map_err(|err| CorrelatorError::store("indexing the call", err))?;
+        }
+        let record = async {
+            self.calls
+                .create(call_key(id).as_str(), encode(call)?)
+                .await
+                .map_err(|err| CorrelatorError::store("recording the call", err))
+        };
+        let (revision, open) = tokio::try_join!(record, self.outgoing_count(&call.caller))?;
+        Ok((
+            Stored {
+                call: call.clone(),
+                revision,
+            },
+            open,
+        ))
     }
 
     /// Removes an ended call from the open-call index: one stream purge filtered to
     /// `*.*.<id>` takes both entries, leaves no marker and needs no lookup (best effort:
     /// readers skip stale entries and the sweep removes them).
-    async fn unindex(&self, correlation_id: &Uuid) {
+    pub async fn unindex(&self, correlation_id: &Uuid) {
         let filter = format!("{CALLS_OPEN_PREFIX}*.*.{correlation_id}");
         if let Err(err) = self.index.purge().filter(filter.as_str()).await {
             tracing::debug!(%filter, error = %err, "call index not removed");
@@ -201,9 +212,23 @@ impl CallStore {
             .map_err(|err| CorrelatorError::store("forgetting the call", err))
     }
 
+    /// Ends an open call (`state` expired): [`CallStore::transition`], then the call leaves
+    /// the open-call index.
+    pub async fn end(
+        &self,
+        stored: &Stored,
+        state: CallState,
+    ) -> Result<Option<Stored>, CorrelatorError> {
+        let ended = self.transition(stored, state, None).await?;
+        if ended.is_some() {
+            self.unindex(&stored.call.correlation_id).await;
+        }
+        Ok(ended)
+    }
+
     /// Moves the call to `state` if nobody changed it since it was read. `Ok(None)` when
-    /// another writer won (re-read to see what happened). A call leaving `open` leaves the
-    /// indexes.
+    /// another writer won (re-read to see what happened). The open-call index is the caller's
+    /// to update ([`CallStore::end`], or [`CallStore::unindex`] beside the next step).
     pub async fn transition(
         &self,
         stored: &Stored,
@@ -225,12 +250,7 @@ impl CallStore {
             )
             .await
         {
-            Ok(revision) => {
-                if stored.call.state == CallState::Open && state != CallState::Open {
-                    self.unindex(&call.correlation_id).await;
-                }
-                Ok(Some(Stored { call, revision }))
-            }
+            Ok(revision) => Ok(Some(Stored { call, revision })),
             Err(err) if err.kind() == kv::UpdateErrorKind::WrongLastRevision => Ok(None),
             Err(err) => Err(CorrelatorError::store("updating the call", err)),
         }
