@@ -252,6 +252,7 @@ async fn rolling_sigterm_sigkill_and_sigstop_of_each_node_lose_and_double_nothin
     let mut lost = Vec::new();
     let mut doubled = Vec::new();
     let mut read_total = 0;
+    let mut dropped = 0;
     let js = async_nats::jetstream::new(cluster.client(0).await);
     for (i, reader) in readers.into_iter().enumerate() {
         let (goal, read) = reader.await.unwrap();
@@ -266,6 +267,7 @@ async fn rolling_sigterm_sigkill_and_sigstop_of_each_node_lose_and_double_nothin
         }
         lost.extend(missing);
         doubled.extend(read.doubled);
+        dropped += goal.redeliveries_dropped();
     }
     let total: usize = acknowledged.iter().map(Vec::len).sum();
 
@@ -275,6 +277,9 @@ async fn rolling_sigterm_sigkill_and_sigstop_of_each_node_lose_and_double_nothin
         lost.len(),
         doubled.len(),
         refused.len()
+    );
+    println!(
+        "  copies JetStream delivered again after a confirmed ack, dropped by the readers: {dropped}"
     );
     let mut p99s: BTreeMap<Phase, f64> = BTreeMap::new();
     for (phase, samples) in &mut by_phase {

@@ -1,5 +1,7 @@
 //! A goal and its durable inbox.
 
+use std::collections::{HashSet, VecDeque};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_nats::jetstream::consumer::PullConsumer;
@@ -15,6 +17,39 @@ use crate::error::ClientError;
 
 /// How long [`Goal::drain`] waits for messages the consumer reports pending.
 const DRAIN_WAIT: Duration = Duration::from_secs(2);
+/// How many acknowledged stream sequences a goal remembers (its inbox holds at most
+/// [`INBOX_CAP_PER_GOAL`] messages at a time).
+const SEEN_MAX: usize = 4_096;
+
+/// The stream sequences this reader acknowledged with a confirmation, the most recent
+/// [`SEEN_MAX`]. JetStream can deliver a message again after its ack was confirmed — when the
+/// consumer's leader died (SIGKILL, SIGSTOP) before the ack reached the other replicas — and
+/// such a copy is acknowledged again and not handed out a second time.
+#[derive(Debug, Default)]
+struct Seen {
+    sequences: HashSet<u64>,
+    order: VecDeque<u64>,
+    dropped: u64,
+}
+
+impl Seen {
+    fn insert(&mut self, sequence: u64) {
+        if self.sequences.insert(sequence) {
+            self.order.push_back(sequence);
+            if self.order.len() > SEEN_MAX
+                && let Some(oldest) = self.order.pop_front()
+            {
+                self.sequences.remove(&oldest);
+            }
+        }
+    }
+}
+
+type SharedSeen = Arc<Mutex<Seen>>;
+
+fn seen(shared: &SharedSeen) -> std::sync::MutexGuard<'_, Seen> {
+    shared.lock().unwrap_or_else(PoisonError::into_inner)
+}
 
 /// One live run of an agent, with its inbox.
 #[derive(Debug)]
@@ -25,6 +60,7 @@ pub struct Goal {
     nats: async_nats::Client,
     consumer: PullConsumer,
     request_timeout: Duration,
+    seen: SharedSeen,
 }
 
 /// A message taken from the inbox; [`Delivery::ack`] it once handled, or it is redelivered.
@@ -39,6 +75,8 @@ pub struct Delivery {
     pub message: InboxMessage,
     raw: jetstream::Message,
     _in_progress: DropGuard,
+    sequence: Option<u64>,
+    seen: SharedSeen,
 }
 
 /// `+TERM <reason>` for `raw` (async-nats' `AckKind::Term` carries no reason).
@@ -131,6 +169,9 @@ impl Delivery {
             .double_ack()
             .await
             .map_err(|err| ClientError::Inbox(format!("ack: {err}")))?;
+        if let Some(sequence) = self.sequence {
+            seen(&self.seen).insert(sequence);
+        }
         Ok(self.message)
     }
 }
@@ -151,7 +192,14 @@ impl Goal {
             nats: agent.nats().clone(),
             consumer,
             request_timeout: agent.options().request_timeout,
+            seen: SharedSeen::default(),
         })
+    }
+
+    /// How many copies of already acknowledged messages this reader dropped (JetStream
+    /// delivered them again after a confirmed ack; see [`Goal::recv`]).
+    pub fn redeliveries_dropped(&self) -> u64 {
+        seen(&self.seen).dropped
     }
 
     /// The goal id.
@@ -166,13 +214,27 @@ impl Goal {
 
     /// Decodes one inbox message; a message that is not an `InboxMessage` (only a foreign
     /// publisher could put one there) is rejected with its reason, so it never comes back and
-    /// lands in the dead-letter stream, and skipped.
-    async fn decode(raw: jetstream::Message) -> Option<Delivery> {
+    /// lands in the dead-letter stream, and skipped. A copy of a message this reader already
+    /// acknowledged is acknowledged again and skipped.
+    async fn decode(&self, raw: jetstream::Message) -> Option<Delivery> {
+        let sequence = raw.info().ok().map(|info| info.stream_sequence);
+        if let Some(sequence) = sequence
+            && seen(&self.seen).sequences.contains(&sequence)
+        {
+            seen(&self.seen).dropped += 1;
+            tracing::debug!(sequence, subject = %raw.subject, "a message acknowledged before was delivered again; acknowledged and dropped");
+            if let Err(err) = raw.ack().await {
+                tracing::debug!(error = %err, "acknowledging a repeated message failed");
+            }
+            return None;
+        }
         match serde_json::from_slice::<InboxMessage>(&raw.payload) {
             Ok(message) => Some(Delivery {
                 message,
                 _in_progress: keep_in_progress(&raw),
                 raw,
+                sequence,
+                seen: Arc::clone(&self.seen),
             }),
             Err(err) => {
                 tracing::warn!(subject = %raw.subject, error = %err, "undecodable inbox message moved to the dead letters");
@@ -185,6 +247,11 @@ impl Goal {
     }
 
     /// Waits up to `wait` for the next message. Returns `None` when none arrived.
+    ///
+    /// A message this reader already acknowledged (with a confirmation) is not returned again:
+    /// JetStream can deliver it once more when its consumer's leader died before the ack was
+    /// replicated, and the reader acknowledges that copy and drops it
+    /// ([`Goal::redeliveries_dropped`] counts them).
     pub async fn recv(&self, wait: Duration) -> Result<Option<Delivery>, ClientError> {
         let deadline = tokio::time::Instant::now() + wait;
         loop {
@@ -202,7 +269,7 @@ impl Goal {
                 .map_err(|err| ClientError::Inbox(format!("pull: {err}")))?;
             match batch.next().await {
                 Some(Ok(raw)) => {
-                    if let Some(delivery) = Self::decode(raw).await {
+                    if let Some(delivery) = self.decode(raw).await {
                         return Ok(Some(delivery));
                     }
                 }
@@ -243,7 +310,7 @@ impl Goal {
             while let Some(raw) = batch.next().await {
                 let raw = raw.map_err(|err| ClientError::Inbox(format!("pull: {err}")))?;
                 got += 1;
-                if let Some(delivery) = Self::decode(raw).await {
+                if let Some(delivery) = self.decode(raw).await {
                     taken.push(delivery.ack().await?);
                 }
             }
@@ -274,5 +341,24 @@ impl Goal {
             self.request_timeout,
         )
         .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{SEEN_MAX, Seen};
+
+    #[test]
+    fn seen_remembers_the_most_recent_sequences() {
+        let mut seen = Seen::default();
+        for sequence in 1..=(SEEN_MAX as u64 + 10) {
+            seen.insert(sequence);
+        }
+        seen.insert(SEEN_MAX as u64 + 10);
+        assert_eq!(seen.sequences.len(), SEEN_MAX);
+        assert_eq!(seen.order.len(), SEEN_MAX);
+        assert!(!seen.sequences.contains(&10), "the oldest are forgotten");
+        assert!(seen.sequences.contains(&11));
+        assert!(seen.sequences.contains(&(SEEN_MAX as u64 + 10)));
     }
 }
