@@ -508,3 +508,21 @@ async fn racing_replies_deliver_one_answer_and_oversized_ones_do_not_consume_the
     );
     assert_no_more(&goal).await;
 }
+
+#[tokio::test]
+async fn with_two_replicas_every_waiting_call_gets_its_answer_whichever_takes_the_reply() {
+    // A call is held by the replica that took it; its reply goes to either replica (queue
+    // group): the same one hands the answer over in process, the other through NATS. Over 40
+    // calls both ways are taken (all in one way has odds of 2^-39).
+    let fabric = Fabric::start().await;
+    let second = start_correlator(&fabric.url(), fast_calls()).await;
+    let (_callee, _serve) = fabric.answering("echo", |q| format!("re: {q}")).await;
+    let (caller, goal) = fabric.agent_with_goal("caller").await;
+    for i in 0..40 {
+        let answer = caller.call("echo", &format!("q{i}"), LONG).await.unwrap();
+        assert_eq!(answer.body, format!("re: q{i}"));
+    }
+    // Every answer reached the waiting caller; none fell back to the inbox.
+    assert!(goal.drain().await.unwrap().is_empty());
+    second.stop().await;
+}

@@ -7,9 +7,11 @@
 //! an internal per-call subject; whichever replica takes the reply claims the call with
 //! compare-and-set and hands the answer to that listener, or — when no listener acknowledges
 //! (parked call, or the waiting replica is gone) — into the caller goal's inbox as
-//! `kind: response`.
+//! `kind: response`. When the replica that claims the call is the one holding the caller, it
+//! hands the answer over in process, without the round trip through NATS.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_nats::Client;
@@ -33,6 +35,8 @@ use switchboard_runtime::micro::{AgentRequest, Endpoint};
 use switchboard_runtime::publish::{publish_event, publish_json};
 use switchboard_runtime::request::{RequestFailure, request_json};
 use time::OffsetDateTime;
+use tokio::sync::{mpsc, oneshot};
+use uuid::Uuid;
 
 use crate::config::CorrelatorConfig;
 use crate::error::CorrelatorError;
@@ -58,6 +62,31 @@ pub enum CallOutcome {
     Parked(CallParked),
 }
 
+/// An answer handed over in process, and where to say it was taken.
+#[derive(Debug)]
+struct LocalAnswer {
+    answer: CallAnswer,
+    taken: oneshot::Sender<()>,
+}
+
+/// The waiting calls this replica holds: correlation id → where their answer goes.
+type Waiting = Mutex<HashMap<Uuid, mpsc::Sender<LocalAnswer>>>;
+
+/// Removes a waiting call from [`Correlator::waiting`] when its wait ends, however it ends.
+struct WaitingGuard<'a> {
+    waiting: &'a Waiting,
+    id: Uuid,
+}
+
+impl Drop for WaitingGuard<'_> {
+    fn drop(&mut self) {
+        self.waiting
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&self.id);
+    }
+}
+
 /// The correlator.
 #[derive(Debug)]
 pub struct Correlator {
@@ -65,6 +94,7 @@ pub struct Correlator {
     js: jetstream::Context,
     store: CallStore,
     config: CorrelatorConfig,
+    waiting: Waiting,
 }
 
 fn duration_ms(d: time::Duration) -> u64 {
@@ -79,6 +109,7 @@ impl Correlator {
             client,
             store,
             config,
+            waiting: Waiting::default(),
         }
     }
 
@@ -246,7 +277,8 @@ impl Correlator {
             return Err(too_many());
         }
 
-        // A waiting call listens for its answer before the request can be answered.
+        // A waiting call listens for its answer before the request can be answered: on its
+        // NATS subject (another replica claims it) and in process (this one does).
         let mut answers = if record.wait {
             Some(
                 self.client
@@ -257,6 +289,17 @@ impl Correlator {
         } else {
             None
         };
+        let (local_tx, mut local) = mpsc::channel(1);
+        let _waiting = record.wait.then(|| {
+            self.waiting
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .insert(correlation_id, local_tx);
+            WaitingGuard {
+                waiting: &self.waiting,
+                id: correlation_id,
+            }
+        });
 
         let report = match self.deliver_request(&record, body, &request).await {
             Ok(report) => report,
@@ -285,7 +328,7 @@ impl Correlator {
         // The `opened` event is stored while the call waits, not before: it is sent at once,
         // and its ack is awaited before an answer is taken, so the trail still has it before
         // the `answered` event (whose replica publishes it only once the answer is taken).
-        self.wait_for_answer(stored, answers, timeout_ms, opened)
+        self.wait_for_answer(stored, answers, &mut local, timeout_ms, opened)
             .await
     }
 
@@ -338,6 +381,7 @@ impl Correlator {
         &self,
         stored: Stored,
         answers: &mut async_nats::Subscriber,
+        local: &mut mpsc::Receiver<LocalAnswer>,
         timeout_ms: u64,
         opened: impl Future<Output = ()>,
     ) -> Result<CallOutcome, ErrorReply> {
@@ -353,6 +397,13 @@ impl Correlator {
             tokio::select! {
                 biased;
                 () = &mut opened, if !opened_stored => opened_stored = true,
+                Some(handed) = local.recv() => {
+                    if !opened_stored {
+                        (&mut opened).await;
+                    }
+                    let _ = handed.taken.send(());
+                    return Ok(CallOutcome::Answered(handed.answer));
+                }
                 message = answers.next() => {
                     let Some(message) = message else { break };
                     match serde_json::from_slice::<CallAnswer>(&message.payload) {
@@ -546,6 +597,9 @@ impl Correlator {
                 parts: request.parts.clone(),
                 answered_at: timestamp::now(),
             };
+            if self.hand_over_here(&answer).await {
+                return Ok(AnswerRoute::Caller);
+            }
             let payload = serde_json::to_vec(&answer)
                 .map_err(|err| ErrorReply::new(ErrorKind::Internal, err.to_string()))?;
             let handed = tokio::time::timeout(
@@ -568,6 +622,32 @@ impl Correlator {
         message.parts = request.parts.clone();
         self.to_caller_inbox(call, &message, "response").await?;
         Ok(AnswerRoute::Inbox)
+    }
+
+    /// Hands `answer` to its caller's wait when this replica holds it; true once the wait
+    /// took it (false: not here, or it ended meanwhile, and the answer goes the NATS way).
+    async fn hand_over_here(&self, answer: &CallAnswer) -> bool {
+        let here = self
+            .waiting
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&answer.correlation_id)
+            .cloned();
+        let Some(wait) = here else {
+            return false;
+        };
+        let (taken, was_taken) = oneshot::channel();
+        let handed = LocalAnswer {
+            answer: answer.clone(),
+            taken,
+        };
+        if wait.send(handed).await.is_err() {
+            return false;
+        }
+        matches!(
+            tokio::time::timeout(HANDOVER_TIMEOUT, was_taken).await,
+            Ok(Ok(()))
+        )
     }
 
     /// Publishes to the caller goal's inbox, de-duplicated per call and purpose.
