@@ -88,6 +88,9 @@ pub async fn run(args: McpArgs) -> ExitCode {
 }
 
 async fn serve(args: McpArgs) -> anyhow::Result<()> {
+    // Signals are handled from the start: a SIGTERM while connecting or opening the goal is
+    // a clean stop too, not the default action.
+    let stop = switchboard_runtime::shutdown::on_signal();
     let id = AgentId::parse(&args.agent)?;
     let card = args.card.card(&id)?;
     let nats = async_nats::ConnectOptions::new()
@@ -104,7 +107,6 @@ async fn serve(args: McpArgs) -> anyhow::Result<()> {
         })
         .await?;
     let server = SwitchboardMcp::new(Arc::new(agent), Arc::new(goal));
-    let stop = switchboard_runtime::shutdown::on_signal();
     let session = async {
         let running = server.clone().serve(rmcp::transport::stdio()).await?;
         let watch = tokio::spawn(announce_new_messages(

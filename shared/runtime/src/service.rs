@@ -109,6 +109,8 @@ where
             }
         };
     }
+    // From here on SIGINT/SIGTERM stop the service cleanly (even while it connects).
+    let stop = shutdown::on_signal();
     let telemetry = match telemetry::init(name, &runtime.telemetry) {
         Ok(guard) => guard,
         Err(err) => {
@@ -116,7 +118,15 @@ where
             return ExitCode::from(EXIT_BAD_CONFIG);
         }
     };
-    let code = match nats::connect(&runtime.nats, name).await {
+    let connected = tokio::select! {
+        connected = nats::connect(&runtime.nats, name) => connected,
+        () = stop.cancelled() => {
+            // Stopped before NATS answered (it may be retrying the first connect).
+            telemetry.shutdown();
+            return ExitCode::SUCCESS;
+        }
+    };
+    let code = match connected {
         Ok(client) => {
             let js = async_nats::jetstream::new(client.clone());
             match resources::check_replicas(&js, &runtime.jetstream).await {
@@ -131,7 +141,7 @@ where
                 Err(err) => tracing::warn!(service = name, error = %err, "replicas check failed"),
                 Ok(()) => {}
             }
-            let outcome = run(client.clone(), runtime, service, shutdown::on_signal()).await;
+            let outcome = run(client.clone(), runtime, service, stop).await;
             if let Err(err) = client.drain().await {
                 tracing::warn!(error = %err, "draining the NATS connection failed");
             }

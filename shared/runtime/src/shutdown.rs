@@ -32,10 +32,34 @@ pub async fn shutdown_signal() {
     }
 }
 
-/// A token cancelled by the first SIGINT/SIGTERM.
+/// A token cancelled by the first SIGINT/SIGTERM. The handlers are installed before this
+/// returns (not later, in the task that waits), so a signal that arrives right after it is
+/// never the default action, which would kill the process without its clean stop.
 pub fn on_signal() -> CancellationToken {
     let token = CancellationToken::new();
     let child = token.clone();
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match (
+            signal(SignalKind::interrupt()),
+            signal(SignalKind::terminate()),
+        ) {
+            (Ok(mut interrupt), Ok(mut terminate)) => {
+                tokio::spawn(async move {
+                    tokio::select! {
+                        _ = interrupt.recv() => tracing::info!("SIGINT received, shutting down"),
+                        _ = terminate.recv() => tracing::info!("SIGTERM received, shutting down"),
+                    }
+                    child.cancel();
+                });
+                return token;
+            }
+            (Err(err), _) | (_, Err(err)) => {
+                tracing::error!(error = %err, "cannot install the signal handlers; waiting for them another way");
+            }
+        }
+    }
     tokio::spawn(async move {
         shutdown_signal().await;
         child.cancel();
