@@ -760,16 +760,23 @@ async fn records_of_another_writer_mid_burst_are_caught_up_and_nothing_is_double
     }
     let (_audit, trail) = start_audit(&fabric.url(), fast_audit()).await;
     let sender = Arc::new(sender);
+    let (second_done, done_rx) = tokio::sync::watch::channel(false);
     let mut sends = Vec::new();
     for worker in 0..20 {
         let sender = Arc::clone(&sender);
+        let mut done_rx = done_rx.clone();
         sends.push(tokio::spawn(async move {
             for n in 0..50 {
+                if n == 40 {
+                    // The last ten only once the second writer is done, so the appender
+                    // always writes after it, however slow the machine.
+                    done_rx.wait_for(|done| *done).await.unwrap();
+                }
                 sender
                     .send_to_peer(&format!("receiver-{worker}"), &format!("{n}"))
                     .await
                     .unwrap();
-                // Paced, so the flow outlasts the second writer's records.
+                // Paced, so the flow goes on while the second writer writes.
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
         }));
@@ -782,6 +789,7 @@ async fn records_of_another_writer_mid_burst_are_caught_up_and_nothing_is_double
         append_as_another_writer(&js, &id).await;
         foreign.insert(id);
     }
+    second_done.send(true).unwrap();
     for send in sends {
         send.await.unwrap();
     }
