@@ -69,8 +69,16 @@ struct LocalAnswer {
     taken: oneshot::Sender<()>,
 }
 
-/// The waiting calls this replica holds: correlation id → where their answer goes.
-type Waiting = Mutex<HashMap<Uuid, mpsc::Sender<LocalAnswer>>>;
+/// A waiting call this replica holds: where its answer goes, and the call as this replica
+/// stored it (a reply taken here tries its claim on that revision before reading the call).
+#[derive(Debug, Clone)]
+struct Held {
+    answer_to: mpsc::Sender<LocalAnswer>,
+    stored: Stored,
+}
+
+/// The waiting calls this replica holds, by correlation id.
+type Waiting = Mutex<HashMap<Uuid, Held>>;
 
 /// Removes a waiting call from [`Correlator::waiting`] when its wait ends, however it ends.
 struct WaitingGuard<'a> {
@@ -294,7 +302,13 @@ impl Correlator {
             self.waiting
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
-                .insert(correlation_id, local_tx);
+                .insert(
+                    correlation_id,
+                    Held {
+                        answer_to: local_tx,
+                        stored: stored.clone(),
+                    },
+                );
             WaitingGuard {
                 waiting: &self.waiting,
                 id: correlation_id,
@@ -474,8 +488,20 @@ impl Correlator {
         let (_, body) = check_gates(callee, &probe)?;
         // An answer that could not be stored must be refused before the call is claimed.
         check_content_fits("the answer with its parts", body, &request.parts, &[])?;
+        // A call this replica holds is claimed on the revision it stored first (no read); if
+        // it changed since, the claim fails and the call is read as usual.
+        let mut held = self
+            .waiting
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&correlation_id)
+            .map(|held| held.stored.clone());
         for _ in 0..CAS_ATTEMPTS {
-            let Some(stored) = self.store.find(&correlation_id).await? else {
+            let found = match held.take() {
+                Some(stored) => Some(stored),
+                None => self.store.find(&correlation_id).await?,
+            };
+            let Some(stored) = found else {
                 return Err(ErrorReply::new(
                     ErrorKind::NotFound,
                     format!("no call {correlation_id}"),
@@ -632,7 +658,7 @@ impl Correlator {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .get(&answer.correlation_id)
-            .cloned();
+            .map(|held| held.answer_to.clone());
         let Some(wait) = here else {
             return false;
         };
