@@ -2,67 +2,87 @@
 //! token that every service watches, so in-flight requests finish under the grace period
 //! instead of the process exiting mid-request.
 
+use std::future::Future;
+
 use tokio_util::sync::CancellationToken;
 
-/// Resolves on the first SIGINT or SIGTERM.
-pub async fn shutdown_signal() {
-    let ctrl_c = async {
-        if let Err(err) = tokio::signal::ctrl_c().await {
-            tracing::error!(error = %err, "cannot listen for SIGINT");
-            std::future::pending::<()>().await;
-        }
-    };
+/// Installs the SIGINT and SIGTERM handlers now, and returns a future that resolves on the
+/// first of them. The handlers are in place when this returns (not when the future is first
+/// polled), so a signal that arrives right after is never the default action, which would
+/// kill the process without its clean stop. A handler that cannot be installed is logged and
+/// that signal is not waited for.
+pub fn listen() -> impl Future<Output = ()> + Send + 'static {
     #[cfg(unix)]
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
+    let (interrupt, terminate) = {
+        use tokio::signal::unix::{SignalKind, signal};
+        let install = |kind: SignalKind, name: &str| {
+            signal(kind)
+                .inspect_err(|err| tracing::error!(error = %err, "cannot listen for {name}"))
+                .ok()
+        };
+        (
+            install(SignalKind::interrupt(), "SIGINT"),
+            install(SignalKind::terminate(), "SIGTERM"),
+        )
+    };
+    async move {
+        #[cfg(unix)]
+        {
+            let wait = |signal: Option<tokio::signal::unix::Signal>| async move {
+                match signal {
+                    Some(mut signal) => {
+                        signal.recv().await;
+                    }
+                    None => std::future::pending::<()>().await,
+                }
+            };
+            tokio::select! {
+                () = wait(interrupt) => tracing::info!("SIGINT received, shutting down"),
+                () = wait(terminate) => tracing::info!("SIGTERM received, shutting down"),
             }
-            Err(err) => {
-                tracing::error!(error = %err, "cannot listen for SIGTERM");
+        }
+        #[cfg(not(unix))]
+        {
+            if tokio::signal::ctrl_c().await.is_err() {
                 std::future::pending::<()>().await;
             }
+            tracing::info!("SIGINT received, shutting down");
         }
-    };
-    #[cfg(not(unix))]
-    let terminate = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => tracing::info!("SIGINT received, shutting down"),
-        () = terminate => tracing::info!("SIGTERM received, shutting down"),
     }
 }
 
-/// A token cancelled by the first SIGINT/SIGTERM. The handlers are installed before this
-/// returns (not later, in the task that waits), so a signal that arrives right after it is
-/// never the default action, which would kill the process without its clean stop.
+/// A token cancelled by the first SIGINT/SIGTERM, with the handlers installed before this
+/// returns ([`listen`]).
 pub fn on_signal() -> CancellationToken {
     let token = CancellationToken::new();
     let child = token.clone();
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        match (
-            signal(SignalKind::interrupt()),
-            signal(SignalKind::terminate()),
-        ) {
-            (Ok(mut interrupt), Ok(mut terminate)) => {
-                tokio::spawn(async move {
-                    tokio::select! {
-                        _ = interrupt.recv() => tracing::info!("SIGINT received, shutting down"),
-                        _ = terminate.recv() => tracing::info!("SIGTERM received, shutting down"),
-                    }
-                    child.cancel();
-                });
-                return token;
-            }
-            (Err(err), _) | (_, Err(err)) => {
-                tracing::error!(error = %err, "cannot install the signal handlers; waiting for them another way");
-            }
-        }
-    }
+    let signalled = listen();
     tokio::spawn(async move {
-        shutdown_signal().await;
+        signalled.await;
         child.cancel();
     });
     token
+}
+
+#[cfg(all(test, unix))]
+mod tests {
+    use std::time::Duration;
+
+    use super::on_signal;
+
+    /// A SIGTERM sent the moment `on_signal` returns cancels the token; were the handler
+    /// installed later, the default action would kill this test process.
+    #[tokio::test]
+    async fn a_signal_right_after_on_signal_cancels_the_token() {
+        let token = on_signal();
+        // Blocking, so the runtime (current-thread) runs nothing else before the signal lands:
+        // no task spawned by `on_signal` gets a chance to install a handler late.
+        let sent = std::process::Command::new("kill")
+            .args(["-TERM", &std::process::id().to_string()])
+            .status()
+            .map(|status| status.success());
+        assert!(matches!(sent, Ok(true)), "kill -TERM failed: {sent:?}");
+        let cancelled = tokio::time::timeout(Duration::from_secs(5), token.cancelled()).await;
+        assert!(cancelled.is_ok(), "the token was not cancelled");
+    }
 }
