@@ -261,6 +261,13 @@ pub struct VerifyReply {
 }
 
 /// Lowercase hex of a digest (audit hashes are SHA-256 of the record body, in this form).
+/// The audit writes one per record, so it is built without a `format!` per byte.
 pub fn hash_hex(digest: &[u8]) -> String {
-    digest.iter().map(|b| format!("{b:02x}")).collect()
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut hex = String::with_capacity(digest.len() * 2);
+    for byte in digest {
+        hex.push(char::from(DIGITS[usize::from(byte >> 4)]));
+        hex.push(char::from(DIGITS[usize::from(byte & 0x0f)]));
+    }
+    hex
 }
