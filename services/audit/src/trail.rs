@@ -700,14 +700,7 @@ async fn write(
         let acked = front_ack(&mut appender.sent).await;
         appender.settle(&mut head, acked, &shutdown).await;
     }
-    appender.drain().await;
-    if appender.shared.index_failed() {
-        // The index stops at its last row without a gap: the next catch-up starts there.
-        match Head::of_index(&trail.index) {
-            Ok(read) => *head = read,
-            Err(err) => tracing::error!(error = %err, "audit index unreadable"),
-        }
-    }
+    appender.finish_indexing(&mut head).await;
     drop(appender);
     drop(head);
     let _ = indexer.await;
@@ -999,20 +992,8 @@ impl Appender {
         mut waiting: Vec<Source>,
         shutdown: &CancellationToken,
     ) {
-        waiting.extend(
-            self.in_flight_sources()
-                .await
-                .into_iter()
-                .map(|sent| sent.source),
-        );
-        let drained = self.drain().await;
-        if self.shared.index_failed() || !drained {
-            // The index has no gap below its last row: read the stream from there.
-            match Head::of_index(&self.trail.index) {
-                Ok(read) => **head = read,
-                Err(err) => tracing::error!(error = %err, "audit index unreadable"),
-            }
-        }
+        waiting.extend(self.in_flight_sources().await);
+        self.finish_indexing(head).await;
         let caught_up = self.trail.catch_up_locked(head).await;
         self.tail = (**head).clone();
         match caught_up {
@@ -1050,14 +1031,27 @@ impl Appender {
         }
     }
 
-    /// Every record still in flight, once its ack (or its failure) has arrived.
-    async fn in_flight_sources(&mut self) -> Vec<Sent> {
+    /// The sources of every record still in flight, once its ack (or its failure) arrived.
+    async fn in_flight_sources(&mut self) -> Vec<Source> {
         let mut all = Vec::with_capacity(self.sent.len());
         while let Some(mut sent) = self.sent.pop_front() {
             let _ = sent.ack.as_mut().await;
-            all.push(sent);
+            all.push(sent.source);
         }
         all
+    }
+
+    /// Lets the indexer finish every job. If an insert failed (or the indexer is gone), the
+    /// head goes back to the index's last row — the index has no gap below it — so the next
+    /// catch-up reads what was stored but not indexed.
+    async fn finish_indexing(&mut self, head: &mut Head) {
+        let drained = self.drain().await;
+        if self.shared.index_failed() || !drained {
+            match Head::of_index(&self.trail.index) {
+                Ok(read) => *head = read,
+                Err(err) => tracing::error!(error = %err, "audit index unreadable"),
+            }
+        }
     }
 }
 
