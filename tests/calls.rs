@@ -509,6 +509,87 @@ async fn racing_replies_deliver_one_answer_and_oversized_ones_do_not_consume_the
     assert_no_more(&goal).await;
 }
 
+/// Counts what is handed over through NATS on `_SB.calls.answer.*` (a waiting replica's
+/// listener); an answer handed over in process never appears there.
+struct NatsHandOvers(async_nats::Subscriber);
+
+impl NatsHandOvers {
+    async fn watch(fabric: &Fabric) -> Self {
+        let client = fabric.nats.client().await;
+        let subscriber = client.subscribe("_SB.calls.answer.>").await.unwrap();
+        client.flush().await.unwrap();
+        Self(subscriber)
+    }
+
+    async fn count(mut self) -> usize {
+        use futures::StreamExt;
+        let mut seen = 0;
+        while let Ok(Some(_)) =
+            tokio::time::timeout(Duration::from_millis(300), self.0.next()).await
+        {
+            seen += 1;
+        }
+        seen
+    }
+}
+
+/// Every call's `opened` event is stored before its `answered` event.
+async fn opened_before_answered(fabric: &Fabric, calls: usize) {
+    // The `answered` event is stored after the caller has its answer: wait for all of them.
+    let client = fabric.nats.client().await;
+    let mut events: Vec<CallEvent> = Vec::new();
+    for _ in 0..100 {
+        events = stored_json(&client, "agent.calls.events.>").await;
+        if events
+            .iter()
+            .filter(|e| e.event == CallEventKind::Answered)
+            .count()
+            >= calls
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let position = |id, kind| {
+        events
+            .iter()
+            .position(|e| e.correlation_id == id && e.event == kind)
+    };
+    let answered: Vec<_> = events
+        .iter()
+        .filter(|e| e.event == CallEventKind::Answered)
+        .collect();
+    assert_eq!(answered.len(), calls);
+    for event in answered {
+        let opened = position(event.correlation_id, CallEventKind::Opened);
+        let done = position(event.correlation_id, CallEventKind::Answered);
+        assert!(
+            opened.is_some() && opened < done,
+            "call {}: opened at {opened:?}, answered at {done:?}",
+            event.correlation_id
+        );
+    }
+}
+
+#[tokio::test]
+async fn the_replica_holding_the_caller_takes_the_answer_in_process() {
+    let fabric = Fabric::start().await;
+    let (_callee, _serve) = fabric.answering("echo", |q| format!("re: {q}")).await;
+    let (caller, goal) = fabric.agent_with_goal("caller").await;
+    let hand_overs = NatsHandOvers::watch(&fabric).await;
+    for i in 0..10 {
+        let answer = caller.call("echo", &format!("q{i}"), LONG).await.unwrap();
+        assert_eq!(answer.body, format!("re: q{i}"));
+    }
+    assert_eq!(
+        hand_overs.count().await,
+        0,
+        "one replica: nothing through NATS"
+    );
+    assert!(goal.drain().await.unwrap().is_empty());
+    opened_before_answered(&fabric, 10).await;
+}
+
 #[tokio::test]
 async fn with_two_replicas_every_waiting_call_gets_its_answer_whichever_takes_the_reply() {
     // A call is held by the replica that took it; its reply goes to either replica (queue
@@ -518,11 +599,18 @@ async fn with_two_replicas_every_waiting_call_gets_its_answer_whichever_takes_th
     let second = start_correlator(&fabric.url(), fast_calls()).await;
     let (_callee, _serve) = fabric.answering("echo", |q| format!("re: {q}")).await;
     let (caller, goal) = fabric.agent_with_goal("caller").await;
+    let hand_overs = NatsHandOvers::watch(&fabric).await;
     for i in 0..40 {
         let answer = caller.call("echo", &format!("q{i}"), LONG).await.unwrap();
         assert_eq!(answer.body, format!("re: q{i}"));
     }
+    let through_nats = hand_overs.count().await;
+    assert!(
+        (1..40).contains(&through_nats),
+        "both ways taken: {through_nats} of 40 through NATS"
+    );
     // Every answer reached the waiting caller; none fell back to the inbox.
     assert!(goal.drain().await.unwrap().is_empty());
+    opened_before_answered(&fabric, 40).await;
     second.stop().await;
 }

@@ -69,6 +69,14 @@ struct LocalAnswer {
     taken: oneshot::Sender<()>,
 }
 
+/// How the replica that handed an answer over is told it was taken.
+enum Taken {
+    /// In process.
+    Here(oneshot::Sender<()>),
+    /// By replying `taken` to the hand-over request (when it asked for a reply).
+    Nats(Option<async_nats::Subject>),
+}
+
 /// A waiting call this replica holds: where its answer goes, and the call as this replica
 /// stored it (a reply taken here tries its claim on that revision before reading the call).
 #[derive(Debug, Clone)]
@@ -408,29 +416,21 @@ impl Correlator {
         let mut opened_stored = false;
         loop {
             let until = grace_until.unwrap_or(deadline);
-            tokio::select! {
+            let (answer, taken) = tokio::select! {
                 biased;
-                () = &mut opened, if !opened_stored => opened_stored = true,
-                Some(handed) = local.recv() => {
-                    if !opened_stored {
-                        (&mut opened).await;
-                    }
-                    let _ = handed.taken.send(());
-                    return Ok(CallOutcome::Answered(handed.answer));
+                () = &mut opened, if !opened_stored => {
+                    opened_stored = true;
+                    continue;
                 }
+                Some(handed) = local.recv() => (handed.answer, Taken::Here(handed.taken)),
                 message = answers.next() => {
                     let Some(message) = message else { break };
                     match serde_json::from_slice::<CallAnswer>(&message.payload) {
-                        Ok(answer) => {
-                            if !opened_stored {
-                                (&mut opened).await;
-                            }
-                            if let Some(reply) = message.reply {
-                                let _ = self.client.publish(reply, Bytes::from_static(b"taken")).await;
-                            }
-                            return Ok(CallOutcome::Answered(answer));
+                        Ok(answer) => (answer, Taken::Nats(message.reply)),
+                        Err(err) => {
+                            tracing::warn!(error = %err, "undecodable answer hand-over");
+                            continue;
                         }
-                        Err(err) => tracing::warn!(error = %err, "undecodable answer hand-over"),
                     }
                 }
                 () = tokio::time::sleep_until(until) => {
@@ -445,13 +445,31 @@ impl Correlator {
                             let current = self.store.find(&call.correlation_id).await?;
                             if current.is_some_and(|s| s.call.state == CallState::Answered) {
                                 grace_until = Some(tokio::time::Instant::now() + HANDOVER_TIMEOUT);
-                            } else {
-                                break;
+                                continue;
                             }
+                            break;
                         }
                     }
                 }
+            };
+            // The `opened` event is stored before the answer is taken: the answering replica
+            // publishes `answered` only once it is.
+            if !opened_stored {
+                (&mut opened).await;
             }
+            match taken {
+                Taken::Here(taken) => {
+                    let _ = taken.send(());
+                }
+                Taken::Nats(Some(reply)) => {
+                    let _ = self
+                        .client
+                        .publish(reply, Bytes::from_static(b"taken"))
+                        .await;
+                }
+                Taken::Nats(None) => {}
+            }
+            return Ok(CallOutcome::Answered(answer));
         }
         if !opened_stored {
             opened.await;
