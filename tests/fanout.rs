@@ -635,3 +635,45 @@ async fn restarting_the_fanout_mid_stream_loses_no_acknowledged_message() {
     );
     replacement.stop().await;
 }
+
+#[tokio::test]
+async fn a_reader_never_hands_out_a_message_again_after_its_confirmed_ack() {
+    // JetStream delivers a message again after a confirmed ack when the consumer's leader died
+    // before the ack was replicated. The same happens, deterministically, when the goal's
+    // consumer is created anew with its config: it starts from the first message again.
+    let fabric = Fabric::start().await;
+    let writer = fabric.agent("writer").await;
+    let reader = fabric.agent("reader").await;
+    let goal = reader.open_goal().await.unwrap();
+    writer.send(send("reader", "first")).await.unwrap();
+    let first = goal.recv(Duration::from_secs(5)).await.unwrap().unwrap();
+    assert_eq!(first.ack().await.unwrap().body, "first");
+
+    let js = async_nats::jetstream::new(fabric.nats.client().await);
+    let stream = js.get_stream(INBOX_STREAM).await.unwrap();
+    let name = switchboard_proto::names::inbox_consumer(&goal.id());
+    let config = stream
+        .get_consumer::<async_nats::jetstream::consumer::pull::Config>(&name)
+        .await
+        .unwrap()
+        .cached_info()
+        .config
+        .clone();
+    stream.delete_consumer(&name).await.unwrap();
+    stream.create_consumer(config).await.unwrap();
+
+    writer.send(send("reader", "second")).await.unwrap();
+    let next = goal.recv(Duration::from_secs(5)).await.unwrap().unwrap();
+    assert_eq!(
+        next.ack().await.unwrap().body,
+        "second",
+        "not `first` again"
+    );
+    assert_eq!(goal.redeliveries_dropped(), 1);
+    assert!(
+        goal.recv(Duration::from_millis(300))
+            .await
+            .unwrap()
+            .is_none()
+    );
+}
