@@ -183,7 +183,7 @@ async fn main() {
     let question = Bytes::from("x".repeat(256));
     let raw_rr = {
         let (requester, question) = (requester.clone(), question.clone());
-        quiet(&js).await;
+        wait_until_audited(&js).await;
         measure(ops, 2, IN_FLIGHT, move || {
             let (client, payload) = (requester.clone(), question.clone());
             async move {
@@ -220,7 +220,7 @@ async fn main() {
             );
             let payload = Bytes::from(serde_json::to_vec(&message).unwrap());
             let js_raw = js.clone();
-            quiet(&js).await;
+            wait_until_audited(&js).await;
             let raw = measure(ops, 4, IN_FLIGHT, move || {
                 let (js, ids, payload) = (js_raw.clone(), ids.clone(), payload.clone());
                 async move {
@@ -241,7 +241,7 @@ async fn main() {
                 body.clone(),
                 *goals,
             );
-            quiet(&js).await;
+            wait_until_audited(&js).await;
             let ours = measure(ops, 4, IN_FLIGHT, move || {
                 let (agent, to, text) = (Arc::clone(&agent), to.clone(), text.clone());
                 async move {
@@ -307,7 +307,7 @@ async fn main() {
     let _caller_goal = caller.open_goal().await.unwrap();
     let call = {
         let question = "x".repeat(256);
-        quiet(&js).await;
+        wait_until_audited(&js).await;
         measure(ops, 2, IN_FLIGHT, move || {
             let (caller, question) = (Arc::clone(&caller), question.clone());
             async move {
@@ -332,14 +332,14 @@ async fn main() {
     let registered = 6; // sender, two receivers, callee, caller, and the next one
     let lister = Arc::new(agent(&url, "bench-lister").await);
     register_fillers(&client, 0, 10 - registered).await;
-    quiet(&js).await;
+    wait_until_audited(&js).await;
     let (send_small, list_small) = scale_point(&sender, &lister, ops).await;
     report.row("10 agents", "send_to_peer 256 B, 1 goal", send_small);
     report.row("10 agents", "list_peers (first page)", list_small);
     let fill_started = Instant::now();
     register_fillers(&client, 10 - registered, agents_total - registered).await;
     let fill = fill_started.elapsed();
-    quiet(&js).await;
+    wait_until_audited(&js).await;
     let (send_large, list_large) = scale_point(&sender, &lister, ops).await;
     let at = format!("{agents_total} agents");
     report.row(&at, "send_to_peer 256 B, 1 goal", send_large);
@@ -519,16 +519,11 @@ async fn stream_last(js: &jetstream::Context, stream: &str) -> u64 {
         .last_sequence
 }
 
-/// Waits until the system is quiet before a path is measured: the audit has recorded
-/// everything stored so far. Otherwise the backlog a previous row left (a throughput phase
+/// Waits until the audit's consumers have nothing pending or unacknowledged. Called before
+/// each path is measured too: otherwise the backlog a previous row left (a throughput phase
 /// stores thousands of messages) is worked off during the next row's sequential samples and
 /// lands on whichever path comes next; each path's own background work (the audit recording
 /// what it stores) still falls on its own samples.
-async fn quiet(js: &jetstream::Context) {
-    wait_until_audited(js).await;
-}
-
-/// Waits until the audit's consumers have nothing pending or unacknowledged.
 async fn wait_until_audited(js: &jetstream::Context) {
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {

@@ -131,6 +131,9 @@ impl Serialize for Secret {
     }
 }
 
+/// Most async threads a service binary may ask for (`worker_threads`).
+pub const MAX_WORKER_THREADS: usize = 256;
+
 /// Settings every service shares.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
@@ -196,6 +199,12 @@ impl RuntimeConfig {
             return Err(ConfigError::Invalid(
                 "nats.tls.cert_file and nats.tls.key_file must be set together".to_owned(),
             ));
+        }
+        if self.worker_threads > MAX_WORKER_THREADS {
+            return Err(ConfigError::Invalid(format!(
+                "worker_threads must be 0 (one per core) to {MAX_WORKER_THREADS}, got {}",
+                self.worker_threads
+            )));
         }
         if self.jetstream.replicas == 0 || self.jetstream.replicas > 5 {
             return Err(ConfigError::Invalid(format!(
@@ -460,6 +469,11 @@ mod tests {
             assert!(RuntimeConfig::load(&figment()).is_err());
             jail.set_env("SWITCHBOARD_JETSTREAM__REPLICAS", "3");
             assert!(RuntimeConfig::load(&figment()).is_ok());
+            jail.set_env("SWITCHBOARD_WORKER_THREADS", "100000");
+            let err = RuntimeConfig::load(&figment()).unwrap_err();
+            assert!(err.to_string().contains("worker_threads"), "{err}");
+            jail.set_env("SWITCHBOARD_WORKER_THREADS", "0");
+            assert_eq!(RuntimeConfig::load(&figment()).unwrap().worker_threads, 0);
             jail.set_env(CONFIG_PATH_ENV, "missing.toml");
             let err = RuntimeConfig::load(&figment()).unwrap_err();
             assert!(err.to_string().contains("missing.toml"), "{err}");
