@@ -881,3 +881,99 @@ async fn a_query_on_the_writing_replica_sees_every_record_stored_before_it() {
         "only {checked} queries ran during the backlog"
     );
 }
+
+#[tokio::test]
+async fn records_stored_while_the_index_fails_are_indexed_once_it_works_and_none_is_doubled() {
+    // A real SQLite failure, on cue: a trigger on the index file refuses every insert. The
+    // writer's records are stored but cannot be indexed; it must keep their sources
+    // unacknowledged, append nothing twice while it retries, and once inserts work again,
+    // index what was stored and acknowledge every source with exactly one record.
+    let fabric = Fabric::start().await;
+    let nats = fabric.nats.client().await;
+    let js = jetstream::new(nats.clone());
+    let dir = tempfile::tempdir().unwrap();
+    let index_path = dir.path().join("audit.sqlite");
+    let (_audit, trail) = start_audit(
+        &fabric.url(),
+        audit::AuditConfig {
+            index_path: index_path.to_string_lossy().into_owned(),
+            ..fast_audit()
+        },
+    )
+    .await;
+    let (sender, _sg) = fabric.agent_with_goal("sender").await;
+    let (_receiver, _rg) = fabric.agent_with_goal("receiver").await;
+    caught_up(&nats).await;
+
+    let db = rusqlite::Connection::open(&index_path).unwrap();
+    db.execute_batch(
+        "CREATE TRIGGER injected_failure BEFORE INSERT ON records
+         BEGIN SELECT RAISE(ABORT, 'injected: the disk is failing'); END;",
+    )
+    .unwrap();
+    let indexed_before = trail.index().count().unwrap();
+    for n in 0..40 {
+        sender
+            .send_to_peer("receiver", &format!("while the index fails {n}"))
+            .await
+            .unwrap();
+    }
+    // The fault bites: records reach the stream, the index stays where it was.
+    let stream_last = || async {
+        let mut stream = js.get_stream(AUDIT_STREAM).await.unwrap();
+        stream.info().await.unwrap().state.last_sequence
+    };
+    assert_eventually!(
+        WAIT,
+        async { stream_last().await > indexed_before },
+        "no record was stored while the index failed"
+    );
+    // Several recoveries and redeliveries (ack wait 1 s) run against the failing index.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        trail.index().count().unwrap(),
+        indexed_before,
+        "the trigger let an insert through"
+    );
+    let stored_during_failure = stream_last().await;
+    // A query meanwhile is answered, not left waiting on the stuck index: from the index as
+    // it is once the writer's index has not caught up within its wait (5 s), or refused as
+    // unavailable when its own catch-up fails.
+    let asked = std::time::Instant::now();
+    let answer = tokio::time::timeout(
+        Duration::from_secs(10),
+        audit_history(&nats, &HistoryRequest::default()),
+    )
+    .await
+    .expect("a query during an index failure was left waiting");
+    match answer {
+        Ok(page) => assert!(page.records.len() as u64 <= indexed_before),
+        Err(err) => assert_eq!(err.kind(), Some(ErrorKind::Unavailable), "{err}"),
+    }
+    eprintln!(
+        "a query during the index failure answered in {:?}",
+        asked.elapsed()
+    );
+
+    db.execute_batch("DROP TRIGGER injected_failure").unwrap();
+    caught_up(&nats).await;
+
+    let records = switchboard_tests::audit_records(&nats).await;
+    let recorded = recorded_once(&records);
+    assert_eq!(
+        recorded,
+        switchboard_tests::source_ids(&nats).await,
+        "one record per source message, no more"
+    );
+    assert!(
+        stored_during_failure <= records.len() as u64,
+        "records stored during the failure are part of the trail"
+    );
+    trail.catch_up().await.unwrap();
+    assert_eq!(
+        trail.index().count().unwrap(),
+        records.len() as u64,
+        "the index holds every stored record"
+    );
+    assert!(audit_verify(&nats).await.unwrap().ok);
+}

@@ -309,7 +309,7 @@ pub async fn start_audit_with(
     )
 }
 
-/// Audit settings for tests: quick redelivery and catch-up, index in memory.
+/// Audit settings for tests: quick redelivery and catch-up, index in a private temp file.
 pub fn fast_audit() -> audit::AuditConfig {
     audit::AuditConfig {
         ack_wait_ms: 1_000,
