@@ -614,3 +614,55 @@ async fn with_two_replicas_every_waiting_call_gets_its_answer_whichever_takes_th
     opened_before_answered(&fabric, 40).await;
     second.stop().await;
 }
+
+#[tokio::test]
+async fn an_answer_claims_a_call_whose_record_changed_since_the_replica_stored_it() {
+    // The replica holding a waiting caller claims on the revision it stored, without reading
+    // the call. Here the record is rewritten (same content, next revision) before the answer:
+    // that claim must fail its compare-and-set, and the call be read and claimed anew — the
+    // answer still reaches the waiting caller, once.
+    let fabric = Fabric::start().await;
+    let client = fabric.nats.client().await;
+    let calls = async_nats::jetstream::new(client)
+        .get_key_value(switchboard_proto::CALLS_BUCKET)
+        .await
+        .unwrap();
+    let callee = std::sync::Arc::new(fabric.agent("echo").await);
+    let inbox = callee.open_goal().await.unwrap();
+    let (caller, goal) = fabric.agent_with_goal("caller").await;
+    let serve = {
+        let callee = std::sync::Arc::clone(&callee);
+        tokio::spawn(async move {
+            let mut rewritten = Vec::new();
+            for _ in 0..5 {
+                let message = next(&inbox).await;
+                let id = message.correlation_id.expect("a call request");
+                let key = switchboard_proto::call::call_key(&id);
+                let entry = calls.entry(&key).await.unwrap().expect("the call's record");
+                let revision = calls
+                    .update(&key, entry.value, entry.revision)
+                    .await
+                    .unwrap();
+                assert!(revision > entry.revision);
+                rewritten.push(revision);
+                callee
+                    .reply(id, &format!("re: {}", message.body))
+                    .await
+                    .unwrap();
+            }
+            rewritten
+        })
+    };
+    let hand_overs = NatsHandOvers::watch(&fabric).await;
+    for i in 0..5 {
+        let answer = caller.call("echo", &format!("q{i}"), LONG).await.unwrap();
+        assert_eq!(answer.body, format!("re: q{i}"));
+    }
+    assert_eq!(serve.await.unwrap().len(), 5, "every record was rewritten");
+    assert_eq!(hand_overs.count().await, 0, "still handed over in process");
+    assert!(
+        goal.drain().await.unwrap().is_empty(),
+        "nothing fell back to the inbox"
+    );
+    opened_before_answered(&fabric, 5).await;
+}
