@@ -19,8 +19,9 @@ async fn raw_jetstream_keeps_acknowledged_publishes_through_node_faults() {
     let mut cluster = NatsCluster::start(3).await;
     let urls = cluster.urls();
     let admin = jetstream::new(cluster.client(0).await);
-    admin
-        .create_stream(stream::Config {
+    switchboard_testkit::create_stream(
+        &admin,
+        stream::Config {
             name: "RAW".into(),
             subjects: vec!["raw.>".into()],
             num_replicas: 3,
@@ -31,9 +32,10 @@ async fn raw_jetstream_keeps_acknowledged_publishes_through_node_faults() {
             discard: stream::DiscardPolicy::Old,
             duplicate_window: Duration::from_secs(120),
             ..Default::default()
-        })
-        .await
-        .unwrap();
+        },
+    )
+    .await
+    .unwrap();
     let stop = Arc::new(AtomicBool::new(false));
     let mut publishers = Vec::new();
     for p in 0..10usize {

@@ -293,19 +293,31 @@ pub fn audit_lease_bucket(config: &JetStreamConfig, ttl: Duration) -> kv::Config
     }
 }
 
-/// Attempts per resource: concurrent replicas racing to create the same resource converge
-/// after a retry.
-const ATTEMPTS: usize = 3;
+/// How long a resource keeps being retried after a transient failure: concurrent replicas
+/// racing to create the same resource converge after a retry, a meta leader being elected
+/// answers within a few seconds, and a cluster that has just formed refuses placement as
+/// "peer offline" for a moment (about 100 ms, seen about 1 s after start-up) although every
+/// server is up.
+const RETRY_FOR: Duration = Duration::from_secs(5);
+/// The pause between attempts.
+const RETRY_PAUSE: Duration = Duration::from_millis(100);
+
+/// JetStream refused placement because a server it counts on is offline (or has not reported
+/// its JetStream stats yet): a state of the cluster, not of the setting, so it is retried.
+fn peer_offline(code: u64, server_said: &str) -> bool {
+    code == jetstream::ErrorCode::CLUSTER_NO_PEERS.0 && server_said.contains("offline")
+}
 
 /// Creates or updates a stream. A refusal because of its replica count (see
-/// [`check_replicas`]) is returned at once, with `misconfigured` set.
+/// [`check_replicas`]) is returned at once, with `misconfigured` set; other failures are
+/// retried for a few seconds.
 pub async fn ensure_stream(
     js: &jetstream::Context,
     config: stream::Config,
 ) -> Result<(), ResourceError> {
-    let mut last = String::new();
-    for attempt in 0..ATTEMPTS {
-        match js.create_or_update_stream(config.clone()).await {
+    let deadline = tokio::time::Instant::now() + RETRY_FOR;
+    loop {
+        let failed = match js.create_or_update_stream(config.clone()).await {
             Ok(info) => {
                 return placed_replicas(&info, config.num_replicas).map_err(|message| {
                     ResourceError {
@@ -315,41 +327,66 @@ pub async fn ensure_stream(
                     }
                 });
             }
-            Err(err) => {
-                if let jetstream::context::CreateStreamErrorKind::JetStream(api) = err.kind()
-                    && let Some(message) =
-                        replicas_refusal(api.error_code().0, config.num_replicas, &api.to_string())
-                {
-                    return Err(ResourceError {
-                        name: config.name,
-                        message,
-                        misconfigured: true,
-                    });
-                }
-                last = err.to_string();
-                tracing::debug!(stream = %config.name, attempt, error = %err, "stream apply failed");
-                tokio::time::sleep(Duration::from_millis(100)).await;
+            Err(err) => err,
+        };
+        if let jetstream::context::CreateStreamErrorKind::JetStream(api) = failed.kind() {
+            let (code, said) = (api.error_code().0, api.to_string());
+            if !peer_offline(code, &said)
+                && let Some(message) = replicas_refusal(code, config.num_replicas, &said)
+            {
+                return Err(ResourceError {
+                    name: config.name,
+                    message,
+                    misconfigured: true,
+                });
             }
         }
+        tracing::debug!(stream = %config.name, error = %failed, "stream apply failed");
+        if tokio::time::Instant::now() >= deadline {
+            return Err(ResourceError::transient(config.name, failed.to_string()));
+        }
+        tokio::time::sleep(RETRY_PAUSE).await;
     }
-    Err(ResourceError::transient(config.name, last))
 }
 
-/// Creates or updates a KV bucket and returns it.
+/// Creates or updates a KV bucket and returns it; failures are retried for a few seconds.
 pub async fn ensure_bucket(
     js: &jetstream::Context,
     config: kv::Config,
 ) -> Result<kv::Store, ResourceError> {
-    let mut last = String::new();
-    for attempt in 0..ATTEMPTS {
+    let deadline = tokio::time::Instant::now() + RETRY_FOR;
+    loop {
         match js.create_or_update_key_value(config.clone()).await {
             Ok(store) => return Ok(store),
             Err(err) => {
-                last = err.to_string();
-                tracing::debug!(bucket = %config.bucket, attempt, error = %err, "bucket apply failed");
-                tokio::time::sleep(Duration::from_millis(100)).await;
+                tracing::debug!(bucket = %config.bucket, error = %err, "bucket apply failed");
+                if tokio::time::Instant::now() >= deadline {
+                    return Err(ResourceError::transient(config.bucket, err.to_string()));
+                }
             }
         }
+        tokio::time::sleep(RETRY_PAUSE).await;
     }
-    Err(ResourceError::transient(config.bucket, last))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NO_PEERS: u64 = jetstream::ErrorCode::CLUSTER_NO_PEERS.0;
+
+    #[test]
+    fn a_peer_offline_is_retried_and_a_cluster_too_small_is_a_setting() {
+        // What nats-server 2.15 answered right after a 3-node cluster formed (every node up).
+        let transient = "no suitable peers for placement, peer offline";
+        assert!(peer_offline(NO_PEERS, transient));
+        // R5 on three nodes: no peer is offline, the setting is wrong.
+        let too_few = "no suitable peers for placement";
+        assert!(!peer_offline(NO_PEERS, too_few));
+        assert!(
+            replicas_refusal(NO_PEERS, 5, too_few).is_some_and(|m| m.contains("cannot place 5"))
+        );
+        // Another error that mentions "offline" is not a placement refusal.
+        assert!(!peer_offline(REPLICAS_NOT_SUPPORTED, "peer offline"));
+    }
 }

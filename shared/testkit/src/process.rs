@@ -30,7 +30,10 @@ fn command(bin: &str) -> Command {
 
 impl ServiceProcess {
     /// Starts `bin` (e.g. `env!("CARGO_BIN_EXE_directory")`) against `nats_url` with extra
-    /// `SWITCHBOARD_*` variables, and waits (bounded) until `$SRV.PING.<service>` answers.
+    /// `SWITCHBOARD_*` variables, and waits (at most 30 s) until `$SRV.PING.<service>` answers.
+    ///
+    /// # Panics
+    /// If the process exits first (with its exit status), or never answers.
     pub async fn start(bin: &str, service: &str, nats_url: &str, env: &[(&str, &str)]) -> Self {
         let mut command = command(bin);
         command
@@ -45,17 +48,32 @@ impl ServiceProcess {
         let client = async_nats::connect(nats_url)
             .await
             .unwrap_or_else(|err| panic!("testkit: cannot connect to {nats_url}: {err}"));
-        let process = Self {
+        let mut process = Self {
             child,
             service: service.to_owned(),
             client,
         };
-        let ready = eventually(Duration::from_secs(30), || process.answers_ping()).await;
-        assert!(
-            ready,
-            "testkit: {service} ({bin}) never answered $SRV.PING.{service}"
-        );
-        process
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            // A service that exits fails at once, with its exit status.
+            if let Some(status) = process
+                .child
+                .try_wait()
+                .expect("testkit: cannot poll a child")
+            {
+                panic!(
+                    "testkit: {service} ({bin}) exited ({status}) before answering $SRV.PING.{service}"
+                );
+            }
+            if process.answers_ping().await {
+                return process;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "testkit: {service} ({bin}) never answered $SRV.PING.{service}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     async fn answers_ping(&self) -> bool {

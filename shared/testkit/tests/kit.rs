@@ -147,8 +147,7 @@ async fn cluster_of_three_survives_a_node_restart() {
 
     let js0 = jetstream::new(cluster.client(0).await);
     let js2 = jetstream::new(cluster.client(2).await);
-    let info = js0
-        .create_stream(stream_config("KITR3", "kitr3.>", 3))
+    let info = switchboard_testkit::create_stream(&js0, stream_config("KITR3", "kitr3.>", 3))
         .await
         .unwrap()
         .info()
