@@ -53,6 +53,9 @@ struct Read {
     doubled: Vec<Uuid>,
     answered: usize,
     tasks_done: usize,
+    /// The longest the reader spent on one message (answering, working a task, acking), and
+    /// on what: a reader held up for seconds falls behind its goal's 64-message inbox.
+    slowest: (Duration, &'static str),
 }
 
 /// What each reader must have read before it stops: set once the senders are done.
@@ -87,6 +90,11 @@ async fn reader(agent: Arc<Agent>, goal: Goal, index: usize, mut expected: Expec
         };
         quiet_since = Instant::now();
         let message = delivery.message.clone();
+        let step = match message.kind {
+            MessageKind::Request if message.expects_reply => "reply",
+            MessageKind::Task => "task",
+            _ => "ack",
+        };
         match message.kind {
             MessageKind::Request if message.expects_reply => {
                 if let Some(cid) = message.correlation_id
@@ -123,6 +131,10 @@ async fn reader(agent: Arc<Agent>, goal: Goal, index: usize, mut expected: Expec
             && let Some(id) = message.id
         {
             confirmed.insert(id);
+        }
+        let took = quiet_since.elapsed();
+        if took > read.slowest.0 {
+            read.slowest = (took, step);
         }
     }
 }
@@ -383,6 +395,12 @@ async fn each_service_stopped_and_killed_in_turn_loses_doubles_and_leaves_nothin
         unresolved.len(),
         resolved_twice.len()
     );
+    let slowest = read
+        .iter()
+        .map(|r| r.slowest)
+        .max_by_key(|(took, _)| *took)
+        .unwrap_or_default();
+    println!("  slowest reader step: {:?} ({})", slowest.0, slowest.1);
     println!(
         "  tasks created {}, refused {}, not ended {}",
         tasks.len(),

@@ -311,6 +311,10 @@ impl Agent {
     }
 
     /// reply_to_peer: answers the call `correlation_id` (no target needed).
+    ///
+    /// Retried and hedged like a send: the correlator delivers an answer once however many
+    /// copies reach it (a later copy gets `duplicate: true`), so a correlator replica that goes
+    /// away mid-request costs a fraction of a second, not the request timeout.
     pub async fn reply(
         &self,
         correlation_id: Uuid,
@@ -321,13 +325,15 @@ impl Agent {
             message: Some(message.to_owned()),
             ..ReplyRequest::default()
         };
-        request(
+        request_json_retrying(
             &self.nats,
-            subject::reply(self.id()),
+            &subject::reply(self.id()),
             &body,
             self.options.request_timeout,
+            self.options.send_retries,
         )
         .await
+        .map_err(ClientError::from)
     }
 
     /// Open calls this agent made and must answer.

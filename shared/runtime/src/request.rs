@@ -8,7 +8,7 @@ use async_nats::Client;
 use bytes::Bytes;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use switchboard_proto::{ErrorReply, HEADER_SERVICE_ERROR_CODE};
+use switchboard_proto::{ErrorKind, ErrorReply, HEADER_SERVICE_ERROR_CODE};
 
 use crate::telemetry;
 
@@ -92,7 +92,9 @@ pub const IDEMPOTENT_RETRIES: u32 = 5;
 /// and doubling, so a service restart is ridden out. Other failures return at once.
 ///
 /// Each attempt is hedged: a request still unanswered after [`HEDGE_AFTER`] is sent again
-/// beside the first (then after twice that, up to [`HEDGES`] times) and the first reply wins.
+/// beside the first (then after twice that, up to [`HEDGES`] times) and the first reply wins
+/// — except a `conflict` error while another copy is still out: that copy is the one holding
+/// the resource, and its reply is awaited instead.
 /// A reply lost with a NATS server or a service replica that went away then costs a fraction
 /// of a second instead of the whole `timeout`; the service recognises the copies as the same
 /// request, so nothing happens twice.
@@ -162,6 +164,13 @@ where
                         return Err(failure);
                     }
                     last = failure;
+                }
+                // Another copy of this very request holds the resource (it is delivering
+                // right now): its outcome is the request's, so wait for it.
+                Some(Err(RequestFailure::Service(reply)))
+                    if reply.kind() == ErrorKind::Conflict && !in_flight.is_empty() =>
+                {
+                    last = RequestFailure::Service(reply);
                 }
                 Some(outcome) => return outcome,
                 None => return Err(last),
