@@ -110,11 +110,15 @@ impl Index {
                  hash TEXT NOT NULL,
                  entry TEXT NOT NULL
              );
-             CREATE INDEX IF NOT EXISTS by_message ON records(message_id);
-             CREATE INDEX IF NOT EXISTS by_reply ON records(in_reply_to);
-             CREATE INDEX IF NOT EXISTS by_correlation ON records(correlation_id);
-             CREATE INDEX IF NOT EXISTS by_task ON records(task_id);
-             CREATE INDEX IF NOT EXISTS by_parent ON records(parent_task_id);
+             -- Partial indexes on the ids most records lack (a plain message has no
+             -- correlation, reply or task): fewer B-trees to update per insert, and every
+             -- query on them (`x = ?`, `x IN (...)`) implies `x IS NOT NULL`, so SQLite still
+             -- uses them. An index file made before keeps its full indexes (same names).
+             CREATE INDEX IF NOT EXISTS by_message ON records(message_id) WHERE message_id IS NOT NULL;
+             CREATE INDEX IF NOT EXISTS by_reply ON records(in_reply_to) WHERE in_reply_to IS NOT NULL;
+             CREATE INDEX IF NOT EXISTS by_correlation ON records(correlation_id) WHERE correlation_id IS NOT NULL;
+             CREATE INDEX IF NOT EXISTS by_task ON records(task_id) WHERE task_id IS NOT NULL;
+             CREATE INDEX IF NOT EXISTS by_parent ON records(parent_task_id) WHERE parent_task_id IS NOT NULL;
              CREATE INDEX IF NOT EXISTS by_from ON records(from_agent);
              CREATE INDEX IF NOT EXISTS by_to ON records(to_agent);
              CREATE INDEX IF NOT EXISTS by_at ON records(at);",
