@@ -516,7 +516,13 @@ struct NatsHandOvers(async_nats::Subscriber);
 impl NatsHandOvers {
     async fn watch(fabric: &Fabric) -> Self {
         let client = fabric.nats.client().await;
-        let subscriber = client.subscribe("_SB.calls.answer.>").await.unwrap();
+        let subscriber = client
+            .subscribe(format!(
+                "{}.>",
+                switchboard_proto::subject::CALL_ANSWER_PREFIX
+            ))
+            .await
+            .unwrap();
         client.flush().await.unwrap();
         Self(subscriber)
     }
@@ -530,6 +536,14 @@ impl NatsHandOvers {
             seen += 1;
         }
         seen
+    }
+}
+
+/// `calls` waiting calls to `echo` in a row, each answered with its own question.
+async fn echo_calls(caller: &Agent, calls: usize) {
+    for i in 0..calls {
+        let answer = caller.call("echo", &format!("q{i}"), LONG).await.unwrap();
+        assert_eq!(answer.body, format!("re: q{i}"));
     }
 }
 
@@ -577,10 +591,7 @@ async fn the_replica_holding_the_caller_takes_the_answer_in_process() {
     let (_callee, _serve) = fabric.answering("echo", |q| format!("re: {q}")).await;
     let (caller, goal) = fabric.agent_with_goal("caller").await;
     let hand_overs = NatsHandOvers::watch(&fabric).await;
-    for i in 0..10 {
-        let answer = caller.call("echo", &format!("q{i}"), LONG).await.unwrap();
-        assert_eq!(answer.body, format!("re: q{i}"));
-    }
+    echo_calls(&caller, 10).await;
     assert_eq!(
         hand_overs.count().await,
         0,
@@ -600,10 +611,7 @@ async fn with_two_replicas_every_waiting_call_gets_its_answer_whichever_takes_th
     let (_callee, _serve) = fabric.answering("echo", |q| format!("re: {q}")).await;
     let (caller, goal) = fabric.agent_with_goal("caller").await;
     let hand_overs = NatsHandOvers::watch(&fabric).await;
-    for i in 0..40 {
-        let answer = caller.call("echo", &format!("q{i}"), LONG).await.unwrap();
-        assert_eq!(answer.body, format!("re: q{i}"));
-    }
+    echo_calls(&caller, 40).await;
     let through_nats = hand_overs.count().await;
     assert!(
         (1..40).contains(&through_nats),
@@ -654,10 +662,7 @@ async fn an_answer_claims_a_call_whose_record_changed_since_the_replica_stored_i
         })
     };
     let hand_overs = NatsHandOvers::watch(&fabric).await;
-    for i in 0..5 {
-        let answer = caller.call("echo", &format!("q{i}"), LONG).await.unwrap();
-        assert_eq!(answer.body, format!("re: q{i}"));
-    }
+    echo_calls(&caller, 5).await;
     assert_eq!(serve.await.unwrap().len(), 5, "every record was rewritten");
     assert_eq!(hand_overs.count().await, 0, "still handed over in process");
     assert!(

@@ -6,7 +6,7 @@
 //! Calls are synchronous and short; the service runs them on blocking threads. The appender's
 //! duplicate check, [`Index::has`], runs on its own task and answers a source seen for the
 //! first time from memory: a lookup would wait for the connection while the indexer holds it
-//! for a whole batch, which serialised the writer behind the indexer (ingest 36k → 46k
+//! for a whole batch, which serialised the writer behind the indexer (ingest 36k → 42–44k
 //! messages/s in the audit bench without that wait).
 
 use std::collections::{BTreeSet, HashMap};

@@ -33,6 +33,13 @@ struct Seen {
 }
 
 impl Seen {
+    /// Whether `sequence` was acknowledged before; if so the copy is counted as dropped.
+    fn drop_repeat(&mut self, sequence: u64) -> bool {
+        let repeat = self.sequences.contains(&sequence);
+        self.dropped += u64::from(repeat);
+        repeat
+    }
+
     fn insert(&mut self, sequence: u64) {
         if self.sequences.insert(sequence) {
             self.order.push_back(sequence);
@@ -219,9 +226,8 @@ impl Goal {
     async fn decode(&self, raw: jetstream::Message) -> Option<Delivery> {
         let sequence = raw.info().ok().map(|info| info.stream_sequence);
         if let Some(sequence) = sequence
-            && seen(&self.seen).sequences.contains(&sequence)
+            && seen(&self.seen).drop_repeat(sequence)
         {
-            seen(&self.seen).dropped += 1;
             tracing::debug!(sequence, subject = %raw.subject, "a message acknowledged before was delivered again; acknowledged and dropped");
             if let Err(err) = raw.ack().await {
                 tracing::debug!(error = %err, "acknowledging a repeated message failed");

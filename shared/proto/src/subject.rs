@@ -143,9 +143,11 @@ pub const CALL_PREFIX: &str = "agent.call";
 pub const REPLY_PREFIX: &str = "agent.reply";
 /// Prefix of pending-call listings.
 pub const CALLS_PENDING_PREFIX: &str = "agent.calls.pending";
+/// Prefix of the internal subjects waiting correlators listen on for answers (services only).
+pub const CALL_ANSWER_PREFIX: &str = "_SB.calls.answer";
 /// Internal subject a waiting correlator listens on for one call's answer (services only).
 pub fn call_answer(correlation_id: &uuid::Uuid) -> String {
-    format!("_SB.calls.answer.{correlation_id}")
+    format!("{CALL_ANSWER_PREFIX}.{correlation_id}")
 }
 
 /// `agent.call.<agent_id>`: a correlated call.
