@@ -835,29 +835,7 @@ async fn a_query_on_the_writing_replica_sees_every_record_stored_before_it() {
     let nats = fabric.nats.client().await;
     let js = jetstream::new(nats.clone());
     let backlog = 6_000;
-    let goals: Vec<switchboard_proto::GoalId> = (0..backlog / 60)
-        .map(|_| switchboard_proto::GoalId::new())
-        .collect();
-    let mut acks = Vec::new();
-    for n in 0..backlog {
-        let message = switchboard_proto::InboxMessage::new(
-            switchboard_proto::AgentId::parse("sender").unwrap(),
-            switchboard_proto::GoalId::new(),
-            switchboard_proto::AgentId::parse("receiver").unwrap(),
-            format!("{n}"),
-        );
-        let subject = switchboard_proto::subject::inbox(&goals[n % goals.len()]);
-        let payload = serde_json::to_vec(&message).unwrap();
-        acks.push(js.publish(subject, payload.into()).await.unwrap());
-        if acks.len() == 1_000 {
-            for ack in acks.drain(..) {
-                ack.await.unwrap();
-            }
-        }
-    }
-    for ack in acks {
-        ack.await.unwrap();
-    }
+    switchboard_tests::bench::fill_inbox(&js, backlog, "a backlog message").await;
     let (_audit, trail) = start_audit(&fabric.url(), fast_audit()).await;
     let mut checked = 0;
     loop {

@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 
 use async_nats::jetstream::{self, consumer};
 use futures::StreamExt;
-use switchboard_proto::{AUDIT_STREAM, AgentId, GoalId, INBOX_STREAM, InboxMessage, new_id};
-use switchboard_tests::bench::ops_from_env;
+use switchboard_proto::{AUDIT_STREAM, INBOX_STREAM};
+use switchboard_tests::bench::{fill_inbox, ops_from_env};
 use switchboard_tests::{fast_audit, runtime, start_audit};
 
 #[tokio::main]
@@ -33,31 +33,7 @@ async fn main() {
     .await
     .unwrap();
 
-    // Fill the inbox stream: 100 goals (the per-goal cap is 64 messages, so spread them).
-    let goals: Vec<GoalId> = (0..(total / 60).max(1)).map(|_| GoalId::new()).collect();
-    let from = AgentId::parse("bench-sender").unwrap();
-    let to = AgentId::parse("bench-receiver").unwrap();
-    let mut acks = Vec::with_capacity(total);
-    for n in 0..total {
-        let goal = goals[n % goals.len()];
-        let mut message =
-            InboxMessage::new(from.clone(), GoalId::new(), to.clone(), "x".repeat(256));
-        message.id = Some(new_id());
-        let payload = serde_json::to_vec(&message).unwrap();
-        acks.push(
-            js.publish(switchboard_proto::subject::inbox(&goal), payload.into())
-                .await
-                .unwrap(),
-        );
-        if acks.len() >= 1024 {
-            for ack in acks.drain(..) {
-                ack.await.unwrap();
-            }
-        }
-    }
-    for ack in acks {
-        ack.await.unwrap();
-    }
+    fill_inbox(&js, total, &"x".repeat(256)).await;
 
     // Raw: one durable pull consumer reading and acking everything.
     let inbox = js.get_stream(INBOX_STREAM).await.unwrap();

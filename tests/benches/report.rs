@@ -37,7 +37,7 @@ use switchboard_proto::{
 use switchboard_runtime::publish::publish_all;
 use switchboard_testkit::NatsServer;
 use switchboard_testkit::process::ServiceProcess;
-use switchboard_tests::bench::{Sample, measure, ms, ops_from_env};
+use switchboard_tests::bench::{Sample, fill_inbox, measure, ms, ops_from_env};
 use switchboard_tests::{card, service_bin};
 
 const IN_FLIGHT: usize = 64;
@@ -557,29 +557,7 @@ async fn wait_until_audited(js: &jetstream::Context) {
 /// the first delivery to the last ack, first sequence).
 async fn fill_and_consume_raw(js: &jetstream::Context, count: usize) -> (f64, u64) {
     let first = stream_last(js, INBOX_STREAM).await + 1;
-    let goals: Vec<GoalId> = (0..count.div_ceil(60)).map(|_| GoalId::new()).collect();
-    let from = AgentId::parse("bench-sender").unwrap();
-    let to = AgentId::parse("bench-receiver-1").unwrap();
-    let mut acks = Vec::with_capacity(1024);
-    for n in 0..count {
-        let mut message =
-            InboxMessage::new(from.clone(), GoalId::new(), to.clone(), "x".repeat(256));
-        message.id = Some(new_id());
-        let payload = serde_json::to_vec(&message).unwrap();
-        acks.push(
-            js.publish(subject::inbox(&goals[n % goals.len()]), payload.into())
-                .await
-                .unwrap(),
-        );
-        if acks.len() >= 1024 {
-            for ack in acks.drain(..) {
-                ack.await.unwrap();
-            }
-        }
-    }
-    for ack in acks {
-        ack.await.unwrap();
-    }
+    fill_inbox(js, count, &"x".repeat(256)).await;
     let raw = backlog_reader(js, "bench-raw", first).await;
     let mut messages = raw.messages().await.unwrap();
     let mut read = 0;

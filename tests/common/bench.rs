@@ -72,3 +72,32 @@ pub fn ops_from_env(default: usize) -> usize {
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
 }
+
+/// Publishes `count` inbox messages with `body` into `AGENT_INBOX` (a backlog for the audit
+/// to work through), 60 per goal so the per-goal cap of 64 keeps every one, up to 1,024
+/// publishes in flight.
+pub async fn fill_inbox(js: &async_nats::jetstream::Context, count: usize, body: &str) {
+    use switchboard_proto::{AgentId, GoalId, InboxMessage, new_id, subject};
+    let goals: Vec<GoalId> = (0..count.div_ceil(60)).map(|_| GoalId::new()).collect();
+    let from = AgentId::parse("bench-sender").unwrap();
+    let to = AgentId::parse("bench-receiver").unwrap();
+    let mut acks = Vec::with_capacity(1024);
+    for n in 0..count {
+        let mut message = InboxMessage::new(from.clone(), GoalId::new(), to.clone(), body);
+        message.id = Some(new_id());
+        let payload = serde_json::to_vec(&message).unwrap();
+        acks.push(
+            js.publish(subject::inbox(&goals[n % goals.len()]), payload.into())
+                .await
+                .unwrap(),
+        );
+        if acks.len() >= 1024 {
+            for ack in acks.drain(..) {
+                ack.await.unwrap();
+            }
+        }
+    }
+    for ack in acks {
+        ack.await.unwrap();
+    }
+}
