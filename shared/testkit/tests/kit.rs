@@ -287,3 +287,20 @@ fn nats_server_bin_is_found() {
     let bin = switchboard_testkit::nats_server_bin();
     assert!(bin.is_file(), "{} is not a file", bin.display());
 }
+
+#[tokio::test]
+async fn a_service_process_that_exits_fails_its_start_with_the_exit_status() {
+    // Not after the 30 s readiness wait: at once, saying it exited.
+    let nats = NatsServer::start().await;
+    let url = nats.url();
+    let start = tokio::spawn(async move {
+        switchboard_testkit::process::ServiceProcess::start("/bin/false", "none", &url, &[]).await
+    });
+    let failed = tokio::time::timeout(Duration::from_secs(10), start)
+        .await
+        .expect("the start did not fail at once")
+        .expect_err("a process that exits is not a started service");
+    let panic = failed.into_panic();
+    let message = panic.downcast_ref::<String>().expect("a panic message");
+    assert!(message.contains("exited"), "{message}");
+}
