@@ -41,6 +41,9 @@ impl ResourceError {
 const REPLICAS_NOT_SUPPORTED: u64 = 10074;
 
 /// When JetStream refused a stream or bucket because of its replica count, the clear reason.
+/// A placement refused because a server is "offline" is not one: a cluster that has just
+/// formed says so for a moment (about 100 ms, seen about 1 s after start-up) although every
+/// server is up, and a server that is down comes back — a state of the cluster, retried.
 fn replicas_refusal(code: u64, wanted: usize, server_said: &str) -> Option<String> {
     let hint = "set jetstream.replicas (SWITCHBOARD_JETSTREAM__REPLICAS) to at most the number of \
                 JetStream servers in the cluster";
@@ -52,6 +55,7 @@ fn replicas_refusal(code: u64, wanted: usize, server_said: &str) -> Option<Strin
     } else if (code == jetstream::ErrorCode::CLUSTER_NO_PEERS.0
         || code == jetstream::ErrorCode::INSUFFICIENT_RESOURCES.0)
         && wanted > 1
+        && !server_said.contains("offline")
     {
         Some(format!(
             "jetstream.replicas is {wanted}, but the cluster cannot place {wanted} replicas \
@@ -296,17 +300,10 @@ pub fn audit_lease_bucket(config: &JetStreamConfig, ttl: Duration) -> kv::Config
 /// How long a resource keeps being retried after a transient failure: concurrent replicas
 /// racing to create the same resource converge after a retry, a meta leader being elected
 /// answers within a few seconds, and a cluster that has just formed refuses placement as
-/// "peer offline" for a moment (about 100 ms, seen about 1 s after start-up) although every
-/// server is up.
+/// "peer offline" for a moment (see [`replicas_refusal`]).
 const RETRY_FOR: Duration = Duration::from_secs(5);
 /// The pause between attempts.
 const RETRY_PAUSE: Duration = Duration::from_millis(100);
-
-/// JetStream refused placement because a server it counts on is offline (or has not reported
-/// its JetStream stats yet): a state of the cluster, not of the setting, so it is retried.
-fn peer_offline(code: u64, server_said: &str) -> bool {
-    code == jetstream::ErrorCode::CLUSTER_NO_PEERS.0 && server_said.contains("offline")
-}
 
 /// Creates or updates a stream. A refusal because of its replica count (see
 /// [`check_replicas`]) is returned at once, with `misconfigured` set; other failures are
@@ -329,17 +326,15 @@ pub async fn ensure_stream(
             }
             Err(err) => err,
         };
-        if let jetstream::context::CreateStreamErrorKind::JetStream(api) = failed.kind() {
-            let (code, said) = (api.error_code().0, api.to_string());
-            if !peer_offline(code, &said)
-                && let Some(message) = replicas_refusal(code, config.num_replicas, &said)
-            {
-                return Err(ResourceError {
-                    name: config.name,
-                    message,
-                    misconfigured: true,
-                });
-            }
+        if let jetstream::context::CreateStreamErrorKind::JetStream(api) = failed.kind()
+            && let Some(message) =
+                replicas_refusal(api.error_code().0, config.num_replicas, &api.to_string())
+        {
+            return Err(ResourceError {
+                name: config.name,
+                message,
+                misconfigured: true,
+            });
         }
         tracing::debug!(stream = %config.name, error = %failed, "stream apply failed");
         if tokio::time::Instant::now() >= deadline {
@@ -379,14 +374,13 @@ mod tests {
     fn a_peer_offline_is_retried_and_a_cluster_too_small_is_a_setting() {
         // What nats-server 2.15 answered right after a 3-node cluster formed (every node up).
         let transient = "no suitable peers for placement, peer offline";
-        assert!(peer_offline(NO_PEERS, transient));
+        assert_eq!(replicas_refusal(NO_PEERS, 3, transient), None);
         // R5 on three nodes: no peer is offline, the setting is wrong.
         let too_few = "no suitable peers for placement";
-        assert!(!peer_offline(NO_PEERS, too_few));
         assert!(
             replicas_refusal(NO_PEERS, 5, too_few).is_some_and(|m| m.contains("cannot place 5"))
         );
-        // Another error that mentions "offline" is not a placement refusal.
-        assert!(!peer_offline(REPLICAS_NOT_SUPPORTED, "peer offline"));
+        // A single server refuses any R > 1, whatever else it says.
+        assert!(replicas_refusal(REPLICAS_NOT_SUPPORTED, 3, "peer offline").is_some());
     }
 }
