@@ -145,3 +145,41 @@ async fn replicas_beyond_the_cluster_size_exit_64_naming_the_setting() {
     assert_eq!(info.cluster.as_ref().unwrap().replicas.len(), 2);
     assert!(service.terminate().await.success());
 }
+
+/// SIGTERM while the service is still retrying its first connection (no server yet, as under
+/// compose or Kubernetes) stops it cleanly instead of leaving it retrying.
+#[tokio::test]
+async fn sigterm_while_the_first_connect_is_retried_exits_cleanly() {
+    // A port nobody listens on.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut child = tokio::process::Command::new(BIN)
+        .env_remove("SWITCHBOARD_CONFIG")
+        .env(
+            "SWITCHBOARD_NATS__URLS",
+            format!("[nats://127.0.0.1:{port}]"),
+        )
+        .env("SWITCHBOARD_NATS__RETRY_ON_INITIAL_CONNECT", "true")
+        .env("SWITCHBOARD_SHUTDOWN_GRACE_MS", "1000")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    assert!(child.try_wait().unwrap().is_none(), "it keeps retrying");
+    let pid = child.id().unwrap().to_string();
+    let sent = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    let status = tokio::time::timeout(std::time::Duration::from_secs(10), child.wait())
+        .await
+        .expect("still retrying 10 s after SIGTERM")
+        .unwrap();
+    assert!(status.success(), "clean exit, got {status:?}");
+}

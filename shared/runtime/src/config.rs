@@ -144,7 +144,8 @@ pub struct RuntimeConfig {
     pub telemetry: TelemetryConfig,
     /// Stream and bucket settings.
     pub jetstream: JetStreamConfig,
-    /// How long in-flight requests may take to finish after SIGINT/SIGTERM, in milliseconds.
+    /// How long in-flight requests may take to finish after SIGINT/SIGTERM, in milliseconds;
+    /// a service binary exits when it has passed, even if it was still starting.
     pub shutdown_grace_ms: u64,
     /// Threads of a service binary's async runtime: 1 (the default) runs it on one thread, so a
     /// request's hops inside the service wake no other thread (the lowest latency, and the

@@ -26,6 +26,7 @@
 use std::fmt::Display;
 use std::future::Future;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use async_nats::Client;
 use tokio_util::sync::CancellationToken;
@@ -66,6 +67,22 @@ where
             eprintln!("{name}: cannot start the async runtime: {err}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// `work`'s output, or `None` when `stop` was cancelled and `grace` has passed since without
+/// `work` finishing (a service still starting, or stuck draining, when SIGTERM came).
+async fn within_grace<T>(
+    work: impl Future<Output = T>,
+    stop: &CancellationToken,
+    grace: Duration,
+) -> Option<T> {
+    tokio::select! {
+        done = work => Some(done),
+        () = async {
+            stop.cancelled().await;
+            tokio::time::sleep(grace).await;
+        } => None,
     }
 }
 
@@ -129,7 +146,15 @@ where
     let code = match connected {
         Ok(client) => {
             let js = async_nats::jetstream::new(client.clone());
-            match resources::check_replicas(&js, &runtime.jetstream).await {
+            let checked = tokio::select! {
+                checked = resources::check_replicas(&js, &runtime.jetstream) => checked,
+                () = stop.cancelled() => {
+                    // Stopped before JetStream answered (e.g. the first connect is retried).
+                    telemetry.shutdown();
+                    return ExitCode::SUCCESS;
+                }
+            };
+            match checked {
                 Err(err) if err.misconfigured => {
                     eprintln!("{name}: {err}");
                     tracing::error!(service = name, error = %err, "bad configuration");
@@ -141,9 +166,24 @@ where
                 Err(err) => tracing::warn!(service = name, error = %err, "replicas check failed"),
                 Ok(()) => {}
             }
-            let outcome = run(client.clone(), runtime, service, stop).await;
-            if let Err(err) = client.drain().await {
-                tracing::warn!(error = %err, "draining the NATS connection failed");
+            // After SIGINT/SIGTERM the service has the grace period to finish, whatever it is
+            // doing (still starting, or serving requests in flight); then the process exits.
+            let grace = Duration::from_millis(runtime.shutdown_grace_ms);
+            let running = run(client.clone(), runtime, service, stop.clone());
+            let outcome = match within_grace(running, &stop, grace).await {
+                Some(outcome) => outcome,
+                None => {
+                    tracing::warn!(
+                        service = name,
+                        "not stopped within the shutdown grace period; exiting"
+                    );
+                    Ok(())
+                }
+            };
+            match tokio::time::timeout(grace, client.drain()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(err)) => tracing::warn!(error = %err, "draining the NATS connection failed"),
+                Err(_) => tracing::warn!("draining the NATS connection timed out"),
             }
             match outcome {
                 Ok(()) => ExitCode::SUCCESS,
@@ -238,8 +278,35 @@ pub enum StartError {
 
 #[cfg(test)]
 mod tests {
-    use super::async_runtime;
+    use std::time::Duration;
+
+    use super::{async_runtime, within_grace};
     use tokio::runtime::RuntimeFlavor;
+    use tokio_util::sync::CancellationToken;
+
+    #[tokio::test(start_paused = true)]
+    async fn after_a_stop_the_work_has_the_grace_period_and_no_more() {
+        let stop = CancellationToken::new();
+        let grace = Duration::from_secs(3);
+        // Work that finishes is waited for, stopped or not.
+        assert_eq!(within_grace(async { 7 }, &stop, grace).await, Some(7));
+        // Work that ignores the stop is given up `grace` after it.
+        let started = tokio::time::Instant::now();
+        let stopper = stop.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            stopper.cancel();
+        });
+        let never = std::future::pending::<()>();
+        assert_eq!(within_grace(never, &stop, grace).await, None);
+        assert_eq!(started.elapsed(), Duration::from_secs(4));
+        // Work that finishes within the grace period keeps its outcome.
+        let slow = async {
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            "drained"
+        };
+        assert_eq!(within_grace(slow, &stop, grace).await, Some("drained"));
+    }
 
     #[test]
     fn worker_threads_choose_the_runtime() {
