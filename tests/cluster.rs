@@ -208,3 +208,110 @@ async fn agents_on_different_nodes_keep_every_message_through_a_node_restart() {
     assert_eq!(refused, 0, "sends refused while the node restarted");
     shutdown.cancel();
 }
+
+/// Seven service processes (directory ×2, inbox-fanout ×2, the other three ×1) started at the
+/// same moment against a freshly formed 3-node cluster with R3 streams: JetStream answers
+/// slowly while they all apply their streams and buckets at once, and each waits (retrying
+/// with backoff) instead of exiting. Every process ends up serving, and an agent on node 3
+/// reaches one on node 1 through them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_service_process_started_at_once_on_a_fresh_cluster_waits_for_jetstream() {
+    use switchboard_testkit::process::ServiceProcess;
+    let cluster = NatsCluster::start(3).await;
+    let urls = cluster.urls();
+    let env = [("SWITCHBOARD_JETSTREAM__REPLICAS", "3")];
+    let services = [
+        "directory",
+        "directory",
+        "inbox-fanout",
+        "inbox-fanout",
+        "reply-correlator",
+        "task-lifecycle",
+        "audit",
+    ];
+    let bins: Vec<String> = services
+        .iter()
+        .map(|s| switchboard_tests::service_bin(s))
+        .collect();
+    let mut processes = futures::future::join_all(services.iter().zip(&bins).enumerate().map(
+        |(n, (service, bin))| {
+            // On two cores (debug builds) the first R3 requests take seconds each while all
+            // seven apply their streams: what matters is that they wait, not how long.
+            ServiceProcess::start_within(bin, service, &urls[n % 3], &env, Duration::from_secs(180))
+        },
+    ))
+    .await;
+    // Every instance ends up answering PING: two directories, two inboxes, one of each other
+    // service (a replica that is still waiting for JetStream is not counted yet).
+    let client = cluster.client(0).await;
+    let expected = [
+        ("audit".to_owned(), 1),
+        ("directory".to_owned(), 2),
+        ("inbox-fanout".to_owned(), 2),
+        ("reply-correlator".to_owned(), 1),
+        ("task-lifecycle".to_owned(), 1),
+    ];
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(180);
+    loop {
+        let counts = serving_instances(&client).await;
+        if counts == expected {
+            break;
+        }
+        for process in &mut processes {
+            assert!(
+                process.exited().is_none(),
+                "a service exited during start-up"
+            );
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not every process serves after 180 s: {counts:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    for process in &mut processes {
+        assert!(
+            process.exited().is_none(),
+            "a service exited during start-up"
+        );
+    }
+    let alice = agent_on(&urls[0], "alice").await;
+    let bob = agent_on(&urls[2], "bob").await;
+    let bob_goal = bob.open_goal().await.unwrap();
+    alice
+        .send_to_peer("bob", "through seven processes")
+        .await
+        .unwrap();
+    let got = bob_goal
+        .recv(Duration::from_secs(10))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(got.ack().await.unwrap().body, "through seven processes");
+}
+
+/// How many instances of each service answer `$SRV.PING` within a second.
+async fn serving_instances(client: &async_nats::Client) -> Vec<(String, usize)> {
+    let reply_to = client.new_inbox();
+    let mut pongs = client.subscribe(reply_to.clone()).await.unwrap();
+    client
+        .publish_with_reply("$SRV.PING", reply_to, "".into())
+        .await
+        .unwrap();
+    let mut instances =
+        std::collections::BTreeMap::<String, std::collections::BTreeSet<String>>::new();
+    let collect = async {
+        while let Some(pong) = futures::StreamExt::next(&mut pongs).await {
+            let pong: serde_json::Value = serde_json::from_slice(&pong.payload).unwrap();
+            instances
+                .entry(pong["name"].as_str().unwrap().to_owned())
+                .or_default()
+                .insert(pong["id"].as_str().unwrap().to_owned());
+        }
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(1), collect).await;
+    instances
+        .into_iter()
+        .map(|(name, ids)| (name, ids.len()))
+        .collect()
+}

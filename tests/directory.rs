@@ -14,12 +14,13 @@ use switchboard_proto::registry::{
 };
 use switchboard_proto::subject::{RegistryEvent, RegistryOp};
 use switchboard_proto::{
-    AgentId, AgentStatus, ErrorKind, GoalId, GoalKind, HEADER_MSG_ID, INBOX_STREAM, InboxMessage,
-    inbox_consumer, subject,
+    AgentId, AgentStatus, CONSUMER_META_AGENT, CURSORS_BUCKET, ErrorKind, GoalId, GoalKind,
+    HEADER_MSG_ID, INBOX_STREAM, InboxMessage, inbox::CursorRecord, inbox_consumer, subject,
 };
 use switchboard_testkit::{NatsServer, assert_eventually};
 use switchboard_tests::{
-    DirectoryConfig, agent_with, card, fast_offline, raw, start_directory, stored_events,
+    DirectoryConfig, agent_with, card, fast_offline, raw, start_directory, start_fanout,
+    stored_events,
 };
 
 const LONG: Duration = Duration::from_secs(3600);
@@ -137,22 +138,13 @@ async fn goals_open_and_close() {
     assert_eq!(daemon.id(), chosen);
     assert_eq!(daemon.subject(), subject::inbox(&chosen));
 
-    // The consumer is durable, filtered to the goal's subject, explicit ack, deliver all.
+    // The goal is a cursor owned by its agent, at 0; no consumer exists.
     let mut stream = js.get_stream(INBOX_STREAM).await.unwrap();
-    let info = stream.consumer_info(inbox_consumer(&chosen)).await.unwrap();
-    assert_eq!(info.config.filter_subject, subject::inbox(&chosen));
-    assert_eq!(
-        info.config.ack_policy,
-        jetstream::consumer::AckPolicy::Explicit
-    );
-    assert_eq!(
-        info.config.deliver_policy,
-        jetstream::consumer::DeliverPolicy::All
-    );
-    assert_eq!(
-        info.config.durable_name.as_deref(),
-        Some(inbox_consumer(&chosen).as_str())
-    );
+    let cursors = js.get_key_value(CURSORS_BUCKET).await.unwrap();
+    let cursor: CursorRecord =
+        serde_json::from_slice(&cursors.get(chosen.to_string()).await.unwrap().unwrap()).unwrap();
+    assert_eq!(cursor, CursorRecord::new(agent.id().clone(), 0));
+    assert_eq!(stream.info().await.unwrap().state.consumer_count, 0);
 
     // Re-opening the same goal is idempotent.
     let again = agent
@@ -177,7 +169,10 @@ async fn goals_open_and_close() {
     let closed = daemon.close().await.unwrap();
     assert_eq!(closed.goal_id, chosen);
     assert_eq!(closed.purged, 1);
-    assert!(stream.consumer_info(inbox_consumer(&chosen)).await.is_err());
+    assert!(
+        cursors.entry(chosen.to_string()).await.unwrap().is_none(),
+        "the cursor is purged, not left as a delete marker"
+    );
     assert_eq!(
         stream.info().await.unwrap().state.messages,
         0,
@@ -251,6 +246,7 @@ async fn publish_inbox(
 async fn buffer_on_demand_send_before_subscribe() {
     let nats = NatsServer::start().await;
     let _dir = start_directory(&nats.url(), DirectoryConfig::default()).await;
+    let _inbox = start_fanout(&nats.url(), Default::default()).await;
     let client = nats.client().await;
     let js = jetstream::new(client.clone());
 
@@ -643,6 +639,7 @@ async fn restart_of_directory_and_server_loses_nothing() {
     drop(agent);
     nats.restart().await;
     let _dir = start_directory(&url, DirectoryConfig::default()).await;
+    let _inbox = start_fanout(&url, Default::default()).await;
     let nats_client = async_nats::connect(&url).await.unwrap();
     let back = switchboard_client::Agent::connect_with(
         nats_client,
@@ -1005,31 +1002,58 @@ async fn two_agents_racing_for_one_goal_id_never_both_win() {
     }
 }
 
-/// A goal whose inbox consumer was made by an earlier version (another ack wait) re-opens for
-/// its owner, with the consumer brought up to date — and is still refused to anyone else.
+/// Migration from v1: a goal still read through a v1 durable consumer gets a cursor at the
+/// consumer's ack floor when its owner re-opens it (what was read is not handed out again), and
+/// the consumer is deleted; anyone else is refused the goal id.
 #[tokio::test]
-async fn reopening_a_goal_updates_an_older_inbox_consumer_for_its_owner_only() {
+async fn reopening_a_v1_goal_replaces_its_consumer_with_a_cursor_for_its_owner_only() {
+    use jetstream::consumer::{AckPolicy, pull};
     let nats = NatsServer::start().await;
-    let _dir = start_directory(&nats.url(), DirectoryConfig::default()).await;
-    let owner = agent_with(&nats.url(), card("owner"), LONG).await;
-    let other = agent_with(&nats.url(), card("other"), LONG).await;
-    let goal_id = owner.open_goal().await.unwrap().id();
     let js = jetstream::new(nats.client().await);
-    let stream = js
-        .get_stream(switchboard_proto::INBOX_STREAM)
-        .await
-        .unwrap();
-    let name = switchboard_proto::inbox_consumer(&goal_id);
-    let mut old = stream
-        .get_consumer::<jetstream::consumer::pull::Config>(&name)
+    let goal_id = GoalId::new();
+    // What v1 left behind: three messages, a consumer owned by `owner` that acked two.
+    js.create_stream(switchboard_runtime::resources::inbox_stream(
+        &Default::default(),
+    ))
+    .await
+    .unwrap();
+    let stream = js.get_stream(INBOX_STREAM).await.unwrap();
+    for n in 1..=3 {
+        let message = InboxMessage::new(
+            AgentId::parse("sender").unwrap(),
+            GoalId::new(),
+            AgentId::parse("owner").unwrap(),
+            format!("v1 message {n}"),
+        );
+        js.publish(
+            subject::inbox(&goal_id),
+            serde_json::to_vec(&message).unwrap().into(),
+        )
         .await
         .unwrap()
-        .cached_info()
-        .config
-        .clone();
-    old.ack_wait = Duration::from_secs(30);
-    stream.update_consumer(old).await.unwrap();
+        .await
+        .unwrap();
+    }
+    let name = inbox_consumer(&goal_id);
+    let consumer = stream
+        .create_consumer(pull::Config {
+            durable_name: Some(name.clone()),
+            filter_subject: subject::inbox(&goal_id),
+            ack_policy: AckPolicy::Explicit,
+            metadata: [(CONSUMER_META_AGENT.to_owned(), "owner".to_owned())].into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let mut batch = consumer.fetch().max_messages(2).messages().await.unwrap();
+    while let Some(message) = futures::StreamExt::next(&mut batch).await {
+        message.unwrap().double_ack().await.unwrap();
+    }
 
+    let _dir = start_directory(&nats.url(), DirectoryConfig::default()).await;
+    let _fanout = start_fanout(&nats.url(), Default::default()).await;
+    let owner = agent_with(&nats.url(), card("owner"), LONG).await;
+    let other = agent_with(&nats.url(), card("other"), LONG).await;
     let request = GoalOpenRequest {
         goal_id: Some(goal_id),
         kind: None,
@@ -1038,14 +1062,21 @@ async fn reopening_a_goal_updates_an_older_inbox_consumer_for_its_owner_only() {
     assert_eq!(refused.kind(), Some(ErrorKind::Conflict));
     let reopened = owner.open_goal_with(request).await.unwrap();
     assert_eq!(reopened.id(), goal_id);
-    let mut consumer = stream
-        .get_consumer::<jetstream::consumer::pull::Config>(&name)
-        .await
-        .unwrap();
-    assert_eq!(
-        consumer.info().await.unwrap().config.ack_wait,
-        Duration::from_millis(switchboard_proto::INBOX_ACK_WAIT_MS)
+    assert!(
+        stream.consumer_info(&name).await.is_err(),
+        "v1 consumer deleted"
     );
+    let unread = reopened.drain().await.unwrap();
+    let bodies: Vec<&str> = unread.iter().map(|m| m.body.as_str()).collect();
+    assert_eq!(bodies, ["v1 message 3"]);
+    let refused = other
+        .open_goal_with(GoalOpenRequest {
+            goal_id: Some(goal_id),
+            kind: None,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(refused.kind(), Some(ErrorKind::Conflict));
 }
 
 #[tokio::test]
@@ -1057,7 +1088,7 @@ async fn a_half_finished_close_can_be_retried() {
     let js = jetstream::new(agent.nats().clone());
     publish_inbox(&js, &agent, goal.id(), "left behind").await;
     // Simulate a close that forgot the goal and then failed: the record is gone, the
-    // consumer and the message are not.
+    // cursor and the message are not.
     let goals = js
         .get_key_value(switchboard_proto::GOALS_BUCKET)
         .await
@@ -1071,13 +1102,6 @@ async fn a_half_finished_close_can_be_retried() {
         .unwrap();
     let closed = agent.close_goal(goal.id()).await.unwrap();
     assert_eq!(closed.purged, 1);
-    let stream = js.get_stream(INBOX_STREAM).await.unwrap();
-    assert!(
-        stream
-            .consumer_info(inbox_consumer(&goal.id()))
-            .await
-            .is_err()
-    );
     // Now it is really gone.
     let err = agent.close_goal(goal.id()).await.unwrap_err();
     assert_eq!(err.kind(), Some(ErrorKind::NotFound));

@@ -1,5 +1,5 @@
 //! Bounded redelivery and dead letters: a goal's message that its reader cannot handle (it
-//! naks it every time) is delivered `INBOX_MAX_DELIVER` times, then moves to `AGENT_DLQ` with
+//! gives it back every time) is handed out `INBOX_MAX_DELIVER` times, then moves to `AGENT_DLQ` with
 //! its reason; one a reader rejects moves at once with the reader's reason; later messages flow
 //! on; a replayed letter comes back to the goal once and leaves the dead letters.
 
@@ -8,7 +8,8 @@
 use std::time::Duration;
 
 use switchboard_client::{dlq_list, dlq_replay};
-use switchboard_proto::{INBOX_MAX_DELIVER, InboxMessage};
+use switchboard_proto::InboxMessage;
+use switchboard_proto::inbox::INBOX_MAX_DELIVER;
 use switchboard_testkit::eventually;
 use switchboard_tests::Fabric;
 
@@ -73,7 +74,7 @@ async fn a_poison_message_moves_to_the_dead_letters_with_its_reason_and_replays(
     let nakked = by_body("poison");
     assert_eq!(
         nakked.reason,
-        format!("not acknowledged after {INBOX_MAX_DELIVER} deliveries (the limit)")
+        format!("handed out {INBOX_MAX_DELIVER} times without being acknowledged (the limit)")
     );
     assert_eq!(nakked.subject, inbox);
     assert_eq!(nakked.stream, switchboard_proto::INBOX_STREAM);

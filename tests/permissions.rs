@@ -1,7 +1,8 @@
 //! Identity and permissions against a nats-server running the config `switchboard
 //! nats-config` generates: agents are pinned to their own subjects, a spoofed subject is a
 //! permission violation, a spoofed body is `sender_mismatch`, nobody but services publishes
-//! into an inbox, and a wrong password is refused.
+//! into an inbox, no agent touches the JetStream API (it reads through `agent.inbox.fetch`),
+//! and a wrong password is refused.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
@@ -163,13 +164,26 @@ async fn agents_act_only_as_themselves() {
         violation(&mut alice_errors, &subject).await;
     }
     assert_no_more(&bob_goal).await;
-    // Nor into the service-internal or event subjects, nor the JetStream API at large.
+    // Nor into the service-internal or event subjects, nor the JetStream API at all (agents
+    // read through agent.inbox.fetch/ack), nor another agent's inbox reads.
+    let pull = format!(
+        "$JS.API.CONSUMER.MSG.NEXT.AGENT_INBOX.inbox-{}",
+        bob_goal.id()
+    );
     for subject in [
         "_SB.calls.answer.00000000-0000-0000-0000-000000000000",
         "agent.registry.events.offline.bob",
         "$JS.API.STREAM.INFO.AGENT_INBOX",
+        "$JS.API.STREAM.DELETE.AGENT_AUDIT",
+        pull.as_str(),
+        "$JS.ACK.AGENT_INBOX.x.1.1.1.1.1",
+        "agent.inbox.fetch.bob",
+        "agent.inbox.ack.bob",
     ] {
-        alice_nats.publish(subject, "x".into()).await.unwrap();
+        alice_nats
+            .publish(subject.to_owned(), "x".into())
+            .await
+            .unwrap();
         violation(&mut alice_errors, subject).await;
     }
     // alice may query the audit (her file says so); bob may not.

@@ -252,7 +252,6 @@ async fn rolling_sigterm_sigkill_and_sigstop_of_each_node_lose_and_double_nothin
     let mut lost = Vec::new();
     let mut doubled = Vec::new();
     let mut read_total = 0;
-    let mut dropped = 0;
     let js = async_nats::jetstream::new(cluster.client(0).await);
     for (i, reader) in readers.into_iter().enumerate() {
         let (goal, read) = reader.await.unwrap();
@@ -267,7 +266,6 @@ async fn rolling_sigterm_sigkill_and_sigstop_of_each_node_lose_and_double_nothin
         }
         lost.extend(missing);
         doubled.extend(read.doubled);
-        dropped += goal.redeliveries_dropped();
     }
     let total: usize = acknowledged.iter().map(Vec::len).sum();
 
@@ -277,9 +275,6 @@ async fn rolling_sigterm_sigkill_and_sigstop_of_each_node_lose_and_double_nothin
         lost.len(),
         doubled.len(),
         refused.len()
-    );
-    println!(
-        "  copies JetStream delivered again after a confirmed ack, dropped by the readers: {dropped}"
     );
     let mut p99s: BTreeMap<Phase, f64> = BTreeMap::new();
     for (phase, samples) in &mut by_phase {
@@ -388,13 +383,15 @@ async fn diagnose(
             }
         }
     }
-    let info = js
-        .get_consumer_from_stream::<async_nats::jetstream::consumer::pull::Config, _, _>(
-            switchboard_proto::inbox_consumer(&goal.id()),
-            switchboard_proto::INBOX_STREAM,
-        )
-        .await
-        .ok();
+    let cursor = match js.get_key_value(switchboard_proto::CURSORS_BUCKET).await {
+        Ok(cursors) => cursors
+            .get(goal.id().to_string())
+            .await
+            .ok()
+            .flatten()
+            .map(|value| String::from_utf8_lossy(&value).into_owned()),
+        Err(_) => None,
+    };
     let minted: Vec<u64> = missing
         .iter()
         .map(|id| {
@@ -409,7 +406,7 @@ async fn diagnose(
         goal.id()
     );
     // The audit reads AGENT_INBOX through its own durable consumer: a missing message it
-    // recorded was in the stream (the goal's consumer skipped it); one it never saw was not.
+    // recorded was in the stream (the goal's reader skipped it); one it never saw was not.
     let client = js.client();
     for id in missing {
         let query = switchboard_proto::audit::ThreadRequest {
@@ -427,16 +424,8 @@ async fn diagnose(
         );
     }
     println!(
-        "  goal {}: {} missing; {stored} stored for it now; missing ones still stored: {found:?}; goal consumer: {:?}",
+        "  goal {}: {} missing; {stored} stored for it now; missing ones still stored: {found:?}; goal cursor: {cursor:?}",
         goal.id(),
         missing.len(),
-        info.map(|consumer| consumer.cached_info().clone())
-            .map(|info| (
-                info.num_pending,
-                info.num_ack_pending,
-                info.num_redelivered,
-                info.ack_floor.stream_sequence,
-                info.delivered.stream_sequence
-            ))
     );
 }

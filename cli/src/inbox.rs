@@ -1,19 +1,23 @@
-//! `switchboard inbox`: a goal's inbox, read with an ordered consumer so the goal's own durable
-//! consumer (and its acks) are untouched — or, with `--take`, taken through that consumer
-//! and acknowledged, as an agent reads it.
+//! `switchboard inbox`: a goal's inbox, read as its agent reads it — through
+//! `agent.inbox.fetch.<agent_id>` (ARCHITECTURE.md §4a), never through JetStream. By default it
+//! only looks (a peek: nothing is taken, nothing counts as handed out); `--take` takes the
+//! unread messages and moves the goal's cursor past them; `--follow` keeps looking.
 
 use std::process::ExitCode;
 use std::time::Duration;
 
-use async_nats::jetstream::consumer::PullConsumer;
-use async_nats::jetstream::{self, consumer::DeliverPolicy, consumer::pull::OrderedConfig};
 use clap::Args;
-use futures::StreamExt;
-use switchboard_client::proto::registry::{
-    GoalOpenReply, GoalOpenRequest, LookupReply, LookupRequest,
+use switchboard_client::proto::inbox::{
+    AckReply, AckRequest, FETCH_MAX, FetchReply, FetchRequest, FetchedMessage,
 };
-use switchboard_client::proto::subject::{self, RegistryOp};
-use switchboard_client::proto::{AgentId, GoalId, INBOX_STREAM, InboxMessage};
+use switchboard_client::proto::subject;
+use switchboard_client::proto::{AgentId, GoalId, InboxMessage};
+use switchboard_runtime::request::request_json;
+
+/// How often `--follow` looks again when nothing new arrived.
+const FOLLOW_EVERY: Duration = Duration::from_millis(250);
+/// How long one request may take.
+const TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Arguments of `switchboard inbox`.
 #[derive(Debug, Args)]
@@ -24,11 +28,11 @@ pub struct InboxArgs {
     /// The goal whose inbox to print.
     #[arg(long)]
     goal: String,
-    /// Keep printing new messages until Ctrl-C.
+    /// Keep printing new messages until Ctrl-C (without taking them).
     #[arg(long, conflicts_with = "take")]
     follow: bool,
-    /// Take the waiting messages as the agent does (check_inbox): read them from the goal's
-    /// durable consumer and acknowledge them, so they are not delivered again.
+    /// Take the unread messages as the agent does (check_inbox): the goal's cursor moves past
+    /// them, so they are not handed out again.
     #[arg(long)]
     take: bool,
     /// NATS URL.
@@ -38,35 +42,13 @@ pub struct InboxArgs {
 
 /// Prints the inbox (`<peer-message>` blocks, or JSON lines with `--json`); exit 1 on errors.
 pub async fn run(args: InboxArgs, json: bool) -> ExitCode {
-    let outcome = if args.take {
-        take(args, json).await
-    } else {
-        tail(args, json).await
-    };
-    match outcome {
+    match read(args, json).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
             eprintln!("switchboard: {err:#}");
             ExitCode::FAILURE
         }
     }
-}
-
-/// The goal must be one of the agent's live goals.
-async fn ensure_live(nats_url: &str, agent: &AgentId, goal: GoalId) -> anyhow::Result<()> {
-    let looked = crate::request_json(
-        nats_url,
-        &RegistryOp::Lookup.subject(agent),
-        &LookupRequest {
-            agent_id: agent.to_string(),
-        },
-    )
-    .await?;
-    let looked: LookupReply = serde_json::from_value(looked)?;
-    if !looked.live_goals.contains(&goal) {
-        anyhow::bail!("agent `{agent}` has no live goal `{goal}`");
-    }
-    Ok(())
 }
 
 /// Prints one message.
@@ -82,102 +64,101 @@ fn show(message: &InboxMessage, json: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `--take`: the waiting messages through the goal's own durable consumer, acknowledged.
-async fn take(args: InboxArgs, json: bool) -> anyhow::Result<()> {
-    let agent = AgentId::parse(&args.as_agent)?;
-    let goal = GoalId::parse(&args.goal)?;
-    ensure_live(&args.nats_url, &agent, goal).await?;
-    // Re-opening the live goal by id returns its consumer.
-    let reopened = crate::request_json(
-        &args.nats_url,
-        &RegistryOp::GoalOpen.subject(&agent),
-        &GoalOpenRequest {
-            goal_id: Some(goal),
-            kind: None,
-        },
-    )
-    .await?;
-    let reopened: GoalOpenReply = serde_json::from_value(reopened)?;
-    let js = jetstream::new(crate::connect(&args.nats_url).await?);
-    let mut consumer: PullConsumer = js
-        .get_consumer_from_stream(&reopened.consumer, &reopened.stream)
-        .await?;
-    let mut taken = 0;
+/// The goal's inbox as one agent's reader.
+struct Inbox {
+    nats: async_nats::Client,
+    agent: AgentId,
+    goal: GoalId,
+}
+
+impl Inbox {
+    async fn fetch(&self, peek: bool, ack_through: Option<u64>) -> anyhow::Result<FetchReply> {
+        let request = FetchRequest {
+            goal_id: self.goal,
+            max: Some(FETCH_MAX),
+            wait_ms: None,
+            ack_through,
+            peek,
+        };
+        request_json(
+            &self.nats,
+            &subject::inbox_fetch(&self.agent),
+            &request,
+            TIMEOUT,
+        )
+        .await
+        .map_err(crate::cli_failure)
+    }
+
+    async fn ack(&self, through: u64) -> anyhow::Result<AckReply> {
+        let request = AckRequest {
+            goal_id: self.goal,
+            through: Some(through),
+            ..Default::default()
+        };
+        request_json(
+            &self.nats,
+            &subject::inbox_ack(&self.agent),
+            &request,
+            TIMEOUT,
+        )
+        .await
+        .map_err(crate::cli_failure)
+    }
+}
+
+async fn read(args: InboxArgs, json: bool) -> anyhow::Result<()> {
+    let inbox = Inbox {
+        nats: crate::connect(&args.nats_url).await?,
+        agent: AgentId::parse(&args.as_agent)?,
+        goal: GoalId::parse(&args.goal)?,
+    };
+    if args.take {
+        return take(&inbox, json).await;
+    }
+    // Look: print what is unread, and with --follow whatever arrives later.
+    let mut shown = 0u64;
     loop {
-        let waiting = consumer.info().await?.num_pending;
-        if waiting == 0 {
+        let reply = inbox.fetch(true, None).await?;
+        let fresh: Vec<&FetchedMessage> = reply.messages.iter().filter(|m| m.seq > shown).collect();
+        for fetched in &fresh {
+            show(&fetched.message, json)?;
+            shown = fetched.seq;
+        }
+        if !args.follow {
+            return Ok(());
+        }
+        tokio::select! {
+            () = tokio::time::sleep(FOLLOW_EVERY) => {}
+            _ = tokio::signal::ctrl_c() => return Ok(()),
+        }
+    }
+}
+
+/// `--take`: every unread message, page by page, each page acknowledged once printed.
+async fn take(inbox: &Inbox, json: bool) -> anyhow::Result<()> {
+    let mut taken = 0;
+    let mut last = None;
+    loop {
+        let reply = inbox.fetch(false, last).await?;
+        let more = reply.unread > reply.messages.len() as u64;
+        for fetched in &reply.messages {
+            show(&fetched.message, json)?;
+            taken += 1;
+        }
+        match reply.messages.last() {
+            Some(page_last) => last = Some(page_last.seq),
+            None => break,
+        }
+        if !more {
             break;
         }
-        let mut batch = consumer
-            .batch()
-            .max_messages(usize::try_from(waiting.min(64)).unwrap_or(64))
-            .expires(Duration::from_secs(2))
-            .messages()
-            .await?;
-        let mut got = 0;
-        while let Some(raw) = batch.next().await {
-            let raw = raw.map_err(|err| anyhow::anyhow!("pull: {err}"))?;
-            got += 1;
-            match serde_json::from_slice::<InboxMessage>(&raw.payload) {
-                Ok(message) => {
-                    show(&message, json)?;
-                    taken += 1;
-                }
-                Err(err) => eprintln!("switchboard: dropping an undecodable message: {err}"),
-            }
-            raw.double_ack()
-                .await
-                .map_err(|err| anyhow::anyhow!("ack: {err}"))?;
-        }
-        if got == 0 {
-            break;
-        }
+    }
+    if let Some(last) = last {
+        inbox.ack(last).await?;
     }
     if !json {
         eprintln!("switchboard: took {taken} message(s)");
     }
     Ok(())
-}
-
-async fn tail(args: InboxArgs, json: bool) -> anyhow::Result<()> {
-    let agent = AgentId::parse(&args.as_agent)?;
-    let goal = GoalId::parse(&args.goal)?;
-    let client = crate::connect(&args.nats_url).await?;
-    ensure_live(&args.nats_url, &agent, goal).await?;
-    let js = jetstream::new(client);
-    let stream = js.get_stream(INBOX_STREAM).await?;
-    let consumer = stream
-        .create_consumer(OrderedConfig {
-            filter_subject: subject::inbox(&goal),
-            deliver_policy: DeliverPolicy::All,
-            ..Default::default()
-        })
-        .await?;
-    let mut remaining = consumer.cached_info().num_pending;
-    if remaining == 0 && !args.follow {
-        return Ok(());
-    }
-    let mut messages = consumer.messages().await?;
-    loop {
-        let next = if args.follow {
-            tokio::select! {
-                next = messages.next() => next,
-                _ = tokio::signal::ctrl_c() => return Ok(()),
-            }
-        } else {
-            tokio::time::timeout(Duration::from_secs(10), messages.next())
-                .await
-                .map_err(|_| anyhow::anyhow!("timed out reading the inbox"))?
-        };
-        let Some(message) = next else { return Ok(()) };
-        let message = message?;
-        match serde_json::from_slice::<InboxMessage>(&message.payload) {
-            Ok(inbox) => show(&inbox, json)?,
-            Err(err) => eprintln!("switchboard: skipping an undecodable message: {err}"),
-        }
-        remaining = remaining.saturating_sub(1);
-        if remaining == 0 && !args.follow {
-            return Ok(());
-        }
-    }
 }

@@ -285,7 +285,7 @@ enum Command {
 /// `switchboard goal …`.
 #[derive(Debug, Subcommand)]
 enum GoalCommand {
-    /// Open a goal; prints its inbox subject and durable consumer.
+    /// Open a goal; prints its inbox subject (read it with `switchboard inbox`).
     #[command(
         after_help = "Examples:\n  switchboard goal open --as researcher\n  switchboard goal open --as researcher --kind daemon --json | jq -r .goal_id"
     )]
@@ -303,7 +303,7 @@ enum GoalCommand {
         #[arg(long, env = "NATS_URL", default_value = DEFAULT_NATS_URL)]
         nats_url: String,
     },
-    /// Close a goal: its consumer is deleted and unread messages are purged.
+    /// Close a goal: its cursor is deleted and unread messages are purged.
     #[command(after_help = "Example:\n  switchboard goal close --as researcher <goal_id>")]
     Close {
         /// The agent.
@@ -603,7 +603,7 @@ pub(crate) async fn request_with_retry<T: serde::Serialize>(
 }
 
 /// A request failure as the CLI reports it.
-fn cli_failure(failure: RequestFailure) -> anyhow::Error {
+pub(crate) fn cli_failure(failure: RequestFailure) -> anyhow::Error {
     match failure {
         RequestFailure::NoResponders { subject } => {
             anyhow::anyhow!("no service answers on {subject} (is `switchboard up` running?)")

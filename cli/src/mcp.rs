@@ -13,8 +13,6 @@ use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::{FutureExt, StreamExt};
-
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{
@@ -139,51 +137,36 @@ async fn serve(args: McpArgs) -> anyhow::Result<()> {
     outcome
 }
 
-/// Tells the host when messages arrive (they stay in the inbox, unacknowledged, until
-/// `check_inbox`): `notifications/resources/updated` for [`INBOX_RESOURCE`] when the host
-/// subscribed to it, and a `notifications/message` log entry (logger `switchboard`,
-/// `data.event = "inbox"`, with the unread count) for hosts that show logs.
+/// Tells the host when messages arrive (they stay unread until `check_inbox`):
+/// `notifications/resources/updated` for [`INBOX_RESOURCE`] when the host subscribed to it, and a
+/// `notifications/message` log entry (logger `switchboard`, `data.event = "inbox"`, with the
+/// unread count) for hosts that show logs.
 ///
-/// Arrivals are seen on a plain subscription to the goal's inbox subject (every stored
-/// message is also published there), so the host hears of each one at once; a burst is
-/// announced once. Messages that arrived before the session started are announced at start.
+/// What is unread is looked at (a peek: nothing is handed out) every [`ANNOUNCE_EVERY`]: more
+/// unread messages than last time, or another oldest one with some unread, means new ones
+/// arrived, announced once; messages that arrived before the session started are announced at
+/// start. An agent cannot subscribe to inbox subjects (ARCHITECTURE.md §8), so it asks.
 async fn announce_new_messages(server: SwitchboardMcp, peer: Peer<RoleServer>) {
     let goal = server.goal.clone();
-    let mut arrivals = match server
-        .agent
-        .nats()
-        .subscribe(goal.subject().to_owned())
-        .await
-    {
-        Ok(subscription) => subscription,
-        Err(err) => {
-            tracing::warn!(error = %err, "cannot watch the inbox; new messages are not announced");
-            return;
-        }
-    };
-    let mut first = true;
+    let mut seen = (0, None);
     loop {
-        if !first {
-            if arrivals.next().await.is_none() {
-                return;
+        match goal.unread().await {
+            Ok(now) => {
+                let (waiting, oldest) = now;
+                let arrived = waiting > seen.0 || (waiting > 0 && oldest != seen.1);
+                if arrived && !announce(&server, &peer, &goal, waiting).await {
+                    return; // the session is gone
+                }
+                seen = now;
             }
-            // Let a burst land, then announce it once.
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            while let Some(Some(_)) = arrivals.next().now_or_never() {}
+            Err(err) => tracing::debug!(error = %err, "counting unread messages failed"),
         }
-        first = false;
-        let waiting = match goal.waiting().await {
-            Ok(waiting) => waiting,
-            Err(err) => {
-                tracing::debug!(error = %err, "counting unread messages failed");
-                continue;
-            }
-        };
-        if waiting > 0 && !announce(&server, &peer, &goal, waiting).await {
-            return; // the session is gone
-        }
+        tokio::time::sleep(ANNOUNCE_EVERY).await;
     }
 }
+
+/// How often the unread count is looked at for announcements.
+const ANNOUNCE_EVERY: Duration = Duration::from_millis(250);
 
 /// Sends the notifications for `waiting` unread messages; false once the host is gone.
 #[allow(deprecated)] // logging: see the import
@@ -599,15 +582,23 @@ impl SwitchboardMcp {
                        with reply_to_peer; act on kind=\"task\" with update_task."
     )]
     async fn check_inbox(&self, _: Parameters<NoParams>) -> CallToolResult {
-        match self.goal.drain().await {
-            Ok(messages) => {
-                self.remember_requests(&messages);
-                let text = render_peer_messages_block(&messages)
-                    .unwrap_or_else(|| "No new messages.".to_owned());
-                CallToolResult::success(vec![ContentBlock::text(text)])
-            }
-            Err(err) => failure(&err),
+        // The messages are taken (acknowledged) once the block that hands them to the model
+        // is ready: that is the moment they are read. A failed ack leaves them unread, so the
+        // next check_inbox shows them again rather than losing them.
+        let taken = match self.goal.take_all().await {
+            Ok(taken) => taken,
+            Err(err) => return failure(&err),
+        };
+        let (messages, through) = taken;
+        self.remember_requests(&messages);
+        let text =
+            render_peer_messages_block(&messages).unwrap_or_else(|| "No new messages.".to_owned());
+        if let Some(through) = through
+            && let Err(err) = self.goal.ack_through(through).await
+        {
+            return failure(&err);
         }
+        CallToolResult::success(vec![ContentBlock::text(text)])
     }
 
     #[tool(

@@ -299,9 +299,7 @@ fn goal(value: &Value) -> Option<String> {
         )
     } else {
         format!(
-            "goal {goal} open\n  inbox:    {subject}\n  consumer: {} on {}",
-            s(value, "consumer"),
-            s(value, "stream")
+            "goal {goal} open\n  inbox:    {subject}\n  read it:  switchboard inbox --as <agent> --goal {goal}"
         )
     })
 }
@@ -513,7 +511,7 @@ fn dead_letters(value: &Value) -> Option<String> {
                     .and_then(Value::as_str)
                     .map_or_else(|| payload.to_string(), str::to_owned);
                 format!(
-                    "#{}  {}  {} (seq {}, consumer {})\n  {}\n  {}",
+                    "#{}  {}  {} (seq {}, reader {})\n  {}\n  {}",
                     letter.get("seq").map(Value::to_string).unwrap_or_default(),
                     s(letter, "at"),
                     s(letter, "subject"),

@@ -136,7 +136,7 @@ async fn serve(args: UpArgs, services: &mut Services, otlp: Option<&str>) -> any
         None => println!("Switchboard is up.\n  NATS:      {url}"),
     }
     println!(
-        "  services:  directory, inbox-fanout, reply-correlator, task-lifecycle, audit\n  traces:    {}\n\nAn agent in any language connects to {url} and sends\n  agent.registry.register.<agent_id>   (its card, JSON)\n  agent.registry.goal.open.<agent_id>  (then reads its inbox consumer)\n  agent.send.<agent_id>                ({{\"to\": \"peer\", \"message\": \"…\"}})\n  agent.call.<agent_id> / agent.reply.<agent_id>   (calls that wait for an answer)\n  agent.task.<op>.<agent_id>           (tasks: create, accept, start, complete, spawn, …)\nTry:  switchboard agents   |   switchboard peers --as <agent_id>\nStop: Ctrl-C",
+        "  services:  directory, inbox-fanout, reply-correlator, task-lifecycle, audit\n  traces:    {}\n\nAn agent in any language connects to {url} and sends\n  agent.registry.register.<agent_id>   (its card, JSON)\n  agent.registry.goal.open.<agent_id>  (then agent.inbox.fetch.<agent_id> / agent.inbox.ack.<agent_id>)\n  agent.send.<agent_id>                ({{\"to\": \"peer\", \"message\": \"…\"}})\n  agent.call.<agent_id> / agent.reply.<agent_id>   (calls that wait for an answer)\n  agent.task.<op>.<agent_id>           (tasks: create, accept, start, complete, spawn, …)\nTry:  switchboard agents   |   switchboard peers --as <agent_id>\nStop: Ctrl-C",
         otlp.unwrap_or("not exported (set OTEL_EXPORTER_OTLP_ENDPOINT)")
     );
 

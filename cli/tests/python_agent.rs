@@ -1,5 +1,5 @@
 //! An agent in another language: `examples/python/agent.py`, written with only `nats-py` and
-//! docs/protocol.md, registers, opens a goal, reads its inbox from the durable consumer,
+//! docs/protocol.md, registers, opens a goal, reads its inbox through agent.inbox.fetch/ack,
 //! answers a call and sends a message — against the real system, with a Rust agent on the
 //! other side.
 

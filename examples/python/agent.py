@@ -23,7 +23,7 @@ from nats.errors import NoRespondersError
 HEARTBEAT_EVERY_S = 10.0  # §4.2: "send one every 10 s" (offline after 30 s of silence)
 REQUEST_TIMEOUT_S = 10.0  # a send may retry a goal's delivery for up to 8 s (§8)
 FETCH_BATCH = 10
-FETCH_WAIT_S = 1.0  # bounded pull, so a stop signal is noticed within about a second
+FETCH_WAIT_MS = 1000  # a held fetch (long-poll), so a stop signal is noticed within a second
 # §2 "Error kinds": these say "retry" (plus the two client-side kinds of Agent.request)
 RETRY_KINDS = {"unavailable", "conflict", "no_responders", "request_timeout"}
 
@@ -89,8 +89,24 @@ class Agent:
     async def heartbeat(self):
         return await self.request(f"agent.registry.heartbeat.{self.me}", {})
 
-    async def open_goal(self):  # -> {goal_id, subject, stream, consumer}
+    async def open_goal(self):  # -> {goal_id, subject}
         return await self.request(f"agent.registry.goal.open.{self.me}", {"kind": "daemon"})
+
+    # §7 "Reading an inbox": two requests to the inbox service, never JetStream.
+    async def fetch(self, goal_id, max_messages, wait_ms, ack_through=None):
+        """-> {goal_id, cursor, messages: [{seq, message, traceparent?, tracestate?}], unread}"""
+        body = {"goal_id": goal_id, "max": max_messages, "wait_ms": wait_ms}
+        if ack_through is not None:
+            body["ack_through"] = ack_through  # "I am done through N", committed first
+        return await self.request(f"agent.inbox.fetch.{self.me}", body)
+
+    async def ack(self, goal_id, through):
+        return await self.request(f"agent.inbox.ack.{self.me}", {"goal_id": goal_id,
+                                                                 "through": through})
+
+    async def reject(self, goal_id, seq, reason):
+        return await self.request(f"agent.inbox.ack.{self.me}", {"goal_id": goal_id, "seq": seq,
+                                                                 "reject": reason})
 
     async def close_goal(self, goal_id):
         return await self.request(f"agent.registry.goal.close.{self.me}", {"goal_id": goal_id})
@@ -133,9 +149,9 @@ async def heartbeat_loop(agent):
             emit("error", kind=e.kind, message=e.message)
 
 
-def decode(msg):
+def decode(entry):
     """An InboxMessage (§7 "The message"): only the seed fields are sure to be there."""
-    m = json.loads(msg.data)
+    m = entry.get("message")
     if not isinstance(m, dict) or not isinstance(m.get("from_agent_id"), str) \
             or not isinstance(m.get("body"), str):
         raise ValueError("not an InboxMessage")
@@ -176,39 +192,40 @@ async def run(args):
     goal_id = goal["goal_id"]
     emit("ready", agent_id=args.agent, goal_id=goal_id)
 
-    # §7 "Reading an inbox": bind to the durable pull consumer the directory created (never
-    # create one, never subscribe to agent.inbox.<goal_id> with core NATS), fetch, ack.
-    inbox = await nc.jetstream().pull_subscribe_bind(goal["consumer"], stream=goal["stream"])
+    # §7 "Reading an inbox": fetch (held up to a second when nothing is unread), handle, ack.
+    # What is fetched and not acked is handed out again by the next fetch, so a crash loses
+    # nothing: the agent simply fetches again.
     handled = 0
     while not stop.is_set() and (args.max_handled is None or handled < args.max_handled):
         left = FETCH_BATCH if args.max_handled is None else args.max_handled - handled
         batch = min(FETCH_BATCH, left)  # never take more than --max-handled leaves to do
         try:
-            msgs = await inbox.fetch(batch, timeout=FETCH_WAIT_S)
-        except asyncio.TimeoutError:  # nothing new (nats-py raises either TimeoutError)
+            page = await agent.fetch(goal_id, batch, FETCH_WAIT_MS)
+        except ServiceError as e:  # the inbox service restarting: try again shortly
+            emit("error", kind=e.kind, message=e.message)
+            await asyncio.sleep(0.5)
             continue
-        for msg in msgs:
+        for entry in page["messages"]:
+            seq = entry["seq"]
+            # The sender's trace context travels with each message (§1 "Trace context").
+            trace = {k: entry[k] for k in ("traceparent", "tracestate") if entry.get(k)}
             try:
-                m = decode(msg)
-            except ValueError as e:  # undecodable: terminate it, or it comes back forever (§7)
+                m = decode(entry)
+            except ValueError as e:  # not an InboxMessage: reject it, or it comes back (§7)
                 emit("error", kind="bad_message", message=str(e))
-                await msg.term()
+                await agent.reject(goal_id, seq, str(e))
                 continue
             try:
-                await handle(agent, goal_id, m, msg.headers or {})
+                await handle(agent, goal_id, m, trace)
             except ServiceError as e:  # refused reply or send: report it, keep going
                 emit("error", kind=e.kind, message=e.message)
-                if e.kind in RETRY_KINDS:  # worth another try: -NAK, it comes back (§7)
-                    await msg.nak(delay=2)
-                    continue
-            # After handling. The goal's consumer redelivers a message not acked within 5 s
-            # (§7 "Reading an inbox"); handling here takes milliseconds. A handler that can take
-            # longer (a model call, a slow tool) sends `await msg.in_progress()` (+WPI) every
-            # few seconds until it acks. Under faults a request above can wait up to 10 s and
-            # the message come back meanwhile: harmless here, a repeated send reuses its id
-            # (stored once) and a repeated reply changes nothing (`duplicate: true`, or
-            # `conflict` while the first is being delivered: nak'd, it comes back).
-            await msg.ack()
+                if e.kind in RETRY_KINDS:  # worth another try: not acked, so it comes back
+                    await asyncio.sleep(2)
+                    break
+            # After handling: the cursor moves through this message (§7). A repeated hand-out
+            # after a crash is harmless here: a repeated send reuses its id (stored once) and
+            # a repeated reply changes nothing (`duplicate: true`).
+            await agent.ack(goal_id, seq)
             handled += 1
 
     # Leave cleanly: close the goal (§4.5: its inbox is purged), then deregister (§4.3).
@@ -218,7 +235,6 @@ async def run(args):
             await step()
         except ServiceError as e:
             emit("error", kind=e.kind, message=e.message)
-    await nc.flush()  # the last acks are out (a drain would wait on the pull subscription)
     await nc.close()
     emit("stopped")
     return 0

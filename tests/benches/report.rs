@@ -14,13 +14,17 @@
 //! 5. send_to_peer and list_peers with 10 registered agents, then with `BENCH_AGENTS`
 //!    (default 10,000);
 //! 6. audit ingest beside a raw JetStream consumer reading and acking the same backlog;
-//! 7. each service's resident memory (`VmRSS`) after all of that.
+//! 7. each service's resident memory (`VmRSS`) after all of that;
+//! 8. reading inboxes, live goals at scale (`BENCH_GOALS`, default 100,000) and a 3-node R3
+//!    cluster ([`report_inbox`]).
 //!
 //! `BENCH_OPS` sets the sequential sample (default 400); throughput keeps 64 operations in
 //! flight. CI runs it with tiny numbers (debug build) to keep it working; figures come from
 //! `make bench`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+mod report_inbox;
 
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -281,6 +285,8 @@ async fn main() {
         );
         one_goal.push(ours1);
     }
+    wait_until_audited(&js).await;
+    report_inbox::reading_rows(&mut report, &url, &js, ops, raw_rr, one_goal[0]).await;
 
     // A call's round trip: the callee's runtime pulls each request and answers it.
     let callee = Arc::new(agent(&url, "bench-callee").await);
@@ -440,6 +446,12 @@ async fn main() {
         report.note_row("memory", service, format!("{rss:.1} MiB resident"));
         report.absolute(&format!("{service} RSS after the run"), rss, "MiB", 64.0);
     }
+
+    // Live goals at scale on this node, then a 3-node R3 cluster.
+    let goals = report_inbox::bench_goals();
+    let named: Vec<(&str, &ServiceProcess)> = SERVICES.iter().copied().zip(&services).collect();
+    report_inbox::scale_rows(&mut report, &url, &js, nats.pid(), &named, ops, goals).await;
+    report_inbox::cluster_rows(&mut report, ops, goals).await;
 
     let text = render(&report, ops, agents_total, started.elapsed());
     println!("\n{text}");

@@ -154,7 +154,7 @@ pub async fn assert_no_more(goal: &switchboard_client::Goal) {
     assert!(
         stray.is_none(),
         "unexpected message: {:?}",
-        stray.map(|d| d.message)
+        stray.map(|d| d.message.clone())
     );
 }
 

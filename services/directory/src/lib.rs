@@ -6,11 +6,9 @@
 //! `agent.registry.<op>.<agent_id>` in queue group `directory`.
 //!
 //! Layout: `config.rs` (the `[directory]` section), `error.rs` (errors → stable kinds),
-//! `state.rs` (the registry over KV), `handlers.rs` (endpoints), `dlq.rs` (the dead-letter
-//! mover), this file (`start`/`run`).
+//! `state.rs` (the registry over KV), `handlers.rs` (endpoints), this file (`start`/`run`).
 
 pub mod config;
-pub mod dlq;
 pub mod error;
 pub mod handlers;
 pub mod state;
@@ -42,7 +40,6 @@ pub use switchboard_runtime::service::StartError;
 pub struct Directory {
     running: micro::Running,
     registry: Arc<Registry>,
-    dead_letters: dlq::DeadLetters,
     config: DirectoryConfig,
     grace: Duration,
 }
@@ -56,19 +53,19 @@ pub async fn start(
     let js = jetstream::new(client.clone());
     resources::ensure_stream(&js, resources::inbox_stream(&runtime.jetstream)).await?;
     resources::ensure_stream(&js, resources::events_stream(&runtime.jetstream)).await?;
-    resources::ensure_stream(&js, resources::advisories_stream(&runtime.jetstream)).await?;
-    resources::ensure_stream(&js, resources::dlq_stream(&runtime.jetstream)).await?;
-    let dead_letters = dlq::DeadLetters::open(js.clone())
-        .await
-        .map_err(|message| StartError::Stream {
-            stream: switchboard_proto::ADVISORIES_STREAM,
-            message,
-        })?;
     let agents =
         resources::ensure_bucket(&js, resources::registry_bucket(&runtime.jetstream)).await?;
     let goals = resources::ensure_bucket(&js, resources::goals_bucket(&runtime.jetstream)).await?;
+    let cursors =
+        resources::ensure_bucket(&js, resources::cursors_bucket(&runtime.jetstream)).await?;
     let inbox = js
         .get_stream(switchboard_proto::INBOX_STREAM)
+        .await
+        .map_err(|err| StartError::Stream {
+            stream: switchboard_proto::INBOX_STREAM,
+            message: err.to_string(),
+        })?;
+    let v1_consumers = state::v1_consumers(&inbox)
         .await
         .map_err(|err| StartError::Stream {
             stream: switchboard_proto::INBOX_STREAM,
@@ -78,15 +75,16 @@ pub async fn start(
         js,
         agents,
         goals,
+        cursors,
         inbox,
         Duration::from_millis(config.heartbeat_timeout_ms),
+        v1_consumers,
     ));
     let running = micro::start(client, SPEC, handlers::endpoints(Arc::clone(&registry))).await?;
     tracing::info!(service = SPEC.name, "directory ready");
     Ok(Directory {
         running,
         registry,
-        dead_letters,
         config,
         grace: runtime.shutdown_grace(),
     })
@@ -98,8 +96,7 @@ impl Directory {
         Arc::clone(&self.registry)
     }
 
-    /// Serves requests, sweeps for silent agents and moves dead letters until `shutdown`, then
-    /// drains.
+    /// Serves requests and sweeps for silent agents until `shutdown`, then drains.
     pub async fn run(self, shutdown: CancellationToken) {
         let registry = Arc::clone(&self.registry);
         let sweep = switchboard_runtime::service::periodically(
@@ -116,14 +113,8 @@ impl Directory {
                 }
             },
         );
-        let dead_letters = self.dead_letters.run(shutdown.clone());
         let view = self.registry.view().clone().watch(shutdown.clone());
-        tokio::join!(
-            sweep,
-            dead_letters,
-            view,
-            self.running.run(shutdown, self.grace)
-        );
+        tokio::join!(sweep, view, self.running.run(shutdown, self.grace));
     }
 }
 

@@ -3,21 +3,24 @@
 //! `agent_registry` holds one [`AgentRecord`] per agent; `agent_goals` one [`GoalRecord`] per
 //! live goal under `<agent_id>.<goal_id>`. Every read-modify-write is a compare-and-set on the
 //! key's revision, retried on conflict, so concurrent replicas never lose an update. Each goal
-//! also owns a durable pull consumer on `AGENT_INBOX`, created when the goal opens, so messages
-//! sent before the goal's runtime subscribes wait for it (buffer-on-demand).
+//! also owns a cursor in `agent_cursors` (ARCHITECTURE.md §4a), created when the goal opens, so
+//! messages sent before its runtime reads wait for it (buffer-on-demand); the cursor names the
+//! goal's owner, which makes a goal id an address nobody else can read or claim.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashSet};
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use async_nats::jetstream::ErrorCode;
-use async_nats::jetstream::consumer::{AckPolicy, DeliverPolicy, pull};
 use async_nats::jetstream::context::ConsumerInfoErrorKind;
 use async_nats::jetstream::kv::{self, CreateErrorKind, UpdateErrorKind};
-use async_nats::jetstream::stream::{ConsumerCreateStrictErrorKind, ConsumerErrorKind};
+use async_nats::jetstream::stream::ConsumerErrorKind;
 use async_nats::jetstream::{self, stream};
 use bytes::Bytes;
+use futures::TryStreamExt;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use switchboard_proto::inbox::{CursorRecord, cursor_key};
 use switchboard_proto::registry::{
     DeregisterReply, GoalCloseReply, GoalOpenReply, GoalOpenRequest, HeartbeatReply,
     HeartbeatRequest, LookupReply, PEERS_PAGE_BYTES, PEERS_PAGE_DEFAULT, PEERS_PAGE_MAX,
@@ -26,8 +29,8 @@ use switchboard_proto::registry::{
 };
 use switchboard_proto::subject::{self, RegistryEvent};
 use switchboard_proto::{
-    AgentCard, AgentId, AgentRecord, AgentStatus, CONSUMER_META_AGENT, GoalId, GoalRecord,
-    INBOX_STREAM, acl, inbox_consumer, new_id, timestamp,
+    AgentCard, AgentId, AgentRecord, AgentStatus, CONSUMER_META_AGENT, GoalId, GoalRecord, acl,
+    inbox_consumer, new_id, timestamp,
 };
 use switchboard_runtime::kv::snapshot;
 use switchboard_runtime::publish::publish_event;
@@ -44,14 +47,32 @@ const CAS_ATTEMPTS: u32 = 64;
 const VIEW_CATCH_UP: Duration = Duration::from_millis(500);
 
 /// The directory's handle on its state.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Registry {
     js: jetstream::Context,
     agents: kv::Store,
     goals: kv::Store,
+    cursors: kv::Store,
     inbox: stream::Stream,
     heartbeat_timeout: Duration,
     view: RegistryView,
+    /// Goals that still had a v1 inbox consumer when this replica started: such a consumer is
+    /// deleted (its ack floor becoming the cursor) when its goal is re-opened or closed.
+    v1_consumers: Mutex<HashSet<GoalId>>,
+}
+
+/// The goals with a v1 durable inbox consumer (`inbox-<goal_id>`) on `AGENT_INBOX`.
+pub async fn v1_consumers(inbox: &stream::Stream) -> Result<HashSet<GoalId>, DirectoryError> {
+    let names: Vec<String> = inbox
+        .consumer_names()
+        .try_collect()
+        .await
+        .map_err(|err| DirectoryError::store("listing inbox consumers", err))?;
+    Ok(names
+        .iter()
+        .filter_map(|name| name.strip_prefix("inbox-"))
+        .filter_map(|goal| GoalId::parse(goal).ok())
+        .collect())
 }
 
 fn decode<T: DeserializeOwned>(key: &str, value: &[u8]) -> Result<T, DirectoryError> {
@@ -77,22 +98,27 @@ enum Cas {
 }
 
 impl Registry {
-    /// Wraps the applied buckets and stream.
+    /// Wraps the applied buckets and stream; `v1_consumers` are the goals still read through a
+    /// v1 consumer (see [`v1_consumers`]).
     pub fn new(
         js: jetstream::Context,
         agents: kv::Store,
         goals: kv::Store,
+        cursors: kv::Store,
         inbox: stream::Stream,
         heartbeat_timeout: Duration,
+        v1_consumers: HashSet<GoalId>,
     ) -> Self {
         let view = RegistryView::new(js.clone(), agents.clone(), goals.clone());
         Self {
             js,
             agents,
             goals,
+            cursors,
             inbox,
             heartbeat_timeout,
             view,
+            v1_consumers: Mutex::new(v1_consumers),
         }
     }
 
@@ -382,8 +408,9 @@ impl Registry {
             .collect()
     }
 
-    /// goal.open: record the goal and create its durable inbox consumer. Re-opening a goal the
-    /// caller already owns is idempotent.
+    /// goal.open: create the goal's cursor (claiming the goal id for the caller) and record the
+    /// goal. Re-opening a goal the caller already owns is idempotent; a goal id another agent
+    /// owns is refused.
     pub async fn open_goal(
         &self,
         caller: &AgentId,
@@ -393,46 +420,9 @@ impl Registry {
             return Err(DirectoryError::NotRegistered(caller.clone()));
         }
         let goal_id = request.goal_id.unwrap_or_default();
-        let consumer = inbox_consumer(&goal_id);
-        let inbox_subject = subject::inbox(&goal_id);
-
-        // A goal id is an inbox address: the consumer's metadata names its owner, and the
-        // strict create refuses a consumer that exists with another config (another owner), so
-        // two agents racing for one goal id cannot both win.
-        if let Some(owner) = self.consumer_owner(&consumer).await?
-            && owner != caller.as_str()
-        {
-            return Err(DirectoryError::GoalOwnedElsewhere { goal: goal_id });
-        }
-        let config = pull::Config {
-            durable_name: Some(consumer.clone()),
-            description: Some(format!("inbox of goal {goal_id} of agent {caller}")),
-            filter_subject: inbox_subject.clone(),
-            deliver_policy: DeliverPolicy::All,
-            ack_policy: AckPolicy::Explicit,
-            ack_wait: Duration::from_millis(switchboard_proto::INBOX_ACK_WAIT_MS),
-            max_deliver: switchboard_proto::INBOX_MAX_DELIVER,
-            metadata: HashMap::from([(CONSUMER_META_AGENT.to_owned(), caller.as_str().to_owned())]),
-            ..Default::default()
-        };
-        let created = self.inbox.create_consumer_strict(config.clone()).await;
-        match created {
-            Ok(_) => {}
-            Err(err) if err.kind() == ConsumerCreateStrictErrorKind::AlreadyExists => {
-                // It exists with another config: another owner's (refused), or the caller's
-                // own from an earlier version (e.g. the 30 s ack wait before 5 s), brought up
-                // to date.
-                if self.consumer_owner(&consumer).await?.as_deref() != Some(caller.as_str()) {
-                    return Err(DirectoryError::GoalOwnedElsewhere { goal: goal_id });
-                }
-                self.inbox
-                    .update_consumer(config)
-                    .await
-                    .map_err(|err| DirectoryError::store("updating inbox consumer", err))?;
-                tracing::info!(agent_id = %caller, %goal_id, "inbox consumer brought up to date");
-            }
-            Err(err) => return Err(DirectoryError::store("creating inbox consumer", err)),
-        }
+        let done_through = self.retire_v1_consumer(caller, &goal_id).await?;
+        self.claim_cursor(caller, &goal_id, done_through.unwrap_or(0))
+            .await?;
 
         let key = goal_key(caller, &goal_id);
         let existing = self
@@ -458,63 +448,138 @@ impl Registry {
         }
         Ok(GoalOpenReply {
             goal_id,
-            subject: inbox_subject,
-            stream: INBOX_STREAM.to_owned(),
-            consumer,
+            subject: subject::inbox(&goal_id),
         })
     }
 
-    /// The agent named in an inbox consumer's metadata, or `None` when it does not exist.
-    async fn consumer_owner(&self, consumer: &str) -> Result<Option<String>, DirectoryError> {
-        match self.inbox.consumer_info(consumer).await {
-            Ok(info) => Ok(Some(
-                info.config
-                    .metadata
-                    .get(CONSUMER_META_AGENT)
-                    .cloned()
-                    .unwrap_or_default(),
-            )),
-            Err(err) if err.kind() == ConsumerInfoErrorKind::NotFound => Ok(None),
-            Err(err) => Err(DirectoryError::store("reading inbox consumer", err)),
+    /// Creates the goal's cursor for `caller` at `cursor`, or confirms the caller owns the one
+    /// that exists. The create is the claim: of two agents racing for one goal id, one wins.
+    async fn claim_cursor(
+        &self,
+        caller: &AgentId,
+        goal_id: &GoalId,
+        cursor: u64,
+    ) -> Result<(), DirectoryError> {
+        let key = cursor_key(goal_id);
+        let record = CursorRecord::new(caller.clone(), cursor);
+        match self.cursors.create(key.as_str(), encode(&record)?).await {
+            Ok(_) => return Ok(()),
+            Err(err) if err.kind() == CreateErrorKind::AlreadyExists => {}
+            Err(err) => return Err(DirectoryError::store("creating goal cursor", err)),
+        }
+        if self.owns_cursor(caller, goal_id).await? {
+            Ok(())
+        } else {
+            Err(DirectoryError::GoalOwnedElsewhere { goal: *goal_id })
         }
     }
 
-    /// goal.close: forget the goal, delete its consumer and purge its inbox. A close that
-    /// failed half-way can be retried: the caller's consumer still proves the goal is theirs.
-    pub async fn close_goal(
+    /// Whether `caller` owns the goal's cursor, as the bucket's leader has it (a replica
+    /// answering direct gets may not have the cursor a create just wrote).
+    async fn owns_cursor(
         &self,
         caller: &AgentId,
-        goal_id: GoalId,
-    ) -> Result<GoalCloseReply, DirectoryError> {
-        let key = goal_key(caller, &goal_id);
-        let consumer = inbox_consumer(&goal_id);
-        let recorded = self
-            .goals
-            .entry(key.as_str())
+        goal_id: &GoalId,
+    ) -> Result<bool, DirectoryError> {
+        let key = cursor_key(goal_id);
+        let subject = format!("{}{key}", self.cursors.prefix);
+        match self
+            .cursors
+            .stream
+            .get_last_raw_message_by_subject(&subject)
             .await
-            .map_err(|err| DirectoryError::store("reading goal", err))?
-            .is_some_and(|entry| entry.operation == kv::Operation::Put);
-        let owns_consumer =
-            self.consumer_owner(&consumer).await?.as_deref() == Some(caller.as_str());
-        if !recorded && !owns_consumer {
-            return Err(DirectoryError::UnknownGoal {
-                agent: caller.clone(),
-                goal: goal_id,
-            });
+        {
+            Ok(message) if message.headers.get("KV-Operation").is_some() => Ok(false),
+            Ok(message) => Ok(decode::<CursorRecord>(&key, &message.payload)?.agent_id == *caller),
+            Err(err) if err.kind() == stream::LastRawMessageErrorKind::NoMessageFound => Ok(false),
+            Err(err) => Err(DirectoryError::store("reading goal cursor", err)),
         }
-        // Forget the goal first so no new delivery targets it, then remove its inbox.
-        if recorded {
-            self.goals
-                .delete(key.as_str())
-                .await
-                .map_err(|err| DirectoryError::store("forgetting goal", err))?;
+    }
+
+    /// Migration from v1: deletes the goal's durable inbox consumer if it had one and `caller`
+    /// owned it, returning the sequence it had acknowledged everything through (the new
+    /// cursor, so nothing read is handed out again). A v1 consumer of another agent refuses
+    /// the goal id like a cursor would.
+    async fn retire_v1_consumer(
+        &self,
+        caller: &AgentId,
+        goal_id: &GoalId,
+    ) -> Result<Option<u64>, DirectoryError> {
+        let listed = self
+            .v1_consumers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .contains(goal_id);
+        if !listed {
+            return Ok(None);
+        }
+        let consumer = inbox_consumer(goal_id);
+        let info = match self.inbox.consumer_info(&consumer).await {
+            Ok(info) => info,
+            Err(err) if err.kind() == ConsumerInfoErrorKind::NotFound => {
+                self.forget_v1_consumer(goal_id);
+                return Ok(None);
+            }
+            Err(err) => return Err(DirectoryError::store("reading a v1 inbox consumer", err)),
+        };
+        if info
+            .config
+            .metadata
+            .get(CONSUMER_META_AGENT)
+            .map(String::as_str)
+            != Some(caller.as_str())
+        {
+            return Err(DirectoryError::GoalOwnedElsewhere { goal: *goal_id });
         }
         match self.inbox.delete_consumer(&consumer).await {
             Ok(_) => {}
             Err(err)
                 if matches!(err.kind(), ConsumerErrorKind::JetStream(ref js)
                     if js.error_code() == ErrorCode::CONSUMER_NOT_FOUND) => {}
-            Err(err) => return Err(DirectoryError::store("deleting inbox consumer", err)),
+            Err(err) => return Err(DirectoryError::store("deleting a v1 inbox consumer", err)),
+        }
+        self.forget_v1_consumer(goal_id);
+        tracing::info!(agent_id = %caller, %goal_id, ack_floor = info.ack_floor.stream_sequence, "v1 inbox consumer replaced by a cursor");
+        Ok(Some(info.ack_floor.stream_sequence))
+    }
+
+    fn forget_v1_consumer(&self, goal_id: &GoalId) {
+        self.v1_consumers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(goal_id);
+    }
+
+    /// goal.close: forget the goal, purge its inbox and delete its cursor (and a v1 consumer it
+    /// still had). A close that failed half-way can be retried: the caller's cursor still
+    /// proves the goal is theirs.
+    pub async fn close_goal(
+        &self,
+        caller: &AgentId,
+        goal_id: GoalId,
+    ) -> Result<GoalCloseReply, DirectoryError> {
+        let key = goal_key(caller, &goal_id);
+        let recorded = self
+            .goals
+            .entry(key.as_str())
+            .await
+            .map_err(|err| DirectoryError::store("reading goal", err))?
+            .is_some_and(|entry| entry.operation == kv::Operation::Put);
+        let owns_cursor = self.owns_cursor(caller, &goal_id).await?;
+        if !recorded && !owns_cursor {
+            return Err(DirectoryError::UnknownGoal {
+                agent: caller.clone(),
+                goal: goal_id,
+            });
+        }
+        self.retire_v1_consumer(caller, &goal_id).await?;
+        // Forget the goal first so no new delivery targets it, then empty its inbox, then drop
+        // the cursor (a purge, not a delete: nothing of a closed goal stays in the bucket).
+        if recorded {
+            self.goals
+                .delete(key.as_str())
+                .await
+                .map_err(|err| DirectoryError::store("forgetting goal", err))?;
         }
         let purged = self
             .inbox
@@ -523,6 +588,12 @@ impl Registry {
             .await
             .map_err(|err| DirectoryError::store("purging inbox", err))?
             .purged;
+        self.cursors
+            .stream
+            .purge()
+            .filter(format!("{}{}", self.cursors.prefix, cursor_key(&goal_id)))
+            .await
+            .map_err(|err| DirectoryError::store("deleting goal cursor", err))?;
         tracing::info!(agent_id = %caller, %goal_id, purged, "goal closed");
         self.emit(RegistryEvent::GoalClosed, caller, Some(goal_id), None)
             .await;

@@ -1,9 +1,11 @@
 //! Fan-out errors, named after the step that failed, and their stable kinds. Gate failures
 //! come as ready-made error replies from `switchboard_proto::send`.
 
-use switchboard_proto::{AgentId, ErrorKind, ErrorReply};
+use switchboard_proto::{AgentId, ErrorKind, ErrorReply, GoalId};
+use switchboard_runtime::store::StoreError;
 
-/// Why a send failed as a whole (per-target problems are unreachable reasons instead).
+/// Why a send, fetch or ack failed as a whole (per-target problems of a send are unreachable
+/// reasons instead).
 #[derive(Debug, thiserror::Error)]
 pub enum FanoutError {
     /// The sender is not registered (its card carries the ACL rules a send needs).
@@ -28,6 +30,19 @@ pub enum FanoutError {
     /// Encoding the inbox message failed (a bug).
     #[error("encoding the inbox message: {0}")]
     Encode(String),
+    /// The goal is not one of the caller's live goals (unknown and another agent's alike).
+    #[error("no live goal {0} of yours")]
+    GoalNotFound(GoalId),
+    /// A fetch or ack asked for something out of bounds (`max`, `wait_ms`, a sequence never
+    /// handed out, an ack naming no operation).
+    #[error("{0}")]
+    BadRead(String),
+    /// The goal's cursor kept changing under this request.
+    #[error("the cursor of goal {0} kept changing; retry")]
+    Contention(GoalId),
+    /// Reading or writing the inbox or a cursor failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
 }
 
 impl FanoutError {
@@ -38,12 +53,20 @@ impl FanoutError {
             Self::BroadcastTooLarge { .. } => ErrorKind::BroadcastTooLarge,
             Self::EnvelopeTooLarge { .. } => ErrorKind::BodyTooLarge,
             Self::Encode(_) => ErrorKind::Internal,
+            Self::GoalNotFound(_) => ErrorKind::NotFound,
+            Self::BadRead(_) => ErrorKind::BadRequest,
+            Self::Contention(_) => ErrorKind::Conflict,
+            Self::Store(StoreError::Unavailable { .. }) => ErrorKind::Unavailable,
+            Self::Store(StoreError::Corrupt(_)) => ErrorKind::Internal,
         }
     }
 }
 
 impl From<FanoutError> for ErrorReply {
     fn from(err: FanoutError) -> Self {
-        ErrorReply::new(err.kind(), err.to_string())
+        match err {
+            FanoutError::Store(store) => store.into(),
+            err => ErrorReply::new(err.kind(), err.to_string()),
+        }
     }
 }

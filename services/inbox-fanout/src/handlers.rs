@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use async_nats::jetstream::{self, stream};
+use async_nats::jetstream;
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use switchboard_proto::send::{
@@ -14,13 +14,14 @@ use switchboard_proto::send::{
 use switchboard_proto::subject::{self, SEND_PREFIX};
 use switchboard_proto::{
     AgentCard, AgentId, ErrorReply, GoalId, INBOX_CAP_PER_GOAL, INBOX_HEADER_ALLOWANCE,
-    InboxMessage, MAX_INBOX_MESSAGE_BYTES, acl, inbox_consumer, new_id, timestamp,
+    InboxMessage, MAX_INBOX_MESSAGE_BYTES, acl, new_id, timestamp,
 };
 use switchboard_runtime::micro::{AgentRequest, Endpoint};
 use switchboard_runtime::publish::{PublishFailure, Stored, publish_all};
 
 use crate::config::FanoutConfig;
 use crate::error::FanoutError;
+use crate::store::InboxStore;
 use switchboard_runtime::registry_view::{Peer, RegistryView};
 
 /// Where inbox messages are published. The one seam of the service: production publishes to
@@ -51,7 +52,7 @@ impl InboxPublisher for JetStreamPublisher {
 pub struct Fanout {
     view: RegistryView,
     publisher: Arc<dyn InboxPublisher>,
-    inbox: stream::Stream,
+    store: InboxStore,
     js: jetstream::Context,
     config: FanoutConfig,
     backlog_checked: Mutex<HashMap<GoalId, Instant>>,
@@ -76,14 +77,14 @@ impl Fanout {
     pub fn new(
         view: RegistryView,
         publisher: Arc<dyn InboxPublisher>,
-        inbox: stream::Stream,
+        store: InboxStore,
         js: jetstream::Context,
         config: FanoutConfig,
     ) -> Self {
         Self {
             view,
             publisher,
-            inbox,
+            store,
             js,
             config,
             backlog_checked: Mutex::default(),
@@ -310,10 +311,13 @@ impl Fanout {
                 checked.retain(|_, last| now.duration_since(*last) < every);
             }
         }
-        let inbox = self.inbox.clone();
+        let store = self.store.clone();
         tokio::spawn(async move {
-            if let Ok(info) = inbox.consumer_info(inbox_consumer(&goal)).await {
-                let unread = info.num_pending + info.num_ack_pending as u64;
+            let Ok(Some((cursor, _))) = store.cursor(&goal).await else {
+                return;
+            };
+            if let Ok(unread) = store.unread(&goal, cursor.cursor, 1).await {
+                let unread = unread.total;
                 if unread >= INBOX_CAP_PER_GOAL.unsigned_abs() {
                     tracing::warn!(
                         goal_id = %goal,

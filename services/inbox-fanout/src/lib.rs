@@ -1,35 +1,48 @@
 //! # inbox-fanout
 //!
-//! send_to_peer and broadcast for Switchboard (ARCHITECTURE.md §3–§6): the seed's six gates,
-//! ACL, anti-loop, and one durable JetStream publish per live goal of the target, all acks
-//! awaited together. Stateless apart from NATS: a local view of the registry (fed by KV
-//! watches) makes resolution cost no round trip; any number of replicas serve
-//! `agent.send.<agent_id>` in queue group `inbox-fanout`.
+//! The inbox of Switchboard (ARCHITECTURE.md §3–§6, §4a): it writes and it reads.
+//!
+//! Writing is send_to_peer and broadcast: the seed's six gates, ACL, anti-loop, and one durable
+//! JetStream publish per live goal of the target, all acks awaited together. Reading is
+//! `agent.inbox.fetch.<agent_id>` / `agent.inbox.ack.<agent_id>` against per-goal cursors in KV
+//! `agent_cursors`: agents never touch the JetStream API, and a goal costs one KV entry, not a
+//! consumer. Stateless apart from NATS: a local view of the registry (fed by KV watches) makes
+//! resolution cost no round trip, held fetches are woken by the stream's republished notices;
+//! any number of replicas serve in queue group `inbox-fanout`.
 //!
 //! Layout: `config.rs` (`[inbox_fanout]`), `error.rs` (errors → kinds), `handlers.rs` (the
-//! send path), this file (`start`/`run`); the registry view is `switchboard_runtime::registry_view`.
+//! send path), `reader.rs` (fetch/ack rules), `store.rs` (cursors, batched reads, dead letters),
+//! `wake.rs` (waking held fetches), this file (`start`/`run`); the registry view is
+//! `switchboard_runtime::registry_view`.
 
 pub mod config;
 pub mod error;
 pub mod handlers;
+pub mod reader;
+pub mod store;
+pub mod wake;
 
 use std::sync::Arc;
 
 use async_nats::Client;
 use async_nats::jetstream;
 use switchboard_proto::INBOX_FANOUT_SERVICE;
+use switchboard_proto::subject::INBOX_STORED_ALL;
 use switchboard_runtime::micro::{self, ServiceSpec};
 use switchboard_runtime::{CancellationToken, RuntimeConfig, resources};
 
 pub use config::FanoutConfig;
 pub use handlers::{Fanout, InboxPublisher, JetStreamPublisher};
+pub use reader::Reader;
+use store::InboxStore;
 pub use switchboard_runtime::registry_view::RegistryView;
+use wake::WakeHub;
 
 /// The micro service description.
 pub const SPEC: ServiceSpec = ServiceSpec {
     name: INBOX_FANOUT_SERVICE,
     version: env!("CARGO_PKG_VERSION"),
-    description: "Switchboard inbox-fanout: send_to_peer and broadcast into per-goal inboxes",
+    description: "Switchboard inbox-fanout: send_to_peer, broadcast and reading per-goal inboxes",
 };
 
 /// The fan-out could not start.
@@ -40,10 +53,13 @@ pub use switchboard_runtime::service::StartError;
 pub struct Running {
     running: micro::Running,
     view: RegistryView,
+    wake: WakeHub,
+    notices: async_nats::Subscriber,
+    stopping: CancellationToken,
     grace: std::time::Duration,
 }
 
-/// Applies the resources it needs, starts the registry view and subscribes the endpoint,
+/// Applies the resources it needs, starts the registry view and subscribes the endpoints,
 /// publishing to JetStream.
 pub async fn start(
     client: &Client,
@@ -64,6 +80,7 @@ pub async fn start_with(
     let js = jetstream::new(client.clone());
     // Whichever service starts first creates these; applying them again is a no-op.
     resources::ensure_stream(&js, resources::inbox_stream(&runtime.jetstream)).await?;
+    resources::ensure_stream(&js, resources::dlq_stream(&runtime.jetstream)).await?;
     let agents =
         resources::ensure_bucket(&js, resources::registry_bucket(&runtime.jetstream)).await?;
     let goals = resources::ensure_bucket(&js, resources::goals_bucket(&runtime.jetstream)).await?;
@@ -74,13 +91,33 @@ pub async fn start_with(
             stream: switchboard_proto::INBOX_STREAM,
             message: err.to_string(),
         })?;
+    let cursors =
+        resources::ensure_bucket(&js, resources::cursors_bucket(&runtime.jetstream)).await?;
+    // Subscribed before the endpoints, so no store notice is missed by a fetch held later.
+    let notices =
+        client
+            .subscribe(INBOX_STORED_ALL)
+            .await
+            .map_err(|err| StartError::Subscribe {
+                subject: INBOX_STORED_ALL,
+                message: err.to_string(),
+            })?;
     let view = RegistryView::new(js.clone(), agents, goals);
-    let fanout = Arc::new(Fanout::new(view.clone(), publisher, inbox, js, config));
-    let running = micro::start(client, SPEC, fanout.endpoints()).await?;
+    let wake = WakeHub::default();
+    let stopping = CancellationToken::new();
+    let store = InboxStore::new(js.clone(), cursors, inbox);
+    let reader = Arc::new(Reader::new(store.clone(), wake.clone(), stopping.clone()));
+    let fanout = Arc::new(Fanout::new(view.clone(), publisher, store, js, config));
+    let mut endpoints = fanout.endpoints();
+    endpoints.extend(reader.endpoints());
+    let running = micro::start(client, SPEC, endpoints).await?;
     tracing::info!(service = SPEC.name, "inbox-fanout ready");
     Ok(Running {
         running,
         view,
+        wake,
+        notices,
+        stopping,
         grace: runtime.shutdown_grace(),
     })
 }
@@ -91,11 +128,24 @@ impl Running {
         self.view.clone()
     }
 
-    /// Serves until `shutdown`, then drains.
+    /// How many goals have a fetch held by this replica (for tests and diagnostics).
+    pub fn goals_waiting(&self) -> usize {
+        self.wake.goals_waiting()
+    }
+
+    /// Serves until `shutdown`, then drains: held fetches are answered (empty) at once, so a
+    /// stopping replica keeps no reader waiting.
     pub async fn run(self, shutdown: CancellationToken) {
         let watch = tokio::spawn(self.view.clone().watch(shutdown.clone()));
+        let wake = tokio::spawn(self.wake.clone().run(self.notices, shutdown.clone()));
+        let stopping = self.stopping.clone();
+        let stop_holding = shutdown.clone();
+        tokio::spawn(async move {
+            stop_holding.cancelled().await;
+            stopping.cancel();
+        });
         self.running.run(shutdown, self.grace).await;
-        let _ = watch.await;
+        let _ = tokio::join!(watch, wake);
     }
 }
 

@@ -3,7 +3,6 @@
 use std::time::Duration;
 
 use async_nats::Client;
-use async_nats::jetstream;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use switchboard_proto::call::{
@@ -53,7 +52,6 @@ impl Default for AgentOptions {
 #[derive(Debug)]
 pub struct Agent {
     nats: Client,
-    js: jetstream::Context,
     card: AgentCard,
     options: AgentOptions,
     /// The running heartbeat loop (stopped by deregister, restarted by register).
@@ -97,10 +95,8 @@ impl Agent {
         card: AgentCard,
         options: AgentOptions,
     ) -> Result<Self, ClientError> {
-        let js = jetstream::new(nats.clone());
         let agent = Self {
             nats,
-            js,
             card,
             options,
             heartbeat: std::sync::Mutex::new(None),
@@ -355,7 +351,7 @@ impl Agent {
     /// Opens a goal of a given kind, or re-opens an existing one by id (after a restart).
     pub async fn open_goal_with(&self, request: GoalOpenRequest) -> Result<Goal, ClientError> {
         let reply: GoalOpenReply = self.registry(RegistryOp::GoalOpen, &request).await?;
-        let goal = Goal::attach(self, reply).await?;
+        let goal = Goal::attach(self, reply);
         if let Ok(mut current) = self.current_goal.lock() {
             *current = Some(goal.id());
         }
@@ -385,10 +381,6 @@ impl Agent {
     /// The goal opened most recently (the default `from_goal_id`).
     pub fn current_goal(&self) -> Option<GoalId> {
         self.current_goal.lock().ok().and_then(|goal| *goal)
-    }
-
-    pub(crate) fn jetstream(&self) -> &jetstream::Context {
-        &self.js
     }
 
     pub(crate) fn options(&self) -> &AgentOptions {

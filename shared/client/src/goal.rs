@@ -1,60 +1,45 @@
-//! A goal and its durable inbox.
+//! A goal and its inbox, read through the inbox service (ARCHITECTURE.md §4a): fetch, handle,
+//! ack. The client never touches JetStream.
+//!
+//! Reading is idempotent: what is fetched but not acknowledged is handed out again by the next
+//! fetch, so a reader that crashed simply fetches. The goal keeps the messages of its last
+//! fetch and hands them out one by one ([`Goal::recv`]); acknowledging one moves the goal's
+//! cursor through it. A message given back ([`Delivery::nak`]) — or dropped unacknowledged —
+//! makes the next `recv` fetch again from the cursor, so it comes back; after
+//! [`INBOX_MAX_DELIVER`](switchboard_proto::inbox::INBOX_MAX_DELIVER) hand-outs the service moves it to the dead letters.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use async_nats::jetstream::consumer::PullConsumer;
-use async_nats::jetstream::{self, AckKind};
-use futures::StreamExt;
+use switchboard_proto::inbox::{
+    AckReply, AckRequest, FETCH_MAX, FETCH_WAIT_MAX_MS, FetchReply, FetchRequest, FetchedMessage,
+};
 use switchboard_proto::registry::{GoalCloseReply, GoalCloseRequest, GoalOpenReply};
-use switchboard_proto::subject::RegistryOp;
-use switchboard_proto::{AgentId, GoalId, INBOX_CAP_PER_GOAL, InboxMessage};
-use tokio_util::sync::{CancellationToken, DropGuard};
+use switchboard_proto::subject::{self, RegistryOp};
+use switchboard_proto::{AgentId, GoalId, InboxMessage};
+
+use switchboard_runtime::request::{RequestFailure, request_json, request_json_retrying};
 
 use crate::agent::{Agent, request};
 use crate::error::ClientError;
 
-/// How long [`Goal::drain`] waits for messages the consumer reports pending.
-const DRAIN_WAIT: Duration = Duration::from_secs(2);
-/// How many acknowledged stream sequences a goal remembers (its inbox holds at most
-/// [`INBOX_CAP_PER_GOAL`] messages at a time).
-const SEEN_MAX: usize = 4_096;
+/// Most messages one [`Goal::recv`] fetch takes ahead (handed out one by one).
+const RECV_AHEAD: u32 = 16;
 
-/// The stream sequences this reader acknowledged with a confirmation, the most recent
-/// [`SEEN_MAX`]. JetStream can deliver a message again after its ack was confirmed — when the
-/// consumer's leader died (SIGKILL, SIGSTOP) before the ack reached the other replicas — and
-/// such a copy is acknowledged again and not handed out a second time.
+/// What a goal's reader holds between calls.
 #[derive(Debug, Default)]
-struct Seen {
-    sequences: HashSet<u64>,
-    order: VecDeque<u64>,
-    dropped: u64,
+struct ReaderState {
+    /// Messages fetched and not handed out yet, oldest first.
+    ahead: VecDeque<FetchedMessage>,
+    /// Set when a handed-out message was given back: what is ahead is dropped and the next
+    /// `recv` fetches from the cursor (not before the instant, if one was given).
+    refetch: Option<Option<tokio::time::Instant>>,
 }
 
-impl Seen {
-    /// Whether `sequence` was acknowledged before; if so the copy is counted as dropped.
-    fn drop_repeat(&mut self, sequence: u64) -> bool {
-        let repeat = self.sequences.contains(&sequence);
-        self.dropped += u64::from(repeat);
-        repeat
-    }
+type SharedState = Arc<Mutex<ReaderState>>;
 
-    fn insert(&mut self, sequence: u64) {
-        if self.sequences.insert(sequence) {
-            self.order.push_back(sequence);
-            if self.order.len() > SEEN_MAX
-                && let Some(oldest) = self.order.pop_front()
-            {
-                self.sequences.remove(&oldest);
-            }
-        }
-    }
-}
-
-type SharedSeen = Arc<Mutex<Seen>>;
-
-fn seen(shared: &SharedSeen) -> std::sync::MutexGuard<'_, Seen> {
+fn state(shared: &SharedState) -> std::sync::MutexGuard<'_, ReaderState> {
     shared.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
@@ -65,64 +50,81 @@ pub struct Goal {
     subject: String,
     agent: AgentId,
     nats: async_nats::Client,
-    consumer: PullConsumer,
     request_timeout: Duration,
-    seen: SharedSeen,
+    retries: u32,
+    state: SharedState,
 }
 
-/// A message taken from the inbox; [`Delivery::ack`] it once handled, or it is redelivered.
-///
-/// While it is held, the message is kept from redelivery by an in-progress ack every half
-/// [`INBOX_ACK_WAIT_MS`](switchboard_proto::INBOX_ACK_WAIT_MS), so handling may take as long
-/// as it needs; dropping it unacknowledged stops that, and the message comes back after the
-/// ack wait.
+/// A message taken from the inbox; [`Delivery::ack`] it once handled. Dropped without an ack
+/// (or given back with [`Delivery::nak`]), it is handed out again by the next
+/// [`Goal::recv`].
 #[derive(Debug)]
 pub struct Delivery {
     /// The message.
     pub message: InboxMessage,
-    raw: jetstream::Message,
-    _in_progress: DropGuard,
-    sequence: Option<u64>,
-    seen: SharedSeen,
+    /// Its `AGENT_INBOX` sequence.
+    pub seq: u64,
+    traceparent: Option<String>,
+    tracestate: Option<String>,
+    reader: Reader,
+    settled: bool,
 }
 
-/// `+TERM <reason>` for `raw` (async-nats' `AckKind::Term` carries no reason).
-async fn terminate(raw: &jetstream::Message, reason: &str) -> Result<(), ClientError> {
-    let Some(reply) = raw.message.reply.clone() else {
-        return Err(ClientError::Inbox(
-            "the message has no ack subject".to_owned(),
-        ));
-    };
-    let reason: String = reason
-        .chars()
-        .filter(|c| !c.is_control())
-        .take(200)
-        .collect();
-    raw.context
-        .client()
-        .publish(reply, format!("+TERM {reason}").into())
+/// What a delivery needs to settle itself.
+#[derive(Debug, Clone)]
+struct Reader {
+    goal: GoalId,
+    agent: AgentId,
+    nats: async_nats::Client,
+    request_timeout: Duration,
+    retries: u32,
+    state: SharedState,
+}
+
+impl Reader {
+    async fn ack(&self, request: &AckRequest) -> Result<AckReply, ClientError> {
+        request_ack(
+            &self.nats,
+            &self.agent,
+            request,
+            self.request_timeout,
+            self.retries,
+        )
         .await
-        .map_err(|err| ClientError::Inbox(format!("reject: {err}")))
+    }
+
+    fn give_back(&self, not_before: Option<tokio::time::Instant>) {
+        let mut state = state(&self.state);
+        state.ahead.clear();
+        state.refetch = Some(not_before);
+    }
 }
 
-/// Sends `+WPI` for `raw` every half ack wait until the guard drops.
-fn keep_in_progress(raw: &jetstream::Message) -> DropGuard {
-    let stop = CancellationToken::new();
-    let raw = raw.clone();
-    let every = Duration::from_millis(switchboard_proto::INBOX_ACK_WAIT_MS / 2);
-    let stopped = stop.clone();
-    tokio::spawn(async move {
-        loop {
-            tokio::select! {
-                () = tokio::time::sleep(every) => {}
-                () = stopped.cancelled() => return,
-            }
-            if let Err(err) = raw.ack_with(AckKind::Progress).await {
-                tracing::debug!(error = %err, "in-progress ack failed");
-            }
+/// An ack, retried and hedged like a send: acks are idempotent (through a sequence already
+/// passed is a no-op), and a reader whose ack waits on a replica that went away would fall
+/// behind its goal's 64-message inbox.
+async fn request_ack(
+    nats: &async_nats::Client,
+    agent: &AgentId,
+    body: &AckRequest,
+    timeout: Duration,
+    retries: u32,
+) -> Result<AckReply, ClientError> {
+    request_json_retrying(nats, &subject::inbox_ack(agent), body, timeout, retries)
+        .await
+        .map_err(ClientError::from)
+}
+
+/// How long past its `wait_ms` a held fetch's reply may take before the reader stops waiting
+/// for it (the replica holding it may have gone away) and fetches again without waiting.
+const HELD_FETCH_GRACE: Duration = Duration::from_secs(1);
+
+impl Drop for Delivery {
+    fn drop(&mut self) {
+        if !self.settled {
+            self.reader.give_back(None);
         }
-    });
-    stop.drop_guard()
+    }
 }
 
 impl Delivery {
@@ -138,7 +140,7 @@ impl Delivery {
             otel.kind = "consumer",
             messaging.system = "nats",
             messaging.operation.type = "process",
-            messaging.destination.name = %self.raw.subject,
+            messaging.destination.name = %subject::inbox(&self.reader.goal),
             messaging.message.id = message.id.map(|id| id.to_string()).unwrap_or_default(),
             messaging.message.conversation_id = message
                 .correlation_id
@@ -148,65 +150,67 @@ impl Delivery {
             switchboard.to_agent_id = %message.to_agent_id,
             switchboard.kind = ?message.kind,
         );
-        switchboard_runtime::telemetry::set_parent_from(&span, self.raw.headers.as_ref());
+        let mut headers = async_nats::HeaderMap::new();
+        if let Some(traceparent) = &self.traceparent {
+            headers.insert(switchboard_proto::HEADER_TRACEPARENT, traceparent.as_str());
+        }
+        if let Some(tracestate) = &self.tracestate {
+            headers.insert(switchboard_proto::HEADER_TRACESTATE, tracestate.as_str());
+        }
+        switchboard_runtime::telemetry::set_parent_from(&span, Some(&headers));
         span
     }
 
-    /// Gives the message back for now: it is delivered again after `delay` (at once when
-    /// `None`). After [`INBOX_MAX_DELIVER`](switchboard_proto::INBOX_MAX_DELIVER) deliveries
-    /// the inbox gives up on it and it moves to the dead-letter stream.
-    pub async fn nak(self, delay: Option<Duration>) -> Result<(), ClientError> {
-        self.raw
-            .ack_with(AckKind::Nak(delay))
-            .await
-            .map_err(|err| ClientError::Inbox(format!("nak: {err}")))
+    /// Gives the message back for now: the next [`Goal::recv`] fetches again from the cursor
+    /// (not before `delay` has passed), so this message comes first again. After
+    /// [`INBOX_MAX_DELIVER`](switchboard_proto::inbox::INBOX_MAX_DELIVER) hand-outs the inbox gives up on it and it moves to the dead
+    /// letters.
+    pub async fn nak(mut self, delay: Option<Duration>) -> Result<(), ClientError> {
+        self.settled = true;
+        self.reader
+            .give_back(delay.map(|delay| tokio::time::Instant::now() + delay));
+        Ok(())
     }
 
-    /// Rejects the message for good (`+TERM` with `reason`): it is never delivered again, and
-    /// moves to the dead-letter stream with the reason, for an operator to look at or replay
-    /// (`switchboard dlq list|replay`).
-    pub async fn reject(self, reason: &str) -> Result<(), ClientError> {
-        terminate(&self.raw, reason).await
+    /// Rejects the message for good: it moves to the dead letters with `reason` (control
+    /// characters removed, at most 200 characters), for an operator to look at or replay
+    /// (`switchboard dlq list|replay`), and the cursor moves through it.
+    pub async fn reject(mut self, reason: &str) -> Result<(), ClientError> {
+        self.settled = true;
+        let request = AckRequest {
+            goal_id: self.reader.goal,
+            seq: Some(self.seq),
+            reject: Some(reason.to_owned()),
+            ..Default::default()
+        };
+        self.reader.ack(&request).await.map(|_| ())
     }
 
-    /// Acknowledges the message and waits for the server to confirm, so it is never
-    /// delivered to this goal again.
-    pub async fn ack(self) -> Result<InboxMessage, ClientError> {
-        self.raw
-            .double_ack()
-            .await
-            .map_err(|err| ClientError::Inbox(format!("ack: {err}")))?;
-        if let Some(sequence) = self.sequence {
-            seen(&self.seen).insert(sequence);
-        }
-        Ok(self.message)
+    /// Acknowledges the message: the goal's cursor moves through it (and through any earlier
+    /// message), confirmed by the service, so it is never handed out to this goal again.
+    pub async fn ack(mut self) -> Result<InboxMessage, ClientError> {
+        self.settled = true;
+        let request = AckRequest {
+            goal_id: self.reader.goal,
+            through: Some(self.seq),
+            ..Default::default()
+        };
+        self.reader.ack(&request).await?;
+        Ok(self.message.clone())
     }
 }
 
 impl Goal {
-    pub(crate) async fn attach(agent: &Agent, reply: GoalOpenReply) -> Result<Self, ClientError> {
-        let consumer: PullConsumer = agent
-            .jetstream()
-            .get_consumer_from_stream(&reply.consumer, &reply.stream)
-            .await
-            .map_err(|err| {
-                ClientError::Inbox(format!("opening consumer {}: {err}", reply.consumer))
-            })?;
-        Ok(Self {
+    pub(crate) fn attach(agent: &Agent, reply: GoalOpenReply) -> Self {
+        Self {
             id: reply.goal_id,
             subject: reply.subject,
             agent: agent.id().clone(),
             nats: agent.nats().clone(),
-            consumer,
             request_timeout: agent.options().request_timeout,
-            seen: SharedSeen::default(),
-        })
-    }
-
-    /// How many copies of already acknowledged messages this reader dropped (JetStream
-    /// delivered them again after a confirmed ack; see [`Goal::recv`]).
-    pub fn redeliveries_dropped(&self) -> u64 {
-        seen(&self.seen).dropped
+            retries: agent.options().send_retries,
+            state: SharedState::default(),
+        }
     }
 
     /// The goal id.
@@ -219,126 +223,174 @@ impl Goal {
         &self.subject
     }
 
-    /// Decodes one inbox message; a message that is not an `InboxMessage` (only a foreign
-    /// publisher could put one there) is rejected with its reason, so it never comes back and
-    /// lands in the dead-letter stream, and skipped. A copy of a message this reader already
-    /// acknowledged is acknowledged again and skipped.
-    async fn decode(&self, raw: jetstream::Message) -> Option<Delivery> {
-        let sequence = raw.info().ok().map(|info| info.stream_sequence);
-        if let Some(sequence) = sequence
-            && seen(&self.seen).drop_repeat(sequence)
-        {
-            tracing::debug!(sequence, subject = %raw.subject, "a message acknowledged before was delivered again; acknowledged and dropped");
-            if let Err(err) = raw.ack().await {
-                tracing::debug!(error = %err, "acknowledging a repeated message failed");
-            }
-            return None;
+    fn reader(&self) -> Reader {
+        Reader {
+            goal: self.id,
+            agent: self.agent.clone(),
+            nats: self.nats.clone(),
+            request_timeout: self.request_timeout,
+            retries: self.retries,
+            state: Arc::clone(&self.state),
         }
-        match serde_json::from_slice::<InboxMessage>(&raw.payload) {
-            Ok(message) => Some(Delivery {
-                message,
-                _in_progress: keep_in_progress(&raw),
-                raw,
-                sequence,
-                seen: Arc::clone(&self.seen),
-            }),
-            Err(err) => {
-                tracing::warn!(subject = %raw.subject, error = %err, "undecodable inbox message moved to the dead letters");
-                if let Err(err) = terminate(&raw, &format!("undecodable: {err}")).await {
-                    tracing::debug!(error = %err, "terminating an undecodable message failed");
+    }
+
+    /// One fetch request: `max` messages, held up to `wait` when none is unread.
+    pub async fn fetch(
+        &self,
+        max: u32,
+        wait: Duration,
+        ack_through: Option<u64>,
+    ) -> Result<FetchReply, ClientError> {
+        self.fetch_with(FetchRequest {
+            goal_id: self.id,
+            max: Some(max.clamp(1, FETCH_MAX)),
+            wait_ms: Some(
+                i64::try_from(wait.as_millis().min(u128::from(FETCH_WAIT_MAX_MS))).unwrap_or(0),
+            ),
+            ack_through,
+            peek: false,
+        })
+        .await
+    }
+
+    /// A fetch is a read, so it is retried and hedged like a send; a held one (`wait_ms`) is
+    /// sent once — its copies would be held too — and, when its reply is overdue (the replica
+    /// holding it went away), followed by a fetch that does not wait.
+    async fn fetch_with(&self, mut body: FetchRequest) -> Result<FetchReply, ClientError> {
+        let subject = subject::inbox_fetch(&self.agent);
+        let held = Duration::from_millis(u64::try_from(body.wait_ms.unwrap_or(0)).unwrap_or(0));
+        if !held.is_zero() {
+            match request_json(&self.nats, &subject, &body, held + HELD_FETCH_GRACE).await {
+                Err(RequestFailure::Timeout { .. } | RequestFailure::NoResponders { .. }) => {
+                    body.wait_ms = None;
                 }
-                None
+                outcome => return outcome.map_err(ClientError::from),
             }
         }
+        request_json_retrying(
+            &self.nats,
+            &subject,
+            &body,
+            self.request_timeout,
+            self.retries,
+        )
+        .await
+        .map_err(ClientError::from)
+    }
+
+    /// Moves the goal's cursor through `through` (a sequence this goal was handed).
+    pub async fn ack_through(&self, through: u64) -> Result<AckReply, ClientError> {
+        let request = AckRequest {
+            goal_id: self.id,
+            through: Some(through),
+            ..Default::default()
+        };
+        request_ack(
+            &self.nats,
+            &self.agent,
+            &request,
+            self.request_timeout,
+            self.retries,
+        )
+        .await
     }
 
     /// Waits up to `wait` for the next message. Returns `None` when none arrived.
-    ///
-    /// A message this reader already acknowledged (with a confirmation) is not returned again:
-    /// JetStream can deliver it once more when its consumer's leader died before the ack was
-    /// replicated, and the reader acknowledges that copy and drops it
-    /// ([`Goal::redeliveries_dropped`] counts them).
     pub async fn recv(&self, wait: Duration) -> Result<Option<Delivery>, ClientError> {
         let deadline = tokio::time::Instant::now() + wait;
-        loop {
-            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-            if left.is_zero() {
-                return Ok(None);
-            }
-            let mut batch = self
-                .consumer
-                .batch()
-                .max_messages(1)
-                .expires(left.max(Duration::from_millis(10)))
-                .messages()
-                .await
-                .map_err(|err| ClientError::Inbox(format!("pull: {err}")))?;
-            match batch.next().await {
-                Some(Ok(raw)) => {
-                    if let Some(delivery) = self.decode(raw).await {
-                        return Ok(Some(delivery));
-                    }
+        let not_before = {
+            let mut state = state(&self.state);
+            match state.refetch.take() {
+                Some(not_before) => {
+                    state.ahead.clear();
+                    not_before
                 }
-                Some(Err(err)) => return Err(ClientError::Inbox(format!("pull: {err}"))),
-                None => return Ok(None),
+                None => None,
             }
+        };
+        if let Some(not_before) = not_before {
+            tokio::time::sleep_until(not_before.min(deadline)).await;
+        }
+        if let Some(next) = state(&self.state).ahead.pop_front() {
+            return Ok(Some(self.delivery(next)));
+        }
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let reply = self.fetch(RECV_AHEAD, left, None).await?;
+        let mut messages = reply.messages.into_iter();
+        let first = messages.next();
+        state(&self.state).ahead.extend(messages);
+        Ok(first.map(|first| self.delivery(first)))
+    }
+
+    fn delivery(&self, fetched: FetchedMessage) -> Delivery {
+        Delivery {
+            message: fetched.message,
+            seq: fetched.seq,
+            traceparent: fetched.traceparent,
+            tracestate: fetched.tracestate,
+            reader: self.reader(),
+            settled: false,
         }
     }
 
-    /// Takes every message waiting now, acknowledging each after it is decoded (the caller
-    /// has taken it). Returns them oldest first.
-    ///
-    /// "Waiting now" is the consumer's own pending count, asked of the server first: a
-    /// no-wait fetch alone can miss a message stored a moment ago, because the server tells
-    /// a consumer about new messages asynchronously.
+    /// Takes every message unread now and acknowledges them (the caller has taken them).
+    /// Returns them oldest first.
     pub async fn drain(&self) -> Result<Vec<InboxMessage>, ClientError> {
+        let (taken, last) = self.take_all().await?;
+        if let Some(last) = last {
+            self.ack_through(last).await?;
+        }
+        Ok(taken)
+    }
+
+    /// Every message unread now, oldest first, without acknowledging them, and the sequence
+    /// to acknowledge them through ([`Goal::ack_through`]) once they are handled.
+    pub async fn take_all(&self) -> Result<(Vec<InboxMessage>, Option<u64>), ClientError> {
+        {
+            let mut state = state(&self.state);
+            state.ahead.clear();
+            state.refetch = None;
+        }
         let mut taken = Vec::new();
+        let mut last = None;
         loop {
-            let mut consumer = self.consumer.clone();
-            let info = consumer
-                .info()
-                .await
-                .map_err(|err| ClientError::Inbox(format!("consumer info: {err}")))?;
-            let waiting = usize::try_from(info.num_pending).unwrap_or(usize::MAX);
-            if waiting == 0 {
-                return Ok(taken);
-            }
-            let want = waiting.min(usize::try_from(INBOX_CAP_PER_GOAL).unwrap_or(64));
-            let mut batch = self
-                .consumer
-                .batch()
-                .max_messages(want)
-                .expires(DRAIN_WAIT)
-                .messages()
-                .await
-                .map_err(|err| ClientError::Inbox(format!("pull: {err}")))?;
-            let mut got = 0;
-            while let Some(raw) = batch.next().await {
-                let raw = raw.map_err(|err| ClientError::Inbox(format!("pull: {err}")))?;
-                got += 1;
-                if let Some(delivery) = self.decode(raw).await {
-                    taken.push(delivery.ack().await?);
-                }
-            }
-            if got == 0 {
-                // Pending but nothing came within the wait (e.g. another reader took them).
-                return Ok(taken);
+            // Each page after the first acknowledges the one before: a goal holds at most 64
+            // messages, so this ends after one or two pages unless senders keep up.
+            let reply = self.fetch(FETCH_MAX, Duration::ZERO, last).await?;
+            let more = reply.unread > reply.messages.len() as u64;
+            let Some(page_last) = reply.messages.last().map(|m| m.seq) else {
+                return Ok((taken, last));
+            };
+            taken.extend(reply.messages.into_iter().map(|m| m.message));
+            last = Some(page_last);
+            if !more {
+                return Ok((taken, last));
             }
         }
     }
 
-    /// How many messages wait in the inbox, not yet taken (the consumer's pending count, asked
-    /// of the server). Cheap enough to poll: an MCP host is told when it grows.
+    /// How many messages are unread in the inbox (a peek: nothing is handed out).
     pub async fn waiting(&self) -> Result<u64, ClientError> {
-        let mut consumer = self.consumer.clone();
-        let info = consumer
-            .info()
-            .await
-            .map_err(|err| ClientError::Inbox(format!("consumer info: {err}")))?;
-        Ok(info.num_pending)
+        Ok(self.unread().await?.0)
     }
 
-    /// Closes the goal: its consumer is deleted and its inbox purged.
+    /// How many messages are unread and the sequence of the oldest one (a peek: nothing is
+    /// handed out). Cheap enough to poll: a change of either means messages arrived or were
+    /// read, which is how an MCP host is told of new ones.
+    pub async fn unread(&self) -> Result<(u64, Option<u64>), ClientError> {
+        let reply = self
+            .fetch_with(FetchRequest {
+                goal_id: self.id,
+                max: Some(1),
+                wait_ms: None,
+                ack_through: None,
+                peek: true,
+            })
+            .await?;
+        Ok((reply.unread, reply.messages.first().map(|m| m.seq)))
+    }
+
+    /// Closes the goal: its inbox is purged and its cursor deleted.
     pub async fn close(self) -> Result<GoalCloseReply, ClientError> {
         request(
             &self.nats,
@@ -347,24 +399,5 @@ impl Goal {
             self.request_timeout,
         )
         .await
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{SEEN_MAX, Seen};
-
-    #[test]
-    fn seen_remembers_the_most_recent_sequences() {
-        let mut seen = Seen::default();
-        for sequence in 1..=(SEEN_MAX as u64 + 10) {
-            seen.insert(sequence);
-        }
-        seen.insert(SEEN_MAX as u64 + 10);
-        assert_eq!(seen.sequences.len(), SEEN_MAX);
-        assert_eq!(seen.order.len(), SEEN_MAX);
-        assert!(!seen.sequences.contains(&10), "the oldest are forgotten");
-        assert!(seen.sequences.contains(&11));
-        assert!(seen.sequences.contains(&(SEEN_MAX as u64 + 10)));
     }
 }

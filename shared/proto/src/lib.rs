@@ -13,6 +13,7 @@
 //! - [`names`]: constants: limits, stream/bucket/header names.
 //! - [`subject`]: subject builders and the caller-identity parser.
 //! - [`message`]: `InboxMessage` (the six seed fields plus optional extensions).
+//! - [`inbox`]: reading a goal's inbox: fetch/ack requests and replies, the cursor record.
 //! - [`registry`]: `AgentCard`, runtime state, goal records, directory requests and replies.
 //! - [`acl`]: who may talk to whom (globs, deny beats allow).
 //! - [`send`]: send_to_peer request/report and the pure gate and anti-loop rules.
@@ -26,6 +27,7 @@ pub mod audit;
 pub mod call;
 pub mod error;
 pub mod ids;
+pub mod inbox;
 pub mod message;
 pub mod names;
 pub mod registry;

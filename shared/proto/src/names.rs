@@ -10,27 +10,11 @@ pub const MAX_BODY_BYTES: usize = 64 * 1024;
 /// How many messages a goal's inbox keeps; older ones are evicted first.
 pub const INBOX_CAP_PER_GOAL: i64 = 64;
 
-/// How long a goal's inbox consumer waits for a taken message's ack before delivering it
-/// again, in milliseconds. A reader that needs longer sends an in-progress ack (`+WPI`) within
-/// each period (the Rust client does, every half period, while it holds a message). Kept
-/// short because an unacknowledged message is redelivered only after it, and the inbox keeps
-/// only the newest [`INBOX_CAP_PER_GOAL`] messages of a goal: a message taken by a reader that
-/// died is safe unless that many newer ones reach the goal within this time.
-pub const INBOX_ACK_WAIT_MS: u64 = 5_000;
-
-/// How many times a goal's inbox consumer delivers one message before giving up on it: a
-/// message no reader can handle (it naks or crashes every time) then moves to the dead-letter
-/// stream [`DLQ_STREAM`] with its reason, and the goal's later messages flow on.
-pub const INBOX_MAX_DELIVER: i64 = 10;
-
-/// JetStream advisories about messages given up on (`MAX_DELIVERIES` after the delivery limit,
-/// `MSG_TERMINATED` when a reader rejected one): kept, so the dead-letter mover misses none.
-pub const ADVISORIES_STREAM: &str = "AGENT_ADVISORIES";
-
 /// Dead letters: messages given up on, each with its reason and where it came from.
 pub const DLQ_STREAM: &str = "AGENT_DLQ";
 
-/// Subject prefix of dead letters: `agent.dlq.<stream>.<consumer>`.
+/// Subject prefix of dead letters: `agent.dlq.<stream>.<reader>`, the reader of a goal being
+/// `inbox-<goal_id>` ([`inbox_consumer`], [`dead_letter_subject`]).
 pub const DLQ_PREFIX: &str = "agent.dlq";
 
 /// Dead-letter headers: why the message was given up on.
@@ -41,7 +25,8 @@ pub const HEADER_DLQ_STREAM: &str = "Switchboard-Dlq-Stream";
 pub const HEADER_DLQ_SEQ: &str = "Switchboard-Dlq-Seq";
 /// See [`HEADER_DLQ_STREAM`].
 pub const HEADER_DLQ_SUBJECT: &str = "Switchboard-Dlq-Subject";
-/// Dead-letter headers: the consumer that gave up, and after how many deliveries.
+/// Dead-letter headers: the reader that gave up (`inbox-<goal_id>`), and after how many
+/// hand-outs.
 pub const HEADER_DLQ_CONSUMER: &str = "Switchboard-Dlq-Consumer";
 /// See [`HEADER_DLQ_CONSUMER`].
 pub const HEADER_DLQ_DELIVERIES: &str = "Switchboard-Dlq-Deliveries";
@@ -73,6 +58,9 @@ pub const AUDIT_STREAM: &str = "AGENT_AUDIT";
 pub const REGISTRY_BUCKET: &str = "agent_registry";
 /// KV bucket of live goals, key = `<agent_id>.<goal_id>`.
 pub const GOALS_BUCKET: &str = "agent_goals";
+/// KV bucket of goal cursors (ARCHITECTURE.md §4a), key = goal id, value a
+/// [`crate::inbox::CursorRecord`].
+pub const CURSORS_BUCKET: &str = "agent_cursors";
 /// KV bucket of calls (records, kept after they end until the bucket's max age).
 pub const CALLS_BUCKET: &str = "agent_calls";
 /// Stream indexing open calls by caller and callee (one message per open call and side,
@@ -123,10 +111,17 @@ pub const MAX_INBOX_MESSAGE_BYTES: usize = 2 * MAX_BODY_BYTES;
 /// the stream counts headers and payload together against its size limit.
 pub const INBOX_HEADER_ALLOWANCE: usize = 1024;
 
-/// Durable consumer name of a goal's inbox on [`INBOX_STREAM`].
+/// The name a goal's reader has in dead letters and logs, `inbox-<goal_id>`; in v1 it was the
+/// goal's durable consumer on [`INBOX_STREAM`], which the directory deletes when the goal is
+/// re-opened or closed (migration, ARCHITECTURE.md §4a).
 pub fn inbox_consumer(goal_id: &crate::GoalId) -> String {
     format!("inbox-{goal_id}")
 }
 
-/// Consumer metadata key naming the agent that owns a goal inbox consumer.
+/// `agent.dlq.AGENT_INBOX.inbox-<goal_id>`: where a goal's dead letters go.
+pub fn dead_letter_subject(goal_id: &crate::GoalId) -> String {
+    format!("{DLQ_PREFIX}.{INBOX_STREAM}.{}", inbox_consumer(goal_id))
+}
+
+/// Metadata key naming the agent that owned a v1 goal inbox consumer (read when migrating).
 pub const CONSUMER_META_AGENT: &str = "switchboard.agent_id";

@@ -216,12 +216,9 @@ pub struct GoalOpenRequest {
 pub struct GoalOpenReply {
     /// The goal.
     pub goal_id: GoalId,
-    /// Its inbox subject, `agent.inbox.<goal_id>`.
+    /// Its inbox subject, `agent.inbox.<goal_id>` (read it with `agent.inbox.fetch.<agent_id>`;
+    /// agents never read the stream themselves).
     pub subject: String,
-    /// The stream holding it (`AGENT_INBOX`).
-    pub stream: String,
-    /// The durable pull consumer to read it from.
-    pub consumer: String,
 }
 
 /// Body of `goal.close`.
@@ -415,8 +412,7 @@ mod tests {
     #[test]
     fn goal_open_reply_round_trips() {
         let literal = json!({"goal_id": "0193a1b2-0000-7000-8000-000000000001",
-            "subject": "agent.inbox.0193a1b2-0000-7000-8000-000000000001",
-            "stream": "AGENT_INBOX", "consumer": "inbox-0193a1b2-0000-7000-8000-000000000001"});
+            "subject": "agent.inbox.0193a1b2-0000-7000-8000-000000000001"});
         let reply: GoalOpenReply = serde_json::from_value(literal.clone()).unwrap();
         assert_eq!(serde_json::to_value(&reply).unwrap(), literal);
     }

@@ -13,8 +13,33 @@ pub fn inbox(goal_id: &GoalId) -> String {
     format!("{INBOX_SUBJECT_PREFIX}.{goal_id}")
 }
 
-/// `agent.inbox.>`: every inbox (the subjects of `AGENT_INBOX`).
-pub const INBOX_ALL: &str = "agent.inbox.>";
+/// `agent.inbox.*`: every goal inbox (the subjects of `AGENT_INBOX`): exactly one token after
+/// the prefix, so the fetch and ack requests below are never stored as messages.
+pub const INBOX_ALL: &str = "agent.inbox.*";
+
+/// Prefix of inbox reads: `agent.inbox.fetch.<agent_id>`.
+pub const INBOX_FETCH_PREFIX: &str = "agent.inbox.fetch";
+/// Prefix of cursor moves and rejects: `agent.inbox.ack.<agent_id>`.
+pub const INBOX_ACK_PREFIX: &str = "agent.inbox.ack";
+
+/// `agent.inbox.fetch.<agent_id>`: read one of the caller's goals after its cursor.
+pub fn inbox_fetch(agent: &AgentId) -> String {
+    format!("{INBOX_FETCH_PREFIX}.{agent}")
+}
+
+/// `agent.inbox.ack.<agent_id>`: move one of the caller's goal cursors, or reject a message.
+pub fn inbox_ack(agent: &AgentId) -> String {
+    format!("{INBOX_ACK_PREFIX}.{agent}")
+}
+
+/// Prefix of the stored-message notices `AGENT_INBOX` republishes (headers only, services
+/// only): `_SB.inbox.stored.<goal_id>`, sent once a message is stored, which is what wakes
+/// a held fetch on any replica.
+pub const INBOX_STORED_PREFIX: &str = "_SB.inbox.stored";
+/// Every stored-message notice (what each inbox-fanout replica subscribes to).
+pub const INBOX_STORED_ALL: &str = "_SB.inbox.stored.*";
+/// The republish destination template of `AGENT_INBOX` (`{{wildcard(1)}}` is the goal id).
+pub const INBOX_STORED_TEMPLATE: &str = "_SB.inbox.stored.{{wildcard(1)}}";
 
 /// Prefix of the directory's request subjects.
 pub const REGISTRY_PREFIX: &str = "agent.registry";
@@ -32,7 +57,7 @@ pub enum RegistryOp {
     Heartbeat,
     /// Take the caller offline and close its goals.
     Deregister,
-    /// Open a goal (and its durable inbox consumer).
+    /// Open a goal (and its inbox cursor).
     GoalOpen,
     /// Close a goal and purge its inbox.
     GoalClose,
@@ -213,6 +238,8 @@ mod tests {
         assert_eq!(call(&a), "agent.call.writer");
         assert_eq!(reply(&a), "agent.reply.writer");
         assert_eq!(calls_pending(&a), "agent.calls.pending.writer");
+        assert_eq!(inbox_fetch(&a), "agent.inbox.fetch.writer");
+        assert_eq!(inbox_ack(&a), "agent.inbox.ack.writer");
     }
 
     #[test]

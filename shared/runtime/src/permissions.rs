@@ -2,14 +2,11 @@
 //!
 //! Every request subject ends with the caller's id and services take the identity from it, so
 //! a user allowed to publish only subjects ending in its own id cannot act as another agent.
-//! Agents may not publish into inboxes (`agent.inbox.>`), service-internal subjects (`_SB.>`),
-//! event streams, or the JetStream API beyond reading and acknowledging goal inbox consumers;
-//! services get their own user with everything and `allow_responses`.
-//!
-//! The limit of the model (see docs/protocol.md): consumer names are `inbox-<goal_id>`, which
-//! do not name the agent, so an agent that knows another agent's goal id could pull from that
-//! inbox. Goal ids are random UUIDs handed only to their owner; a deployment that needs hard
-//! read isolation gives each agent its own account with an exported inbox stream.
+//! Agents may not publish into inboxes (`agent.inbox.*`), service-internal subjects (`_SB.>`),
+//! event streams, or the JetStream API at all: they read their inboxes through
+//! `agent.inbox.fetch.<id>` / `agent.inbox.ack.<id>` (ARCHITECTURE.md §4a), which the service
+//! answers for the caller's own goals only. Services get their own user with everything and
+//! `allow_responses`.
 
 use serde::Deserialize;
 
@@ -64,7 +61,7 @@ fn list(items: &[String]) -> String {
 
 /// Subjects an agent may publish to.
 pub fn agent_publish_allow(id: &switchboard_proto::AgentId, audit: bool) -> Vec<String> {
-    let inbox = switchboard_proto::INBOX_STREAM;
+    use switchboard_proto::subject;
     let mut allow = vec![
         format!("agent.registry.*.{id}"),
         format!("agent.registry.goal.*.{id}"),
@@ -73,9 +70,8 @@ pub fn agent_publish_allow(id: &switchboard_proto::AgentId, audit: bool) -> Vec<
         format!("agent.reply.{id}"),
         format!("agent.calls.pending.{id}"),
         format!("agent.task.*.{id}"),
-        format!("$JS.API.CONSUMER.INFO.{inbox}.*"),
-        format!("$JS.API.CONSUMER.MSG.NEXT.{inbox}.*"),
-        format!("$JS.ACK.{inbox}.>"),
+        subject::inbox_fetch(id),
+        subject::inbox_ack(id),
     ];
     if audit {
         allow.push("agent.audit.>".to_owned());
@@ -86,7 +82,7 @@ pub fn agent_publish_allow(id: &switchboard_proto::AgentId, audit: bool) -> Vec<
 /// Subjects no agent may publish to, whatever the allow list says (deny wins).
 pub fn agent_publish_deny() -> Vec<String> {
     [
-        "agent.inbox.>",
+        switchboard_proto::subject::INBOX_ALL,
         "_SB.>",
         "agent.registry.events.>",
         "agent.calls.events.>",
@@ -175,6 +171,11 @@ mod tests {
         };
         let config = nats_config(&users).unwrap();
         assert!(config.contains("\"agent.send.alice\""));
+        assert!(config.contains("\"agent.inbox.fetch.alice\""));
+        assert!(
+            !config.contains("$JS"),
+            "agents never touch the JetStream API: {config}"
+        );
         assert!(!config.contains("agent.audit"));
         assert!(config.contains("\"s\\\"ecret\""), "{config}");
         assert!(config.contains("allow_responses: true"));

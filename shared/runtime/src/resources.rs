@@ -5,11 +5,11 @@
 use std::time::Duration;
 
 use async_nats::jetstream::{self, kv, stream};
-use switchboard_proto::subject::{INBOX_ALL, REGISTRY_EVENTS_ALL};
+use switchboard_proto::subject::{INBOX_ALL, INBOX_STORED_TEMPLATE, REGISTRY_EVENTS_ALL};
 use switchboard_proto::{
-    CALLS_BUCKET, CALLS_OPEN_PREFIX, CALLS_OPEN_STREAM, EVENTS_STREAM, GOALS_BUCKET,
-    INBOX_CAP_PER_GOAL, INBOX_STREAM, MAX_INBOX_MESSAGE_BYTES, REGISTRY_BUCKET, TASKS_BUCKET,
-    TASKS_INDEX_PREFIX, TASKS_INDEX_STREAM,
+    CALLS_BUCKET, CALLS_OPEN_PREFIX, CALLS_OPEN_STREAM, CURSORS_BUCKET, EVENTS_STREAM,
+    GOALS_BUCKET, INBOX_CAP_PER_GOAL, INBOX_STREAM, MAX_INBOX_MESSAGE_BYTES, REGISTRY_BUCKET,
+    TASKS_BUCKET, TASKS_INDEX_PREFIX, TASKS_INDEX_STREAM,
 };
 
 use crate::config::JetStreamConfig;
@@ -25,16 +25,6 @@ pub struct ResourceError {
     /// The configuration cannot work against this server or cluster (e.g. more replicas than
     /// JetStream servers): retrying will not help, the setting must change.
     pub misconfigured: bool,
-}
-
-impl ResourceError {
-    fn transient(name: String, message: String) -> Self {
-        ResourceError {
-            name,
-            message,
-            misconfigured: false,
-        }
-    }
 }
 
 /// JetStream's "replicas > 1 not supported in non-clustered mode".
@@ -79,29 +69,62 @@ pub async fn check_replicas(
     ensure_stream(js, inbox_stream(config)).await
 }
 
-/// Whether the stream as the server reports it has the replicas its config asked for.
-fn placed_replicas(info: &stream::Info, wanted: usize) -> Result<(), String> {
-    let placed = info
-        .cluster
-        .as_ref()
-        .map_or(1, |cluster| 1 + cluster.replicas.len());
-    if placed == wanted || wanted == 1 {
+/// How many replicas of a stream the server reports: the leader (once elected) and the
+/// others. A stream whose leader is not elected yet — seen when several services apply it at
+/// once on a cluster that has just formed — lists every peer among `replicas`.
+fn placed(info: &stream::Info) -> usize {
+    info.cluster.as_ref().map_or(1, |cluster| {
+        cluster.replicas.len()
+            + usize::from(cluster.leader.as_deref().is_some_and(|l| !l.is_empty()))
+    })
+}
+
+/// How long a stream that reports fewer replicas than asked for is looked at again before
+/// that counts as a too-small cluster (placement is reported while peers are still joining).
+const PLACEMENT_SETTLE: Duration = Duration::from_secs(5);
+
+/// Whether the stream as the server reports it has (at least) the replicas its config asked
+/// for, looking again for a few seconds while it reports fewer.
+async fn placed_replicas(
+    js: &jetstream::Context,
+    info: stream::Info,
+    wanted: usize,
+) -> Result<(), String> {
+    let deadline = tokio::time::Instant::now() + PLACEMENT_SETTLE;
+    let mut placed_now = placed(&info);
+    while wanted > 1 && placed_now < wanted && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(RETRY_PAUSE).await;
+        if let Ok(mut stream) = js.get_stream(&info.config.name).await
+            && let Ok(info) = stream.info().await
+        {
+            placed_now = placed(info);
+        }
+    }
+    if placed_now >= wanted || wanted == 1 {
         Ok(())
     } else {
         Err(format!(
-            "jetstream.replicas is {wanted}, but JetStream placed {placed} replica(s) of the stream; \
-             the cluster has fewer than {wanted} JetStream servers"
+            "jetstream.replicas is {wanted}, but JetStream placed {placed_now} replica(s) of the \
+             stream; the cluster has fewer than {wanted} JetStream servers"
         ))
     }
 }
 
-/// `AGENT_INBOX`: every goal inbox. Keeps the newest 64 messages of each goal (discard old),
-/// de-duplicates retried publishes by `Nats-Msg-Id`, expires unread messages after a max age.
+/// `AGENT_INBOX`: every goal inbox (`agent.inbox.*`: one token, the goal id). Keeps the newest
+/// 64 messages of each goal (discard old), de-duplicates retried publishes by `Nats-Msg-Id`,
+/// expires unread messages after a max age. Each stored message's headers are republished to
+/// `_SB.inbox.stored.<goal_id>`: the signal that wakes a held fetch on any inbox-fanout
+/// replica, sent only once the message can be read.
 pub fn inbox_stream(config: &JetStreamConfig) -> stream::Config {
     stream::Config {
         name: INBOX_STREAM.to_owned(),
         description: Some("Switchboard goal inboxes (agent.inbox.<goal_id>)".to_owned()),
         subjects: vec![INBOX_ALL.to_owned()],
+        republish: Some(stream::Republish {
+            source: INBOX_ALL.to_owned(),
+            destination: INBOX_STORED_TEMPLATE.to_owned(),
+            headers_only: true,
+        }),
         max_messages_per_subject: INBOX_CAP_PER_GOAL,
         discard: stream::DiscardPolicy::Old,
         duplicate_window: Duration::from_secs(config.duplicate_window_secs),
@@ -135,27 +158,7 @@ pub fn events_stream(config: &JetStreamConfig) -> stream::Config {
     }
 }
 
-/// `AGENT_ADVISORIES`: JetStream's advisories about inbox and event messages given up on
-/// (delivery limit reached, or rejected by a reader), kept a week for the dead-letter mover.
-pub fn advisories_stream(config: &JetStreamConfig) -> stream::Config {
-    let mut subjects = Vec::new();
-    for advisory in ["MAX_DELIVERIES", "MSG_TERMINATED"] {
-        for source in [INBOX_STREAM, EVENTS_STREAM] {
-            subjects.push(format!("$JS.EVENT.ADVISORY.CONSUMER.{advisory}.{source}.*"));
-        }
-    }
-    stream::Config {
-        name: switchboard_proto::ADVISORIES_STREAM.to_owned(),
-        description: Some("JetStream advisories: messages given up on (for AGENT_DLQ)".to_owned()),
-        subjects,
-        max_age: Duration::from_secs(7 * 24 * 3600),
-        num_replicas: config.replicas,
-        storage: stream::StorageType::File,
-        ..Default::default()
-    }
-}
-
-/// `AGENT_DLQ`: dead letters (`agent.dlq.<stream>.<consumer>`), each the original message with
+/// `AGENT_DLQ`: dead letters (`agent.dlq.AGENT_INBOX.inbox-<goal_id>`), each the original message with
 /// `Switchboard-Dlq-*` headers saying why and where from; kept as long as the events
 /// (`jetstream.events_max_age_secs`). A replayed letter is deleted.
 pub fn dlq_stream(config: &JetStreamConfig) -> stream::Config {
@@ -189,6 +192,19 @@ pub fn goals_bucket(config: &JetStreamConfig) -> kv::Config {
     kv::Config {
         bucket: GOALS_BUCKET.to_owned(),
         description: "Switchboard live goals".to_owned(),
+        history: 1,
+        num_replicas: config.replicas,
+        storage: stream::StorageType::File,
+        ..Default::default()
+    }
+}
+
+/// `agent_cursors`: one [`CursorRecord`](switchboard_proto::inbox::CursorRecord) per live goal,
+/// key = goal id, moved by compare-and-set (ARCHITECTURE.md §4a). A goal's whole cost at rest.
+pub fn cursors_bucket(config: &JetStreamConfig) -> kv::Config {
+    kv::Config {
+        bucket: CURSORS_BUCKET.to_owned(),
+        description: "Switchboard goal inbox cursors".to_owned(),
         history: 1,
         num_replicas: config.replicas,
         storage: stream::StorageType::File,
@@ -297,32 +313,49 @@ pub fn audit_lease_bucket(config: &JetStreamConfig, ttl: Duration) -> kv::Config
     }
 }
 
-/// How long a resource keeps being retried after a transient failure: concurrent replicas
-/// racing to create the same resource converge after a retry, a meta leader being elected
-/// answers within a few seconds, and a cluster that has just formed refuses placement as
-/// "peer offline" for a moment (see [`replicas_refusal`]).
-const RETRY_FOR: Duration = Duration::from_secs(5);
-/// The pause between attempts.
+/// The first pause after a failed apply; it doubles up to [`RETRY_PAUSE_MAX`]. A resource that
+/// fails for any reason but a setting (see [`replicas_refusal`]) is retried until JetStream
+/// answers, however long that takes: concurrent replicas racing to create the same resource
+/// converge after a retry, a cluster that has just formed refuses placement as "peer offline"
+/// for a moment, and seven processes applying their streams at once against a fresh R3
+/// cluster see `jetstream request timed out` for seconds. Meanwhile the service is not
+/// serving, so its health check fails; SIGTERM still stops it (the start has the grace period).
 const RETRY_PAUSE: Duration = Duration::from_millis(100);
+/// The longest pause between attempts.
+const RETRY_PAUSE_MAX: Duration = Duration::from_secs(5);
+/// After this many failed attempts each further failure is logged as a warning (earlier ones at
+/// debug: a race between replicas is normal).
+const RETRY_QUIET_ATTEMPTS: u32 = 5;
+
+/// Waits before attempt `attempt + 1` of applying `name`, logging why the last one failed.
+async fn retry_pause(name: &str, attempt: u32, error: &dyn std::fmt::Display) {
+    if attempt >= RETRY_QUIET_ATTEMPTS {
+        tracing::warn!(resource = %name, attempt, %error, "JetStream resource not applied yet; retrying");
+    } else {
+        tracing::debug!(resource = %name, attempt, %error, "JetStream resource apply failed; retrying");
+    }
+    let pause = RETRY_PAUSE.saturating_mul(1 << attempt.min(6));
+    tokio::time::sleep(pause.min(RETRY_PAUSE_MAX)).await;
+}
 
 /// Creates or updates a stream. A refusal because of its replica count (see
 /// [`check_replicas`]) is returned at once, with `misconfigured` set; other failures are
-/// retried for a few seconds.
+/// retried with backoff until JetStream answers.
 pub async fn ensure_stream(
     js: &jetstream::Context,
     config: stream::Config,
 ) -> Result<(), ResourceError> {
-    let deadline = tokio::time::Instant::now() + RETRY_FOR;
+    let mut attempt = 0;
     loop {
         let failed = match js.create_or_update_stream(config.clone()).await {
             Ok(info) => {
-                return placed_replicas(&info, config.num_replicas).map_err(|message| {
-                    ResourceError {
+                return placed_replicas(js, info, config.num_replicas)
+                    .await
+                    .map_err(|message| ResourceError {
                         name: config.name.clone(),
                         message,
                         misconfigured: true,
-                    }
-                });
+                    });
             }
             Err(err) => err,
         };
@@ -336,31 +369,24 @@ pub async fn ensure_stream(
                 misconfigured: true,
             });
         }
-        tracing::debug!(stream = %config.name, error = %failed, "stream apply failed");
-        if tokio::time::Instant::now() >= deadline {
-            return Err(ResourceError::transient(config.name, failed.to_string()));
-        }
-        tokio::time::sleep(RETRY_PAUSE).await;
+        retry_pause(&config.name, attempt, &failed).await;
+        attempt += 1;
     }
 }
 
-/// Creates or updates a KV bucket and returns it; failures are retried for a few seconds.
+/// Creates or updates a KV bucket and returns it; failures are retried with backoff until
+/// JetStream answers.
 pub async fn ensure_bucket(
     js: &jetstream::Context,
     config: kv::Config,
 ) -> Result<kv::Store, ResourceError> {
-    let deadline = tokio::time::Instant::now() + RETRY_FOR;
+    let mut attempt = 0;
     loop {
         match js.create_or_update_key_value(config.clone()).await {
             Ok(store) => return Ok(store),
-            Err(err) => {
-                tracing::debug!(bucket = %config.bucket, error = %err, "bucket apply failed");
-                if tokio::time::Instant::now() >= deadline {
-                    return Err(ResourceError::transient(config.bucket, err.to_string()));
-                }
-            }
+            Err(err) => retry_pause(&config.bucket, attempt, &err).await,
         }
-        tokio::time::sleep(RETRY_PAUSE).await;
+        attempt += 1;
     }
 }
 

@@ -271,6 +271,14 @@ pub enum StartError {
         /// Why.
         message: String,
     },
+    /// A core NATS subscription the service needs could not be made.
+    #[error("subscribing to {subject}: {message}")]
+    Subscribe {
+        /// The subject.
+        subject: &'static str,
+        /// Why.
+        message: String,
+    },
     /// The micro service could not start.
     #[error(transparent)]
     Micro(#[from] micro::MicroError),

@@ -35,6 +35,18 @@ impl ServiceProcess {
     /// # Panics
     /// If the process exits first (with its exit status), or never answers.
     pub async fn start(bin: &str, service: &str, nats_url: &str, env: &[(&str, &str)]) -> Self {
+        Self::start_within(bin, service, nats_url, env, Duration::from_secs(30)).await
+    }
+
+    /// [`ServiceProcess::start`], waiting up to `ready_within` for the first `PING` answer (a
+    /// service that waits for a slow JetStream before it serves).
+    pub async fn start_within(
+        bin: &str,
+        service: &str,
+        nats_url: &str,
+        env: &[(&str, &str)],
+        ready_within: Duration,
+    ) -> Self {
         let mut command = command(bin);
         command
             .env("SWITCHBOARD_NATS__URLS", format!("[{nats_url}]"))
@@ -53,7 +65,7 @@ impl ServiceProcess {
             service: service.to_owned(),
             client,
         };
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        let deadline = tokio::time::Instant::now() + ready_within;
         loop {
             // A service that exits fails at once, with its exit status.
             if let Some(status) = process
@@ -84,6 +96,11 @@ impl ServiceProcess {
             tokio::time::timeout(Duration::from_millis(500), ping).await,
             Ok(Ok(_))
         )
+    }
+
+    /// How the process exited, or `None` while it runs.
+    pub fn exited(&mut self) -> Option<ExitStatus> {
+        self.child.try_wait().expect("testkit: cannot poll a child")
     }
 
     /// The process id (for reading its resource use from `/proc`), while it runs.

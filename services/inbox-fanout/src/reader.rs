@@ -1,0 +1,348 @@
+//! Reading an inbox (ARCHITECTURE.md §4a): `agent.inbox.fetch.<agent_id>` hands out a goal's
+//! messages after its cursor (long-poll with `wait_ms`, committing `ack_through` first), and
+//! `agent.inbox.ack.<agent_id>` moves the cursor or rejects one message to the dead letters.
+//!
+//! Rules, in the order a request meets them:
+//! - only the goal's owner may read or move it; anyone else — and any goal that is not live —
+//!   gets `not_found` alike, so a goal id learnt from `delivered_to` or `lookup` opens nothing;
+//! - the cursor moves only forward, by compare-and-set, and never past what was handed out;
+//! - every hand-out is recorded on the cursor (the highest sequence handed out, and how often
+//!   the head message was): the head handed out [`INBOX_MAX_DELIVER`] times without the cursor
+//!   passing it moves to the dead letters and is skipped (bounded redelivery, no consumer);
+//! - a held fetch is woken by [`crate::wake`] on whichever replica holds it, and answered empty
+//!   when its wait ends or the service stops (reading is idempotent: the reader fetches again).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use switchboard_proto::inbox::{
+    AckOp, AckReply, AckRequest, CursorRecord, FETCH_DEFAULT, FETCH_MAX, FETCH_WAIT_MAX_MS,
+    FetchReply, FetchRequest, FetchedMessage, INBOX_MAX_DELIVER, owned_by,
+};
+use switchboard_proto::subject::{INBOX_ACK_PREFIX, INBOX_FETCH_PREFIX};
+use switchboard_proto::{AgentId, GoalId, HEADER_TRACEPARENT, HEADER_TRACESTATE, InboxMessage};
+use switchboard_runtime::CancellationToken;
+use switchboard_runtime::micro::{AgentRequest, Endpoint};
+use tokio::time::Instant;
+
+use crate::error::FanoutError;
+use crate::store::{Cas, InboxStore, Stored, Unread};
+use crate::wake::{SAFETY_REREAD, WakeHub};
+
+/// How many compare-and-set attempts one request makes before answering `conflict`.
+const CAS_ATTEMPTS: u32 = 64;
+/// Pauses before reading again after a wake finds nothing yet: a replica answering direct gets
+/// may apply a message a moment after the leader announced it.
+const AFTER_WAKE: [Duration; 4] = [
+    Duration::from_millis(2),
+    Duration::from_millis(8),
+    Duration::from_millis(32),
+    Duration::from_millis(128),
+];
+
+/// The reading side of the inbox: fetch and ack.
+#[derive(Debug, Clone)]
+pub struct Reader {
+    store: InboxStore,
+    wake: WakeHub,
+    stopping: CancellationToken,
+}
+
+/// A fetch's limits, checked.
+struct FetchLimits {
+    max: u32,
+    wait: Duration,
+}
+
+fn limits(request: &FetchRequest) -> Result<FetchLimits, FanoutError> {
+    let max = request.max.unwrap_or(FETCH_DEFAULT);
+    if !(1..=FETCH_MAX).contains(&max) {
+        return Err(FanoutError::BadRead(format!(
+            "max is {max}; it must be 1 to {FETCH_MAX}"
+        )));
+    }
+    let wait_ms = request.wait_ms.unwrap_or(0);
+    let wait = u64::try_from(wait_ms)
+        .ok()
+        .filter(|ms| *ms <= FETCH_WAIT_MAX_MS)
+        .ok_or_else(|| {
+            FanoutError::BadRead(format!(
+                "wait_ms is {wait_ms}; it must be 0 to {FETCH_WAIT_MAX_MS}"
+            ))
+        })?;
+    Ok(FetchLimits {
+        max,
+        wait: Duration::from_millis(wait),
+    })
+}
+
+/// A stored message as handed out; `None` when its payload is not an `InboxMessage` (only a
+/// publisher with JetStream access could store one), which is then dead-lettered.
+fn fetched(stored: &Stored) -> Option<FetchedMessage> {
+    let message: InboxMessage = serde_json::from_slice(&stored.payload).ok()?;
+    let header = |name| {
+        stored
+            .headers
+            .get(name)
+            .map(|value: &async_nats::HeaderValue| value.as_str().to_owned())
+    };
+    Some(FetchedMessage {
+        seq: stored.seq,
+        message,
+        traceparent: header(HEADER_TRACEPARENT),
+        tracestate: header(HEADER_TRACESTATE),
+    })
+}
+
+impl Reader {
+    /// Wires the store and the wake hub; held fetches end when `stopping` is cancelled.
+    pub fn new(store: InboxStore, wake: WakeHub, stopping: CancellationToken) -> Self {
+        Self {
+            store,
+            wake,
+            stopping,
+        }
+    }
+
+    /// The fetch and ack endpoints.
+    pub fn endpoints(self: &Arc<Self>) -> Vec<Endpoint> {
+        let fetch = Arc::clone(self);
+        let ack = Arc::clone(self);
+        vec![
+            Endpoint::agent(
+                "inbox_fetch",
+                INBOX_FETCH_PREFIX.to_owned(),
+                move |req: AgentRequest<FetchRequest>| {
+                    let reader = Arc::clone(&fetch);
+                    async move { Ok(reader.fetch(&req.caller, &req.body).await?) }
+                },
+            ),
+            Endpoint::agent(
+                "inbox_ack",
+                INBOX_ACK_PREFIX.to_owned(),
+                move |req: AgentRequest<AckRequest>| {
+                    let reader = Arc::clone(&ack);
+                    async move { Ok(reader.ack(&req.caller, &req.body).await?) }
+                },
+            ),
+        ]
+    }
+
+    /// The caller's goal cursor, or `not_found` (unknown goal and another's goal alike).
+    async fn owned(
+        &self,
+        caller: &AgentId,
+        goal: &GoalId,
+    ) -> Result<(CursorRecord, u64), FanoutError> {
+        let found = self.store.cursor(goal).await?;
+        match found {
+            Some((record, revision)) if owned_by(Some(&record), caller).is_some() => {
+                Ok((record, revision))
+            }
+            _ => Err(FanoutError::GoalNotFound(*goal)),
+        }
+    }
+
+    /// [`Reader::owned`], read through the bucket's leader (see
+    /// [`InboxStore::cursor_from_leader`]).
+    async fn owned_from_leader(
+        &self,
+        caller: &AgentId,
+        goal: &GoalId,
+    ) -> Result<(CursorRecord, u64), FanoutError> {
+        match self.store.cursor_from_leader(goal).await? {
+            Some((record, revision)) if owned_by(Some(&record), caller).is_some() => {
+                Ok((record, revision))
+            }
+            _ => Err(FanoutError::GoalNotFound(*goal)),
+        }
+    }
+
+    /// fetch: the unread messages after the cursor, at most `max`, waiting up to `wait_ms`
+    /// for one when none is unread.
+    pub async fn fetch(
+        &self,
+        caller: &AgentId,
+        request: &FetchRequest,
+    ) -> Result<FetchReply, FanoutError> {
+        let FetchLimits { max, wait } = limits(request)?;
+        let goal = request.goal_id;
+        let deadline = Instant::now() + wait;
+        // Registered before the first read, so a message stored after it wakes this fetch.
+        let mut waiter = (!wait.is_zero()).then(|| self.wake.register(goal));
+        // Index of the next quick re-read after a wake (none until a wake).
+        let mut quick = AFTER_WAKE.len();
+        let mut attempts = 0;
+        loop {
+            let (mut record, mut revision) = self.owned(caller, &goal).await?;
+            let mut changed = false;
+            if let Some(through) = request.ack_through {
+                if through > record.handed {
+                    (record, revision) = self.owned_from_leader(caller, &goal).await?;
+                }
+                if through > record.handed {
+                    return Err(FanoutError::BadRead(format!(
+                        "ack_through is {through}, but goal {goal} was handed messages only \
+                         through {}",
+                        record.handed
+                    )));
+                }
+                changed |= record.advance(through);
+            }
+            let unread = self.store.unread(&goal, record.cursor, max).await?;
+            if let Some(head) = unread.messages.first()
+                && !request.peek
+                && (record.head_exhausted(head.seq) || fetched(head).is_none())
+            {
+                // Dead-letter the head, then read again from the moved cursor.
+                let reason = if fetched(head).is_none() {
+                    "undecodable: not an InboxMessage".to_owned()
+                } else {
+                    format!(
+                        "handed out {INBOX_MAX_DELIVER} times without being acknowledged (the limit)"
+                    )
+                };
+                self.store
+                    .dead_letter(
+                        &goal,
+                        head.seq,
+                        Some(head.clone()),
+                        &reason,
+                        record.head_deliveries,
+                    )
+                    .await?;
+                record.advance(head.seq);
+                self.cas(&goal, &record, revision, &mut attempts).await?;
+                continue;
+            }
+            let messages = self.hand_out(&mut record, &unread, request.peek);
+            changed |= !messages.is_empty() && !request.peek;
+            if changed && self.store.put_cursor(&goal, &record, revision).await? == Cas::Conflict {
+                self.conflict(&goal, &mut attempts).await?;
+                continue;
+            }
+            let Some(waiting) = waiter.as_mut() else {
+                return Ok(reply(goal, &record, messages, &unread));
+            };
+            let now = Instant::now();
+            if !messages.is_empty() || now >= deadline || self.stopping.is_cancelled() {
+                return Ok(reply(goal, &record, messages, &unread));
+            }
+            // Nothing unread: wait for a store notice, the deadline, the next re-read (a few
+            // quick ones right after a notice, then the safety one) or the service stopping.
+            let pause = AFTER_WAKE.get(quick).copied().unwrap_or(SAFETY_REREAD);
+            quick = quick.saturating_add(1);
+            tokio::select! {
+                () = waiting.stored() => quick = 0,
+                () = tokio::time::sleep_until(deadline.min(now + pause)) => {}
+                () = self.stopping.cancelled() => {}
+            }
+        }
+    }
+
+    /// The messages of `unread` this fetch hands out (every one that decodes, in order, up to
+    /// the first that does not), recorded on `record` unless the fetch only peeks.
+    fn hand_out(
+        &self,
+        record: &mut CursorRecord,
+        unread: &Unread,
+        peek: bool,
+    ) -> Vec<FetchedMessage> {
+        let messages: Vec<FetchedMessage> = unread.messages.iter().map_while(fetched).collect();
+        if let (Some(first), Some(last), false) = (messages.first(), messages.last(), peek) {
+            record.hand_out(first.seq, last.seq);
+        }
+        messages
+    }
+
+    /// Writes `record` or fails the request after too many conflicts.
+    async fn cas(
+        &self,
+        goal: &GoalId,
+        record: &CursorRecord,
+        revision: u64,
+        attempts: &mut u32,
+    ) -> Result<(), FanoutError> {
+        if self.store.put_cursor(goal, record, revision).await? == Cas::Conflict {
+            self.conflict(goal, attempts).await?;
+        }
+        Ok(())
+    }
+
+    /// Counts a lost compare-and-set and backs off before the caller reads again.
+    async fn conflict(&self, goal: &GoalId, attempts: &mut u32) -> Result<(), FanoutError> {
+        *attempts += 1;
+        if *attempts >= CAS_ATTEMPTS {
+            return Err(FanoutError::Contention(*goal));
+        }
+        switchboard_runtime::store::cas_backoff(*attempts).await;
+        Ok(())
+    }
+
+    /// ack: move the cursor through `through`, or dead-letter `seq` with a reason and move the
+    /// cursor through it.
+    pub async fn ack(
+        &self,
+        caller: &AgentId,
+        request: &AckRequest,
+    ) -> Result<AckReply, FanoutError> {
+        let op = request.op().map_err(FanoutError::BadRead)?;
+        let goal = request.goal_id;
+        let mut attempts = 0;
+        let through = match &op {
+            AckOp::Through(through) | AckOp::Reject { seq: through, .. } => *through,
+        };
+        loop {
+            let (mut record, mut revision) = self.owned(caller, &goal).await?;
+            if through > record.handed {
+                (record, revision) = self.owned_from_leader(caller, &goal).await?;
+            }
+            if through > record.handed {
+                return Err(FanoutError::BadRead(format!(
+                    "sequence {through} was never handed out for goal {goal} (handed through {})",
+                    record.handed
+                )));
+            }
+            if through <= record.cursor {
+                // Done already (a retried ack or reject): nothing to do.
+                return Ok(AckReply {
+                    goal_id: goal,
+                    cursor: record.cursor,
+                });
+            }
+            if let AckOp::Reject { seq, reason } = &op {
+                let message = self.store.message(&goal, *seq).await?;
+                let deliveries = if record.head == *seq {
+                    record.head_deliveries
+                } else {
+                    1
+                };
+                self.store
+                    .dead_letter(&goal, *seq, message, reason, deliveries)
+                    .await?;
+            }
+            record.advance(through);
+            if self.store.put_cursor(&goal, &record, revision).await? == Cas::Done {
+                return Ok(AckReply {
+                    goal_id: goal,
+                    cursor: record.cursor,
+                });
+            }
+            self.conflict(&goal, &mut attempts).await?;
+        }
+    }
+}
+
+fn reply(
+    goal: GoalId,
+    record: &CursorRecord,
+    messages: Vec<FetchedMessage>,
+    unread: &Unread,
+) -> FetchReply {
+    FetchReply {
+        goal_id: goal,
+        cursor: record.cursor,
+        unread: unread.total.max(messages.len() as u64),
+        messages,
+    }
+}

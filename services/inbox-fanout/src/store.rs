@@ -1,0 +1,283 @@
+//! The reading side's JetStream I/O: goal cursors in KV `agent_cursors` (read, compare-and-set),
+//! a goal's unread messages by one batched direct get, and dead letters into `AGENT_DLQ`.
+//!
+//! No consumer is involved anywhere: a read is a batched direct get (ADR-31, nats-server ≥ 2.11)
+//! of `agent.inbox.<goal_id>` from the sequence after the cursor, so it costs the server
+//! nothing between reads and any replica can answer it.
+
+use std::time::Duration;
+
+use async_nats::jetstream::kv::{self, UpdateErrorKind};
+use async_nats::jetstream::{self, stream};
+use async_nats::{HeaderMap, StatusCode};
+use bytes::Bytes;
+use futures::StreamExt;
+use switchboard_proto::inbox::{CursorRecord, FETCH_REPLY_BYTES, cursor_key};
+use switchboard_proto::{
+    GoalId, HEADER_DLQ_CONSUMER, HEADER_DLQ_DELIVERIES, HEADER_DLQ_REASON, HEADER_DLQ_SEQ,
+    HEADER_DLQ_STREAM, HEADER_DLQ_SUBJECT, HEADER_MSG_ID, INBOX_STREAM, dead_letter_subject,
+    inbox_consumer, subject,
+};
+use switchboard_runtime::store::StoreError;
+
+/// How long one batched read may take to arrive in full.
+const READ_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// One stored inbox message as read: its sequence, headers and payload.
+#[derive(Debug, Clone)]
+pub struct Stored {
+    /// Its `AGENT_INBOX` sequence.
+    pub seq: u64,
+    /// The headers it was published with (trace context, `Nats-Msg-Id`).
+    pub headers: HeaderMap,
+    /// The `InboxMessage` JSON.
+    pub payload: Bytes,
+}
+
+/// What one read found: up to `max` messages after the cursor, and how many were unread.
+#[derive(Debug, Default)]
+pub struct Unread {
+    /// The messages, oldest first.
+    pub messages: Vec<Stored>,
+    /// Unread messages in all (`messages` included).
+    pub total: u64,
+}
+
+/// Outcome of a compare-and-set on a cursor.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Cas {
+    /// Written.
+    Done,
+    /// Someone else wrote first: read again.
+    Conflict,
+}
+
+/// The reading side's handle on JetStream.
+#[derive(Debug, Clone)]
+pub struct InboxStore {
+    js: jetstream::Context,
+    cursors: kv::Store,
+    inbox: stream::Stream,
+}
+
+fn decode_cursor(key: &str, value: &[u8]) -> Result<CursorRecord, StoreError> {
+    serde_json::from_slice(value).map_err(|_| StoreError::Corrupt(format!("cursor {key}")))
+}
+
+/// Room kept under the server's `max_payload` for a fetch reply's JSON around the stored
+/// messages (`seq`, trace context, the reply's own fields).
+const REPLY_FRAMING: usize = 32 * 1024;
+
+fn header_u64(headers: &HeaderMap, name: &str) -> Option<u64> {
+    headers.get(name).and_then(|v| v.as_str().parse().ok())
+}
+
+impl InboxStore {
+    /// Wraps the applied bucket and stream.
+    pub fn new(js: jetstream::Context, cursors: kv::Store, inbox: stream::Stream) -> Self {
+        Self { js, cursors, inbox }
+    }
+
+    /// A goal's cursor and its revision, or `None` when the goal is not live.
+    ///
+    /// The cursor is read by direct get, which any replica of the bucket may answer; one that
+    /// has not applied a cursor created a moment ago says "none", so "none" is confirmed
+    /// through the stream leader before it is believed ([`InboxStore::cursor_from_leader`]).
+    pub async fn cursor(&self, goal: &GoalId) -> Result<Option<(CursorRecord, u64)>, StoreError> {
+        let key = cursor_key(goal);
+        let entry = self
+            .cursors
+            .entry(key.as_str())
+            .await
+            .map_err(|err| StoreError::store("reading a goal cursor", err))?;
+        match entry {
+            Some(entry) if entry.operation == kv::Operation::Put => {
+                Ok(Some((decode_cursor(&key, &entry.value)?, entry.revision)))
+            }
+            _ => self.cursor_from_leader(goal).await,
+        }
+    }
+
+    /// A goal's cursor as the bucket's leader has it: for a decision a replica that lags must
+    /// not make (the goal is unknown; an ack names a sequence the cursor says was never
+    /// handed out, when the fetch that handed it out wrote the cursor a moment ago).
+    pub async fn cursor_from_leader(
+        &self,
+        goal: &GoalId,
+    ) -> Result<Option<(CursorRecord, u64)>, StoreError> {
+        let key = cursor_key(goal);
+        let subject = format!("{}{key}", self.cursors.prefix);
+        match self
+            .cursors
+            .stream
+            .get_last_raw_message_by_subject(&subject)
+            .await
+        {
+            Ok(message) if message.headers.get("KV-Operation").is_some() => Ok(None),
+            Ok(message) => Ok(Some((
+                decode_cursor(&key, &message.payload)?,
+                message.sequence,
+            ))),
+            Err(err) if err.kind() == stream::LastRawMessageErrorKind::NoMessageFound => Ok(None),
+            Err(err) => Err(StoreError::store("reading a goal cursor", err)),
+        }
+    }
+
+    /// Writes `record` if the cursor is still at `revision`.
+    pub async fn put_cursor(
+        &self,
+        goal: &GoalId,
+        record: &CursorRecord,
+        revision: u64,
+    ) -> Result<Cas, StoreError> {
+        let value = serde_json::to_vec(record)
+            .map_err(|err| StoreError::store("encoding a goal cursor", err))?;
+        match self
+            .cursors
+            .update(cursor_key(goal), value.into(), revision)
+            .await
+        {
+            Ok(_) => Ok(Cas::Done),
+            Err(err) if err.kind() == UpdateErrorKind::WrongLastRevision => Ok(Cas::Conflict),
+            Err(err) => Err(StoreError::store("moving a goal cursor", err)),
+        }
+    }
+
+    /// Up to `max` messages of `goal` with a sequence after `cursor`, oldest first, within
+    /// [`FETCH_REPLY_BYTES`] of payload — less when the server's `max_payload` is smaller, so
+    /// the reply always fits — (at least one when any is unread), and the unread count.
+    pub async fn unread(&self, goal: &GoalId, cursor: u64, max: u32) -> Result<Unread, StoreError> {
+        let fail = |message: String| StoreError::Unavailable {
+            step: "reading a goal inbox",
+            message,
+        };
+        let client = self.js.client();
+        let budget = FETCH_REPLY_BYTES.min(
+            client
+                .server_info()
+                .max_payload
+                .saturating_sub(REPLY_FRAMING),
+        );
+        let request = serde_json::json!({
+            "seq": cursor.saturating_add(1),
+            "next_by_subj": subject::inbox(goal),
+            "batch": max,
+            "max_bytes": budget,
+        });
+        let reply_to = client.new_inbox();
+        let mut replies = client
+            .subscribe(reply_to.clone())
+            .await
+            .map_err(|err| fail(err.to_string()))?;
+        client
+            .publish_with_reply(
+                format!("$JS.API.DIRECT.GET.{INBOX_STREAM}"),
+                reply_to,
+                request.to_string().into(),
+            )
+            .await
+            .map_err(|err| fail(err.to_string()))?;
+        let mut unread = Unread::default();
+        let mut bytes = 0;
+        let read = async {
+            while let Some(message) = replies.next().await {
+                let headers = message.headers.clone().unwrap_or_default();
+                match message.status {
+                    None | Some(StatusCode::OK) => {}
+                    // End of the batch: what matched but did not fit.
+                    Some(status) if status.as_u16() == 204 => {
+                        let pending = header_u64(&headers, "Nats-Num-Pending").unwrap_or(0);
+                        unread.total = unread.messages.len() as u64 + pending;
+                        return Ok(());
+                    }
+                    Some(StatusCode::NOT_FOUND) => return Ok(()),
+                    Some(status) => {
+                        return Err(fail(format!(
+                            "direct get answered {status}: {}",
+                            message.description.unwrap_or_default()
+                        )));
+                    }
+                }
+                let seq = header_u64(&headers, "Nats-Sequence")
+                    .ok_or_else(|| fail("direct get reply without Nats-Sequence".to_owned()))?;
+                bytes += message.payload.len();
+                if unread.messages.is_empty() || bytes <= budget {
+                    unread.messages.push(Stored {
+                        seq,
+                        headers,
+                        payload: message.payload,
+                    });
+                }
+            }
+            Err(fail("reply subscription closed".to_owned()))
+        };
+        tokio::time::timeout(READ_TIMEOUT, read)
+            .await
+            .map_err(|_| fail("direct get timed out".to_owned()))??;
+        unread.total = unread.total.max(unread.messages.len() as u64);
+        Ok(unread)
+    }
+
+    /// The message at `seq` if it is still stored and belongs to `goal` (a sequence of another
+    /// goal's message reads as gone: a reader names only its own messages).
+    pub async fn message(&self, goal: &GoalId, seq: u64) -> Result<Option<Stored>, StoreError> {
+        match self.inbox.get_raw_message(seq).await {
+            Ok(message) if message.subject.as_str() == subject::inbox(goal) => Ok(Some(Stored {
+                seq,
+                headers: message.headers,
+                payload: message.payload,
+            })),
+            Ok(_) => Ok(None),
+            Err(err) if err.kind() == stream::RawMessageErrorKind::NoMessageFound => Ok(None),
+            Err(err) => Err(StoreError::store("reading an inbox message", err)),
+        }
+    }
+
+    /// Copies a goal's message into `AGENT_DLQ` with `reason` and how often it was handed out,
+    /// keeping its headers and payload; `Nats-Msg-Id` `AGENT_INBOX:<seq>:inbox-<goal_id>` makes a
+    /// retried move one letter. `message` is `None` when it was already gone from the inbox.
+    pub async fn dead_letter(
+        &self,
+        goal: &GoalId,
+        seq: u64,
+        message: Option<Stored>,
+        reason: &str,
+        deliveries: u32,
+    ) -> Result<(), StoreError> {
+        let reader = inbox_consumer(goal);
+        // An empty subject tells `dlq replay` there is nothing to put back.
+        let (mut headers, payload, reason, from) = match message {
+            Some(stored) => (
+                stored.headers,
+                stored.payload,
+                reason.to_owned(),
+                subject::inbox(goal),
+            ),
+            None => (
+                HeaderMap::new(),
+                Bytes::new(),
+                format!("{reason}; the message is no longer in the inbox"),
+                String::new(),
+            ),
+        };
+        headers.insert(
+            HEADER_MSG_ID,
+            format!("{INBOX_STREAM}:{seq}:{reader}").as_str(),
+        );
+        headers.insert(HEADER_DLQ_REASON, reason.as_str());
+        headers.insert(HEADER_DLQ_STREAM, INBOX_STREAM);
+        headers.insert(HEADER_DLQ_SEQ, seq.to_string().as_str());
+        headers.insert(HEADER_DLQ_SUBJECT, from.as_str());
+        headers.insert(HEADER_DLQ_CONSUMER, reader.as_str());
+        headers.insert(HEADER_DLQ_DELIVERIES, deliveries.to_string().as_str());
+        let letter = dead_letter_subject(goal);
+        self.js
+            .publish_with_headers(letter, headers, payload)
+            .await
+            .map_err(|err| StoreError::store("publishing a dead letter", err))?
+            .await
+            .map_err(|err| StoreError::store("storing a dead letter", err))?;
+        tracing::info!(goal_id = %goal, seq, %reason, deliveries, "inbox message moved to the dead letters");
+        Ok(())
+    }
+}

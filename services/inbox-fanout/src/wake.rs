@@ -1,0 +1,160 @@
+//! Waking held fetches: `AGENT_INBOX` republishes the headers of every stored message to
+//! `_SB.inbox.stored.<goal_id>`, every inbox-fanout replica subscribes to all of them (core
+//! NATS, no queue group), and a notice wakes the fetches this replica holds for that goal.
+//! Whichever replica a fetch landed on, it is answered within milliseconds of the store.
+//!
+//! A waiter subscribes *before* its fetch reads the inbox, so a message stored between the read
+//! and the wait still wakes it. A notice can be lost (a reconnect), so a held fetch also reads
+//! again every [`SAFETY_REREAD`] on its own.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use async_nats::Subscriber;
+use futures::StreamExt;
+use switchboard_proto::GoalId;
+use switchboard_proto::subject::INBOX_STORED_PREFIX;
+use switchboard_runtime::CancellationToken;
+use tokio::sync::watch;
+
+/// How often a held fetch reads again without a notice (a notice lost to a reconnect delays a
+/// fetch by at most this).
+pub const SAFETY_REREAD: Duration = Duration::from_secs(5);
+
+type Waiting = Arc<Mutex<HashMap<GoalId, watch::Sender<u64>>>>;
+
+/// The goals this replica holds fetches for, each with a channel carrying the sequence of the
+/// latest message stored for it.
+#[derive(Debug, Clone, Default)]
+pub struct WakeHub {
+    waiting: Waiting,
+}
+
+/// A held fetch's registration; dropping it forgets the goal when no other fetch waits on it.
+#[derive(Debug)]
+pub struct Waiter {
+    goal: GoalId,
+    receiver: watch::Receiver<u64>,
+    waiting: Waiting,
+}
+
+impl Waiter {
+    /// Resolves when a message for the goal is stored after this waiter registered (or since
+    /// the last call).
+    pub async fn stored(&mut self) {
+        if self.receiver.changed().await.is_err() {
+            // The sender is gone only if the hub forgot the goal, which it does not while a
+            // waiter exists; never resolve rather than spin.
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+impl Drop for Waiter {
+    fn drop(&mut self) {
+        let mut waiting = self.waiting.lock().unwrap_or_else(PoisonError::into_inner);
+        // This receiver is still counted while it is being dropped.
+        if waiting
+            .get(&self.goal)
+            .is_some_and(|sender| sender.receiver_count() <= 1)
+        {
+            waiting.remove(&self.goal);
+        }
+    }
+}
+
+impl WakeHub {
+    /// Registers a fetch about to wait on `goal`.
+    pub fn register(&self, goal: GoalId) -> Waiter {
+        let mut waiting = self.waiting.lock().unwrap_or_else(PoisonError::into_inner);
+        let receiver = waiting
+            .entry(goal)
+            .or_insert_with(|| watch::channel(0).0)
+            .subscribe();
+        Waiter {
+            goal,
+            receiver,
+            waiting: Arc::clone(&self.waiting),
+        }
+    }
+
+    /// How many goals have a fetch held here (for tests and diagnostics).
+    pub fn goals_waiting(&self) -> usize {
+        self.waiting
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
+    }
+
+    /// Wakes the fetches held for the goal named by a notice's subject.
+    fn notice(&self, subject: &str, seq: u64) {
+        let Some(goal) = subject
+            .strip_prefix(INBOX_STORED_PREFIX)
+            .and_then(|rest| rest.strip_prefix('.'))
+            .and_then(|id| GoalId::parse(id).ok())
+        else {
+            return;
+        };
+        let waiting = self.waiting.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(sender) = waiting.get(&goal) {
+            sender.send_replace(seq);
+        }
+    }
+
+    /// Feeds notices from `notices` (a subscription to `_SB.inbox.stored.*`) until `stop`.
+    pub async fn run(self, mut notices: Subscriber, stop: CancellationToken) {
+        loop {
+            let notice = tokio::select! {
+                notice = notices.next() => notice,
+                () = stop.cancelled() => return,
+            };
+            let Some(notice) = notice else { return };
+            let seq = notice
+                .headers
+                .as_ref()
+                .and_then(|headers| headers.get("Nats-Sequence"))
+                .and_then(|value| value.as_str().parse().ok())
+                .unwrap_or(u64::MAX);
+            self.notice(notice.subject.as_str(), seq);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_notice_wakes_the_waiters_of_its_goal_only_and_forgotten_goals_cost_nothing() {
+        let hub = WakeHub::default();
+        let goal = GoalId::default();
+        let other = GoalId::default();
+        let mut first = hub.register(goal);
+        let mut second = hub.register(goal);
+        let mut elsewhere = hub.register(other);
+        assert_eq!(hub.goals_waiting(), 2);
+        hub.notice(&format!("{INBOX_STORED_PREFIX}.{goal}"), 7);
+        hub.notice(&format!("{INBOX_STORED_PREFIX}.not-a-goal"), 8);
+        first.stored().await;
+        second.stored().await;
+        let idle = tokio::time::timeout(Duration::from_millis(20), elsewhere.stored()).await;
+        assert!(idle.is_err(), "a notice for another goal woke this one");
+        drop(first);
+        assert_eq!(hub.goals_waiting(), 2, "one waiter of the goal is left");
+        drop(second);
+        drop(elsewhere);
+        assert_eq!(hub.goals_waiting(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_notice_between_registering_and_waiting_is_not_lost() {
+        let hub = WakeHub::default();
+        let goal = GoalId::default();
+        let mut waiter = hub.register(goal);
+        hub.notice(&format!("{INBOX_STORED_PREFIX}.{goal}"), 1);
+        tokio::time::timeout(Duration::from_millis(100), waiter.stored())
+            .await
+            .unwrap();
+    }
+}

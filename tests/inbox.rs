@@ -1,0 +1,536 @@
+//! Reading inboxes through cursors (ARCHITECTURE.md §4a), end to end against a real
+//! nats-server, as an agent would: `agent.inbox.fetch.<me>` and `agent.inbox.ack.<me>`, raw
+//! JSON, no JetStream. Past the server's default of 1,000 consumers per stream, owner-only
+//! reads, long-poll wake-ups across replicas, bounded redelivery, restarts and bad input.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use std::time::{Duration, Instant};
+
+use async_nats::Client;
+use futures::StreamExt;
+use serde_json::{Value, json};
+use switchboard_client::dlq_list;
+use switchboard_proto::inbox::{FetchReply, INBOX_MAX_DELIVER};
+use switchboard_proto::registry::GoalOpenReply;
+use switchboard_proto::subject::{self, RegistryOp};
+use switchboard_proto::{AgentId, GoalId, INBOX_STREAM};
+use switchboard_testkit::{NatsServer, eventually};
+use switchboard_tests::{DirectoryConfig, Fabric, card, raw, start_directory, start_fanout};
+
+fn id(agent: &str) -> AgentId {
+    AgentId::parse(agent).unwrap()
+}
+
+/// A fetch as a foreign agent sends it; panics on an error reply.
+async fn fetch(client: &Client, agent: &str, body: Value) -> FetchReply {
+    let reply = raw(client, &subject::inbox_fetch(&id(agent)), body.to_string()).await;
+    assert!(
+        reply.body.get("error").is_none(),
+        "fetch refused: {}",
+        reply.body
+    );
+    serde_json::from_value(reply.body).unwrap()
+}
+
+/// The error kind of a fetch or ack that must be refused.
+async fn refused(
+    client: &Client,
+    subject: &str,
+    body: impl Into<bytes::Bytes>,
+) -> (String, String) {
+    let reply = raw(client, subject, body).await;
+    let kind = reply.error_kind();
+    (
+        kind,
+        reply.body["error"]["message"].as_str().unwrap().to_owned(),
+    )
+}
+
+fn bodies(reply: &FetchReply) -> Vec<&str> {
+    reply
+        .messages
+        .iter()
+        .map(|m| m.message.body.as_str())
+        .collect()
+}
+
+#[tokio::test]
+async fn fetch_and_ack_hand_out_in_order_idempotently_and_only_forward() {
+    let fabric = Fabric::start().await;
+    let writer = fabric.agent("writer").await;
+    let (_reader, goal) = fabric.agent_with_goal("reader").await;
+    let client = fabric.nats.client().await;
+    let g = goal.id().to_string();
+    for n in 1..=5 {
+        writer
+            .send_to_peer("reader", &format!("m{n}"))
+            .await
+            .unwrap();
+    }
+
+    // In stream order, at most `max`, with the count of what is unread.
+    let first = fetch(&client, "reader", json!({"goal_id": g, "max": 3})).await;
+    assert_eq!(bodies(&first), ["m1", "m2", "m3"]);
+    assert_eq!(first.unread, 5);
+    assert_eq!(first.cursor, 0);
+    let seqs: Vec<u64> = first.messages.iter().map(|m| m.seq).collect();
+    assert!(
+        seqs.windows(2).all(|w| w[0] < w[1]),
+        "stream order: {seqs:?}"
+    );
+
+    // Not acked: the same messages again.
+    let again = fetch(&client, "reader", json!({"goal_id": g, "max": 3})).await;
+    assert_eq!(bodies(&again), ["m1", "m2", "m3"]);
+
+    // Past what was handed out: refused, nothing moves.
+    let (kind, message) = refused(
+        &client,
+        &subject::inbox_ack(&id("reader")),
+        json!({"goal_id": g, "through": seqs[2] + 1_000}).to_string(),
+    )
+    .await;
+    assert_eq!(kind, "bad_request", "{message}");
+    let (kind, _) = refused(
+        &client,
+        &subject::inbox_fetch(&id("reader")),
+        json!({"goal_id": g, "ack_through": u64::MAX}).to_string(),
+    )
+    .await;
+    assert_eq!(kind, "bad_request");
+
+    // ack_through on the next fetch commits first, then hands out what follows.
+    let next = fetch(
+        &client,
+        "reader",
+        json!({"goal_id": g, "ack_through": seqs[1], "max": 64}),
+    )
+    .await;
+    assert_eq!(next.cursor, seqs[1]);
+    assert_eq!(bodies(&next), ["m3", "m4", "m5"]);
+
+    // An ack lower than the cursor is a no-op; the cursor never goes back.
+    let ack = raw(
+        &client,
+        &subject::inbox_ack(&id("reader")),
+        json!({"goal_id": g, "through": seqs[0]}).to_string(),
+    )
+    .await;
+    assert_eq!(ack.body["cursor"], seqs[1]);
+
+    // Acked through the last: empty.
+    let last = next.messages.last().unwrap().seq;
+    let ack = raw(
+        &client,
+        &subject::inbox_ack(&id("reader")),
+        json!({"goal_id": g, "through": last}).to_string(),
+    )
+    .await;
+    assert_eq!(ack.body["cursor"], last);
+    let empty = fetch(&client, "reader", json!({"goal_id": g})).await;
+    assert!(empty.messages.is_empty());
+    assert_eq!((empty.cursor, empty.unread), (last, 0));
+
+    // A peek shows without taking: it does not count as a hand-out.
+    writer.send_to_peer("reader", "m6").await.unwrap();
+    let peek = fetch(&client, "reader", json!({"goal_id": g, "peek": true})).await;
+    assert_eq!(bodies(&peek), ["m6"]);
+    let (kind, _) = refused(
+        &client,
+        &subject::inbox_ack(&id("reader")),
+        json!({"goal_id": g, "through": peek.messages[0].seq}).to_string(),
+    )
+    .await;
+    assert_eq!(kind, "bad_request", "a peek hands nothing out");
+
+    // Closed: the inbox is purged and the goal reads as unknown.
+    let closed = goal.close().await.unwrap();
+    assert_eq!(closed.purged, 6);
+    let (kind, _) = refused(
+        &client,
+        &subject::inbox_fetch(&id("reader")),
+        json!({"goal_id": g}).to_string(),
+    )
+    .await;
+    assert_eq!(kind, "not_found");
+}
+
+#[tokio::test]
+async fn only_the_owner_reads_or_moves_a_goal_and_others_cannot_tell_it_exists() {
+    let fabric = Fabric::start().await;
+    let writer = fabric.agent("writer").await;
+    let (_owner, goal) = fabric.agent_with_goal("owner").await;
+    let _mallory = fabric.agent("mallory").await;
+    let client = fabric.nats.client().await;
+    writer.send_to_peer("owner", "private").await.unwrap();
+    let handed = fetch(&client, "owner", json!({"goal_id": goal.id()})).await;
+    let seq = handed.messages[0].seq;
+
+    let unknown = GoalId::new();
+    for target in [goal.id(), unknown] {
+        let attacks = [
+            (
+                subject::inbox_fetch(&id("mallory")),
+                json!({"goal_id": target}),
+            ),
+            (
+                subject::inbox_fetch(&id("mallory")),
+                json!({"goal_id": target, "wait_ms": 100, "ack_through": seq}),
+            ),
+            (
+                subject::inbox_ack(&id("mallory")),
+                json!({"goal_id": target, "through": seq}),
+            ),
+            (
+                subject::inbox_ack(&id("mallory")),
+                json!({"goal_id": target, "seq": seq, "reject": "mine now"}),
+            ),
+        ];
+        for (subject, body) in attacks {
+            let (kind, message) = refused(&client, &subject, body.to_string()).await;
+            assert_eq!(kind, "not_found", "{subject} {body}");
+            // The same answer whether the goal exists or not (only the id differs).
+            assert_eq!(
+                message.replace(&target.to_string(), "<goal>"),
+                "no live goal <goal> of yours"
+            );
+        }
+    }
+    // The owner's message is untouched: still unread, nothing dead-lettered.
+    let still = fetch(&client, "owner", json!({"goal_id": goal.id()})).await;
+    assert_eq!(bodies(&still), ["private"]);
+    assert_eq!(still.cursor, 0);
+    assert!(dlq_list(&client, 10).await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn a_held_fetch_is_answered_within_milliseconds_of_a_store_on_any_replica() {
+    let fabric = Fabric::start().await;
+    // A second inbox-fanout replica: sends and fetches land on either.
+    let _second = start_fanout(&fabric.url(), Default::default()).await;
+    let writer = fabric.agent("writer").await;
+    let (_reader, goal) = fabric.agent_with_goal("reader").await;
+    let client = fabric.nats.client().await;
+
+    // Nothing arrives: the wait ends with an empty answer, not before.
+    let started = Instant::now();
+    let empty = fetch(
+        &client,
+        "reader",
+        json!({"goal_id": goal.id(), "wait_ms": 300}),
+    )
+    .await;
+    assert!(empty.messages.is_empty());
+    assert!(started.elapsed() >= Duration::from_millis(300));
+
+    let mut latencies = Vec::new();
+    for n in 0..20 {
+        let held = {
+            let client = client.clone();
+            let goal = goal.id();
+            tokio::spawn(async move {
+                let reply = fetch(
+                    &client,
+                    "reader",
+                    json!({"goal_id": goal, "wait_ms": 10_000}),
+                )
+                .await;
+                (reply, Instant::now())
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let sent = Instant::now();
+        let body = format!("wake {n}");
+        if n % 2 == 0 {
+            writer.send_to_peer("reader", &body).await.unwrap();
+        } else {
+            // Stored by someone else entirely: the stream's notice wakes the fetch anyway.
+            let message = switchboard_proto::InboxMessage::new(
+                id("writer"),
+                GoalId::new(),
+                id("reader"),
+                body.clone(),
+            );
+            async_nats::jetstream::new(client.clone())
+                .publish(
+                    subject::inbox(&goal.id()),
+                    serde_json::to_vec(&message).unwrap().into(),
+                )
+                .await
+                .unwrap()
+                .await
+                .unwrap();
+        }
+        let (reply, answered) = held.await.unwrap();
+        assert_eq!(bodies(&reply), [body.as_str()]);
+        latencies.push(answered.duration_since(sent));
+        goal.ack_through(reply.messages[0].seq).await.unwrap();
+    }
+    latencies.sort();
+    let p50 = latencies[latencies.len() / 2];
+    println!(
+        "held fetch answered after a store: p50 {p50:?}, max {:?}",
+        latencies.last().unwrap()
+    );
+    // The safety re-read is 5 s: every answer here came from a wake-up.
+    assert!(
+        *latencies.last().unwrap() < Duration::from_secs(1),
+        "{latencies:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_head_handed_out_too_often_or_rejected_lands_in_the_dead_letters() {
+    let fabric = Fabric::start().await;
+    let writer = fabric.agent("writer").await;
+    let (_reader, goal) = fabric.agent_with_goal("reader").await;
+    let client = fabric.nats.client().await;
+    writer.send_to_peer("reader", "poison").await.unwrap();
+    writer.send_to_peer("reader", "fine").await.unwrap();
+    let mut poison = 0;
+    for _ in 0..INBOX_MAX_DELIVER {
+        let reply = fetch(&client, "reader", json!({"goal_id": goal.id(), "max": 1})).await;
+        assert_eq!(bodies(&reply), ["poison"]);
+        poison = reply.messages[0].seq;
+    }
+    // The eleventh hand-out: the head is dead-lettered and skipped.
+    let reply = fetch(&client, "reader", json!({"goal_id": goal.id(), "max": 1})).await;
+    assert_eq!(bodies(&reply), ["fine"]);
+    assert_eq!(
+        reply.cursor, poison,
+        "the cursor moved through the dead letter"
+    );
+
+    // A reject with a header-breaking reason: one clean letter, the cursor moves through it.
+    let seq = reply.messages[0].seq;
+    let ack = raw(
+        &client,
+        &subject::inbox_ack(&id("reader")),
+        json!({"goal_id": goal.id(), "seq": seq, "reject": "bad\r\nNats-Msg-Id: forged"})
+            .to_string(),
+    )
+    .await;
+    assert_eq!(ack.body["cursor"], seq);
+    // Retried: acknowledged again, no second letter.
+    raw(
+        &client,
+        &subject::inbox_ack(&id("reader")),
+        json!({"goal_id": goal.id(), "seq": seq, "reject": "again"}).to_string(),
+    )
+    .await;
+    assert!(
+        eventually(Duration::from_secs(5), || {
+            let client = client.clone();
+            async move { dlq_list(&client, 10).await.map(|l| l.len()).unwrap_or(0) == 2 }
+        })
+        .await
+    );
+    let letters = dlq_list(&client, 10).await.unwrap();
+    assert_eq!(letters.len(), 2, "{letters:?}");
+    assert_eq!(letters[0].payload["body"], "poison");
+    assert_eq!(letters[0].deliveries, u64::from(INBOX_MAX_DELIVER));
+    assert_eq!(letters[1].payload["body"], "fine");
+    assert_eq!(
+        letters[1].reason,
+        "rejected by its reader: badNats-Msg-Id: forged"
+    );
+    assert!(
+        fetch(&client, "reader", json!({"goal_id": goal.id()}))
+            .await
+            .messages
+            .is_empty()
+    );
+}
+
+#[tokio::test]
+async fn a_restart_of_the_inbox_with_held_fetches_loses_nothing() {
+    let fabric = Fabric::start().await;
+    let writer = fabric.agent("writer").await;
+    let (_reader, goal) = fabric.agent_with_goal("reader").await;
+    let client = fabric.nats.client().await;
+    let url = fabric.url();
+    let held: Vec<_> = (0..5)
+        .map(|_| {
+            let client = client.clone();
+            let goal = goal.id();
+            tokio::spawn(async move {
+                let started = Instant::now();
+                let reply = raw(
+                    &client,
+                    &subject::inbox_fetch(&id("reader")),
+                    json!({"goal_id": goal, "wait_ms": 30_000}).to_string(),
+                )
+                .await;
+                (reply.body, started.elapsed())
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let Fabric { fanout, .. } = fabric;
+    fanout.stop().await;
+    // The stopping replica answered every held fetch (empty) instead of keeping it.
+    for fetch in held {
+        let (body, took) = fetch.await.unwrap();
+        assert_eq!(body["messages"], json!([]), "{body}");
+        assert!(
+            took < Duration::from_secs(5),
+            "answered at shutdown, not at the wait's end"
+        );
+    }
+    let _replacement = start_fanout(&url, Default::default()).await;
+    writer
+        .send_to_peer("reader", "after the restart")
+        .await
+        .unwrap();
+    let reply = fetch(
+        &client,
+        "reader",
+        json!({"goal_id": goal.id(), "wait_ms": 5_000}),
+    )
+    .await;
+    assert_eq!(bodies(&reply), ["after the restart"]);
+}
+
+#[tokio::test]
+async fn bad_fetches_and_acks_get_error_replies_and_the_inbox_keeps_serving() {
+    let fabric = Fabric::start().await;
+    let (_reader, goal) = fabric.agent_with_goal("reader").await;
+    let client = fabric.nats.client().await;
+    let fetch_subject = subject::inbox_fetch(&id("reader"));
+    let ack_subject = subject::inbox_ack(&id("reader"));
+    let g = goal.id().to_string();
+    let table: Vec<(&str, String)> = vec![
+        (
+            fetch_subject.as_str(),
+            json!({"goal_id": g, "max": 0}).to_string(),
+        ),
+        (
+            fetch_subject.as_str(),
+            json!({"goal_id": g, "max": 100_000}).to_string(),
+        ),
+        (
+            fetch_subject.as_str(),
+            json!({"goal_id": g, "max": -1}).to_string(),
+        ),
+        (
+            fetch_subject.as_str(),
+            json!({"goal_id": g, "wait_ms": -1}).to_string(),
+        ),
+        (
+            fetch_subject.as_str(),
+            json!({"goal_id": g, "wait_ms": 30_001}).to_string(),
+        ),
+        (
+            fetch_subject.as_str(),
+            json!({"goal_id": g, "wait_ms": i64::MAX}).to_string(),
+        ),
+        (
+            fetch_subject.as_str(),
+            json!({"goal_id": g, "ack_through": -5}).to_string(),
+        ),
+        (
+            fetch_subject.as_str(),
+            json!({"goal_id": "not-a-uuid"}).to_string(),
+        ),
+        (
+            fetch_subject.as_str(),
+            json!({"goal_id": g, "surprise": 1}).to_string(),
+        ),
+        (fetch_subject.as_str(), json!({}).to_string()),
+        (fetch_subject.as_str(), "{garbage".to_owned()),
+        (fetch_subject.as_str(), "[1,2]".to_owned()),
+        (ack_subject.as_str(), json!({"goal_id": g}).to_string()),
+        (
+            ack_subject.as_str(),
+            json!({"goal_id": g, "through": 1, "seq": 1, "reject": "x"}).to_string(),
+        ),
+        (
+            ack_subject.as_str(),
+            json!({"goal_id": g, "seq": 1}).to_string(),
+        ),
+        (
+            ack_subject.as_str(),
+            json!({"goal_id": g, "through": 18_446_744_073_709_551_615u64}).to_string(),
+        ),
+        (ack_subject.as_str(), "\u{0}\u{1}".to_owned()),
+    ];
+    for (subject, body) in &table {
+        let (kind, message) = refused(&client, subject, body.clone()).await;
+        assert_eq!(kind, "bad_request", "{subject} {body}: {message}");
+    }
+    // A malformed caller token is refused before the body is read.
+    let (kind, _) = refused(
+        &client,
+        "agent.inbox.fetch.a.b",
+        json!({"goal_id": g}).to_string(),
+    )
+    .await;
+    assert_eq!(kind, "invalid_agent_id");
+    // Still serving.
+    let ok = fetch(&client, "reader", json!({"goal_id": g})).await;
+    assert!(ok.messages.is_empty());
+}
+
+/// Open `count` goals for distinct agents, 32 requests in flight.
+async fn open_goals(client: &Client, agents: &[AgentId]) -> Vec<GoalId> {
+    futures::stream::iter(agents.iter().cloned())
+        .map(|agent| {
+            let client = client.clone();
+            async move {
+                let reply = raw(&client, &RegistryOp::GoalOpen.subject(&agent), "{}").await;
+                let reply: GoalOpenReply = serde_json::from_value(reply.body).unwrap();
+                reply.goal_id
+            }
+        })
+        .buffered(32)
+        .collect()
+        .await
+}
+
+/// 3,000 live goals on a nats-server with its default limits (1,000 consumers per stream):
+/// every one opens, is written to and read, and `AGENT_INBOX` has no consumer at all.
+#[tokio::test]
+async fn three_thousand_live_goals_fit_where_a_thousand_consumers_did_not() {
+    const GOALS: usize = 3_000;
+    let nats = NatsServer::start().await;
+    let _dir = start_directory(&nats.url(), DirectoryConfig::default()).await;
+    let _inbox = start_fanout(&nats.url(), Default::default()).await;
+    let client = nats.client().await;
+    let agents: Vec<AgentId> = (0..GOALS).map(|n| id(&format!("a{n}"))).collect();
+    futures::stream::iter(agents.iter().cloned())
+        .map(|agent| {
+            let client = client.clone();
+            async move {
+                let body = serde_json::to_string(&card(agent.as_str())).unwrap();
+                raw(&client, &RegistryOp::Register.subject(&agent), body).await;
+            }
+        })
+        .buffer_unordered(32)
+        .collect::<Vec<()>>()
+        .await;
+    let started = Instant::now();
+    let goals = open_goals(&client, &agents).await;
+    println!("{GOALS} goals opened in {:?}", started.elapsed());
+    assert_eq!(goals.len(), GOALS);
+
+    let js = async_nats::jetstream::new(client.clone());
+    let mut inbox = js.get_stream(INBOX_STREAM).await.unwrap();
+    assert_eq!(
+        inbox.info().await.unwrap().state.consumer_count,
+        0,
+        "no consumer per goal"
+    );
+    // The last goals opened are as usable as the first: a message to each of a sample, read
+    // by its owner.
+    let sender =
+        switchboard_tests::agent_with(&nats.url(), card("sender"), Duration::from_secs(3600)).await;
+    for n in [0, 999, 1_000, 1_001, GOALS - 1] {
+        sender
+            .send_to_peer(agents[n].as_str(), &format!("to goal {n}"))
+            .await
+            .unwrap();
+        let reply = fetch(&client, agents[n].as_str(), json!({"goal_id": goals[n]})).await;
+        assert_eq!(bodies(&reply), [format!("to goal {n}").as_str()]);
+    }
+}
