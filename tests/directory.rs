@@ -1002,27 +1002,50 @@ async fn two_agents_racing_for_one_goal_id_never_both_win() {
     }
 }
 
-/// Migration from v1: a goal still read through a v1 durable consumer gets a cursor at the
-/// consumer's ack floor when its owner re-opens it (what was read is not handed out again), and
-/// the consumer is deleted; anyone else is refused the goal id.
+/// Migration from v1: when a directory starts, a goal still read through a v1 durable consumer
+/// gets a cursor owned by the goal's agent at the consumer's ack floor (what was read is not
+/// handed out again), and the consumer is deleted; anyone else is refused the goal id.
 #[tokio::test]
-async fn reopening_a_v1_goal_replaces_its_consumer_with_a_cursor_for_its_owner_only() {
+async fn a_directory_replaces_v1_goal_consumers_with_cursors_at_their_ack_floor() {
     use jetstream::consumer::{AckPolicy, pull};
     let nats = NatsServer::start().await;
     let js = jetstream::new(nats.client().await);
     let goal_id = GoalId::new();
-    // What v1 left behind: three messages, a consumer owned by `owner` that acked two.
+    let closed_goal = GoalId::new();
+    // What v1 left behind: three messages and a live goal of `owner`, read through a consumer
+    // that acked two; and a consumer of a goal that is not live any more.
+    let jetstream_config = switchboard_runtime::RuntimeConfig::default().jetstream;
     js.create_stream(switchboard_runtime::resources::inbox_stream(
-        &Default::default(),
+        &jetstream_config,
     ))
     .await
     .unwrap();
+    let goals = js
+        .create_key_value(switchboard_runtime::resources::goals_bucket(
+            &jetstream_config,
+        ))
+        .await
+        .unwrap();
+    let owner_id = AgentId::parse("owner").unwrap();
+    let record = switchboard_proto::GoalRecord {
+        goal_id,
+        agent_id: owner_id.clone(),
+        kind: GoalKind::Daemon,
+        opened_at: switchboard_proto::timestamp::now(),
+    };
+    goals
+        .put(
+            switchboard_proto::registry::goal_key(&owner_id, &goal_id),
+            serde_json::to_vec(&record).unwrap().into(),
+        )
+        .await
+        .unwrap();
     let stream = js.get_stream(INBOX_STREAM).await.unwrap();
     for n in 1..=3 {
         let message = InboxMessage::new(
             AgentId::parse("sender").unwrap(),
             GoalId::new(),
-            AgentId::parse("owner").unwrap(),
+            owner_id.clone(),
             format!("v1 message {n}"),
         );
         js.publish(
@@ -1034,15 +1057,20 @@ async fn reopening_a_v1_goal_replaces_its_consumer_with_a_cursor_for_its_owner_o
         .await
         .unwrap();
     }
-    let name = inbox_consumer(&goal_id);
-    let consumer = stream
-        .create_consumer(pull::Config {
-            durable_name: Some(name.clone()),
-            filter_subject: subject::inbox(&goal_id),
-            ack_policy: AckPolicy::Explicit,
-            metadata: [(CONSUMER_META_AGENT.to_owned(), "owner".to_owned())].into(),
-            ..Default::default()
-        })
+    for goal in [goal_id, closed_goal] {
+        stream
+            .create_consumer(pull::Config {
+                durable_name: Some(inbox_consumer(&goal)),
+                filter_subject: subject::inbox(&goal),
+                ack_policy: AckPolicy::Explicit,
+                metadata: [(CONSUMER_META_AGENT.to_owned(), "owner".to_owned())].into(),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+    }
+    let consumer: jetstream::consumer::PullConsumer = stream
+        .get_consumer(&inbox_consumer(&goal_id))
         .await
         .unwrap();
     let mut batch = consumer.fetch().max_messages(2).messages().await.unwrap();
@@ -1051,7 +1079,13 @@ async fn reopening_a_v1_goal_replaces_its_consumer_with_a_cursor_for_its_owner_o
     }
 
     let _dir = start_directory(&nats.url(), DirectoryConfig::default()).await;
-    let _fanout = start_fanout(&nats.url(), Default::default()).await;
+    let _inbox = start_fanout(&nats.url(), Default::default()).await;
+    let mut stream = js.get_stream(INBOX_STREAM).await.unwrap();
+    assert_eq!(
+        stream.info().await.unwrap().state.consumer_count,
+        0,
+        "every v1 goal consumer deleted"
+    );
     let owner = agent_with(&nats.url(), card("owner"), LONG).await;
     let other = agent_with(&nats.url(), card("other"), LONG).await;
     let request = GoalOpenRequest {
@@ -1061,22 +1095,9 @@ async fn reopening_a_v1_goal_replaces_its_consumer_with_a_cursor_for_its_owner_o
     let refused = other.open_goal_with(request.clone()).await.unwrap_err();
     assert_eq!(refused.kind(), Some(ErrorKind::Conflict));
     let reopened = owner.open_goal_with(request).await.unwrap();
-    assert_eq!(reopened.id(), goal_id);
-    assert!(
-        stream.consumer_info(&name).await.is_err(),
-        "v1 consumer deleted"
-    );
     let unread = reopened.drain().await.unwrap();
     let bodies: Vec<&str> = unread.iter().map(|m| m.body.as_str()).collect();
-    assert_eq!(bodies, ["v1 message 3"]);
-    let refused = other
-        .open_goal_with(GoalOpenRequest {
-            goal_id: Some(goal_id),
-            kind: None,
-        })
-        .await
-        .unwrap_err();
-    assert_eq!(refused.kind(), Some(ErrorKind::Conflict));
+    assert_eq!(bodies, ["v1 message 3"], "read from the ack floor on");
 }
 
 #[tokio::test]

@@ -65,12 +65,6 @@ pub async fn start(
             stream: switchboard_proto::INBOX_STREAM,
             message: err.to_string(),
         })?;
-    let v1_consumers = state::v1_consumers(&inbox)
-        .await
-        .map_err(|err| StartError::Stream {
-            stream: switchboard_proto::INBOX_STREAM,
-            message: err.to_string(),
-        })?;
     let registry = Arc::new(Registry::new(
         js,
         agents,
@@ -78,8 +72,14 @@ pub async fn start(
         cursors,
         inbox,
         Duration::from_millis(config.heartbeat_timeout_ms),
-        v1_consumers,
     ));
+    registry
+        .migrate_v1_consumers()
+        .await
+        .map_err(|err| StartError::Stream {
+            stream: switchboard_proto::INBOX_STREAM,
+            message: format!("migrating v1 goal consumers: {err}"),
+        })?;
     let running = micro::start(client, SPEC, handlers::endpoints(Arc::clone(&registry))).await?;
     tracing::info!(service = SPEC.name, "directory ready");
     Ok(Directory {

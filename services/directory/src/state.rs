@@ -7,8 +7,7 @@
 //! messages sent before its runtime reads wait for it (buffer-on-demand); the cursor names the
 //! goal's owner, which makes a goal id an address nobody else can read or claim.
 
-use std::collections::{BTreeSet, HashSet};
-use std::sync::{Mutex, PoisonError};
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use async_nats::jetstream::ErrorCode;
@@ -29,10 +28,9 @@ use switchboard_proto::registry::{
 };
 use switchboard_proto::subject::{self, RegistryEvent};
 use switchboard_proto::{
-    AgentCard, AgentId, AgentRecord, AgentStatus, CONSUMER_META_AGENT, GoalId, GoalRecord, acl,
-    inbox_consumer, new_id, timestamp,
+    AgentCard, AgentId, AgentRecord, AgentStatus, GoalId, GoalRecord, acl, new_id, timestamp,
 };
-use switchboard_runtime::kv::snapshot;
+use switchboard_runtime::kv::{leader_entry, snapshot};
 use switchboard_runtime::publish::publish_event;
 use switchboard_runtime::registry_view::RegistryView;
 use time::OffsetDateTime;
@@ -56,23 +54,6 @@ pub struct Registry {
     inbox: stream::Stream,
     heartbeat_timeout: Duration,
     view: RegistryView,
-    /// Goals that still had a v1 inbox consumer when this replica started: such a consumer is
-    /// deleted (its ack floor becoming the cursor) when its goal is re-opened or closed.
-    v1_consumers: Mutex<HashSet<GoalId>>,
-}
-
-/// The goals with a v1 durable inbox consumer (`inbox-<goal_id>`) on `AGENT_INBOX`.
-pub async fn v1_consumers(inbox: &stream::Stream) -> Result<HashSet<GoalId>, DirectoryError> {
-    let names: Vec<String> = inbox
-        .consumer_names()
-        .try_collect()
-        .await
-        .map_err(|err| DirectoryError::store("listing inbox consumers", err))?;
-    Ok(names
-        .iter()
-        .filter_map(|name| name.strip_prefix("inbox-"))
-        .filter_map(|goal| GoalId::parse(goal).ok())
-        .collect())
 }
 
 fn decode<T: DeserializeOwned>(key: &str, value: &[u8]) -> Result<T, DirectoryError> {
@@ -98,8 +79,7 @@ enum Cas {
 }
 
 impl Registry {
-    /// Wraps the applied buckets and stream; `v1_consumers` are the goals still read through a
-    /// v1 consumer (see [`v1_consumers`]).
+    /// Wraps the applied buckets and stream.
     pub fn new(
         js: jetstream::Context,
         agents: kv::Store,
@@ -107,7 +87,6 @@ impl Registry {
         cursors: kv::Store,
         inbox: stream::Stream,
         heartbeat_timeout: Duration,
-        v1_consumers: HashSet<GoalId>,
     ) -> Self {
         let view = RegistryView::new(js.clone(), agents.clone(), goals.clone());
         Self {
@@ -118,7 +97,6 @@ impl Registry {
             inbox,
             heartbeat_timeout,
             view,
-            v1_consumers: Mutex::new(v1_consumers),
         }
     }
 
@@ -410,7 +388,7 @@ impl Registry {
 
     /// goal.open: create the goal's cursor (claiming the goal id for the caller) and record the
     /// goal. Re-opening a goal the caller already owns is idempotent; a goal id another agent
-    /// owns is refused.
+    /// holds (a live goal record, or its cursor) is refused.
     pub async fn open_goal(
         &self,
         caller: &AgentId,
@@ -420,18 +398,15 @@ impl Registry {
             return Err(DirectoryError::NotRegistered(caller.clone()));
         }
         let goal_id = request.goal_id.unwrap_or_default();
-        let done_through = self.retire_v1_consumer(caller, &goal_id).await?;
-        self.claim_cursor(caller, &goal_id, done_through.unwrap_or(0))
+        let holders = self.goal_holders(&goal_id).await?;
+        if holders.iter().any(|holder| holder != caller) {
+            return Err(DirectoryError::GoalOwnedElsewhere { goal: goal_id });
+        }
+        // A goal id the caller chose may have been used before (its inbox may hold messages
+        // stored after an earlier close); one minted here is new.
+        self.claim_cursor(caller, &goal_id, request.goal_id.is_some())
             .await?;
-
-        let key = goal_key(caller, &goal_id);
-        let existing = self
-            .goals
-            .entry(key.as_str())
-            .await
-            .map_err(|err| DirectoryError::store("reading goal", err))?
-            .filter(|entry| entry.operation == kv::Operation::Put);
-        if existing.is_none() {
+        if holders.is_empty() {
             let record = GoalRecord {
                 goal_id,
                 agent_id: caller.clone(),
@@ -439,7 +414,7 @@ impl Registry {
                 opened_at: timestamp::now(),
             };
             self.goals
-                .put(key.as_str(), encode(&record)?)
+                .put(goal_key(caller, &goal_id).as_str(), encode(&record)?)
                 .await
                 .map_err(|err| DirectoryError::store("recording goal", err))?;
             tracing::info!(agent_id = %caller, %goal_id, "goal opened");
@@ -452,107 +427,85 @@ impl Registry {
         })
     }
 
-    /// Creates the goal's cursor for `caller` at `cursor`, or confirms the caller owns the one
-    /// that exists. The create is the claim: of two agents racing for one goal id, one wins.
+    /// The agents with a live goal record for `goal_id` (normally none or one). A goal record
+    /// of another agent refuses the id even where its cursor is missing (a close and a re-open
+    /// of the owner racing), so nobody else can claim a goal that messages are still sent to.
+    async fn goal_holders(&self, goal_id: &GoalId) -> Result<Vec<AgentId>, DirectoryError> {
+        let records = snapshot(&self.js, &self.goals, &format!("*.{goal_id}"))
+            .await
+            .map_err(|err| DirectoryError::store("reading goal", err))?;
+        records
+            .iter()
+            .map(|entry| Ok(decode::<GoalRecord>(&entry.key, &entry.value)?.agent_id))
+            .collect()
+    }
+
+    /// Creates the goal's cursor for `caller`, or confirms the caller owns the one that exists.
+    /// The create is the claim: of two agents racing for one goal id, one wins. A new cursor
+    /// starts after whatever the goal's inbox already holds when the id was `chosen` by the
+    /// caller (a reused id never hands out an earlier owner's messages), at 0 for a fresh one.
     async fn claim_cursor(
         &self,
         caller: &AgentId,
         goal_id: &GoalId,
-        cursor: u64,
+        chosen: bool,
+    ) -> Result<(), DirectoryError> {
+        let start = if chosen {
+            self.last_inbox_sequence(goal_id).await?
+        } else {
+            0
+        };
+        self.create_cursor(&CursorRecord::new(caller.clone(), start), goal_id)
+            .await
+    }
+
+    /// Creates `record` as the goal's cursor, or confirms its agent owns the one that exists.
+    pub(crate) async fn create_cursor(
+        &self,
+        record: &CursorRecord,
+        goal_id: &GoalId,
     ) -> Result<(), DirectoryError> {
         let key = cursor_key(goal_id);
-        let record = CursorRecord::new(caller.clone(), cursor);
-        match self.cursors.create(key.as_str(), encode(&record)?).await {
+        match self.cursors.create(key.as_str(), encode(record)?).await {
             Ok(_) => return Ok(()),
             Err(err) if err.kind() == CreateErrorKind::AlreadyExists => {}
             Err(err) => return Err(DirectoryError::store("creating goal cursor", err)),
         }
-        if self.owns_cursor(caller, goal_id).await? {
-            Ok(())
-        } else {
-            Err(DirectoryError::GoalOwnedElsewhere { goal: *goal_id })
+        match self.cursor(goal_id).await? {
+            Some((cursor, _)) if cursor.agent_id == record.agent_id => Ok(()),
+            _ => Err(DirectoryError::GoalOwnedElsewhere { goal: *goal_id }),
         }
     }
 
-    /// Whether `caller` owns the goal's cursor, as the bucket's leader has it (a replica
-    /// answering direct gets may not have the cursor a create just wrote).
-    async fn owns_cursor(
-        &self,
-        caller: &AgentId,
-        goal_id: &GoalId,
-    ) -> Result<bool, DirectoryError> {
-        let key = cursor_key(goal_id);
-        let subject = format!("{}{key}", self.cursors.prefix);
+    /// The sequence of the newest message in the goal's inbox (0 when it holds none).
+    async fn last_inbox_sequence(&self, goal_id: &GoalId) -> Result<u64, DirectoryError> {
         match self
-            .cursors
-            .stream
-            .get_last_raw_message_by_subject(&subject)
+            .inbox
+            .get_last_raw_message_by_subject(&subject::inbox(goal_id))
             .await
         {
-            Ok(message) if message.headers.get("KV-Operation").is_some() => Ok(false),
-            Ok(message) => Ok(decode::<CursorRecord>(&key, &message.payload)?.agent_id == *caller),
-            Err(err) if err.kind() == stream::LastRawMessageErrorKind::NoMessageFound => Ok(false),
+            Ok(message) => Ok(message.sequence),
+            Err(err) if err.kind() == stream::LastRawMessageErrorKind::NoMessageFound => Ok(0),
+            Err(err) => Err(DirectoryError::store("reading the goal's inbox", err)),
+        }
+    }
+
+    /// The goal's cursor and its revision as the bucket's leader has it (a replica answering
+    /// direct gets may not have the cursor a create just wrote).
+    async fn cursor(
+        &self,
+        goal_id: &GoalId,
+    ) -> Result<Option<(CursorRecord, u64)>, DirectoryError> {
+        let key = cursor_key(goal_id);
+        match leader_entry(&self.cursors, &key).await {
+            Ok(Some((value, revision))) => Ok(Some((decode(&key, &value)?, revision))),
+            Ok(None) => Ok(None),
             Err(err) => Err(DirectoryError::store("reading goal cursor", err)),
         }
     }
 
-    /// Migration from v1: deletes the goal's durable inbox consumer if it had one and `caller`
-    /// owned it, returning the sequence it had acknowledged everything through (the new
-    /// cursor, so nothing read is handed out again). A v1 consumer of another agent refuses
-    /// the goal id like a cursor would.
-    async fn retire_v1_consumer(
-        &self,
-        caller: &AgentId,
-        goal_id: &GoalId,
-    ) -> Result<Option<u64>, DirectoryError> {
-        let listed = self
-            .v1_consumers
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .contains(goal_id);
-        if !listed {
-            return Ok(None);
-        }
-        let consumer = inbox_consumer(goal_id);
-        let info = match self.inbox.consumer_info(&consumer).await {
-            Ok(info) => info,
-            Err(err) if err.kind() == ConsumerInfoErrorKind::NotFound => {
-                self.forget_v1_consumer(goal_id);
-                return Ok(None);
-            }
-            Err(err) => return Err(DirectoryError::store("reading a v1 inbox consumer", err)),
-        };
-        if info
-            .config
-            .metadata
-            .get(CONSUMER_META_AGENT)
-            .map(String::as_str)
-            != Some(caller.as_str())
-        {
-            return Err(DirectoryError::GoalOwnedElsewhere { goal: *goal_id });
-        }
-        match self.inbox.delete_consumer(&consumer).await {
-            Ok(_) => {}
-            Err(err)
-                if matches!(err.kind(), ConsumerErrorKind::JetStream(ref js)
-                    if js.error_code() == ErrorCode::CONSUMER_NOT_FOUND) => {}
-            Err(err) => return Err(DirectoryError::store("deleting a v1 inbox consumer", err)),
-        }
-        self.forget_v1_consumer(goal_id);
-        tracing::info!(agent_id = %caller, %goal_id, ack_floor = info.ack_floor.stream_sequence, "v1 inbox consumer replaced by a cursor");
-        Ok(Some(info.ack_floor.stream_sequence))
-    }
-
-    fn forget_v1_consumer(&self, goal_id: &GoalId) {
-        self.v1_consumers
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(goal_id);
-    }
-
-    /// goal.close: forget the goal, purge its inbox and delete its cursor (and a v1 consumer it
-    /// still had). A close that failed half-way can be retried: the caller's cursor still
-    /// proves the goal is theirs.
+    /// goal.close: forget the goal, purge its inbox and delete its cursor. A close that failed
+    /// half-way can be retried: the caller's cursor still proves the goal is theirs.
     pub async fn close_goal(
         &self,
         caller: &AgentId,
@@ -565,16 +518,18 @@ impl Registry {
             .await
             .map_err(|err| DirectoryError::store("reading goal", err))?
             .is_some_and(|entry| entry.operation == kv::Operation::Put);
-        let owns_cursor = self.owns_cursor(caller, &goal_id).await?;
+        let owns_cursor = self
+            .cursor(&goal_id)
+            .await?
+            .is_some_and(|(cursor, _)| cursor.agent_id == *caller);
         if !recorded && !owns_cursor {
             return Err(DirectoryError::UnknownGoal {
                 agent: caller.clone(),
                 goal: goal_id,
             });
         }
-        self.retire_v1_consumer(caller, &goal_id).await?;
         // Forget the goal first so no new delivery targets it, then empty its inbox, then drop
-        // the cursor (a purge, not a delete: nothing of a closed goal stays in the bucket).
+        // the cursor.
         if recorded {
             self.goals
                 .delete(key.as_str())
@@ -588,16 +543,117 @@ impl Registry {
             .await
             .map_err(|err| DirectoryError::store("purging inbox", err))?
             .purged;
-        self.cursors
-            .stream
-            .purge()
-            .filter(format!("{}{}", self.cursors.prefix, cursor_key(&goal_id)))
-            .await
-            .map_err(|err| DirectoryError::store("deleting goal cursor", err))?;
+        if owns_cursor {
+            self.delete_cursor(caller, &goal_id).await?;
+        }
         tracing::info!(agent_id = %caller, %goal_id, purged, "goal closed");
         self.emit(RegistryEvent::GoalClosed, caller, Some(goal_id), None)
             .await;
         Ok(GoalCloseReply { goal_id, purged })
+    }
+
+    /// Deletes the caller's cursor of a goal: a delete marker written only while the cursor is
+    /// still the one read (a fetch moving it meanwhile makes this read again), then everything
+    /// up to that marker purged, so nothing of a closed goal stays in the bucket, while a cursor
+    /// created after the marker (the goal opened again meanwhile) is kept.
+    async fn delete_cursor(
+        &self,
+        caller: &AgentId,
+        goal_id: &GoalId,
+    ) -> Result<(), DirectoryError> {
+        let subject = format!("{}{}", self.cursors.prefix, cursor_key(goal_id));
+        for attempt in 0..CAS_ATTEMPTS {
+            if attempt > 0 {
+                switchboard_runtime::store::cas_backoff(attempt).await;
+            }
+            let Some((cursor, revision)) = self.cursor(goal_id).await? else {
+                return Ok(());
+            };
+            if cursor.agent_id != *caller {
+                return Ok(());
+            }
+            let mut headers = async_nats::HeaderMap::new();
+            headers.insert("KV-Operation", "DEL");
+            headers.insert(
+                "Nats-Expected-Last-Subject-Sequence",
+                revision.to_string().as_str(),
+            );
+            let stored = self
+                .js
+                .publish_with_headers(subject.clone(), headers, Bytes::new())
+                .await
+                .map_err(|err| DirectoryError::store("deleting goal cursor", err))?
+                .await;
+            let marker = match stored {
+                Ok(ack) => ack.sequence,
+                Err(err)
+                    if err.kind() == jetstream::context::PublishErrorKind::WrongLastSequence =>
+                {
+                    continue;
+                }
+                Err(err) => return Err(DirectoryError::store("deleting goal cursor", err)),
+            };
+            self.cursors
+                .stream
+                .purge()
+                .filter(subject.clone())
+                .sequence(marker + 1)
+                .await
+                .map_err(|err| DirectoryError::store("purging goal cursor", err))?;
+            return Ok(());
+        }
+        Err(DirectoryError::Contention {
+            key: cursor_key(goal_id),
+        })
+    }
+
+    /// Migration from v1, run once by each directory replica before it serves: every v1 goal
+    /// consumer (`inbox-<goal_id>` on `AGENT_INBOX`) becomes a cursor owned by the goal's agent
+    /// at the consumer's ack floor (nothing already read is handed out again), then the
+    /// consumer is deleted. A consumer whose goal is not live any more is just deleted. The
+    /// cursor exists before the consumer goes, so no other agent can claim the goal between
+    /// the two; replicas doing this at once converge (the create and the delete are
+    /// idempotent). Returns how many consumers were migrated and how many deleted.
+    pub async fn migrate_v1_consumers(&self) -> Result<(usize, usize), DirectoryError> {
+        let names: Vec<String> = self
+            .inbox
+            .consumer_names()
+            .try_collect()
+            .await
+            .map_err(|err| DirectoryError::store("listing inbox consumers", err))?;
+        let (mut migrated, mut deleted) = (0, 0);
+        for (name, goal_id) in names.iter().filter_map(|name| {
+            let goal = name.strip_prefix("inbox-")?;
+            Some((name, GoalId::parse(goal).ok()?))
+        }) {
+            let info = match self.inbox.consumer_info(name).await {
+                Ok(info) => info,
+                Err(err) if err.kind() == ConsumerInfoErrorKind::NotFound => continue,
+                Err(err) => return Err(DirectoryError::store("reading a v1 inbox consumer", err)),
+            };
+            // The live goal's agent: its record, whatever the consumer's metadata says.
+            let holders = self.goal_holders(&goal_id).await?;
+            if let [owner] = holders.as_slice() {
+                let record = CursorRecord::new(owner.clone(), info.ack_floor.stream_sequence);
+                self.create_cursor(&record, &goal_id).await?;
+                migrated += 1;
+            }
+            match self.inbox.delete_consumer(name).await {
+                Ok(_) => deleted += 1,
+                Err(err)
+                    if matches!(err.kind(), ConsumerErrorKind::JetStream(ref js)
+                        if js.error_code() == ErrorCode::CONSUMER_NOT_FOUND) => {}
+                Err(err) => return Err(DirectoryError::store("deleting a v1 inbox consumer", err)),
+            }
+        }
+        if deleted > 0 {
+            tracing::info!(
+                migrated,
+                deleted,
+                "v1 goal inbox consumers replaced by cursors"
+            );
+        }
+        Ok((migrated, deleted))
     }
 
     /// Every registered agent (one snapshot pass over the bucket).

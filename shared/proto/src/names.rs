@@ -112,8 +112,8 @@ pub const MAX_INBOX_MESSAGE_BYTES: usize = 2 * MAX_BODY_BYTES;
 pub const INBOX_HEADER_ALLOWANCE: usize = 1024;
 
 /// The name a goal's reader has in dead letters and logs, `inbox-<goal_id>`; in v1 it was the
-/// goal's durable consumer on [`INBOX_STREAM`], which the directory deletes when the goal is
-/// re-opened or closed (migration, ARCHITECTURE.md §4a).
+/// goal's durable consumer on [`INBOX_STREAM`], which a directory replaces with a cursor when
+/// it starts (migration, docs/protocol.md §7).
 pub fn inbox_consumer(goal_id: &crate::GoalId) -> String {
     format!("inbox-{goal_id}")
 }
@@ -123,5 +123,6 @@ pub fn dead_letter_subject(goal_id: &crate::GoalId) -> String {
     format!("{DLQ_PREFIX}.{INBOX_STREAM}.{}", inbox_consumer(goal_id))
 }
 
-/// Metadata key naming the agent that owned a v1 goal inbox consumer (read when migrating).
+/// Metadata key naming the agent that owned a v1 goal inbox consumer (v1 wrote it; migration
+/// trusts the goal's record instead).
 pub const CONSUMER_META_AGENT: &str = "switchboard.agent_id";

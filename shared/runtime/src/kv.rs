@@ -45,6 +45,25 @@ pub struct SnapshotError {
     pub message: String,
 }
 
+/// A key's latest value and revision as the bucket's stream leader has it (`None` when the key
+/// was never written, or its latest entry is a delete or purge). A KV `get` may be answered by
+/// any replica (direct get), and one that lags says "none" for a key written a moment ago:
+/// decisions a lagging replica must not make — "this goal does not exist", "this agent does
+/// not own it" — read here.
+pub async fn leader_entry(
+    store: &kv::Store,
+    key: &str,
+) -> Result<Option<(Bytes, u64)>, async_nats::jetstream::stream::LastRawMessageError> {
+    use async_nats::jetstream::stream::LastRawMessageErrorKind;
+    let subject = format!("{}{key}", store.prefix);
+    match store.stream.get_last_raw_message_by_subject(&subject).await {
+        Ok(message) if message.headers.get("KV-Operation").is_some() => Ok(None),
+        Ok(message) => Ok(Some((message.payload, message.sequence))),
+        Err(err) if err.kind() == LastRawMessageErrorKind::NoMessageFound => Ok(None),
+        Err(err) => Err(err),
+    }
+}
+
 /// How long one page may take to arrive.
 const PAGE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Most keys asked for in one direct-get batch (the server's own cap is 1024).
