@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use switchboard_proto::inbox::{
     AckOp, AckReply, AckRequest, CursorRecord, FETCH_DEFAULT, FETCH_MAX, FETCH_WAIT_MAX_MS,
-    FetchReply, FetchRequest, FetchedMessage, INBOX_MAX_DELIVER, owned_by,
+    FetchReply, FetchRequest, FetchedMessage, INBOX_MAX_DELIVER, TRACE_HEADER_MAX_CHARS, owned_by,
 };
 use switchboard_proto::subject::{INBOX_ACK_PREFIX, INBOX_FETCH_PREFIX};
 use switchboard_proto::{AgentId, GoalId, HEADER_TRACEPARENT, HEADER_TRACESTATE, InboxMessage};
@@ -32,12 +32,15 @@ use crate::wake::{SAFETY_REREAD, WakeHub};
 /// How many compare-and-set attempts one request makes before answering `conflict`.
 const CAS_ATTEMPTS: u32 = 64;
 /// Pauses before reading again after a wake finds nothing yet: a replica answering direct gets
-/// may apply a message a moment after the leader announced it.
-const AFTER_WAKE: [Duration; 4] = [
+/// may apply a message a moment after the leader announced it (milliseconds, seconds while it
+/// catches up after a restart).
+const AFTER_WAKE: [Duration; 6] = [
     Duration::from_millis(2),
     Duration::from_millis(8),
     Duration::from_millis(32),
     Duration::from_millis(128),
+    Duration::from_millis(512),
+    Duration::from_millis(1024),
 ];
 
 /// The reading side of the inbox: fetch and ack.
@@ -84,7 +87,9 @@ fn fetched(stored: &Stored) -> Option<FetchedMessage> {
         stored
             .headers
             .get(name)
-            .map(|value: &async_nats::HeaderValue| value.as_str().to_owned())
+            .map(|value: &async_nats::HeaderValue| value.as_str())
+            .filter(|value| value.len() <= TRACE_HEADER_MAX_CHARS)
+            .map(str::to_owned)
     };
     Some(FetchedMessage {
         seq: stored.seq,
@@ -194,25 +199,34 @@ impl Reader {
                 && !request.peek
                 && (record.head_exhausted(head.seq) || fetched(head).is_none())
             {
-                // Dead-letter the head, then read again from the moved cursor.
-                let reason = if fetched(head).is_none() {
-                    "undecodable: not an InboxMessage".to_owned()
+                // Dead-letter the head, then read again from the moved cursor — decided on the
+                // leader's cursor, so a lagging replica's cursor never letters a message that
+                // was acknowledged meanwhile.
+                let (mut leader, leader_revision) = self.owned_from_leader(caller, &goal).await?;
+                let undecodable = fetched(head).is_none();
+                if leader.cursor < head.seq && (undecodable || leader.head_exhausted(head.seq)) {
+                    let reason = if undecodable {
+                        "undecodable: not an InboxMessage".to_owned()
+                    } else {
+                        format!(
+                            "handed out {INBOX_MAX_DELIVER} times without being acknowledged (the limit)"
+                        )
+                    };
+                    let deliveries = if leader.head == head.seq {
+                        leader.head_deliveries
+                    } else {
+                        0
+                    };
+                    self.store
+                        .dead_letter(&goal, head.clone(), &reason, deliveries)
+                        .await?;
+                    leader.advance(head.seq);
+                    self.cas(&goal, &leader, leader_revision, &mut attempts)
+                        .await?;
                 } else {
-                    format!(
-                        "handed out {INBOX_MAX_DELIVER} times without being acknowledged (the limit)"
-                    )
-                };
-                self.store
-                    .dead_letter(
-                        &goal,
-                        head.seq,
-                        Some(head.clone()),
-                        &reason,
-                        record.head_deliveries,
-                    )
-                    .await?;
-                record.advance(head.seq);
-                self.cas(&goal, &record, revision, &mut attempts).await?;
+                    // The replica read lags the leader: read again shortly.
+                    self.conflict(&goal, &mut attempts).await?;
+                }
                 continue;
             }
             let messages = self.hand_out(&mut record, &unread, request.peek);
@@ -311,15 +325,28 @@ impl Reader {
                 });
             }
             if let AckOp::Reject { seq, reason } = &op {
-                let message = self.store.message(&goal, *seq).await?;
-                let deliveries = if record.head == *seq {
-                    record.head_deliveries
+                // Decided on the leader's cursor (a lagging replica's could letter a message
+                // already acknowledged), and only for a message of this goal still stored: a
+                // sequence of another goal's message, or one evicted, writes no letter.
+                (record, revision) = self.owned_from_leader(caller, &goal).await?;
+                if through <= record.cursor {
+                    return Ok(AckReply {
+                        goal_id: goal,
+                        cursor: record.cursor,
+                    });
+                }
+                if let Some(message) = self.store.message(&goal, *seq).await? {
+                    let deliveries = if record.head == *seq {
+                        record.head_deliveries
+                    } else {
+                        1
+                    };
+                    self.store
+                        .dead_letter(&goal, message, reason, deliveries)
+                        .await?;
                 } else {
-                    1
-                };
-                self.store
-                    .dead_letter(&goal, *seq, message, reason, deliveries)
-                    .await?;
+                    tracing::debug!(goal_id = %goal, seq, "rejected sequence is not a stored message of the goal; no letter");
+                }
             }
             record.advance(through);
             if self.store.put_cursor(&goal, &record, revision).await? == Cas::Done {

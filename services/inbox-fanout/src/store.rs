@@ -18,6 +18,7 @@ use switchboard_proto::{
     HEADER_DLQ_STREAM, HEADER_DLQ_SUBJECT, HEADER_MSG_ID, INBOX_STREAM, dead_letter_subject,
     inbox_consumer, subject,
 };
+use switchboard_runtime::kv::leader_entry;
 use switchboard_runtime::store::StoreError;
 
 /// How long one batched read may take to arrive in full.
@@ -68,6 +69,36 @@ fn decode_cursor(key: &str, value: &[u8]) -> Result<CursorRecord, StoreError> {
 /// messages (`seq`, trace context, the reply's own fields).
 const REPLY_FRAMING: usize = 32 * 1024;
 
+/// The headers a message was published with: a direct get adds `Nats-*` headers of its own
+/// (sequence, subject, time, pending), which a dead letter must not carry back on replay.
+fn published_headers(read: &HeaderMap) -> HeaderMap {
+    let mut kept = HeaderMap::new();
+    for (name, values) in read.iter() {
+        let name: &str = name.as_ref();
+        if name.starts_with("Nats-") {
+            continue;
+        }
+        for value in values {
+            kept.append(name, value.as_str());
+        }
+    }
+    kept
+}
+
+/// Roughly what a message's headers add to a fetch reply.
+fn header_bytes(headers: &HeaderMap) -> usize {
+    headers
+        .iter()
+        .map(|(name, values)| {
+            let name: &str = name.as_ref();
+            values
+                .iter()
+                .map(|v| name.len() + v.as_str().len() + 8)
+                .sum::<usize>()
+        })
+        .sum()
+}
+
 fn header_u64(headers: &HeaderMap, name: &str) -> Option<u64> {
     headers.get(name).and_then(|v| v.as_str().parse().ok())
 }
@@ -106,19 +137,9 @@ impl InboxStore {
         goal: &GoalId,
     ) -> Result<Option<(CursorRecord, u64)>, StoreError> {
         let key = cursor_key(goal);
-        let subject = format!("{}{key}", self.cursors.prefix);
-        match self
-            .cursors
-            .stream
-            .get_last_raw_message_by_subject(&subject)
-            .await
-        {
-            Ok(message) if message.headers.get("KV-Operation").is_some() => Ok(None),
-            Ok(message) => Ok(Some((
-                decode_cursor(&key, &message.payload)?,
-                message.sequence,
-            ))),
-            Err(err) if err.kind() == stream::LastRawMessageErrorKind::NoMessageFound => Ok(None),
+        match leader_entry(&self.cursors, &key).await {
+            Ok(Some((value, revision))) => Ok(Some((decode_cursor(&key, &value)?, revision))),
+            Ok(None) => Ok(None),
             Err(err) => Err(StoreError::store("reading a goal cursor", err)),
         }
     }
@@ -179,6 +200,7 @@ impl InboxStore {
             .map_err(|err| fail(err.to_string()))?;
         let mut unread = Unread::default();
         let mut bytes = 0;
+        let mut skipped = 0u64;
         let read = async {
             while let Some(message) = replies.next().await {
                 let headers = message.headers.clone().unwrap_or_default();
@@ -187,7 +209,7 @@ impl InboxStore {
                     // End of the batch: what matched but did not fit.
                     Some(status) if status.as_u16() == 204 => {
                         let pending = header_u64(&headers, "Nats-Num-Pending").unwrap_or(0);
-                        unread.total = unread.messages.len() as u64 + pending;
+                        unread.total = unread.messages.len() as u64 + skipped + pending;
                         return Ok(());
                     }
                     Some(StatusCode::NOT_FOUND) => return Ok(()),
@@ -200,13 +222,16 @@ impl InboxStore {
                 }
                 let seq = header_u64(&headers, "Nats-Sequence")
                     .ok_or_else(|| fail("direct get reply without Nats-Sequence".to_owned()))?;
-                bytes += message.payload.len();
+                let headers = published_headers(&headers);
+                bytes += message.payload.len() + header_bytes(&headers);
                 if unread.messages.is_empty() || bytes <= budget {
                     unread.messages.push(Stored {
                         seq,
                         headers,
                         payload: message.payload,
                     });
+                } else {
+                    skipped += 1;
                 }
             }
             Err(fail("reply subscription closed".to_owned()))
@@ -224,7 +249,7 @@ impl InboxStore {
         match self.inbox.get_raw_message(seq).await {
             Ok(message) if message.subject.as_str() == subject::inbox(goal) => Ok(Some(Stored {
                 seq,
-                headers: message.headers,
+                headers: published_headers(&message.headers),
                 payload: message.payload,
             })),
             Ok(_) => Ok(None),
@@ -235,44 +260,30 @@ impl InboxStore {
 
     /// Copies a goal's message into `AGENT_DLQ` with `reason` and how often it was handed out,
     /// keeping its headers and payload; `Nats-Msg-Id` `AGENT_INBOX:<seq>:inbox-<goal_id>` makes a
-    /// retried move one letter. `message` is `None` when it was already gone from the inbox.
+    /// retried move one letter.
     pub async fn dead_letter(
         &self,
         goal: &GoalId,
-        seq: u64,
-        message: Option<Stored>,
+        message: Stored,
         reason: &str,
         deliveries: u32,
     ) -> Result<(), StoreError> {
         let reader = inbox_consumer(goal);
-        // An empty subject tells `dlq replay` there is nothing to put back.
-        let (mut headers, payload, reason, from) = match message {
-            Some(stored) => (
-                stored.headers,
-                stored.payload,
-                reason.to_owned(),
-                subject::inbox(goal),
-            ),
-            None => (
-                HeaderMap::new(),
-                Bytes::new(),
-                format!("{reason}; the message is no longer in the inbox"),
-                String::new(),
-            ),
-        };
+        let seq = message.seq;
+        let mut headers = message.headers;
         headers.insert(
             HEADER_MSG_ID,
             format!("{INBOX_STREAM}:{seq}:{reader}").as_str(),
         );
-        headers.insert(HEADER_DLQ_REASON, reason.as_str());
+        headers.insert(HEADER_DLQ_REASON, reason);
         headers.insert(HEADER_DLQ_STREAM, INBOX_STREAM);
         headers.insert(HEADER_DLQ_SEQ, seq.to_string().as_str());
-        headers.insert(HEADER_DLQ_SUBJECT, from.as_str());
+        headers.insert(HEADER_DLQ_SUBJECT, subject::inbox(goal).as_str());
         headers.insert(HEADER_DLQ_CONSUMER, reader.as_str());
         headers.insert(HEADER_DLQ_DELIVERIES, deliveries.to_string().as_str());
         let letter = dead_letter_subject(goal);
         self.js
-            .publish_with_headers(letter, headers, payload)
+            .publish_with_headers(letter, headers, message.payload)
             .await
             .map_err(|err| StoreError::store("publishing a dead letter", err))?
             .await

@@ -35,7 +35,9 @@ pub struct WakeHub {
 #[derive(Debug)]
 pub struct Waiter {
     goal: GoalId,
-    receiver: watch::Receiver<u64>,
+    /// `None` only while dropping (it is dropped under the hub's lock, so the count the hub
+    /// reads is exact when two waiters of one goal go at once).
+    receiver: Option<watch::Receiver<u64>>,
     waiting: Waiting,
 }
 
@@ -43,7 +45,10 @@ impl Waiter {
     /// Resolves when a message for the goal is stored after this waiter registered (or since
     /// the last call).
     pub async fn stored(&mut self) {
-        if self.receiver.changed().await.is_err() {
+        let Some(receiver) = self.receiver.as_mut() else {
+            return std::future::pending().await;
+        };
+        if receiver.changed().await.is_err() {
             // The sender is gone only if the hub forgot the goal, which it does not while a
             // waiter exists; never resolve rather than spin.
             std::future::pending::<()>().await;
@@ -54,10 +59,10 @@ impl Waiter {
 impl Drop for Waiter {
     fn drop(&mut self) {
         let mut waiting = self.waiting.lock().unwrap_or_else(PoisonError::into_inner);
-        // This receiver is still counted while it is being dropped.
+        self.receiver = None;
         if waiting
             .get(&self.goal)
-            .is_some_and(|sender| sender.receiver_count() <= 1)
+            .is_some_and(|sender| sender.receiver_count() == 0)
         {
             waiting.remove(&self.goal);
         }
@@ -74,7 +79,7 @@ impl WakeHub {
             .subscribe();
         Waiter {
             goal,
-            receiver,
+            receiver: Some(receiver),
             waiting: Arc::clone(&self.waiting),
         }
     }
@@ -109,7 +114,12 @@ impl WakeHub {
                 notice = notices.next() => notice,
                 () = stop.cancelled() => return,
             };
-            let Some(notice) = notice else { return };
+            let Some(notice) = notice else {
+                tracing::warn!(
+                    "the stored-message notices ended; held fetches now wait for their re-read"
+                );
+                return;
+            };
             let seq = notice
                 .headers
                 .as_ref()
@@ -156,5 +166,27 @@ mod tests {
         tokio::time::timeout(Duration::from_millis(100), waiter.stored())
             .await
             .unwrap();
+    }
+}
+
+#[cfg(test)]
+mod race_tests {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn waiters_of_one_goal_dropping_at_once_leave_nothing_behind() {
+        let hub = WakeHub::default();
+        for _ in 0..200 {
+            let goal = GoalId::default();
+            let waiters: Vec<Waiter> = (0..8).map(|_| hub.register(goal)).collect();
+            let drops: Vec<_> = waiters
+                .into_iter()
+                .map(|waiter| tokio::spawn(async move { drop(waiter) }))
+                .collect();
+            for dropped in drops {
+                dropped.await.unwrap();
+            }
+        }
+        assert_eq!(hub.goals_waiting(), 0);
     }
 }

@@ -12,8 +12,8 @@ use serde::{Deserialize, Serialize};
 use crate::ids::{AgentId, GoalId};
 use crate::message::InboxMessage;
 
-/// Most messages one fetch returns (`max`); also the inbox cap of a goal.
-pub const FETCH_MAX: u32 = 64;
+/// Most messages one fetch returns (`max`): a goal's whole inbox (its cap).
+pub const FETCH_MAX: u32 = crate::names::INBOX_CAP_PER_GOAL.unsigned_abs() as u32;
 /// Messages a fetch returns when `max` is not given.
 pub const FETCH_DEFAULT: u32 = 16;
 /// Longest a fetch may be held waiting for a message (`wait_ms`), in milliseconds.
@@ -26,6 +26,9 @@ pub const FETCH_REPLY_BYTES: usize = 768 * 1024;
 /// How many times the head message (the oldest unread) is handed out without the cursor
 /// passing it before the service moves it to the dead letters and skips it.
 pub const INBOX_MAX_DELIVER: u32 = 10;
+/// Longest `traceparent` / `tracestate` a fetch reply carries for a message (W3C allows 55 and
+/// 512 characters); a longer value, which only a hostile sender could make, is left out.
+pub const TRACE_HEADER_MAX_CHARS: usize = 512;
 /// Longest reject reason kept (characters, control characters removed).
 pub const REJECT_REASON_MAX_CHARS: usize = 200;
 

@@ -36,6 +36,11 @@ pub fn inbox_ack(agent: &AgentId) -> String {
 /// only): `_SB.inbox.stored.<goal_id>`, sent once a message is stored, which is what wakes
 /// a held fetch on any replica.
 pub const INBOX_STORED_PREFIX: &str = "_SB.inbox.stored";
+/// `_SB.inbox.stored.<goal_id>`: the notice that a message for the goal was stored.
+pub fn inbox_stored(goal_id: &GoalId) -> String {
+    format!("{INBOX_STORED_PREFIX}.{goal_id}")
+}
+
 /// Every stored-message notice (what each inbox-fanout replica subscribes to).
 pub const INBOX_STORED_ALL: &str = "_SB.inbox.stored.*";
 /// The republish destination template of `AGENT_INBOX` (`{{wildcard(1)}}` is the goal id).
