@@ -29,6 +29,7 @@ use rmcp::{
 };
 use schemars::JsonSchema;
 use serde::Deserialize;
+use switchboard_client::proto::inbox::FETCH_MAX;
 use switchboard_client::proto::registry::{GoalKind, GoalOpenRequest};
 use switchboard_client::proto::send::SendRequest;
 use switchboard_client::proto::task::{CreateTask, TaskAction, TaskOp};
@@ -582,17 +583,25 @@ impl SwitchboardMcp {
                        with reply_to_peer; act on kind=\"task\" with update_task."
     )]
     async fn check_inbox(&self, _: Parameters<NoParams>) -> CallToolResult {
-        // The messages are taken (acknowledged) once the block that hands them to the model
-        // is ready: that is the moment they are read. A failed ack leaves them unread, so the
-        // next check_inbox shows them again rather than losing them.
-        let taken = match self.goal.take_all().await {
-            Ok(taken) => taken,
+        // One page of unread messages is taken (acknowledged) once the block that hands it to
+        // the model is ready: that is the moment they are read. A failed fetch or ack leaves
+        // them unread, so the next check_inbox shows them again rather than losing them; more
+        // than one page waiting is said at the end of the block.
+        let page = match self.goal.fetch(FETCH_MAX, Duration::ZERO, None).await {
+            Ok(page) => page,
             Err(err) => return failure(&err),
         };
-        let (messages, through) = taken;
+        let through = page.messages.last().map(|m| m.seq);
+        let more = page.unread.saturating_sub(page.messages.len() as u64);
+        let messages: Vec<InboxMessage> = page.messages.into_iter().map(|m| m.message).collect();
         self.remember_requests(&messages);
-        let text =
+        let mut text =
             render_peer_messages_block(&messages).unwrap_or_else(|| "No new messages.".to_owned());
+        if more > 0 {
+            text.push_str(&format!(
+                "\n({more} more unread message(s): call check_inbox again to read them)"
+            ));
+        }
         if let Some(through) = through
             && let Err(err) = self.goal.ack_through(through).await
         {

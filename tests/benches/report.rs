@@ -335,7 +335,7 @@ async fn main() {
     );
 
     // send and list_peers with 10 registered agents, then with `agents_total`.
-    let registered = 6; // sender, two receivers, callee, caller, and the next one
+    let registered = 8; // sender, two receivers, callee, caller, the inbox rows' two, and the next one
     let lister = Arc::new(agent(&url, "bench-lister").await);
     register_fillers(&client, 0, 10 - registered).await;
     wait_until_audited(&js).await;

@@ -8,7 +8,7 @@
 //! makes the next `recv` fetch again from the cursor, so it comes back; after
 //! [`INBOX_MAX_DELIVER`](switchboard_proto::inbox::INBOX_MAX_DELIVER) hand-outs the service moves it to the dead letters.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeSet, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -35,6 +35,27 @@ struct ReaderState {
     /// Set when a handed-out message was given back: what is ahead is dropped and the next
     /// `recv` fetches from the cursor (not before the instant, if one was given).
     refetch: Option<Option<tokio::time::Instant>>,
+    /// Sequences given back and not handled since: an ack never moves the cursor past one of
+    /// them (acks are cumulative), so a later message acknowledged first cannot lose it.
+    given_back: BTreeSet<u64>,
+}
+
+impl ReaderState {
+    /// The goal's cursor is at `cursor`: messages given back at or below it are done (acked
+    /// through, rejected, or moved to the dead letters by the service) and hold nothing up.
+    fn passed(&mut self, cursor: u64) {
+        self.given_back.retain(|seq| *seq > cursor);
+    }
+
+    /// What an ack of `seq` may move the cursor through: `seq`, or just before the oldest
+    /// message given back and not handled yet. `seq` itself counts as handled from now on.
+    fn ack_through(&mut self, seq: u64) -> u64 {
+        self.given_back.remove(&seq);
+        match self.given_back.first() {
+            Some(&oldest) if oldest < seq => oldest - 1,
+            _ => seq,
+        }
+    }
 }
 
 type SharedState = Arc<Mutex<ReaderState>>;
@@ -93,10 +114,11 @@ impl Reader {
         .await
     }
 
-    fn give_back(&self, not_before: Option<tokio::time::Instant>) {
+    fn give_back(&self, seq: u64, not_before: Option<tokio::time::Instant>) {
         let mut state = state(&self.state);
         state.ahead.clear();
         state.refetch = Some(not_before);
+        state.given_back.insert(seq);
     }
 }
 
@@ -115,14 +137,16 @@ async fn request_ack(
         .map_err(ClientError::from)
 }
 
-/// How long past its `wait_ms` a held fetch's reply may take before the reader stops waiting
-/// for it (the replica holding it may have gone away) and fetches again without waiting.
-const HELD_FETCH_GRACE: Duration = Duration::from_secs(1);
+/// How long past its `wait_ms` a fetch's reply may take before the reader stops waiting for it
+/// (the replica holding it may have gone away) and fetches again, without waiting. A fetch is
+/// milliseconds of work, and a reader stalled for a whole request timeout falls behind its
+/// goal's 64-message inbox (service_faults lost 25 sends with 5 s + the wait).
+const FETCH_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(2);
 
 impl Drop for Delivery {
     fn drop(&mut self) {
         if !self.settled {
-            self.reader.give_back(None);
+            self.reader.give_back(self.seq, None);
         }
     }
 }
@@ -167,8 +191,10 @@ impl Delivery {
     /// letters.
     pub async fn nak(mut self, delay: Option<Duration>) -> Result<(), ClientError> {
         self.settled = true;
-        self.reader
-            .give_back(delay.map(|delay| tokio::time::Instant::now() + delay));
+        self.reader.give_back(
+            self.seq,
+            delay.map(|delay| tokio::time::Instant::now() + delay),
+        );
         Ok(())
     }
 
@@ -177,6 +203,7 @@ impl Delivery {
     /// (`switchboard dlq list|replay`), and the cursor moves through it.
     pub async fn reject(mut self, reason: &str) -> Result<(), ClientError> {
         self.settled = true;
+        state(&self.reader.state).given_back.remove(&self.seq);
         let request = AckRequest {
             goal_id: self.reader.goal,
             seq: Some(self.seq),
@@ -187,12 +214,15 @@ impl Delivery {
     }
 
     /// Acknowledges the message: the goal's cursor moves through it (and through any earlier
-    /// message), confirmed by the service, so it is never handed out to this goal again.
+    /// message), confirmed by the service, so it is never handed out to this goal again —
+    /// unless an earlier message was given back and is not handled yet: then the cursor stops
+    /// just before that one, and this message may be handed out again later.
     pub async fn ack(mut self) -> Result<InboxMessage, ClientError> {
         self.settled = true;
+        let through = state(&self.reader.state).ack_through(self.seq);
         let request = AckRequest {
             goal_id: self.reader.goal,
-            through: Some(self.seq),
+            through: Some(through),
             ..Default::default()
         };
         self.reader.ack(&request).await?;
@@ -253,29 +283,29 @@ impl Goal {
         .await
     }
 
-    /// A fetch is a read, so it is retried and hedged like a send; a held one (`wait_ms`) is
-    /// sent once — its copies would be held too — and, when its reply is overdue (the replica
-    /// holding it went away), followed by a fetch that does not wait.
+    /// A fetch is retried while no replica answers (a restart), but not hedged: every copy
+    /// that reaches a replica would count as one more hand-out of the oldest message towards
+    /// its redelivery limit. A held one (`wait_ms`) that gets no reply in time (the replica
+    /// holding it went away) is followed by fetches that do not wait.
     async fn fetch_with(&self, mut body: FetchRequest) -> Result<FetchReply, ClientError> {
         let subject = subject::inbox_fetch(&self.agent);
-        let held = Duration::from_millis(u64::try_from(body.wait_ms.unwrap_or(0)).unwrap_or(0));
-        if !held.is_zero() {
-            match request_json(&self.nats, &subject, &body, held + HELD_FETCH_GRACE).await {
-                Err(RequestFailure::Timeout { .. } | RequestFailure::NoResponders { .. }) => {
+        let mut pause = Duration::from_millis(100);
+        let mut attempt = 0;
+        loop {
+            let held = Duration::from_millis(u64::try_from(body.wait_ms.unwrap_or(0)).unwrap_or(0));
+            let timeout = FETCH_ATTEMPT_TIMEOUT.min(self.request_timeout) + held;
+            match request_json(&self.nats, &subject, &body, timeout).await {
+                Err(RequestFailure::Timeout { .. } | RequestFailure::NoResponders { .. })
+                    if attempt < self.retries =>
+                {
                     body.wait_ms = None;
+                    attempt += 1;
+                    tokio::time::sleep(pause).await;
+                    pause *= 2;
                 }
                 outcome => return outcome.map_err(ClientError::from),
             }
         }
-        request_json_retrying(
-            &self.nats,
-            &subject,
-            &body,
-            self.request_timeout,
-            self.retries,
-        )
-        .await
-        .map_err(ClientError::from)
     }
 
     /// Moves the goal's cursor through `through` (a sequence this goal was handed).
@@ -285,14 +315,7 @@ impl Goal {
             through: Some(through),
             ..Default::default()
         };
-        request_ack(
-            &self.nats,
-            &self.agent,
-            &request,
-            self.request_timeout,
-            self.retries,
-        )
-        .await
+        self.reader().ack(&request).await
     }
 
     /// Waits up to `wait` for the next message. Returns `None` when none arrived.
@@ -318,7 +341,11 @@ impl Goal {
         let reply = self.fetch(RECV_AHEAD, left, None).await?;
         let mut messages = reply.messages.into_iter();
         let first = messages.next();
-        state(&self.state).ahead.extend(messages);
+        {
+            let mut state = state(&self.state);
+            state.passed(reply.cursor);
+            state.ahead.extend(messages);
+        }
         Ok(first.map(|first| self.delivery(first)))
     }
 
@@ -336,37 +363,33 @@ impl Goal {
     /// Takes every message unread now and acknowledges them (the caller has taken them).
     /// Returns them oldest first.
     pub async fn drain(&self) -> Result<Vec<InboxMessage>, ClientError> {
-        let (taken, last) = self.take_all().await?;
-        if let Some(last) = last {
-            self.ack_through(last).await?;
-        }
-        Ok(taken)
-    }
-
-    /// Every message unread now, oldest first, without acknowledging them, and the sequence
-    /// to acknowledge them through ([`Goal::ack_through`]) once they are handled.
-    pub async fn take_all(&self) -> Result<(Vec<InboxMessage>, Option<u64>), ClientError> {
         {
             let mut state = state(&self.state);
             state.ahead.clear();
             state.refetch = None;
+            state.given_back.clear();
         }
         let mut taken = Vec::new();
         let mut last = None;
         loop {
-            // Each page after the first acknowledges the one before: a goal holds at most 64
-            // messages, so this ends after one or two pages unless senders keep up.
+            // Each page after the first acknowledges the one before (taking is the point): a
+            // goal holds at most 64 messages, so this ends after one or two pages unless
+            // senders keep up.
             let reply = self.fetch(FETCH_MAX, Duration::ZERO, last).await?;
             let more = reply.unread > reply.messages.len() as u64;
             let Some(page_last) = reply.messages.last().map(|m| m.seq) else {
-                return Ok((taken, last));
+                break;
             };
             taken.extend(reply.messages.into_iter().map(|m| m.message));
             last = Some(page_last);
             if !more {
-                return Ok((taken, last));
+                break;
             }
         }
+        if let Some(last) = last {
+            self.ack_through(last).await?;
+        }
+        Ok(taken)
     }
 
     /// How many messages are unread in the inbox (a peek: nothing is handed out).
@@ -399,5 +422,26 @@ impl Goal {
             self.request_timeout,
         )
         .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ReaderState;
+
+    #[test]
+    fn an_ack_never_passes_a_message_given_back_and_not_handled() {
+        let mut state = ReaderState::default();
+        assert_eq!(state.ack_through(5), 5);
+        // 7 given back (nak or dropped) while 9 was held: acking 9 stops before 7.
+        state.given_back.insert(7);
+        assert_eq!(state.ack_through(9), 6);
+        // 7 handled at last: the next ack moves on.
+        assert_eq!(state.ack_through(7), 7);
+        assert_eq!(state.ack_through(9), 9);
+        // One given back that the service moved past (dead-lettered) holds nothing up.
+        state.given_back.insert(11);
+        state.passed(11);
+        assert_eq!(state.ack_through(12), 12);
     }
 }
