@@ -553,14 +553,19 @@ async fn a_goal_id_claimed_after_its_close_hands_out_nothing_of_the_old_owner() 
     let goal_id = goal.id();
     writer.send_to_peer("alice", "for alice").await.unwrap();
     // While alice's goal is live, the id is hers.
-    let refused = mallory
+    let denied = mallory
         .open_goal_with(switchboard_proto::registry::GoalOpenRequest {
             goal_id: Some(goal_id),
             kind: None,
         })
         .await
         .unwrap_err();
-    assert_eq!(refused.kind(), Some(switchboard_proto::ErrorKind::Conflict));
+    assert_eq!(denied.kind(), Some(switchboard_proto::ErrorKind::Conflict));
+    // alice reads (the inbox service now remembers her cursor for a moment), then closes.
+    assert_eq!(
+        bodies(&fetch(&client, "alice", json!({"goal_id": goal_id})).await),
+        ["for alice"]
+    );
     goal.close().await.unwrap();
     // A send that was on its way when the goal closed lands after the purge.
     let late =
@@ -584,4 +589,21 @@ async fn a_goal_id_claimed_after_its_close_hands_out_nothing_of_the_old_owner() 
     let reply = fetch(&client, "mallory", json!({"goal_id": claimed.id()})).await;
     assert!(reply.messages.is_empty(), "{:?}", bodies(&reply));
     assert_eq!(reply.unread, 0);
+    // The other way round: what is sent to mallory's goal now is never handed to alice, whose
+    // remembered cursor of the same goal id is stale.
+    writer.send_to_peer("mallory", "for mallory").await.unwrap();
+    for body in [
+        json!({"goal_id": goal_id}),
+        json!({"goal_id": goal_id, "peek": true}),
+    ] {
+        let (kind, _) = refused(
+            &client,
+            &subject::inbox_fetch(&id("alice")),
+            body.to_string(),
+        )
+        .await;
+        assert_eq!(kind, "not_found");
+    }
+    let reply = fetch(&client, "mallory", json!({"goal_id": goal_id})).await;
+    assert_eq!(bodies(&reply), ["for mallory"]);
 }

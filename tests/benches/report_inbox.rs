@@ -128,6 +128,7 @@ pub async fn reading_rows(
     );
     let payload = Bytes::from(serde_json::to_vec(&message).unwrap());
     let (mut raw_time, mut ours_time, mut read) = (Duration::ZERO, Duration::ZERO, 0usize);
+    let mut committed = None;
     for _ in 0..rounds {
         let mut acks = Vec::new();
         for _ in 0..FETCH_MAX {
@@ -156,15 +157,21 @@ pub async fn reading_rows(
         raw_time += started.elapsed();
         assert_eq!(got, FETCH_MAX as usize);
 
+        // A reader's loop: each fetch commits the batch before it (`ack_through`).
         let started = Instant::now();
-        let page = goal.fetch(FETCH_MAX, Duration::ZERO, None).await.unwrap();
-        goal.ack_through(page.messages.last().unwrap().seq)
+        let page = goal
+            .fetch(FETCH_MAX, Duration::ZERO, committed)
             .await
             .unwrap();
         ours_time += started.elapsed();
         assert_eq!(page.messages.len(), FETCH_MAX as usize);
+        committed = page.messages.last().map(|m| m.seq);
         read += page.messages.len();
     }
+    // The last batch's ack, counted too.
+    let started = Instant::now();
+    goal.ack_through(committed.unwrap()).await.unwrap();
+    ours_time += started.elapsed();
     let raw_rate = read as f64 / raw_time.as_secs_f64();
     let ours_rate = read as f64 / ours_time.as_secs_f64();
     report.note_row(
@@ -174,7 +181,9 @@ pub async fn reading_rows(
     );
     report.note_row(
         "inbox",
-        &format!("the same backlog: fetch (max {FETCH_MAX}) + ack_through"),
+        &format!(
+            "the same backlog: fetch (max {FETCH_MAX}) committing the batch before, + the last ack"
+        ),
         format!("{ours_rate:.0} msg/s"),
     );
     report.ratio(

@@ -148,6 +148,14 @@ impl Reader {
         }
     }
 
+    /// The caller's goal cursor as this replica read or wrote it a moment ago (see
+    /// [`InboxStore::recent_cursor`]), for a request whose every change is a compare-and-set.
+    fn recent_owned(&self, caller: &AgentId, goal: &GoalId) -> Option<(CursorRecord, u64)> {
+        self.store
+            .recent_cursor(goal)
+            .filter(|(record, _)| record.agent_id == *caller)
+    }
+
     /// [`Reader::owned`], read through the bucket's leader (see
     /// [`InboxStore::cursor_from_leader`]).
     async fn owned_from_leader(
@@ -178,8 +186,24 @@ impl Reader {
         // Index of the next quick re-read after a wake (none until a wake).
         let mut quick = AFTER_WAKE.len();
         let mut attempts = 0;
+        // A fetch that hands out messages writes the cursor by compare-and-set, so it may start
+        // from the cursor this replica saw a moment ago; one that writes nothing (a peek, an
+        // empty answer) is answered only from a cursor read now (the goal may have closed).
+        let mut recent = if request.peek {
+            None
+        } else {
+            self.recent_owned(caller, &goal)
+        };
+        // The cursor as this fetch last read or wrote it: a held fetch woken by a store reads
+        // only the inbox, not the cursor again (a change by anyone else fails the write below,
+        // which reads afresh).
+        let mut known: Option<(CursorRecord, u64)> = None;
         loop {
-            let (mut record, mut revision) = self.owned(caller, &goal).await?;
+            let from_recent = recent.is_some();
+            let (mut record, mut revision) = match recent.take().or_else(|| known.take()) {
+                Some(known) => known,
+                None => self.owned(caller, &goal).await?,
+            };
             let mut changed = false;
             if let Some(through) = request.ack_through {
                 if through > record.handed {
@@ -231,8 +255,15 @@ impl Reader {
             }
             let messages = self.hand_out(&mut record, &unread, request.peek);
             changed |= !messages.is_empty() && !request.peek;
-            if changed && self.store.put_cursor(&goal, &record, revision).await? == Cas::Conflict {
-                self.conflict(&goal, &mut attempts).await?;
+            if changed {
+                match self.store.put_cursor(&goal, &record, revision).await? {
+                    Cas::Done(written) => revision = written,
+                    Cas::Conflict => {
+                        self.conflict(&goal, &mut attempts).await?;
+                        continue;
+                    }
+                }
+            } else if from_recent {
                 continue;
             }
             let Some(waiting) = waiter.as_mut() else {
@@ -242,6 +273,7 @@ impl Reader {
             if !messages.is_empty() || now >= deadline || self.stopping.is_cancelled() {
                 return Ok(reply(goal, &record, messages, &unread));
             }
+            known = Some((record, revision));
             // Nothing unread: wait for a store notice, the deadline, the next re-read (a few
             // quick ones right after a notice, then the safety one) or the service stopping.
             let pause = AFTER_WAKE.get(quick).copied().unwrap_or(SAFETY_REREAD);
@@ -306,8 +338,15 @@ impl Reader {
         let through = match &op {
             AckOp::Through(through) | AckOp::Reject { seq: through, .. } => *through,
         };
+        // The first attempt may start from the cursor this replica saw a moment ago: a move is a
+        // compare-and-set, and one at or below a stale cursor is at or below the real one.
+        let mut recent = self.recent_owned(caller, &goal);
         loop {
-            let (mut record, mut revision) = self.owned(caller, &goal).await?;
+            let from_recent = recent.is_some();
+            let (mut record, mut revision) = match recent.take() {
+                Some(known) => known,
+                None => self.owned(caller, &goal).await?,
+            };
             if through > record.handed {
                 (record, revision) = self.owned_from_leader(caller, &goal).await?;
             }
@@ -316,6 +355,10 @@ impl Reader {
                     "sequence {through} was never handed out for goal {goal} (handed through {})",
                     record.handed
                 )));
+            }
+            if through <= record.cursor && from_recent {
+                // Answered only from a cursor read now (the goal may have closed).
+                continue;
             }
             if through <= record.cursor {
                 // Done already (a retried ack or reject): nothing to do.
@@ -349,7 +392,7 @@ impl Reader {
                 }
             }
             record.advance(through);
-            if self.store.put_cursor(&goal, &record, revision).await? == Cas::Done {
+            if let Cas::Done(_) = self.store.put_cursor(&goal, &record, revision).await? {
                 return Ok(AckReply {
                     goal_id: goal,
                     cursor: record.cursor,

@@ -5,7 +5,9 @@
 //! of `agent.inbox.<goal_id>` from the sequence after the cursor, so it costs the server
 //! nothing between reads and any replica can answer it.
 
-use std::time::Duration;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use async_nats::jetstream::kv::{self, UpdateErrorKind};
 use async_nats::jetstream::{self, stream};
@@ -47,8 +49,8 @@ pub struct Unread {
 /// Outcome of a compare-and-set on a cursor.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Cas {
-    /// Written.
-    Done,
+    /// Written, at this revision.
+    Done(u64),
     /// Someone else wrote first: read again.
     Conflict,
 }
@@ -59,6 +61,48 @@ pub struct InboxStore {
     js: jetstream::Context,
     cursors: kv::Store,
     inbox: stream::Stream,
+    recent: Recent,
+}
+
+/// How long a cursor this replica read or wrote may stand in for a read.
+const RECENT_FOR: Duration = Duration::from_secs(2);
+/// Most cursors remembered (past it the memory is emptied; a miss only costs a read).
+const RECENT_MAX: usize = 100_000;
+
+/// Cursors this replica read or wrote in the last [`RECENT_FOR`], with their revisions: a
+/// reader's next request skips reading the cursor. Safe because a cursor only moves forward
+/// and every change is a compare-and-set on the revision: a request that would change a stale
+/// cursor (hand out messages, move it) fails its write and reads afresh, and one that changes
+/// nothing answers what it would have answered a moment earlier.
+#[derive(Debug, Clone, Default)]
+struct Recent(Arc<Mutex<HashMap<GoalId, Seen>>>);
+
+/// A cursor, its revision, and when this replica saw it.
+type Seen = (CursorRecord, u64, Instant);
+
+impl Recent {
+    fn get(&self, goal: &GoalId) -> Option<(CursorRecord, u64)> {
+        let recent = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        recent
+            .get(goal)
+            .filter(|(_, _, at)| at.elapsed() < RECENT_FOR)
+            .map(|(record, revision, _)| (record.clone(), *revision))
+    }
+
+    fn put(&self, goal: &GoalId, record: &CursorRecord, revision: u64) {
+        let mut recent = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if recent.len() >= RECENT_MAX {
+            recent.clear();
+        }
+        recent.insert(*goal, (record.clone(), revision, Instant::now()));
+    }
+
+    fn forget(&self, goal: &GoalId) {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(goal);
+    }
 }
 
 fn decode_cursor(key: &str, value: &[u8]) -> Result<CursorRecord, StoreError> {
@@ -106,7 +150,12 @@ fn header_u64(headers: &HeaderMap, name: &str) -> Option<u64> {
 impl InboxStore {
     /// Wraps the applied bucket and stream.
     pub fn new(js: jetstream::Context, cursors: kv::Store, inbox: stream::Stream) -> Self {
-        Self { js, cursors, inbox }
+        Self {
+            js,
+            cursors,
+            inbox,
+            recent: Recent::default(),
+        }
     }
 
     /// A goal's cursor and its revision, or `None` when the goal is not live.
@@ -123,10 +172,19 @@ impl InboxStore {
             .map_err(|err| StoreError::store("reading a goal cursor", err))?;
         match entry {
             Some(entry) if entry.operation == kv::Operation::Put => {
-                Ok(Some((decode_cursor(&key, &entry.value)?, entry.revision)))
+                let record = decode_cursor(&key, &entry.value)?;
+                self.recent.put(goal, &record, entry.revision);
+                Ok(Some((record, entry.revision)))
             }
             _ => self.cursor_from_leader(goal).await,
         }
+    }
+
+    /// The cursor as this replica read or wrote it a moment ago, if it did (see [`Recent`]):
+    /// for a request whose every change is a compare-and-set. Never for a decision made without
+    /// a write (a peek, a refusal).
+    pub fn recent_cursor(&self, goal: &GoalId) -> Option<(CursorRecord, u64)> {
+        self.recent.get(goal)
     }
 
     /// A goal's cursor as the bucket's leader has it: for a decision a replica that lags must
@@ -138,8 +196,15 @@ impl InboxStore {
     ) -> Result<Option<(CursorRecord, u64)>, StoreError> {
         let key = cursor_key(goal);
         match leader_entry(&self.cursors, &key).await {
-            Ok(Some((value, revision))) => Ok(Some((decode_cursor(&key, &value)?, revision))),
-            Ok(None) => Ok(None),
+            Ok(Some((value, revision))) => {
+                let record = decode_cursor(&key, &value)?;
+                self.recent.put(goal, &record, revision);
+                Ok(Some((record, revision)))
+            }
+            Ok(None) => {
+                self.recent.forget(goal);
+                Ok(None)
+            }
             Err(err) => Err(StoreError::store("reading a goal cursor", err)),
         }
     }
@@ -158,8 +223,14 @@ impl InboxStore {
             .update(cursor_key(goal), value.into(), revision)
             .await
         {
-            Ok(_) => Ok(Cas::Done),
-            Err(err) if err.kind() == UpdateErrorKind::WrongLastRevision => Ok(Cas::Conflict),
+            Ok(revision) => {
+                self.recent.put(goal, record, revision);
+                Ok(Cas::Done(revision))
+            }
+            Err(err) if err.kind() == UpdateErrorKind::WrongLastRevision => {
+                self.recent.forget(goal);
+                Ok(Cas::Conflict)
+            }
             Err(err) => Err(StoreError::store("moving a goal cursor", err)),
         }
     }
