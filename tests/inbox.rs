@@ -607,3 +607,42 @@ async fn a_goal_id_claimed_after_its_close_hands_out_nothing_of_the_old_owner() 
     let reply = fetch(&client, "mallory", json!({"goal_id": goal_id})).await;
     assert_eq!(bodies(&reply), ["for mallory"]);
 }
+
+/// A reader that handles several messages at once: each is handed out once while it is held
+/// (a fetch from the cursor would return them all again), acks in any order leave nothing
+/// unread, and one given back comes first again.
+#[tokio::test]
+async fn a_reader_holding_many_deliveries_gets_each_once() {
+    let fabric = Fabric::start().await;
+    let writer = fabric.agent("writer").await;
+    let (_reader, goal) = fabric.agent_with_goal("reader").await;
+    for n in 0..40 {
+        writer
+            .send_to_peer("reader", &format!("m{n}"))
+            .await
+            .unwrap();
+    }
+    let mut held = Vec::new();
+    while let Some(delivery) = goal.recv(Duration::from_millis(300)).await.unwrap() {
+        held.push(delivery);
+    }
+    let bodies: Vec<String> = held.iter().map(|d| d.message.body.clone()).collect();
+    let expected: Vec<String> = (0..40).map(|n| format!("m{n}")).collect();
+    assert_eq!(bodies, expected, "each once, in order, while all are held");
+    // One is given back (dropped unacknowledged) while the rest are acked, newest first.
+    let dropped = held.remove(5);
+    drop(dropped);
+    for delivery in held.into_iter().rev() {
+        delivery.ack().await.unwrap();
+    }
+    let again = goal.recv(Duration::from_secs(2)).await.unwrap().unwrap();
+    assert_eq!(again.message.body, "m5");
+    again.ack().await.unwrap();
+    assert!(
+        goal.recv(Duration::from_millis(300))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(goal.drain().await.unwrap().is_empty());
+}

@@ -79,6 +79,7 @@ impl Inbox {
             wait_ms: None,
             ack_through,
             peek,
+            after: None,
         };
         request_json(
             &self.nats,

@@ -544,13 +544,16 @@ async fn wait_until_audited(js: &jetstream::Context) {
             (INBOX_STREAM, "audit-inbox"),
             (switchboard_proto::EVENTS_STREAM, "audit-events"),
         ] {
-            let info = js
+            // Not there yet: the audit creates its consumers once it holds the writer lease,
+            // a moment after it answers PING.
+            let Ok(mut reader) = js
                 .get_consumer_from_stream::<consumer::pull::Config, _, _>(consumer, stream)
                 .await
-                .unwrap()
-                .get_info()
-                .await
-                .unwrap();
+            else {
+                idle = false;
+                continue;
+            };
+            let info = reader.info().await.unwrap();
             idle &= info.num_pending == 0 && info.num_ack_pending == 0;
         }
         if idle {

@@ -218,8 +218,25 @@ impl Reader {
                 }
                 changed |= record.advance(through);
             }
-            let unread = self.store.unread(&goal, record.cursor, max).await?;
+            // Reading past messages still being handled (`after`): only what was handed out.
+            let from = match request.after {
+                Some(after) if after > record.cursor => {
+                    if after > record.handed {
+                        (record, revision) = self.owned_from_leader(caller, &goal).await?;
+                    }
+                    if after > record.handed {
+                        return Err(FanoutError::BadRead(format!(
+                            "after is {after}, but goal {goal} was handed messages only through {}",
+                            record.handed
+                        )));
+                    }
+                    after
+                }
+                _ => record.cursor,
+            };
+            let unread = self.store.unread(&goal, from, max).await?;
             if let Some(head) = unread.messages.first()
+                && from == record.cursor
                 && !request.peek
                 && (record.head_exhausted(head.seq) || fetched(head).is_none())
             {
@@ -253,7 +270,8 @@ impl Reader {
                 }
                 continue;
             }
-            let messages = self.hand_out(&mut record, &unread, request.peek);
+            let past_head = from > record.cursor;
+            let messages = self.hand_out(&mut record, &unread, request.peek, past_head);
             changed |= !messages.is_empty() && !request.peek;
             if changed {
                 match self.store.put_cursor(&goal, &record, revision).await? {
@@ -293,10 +311,13 @@ impl Reader {
         record: &mut CursorRecord,
         unread: &Unread,
         peek: bool,
+        past_head: bool,
     ) -> Vec<FetchedMessage> {
         let messages: Vec<FetchedMessage> = unread.messages.iter().map_while(fetched).collect();
-        if let (Some(first), Some(last), false) = (messages.first(), messages.last(), peek) {
-            record.hand_out(first.seq, last.seq);
+        match (messages.first(), messages.last(), peek) {
+            (Some(_), Some(last), false) if past_head => record.hand_out_later(last.seq),
+            (Some(first), Some(last), false) => record.hand_out(first.seq, last.seq),
+            _ => {}
         }
         messages
     }

@@ -38,22 +38,57 @@ struct ReaderState {
     /// Sequences given back and not handled since: an ack never moves the cursor past one of
     /// them (acks are cumulative), so a later message acknowledged first cannot lose it.
     given_back: BTreeSet<u64>,
+    /// Sequences `recv` handed out that are not settled yet (being handled, perhaps several at
+    /// once): a fetch from the cursor returns them again, and they are not handed out twice.
+    in_flight: BTreeSet<u64>,
+    /// The highest sequence `recv` handed out: with messages in flight, the next fetch reads
+    /// after it (`after`) instead of after the cursor.
+    handed: u64,
+    /// The highest sequence acknowledged through a delivery.
+    acked: u64,
 }
 
 impl ReaderState {
+    /// `seq` is handed out by `recv`.
+    fn handing(&mut self, seq: u64) {
+        self.in_flight.insert(seq);
+        self.handed = self.handed.max(seq);
+    }
+
+    /// `seq` comes back unhandled (given back, dropped, or its ack failed): the next `recv`
+    /// fetches from the cursor and hands it out again.
+    fn give_back(&mut self, seq: u64, not_before: Option<tokio::time::Instant>) {
+        self.in_flight.remove(&seq);
+        self.ahead.clear();
+        self.refetch = Some(not_before);
+        self.given_back.insert(seq);
+    }
+
     /// The goal's cursor is at `cursor`: messages given back at or below it are done (acked
     /// through, rejected, or moved to the dead letters by the service) and hold nothing up.
     fn passed(&mut self, cursor: u64) {
         self.given_back.retain(|seq| *seq > cursor);
+        self.ahead.retain(|fetched| fetched.seq > cursor);
     }
 
-    /// What an ack of `seq` may move the cursor through: `seq`, or just before the oldest
-    /// message given back and not handled yet. `seq` itself counts as handled from now on.
+    /// What an ack of `seq` may move the cursor through. Acks are cumulative (through N
+    /// acknowledges everything up to N), so the cursor moves only through messages that are
+    /// all settled: up to the newest acknowledged one, but never past a message still being
+    /// handled or given back. An ack held back that way is committed by the ack that settles
+    /// the last message before it.
     fn ack_through(&mut self, seq: u64) -> u64 {
         self.given_back.remove(&seq);
-        match self.given_back.first() {
-            Some(&oldest) if oldest < seq => oldest - 1,
-            _ => seq,
+        self.in_flight.remove(&seq);
+        self.acked = self.acked.max(seq);
+        let unsettled = self
+            .in_flight
+            .first()
+            .into_iter()
+            .chain(self.given_back.first())
+            .min();
+        match unsettled {
+            Some(&oldest) => self.acked.min(oldest - 1),
+            None => self.acked,
         }
     }
 }
@@ -115,10 +150,7 @@ impl Reader {
     }
 
     fn give_back(&self, seq: u64, not_before: Option<tokio::time::Instant>) {
-        let mut state = state(&self.state);
-        state.ahead.clear();
-        state.refetch = Some(not_before);
-        state.given_back.insert(seq);
+        state(&self.state).give_back(seq, not_before);
     }
 }
 
@@ -203,14 +235,22 @@ impl Delivery {
     /// (`switchboard dlq list|replay`), and the cursor moves through it.
     pub async fn reject(mut self, reason: &str) -> Result<(), ClientError> {
         self.settled = true;
-        state(&self.reader.state).given_back.remove(&self.seq);
+        {
+            let mut state = state(&self.reader.state);
+            state.given_back.remove(&self.seq);
+            state.in_flight.remove(&self.seq);
+        }
         let request = AckRequest {
             goal_id: self.reader.goal,
             seq: Some(self.seq),
             reject: Some(reason.to_owned()),
             ..Default::default()
         };
-        self.reader.ack(&request).await.map(|_| ())
+        let rejected = self.reader.ack(&request).await.map(|_| ());
+        if rejected.is_err() {
+            self.reader.give_back(self.seq, None);
+        }
+        rejected
     }
 
     /// Acknowledges the message: the goal's cursor moves through it (and through any earlier
@@ -225,7 +265,11 @@ impl Delivery {
             through: Some(through),
             ..Default::default()
         };
-        self.reader.ack(&request).await?;
+        if let Err(err) = self.reader.ack(&request).await {
+            // Not acknowledged: it is handed out again rather than skipped.
+            self.reader.give_back(self.seq, None);
+            return Err(err);
+        }
         Ok(self.message.clone())
     }
 }
@@ -279,6 +323,7 @@ impl Goal {
             ),
             ack_through,
             peek: false,
+            after: None,
         })
         .await
     }
@@ -319,6 +364,9 @@ impl Goal {
     }
 
     /// Waits up to `wait` for the next message. Returns `None` when none arrived.
+    ///
+    /// Several deliveries may be held at once (handled concurrently); none is handed out twice
+    /// while it is held, and one given back comes first again.
     pub async fn recv(&self, wait: Duration) -> Result<Option<Delivery>, ClientError> {
         let deadline = tokio::time::Instant::now() + wait;
         let not_before = {
@@ -326,27 +374,72 @@ impl Goal {
             match state.refetch.take() {
                 Some(not_before) => {
                     state.ahead.clear();
-                    not_before
+                    Some(not_before)
                 }
                 None => None,
             }
         };
-        if let Some(not_before) = not_before {
+        // Given back: read from the cursor again; otherwise, with messages in flight, read
+        // after the last one handed out.
+        let mut from_cursor = not_before.is_some();
+        if let Some(Some(not_before)) = not_before {
             tokio::time::sleep_until(not_before.min(deadline)).await;
         }
-        if let Some(next) = state(&self.state).ahead.pop_front() {
-            return Ok(Some(self.delivery(next)));
+        loop {
+            if let Some(next) = self.next_ahead() {
+                return Ok(Some(next));
+            }
+            let after = {
+                let state = state(&self.state);
+                (!from_cursor && !state.in_flight.is_empty()).then_some(state.handed)
+            };
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let reply = self
+                .fetch_with(FetchRequest {
+                    goal_id: self.id,
+                    max: Some(RECV_AHEAD),
+                    wait_ms: Some(
+                        i64::try_from(left.as_millis())
+                            .unwrap_or(0)
+                            .min(i64::try_from(FETCH_WAIT_MAX_MS).unwrap_or(i64::MAX)),
+                    ),
+                    ack_through: None,
+                    peek: false,
+                    after,
+                })
+                .await?;
+            let fetched_any = !reply.messages.is_empty();
+            {
+                let mut state = state(&self.state);
+                state.passed(reply.cursor);
+                state.ahead.extend(reply.messages);
+            }
+            if let Some(next) = self.next_ahead() {
+                return Ok(Some(next));
+            }
+            // Everything fetched is being handled already: read past it, while time is left.
+            if !fetched_any || tokio::time::Instant::now() >= deadline {
+                return Ok(None);
+            }
+            from_cursor = false;
         }
-        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-        let reply = self.fetch(RECV_AHEAD, left, None).await?;
-        let mut messages = reply.messages.into_iter();
-        let first = messages.next();
-        {
-            let mut state = state(&self.state);
-            state.passed(reply.cursor);
-            state.ahead.extend(messages);
+    }
+
+    /// The next fetched message that is not in flight, handed out.
+    fn next_ahead(&self) -> Option<Delivery> {
+        let mut state = state(&self.state);
+        while let Some(next) = state.ahead.pop_front() {
+            // Being handled, or handled already (fetched again from the cursor after a
+            // message was given back): not handed out twice.
+            let done = next.seq <= state.acked && !state.given_back.contains(&next.seq);
+            if state.in_flight.contains(&next.seq) || done {
+                continue;
+            }
+            state.handing(next.seq);
+            drop(state);
+            return Some(self.delivery(next));
         }
-        Ok(first.map(|first| self.delivery(first)))
+        None
     }
 
     fn delivery(&self, fetched: FetchedMessage) -> Delivery {
@@ -368,6 +461,7 @@ impl Goal {
             state.ahead.clear();
             state.refetch = None;
             state.given_back.clear();
+            state.in_flight.clear();
         }
         let mut taken = Vec::new();
         let mut last = None;
@@ -408,6 +502,7 @@ impl Goal {
                 wait_ms: None,
                 ack_through: None,
                 peek: true,
+                after: None,
             })
             .await?;
         Ok((reply.unread, reply.messages.first().map(|m| m.seq)))
@@ -430,18 +525,22 @@ mod tests {
     use super::ReaderState;
 
     #[test]
-    fn an_ack_never_passes_a_message_given_back_and_not_handled() {
+    fn an_ack_never_passes_a_message_still_handled_or_given_back() {
         let mut state = ReaderState::default();
+        for seq in [5, 7, 9] {
+            state.handing(seq);
+        }
         assert_eq!(state.ack_through(5), 5);
-        // 7 given back (nak or dropped) while 9 was held: acking 9 stops before 7.
-        state.given_back.insert(7);
+        // 9 acked while 7 is still being handled: the cursor stays before 7.
         assert_eq!(state.ack_through(9), 6);
-        // 7 handled at last: the next ack moves on.
-        assert_eq!(state.ack_through(7), 7);
-        assert_eq!(state.ack_through(9), 9);
+        // 7 given back, then handled at last: everything through 9 is committed.
+        state.give_back(7, None);
+        assert_eq!(state.ack_through(7), 9);
         // One given back that the service moved past (dead-lettered) holds nothing up.
-        state.given_back.insert(11);
+        state.handing(11);
+        state.give_back(11, None);
         state.passed(11);
+        state.handing(12);
         assert_eq!(state.ack_through(12), 12);
     }
 }

@@ -54,6 +54,13 @@ pub struct FetchRequest {
     /// returned). For a host that announces unread messages without reading them.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub peek: bool,
+    /// Read the messages after this sequence instead of after the cursor: for a reader that
+    /// handles several messages at once and wants the next ones while earlier ones are still
+    /// being handled (not acked yet). At most the highest sequence handed out (`bad_request`
+    /// above it); at or below the cursor it changes nothing. Such a read does not count as a
+    /// hand-out of the oldest unread message (it does not return it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<u64>,
 }
 
 /// One unread message with its stream sequence (what `ack`/`ack_through` take).
@@ -220,6 +227,12 @@ impl CursorRecord {
     /// hand-out must dead-letter it instead.
     pub fn head_exhausted(&self, seq: u64) -> bool {
         self.head == seq && self.head_deliveries >= INBOX_MAX_DELIVER
+    }
+
+    /// Records that messages through `last` were handed out by a read that did not start at
+    /// the oldest unread message (see [`FetchRequest::after`]).
+    pub fn hand_out_later(&mut self, last: u64) {
+        self.handed = self.handed.max(last);
     }
 
     /// Records one hand-out of messages `first..=last` (stream sequences).
