@@ -1,26 +1,25 @@
 //! The reading side's JetStream I/O: goal cursors in KV `agent_cursors` (read, compare-and-set),
 //! a goal's unread messages by one batched direct get, and dead letters into `AGENT_DLQ`.
 //!
-//! No consumer is involved anywhere: a read is a batched direct get (ADR-31, nats-server ≥ 2.11)
-//! of `agent.inbox.<goal_id>` from the sequence after the cursor, so it costs the server
-//! nothing between reads and any replica can answer it.
+//! No consumer is involved anywhere: a read is a batched direct get (ADR-31, nats-server ≥ 2.11,
+//! [`switchboard_runtime::kv::direct_batch`]) of `agent.inbox.<goal_id>` from the sequence after
+//! the cursor, so it costs the server nothing between reads and any replica can answer it.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use async_nats::HeaderMap;
 use async_nats::jetstream::kv::{self, UpdateErrorKind};
 use async_nats::jetstream::{self, stream};
-use async_nats::{HeaderMap, StatusCode};
 use bytes::Bytes;
-use futures::StreamExt;
 use switchboard_proto::inbox::{CursorRecord, FETCH_REPLY_BYTES, cursor_key};
 use switchboard_proto::{
     GoalId, HEADER_DLQ_CONSUMER, HEADER_DLQ_DELIVERIES, HEADER_DLQ_REASON, HEADER_DLQ_SEQ,
     HEADER_DLQ_STREAM, HEADER_DLQ_SUBJECT, HEADER_MSG_ID, INBOX_STREAM, dead_letter_subject,
     inbox_consumer, subject,
 };
-use switchboard_runtime::kv::leader_entry;
+use switchboard_runtime::kv::{BatchEnd, direct_batch, direct_sequence, leader_entry};
 use switchboard_runtime::store::StoreError;
 
 /// How long one batched read may take to arrive in full.
@@ -143,10 +142,6 @@ fn header_bytes(headers: &HeaderMap) -> usize {
         .sum()
 }
 
-fn header_u64(headers: &HeaderMap, name: &str) -> Option<u64> {
-    headers.get(name).and_then(|v| v.as_str().parse().ok())
-}
-
 impl InboxStore {
     /// Wraps the applied bucket and stream.
     pub fn new(js: jetstream::Context, cursors: kv::Store, inbox: stream::Stream) -> Self {
@@ -256,60 +251,38 @@ impl InboxStore {
             "batch": max,
             "max_bytes": budget,
         });
-        let reply_to = client.new_inbox();
-        let mut replies = client
-            .subscribe(reply_to.clone())
-            .await
-            .map_err(|err| fail(err.to_string()))?;
-        client
-            .publish_with_reply(
-                format!("$JS.API.DIRECT.GET.{INBOX_STREAM}"),
-                reply_to,
-                request.to_string().into(),
-            )
-            .await
-            .map_err(|err| fail(err.to_string()))?;
         let mut unread = Unread::default();
         let mut bytes = 0;
         let mut skipped = 0u64;
-        let read = async {
-            while let Some(message) = replies.next().await {
-                let headers = message.headers.clone().unwrap_or_default();
-                match message.status {
-                    None | Some(StatusCode::OK) => {}
-                    // End of the batch: what matched but did not fit.
-                    Some(status) if status.as_u16() == 204 => {
-                        let pending = header_u64(&headers, "Nats-Num-Pending").unwrap_or(0);
-                        unread.total = unread.messages.len() as u64 + skipped + pending;
-                        return Ok(());
-                    }
-                    Some(StatusCode::NOT_FOUND) => return Ok(()),
-                    Some(status) => {
-                        return Err(fail(format!(
-                            "direct get answered {status}: {}",
-                            message.description.unwrap_or_default()
-                        )));
-                    }
-                }
-                let seq = header_u64(&headers, "Nats-Sequence")
-                    .ok_or_else(|| fail("direct get reply without Nats-Sequence".to_owned()))?;
-                let headers = published_headers(&headers);
-                bytes += message.payload.len() + header_bytes(&headers);
-                if unread.messages.is_empty() || bytes <= budget {
-                    unread.messages.push(Stored {
-                        seq,
-                        headers,
-                        payload: message.payload,
-                    });
-                } else {
-                    skipped += 1;
-                }
+        let end = direct_batch(&self.js, INBOX_STREAM, &request, READ_TIMEOUT, |message| {
+            let seq = direct_sequence(&message)?;
+            let headers = published_headers(&message.headers.unwrap_or_default());
+            bytes += message.payload.len() + header_bytes(&headers);
+            if unread.messages.is_empty() || bytes <= budget {
+                unread.messages.push(Stored {
+                    seq,
+                    headers,
+                    payload: message.payload,
+                });
+            } else {
+                skipped += 1;
             }
-            Err(fail("reply subscription closed".to_owned()))
-        };
-        tokio::time::timeout(READ_TIMEOUT, read)
-            .await
-            .map_err(|_| fail("direct get timed out".to_owned()))??;
+            Ok(())
+        })
+        .await
+        .map_err(fail)?;
+        match end {
+            // What matched but did not fit counts as unread too.
+            BatchEnd::Done { pending } => {
+                unread.total = unread.messages.len() as u64 + skipped + pending;
+            }
+            BatchEnd::NotFound => {}
+            BatchEnd::TooLarge | BatchEnd::NotReady => {
+                return Err(fail(format!(
+                    "the replica answering reads was not ready ({end:?}); retry"
+                )));
+            }
+        }
         unread.total = unread.total.max(unread.messages.len() as u64);
         Ok(unread)
     }

@@ -136,6 +136,86 @@ fn header_u64(headers: &HeaderMap, name: &str) -> Option<u64> {
 }
 
 /// The direct-get path: `Ok(None)` when too many keys match for one batch.
+/// How a batched direct get ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BatchEnd {
+    /// End of the batch: `pending` more messages matched than the batch returned.
+    Done {
+        /// Matches left out.
+        pending: u64,
+    },
+    /// Nothing matched.
+    NotFound,
+    /// The server refused the batch as too large (413: over 1024 subjects for `multi_last`).
+    TooLarge,
+    /// The replica that answered is not ready (503, 408: e.g. just after its server
+    /// restarted); the stream leader can still answer a non-direct read.
+    NotReady,
+}
+
+/// One batched direct get (ADR-31, nats-server ≥ 2.11) on `stream`: `request` (its `batch`,
+/// `seq` / `next_by_subj` / `multi_last`, `max_bytes`) is sent to `$JS.API.DIRECT.GET.<stream>`
+/// and every message of the batch is passed to `each` in order until the end of the batch
+/// (at most `timeout` in all). Errors are messages for the caller's own error type.
+pub async fn direct_batch(
+    js: &jetstream::Context,
+    stream: &str,
+    request: &serde_json::Value,
+    timeout: Duration,
+    mut each: impl FnMut(async_nats::Message) -> Result<(), String>,
+) -> Result<BatchEnd, String> {
+    let client = js.client();
+    let inbox = client.new_inbox();
+    let mut replies = client
+        .subscribe(inbox.clone())
+        .await
+        .map_err(|err| err.to_string())?;
+    client
+        .publish_with_reply(
+            format!("$JS.API.DIRECT.GET.{stream}"),
+            inbox,
+            request.to_string().into(),
+        )
+        .await
+        .map_err(|err| err.to_string())?;
+    let read = async {
+        while let Some(message) = replies.next().await {
+            match message.status {
+                None | Some(StatusCode::OK) => each(message)?,
+                Some(status) if status.as_u16() == 204 => {
+                    let headers = message.headers.unwrap_or_default();
+                    let pending = header_u64(&headers, "Nats-Num-Pending").unwrap_or(0);
+                    return Ok(BatchEnd::Done { pending });
+                }
+                Some(StatusCode::NOT_FOUND) => return Ok(BatchEnd::NotFound),
+                Some(status) if status.as_u16() == 413 => return Ok(BatchEnd::TooLarge),
+                Some(status) if status.as_u16() == 503 || status.as_u16() == 408 => {
+                    return Ok(BatchEnd::NotReady);
+                }
+                Some(status) => {
+                    return Err(format!(
+                        "direct get answered {status}: {}",
+                        message.description.unwrap_or_default()
+                    ));
+                }
+            }
+        }
+        Err("reply subscription closed".to_owned())
+    };
+    tokio::time::timeout(timeout, read)
+        .await
+        .map_err(|_| "direct get timed out".to_owned())?
+}
+
+/// The sequence a direct get's reply carries (`Nats-Sequence`).
+pub fn direct_sequence(message: &async_nats::Message) -> Result<u64, String> {
+    message
+        .headers
+        .as_ref()
+        .and_then(|headers| header_u64(headers, "Nats-Sequence"))
+        .ok_or_else(|| "direct get reply without Nats-Sequence".to_owned())
+}
+
 async fn direct_snapshot(
     js: &jetstream::Context,
     store: &Source<'_>,
@@ -146,78 +226,47 @@ async fn direct_snapshot(
         bucket: store.name.to_owned(),
         message,
     };
-    let client = js.client();
-    let api = format!("$JS.API.DIRECT.GET.{}", store.stream_name);
     let filter = format!("{}{}", store.prefix, key_filter);
+    let request = serde_json::json!({ "multi_last": [filter], "batch": page_size });
     let mut entries = Vec::new();
-    {
-        let request = serde_json::json!({ "multi_last": [filter], "batch": page_size });
-        let inbox = client.new_inbox();
-        let mut replies = client
-            .subscribe(inbox.clone())
-            .await
-            .map_err(|err| fail(err.to_string()))?;
-        client
-            .publish_with_reply(api.clone(), inbox, request.to_string().into())
-            .await
-            .map_err(|err| fail(err.to_string()))?;
-        let pending = loop {
-            let message = tokio::time::timeout(PAGE_TIMEOUT, replies.next())
-                .await
-                .map_err(|_| fail("direct get timed out".to_owned()))?
-                .ok_or_else(|| fail("reply subscription closed".to_owned()))?;
-            let headers = message.headers.clone().unwrap_or_default();
-            match message.status {
-                None | Some(StatusCode::OK) => {}
-                Some(status) if status.as_u16() == 204 => {
-                    // End of batch: how many matches did not fit.
-                    break header_u64(&headers, "Nats-Num-Pending").unwrap_or(0);
-                }
-                Some(StatusCode::NOT_FOUND) => break 0,
-                Some(status) if status.as_u16() == 413 => return Ok(None),
-                // A replica that answers direct gets is not ready (e.g. just after its server
-                // restarted): read through the stream leader instead.
-                Some(status) if status.as_u16() == 503 || status.as_u16() == 408 => {
-                    tracing::debug!(stream = %store.stream_name, %status, "direct get unavailable; scanning");
-                    return Ok(None);
-                }
-                Some(status) => {
-                    return Err(fail(format!(
-                        "direct get answered {status}: {}",
-                        message.description.unwrap_or_default()
-                    )));
-                }
-            }
-            let subject = headers
-                .get("Nats-Subject")
-                .map(|v| v.as_str().to_owned())
-                .unwrap_or_default();
-            let revision = header_u64(&headers, "Nats-Sequence")
-                .ok_or_else(|| fail("direct get reply without Nats-Sequence".to_owned()))?;
-            let live = headers
-                .get("KV-Operation")
-                .is_none_or(|op| op.as_str() == "PUT");
-            if live && let Some(key) = subject.strip_prefix(store.prefix) {
-                let stored_at = headers.get("Nats-Time-Stamp").and_then(|v| {
-                    time::OffsetDateTime::parse(
-                        v.as_str(),
-                        &time::format_description::well_known::Rfc3339,
-                    )
-                    .ok()
-                });
-                entries.push(KvEntry {
-                    key: key.to_owned(),
-                    value: message.payload,
-                    revision,
-                    stored_at,
-                });
-            }
-        };
-        if pending > 0 {
-            return Ok(None);
+    let end = direct_batch(js, store.stream_name, &request, PAGE_TIMEOUT, |message| {
+        let revision = direct_sequence(&message)?;
+        let headers = message.headers.unwrap_or_default();
+        let subject = headers
+            .get("Nats-Subject")
+            .map(|v| v.as_str().to_owned())
+            .unwrap_or_default();
+        let live = headers
+            .get("KV-Operation")
+            .is_none_or(|op| op.as_str() == "PUT");
+        if live && let Some(key) = subject.strip_prefix(store.prefix) {
+            let stored_at = headers.get("Nats-Time-Stamp").and_then(|v| {
+                time::OffsetDateTime::parse(
+                    v.as_str(),
+                    &time::format_description::well_known::Rfc3339,
+                )
+                .ok()
+            });
+            entries.push(KvEntry {
+                key: key.to_owned(),
+                value: message.payload,
+                revision,
+                stored_at,
+            });
+        }
+        Ok(())
+    })
+    .await
+    .map_err(fail)?;
+    match end {
+        BatchEnd::Done { pending: 0 } | BatchEnd::NotFound => Ok(Some(entries)),
+        // More keys than one batch, or a replica not ready: read through the leader instead.
+        BatchEnd::Done { .. } | BatchEnd::TooLarge => Ok(None),
+        BatchEnd::NotReady => {
+            tracing::debug!(stream = %store.stream_name, "direct get unavailable; scanning");
+            Ok(None)
         }
     }
-    Ok(Some(entries))
 }
 
 /// The full-scan path over a KV bucket (what [`snapshot`] falls back to above 1024 keys),
