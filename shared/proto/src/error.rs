@@ -66,6 +66,9 @@ pub enum ErrorKind {
     TooManyChildren,
     /// The body names a sender (`from_agent_id`) other than the subject's identity.
     SenderMismatch,
+    /// The request's reply subject is not a reply inbox (`_INBOX.…`, `_R_.…`): a service never
+    /// writes where a caller points it, so the request is refused unanswered and not run.
+    BadReplySubject,
     /// A kind this client version does not know yet.
     #[serde(other)]
     Unknown,
@@ -91,7 +94,7 @@ impl ErrorKind {
             Self::Expired => 410,
             Self::TooManyCalls => 429,
             Self::Timeout => 504,
-            Self::IdentityMismatch | Self::SenderMismatch => 403,
+            Self::IdentityMismatch | Self::SenderMismatch | Self::BadReplySubject => 403,
             Self::NotRegistered | Self::NotFound => 404,
             Self::Conflict => 409,
             Self::Unavailable => 503,
@@ -144,6 +147,7 @@ impl ErrorKind {
             Self::NotAllowed => "not_allowed",
             Self::AclDenied => "acl_denied",
             Self::SenderMismatch => "sender_mismatch",
+            Self::BadReplySubject => "bad_reply_subject",
             Self::AtCapacity => "at_capacity",
             Self::TooManyChildren => "too_many_children",
             Self::Unknown => "unknown",
@@ -251,6 +255,7 @@ mod tests {
             ErrorKind::AtCapacity,
             ErrorKind::TooManyChildren,
             ErrorKind::SenderMismatch,
+            ErrorKind::BadReplySubject,
         ] {
             assert_eq!(serde_json::to_value(kind).unwrap(), json!(kind.as_str()));
         }

@@ -199,6 +199,22 @@ pub fn calls_pending(agent: &AgentId) -> String {
 /// `_SB.registry.tasks.<agent_id>` with a [`crate::registry::TaskLoadReport`].
 pub const REGISTRY_TASKS_PREFIX: &str = "_SB.registry.tasks";
 
+/// Prefixes of the subjects a service answers on: NATS reply inboxes (`_INBOX.` is every
+/// client library's default) and the server's import reply subjects (`_R_.`, ARCHITECTURE.md
+/// §8). A request whose reply subject is anything else — a KV key, a JetStream API subject,
+/// another goal's inbox — is refused unanswered: a service never writes where a caller points.
+pub const REPLY_INBOX_PREFIXES: [&str; 2] = ["_INBOX.", "_R_."];
+
+/// Whether `reply` is a subject a service may answer on (see [`REPLY_INBOX_PREFIXES`]): one of
+/// the prefixes followed by at least one more token, with no wildcard.
+pub fn is_reply_inbox(reply: &str) -> bool {
+    REPLY_INBOX_PREFIXES.iter().any(|prefix| {
+        reply
+            .strip_prefix(prefix)
+            .is_some_and(|rest| !rest.is_empty() && !rest.contains(['*', '>', ' ']))
+    })
+}
+
 /// Extracts and validates the caller identity: the part of `subject` after `prefix.`.
 ///
 /// The tail must be exactly one valid agent id token; `a.b`, an empty tail or 65 characters are
@@ -245,6 +261,26 @@ mod tests {
         assert_eq!(calls_pending(&a), "agent.calls.pending.writer");
         assert_eq!(inbox_fetch(&a), "agent.inbox.fetch.writer");
         assert_eq!(inbox_ack(&a), "agent.inbox.ack.writer");
+    }
+
+    #[test]
+    fn only_reply_inboxes_are_answered() {
+        for ok in ["_INBOX.abc.def", "_INBOX.x", "_R_.abc.def"] {
+            assert!(is_reply_inbox(ok), "{ok}");
+        }
+        for hostile in [
+            "$KV.agent_registry.bob",
+            "$JS.API.STREAM.DELETE.AGENT_AUDIT",
+            "_SB.audit.records",
+            "agent.inbox.0193a1b2-0000-7000-8000-000000000001",
+            "_INBOX.",
+            "_INBOX",
+            "_INBOX.>",
+            "_INBOXX.a",
+            "_R_.*",
+        ] {
+            assert!(!is_reply_inbox(hostile), "{hostile}");
+        }
     }
 
     #[test]

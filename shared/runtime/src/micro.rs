@@ -26,7 +26,7 @@ use futures::StreamExt;
 use futures::future::BoxFuture;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use switchboard_proto::subject::caller_from_subject;
+use switchboard_proto::subject::{caller_from_subject, is_reply_inbox};
 use switchboard_proto::{
     AgentId, ErrorKind, ErrorReply, HEADER_SERVICE_ERROR, HEADER_SERVICE_ERROR_CODE,
 };
@@ -354,15 +354,31 @@ fn wrap_errors(
         let refusals = refusals.clone();
         let subject = message.subject.to_string();
         async move {
-            let result = AssertUnwindSafe(handler(message))
-                .catch_unwind()
-                .await
-                .unwrap_or_else(|_| {
-                    Err(ErrorReply::new(
-                        ErrorKind::Internal,
-                        "the handler panicked; see the service log",
-                    ))
-                });
+            // A reply subject that is not a reply inbox: refused before the handler runs, and
+            // (in `handle`) never answered.
+            let hostile_reply = message
+                .reply
+                .as_ref()
+                .filter(|reply| !is_reply_inbox(reply.as_str()))
+                .map(|reply| reply.to_string());
+            let result = match hostile_reply {
+                Some(reply) => Err(ErrorReply::new(
+                    ErrorKind::BadReplySubject,
+                    format!(
+                        "reply subject `{}` is not a reply inbox (_INBOX.…); not run, not answered",
+                        reply.chars().take(120).collect::<String>()
+                    ),
+                )),
+                None => AssertUnwindSafe(handler(message))
+                    .catch_unwind()
+                    .await
+                    .unwrap_or_else(|_| {
+                        Err(ErrorReply::new(
+                            ErrorKind::Internal,
+                            "the handler panicked; see the service log",
+                        ))
+                    }),
+            };
             if let Err(err) = &result {
                 refusals.publish(&subject, err);
             }
@@ -467,7 +483,11 @@ async fn handle(
     telemetry::set_parent_from(&span, message.headers.as_ref());
     let result = handler(message.clone()).instrument(span.clone()).await;
     let _entered = span.enter();
-    let has_reply = message.reply.is_some();
+    // Only a reply inbox is answered (see `wrap_errors`): never write where a caller points.
+    let has_reply = message
+        .reply
+        .as_ref()
+        .is_some_and(|reply| is_reply_inbox(reply.as_str()));
     let outcome = match result {
         Ok(body) if has_reply => {
             request
