@@ -92,3 +92,46 @@ async fn a_reply_subject_of_the_callers_choosing_is_never_written_to() {
     let peers = raw(&client, &RegistryOp::Peers.subject(&id("mallory")), "{}").await;
     assert!(peers.body["peers"].is_array(), "{}", peers.body);
 }
+
+/// Issue 17, attack 6: a parked call names the goal its answer and timeout notice go to; naming
+/// another agent's goal would flood that goal's inbox. The correlator checks the goal is the
+/// caller's own before anything is stored or delivered.
+#[tokio::test]
+async fn a_call_cannot_park_its_answers_in_another_agents_goal() {
+    let fabric = Fabric::start().await;
+    let (_bob, bob_goal) = fabric.agent_with_goal("bob").await;
+    let (_mallory, mallory_goal) = fabric.agent_with_goal("mallory").await;
+    let (_carol, carol_goal) = fabric.agent_with_goal("carol").await;
+    let client = fabric.nats.client().await;
+    let call = |goal: switchboard_proto::GoalId| {
+        json!({"to": "carol", "message": "?", "wait": false, "timeout_ms": 1, "from_goal_id": goal})
+            .to_string()
+    };
+    for goal in [bob_goal.id(), switchboard_proto::GoalId::new()] {
+        let refused = raw(&client, &subject::call(&id("mallory")), call(goal)).await;
+        assert_eq!(refused.error_kind(), "invalid_goal_id", "{}", refused.body);
+    }
+    assert!(
+        carol_goal.drain().await.unwrap().is_empty(),
+        "nothing was delivered"
+    );
+    // Her own goal: the call is made, and its timeout notice lands in her goal, not bob's.
+    let parked = raw(
+        &client,
+        &subject::call(&id("mallory")),
+        call(mallory_goal.id()),
+    )
+    .await;
+    assert!(parked.body["correlation_id"].is_string(), "{}", parked.body);
+    let notice = mallory_goal
+        .recv(Duration::from_secs(10))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(notice.message.kind, switchboard_proto::MessageKind::Notify);
+    notice.ack().await.unwrap();
+    assert!(
+        bob_goal.drain().await.unwrap().is_empty(),
+        "bob's inbox untouched"
+    );
+}

@@ -239,6 +239,16 @@ impl Correlator {
         let Ok(callee) = AgentId::parse(&to) else {
             return Err(ErrorReply::new(ErrorKind::Unreachable, unknown_agent(&to)));
         };
+        // The goal the answer (or a timeout notice) goes to must be the caller's own: a call
+        // naming another agent's goal would deliver into that goal's inbox.
+        if let Some(goal) = request.from_goal_id
+            && !self.store.owns_goal(caller, &goal).await?
+        {
+            return Err(ErrorReply::new(
+                ErrorKind::InvalidGoalId,
+                format!("goal {goal} is not a live goal of `{caller}`"),
+            ));
+        }
         let timeout_ms = clamp_timeout(
             request.timeout_ms,
             self.config.default_timeout_ms,

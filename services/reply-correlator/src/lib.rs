@@ -54,6 +54,7 @@ pub async fn start(
     resources::ensure_stream(&js, resources::inbox_stream(&runtime.jetstream)).await?;
     resources::ensure_stream(&js, resources::events_stream(&runtime.jetstream)).await?;
     let calls = resources::ensure_bucket(&js, resources::calls_bucket(&runtime.jetstream)).await?;
+    let goals = resources::ensure_bucket(&js, resources::goals_bucket(&runtime.jetstream)).await?;
     resources::ensure_stream(&js, resources::calls_open_stream(&runtime.jetstream)).await?;
     let index = js
         .get_stream(switchboard_proto::CALLS_OPEN_STREAM)
@@ -65,7 +66,7 @@ pub async fn start(
     let sweep_every = Duration::from_millis(config.sweep_interval_ms.max(10));
     let correlator = Arc::new(Correlator::new(
         client.clone(),
-        state::CallStore::new(js, calls, index),
+        state::CallStore::new(js, calls, index, goals),
         config,
     ));
     let running = micro::start(client, SPEC, correlator.endpoints()).await?;

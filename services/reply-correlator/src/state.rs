@@ -26,8 +26,9 @@ use bytes::Bytes;
 use switchboard_proto::call::{
     AnswerRoute, CallState, PendingCall, call_key, incoming_key, outgoing_key,
 };
-use switchboard_proto::{AgentId, CALLS_OPEN_PREFIX, timestamp};
-use switchboard_runtime::kv::stream_snapshot;
+use switchboard_proto::registry::goal_key;
+use switchboard_proto::{AgentId, CALLS_OPEN_PREFIX, GoalId, timestamp};
+use switchboard_runtime::kv::{leader_entry, stream_snapshot};
 use switchboard_runtime::publish::publish_all;
 use uuid::Uuid;
 
@@ -51,6 +52,7 @@ pub struct CallStore {
     js: jetstream::Context,
     calls: kv::Store,
     index: stream::Stream,
+    goals: kv::Store,
 }
 
 fn encode(call: &PendingCall) -> Result<Bytes, CorrelatorError> {
@@ -60,9 +62,38 @@ fn encode(call: &PendingCall) -> Result<Bytes, CorrelatorError> {
 }
 
 impl CallStore {
-    /// Wraps the applied bucket and index stream.
-    pub fn new(js: jetstream::Context, calls: kv::Store, index: stream::Stream) -> Self {
-        Self { js, calls, index }
+    /// Wraps the applied buckets and index stream (`goals` is the directory's `agent_goals`).
+    pub fn new(
+        js: jetstream::Context,
+        calls: kv::Store,
+        index: stream::Stream,
+        goals: kv::Store,
+    ) -> Self {
+        Self {
+            js,
+            calls,
+            index,
+            goals,
+        }
+    }
+
+    /// Whether `goal` is a live goal of `agent` (a parked call's answer and notices go there).
+    /// A miss is confirmed with the bucket's leader: a replica answering direct gets may not
+    /// have a goal opened a moment ago.
+    pub async fn owns_goal(&self, agent: &AgentId, goal: &GoalId) -> Result<bool, CorrelatorError> {
+        let key = goal_key(agent, goal);
+        let entry = self
+            .goals
+            .entry(key.as_str())
+            .await
+            .map_err(|err| CorrelatorError::store("reading the goal", err))?;
+        if entry.is_some_and(|entry| entry.operation == kv::Operation::Put) {
+            return Ok(true);
+        }
+        leader_entry(&self.goals, &key)
+            .await
+            .map(|entry| entry.is_some())
+            .map_err(|err| CorrelatorError::store("reading the goal", err))
     }
 
     /// A call by correlation id.
