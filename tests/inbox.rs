@@ -434,6 +434,15 @@ async fn bad_fetches_and_acks_get_error_replies_and_the_inbox_keeps_serving() {
             fetch_subject.as_str(),
             json!({"goal_id": g, "ack_through": -5}).to_string(),
         ),
+        // Reading past what was never handed out, or a negative position.
+        (
+            fetch_subject.as_str(),
+            json!({"goal_id": g, "after": u64::MAX}).to_string(),
+        ),
+        (
+            fetch_subject.as_str(),
+            json!({"goal_id": g, "after": -1}).to_string(),
+        ),
         (
             fetch_subject.as_str(),
             json!({"goal_id": "not-a-uuid"}).to_string(),
