@@ -983,7 +983,12 @@ async fn deregister_stops_the_heartbeat_and_register_resumes_it() {
 #[tokio::test]
 async fn two_agents_racing_for_one_goal_id_never_both_win() {
     let nats = NatsServer::start().await;
-    let _dir = start_directory(&nats.url(), DirectoryConfig::default()).await;
+    // 20 races: room for every goal one agent might win (the per-agent cap is another test's).
+    let config = DirectoryConfig {
+        max_goals_per_agent: 64,
+        ..DirectoryConfig::default()
+    };
+    let _dir = start_directory(&nats.url(), config).await;
     let a = agent_with(&nats.url(), card("racer-a"), LONG).await;
     let b = agent_with(&nats.url(), card("racer-b"), LONG).await;
     for _ in 0..20 {

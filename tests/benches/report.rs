@@ -57,6 +57,11 @@ const SERVICES: [&str; 5] = [
 const SERVICE_ENV: &[(&str, &str)] = &[
     ("SWITCHBOARD_DIRECTORY__HEARTBEAT_TIMEOUT_MS", "86400000"),
     ("SWITCHBOARD_REPLY_CORRELATOR__MAX_OPEN_CALLS", "1000"),
+    // The bench drives each path from one agent as fast as it goes, and one agent opens every
+    // measured goal: the per-agent guards against a hostile agent would measure themselves.
+    ("SWITCHBOARD_REQUESTS__PER_SECOND", "10000000"),
+    ("SWITCHBOARD_REQUESTS__BURST", "10000000"),
+    ("SWITCHBOARD_DIRECTORY__MAX_GOALS_PER_AGENT", "10000000"),
 ];
 const MIB: f64 = 1024.0 * 1024.0;
 

@@ -102,6 +102,7 @@ pub fn fast_offline(timeout_ms: u64) -> DirectoryConfig {
     DirectoryConfig {
         heartbeat_timeout_ms: timeout_ms,
         sweep_interval_ms: 50,
+        ..DirectoryConfig::default()
     }
 }
 

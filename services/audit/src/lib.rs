@@ -84,7 +84,7 @@ pub async fn start(
             })?,
     );
     let queries = Arc::new(Queries::new(client.clone(), Arc::clone(&trail)));
-    let running = micro::start(client, SPEC, queries.endpoints()).await?;
+    let running = micro::start(client, SPEC, queries.endpoints(), &runtime.requests).await?;
     tracing::info!(service = SPEC.name, "audit ready");
     Ok(Running {
         running,

@@ -11,6 +11,9 @@ pub struct DirectoryConfig {
     pub heartbeat_timeout_ms: u64,
     /// How often each replica looks for agents whose heartbeats stopped, in milliseconds.
     pub sweep_interval_ms: u64,
+    /// The most live goals one agent may hold at once (each is a cursor and an inbox subject);
+    /// `goal.open` past it answers `too_many_goals`.
+    pub max_goals_per_agent: u32,
 }
 
 impl Default for DirectoryConfig {
@@ -18,14 +21,21 @@ impl Default for DirectoryConfig {
         Self {
             heartbeat_timeout_ms: 30_000,
             sweep_interval_ms: 5_000,
+            max_goals_per_agent: 16,
         }
     }
 }
 
 impl switchboard_runtime::config::Section for DirectoryConfig {
     fn validate(&self) -> Result<(), String> {
-        if self.heartbeat_timeout_ms == 0 || self.sweep_interval_ms == 0 {
-            return Err("heartbeat_timeout_ms and sweep_interval_ms must be above 0".to_owned());
+        if self.heartbeat_timeout_ms == 0
+            || self.sweep_interval_ms == 0
+            || self.max_goals_per_agent == 0
+        {
+            return Err(
+                "heartbeat_timeout_ms, sweep_interval_ms and max_goals_per_agent must be above 0"
+                    .to_owned(),
+            );
         }
         Ok(())
     }

@@ -22,6 +22,10 @@ pub enum DirectoryError {
     /// A heartbeat tried to set `offline`.
     #[error("a heartbeat cannot set status `offline`; use deregister")]
     HeartbeatOffline,
+    /// A heartbeat's `current_tasks` is longer than the card's `max_concurrent_tasks`, or an
+    /// entry is too long.
+    #[error("{0}")]
+    BadHeartbeat(String),
     /// The caller is not registered.
     #[error("agent `{0}` is not registered")]
     NotRegistered(AgentId),
@@ -41,6 +45,12 @@ pub enum DirectoryError {
     GoalOwnedElsewhere {
         /// The goal.
         goal: GoalId,
+    },
+    /// The caller holds the most live goals allowed; close one first.
+    #[error("you already hold {cap} live goals, the most allowed; close one first")]
+    TooManyGoals {
+        /// `max_goals_per_agent`.
+        cap: usize,
     },
     /// Compare-and-set kept losing to concurrent writers.
     #[error("too much concurrent change to `{key}`; retry")]
@@ -78,13 +88,16 @@ impl DirectoryError {
     /// The stable kind callers match on.
     pub fn kind(&self) -> ErrorKind {
         match self {
-            Self::InvalidCard(_) | Self::HeartbeatOffline => ErrorKind::BadRequest,
+            Self::InvalidCard(_) | Self::HeartbeatOffline | Self::BadHeartbeat(_) => {
+                ErrorKind::BadRequest
+            }
             Self::IdentityMismatch { .. } => ErrorKind::IdentityMismatch,
             Self::InvalidAgentId(IdError::GoalId(_)) => ErrorKind::InvalidGoalId,
             Self::InvalidAgentId(_) => ErrorKind::InvalidAgentId,
             Self::NotRegistered(_) => ErrorKind::NotRegistered,
             Self::UnknownAgent(_) | Self::UnknownGoal { .. } => ErrorKind::NotFound,
             Self::GoalOwnedElsewhere { .. } | Self::Contention { .. } => ErrorKind::Conflict,
+            Self::TooManyGoals { .. } => ErrorKind::TooManyGoals,
             Self::Store { .. } => ErrorKind::Unavailable,
             Self::CorruptRecord { .. } => ErrorKind::Internal,
         }

@@ -65,14 +65,7 @@ pub async fn start(
             stream: switchboard_proto::INBOX_STREAM,
             message: err.to_string(),
         })?;
-    let registry = Arc::new(Registry::new(
-        js,
-        agents,
-        goals,
-        cursors,
-        inbox,
-        Duration::from_millis(config.heartbeat_timeout_ms),
-    ));
+    let registry = Arc::new(Registry::new(js, agents, goals, cursors, inbox, &config));
     registry
         .migrate_v1_consumers()
         .await
@@ -80,7 +73,13 @@ pub async fn start(
             stream: switchboard_proto::INBOX_STREAM,
             message: format!("migrating v1 goal consumers: {err}"),
         })?;
-    let running = micro::start(client, SPEC, handlers::endpoints(Arc::clone(&registry))).await?;
+    let running = micro::start(
+        client,
+        SPEC,
+        handlers::endpoints(Arc::clone(&registry)),
+        &runtime.requests,
+    )
+    .await?;
     tracing::info!(service = SPEC.name, "directory ready");
     Ok(Directory {
         running,

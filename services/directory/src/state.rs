@@ -53,6 +53,8 @@ pub struct Registry {
     cursors: kv::Store,
     inbox: stream::Stream,
     heartbeat_timeout: Duration,
+    /// The most live goals one agent may hold.
+    max_goals_per_agent: usize,
     view: RegistryView,
 }
 
@@ -86,7 +88,7 @@ impl Registry {
         goals: kv::Store,
         cursors: kv::Store,
         inbox: stream::Stream,
-        heartbeat_timeout: Duration,
+        config: &crate::DirectoryConfig,
     ) -> Self {
         let view = RegistryView::new(js.clone(), agents.clone(), goals.clone());
         Self {
@@ -95,7 +97,8 @@ impl Registry {
             goals,
             cursors,
             inbox,
-            heartbeat_timeout,
+            heartbeat_timeout: Duration::from_millis(config.heartbeat_timeout_ms),
+            max_goals_per_agent: usize::try_from(config.max_goals_per_agent).unwrap_or(usize::MAX),
             view,
         }
     }
@@ -228,6 +231,13 @@ impl Registry {
         fields.insert("agent_id".to_owned(), caller.as_str().into());
         let card: AgentCard = serde_json::from_value(serde_json::Value::Object(fields))
             .map_err(|err| DirectoryError::InvalidCard(err.to_string()))?;
+        if card.max_concurrent_tasks > switchboard_proto::MAX_CONCURRENT_TASKS_LIMIT {
+            return Err(DirectoryError::InvalidCard(format!(
+                "max_concurrent_tasks is {}; the most allowed is {}",
+                card.max_concurrent_tasks,
+                switchboard_proto::MAX_CONCURRENT_TASKS_LIMIT
+            )));
+        }
         let size = serde_json::to_vec(&card).map_or(usize::MAX, |stored| stored.len());
         if size > switchboard_proto::MAX_CARD_BYTES {
             return Err(DirectoryError::InvalidCard(format!(
@@ -269,6 +279,17 @@ impl Registry {
         if request.status == Some(AgentStatus::Offline) {
             return Err(DirectoryError::HeartbeatOffline);
         }
+        if let Some(tasks) = &request.current_tasks
+            && let Some(long) = tasks
+                .iter()
+                .find(|task| task.chars().count() > switchboard_proto::CURRENT_TASK_MAX_CHARS)
+        {
+            return Err(DirectoryError::BadHeartbeat(format!(
+                "a current_tasks entry is {} characters; the most is {}",
+                long.chars().count(),
+                switchboard_proto::CURRENT_TASK_MAX_CHARS
+            )));
+        }
         let now = timestamp::now();
         let (old, record) = self
             .modify(caller, |current| {
@@ -279,6 +300,16 @@ impl Registry {
                     (None, AgentStatus::Offline) => AgentStatus::Idle,
                     (None, status) => status,
                 };
+                let cap = usize::try_from(current.card.max_concurrent_tasks).unwrap_or(usize::MAX);
+                if let Some(tasks) = &request.current_tasks
+                    && tasks.len() > cap
+                {
+                    return Err(DirectoryError::BadHeartbeat(format!(
+                        "current_tasks lists {} tasks; your card allows at most {cap} \
+                         (max_concurrent_tasks)",
+                        tasks.len()
+                    )));
+                }
                 Ok(AgentRecord {
                     status,
                     current_tasks: request
@@ -401,6 +432,19 @@ impl Registry {
         let holders = self.goal_holders(&goal_id).await?;
         if holders.iter().any(|holder| holder != caller) {
             return Err(DirectoryError::GoalOwnedElsewhere { goal: goal_id });
+        }
+        // A new goal is one more cursor and one more inbox subject: capped per agent, so one
+        // agent cannot fill the cluster. Re-opening a goal one holds is not a new one.
+        if holders.is_empty() {
+            let live = snapshot(&self.js, &self.goals, &format!("{caller}.*"))
+                .await
+                .map_err(|err| DirectoryError::store("counting goals", err))?
+                .len();
+            if live >= self.max_goals_per_agent {
+                return Err(DirectoryError::TooManyGoals {
+                    cap: self.max_goals_per_agent,
+                });
+            }
         }
         // A goal id the caller chose may have been used before (its inbox may hold messages
         // stored after an earlier close); one minted here is new.

@@ -33,6 +33,10 @@ pub enum FanoutError {
     /// The goal is not one of the caller's live goals (unknown and another agent's alike).
     #[error("no live goal {0} of yours")]
     GoalNotFound(GoalId),
+    /// A send named a `from_goal_id` that is not one of the sender's live goals: a message
+    /// may not claim to come from (and draw answers into) someone else's goal.
+    #[error("from_goal_id {0} is not a live goal of yours")]
+    NotYourGoal(GoalId),
     /// A fetch or ack asked for something out of bounds (`max`, `wait_ms`, a sequence never
     /// handed out, an ack naming no operation).
     #[error("{0}")]
@@ -54,6 +58,7 @@ impl FanoutError {
             Self::EnvelopeTooLarge { .. } => ErrorKind::BodyTooLarge,
             Self::Encode(_) => ErrorKind::Internal,
             Self::GoalNotFound(_) => ErrorKind::NotFound,
+            Self::NotYourGoal(_) => ErrorKind::InvalidGoalId,
             Self::BadRead(_) => ErrorKind::BadRequest,
             Self::Contention(_) => ErrorKind::Conflict,
             Self::Store(StoreError::Unavailable { .. }) => ErrorKind::Unavailable,

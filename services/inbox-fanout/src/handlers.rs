@@ -131,6 +131,11 @@ impl Fanout {
             Some(card) => card,
             None => return Err(FanoutError::SenderNotRegistered(caller.clone()).into()),
         };
+        if let Some(goal) = request.from_goal_id
+            && !self.view.owns_goal(caller, &goal).await?
+        {
+            return Err(FanoutError::NotYourGoal(goal).into());
+        }
         let mut report = DeliveryReport::default();
         let mut planned = Vec::new();
         match target {

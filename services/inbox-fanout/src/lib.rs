@@ -110,7 +110,7 @@ pub async fn start_with(
     let fanout = Arc::new(Fanout::new(view.clone(), publisher, store, js, config));
     let mut endpoints = fanout.endpoints();
     endpoints.extend(reader.endpoints());
-    let running = micro::start(client, SPEC, endpoints).await?;
+    let running = micro::start(client, SPEC, endpoints, &runtime.requests).await?;
     tracing::info!(service = SPEC.name, "inbox-fanout ready");
     Ok(Running {
         running,

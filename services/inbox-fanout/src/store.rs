@@ -319,7 +319,10 @@ impl InboxStore {
             HEADER_MSG_ID,
             format!("{INBOX_STREAM}:{seq}:{reader}").as_str(),
         );
-        headers.insert(HEADER_DLQ_REASON, reason);
+        headers.insert(
+            HEADER_DLQ_REASON,
+            switchboard_runtime::headers::safe_value(reason),
+        );
         headers.insert(HEADER_DLQ_STREAM, INBOX_STREAM);
         headers.insert(HEADER_DLQ_SEQ, seq.to_string().as_str());
         headers.insert(HEADER_DLQ_SUBJECT, subject::inbox(goal).as_str());

@@ -292,8 +292,8 @@ impl Correlator {
             answered_via: None,
             claimed_at: None,
             created_at: now,
-            deadline: now
-                + time::Duration::milliseconds(i64::try_from(timeout_ms).unwrap_or(i64::MAX)),
+            // `timeout_ms` is clamped to `max_timeout_ms` above; still never an overflow.
+            deadline: timestamp::checked_after(now, timeout_ms).unwrap_or(now),
         };
         // Counted once the call is indexed (one count, not one before and one after): a call
         // past the cap, or racing others past it, steps back.
@@ -384,7 +384,9 @@ impl Correlator {
             message: Some(body.to_owned()),
             id: Some(record.request_id),
             correlation_id: Some(record.correlation_id),
-            from_goal_id: Some(record.caller_goal),
+            // The goal the caller named (checked above); without one, `caller_goal` is a
+            // fresh id no goal holds, and the fan-out would rightly refuse it.
+            from_goal_id: request.from_goal_id,
             kind: Some(MessageKind::Request),
             expects_reply: true,
             in_reply_to: request.in_reply_to,
@@ -436,6 +438,20 @@ impl Correlator {
                 message = answers.next() => {
                     let Some(message) = message else { break };
                     match serde_json::from_slice::<CallAnswer>(&message.payload) {
+                        // Only services publish here, but an answer is taken only if it is
+                        // this call's and comes from its callee: nothing else can end a call.
+                        Ok(answer)
+                            if answer.correlation_id != call.correlation_id
+                                || answer.from_agent_id != call.callee =>
+                        {
+                            tracing::warn!(
+                                correlation_id = %call.correlation_id,
+                                got = %answer.correlation_id,
+                                from = %answer.from_agent_id,
+                                "an answer hand-over for another call or from another agent; ignored"
+                            );
+                            continue;
+                        }
                         Ok(answer) => (answer, Taken::Nats(message.reply)),
                         Err(err) => {
                             tracing::warn!(error = %err, "undecodable answer hand-over");

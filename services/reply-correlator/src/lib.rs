@@ -69,7 +69,7 @@ pub async fn start(
         state::CallStore::new(js, calls, index, goals),
         config,
     ));
-    let running = micro::start(client, SPEC, correlator.endpoints()).await?;
+    let running = micro::start(client, SPEC, correlator.endpoints(), &runtime.requests).await?;
     tracing::info!(service = SPEC.name, "reply-correlator ready");
     Ok(Running {
         running,

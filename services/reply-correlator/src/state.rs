@@ -26,9 +26,8 @@ use bytes::Bytes;
 use switchboard_proto::call::{
     AnswerRoute, CallState, PendingCall, call_key, incoming_key, outgoing_key,
 };
-use switchboard_proto::registry::goal_key;
 use switchboard_proto::{AgentId, CALLS_OPEN_PREFIX, GoalId, timestamp};
-use switchboard_runtime::kv::{leader_entry, stream_snapshot};
+use switchboard_runtime::kv::stream_snapshot;
 use switchboard_runtime::publish::publish_all;
 use uuid::Uuid;
 
@@ -81,18 +80,8 @@ impl CallStore {
     /// A miss is confirmed with the bucket's leader: a replica answering direct gets may not
     /// have a goal opened a moment ago.
     pub async fn owns_goal(&self, agent: &AgentId, goal: &GoalId) -> Result<bool, CorrelatorError> {
-        let key = goal_key(agent, goal);
-        let entry = self
-            .goals
-            .entry(key.as_str())
+        switchboard_runtime::registry_view::owns_goal(&self.goals, agent, goal)
             .await
-            .map_err(|err| CorrelatorError::store("reading the goal", err))?;
-        if entry.is_some_and(|entry| entry.operation == kv::Operation::Put) {
-            return Ok(true);
-        }
-        leader_entry(&self.goals, &key)
-            .await
-            .map(|entry| entry.is_some())
             .map_err(|err| CorrelatorError::store("reading the goal", err))
     }
 

@@ -47,6 +47,8 @@ const RESERVATION_IN_FLIGHT: time::Duration = time::Duration::seconds(30);
 const CHILD_IN_FLIGHT: time::Duration = time::Duration::seconds(30);
 /// Notes kept in a record's history are shortened to this many characters.
 const NOTE_KEPT: usize = 512;
+/// The furthest `deadline_in_ms` a task may ask for: 366 days.
+const TASK_DEADLINE_MAX_MS: u64 = 366 * 24 * 3_600_000;
 /// How long the directory may take to take a load report.
 const DIRECTORY_TIMEOUT: Duration = Duration::from_secs(2);
 /// Every this many sweeps, open children are checked against their parents (a cascade cut
@@ -209,9 +211,15 @@ impl Tasks {
         let deadline = match (request.deadline, request.deadline_in_ms) {
             (Some(_), Some(_)) => return Err(bad("give `deadline` or `deadline_in_ms`, not both")),
             (Some(at), None) => Some(at),
-            (None, Some(ms)) => {
-                Some(now + time::Duration::milliseconds(i64::try_from(ms).unwrap_or(i64::MAX / 2)))
+            (None, Some(ms)) if ms > TASK_DEADLINE_MAX_MS => {
+                return Err(bad(format!(
+                    "deadline_in_ms is {ms}; the most is {TASK_DEADLINE_MAX_MS} (366 days)"
+                )));
             }
+            (None, Some(ms)) => Some(
+                timestamp::checked_after(now, ms)
+                    .ok_or_else(|| bad("deadline_in_ms is out of range"))?,
+            ),
             (None, None) => None,
         };
         if let Some(at) = deadline

@@ -79,7 +79,7 @@ pub async fn start(
         state::TaskStore::new(js, tasks, index, agents, goals),
         config,
     ));
-    let running = micro::start(client, SPEC, tasks.endpoints()).await?;
+    let running = micro::start(client, SPEC, tasks.endpoints(), &runtime.requests).await?;
     tracing::info!(service = SPEC.name, "task-lifecycle ready");
     Ok(Running {
         running,

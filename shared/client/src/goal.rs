@@ -208,10 +208,16 @@ impl Delivery {
         );
         let mut headers = async_nats::HeaderMap::new();
         if let Some(traceparent) = &self.traceparent {
-            headers.insert(switchboard_proto::HEADER_TRACEPARENT, traceparent.as_str());
+            headers.insert(
+                switchboard_proto::HEADER_TRACEPARENT,
+                switchboard_runtime::headers::safe_value(traceparent),
+            );
         }
         if let Some(tracestate) = &self.tracestate {
-            headers.insert(switchboard_proto::HEADER_TRACESTATE, tracestate.as_str());
+            headers.insert(
+                switchboard_proto::HEADER_TRACESTATE,
+                switchboard_runtime::headers::safe_value(tracestate),
+            );
         }
         switchboard_runtime::telemetry::set_parent_from(&span, Some(&headers));
         span

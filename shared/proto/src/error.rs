@@ -69,6 +69,11 @@ pub enum ErrorKind {
     /// The request's reply subject is not a reply inbox (`_INBOX.…`, `_R_.…`): a service never
     /// writes where a caller points it, so the request is refused unanswered and not run.
     BadReplySubject,
+    /// The caller already has the most live goals allowed (`max_goals_per_agent`).
+    TooManyGoals,
+    /// The caller sent more requests than its budget allows; retry after a pause. Refused
+    /// before any storage work.
+    RateLimited,
     /// A kind this client version does not know yet.
     #[serde(other)]
     Unknown,
@@ -92,7 +97,7 @@ impl ErrorKind {
             Self::AtCapacity | Self::TooManyChildren => 429,
             Self::TaskTerminal | Self::IllegalTransition => 409,
             Self::Expired => 410,
-            Self::TooManyCalls => 429,
+            Self::TooManyCalls | Self::TooManyGoals | Self::RateLimited => 429,
             Self::Timeout => 504,
             Self::IdentityMismatch | Self::SenderMismatch | Self::BadReplySubject => 403,
             Self::NotRegistered | Self::NotFound => 404,
@@ -148,6 +153,8 @@ impl ErrorKind {
             Self::AclDenied => "acl_denied",
             Self::SenderMismatch => "sender_mismatch",
             Self::BadReplySubject => "bad_reply_subject",
+            Self::TooManyGoals => "too_many_goals",
+            Self::RateLimited => "rate_limited",
             Self::AtCapacity => "at_capacity",
             Self::TooManyChildren => "too_many_children",
             Self::Unknown => "unknown",

@@ -52,9 +52,27 @@ pub mod timestamp {
         OffsetDateTime::now_utc()
     }
 
+    /// `at` plus `ms` milliseconds, or `None` when that is past what a timestamp can hold: a
+    /// client-given duration (`deadline_in_ms`, `timeout_ms`) never overflows into a panic.
+    pub fn checked_after(at: OffsetDateTime, ms: u64) -> Option<OffsetDateTime> {
+        let ms = i64::try_from(ms).ok()?;
+        at.checked_add(time::Duration::milliseconds(ms))
+    }
+
     /// Formats a timestamp as RFC 3339 (the wire form).
     pub fn format(at: OffsetDateTime) -> String {
         at.format(&time::format_description::well_known::Rfc3339)
             .unwrap_or_else(|_| at.to_string())
+    }
+
+    #[cfg(test)]
+    mod tests {
+        #[test]
+        fn durations_from_clients_never_overflow() {
+            let now = super::now();
+            assert!(super::checked_after(now, u64::MAX).is_none());
+            assert!(super::checked_after(now, i64::MAX.unsigned_abs()).is_none());
+            assert!(super::checked_after(now, 1_000).is_some_and(|at| at > now));
+        }
     }
 }

@@ -152,6 +152,31 @@ pub struct RuntimeConfig {
     /// most throughput where the service shares a few cores with nats-server); 0 is one per
     /// core; N > 1 is N. Scale a busy service with more replicas or with this.
     pub worker_threads: usize,
+    /// Each agent's request budget at each service replica (`[requests]`).
+    pub requests: RequestBudget,
+}
+
+/// A per-agent token bucket: every request an agent makes to a service replica takes one
+/// token; tokens come back at `per_second` up to `burst`. A request without a token is
+/// answered `rate_limited` (429) before any storage work, and only counted (`errors_by_kind`),
+/// not recorded one by one in the audit trail. The defaults are far above what an agent
+/// reasoning between steps sends; they stop a runaway loop or a flood.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RequestBudget {
+    /// Tokens returned per second.
+    pub per_second: u32,
+    /// The most tokens an agent can hold (a burst after a quiet spell).
+    pub burst: u32,
+}
+
+impl Default for RequestBudget {
+    fn default() -> Self {
+        Self {
+            per_second: 500,
+            burst: 1_000,
+        }
+    }
 }
 
 impl Default for RuntimeConfig {
@@ -162,6 +187,7 @@ impl Default for RuntimeConfig {
             jetstream: JetStreamConfig::default(),
             shutdown_grace_ms: 10_000,
             worker_threads: 1,
+            requests: RequestBudget::default(),
         }
     }
 }
@@ -195,6 +221,11 @@ impl RuntimeConfig {
                 "nats.user and nats.password must be set together".to_owned(),
             ));
         }
+        if self.nats.nkey_seed.is_some() && self.nats.nkey_file.is_some() {
+            return Err(ConfigError::Invalid(
+                "set nats.nkey_seed or nats.nkey_file, not both".to_owned(),
+            ));
+        }
         let (cert, key) = (&self.nats.tls.cert_file, &self.nats.tls.key_file);
         if cert.is_some() != key.is_some() {
             return Err(ConfigError::Invalid(
@@ -206,6 +237,11 @@ impl RuntimeConfig {
                 "worker_threads must be 0 (one per core) to {MAX_WORKER_THREADS}, got {}",
                 self.worker_threads
             )));
+        }
+        if self.requests.per_second == 0 || self.requests.burst == 0 {
+            return Err(ConfigError::Invalid(
+                "requests.per_second and requests.burst must be above 0".to_owned(),
+            ));
         }
         if self.jetstream.replicas == 0 || self.jetstream.replicas > 5 {
             return Err(ConfigError::Invalid(format!(
@@ -244,6 +280,9 @@ pub struct NatsConfig {
     pub token: Option<Secret>,
     /// NKey seed (`SU…`).
     pub nkey_seed: Option<Secret>,
+    /// A file holding the NKey seed (`services.nk` from `switchboard nats-config`), read at
+    /// connect; for a mounted secret, where the seed should not sit in the environment.
+    pub nkey_file: Option<PathBuf>,
     /// A `.creds` file (JWT + NKey), as issued by `nsc`.
     pub creds_file: Option<PathBuf>,
     /// TLS settings.
@@ -267,6 +306,7 @@ impl Default for NatsConfig {
             password: None,
             token: None,
             nkey_seed: None,
+            nkey_file: None,
             creds_file: None,
             tls: TlsConfig::default(),
             ping_interval_ms: 5_000,

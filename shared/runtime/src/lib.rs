@@ -10,19 +10,24 @@
 //!   the shared start-up error.
 //! - [`shutdown`]: SIGINT/SIGTERM as a cancellation token.
 //! - [`micro`]: the NATS micro service scaffold: typed JSON endpoints, error replies with
-//!   `Nats-Service-Error(-Code)` headers, per-request spans, drain under a grace period.
+//!   `Nats-Service-Error(-Code)` headers, per-request spans, drain under a grace period, the
+//!   reply-inbox rule and the per-agent request budget.
+//! - [`budget`]: per-agent token buckets (`rate_limited` past them).
+//! - [`headers`]: header values from text a caller wrote, without CR/LF.
 //! - [`publish`]: JetStream publish with trace context, `Nats-Msg-Id` and retries.
 //! - [`request`]: JSON requests to services with trace context and typed error replies.
 //! - [`resources`]: JetStream streams and KV buckets, declared once and applied idempotently.
 //! - [`embedded`]: the local nats-server `switchboard up` starts, and where to find the binary.
 //! - [`store`]: the error type of a service's JetStream-backed state.
-//! - [`permissions`]: per-agent NATS users pinned to their own identity (`switchboard nats-config`).
+//! - [`permissions`]: the NATS accounts and NKeys that isolate agents (`switchboard nats-config`).
 //! - [`kv`]: KV reads the services need beyond async-nats (a consistent snapshot of a bucket).
 //! - [`registry_view`]: the registry (agent records, live goals) kept in memory by KV watches,
 //!   for the fan-out's peer resolution and the directory's list_peers and offline sweep.
 
+pub mod budget;
 pub mod config;
 pub mod embedded;
+pub mod headers;
 pub mod kv;
 pub mod micro;
 pub mod nats;

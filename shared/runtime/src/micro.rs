@@ -231,12 +231,16 @@ impl std::fmt::Debug for Running {
 }
 
 /// Registers the micro service and subscribes every endpoint (queue group = service name).
+/// Every agent-facing request first takes a token from its caller's `budget` (shared by all
+/// endpoints of this replica).
 pub async fn start(
     client: &Client,
     spec: ServiceSpec,
     endpoints: Vec<Endpoint>,
+    budget: &crate::config::RequestBudget,
 ) -> Result<Running, MicroError> {
     let errors: ErrorCounts = Arc::default();
+    let limiter = Arc::new(crate::budget::Limiter::new(budget));
     let stats_errors = Arc::clone(&errors);
     let service = client
         .service_builder()
@@ -272,6 +276,7 @@ pub async fn start(
             endpoint.handler,
             endpoint.name.clone(),
             Arc::clone(&errors),
+            Arc::clone(&limiter),
             Refusals {
                 js: async_nats::jetstream::new(client.clone()),
                 service: spec.name,
@@ -322,13 +327,17 @@ struct Refusals {
 }
 
 impl Refusals {
+    /// The caller a request subject names, on an agent endpoint.
+    fn caller(&self, subject: &str) -> Option<AgentId> {
+        self.prefix
+            .as_deref()
+            .and_then(|prefix| caller_from_subject(subject, prefix).ok())
+    }
+
     /// Publishes a rule refusal for the audit trail (see [`crate::publish::publish_refusal`]).
     fn publish(&self, subject: &str, err: &ErrorReply) {
-        if err.kind().is_refusal() {
-            let caller = self
-                .prefix
-                .as_deref()
-                .and_then(|prefix| caller_from_subject(subject, prefix).ok());
+        if err.kind().is_refusal() && err.kind() != ErrorKind::RateLimited {
+            let caller = self.caller(subject);
             crate::publish::publish_refusal(
                 &self.js,
                 self.service,
@@ -345,6 +354,7 @@ fn wrap_errors(
     handler: Handler,
     endpoint: String,
     errors: ErrorCounts,
+    limiter: Arc<crate::budget::Limiter>,
     refusals: Refusals,
 ) -> Handler {
     Arc::new(move |message: Message| {
@@ -353,6 +363,22 @@ fn wrap_errors(
         let endpoint = endpoint.clone();
         let refusals = refusals.clone();
         let subject = message.subject.to_string();
+        // Over budget: refused before anything else runs, counted below, not published as a
+        // refusal (a flood must not become a flood of audit records).
+        if let Some(caller) = refusals.caller(&subject)
+            && !limiter.allow(caller.as_str())
+        {
+            let err = ErrorReply::new(
+                ErrorKind::RateLimited,
+                format!(
+                    "`{caller}` is over its request budget ({} per second, bursts of {}); retry after a pause",
+                    limiter.per_second(),
+                    limiter.burst()
+                ),
+            );
+            count(&errors, endpoint, &err);
+            return async move { Err(err) }.boxed();
+        }
         async move {
             // A reply subject that is not a reply inbox: refused before the handler runs, and
             // (in `handle`) never answered.
@@ -381,20 +407,23 @@ fn wrap_errors(
             };
             if let Err(err) = &result {
                 refusals.publish(&subject, err);
-            }
-            if let Err(err) = &result
-                && let Ok(mut counts) = errors.lock()
-            {
-                *counts
-                    .entry(endpoint)
-                    .or_default()
-                    .entry(err.kind().as_str())
-                    .or_default() += 1;
+                count(&errors, endpoint, err);
             }
             result
         }
         .boxed()
     })
+}
+
+/// Counts an error reply by endpoint and kind (`$SRV.STATS` `data.errors_by_kind`).
+fn count(errors: &ErrorCounts, endpoint: String, err: &ErrorReply) {
+    if let Ok(mut counts) = errors.lock() {
+        *counts
+            .entry(endpoint)
+            .or_default()
+            .entry(err.kind().as_str())
+            .or_default() += 1;
+    }
 }
 
 impl Running {
@@ -510,7 +539,11 @@ async fn handle(
                 return;
             }
             let mut headers = telemetry::traced_headers();
-            headers.insert(HEADER_SERVICE_ERROR, err.error.message.as_str());
+            // The message may quote the caller's own words (a bad id, a reason).
+            headers.insert(
+                HEADER_SERVICE_ERROR,
+                crate::headers::safe_value(&err.error.message),
+            );
             headers.insert(
                 HEADER_SERVICE_ERROR_CODE,
                 err.error.code.to_string().as_str(),

@@ -313,6 +313,22 @@ impl RegistryView {
         Ok(self.read_through(agent).await?.map(|peer| peer.record.card))
     }
 
+    /// Whether `goal` is a live goal of `agent`: from the view, else the goal's KV entry, else
+    /// the stream leader's copy (a goal opened a moment ago on another replica may not have
+    /// reached this view or this server yet). A goal id that comes from a request body is
+    /// trusted only after this answers true (ARCHITECTURE.md §8).
+    pub async fn owns_goal(&self, agent: &AgentId, goal: &GoalId) -> Result<bool, StoreError> {
+        if self
+            .read()
+            .goals
+            .get(agent.as_str())
+            .is_some_and(|goals| goals.contains_key(goal))
+        {
+            return Ok(true);
+        }
+        owns_goal(&self.goals, agent, goal).await
+    }
+
     /// The agent as the view knows it, falling back to KV when the view has no record or no
     /// live goal for it. `None` when the agent is not registered.
     pub async fn resolve(&self, agent: &AgentId) -> Result<Option<Peer>, StoreError> {
@@ -412,4 +428,25 @@ impl RegistryView {
             inner.goals.values().map(BTreeMap::len).sum(),
         )
     }
+}
+
+/// Whether `goal` is a live goal of `agent` in the goals bucket: the local entry, else the
+/// stream leader's copy (a just-opened goal may not have reached this server's replica).
+pub async fn owns_goal(
+    goals: &kv::Store,
+    agent: &AgentId,
+    goal: &GoalId,
+) -> Result<bool, StoreError> {
+    let key = switchboard_proto::registry::goal_key(agent, goal);
+    let entry = goals
+        .entry(key.as_str())
+        .await
+        .map_err(|err| StoreError::store("reading the goal", err))?;
+    if entry.is_some_and(|entry| entry.operation == kv::Operation::Put) {
+        return Ok(true);
+    }
+    crate::kv::leader_entry(goals, &key)
+        .await
+        .map(|entry| entry.is_some())
+        .map_err(|err| StoreError::store("reading the goal", err))
 }

@@ -68,9 +68,14 @@ async fn serve(grace: Duration) -> Served {
     let nats = NatsServer::start().await;
     let client = nats.client().await;
     let seen = Arc::new(AtomicUsize::new(0));
-    let running = micro::start(&client, SPEC, endpoints(Arc::clone(&seen)))
-        .await
-        .unwrap();
+    let running = micro::start(
+        &client,
+        SPEC,
+        endpoints(Arc::clone(&seen)),
+        &switchboard_runtime::config::RequestBudget::default(),
+    )
+    .await
+    .unwrap();
     let shutdown = CancellationToken::new();
     let task = tokio::spawn(running.run(shutdown.clone(), grace));
     Served {
