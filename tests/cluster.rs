@@ -15,11 +15,12 @@ use switchboard_testkit::NatsCluster;
 use switchboard_tests::card;
 
 async fn agent_on(url: &str, id: &str) -> Agent {
-    let nats = async_nats::ConnectOptions::new()
-        .retry_on_initial_connect()
-        .connect(url)
-        .await
-        .unwrap();
+    let nats =
+        switchboard_client::agent_connect_options(&switchboard_proto::AgentId::parse(id).unwrap())
+            .retry_on_initial_connect()
+            .connect(url)
+            .await
+            .unwrap();
     let options = AgentOptions {
         heartbeat_interval: Duration::from_secs(3600),
         request_timeout: Duration::from_secs(5),

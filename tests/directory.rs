@@ -640,7 +640,10 @@ async fn restart_of_directory_and_server_loses_nothing() {
     nats.restart().await;
     let _dir = start_directory(&url, DirectoryConfig::default()).await;
     let _inbox = start_fanout(&url, Default::default()).await;
-    let nats_client = async_nats::connect(&url).await.unwrap();
+    let nats_client = switchboard_client::agent_connect_options(&researcher.agent_id)
+        .connect(url.as_str())
+        .await
+        .unwrap();
     let back = switchboard_client::Agent::connect_with(
         nats_client,
         researcher,

@@ -55,10 +55,12 @@ impl Phase {
 }
 
 async fn agent_on(urls: Vec<String>, id: &str) -> Agent {
-    let runtime = switchboard_tests::cluster_runtime(urls);
-    let nats = switchboard_runtime::nats::connect(&runtime.nats, id)
-        .await
-        .unwrap();
+    let nats =
+        switchboard_client::agent_connect_options(&switchboard_proto::AgentId::parse(id).unwrap())
+            .retry_on_initial_connect()
+            .connect(urls.as_slice())
+            .await
+            .unwrap();
     let options = AgentOptions {
         request_timeout: Duration::from_secs(5),
         ..AgentOptions::default()

@@ -217,13 +217,17 @@ async fn each_service_stopped_and_killed_in_turn_loses_doubles_and_leaves_nothin
     let mut agents = Vec::new();
     let mut readers = Vec::new();
     for i in 0..AGENTS {
-        let client = async_nats::connect(&url).await.unwrap();
+        let agent_card = card(&format!("agent-{i}"));
+        let client = switchboard_client::agent_connect_options(&agent_card.agent_id)
+            .connect(url.as_str())
+            .await
+            .unwrap();
         let options = AgentOptions {
             request_timeout: Duration::from_secs(5),
             ..AgentOptions::default()
         };
         let agent = Arc::new(
-            Agent::connect_with(client, card(&format!("agent-{i}")), options)
+            Agent::connect_with(client, agent_card, options)
                 .await
                 .unwrap(),
         );

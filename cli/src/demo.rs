@@ -50,12 +50,15 @@ impl Narrator {
     }
 }
 
-async fn agent(nats: &async_nats::Client, id: &str, description: &str) -> anyhow::Result<Agent> {
-    let mut card = AgentCard::new(AgentId::parse(id)?);
+/// Registers a demo agent over its own connection (its own reply inbox prefix).
+async fn agent(nats_url: &str, id: &str, description: &str) -> anyhow::Result<Agent> {
+    let id = AgentId::parse(id)?;
+    let nats = crate::connect_as(nats_url, Some(&id)).await?;
+    let mut card = AgentCard::new(id);
     card.description = description.to_owned();
     card.can_talk_to = vec!["demo-*".to_owned()];
     card.allow_from = vec!["demo-*".to_owned()];
-    Ok(Agent::connect_with(nats.clone(), card, AgentOptions::default()).await?)
+    Ok(Agent::connect_with(nats, card, AgentOptions::default()).await?)
 }
 
 /// The next message in `goal` (acknowledged), or an error naming what was awaited.
@@ -71,9 +74,14 @@ pub async fn run(args: DemoArgs, json: bool) -> anyhow::Result<serde_json::Value
     let nats = crate::connect(&args.nats_url).await?;
     let mut say = Narrator { json, step: 0 };
 
-    let coordinator = agent(&nats, "demo-coordinator", "plans the work and delegates").await?;
-    let researcher = agent(&nats, "demo-researcher", "finds and checks facts").await?;
-    let writer = agent(&nats, "demo-writer", "phrases things well").await?;
+    let coordinator = agent(
+        &args.nats_url,
+        "demo-coordinator",
+        "plans the work and delegates",
+    )
+    .await?;
+    let researcher = agent(&args.nats_url, "demo-researcher", "finds and checks facts").await?;
+    let writer = agent(&args.nats_url, "demo-writer", "phrases things well").await?;
     let coordinator_goal = coordinator.open_goal().await?;
     let researcher_goal = researcher.open_goal().await?;
     let writer_goal = writer.open_goal().await?;

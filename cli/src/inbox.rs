@@ -109,9 +109,10 @@ impl Inbox {
 }
 
 async fn read(args: InboxArgs, json: bool) -> anyhow::Result<()> {
+    let agent = AgentId::parse(&args.as_agent)?;
     let inbox = Inbox {
-        nats: crate::connect(&args.nats_url).await?,
-        agent: AgentId::parse(&args.as_agent)?,
+        nats: crate::connect_as(&args.nats_url, Some(&agent)).await?,
+        agent,
         goal: GoalId::parse(&args.goal)?,
     };
     if args.take {

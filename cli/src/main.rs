@@ -18,7 +18,7 @@
 //! - `switchboard task create|get|list|cancel|accept|reject|start|progress|ask|complete|fail`.
 //! - `switchboard thread <id>`, `history …`, `audit export|verify|pending`: the audit trail.
 //! - `switchboard dlq list|replay`: the dead letters.
-//! - `switchboard nats-config --agents agents.toml`: per-agent NATS users.
+//! - `switchboard nats-config --agents agents.toml --out DIR`: the NATS accounts and NKeys.
 
 mod audit;
 mod card;
@@ -58,6 +58,47 @@ struct Cli {
     /// Print the service's JSON reply instead of readable text.
     #[arg(long, global = true)]
     json: bool,
+    /// Sign in with this NKey seed file (`switchboard nats-config` writes one per agent, and
+    /// `services.nk`). Without it, `SWITCHBOARD_NATS__NKEY_SEED` holds the seed itself, if set.
+    #[arg(
+        long,
+        global = true,
+        env = "SWITCHBOARD_NKEY_FILE",
+        value_name = "FILE"
+    )]
+    nkey: Option<std::path::PathBuf>,
+}
+
+/// The NKey seed every connection of this process signs in with, if any (set once in `main`).
+static NKEY_SEED: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+
+/// Env var holding an NKey seed (the same variable the services' config reads).
+const NKEY_SEED_ENV: &str = "SWITCHBOARD_NATS__NKEY_SEED";
+
+/// Reads the credentials once: `--nkey FILE`, else `SWITCHBOARD_NATS__NKEY_SEED`.
+fn load_credentials(nkey: Option<&std::path::Path>) -> anyhow::Result<()> {
+    let seed = match nkey {
+        Some(path) => Some(switchboard_runtime::permissions::read_seed(path)?),
+        None => match std::env::var(NKEY_SEED_ENV) {
+            Ok(seed) if !seed.trim().is_empty() => {
+                let seed = seed.trim().to_owned();
+                switchboard_runtime::permissions::public_key_of(&seed)
+                    .map_err(|reason| anyhow::anyhow!("{NKEY_SEED_ENV}: {reason}"))?;
+                Some(seed)
+            }
+            _ => None,
+        },
+    };
+    let _ = NKEY_SEED.set(seed);
+    Ok(())
+}
+
+/// Connect options with this process's credentials (see [`load_credentials`]).
+pub(crate) fn signed_in(options: async_nats::ConnectOptions) -> async_nats::ConnectOptions {
+    match NKEY_SEED.get().and_then(Option::as_ref) {
+        Some(seed) => options.nkey(seed.clone()),
+        None => options,
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -248,15 +289,20 @@ enum Command {
         after_help = "Examples:\n  switchboard history --agent researcher\n  switchboard history --agent researcher --kind 'call.*' --limit 20\n  switchboard history --task <task_id> --since 2026-11-22T00:00:00Z"
     )]
     History(audit::HistoryArgs),
-    /// Print the nats-server `authorization` block for a users file: one user per agent,
-    /// allowed to publish only request subjects ending in its own id; one user for services.
+    /// Write the NATS accounts that isolate agents (ARCHITECTURE.md §8): `DIR/auth.conf`, the
+    /// services' NKey seed `DIR/services.nk` and one seed per agent `DIR/agents/<id>.nk`.
+    /// Existing seed files are kept, so regenerating after adding an agent changes no one
+    /// else's key; then `nats-server --signal reload` picks it up without a restart.
     #[command(
-        after_help = "Example (agents.toml):\n  [services]\n  user = \"switchboard\"\n  password = \"…\"\n  [[agents]]\n  id = \"researcher\"\n  password = \"…\"\n  audit = true      # may query agent.audit.*\n\n  switchboard nats-config --agents agents.toml > nats/users.conf\n  # then `include users.conf` in the nats-server config"
+        after_help = "Example (agents.toml):\n  [[agents]]\n  id = \"researcher\"\n  audit = true      # may query agent.audit.*\n  [[agents]]\n  id = \"writer\"\n\n  switchboard nats-config --agents agents.toml --out nats/auth\n  # in the nats-server config:  include auth/auth.conf\n  # services:  SWITCHBOARD_NATS__NKEY_SEED=$(cat nats/auth/services.nk)\n  # an agent:  switchboard mcp --agent writer --nkey nats/auth/agents/writer.nk\n  nats-server --signal reload   # after adding an agent"
     )]
     NatsConfig {
-        /// The users file (TOML).
+        /// The agents file (TOML): `[[agents]]` with `id` and optional `audit = true`.
         #[arg(long, value_name = "FILE")]
         agents: std::path::PathBuf,
+        /// The folder to write `auth.conf`, `services.nk` and `agents/<id>.nk` into.
+        #[arg(long, value_name = "DIR")]
+        out: std::path::PathBuf,
     },
     /// Be one agent as an MCP server over stdio, for an LLM agent host: registers the agent,
     /// opens a goal, and offers list_peers, send_to_peer, talk_to_agent, reply_to_peer,
@@ -321,6 +367,10 @@ enum GoalCommand {
 async fn main() -> ExitCode {
     let cli = Cli::parse();
     let json = cli.json;
+    if let Err(err) = load_credentials(cli.nkey.as_deref()) {
+        eprintln!("switchboard: {err:#}");
+        return ExitCode::FAILURE;
+    }
     let view = view_of(&cli.command);
     let result = match cli.command {
         Command::Up(args) => return up::run(args).await,
@@ -427,12 +477,22 @@ async fn main() -> ExitCode {
         Command::Inbox(args) => return inbox::run(args, json).await,
         Command::Task(args) => task::run(args).await,
         Command::Thread { id, nats_url } => audit::thread(&nats_url, id).await,
-        Command::NatsConfig { agents } => {
-            let made = switchboard_runtime::permissions::read_users(&agents)
-                .and_then(|users| switchboard_runtime::permissions::nats_config(&users));
+        Command::NatsConfig { agents, out } => {
+            use switchboard_runtime::permissions;
+            let made = permissions::read_agents(&agents)
+                .and_then(|file| permissions::generate(&file, &out));
             return match made {
-                Ok(config) => {
-                    output::line(config.trim_end());
+                Ok(done) => {
+                    output::line(&format!("wrote {}", done.auth_file.display()));
+                    for path in &done.created {
+                        output::line(&format!("new key {}", path.display()));
+                    }
+                    for path in &done.unused {
+                        output::line(&format!(
+                            "unused key {} (its agent is no longer listed; it cannot connect)",
+                            path.display()
+                        ));
+                    }
                     ExitCode::SUCCESS
                 }
                 Err(err) => {
@@ -553,14 +613,35 @@ fn view_of(command: &Command) -> View {
     }
 }
 
+/// Connects as an operator (no agent identity): the inspection commands.
 pub(crate) async fn connect(nats_url: &str) -> anyhow::Result<async_nats::Client> {
-    async_nats::ConnectOptions::new()
-        .name("switchboard-cli")
-        .connect(nats_url)
-        .await
-        .map_err(|err| {
-            anyhow::anyhow!("connecting to {nats_url}: {err} (is `switchboard up` running?)")
-        })
+    connect_as(nats_url, None).await
+}
+
+/// Connects, as `agent` when given: then with its reply inbox prefix `_INBOX.<agent_id>`, the
+/// only replies the secured NATS config lets it receive.
+pub(crate) async fn connect_as(
+    nats_url: &str,
+    agent: Option<&AgentId>,
+) -> anyhow::Result<async_nats::Client> {
+    let options = match agent {
+        Some(agent) => switchboard_client::agent_connect_options(agent),
+        None => async_nats::ConnectOptions::new().name("switchboard-cli"),
+    };
+    // A one-shot command the server refuses (a subject this key may not use) would otherwise
+    // wait for its reply timeout, retries included: say what the server said and stop.
+    let options = options.event_callback(|event| async move {
+        if let async_nats::Event::ServerError(err) = event {
+            let text = err.to_string();
+            if text.contains("Permissions Violation") {
+                eprintln!("switchboard: the NATS server refused this key: {text}");
+                std::process::exit(77);
+            }
+        }
+    });
+    signed_in(options).connect(nats_url).await.map_err(|err| {
+        anyhow::anyhow!("connecting to {nats_url}: {err} (is `switchboard up` running?)")
+    })
 }
 
 /// Sends a registry request as `as_agent` without registering it (read-only commands).
@@ -590,7 +671,7 @@ pub(crate) async fn request_with_retry<T: serde::Serialize>(
     subject: &str,
     request: &T,
 ) -> anyhow::Result<serde_json::Value> {
-    let client = connect(nats_url).await?;
+    let client = connect_as(nats_url, caller_of(subject).as_ref()).await?;
     switchboard_runtime::request::request_json_retrying(
         &client,
         subject,
@@ -600,6 +681,15 @@ pub(crate) async fn request_with_retry<T: serde::Serialize>(
     )
     .await
     .map_err(cli_failure)
+}
+
+/// The agent a request subject speaks for: the last token of an agent-facing request
+/// subject (`agent.send.alice` → alice), `None` for the audit queries and anything else.
+fn caller_of(subject: &str) -> Option<AgentId> {
+    subject::agent_endpoints()
+        .iter()
+        .filter(|endpoint| endpoint.by_caller)
+        .find_map(|endpoint| subject::caller_from_subject(subject, &endpoint.prefix).ok())
 }
 
 /// A request failure as the CLI reports it.
@@ -628,7 +718,7 @@ async fn request_json_within<T: serde::Serialize>(
     body: &T,
     timeout: std::time::Duration,
 ) -> anyhow::Result<serde_json::Value> {
-    let client = connect(nats_url).await?;
+    let client = connect_as(nats_url, caller_of(subject).as_ref()).await?;
     switchboard_runtime::request::request_json(&client, subject, body, timeout)
         .await
         .map_err(cli_failure)

@@ -92,9 +92,8 @@ async fn serve(args: McpArgs) -> anyhow::Result<()> {
     let stop = switchboard_runtime::shutdown::on_signal();
     let id = AgentId::parse(&args.agent)?;
     let card = args.card.card(&id)?;
-    let nats = async_nats::ConnectOptions::new()
+    let nats = crate::signed_in(switchboard_client::agent_connect_options(&id))
         .name(format!("mcp:{id}"))
-        .ping_interval(Duration::from_secs(5))
         .connect(&args.nats_url)
         .await
         .map_err(|err| anyhow::anyhow!("connecting to {}: {err}", args.nats_url))?;

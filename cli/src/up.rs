@@ -27,6 +27,11 @@ pub struct UpArgs {
     /// JetStream data folder of the embedded nats-server.
     #[arg(long, default_value = ".data/nats")]
     data_dir: PathBuf,
+    /// Run the embedded nats-server with the accounts `switchboard nats-config --out DIR`
+    /// wrote (agents isolated, NKeys); the services sign in with `DIR/services.nk`. Without
+    /// it the embedded server is open, for a laptop.
+    #[arg(long, value_name = "DIR", conflicts_with = "nats_url")]
+    auth: Option<PathBuf>,
 }
 
 /// Runs `up` until SIGINT/SIGTERM.
@@ -94,8 +99,12 @@ async fn serve(args: UpArgs, services: &mut Services, otlp: Option<&str>) -> any
             None
         }
         None => {
-            let server = EmbeddedNats::start(args.port, &args.data_dir).await?;
+            let server =
+                EmbeddedNats::start(args.port, &args.data_dir, args.auth.as_deref()).await?;
             runtime.nats.urls = vec![server.url().to_owned()];
+            if let Some(seed) = server.services_seed() {
+                runtime.nats.nkey_seed = Some(switchboard_runtime::config::Secret::new(seed));
+            }
             Some(server)
         }
     };
@@ -128,10 +137,17 @@ async fn serve(args: UpArgs, services: &mut Services, otlp: Option<&str>) -> any
 
     match &embedded {
         Some(server) => println!(
-            "Switchboard is up.\n  NATS:      {url} (embedded nats-server {}, JetStream data in {}, log {})",
+            "Switchboard is up.\n  NATS:      {url} (embedded nats-server {}, JetStream data in {}, log {})\n  access:    {}",
             server.bin().display(),
             server.data_dir().display(),
-            server.log_file().display()
+            server.log_file().display(),
+            match &args.auth {
+                Some(dir) => format!(
+                    "accounts from {} (each agent signs in with agents/<agent_id>.nk)",
+                    dir.display()
+                ),
+                None => "open (any client; use --auth DIR for the isolated accounts)".to_owned(),
+            }
         ),
         None => println!("Switchboard is up.\n  NATS:      {url}"),
     }

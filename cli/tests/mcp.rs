@@ -13,7 +13,17 @@ use switchboard_testkit::{python_bin, workspace_root};
 
 #[tokio::test]
 async fn two_mcp_agents_exchange_a_message_and_a_call_through_the_official_sdk() {
-    let system = System::start().await;
+    exchange(&System::start().await).await;
+}
+
+/// The same session against the accounts `switchboard nats-config` writes: each MCP server
+/// signs in with its own key (`--nkey`) and reads its replies on `_INBOX.<agent_id>` only.
+#[tokio::test]
+async fn the_official_sdk_drives_agents_signed_in_with_their_own_keys() {
+    exchange(&System::start_secured(&["mcp-alice", "mcp-bob"]).await).await;
+}
+
+async fn exchange(system: &System) {
     let script = workspace_root().join("tests/python/mcp_two_agents.py");
     let output = tokio::time::timeout(
         Duration::from_secs(120),
@@ -21,6 +31,12 @@ async fn two_mcp_agents_exchange_a_message_and_a_call_through_the_official_sdk()
             .arg(&script)
             .arg(BIN)
             .arg(system.url())
+            .args(
+                system
+                    .keys
+                    .as_ref()
+                    .map(|_| system.agent_key("KEY").parent().unwrap().to_owned()),
+            )
             .kill_on_drop(true)
             .output(),
     )
@@ -55,7 +71,9 @@ async fn two_mcp_agents_exchange_a_message_and_a_call_through_the_official_sdk()
 
     // Both servers closed their goals when the host closed their stdin.
     for agent in ["mcp-alice", "mcp-bob"] {
-        let (ok, looked, stderr) = json(&["lookup", agent, "--nats-url", &system.url()]).await;
+        let (ok, looked, stderr) = system
+            .cli_json(&["lookup", agent, "--nats-url", &system.url()])
+            .await;
         assert!(ok, "{stderr}");
         assert_eq!(
             looked["live_goals"],
@@ -68,7 +86,9 @@ async fn two_mcp_agents_exchange_a_message_and_a_call_through_the_official_sdk()
     let url = system.url();
     let mut kinds = Vec::new();
     for _ in 0..50 {
-        let (ok, thread, stderr) = json(&["thread", correlation, "--nats-url", &url]).await;
+        let (ok, thread, stderr) = system
+            .cli_json(&["thread", correlation, "--nats-url", &url])
+            .await;
         assert!(ok, "{stderr}");
         kinds = thread["records"]
             .as_array()

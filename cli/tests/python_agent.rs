@@ -10,8 +10,9 @@ mod common;
 use std::process::Stdio;
 use std::time::Duration;
 
-use common::{System, json};
-use switchboard_client::Agent;
+use common::System;
+use switchboard_client::proto::{AgentCard, AgentId};
+use switchboard_client::{Agent, AgentOptions};
 use switchboard_testkit::{python_bin, workspace_root};
 use tokio::io::{AsyncBufReadExt, BufReader, Lines};
 use tokio::process::ChildStdout;
@@ -28,13 +29,38 @@ async fn next_event(lines: &mut Lines<BufReader<ChildStdout>>) -> serde_json::Va
 
 #[tokio::test]
 async fn the_nats_py_example_agent_receives_answers_and_sends() {
-    let system = System::start().await;
-    let tester = Agent::connect(&system.url(), "tester").await.unwrap();
+    echo_session(&System::start().await).await;
+}
+
+/// The same session under the accounts `switchboard nats-config` writes: the Python agent
+/// signs in with `nkeys_seed=` and reads its replies under `inbox_prefix="_INBOX.py-echo"`.
+#[tokio::test]
+async fn the_nats_py_example_agent_works_signed_in_with_its_key() {
+    echo_session(&System::start_secured(&["tester", "py-echo"]).await).await;
+}
+
+async fn echo_session(system: &System) {
+    let tester_id = AgentId::parse("tester").unwrap();
+    let mut options = switchboard_client::agent_connect_options(&tester_id);
+    let mut key = Vec::new();
+    if system.keys.is_some() {
+        let seed = std::fs::read_to_string(system.agent_key("tester")).unwrap();
+        options = options.nkey(seed.trim().to_owned());
+        key = vec![
+            "--nkey".to_owned(),
+            system.agent_key("py-echo").display().to_string(),
+        ];
+    }
+    let nats = options.connect(system.url()).await.unwrap();
+    let tester = Agent::connect_with(nats, AgentCard::new(tester_id), AgentOptions::default())
+        .await
+        .unwrap();
     let goal = tester.open_goal().await.unwrap();
 
     let mut python = tokio::process::Command::new(python_bin())
         .arg(workspace_root().join("examples/python/agent.py"))
         .args(["--nats-url", &system.url(), "--agent", "py-echo"])
+        .args(key)
         .args(["--max-handled", "2"])
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -45,7 +71,9 @@ async fn the_nats_py_example_agent_receives_answers_and_sends() {
     let ready = next_event(&mut events).await;
     assert_eq!(ready["event"], "ready", "{ready}");
     assert_eq!(ready["agent_id"], "py-echo");
-    let (ok, looked, stderr) = json(&["lookup", "py-echo", "--nats-url", &system.url()]).await;
+    let (ok, looked, stderr) = system
+        .cli_json(&["lookup", "py-echo", "--nats-url", &system.url()])
+        .await;
     assert!(ok, "{stderr}");
     assert_eq!(looked["live_goals"][0], ready["goal_id"], "{looked}");
 
@@ -92,6 +120,8 @@ async fn the_nats_py_example_agent_receives_answers_and_sends() {
         .unwrap()
         .unwrap();
     assert!(status.success(), "{status:?}");
-    let (_, looked, _) = json(&["lookup", "py-echo", "--nats-url", &system.url()]).await;
+    let (_, looked, _) = system
+        .cli_json(&["lookup", "py-echo", "--nats-url", &system.url()])
+        .await;
     assert_eq!(looked["live_goals"], serde_json::json!([]), "{looked}");
 }

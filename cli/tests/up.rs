@@ -421,3 +421,129 @@ async fn up_refuses_more_replicas_than_the_server_can_place_with_exit_64() {
     assert_eq!(output.status.code(), Some(64), "{stderr}");
     assert!(stderr.contains("jetstream.replicas is 3"), "{stderr}");
 }
+
+/// `up --auth DIR`: the embedded server runs the accounts `nats-config` wrote; an agent signs
+/// in with its key (the CLI with `--nkey`), a client without a key is refused, and the
+/// services sign in with `services.nk` on their own.
+#[tokio::test]
+async fn up_with_auth_runs_the_generated_accounts() {
+    let data = tempfile::tempdir().unwrap();
+    std::fs::write(
+        data.path().join("agents.toml"),
+        "[[agents]]\nid = \"alice\"\n[[agents]]\nid = \"bob\"\n",
+    )
+    .unwrap();
+    let (ok, _, err) = common::text(&[
+        "nats-config",
+        "--agents",
+        data.path().join("agents.toml").to_str().unwrap(),
+        "--out",
+        data.path().join("auth").to_str().unwrap(),
+    ])
+    .await;
+    assert!(ok, "{err}");
+    let port = free_port();
+    let url = format!("nats://127.0.0.1:{port}");
+    let mut up = switchboard()
+        .args([
+            "up",
+            "--port",
+            &port.to_string(),
+            "--auth",
+            "auth",
+            "--data-dir",
+        ])
+        .arg(data.path().join("nats"))
+        .current_dir(data.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let _interrupt = common::InterruptOnDrop(up.id());
+    let mut lines = BufReader::new(up.stdout.take().unwrap()).lines();
+    let banner = tokio::time::timeout(Duration::from_secs(30), async {
+        let mut banner = String::new();
+        while let Some(line) = lines.next_line().await.unwrap() {
+            banner.push_str(&line);
+            banner.push('\n');
+            if line.starts_with("Stop:") {
+                break;
+            }
+        }
+        banner
+    })
+    .await
+    .expect("up prints its banner");
+    assert!(banner.contains("access:    accounts from auth"), "{banner}");
+
+    assert!(
+        async_nats::connect(url.as_str()).await.is_err(),
+        "no key, no connection"
+    );
+    let key = |agent: &str| data.path().join(format!("auth/agents/{agent}.nk"));
+    let seed = std::fs::read_to_string(key("alice")).unwrap();
+    let id = switchboard_client::proto::AgentId::parse("alice").unwrap();
+    let nats = switchboard_client::agent_connect_options(&id)
+        .nkey(seed.trim().to_owned())
+        .connect(url.as_str())
+        .await
+        .unwrap();
+    let alice = Agent::connect_with(
+        nats,
+        switchboard_client::proto::AgentCard::new(id),
+        switchboard_client::AgentOptions::default(),
+    )
+    .await
+    .unwrap();
+    let goal = alice.open_goal().await.unwrap();
+    // bob, through the CLI with his key, registers and sends to alice.
+    let (ok, _, err) = json(&[
+        "register",
+        "--as",
+        "bob",
+        "--nkey",
+        key("bob").to_str().unwrap(),
+        "--nats-url",
+        &url,
+    ])
+    .await;
+    assert!(ok, "{err}");
+    let (ok, report, err) = json(&[
+        "send",
+        "--as",
+        "bob",
+        "--to",
+        "alice",
+        "hello alice",
+        "--nkey",
+        key("bob").to_str().unwrap(),
+        "--nats-url",
+        &url,
+    ])
+    .await;
+    assert!(ok, "{err}");
+    assert_eq!(report["delivered_to"][0], goal.id().to_string(), "{report}");
+    let got = goal.recv(Duration::from_secs(10)).await.unwrap().unwrap();
+    assert_eq!(got.ack().await.unwrap().body, "hello alice");
+    // bob's key cannot speak for alice.
+    let started = std::time::Instant::now();
+    let (ok, _, err) = json(&[
+        "send",
+        "--as",
+        "alice",
+        "--to",
+        "bob",
+        "spoofed",
+        "--nkey",
+        key("bob").to_str().unwrap(),
+        "--nats-url",
+        &url,
+    ])
+    .await;
+    assert!(!ok, "bob's key cannot send as alice");
+    assert!(err.contains("Permissions Violation"), "{err}");
+    assert!(
+        started.elapsed() < Duration::from_secs(8),
+        "refused at once, not after the request timeout"
+    );
+}

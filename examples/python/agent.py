@@ -175,7 +175,12 @@ async def handle(agent, goal_id, m, headers):
 
 
 async def run(args):
-    nc = await nats.connect(args.nats_url, name=f"py-agent-{args.agent}")
+    # §8: an agent's replies arrive under _INBOX.<agent_id> (the only inboxes the generated
+    # NATS config lets it subscribe to), and it signs in with its own NKey seed when given one.
+    options = {"name": f"py-agent-{args.agent}", "inbox_prefix": f"_INBOX.{args.agent}"}
+    if args.nkey:
+        options["nkeys_seed"] = args.nkey
+    nc = await nats.connect(args.nats_url, **options)
     agent = Agent(nc, args.agent)
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -245,6 +250,8 @@ def main():
     p.add_argument("--nats-url", default="nats://127.0.0.1:4222")
     p.add_argument("--agent", default="py-echo", help="agent_id: 1-64 of [a-z0-9_-] (§1)")
     p.add_argument("--description", default="echo agent written in Python with nats-py")
+    p.add_argument("--nkey", default=None,
+                   help="NKey seed file (switchboard nats-config writes agents/<agent_id>.nk)")
     p.add_argument("--max-handled", type=int, default=None,
                    help="stop after handling this many inbox messages")
     sys.exit(asyncio.run(run(p.parse_args())))

@@ -141,7 +141,11 @@ fn bench_agents() -> usize {
 }
 
 async fn agent(url: &str, id: &str) -> Agent {
-    let nats = async_nats::connect(url).await.unwrap();
+    let nats =
+        switchboard_client::agent_connect_options(&switchboard_proto::AgentId::parse(id).unwrap())
+            .connect(url)
+            .await
+            .unwrap();
     let options = AgentOptions {
         heartbeat_interval: Duration::from_secs(3600),
         ..AgentOptions::default()

@@ -108,7 +108,10 @@ pub fn fast_offline(timeout_ms: u64) -> DirectoryConfig {
 
 /// Connects an agent with a given card (heartbeats every `beat`).
 pub async fn agent_with(url: &str, card: AgentCard, beat: Duration) -> Agent {
-    let nats = async_nats::connect(url).await.unwrap();
+    let nats = switchboard_client::agent_connect_options(&card.agent_id)
+        .connect(url)
+        .await
+        .unwrap();
     let options = AgentOptions {
         heartbeat_interval: beat,
         ..AgentOptions::default()

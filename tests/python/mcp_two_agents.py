@@ -19,6 +19,7 @@ on the first failed expectation.
 
 import asyncio
 import json
+import os
 import sys
 
 from mcp import ClientSession, StdioServerParameters
@@ -84,15 +85,15 @@ async def call(session, tool, args=None):
     return result.is_error, text_of(result)
 
 
-async def main(binary, nats_url):
+async def main(binary, nats_url, key_dir=None):
     report = {}
 
     def server(agent, description):
-        return StdioServerParameters(
-            command=binary,
-            args=["mcp", "--agent", agent, "--description", description, "--nats-url", nats_url],
-            env={"RUST_LOG": "warn"},
-        )
+        args = ["mcp", "--agent", agent, "--description", description, "--nats-url", nats_url]
+        if key_dir:
+            # Under the generated accounts each agent signs in with its own NKey seed.
+            args += ["--nkey", os.path.join(key_dir, f"{agent}.nk")]
+        return StdioServerParameters(command=binary, args=args, env={"RUST_LOG": "warn"})
 
     alice, bob = Host("alice"), Host("bob")
     async with stdio_client(server("mcp-alice", "asks questions")) as (ar, aw), \
@@ -172,4 +173,4 @@ async def main(binary, nats_url):
 
 
 if __name__ == "__main__":
-    asyncio.run(main(sys.argv[1], sys.argv[2]))
+    asyncio.run(main(sys.argv[1], sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else None))

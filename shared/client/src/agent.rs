@@ -76,13 +76,22 @@ where
         .map_err(ClientError::from)
 }
 
+/// Connect options for agent `id`: named `agent:<id>`, a 5 s ping, and the reply inbox prefix
+/// `_INBOX.<id>` (ARCHITECTURE.md §8) — the only inboxes the generated NATS config lets the
+/// agent subscribe to. Add credentials on top (`.nkey(seed)`), then [`Agent::connect_with`].
+pub fn agent_connect_options(id: &AgentId) -> async_nats::ConnectOptions {
+    async_nats::ConnectOptions::new()
+        .name(format!("agent:{id}"))
+        .ping_interval(Duration::from_secs(5))
+        .custom_inbox_prefix(switchboard_proto::subject::agent_inbox_prefix(id))
+}
+
 impl Agent {
-    /// Connects to NATS at `nats_url` and registers `agent_id` with a default card.
+    /// Connects to NATS at `nats_url` (no credentials) and registers `agent_id` with a default
+    /// card.
     pub async fn connect(nats_url: &str, agent_id: &str) -> Result<Self, ClientError> {
         let id = AgentId::parse(agent_id)?;
-        let nats = async_nats::ConnectOptions::new()
-            .name(format!("agent:{id}"))
-            .ping_interval(Duration::from_secs(5))
+        let nats = agent_connect_options(&id)
             .connect(nats_url)
             .await
             .map_err(|err| ClientError::Connect(err.to_string()))?;
@@ -90,11 +99,27 @@ impl Agent {
     }
 
     /// Registers `card` over an existing connection and starts the heartbeat loop.
+    ///
+    /// The connection must use the agent's reply inbox prefix (see [`agent_connect_options`]);
+    /// one that does not is refused with [`ClientError::InboxPrefix`] rather than left to time
+    /// out on its first request under a secured server.
     pub async fn connect_with(
         nats: Client,
         card: AgentCard,
         options: AgentOptions,
     ) -> Result<Self, ClientError> {
+        let prefix = switchboard_proto::subject::agent_inbox_prefix(&card.agent_id);
+        let inbox = nats.new_inbox();
+        if !inbox
+            .strip_prefix(prefix.as_str())
+            .is_some_and(|rest| rest.starts_with('.'))
+        {
+            return Err(ClientError::InboxPrefix {
+                agent: card.agent_id.to_string(),
+                expected: prefix,
+                got: inbox,
+            });
+        }
         let agent = Self {
             nats,
             card,

@@ -11,6 +11,19 @@ pub enum ClientError {
     /// Connecting to NATS failed.
     #[error("connecting to NATS: {0}")]
     Connect(String),
+    /// The connection's reply inboxes are not the agent's own (`_INBOX.<agent_id>`): build it
+    /// with `agent_connect_options`.
+    #[error(
+        "agent `{agent}` must use the reply inbox prefix `{expected}` (its connection makes `{got}`); build the connection with switchboard_client::agent_connect_options"
+    )]
+    InboxPrefix {
+        /// The agent.
+        agent: String,
+        /// `_INBOX.<agent_id>`.
+        expected: String,
+        /// An inbox the connection made.
+        got: String,
+    },
     /// No service answers on the subject (is `switchboard up` running?).
     #[error("no service answers on {subject}; is the service running?")]
     NoResponders {

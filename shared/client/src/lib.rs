@@ -33,7 +33,7 @@ mod serving;
 mod tasks;
 
 pub use admin::{AgentListing, list_agents};
-pub use agent::{Agent, AgentOptions};
+pub use agent::{Agent, AgentOptions, agent_connect_options};
 pub use audit::{audit_export, audit_history, audit_pending, audit_thread, audit_verify};
 pub use dlq::{DeadLetter, Replayed, dlq_list, dlq_replay};
 pub use error::ClientError;

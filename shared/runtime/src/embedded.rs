@@ -37,6 +37,10 @@ pub enum EmbeddedError {
         /// Why.
         source: std::io::Error,
     },
+    /// The `--auth` folder is missing `auth.conf` or `services.nk`, or the config cannot be
+    /// written.
+    #[error("{0}")]
+    Auth(String),
     /// The server did not accept connections in time.
     #[error("nats-server did not become ready on {url} within {timeout:?}: {last}")]
     NotReady {
@@ -94,12 +98,46 @@ pub struct EmbeddedNats {
     url: String,
     bin: PathBuf,
     data_dir: PathBuf,
+    /// The services' NKey seed when the server runs the generated accounts.
+    services_seed: Option<String>,
+}
+
+/// The config file `up --auth` writes into the data folder.
+const AUTH_CONFIG_FILE: &str = "nats-server.conf";
+
+/// `to` relative to the folder `from` (both absolute): nats-server resolves an `include`
+/// against the including file's folder, even for an absolute path.
+fn relative_to(from: &Path, to: &Path) -> PathBuf {
+    let from: Vec<_> = from.components().collect();
+    let to_parts: Vec<_> = to.components().collect();
+    let common = from
+        .iter()
+        .zip(&to_parts)
+        .take_while(|(a, b)| a == b)
+        .count();
+    let mut path = PathBuf::new();
+    for _ in common..from.len() {
+        path.push("..");
+    }
+    for part in &to_parts[common..] {
+        path.push(part);
+    }
+    path
 }
 
 impl EmbeddedNats {
     /// Starts nats-server on `127.0.0.1:<port>` with JetStream storing under `data_dir`, and
     /// waits (bounded) until it accepts connections with JetStream ready.
-    pub async fn start(port: u16, data_dir: &Path) -> Result<Self, EmbeddedError> {
+    ///
+    /// With `auth` (a folder `switchboard nats-config --out` wrote), the server runs its
+    /// `auth.conf` — accounts SWITCHBOARD and AGENTS, one NKey per agent — and
+    /// [`EmbeddedNats::services_seed`] is the key the services sign in with. `nats-server
+    /// --signal reload` after regenerating picks up added agents.
+    pub async fn start(
+        port: u16,
+        data_dir: &Path,
+        auth: Option<&Path>,
+    ) -> Result<Self, EmbeddedError> {
         let bin = locate_nats_server()?;
         std::fs::create_dir_all(data_dir).map_err(|source| EmbeddedError::DataDir {
             dir: data_dir.display().to_string(),
@@ -108,7 +146,38 @@ impl EmbeddedNats {
         let data_dir = data_dir
             .canonicalize()
             .unwrap_or_else(|_| data_dir.to_owned());
-        let child = Command::new(&bin)
+        let mut config = None;
+        let mut services_seed = None;
+        if let Some(auth) = auth {
+            let auth = auth
+                .canonicalize()
+                .map_err(|err| EmbeddedError::Auth(format!("--auth {}: {err}", auth.display())))?;
+            let auth_file = auth.join(crate::permissions::AUTH_FILE);
+            if !auth_file.is_file() {
+                return Err(EmbeddedError::Auth(format!(
+                    "{} is missing: run `switchboard nats-config --agents agents.toml --out {}` first",
+                    auth_file.display(),
+                    auth.display()
+                )));
+            }
+            let seed =
+                crate::permissions::read_seed(&auth.join(crate::permissions::SERVICES_SEED_FILE))
+                    .map_err(|err| EmbeddedError::Auth(err.to_string()))?;
+            let path = data_dir.join(AUTH_CONFIG_FILE);
+            let text = format!(
+                "# Written by `switchboard up --auth`: the embedded server with the generated accounts.\nserver_name: switchboard\ninclude {:?}\n",
+                relative_to(&data_dir, &auth_file).display().to_string()
+            );
+            std::fs::write(&path, text)
+                .map_err(|err| EmbeddedError::Auth(format!("writing {}: {err}", path.display())))?;
+            config = Some(path);
+            services_seed = Some(seed);
+        }
+        let mut command = Command::new(&bin);
+        if let Some(config) = &config {
+            command.arg("-c").arg(config);
+        }
+        let child = command
             .args([
                 "-a",
                 "127.0.0.1",
@@ -140,6 +209,7 @@ impl EmbeddedNats {
             url,
             bin,
             data_dir,
+            services_seed,
         };
         server.wait_ready(Duration::from_secs(15)).await?;
         Ok(server)
@@ -149,7 +219,11 @@ impl EmbeddedNats {
         let deadline = tokio::time::Instant::now() + timeout;
         let mut last = String::from("not tried");
         while tokio::time::Instant::now() < deadline {
-            match async_nats::connect(&self.url).await {
+            let options = match &self.services_seed {
+                Some(seed) => async_nats::ConnectOptions::with_nkey(seed.clone()),
+                None => async_nats::ConnectOptions::new(),
+            };
+            match options.connect(&self.url).await {
                 Ok(client) => {
                     let js = async_nats::jetstream::new(client.clone());
                     let ready = js.query_account().await;
@@ -168,6 +242,11 @@ impl EmbeddedNats {
             timeout,
             last,
         })
+    }
+
+    /// The services' NKey seed, when the server runs the generated accounts (`--auth`).
+    pub fn services_seed(&self) -> Option<&str> {
+        self.services_seed.as_deref()
     }
 
     /// Where clients connect.
@@ -210,5 +289,22 @@ impl EmbeddedNats {
             tracing::warn!("nats-server did not exit in time; killing it");
             let _ = self.child.kill().await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn includes_are_written_relative_to_the_config() {
+        assert_eq!(
+            relative_to(Path::new("/w/.data/nats"), Path::new("/w/auth/auth.conf")),
+            PathBuf::from("../../auth/auth.conf")
+        );
+        assert_eq!(
+            relative_to(Path::new("/w"), Path::new("/w/auth/auth.conf")),
+            PathBuf::from("auth/auth.conf")
+        );
     }
 }

@@ -1,5 +1,5 @@
-//! A named NATS connection built from [`NatsConfig`]: auth (user/password, token, NKey, creds
-//! file), TLS, a 5 s ping so dead links are noticed fast, and connection events in the log.
+//! A named NATS connection built from [`NatsConfig`]: auth (user/password, token, NKey seed or
+//! seed file, creds file), TLS, a 5 s ping so dead links are noticed fast, and connection events in the log.
 
 use std::time::Duration;
 
@@ -24,6 +24,9 @@ pub enum ConnectError {
         /// Why.
         source: std::io::Error,
     },
+    /// The NKey seed file could not be read or holds no user seed.
+    #[error("nats.nkey_file: {0}")]
+    NkeyFile(String),
     /// Connecting failed.
     #[error("connecting to {urls}: {source}")]
     Connect {
@@ -57,6 +60,11 @@ pub async fn connect(config: &NatsConfig, name: &str) -> Result<Client, ConnectE
     }
     if let Some(seed) = &config.nkey_seed {
         options = options.nkey(seed.expose().to_owned());
+    }
+    if let Some(path) = &config.nkey_file {
+        let seed = crate::permissions::read_seed(path)
+            .map_err(|err| ConnectError::NkeyFile(err.to_string()))?;
+        options = options.nkey(seed);
     }
     if let Some(path) = &config.creds_file {
         options =

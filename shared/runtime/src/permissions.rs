@@ -1,53 +1,168 @@
-//! Per-agent NATS users: the subject permissions that pin every agent to its own identity.
+//! The NATS accounts that isolate agents from each other and from the fabric's storage
+//! (ARCHITECTURE.md §8), as written by `switchboard nats-config --agents agents.toml --out DIR`.
 //!
-//! Every request subject ends with the caller's id and services take the identity from it, so
-//! a user allowed to publish only subjects ending in its own id cannot act as another agent.
-//! Agents may not publish into inboxes (`agent.inbox.*`), service-internal subjects (`_SB.>`),
-//! event streams, or the JetStream API at all: they read their inboxes through
-//! `agent.inbox.fetch.<id>` / `agent.inbox.ack.<id>` (ARCHITECTURE.md §4a), which the service
-//! answers for the caller's own goals only. Services get their own user with everything and
-//! `allow_responses`.
+//! - Account `SWITCHBOARD` has JetStream, every stream and bucket and the services' user, and
+//!   *exports* every agent-facing request subject ([`switchboard_proto::subject::agent_endpoints`]).
+//! - Account `AGENTS` has no JetStream; it *imports* those subjects and holds one NKey user per
+//!   agent. A user may publish only the request subjects ending in its own id (audit queries
+//!   only if granted) and subscribe only `_INBOX.<agent_id>.>`.
+//!
+//! A request crossing an import gets a reply subject the server makes up (`_R_.…`) in the
+//! services' account, so no agent can choose where a service or JetStream writes; and no agent
+//! can subscribe where another's replies travel. Seeds are written once and kept: regenerating
+//! after adding an agent changes nobody else's key, and `nats-server --signal reload` picks the
+//! new `auth.conf` up without a restart.
+
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
+use switchboard_proto::AgentId;
+use switchboard_proto::subject::{self, AgentEndpoint};
 
-/// The input of `switchboard nats-config`: who may connect.
-#[derive(Debug, Clone, Deserialize)]
+/// The account holding JetStream and the services.
+pub const SERVICES_ACCOUNT: &str = "SWITCHBOARD";
+/// The account holding the agents.
+pub const AGENTS_ACCOUNT: &str = "AGENTS";
+/// The generated config file (to `include` at the top level of a nats-server config).
+pub const AUTH_FILE: &str = "auth.conf";
+/// The services' NKey seed file.
+pub const SERVICES_SEED_FILE: &str = "services.nk";
+/// The folder of the agents' seed files (`<agent_id>.nk`).
+pub const AGENTS_SEED_DIR: &str = "agents";
+
+/// The input of `switchboard nats-config`: who may connect as an agent.
+#[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct UsersFile {
-    /// The services' user.
-    pub services: Login,
-    /// One user per agent.
+pub struct AgentsFile {
+    /// One entry per agent.
     #[serde(default)]
-    pub agents: Vec<AgentLogin>,
+    pub agents: Vec<AgentEntry>,
 }
 
-/// A user name and password.
+/// One agent allowed to connect.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Login {
-    /// User name.
-    pub user: String,
-    /// Password (or a bcrypt hash from `nats server passwd`, which nats-server accepts too).
-    pub password: String,
-}
-
-/// An agent's login: its user name is its agent id.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct AgentLogin {
-    /// The agent id (also the NATS user name).
+pub struct AgentEntry {
+    /// The agent id: the only id this agent may act as.
     pub id: String,
-    /// Password (or bcrypt hash).
-    pub password: String,
-    /// May query the audit trail (`agent.audit.>`).
+    /// May query the audit trail (`agent.audit.*`).
     #[serde(default)]
     pub audit: bool,
 }
 
-/// Why a users file cannot be turned into a config.
+/// Why the config could not be generated.
 #[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct PermissionsError(String);
+pub enum PermissionsError {
+    /// The agents file is wrong (bad id, an id twice, unreadable TOML).
+    #[error("{0}")]
+    Input(String),
+    /// A seed file could not be read or written, or holds no user seed.
+    #[error("{path}: {reason}")]
+    Seed {
+        /// The seed file.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
+    /// Writing the output failed.
+    #[error("writing {path}: {source}")]
+    Write {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+/// One user of the generated config: who it is, its public NKey, and what it may do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentUser {
+    /// The agent id.
+    pub id: AgentId,
+    /// Its public NKey (`U…`).
+    pub public_key: String,
+    /// May query the audit trail.
+    pub audit: bool,
+}
+
+/// Subjects agent `id` may publish to: its own request subjects, the audit queries if granted.
+pub fn agent_publish_allow(id: &AgentId, audit: bool) -> Vec<String> {
+    subject::agent_endpoints()
+        .iter()
+        .filter(|endpoint| audit || !endpoint.audit)
+        .map(|endpoint| endpoint.subject_for(id))
+        .collect()
+}
+
+/// Subjects agent `id` may subscribe to: its own reply inboxes.
+pub fn agent_subscribe_allow(id: &AgentId) -> Vec<String> {
+    vec![format!("{}.>", subject::agent_inbox_prefix(id))]
+}
+
+/// The text of `auth.conf` for the services' public key and the agents' users.
+pub fn auth_conf(services_public_key: &str, agents: &[AgentUser]) -> String {
+    let endpoints = subject::agent_endpoints();
+    let mut out = String::new();
+    out.push_str(
+        "# Generated by `switchboard nats-config`; regenerate rather than edit.\n\
+         # Include it at the top level of the nats-server config (`include auth.conf`).\n\
+         # SWITCHBOARD: JetStream and the services; it exports the agent-facing requests.\n\
+         # AGENTS: one NKey user per agent, no JetStream; each publishes only its own request\n\
+         # subjects and subscribes only _INBOX.<agent_id>.> (ARCHITECTURE.md section 8).\n",
+    );
+    let _ = writeln!(out, "accounts {{");
+    let _ = writeln!(out, "  {SERVICES_ACCOUNT} {{");
+    let _ = writeln!(out, "    jetstream: enabled");
+    let _ = writeln!(out, "    users: [");
+    let _ = writeln!(out, "      {{ nkey: {} }}", quoted(services_public_key));
+    let _ = writeln!(out, "    ]");
+    let _ = writeln!(out, "    exports: [");
+    for endpoint in &endpoints {
+        let _ = writeln!(out, "      {}", export_line(endpoint));
+    }
+    let _ = writeln!(out, "    ]");
+    let _ = writeln!(out, "  }}");
+    let _ = writeln!(out, "  {AGENTS_ACCOUNT} {{");
+    let _ = writeln!(out, "    users: [");
+    for agent in agents {
+        let _ = writeln!(
+            out,
+            "      # {}\n      {{ nkey: {}, permissions: {{\n          publish: {{ allow: {} }}\n          subscribe: {{ allow: {} }}\n      }} }}",
+            agent.id,
+            quoted(&agent.public_key),
+            list(&agent_publish_allow(&agent.id, agent.audit)),
+            list(&agent_subscribe_allow(&agent.id)),
+        );
+    }
+    let _ = writeln!(out, "    ]");
+    let _ = writeln!(out, "    imports: [");
+    for endpoint in &endpoints {
+        let _ = writeln!(
+            out,
+            "      {{ service: {{ account: {SERVICES_ACCOUNT}, subject: {} }} }}",
+            quoted(&endpoint.export_subject())
+        );
+    }
+    let _ = writeln!(out, "    ]");
+    let _ = writeln!(out, "  }}");
+    let _ = writeln!(out, "}}");
+    out
+}
+
+fn export_line(endpoint: &AgentEndpoint) -> String {
+    let mut line = format!("{{ service: {}", quoted(&endpoint.export_subject()));
+    if endpoint.streamed {
+        line.push_str(", response_type: stream");
+    }
+    let _ = write!(
+        line,
+        ", response_threshold: \"{}ms\" }}",
+        endpoint.answer_within_ms
+    );
+    line
+}
 
 fn quoted(text: &str) -> String {
     let escaped = text.replace('\\', "\\\\").replace('"', "\\\"");
@@ -59,131 +174,275 @@ fn list(items: &[String]) -> String {
     format!("[{}]", quoted.join(", "))
 }
 
-/// Subjects an agent may publish to.
-pub fn agent_publish_allow(id: &switchboard_proto::AgentId, audit: bool) -> Vec<String> {
-    use switchboard_proto::subject;
-    let mut allow = vec![
-        format!("agent.registry.*.{id}"),
-        format!("agent.registry.goal.*.{id}"),
-        format!("agent.send.{id}"),
-        format!("agent.call.{id}"),
-        format!("agent.reply.{id}"),
-        format!("agent.calls.pending.{id}"),
-        format!("agent.task.*.{id}"),
-        subject::inbox_fetch(id),
-        subject::inbox_ack(id),
-    ];
-    if audit {
-        allow.push("agent.audit.>".to_owned());
-    }
-    allow
+/// What [`generate`] wrote.
+#[derive(Debug, Clone)]
+pub struct Generated {
+    /// The `auth.conf` path.
+    pub auth_file: PathBuf,
+    /// The services' seed file.
+    pub services_seed: PathBuf,
+    /// Each agent and its seed file.
+    pub agent_seeds: Vec<(AgentId, PathBuf)>,
+    /// Seed files that were new this time (the others were kept as they were).
+    pub created: Vec<PathBuf>,
+    /// Seed files of agents no longer in the agents file: no longer in `auth.conf`, so they
+    /// cannot connect; left in place so re-adding the agent keeps its key.
+    pub unused: Vec<PathBuf>,
 }
 
-/// Subjects no agent may publish to, whatever the allow list says (deny wins).
-pub fn agent_publish_deny() -> Vec<String> {
-    [
-        switchboard_proto::subject::INBOX_ALL,
-        "_SB.>",
-        "agent.registry.events.>",
-        "agent.calls.events.>",
-        "agent.task.events.>",
-        "agent.refusals.>",
-    ]
-    .iter()
-    .map(|s| (*s).to_owned())
-    .collect()
-}
-
-/// The `authorization { users = [...] }` block for a users file.
-pub fn nats_config(users: &UsersFile) -> Result<String, PermissionsError> {
-    let mut seen = std::collections::BTreeSet::new();
-    if users.services.user.is_empty() || users.services.password.is_empty() {
-        return Err(PermissionsError(
-            "services.user and services.password must not be empty".to_owned(),
-        ));
-    }
-    seen.insert(users.services.user.clone());
-    let mut out = String::from(
-        "# Generated by `switchboard nats-config`: one user per agent, pinned to its own identity.\n\
-         # Agents publish only request subjects ending in their id; services may do anything.\n\
-         authorization {\n  users = [\n",
-    );
-    out.push_str(&format!(
-        "    {{ user: {}, password: {}, permissions: {{ publish: \">\", subscribe: \">\", allow_responses: true }} }}\n",
-        quoted(&users.services.user),
-        quoted(&users.services.password)
-    ));
-    for agent in &users.agents {
-        let id = switchboard_proto::AgentId::parse(&agent.id)
-            .map_err(|err| PermissionsError(format!("agent `{}`: {err}", agent.id)))?;
-        if agent.password.is_empty() {
-            return Err(PermissionsError(format!(
-                "agent `{id}` has an empty password"
+/// Checks the agents file: valid ids, none twice.
+pub fn check_agents(file: &AgentsFile) -> Result<Vec<(AgentId, bool)>, PermissionsError> {
+    let mut seen = BTreeSet::new();
+    let mut agents = Vec::with_capacity(file.agents.len());
+    for entry in &file.agents {
+        let id = AgentId::parse(&entry.id)
+            .map_err(|err| PermissionsError::Input(format!("agent `{}`: {err}", entry.id)))?;
+        if !seen.insert(id.clone()) {
+            return Err(PermissionsError::Input(format!(
+                "agent `{id}` appears twice"
             )));
         }
-        if !seen.insert(agent.id.clone()) {
-            return Err(PermissionsError(format!("user `{id}` appears twice")));
-        }
-        out.push_str(&format!(
-            "    {{ user: {}, password: {}, permissions: {{\n        publish: {{ allow: {}, deny: {} }}\n        subscribe: {{ allow: {} }}\n    }} }}\n",
-            quoted(id.as_str()),
-            quoted(&agent.password),
-            list(&agent_publish_allow(&id, agent.audit)),
-            list(&agent_publish_deny()),
-            list(&["_INBOX.>".to_owned()]),
-        ));
+        agents.push((id, entry.audit));
     }
-    out.push_str("  ]\n}\n");
-    Ok(out)
+    Ok(agents)
 }
 
-/// Reads a users file (TOML).
-pub fn read_users(path: &std::path::Path) -> Result<UsersFile, PermissionsError> {
+/// Writes `dir/auth.conf`, `dir/services.nk` and `dir/agents/<agent_id>.nk` for `file`, keeping
+/// every seed file that exists already (its key stays the same).
+pub fn generate(file: &AgentsFile, dir: &Path) -> Result<Generated, PermissionsError> {
+    let agents = check_agents(file)?;
+    let seeds_dir = dir.join(AGENTS_SEED_DIR);
+    create_dir(&seeds_dir)?;
+    let mut created = Vec::new();
+    let services_seed = dir.join(SERVICES_SEED_FILE);
+    let services_key = load_or_create_seed(&services_seed, &mut created)?;
+    let mut users = Vec::with_capacity(agents.len());
+    let mut agent_seeds = Vec::with_capacity(agents.len());
+    for (id, audit) in agents {
+        let path = seeds_dir.join(format!("{id}.nk"));
+        let public_key = load_or_create_seed(&path, &mut created)?;
+        users.push(AgentUser {
+            id: id.clone(),
+            public_key,
+            audit,
+        });
+        agent_seeds.push((id, path));
+    }
+    let listed: BTreeSet<&PathBuf> = agent_seeds.iter().map(|(_, path)| path).collect();
+    let mut unused: Vec<PathBuf> = std::fs::read_dir(&seeds_dir)
+        .map_err(|source| PermissionsError::Write {
+            path: seeds_dir.clone(),
+            source,
+        })?
+        .filter_map(Result::ok)
+        .map(|entry| entry.path())
+        .filter(|path| path.extension().is_some_and(|ext| ext == "nk") && !listed.contains(path))
+        .collect();
+    unused.sort();
+    let auth_file = dir.join(AUTH_FILE);
+    write_file(
+        &auth_file,
+        auth_conf(&services_key, &users).as_bytes(),
+        0o644,
+    )?;
+    Ok(Generated {
+        auth_file,
+        services_seed,
+        agent_seeds,
+        created,
+        unused,
+    })
+}
+
+/// The public key of the user seed in `path`, creating the file with a new seed if it is
+/// missing.
+fn load_or_create_seed(
+    path: &Path,
+    created: &mut Vec<PathBuf>,
+) -> Result<String, PermissionsError> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => public_key_of(text.trim()).map_err(|reason| PermissionsError::Seed {
+            path: path.to_owned(),
+            reason,
+        }),
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+            let pair = nkeys::KeyPair::new_user();
+            let seed = pair.seed().map_err(|err| PermissionsError::Seed {
+                path: path.to_owned(),
+                reason: err.to_string(),
+            })?;
+            write_file(path, format!("{seed}\n").as_bytes(), 0o600)?;
+            created.push(path.to_owned());
+            Ok(pair.public_key())
+        }
+        Err(err) => Err(PermissionsError::Seed {
+            path: path.to_owned(),
+            reason: err.to_string(),
+        }),
+    }
+}
+
+/// The public key of a user seed (`SU…`); anything else is refused.
+pub fn public_key_of(seed: &str) -> Result<String, String> {
+    if !seed.starts_with("SU") {
+        return Err("not an NKey user seed (it must start with SU)".to_owned());
+    }
+    nkeys::KeyPair::from_seed(seed)
+        .map(|pair| pair.public_key())
+        .map_err(|err| format!("not a valid NKey seed: {err}"))
+}
+
+/// Reads an NKey seed file (`<agent_id>.nk`, `services.nk`): the seed, checked.
+pub fn read_seed(path: &Path) -> Result<String, PermissionsError> {
+    let text = std::fs::read_to_string(path).map_err(|err| PermissionsError::Seed {
+        path: path.to_owned(),
+        reason: err.to_string(),
+    })?;
+    let seed = text.trim().to_owned();
+    public_key_of(&seed).map_err(|reason| PermissionsError::Seed {
+        path: path.to_owned(),
+        reason,
+    })?;
+    Ok(seed)
+}
+
+fn create_dir(dir: &Path) -> Result<(), PermissionsError> {
+    std::fs::create_dir_all(dir).map_err(|source| PermissionsError::Write {
+        path: dir.to_owned(),
+        source,
+    })
+}
+
+fn write_file(path: &Path, bytes: &[u8], mode: u32) -> Result<(), PermissionsError> {
+    let fail = |source| PermissionsError::Write {
+        path: path.to_owned(),
+        source,
+    };
+    // Written next to the target and renamed over it, so a reload never reads half a file.
+    let temp = path.with_extension("tmp");
+    {
+        use std::io::Write as _;
+        let mut options = std::fs::OpenOptions::new();
+        options.write(true).create(true).truncate(true);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::OpenOptionsExt as _;
+            options.mode(mode);
+        }
+        #[cfg(not(unix))]
+        let _ = mode;
+        let mut file = options.open(&temp).map_err(fail)?;
+        file.write_all(bytes).map_err(fail)?;
+        file.sync_all().map_err(fail)?;
+    }
+    std::fs::rename(&temp, path).map_err(fail)
+}
+
+/// Reads an agents file (TOML).
+pub fn read_agents(path: &Path) -> Result<AgentsFile, PermissionsError> {
     use figment::Figment;
     use figment::providers::{Format, Toml};
     if !path.exists() {
-        return Err(PermissionsError(format!(
+        return Err(PermissionsError::Input(format!(
             "{} does not exist",
             path.display()
         )));
     }
     Figment::from(Toml::file(path))
         .extract()
-        .map_err(|err| PermissionsError(format!("{}: {err}", path.display())))
+        .map_err(|err| PermissionsError::Input(format!("{}: {err}", path.display())))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn file(ids: &[(&str, bool)]) -> AgentsFile {
+        AgentsFile {
+            agents: ids
+                .iter()
+                .map(|(id, audit)| AgentEntry {
+                    id: (*id).into(),
+                    audit: *audit,
+                })
+                .collect(),
+        }
+    }
+
     #[test]
     fn agents_are_pinned_to_their_own_subjects() {
-        let users = UsersFile {
-            services: Login {
-                user: "switchboard".into(),
-                password: "s\"ecret".into(),
-            },
-            agents: vec![AgentLogin {
-                id: "alice".into(),
-                password: "pw".into(),
+        let alice = AgentId::parse("alice").unwrap();
+        let allow = agent_publish_allow(&alice, false);
+        assert!(allow.contains(&"agent.send.alice".to_owned()));
+        assert!(allow.contains(&"agent.inbox.fetch.alice".to_owned()));
+        assert!(allow.iter().all(|s| s.ends_with(".alice")), "{allow:?}");
+        assert!(
+            agent_publish_allow(&alice, true)
+                .iter()
+                .any(|s| s == "agent.audit.verify")
+        );
+        assert_eq!(agent_subscribe_allow(&alice), ["_INBOX.alice.>"]);
+        let conf = auth_conf(
+            "USERVICES",
+            &[AgentUser {
+                id: alice,
+                public_key: "UALICE".into(),
                 audit: false,
             }],
-        };
-        let config = nats_config(&users).unwrap();
-        assert!(config.contains("\"agent.send.alice\""));
-        assert!(config.contains("\"agent.inbox.fetch.alice\""));
-        assert!(
-            !config.contains("$JS"),
-            "agents never touch the JetStream API: {config}"
         );
-        assert!(!config.contains("agent.audit"));
-        assert!(config.contains("\"s\\\"ecret\""), "{config}");
-        assert!(config.contains("allow_responses: true"));
-        let mut twice = users.clone();
-        twice.agents.push(twice.agents[0].clone());
-        assert!(nats_config(&twice).is_err());
-        let mut bad = users;
-        bad.agents[0].id = "a.b".into();
-        assert!(nats_config(&bad).is_err());
+        assert!(
+            !conf.contains("$JS"),
+            "agents never touch JetStream: {conf}"
+        );
+        assert!(!conf.contains("password"), "{conf}");
+        assert!(conf.contains("{ service: \"agent.audit.export\", response_type: stream"));
+        assert!(conf.contains("{ service: { account: SWITCHBOARD, subject: \"agent.send.*\" } }"));
+        assert!(conf.contains("subscribe: { allow: [\"_INBOX.alice.>\"] }"));
+    }
+
+    #[test]
+    fn seeds_are_kept_across_regenerations() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = generate(&file(&[("alice", false)]), dir.path()).unwrap();
+        assert_eq!(first.created.len(), 2);
+        let alice_seed = std::fs::read_to_string(&first.agent_seeds[0].1).unwrap();
+        let services_seed = std::fs::read_to_string(&first.services_seed).unwrap();
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt as _;
+            let mode = std::fs::metadata(&first.services_seed)
+                .unwrap()
+                .permissions()
+                .mode();
+            assert_eq!(mode & 0o077, 0, "seed files are private");
+        }
+        let second = generate(&file(&[("alice", true), ("bob", false)]), dir.path()).unwrap();
+        assert_eq!(second.created, [dir.path().join("agents/bob.nk")]);
+        assert_eq!(
+            std::fs::read_to_string(&second.agent_seeds[0].1).unwrap(),
+            alice_seed
+        );
+        assert_eq!(
+            std::fs::read_to_string(&second.services_seed).unwrap(),
+            services_seed
+        );
+        let conf = std::fs::read_to_string(&second.auth_file).unwrap();
+        assert!(conf.contains(&public_key_of(alice_seed.trim()).unwrap()));
+        let third = generate(&file(&[("bob", false)]), dir.path()).unwrap();
+        assert_eq!(third.unused, [dir.path().join("agents/alice.nk")]);
+        let conf = std::fs::read_to_string(&third.auth_file).unwrap();
+        assert!(!conf.contains(&public_key_of(alice_seed.trim()).unwrap()));
+    }
+
+    #[test]
+    fn bad_agents_files_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(generate(&file(&[("a.b", false)]), dir.path()).is_err());
+        assert!(generate(&file(&[("alice", false), ("alice", true)]), dir.path()).is_err());
+        std::fs::create_dir_all(dir.path().join("agents")).unwrap();
+        std::fs::write(dir.path().join("agents/carol.nk"), "not a seed").unwrap();
+        let err = generate(&file(&[("carol", false)]), dir.path()).unwrap_err();
+        assert!(err.to_string().contains("carol.nk"), "{err}");
+        assert!(read_seed(&dir.path().join("agents/carol.nk")).is_err());
     }
 }

@@ -230,23 +230,34 @@ fn readiness_panic(what: &str, reason: &str, log_path: &Path) -> ! {
 }
 
 /// Connect options for `url`, taking `user:password@` out of it as credentials.
-fn login(url: &str) -> (async_nats::ConnectOptions, String) {
-    if let Some((scheme, rest)) = url.split_once("://")
-        && let Some((userinfo, host)) = rest.rsplit_once('@')
-        && let Some((user, password)) = userinfo.split_once(':')
-    {
-        return (
-            async_nats::ConnectOptions::with_user_and_password(user.into(), password.into()),
-            format!("{scheme}://{host}"),
-        );
-    }
-    (async_nats::ConnectOptions::new(), url.to_owned())
+/// How a client signs in to a test server.
+#[derive(Debug, Clone)]
+pub enum Login {
+    /// No credentials.
+    Open,
+    /// A user and password.
+    Password(String, String),
+    /// An NKey seed (`SU…`).
+    Nkey(String),
 }
 
-async fn connect(url: &str) -> async_nats::Client {
-    let (options, address) = login(url);
-    options
-        .connect(address)
+impl Login {
+    /// Connect options carrying these credentials.
+    pub fn options(&self) -> async_nats::ConnectOptions {
+        match self {
+            Login::Open => async_nats::ConnectOptions::new(),
+            Login::Password(user, password) => {
+                async_nats::ConnectOptions::with_user_and_password(user.clone(), password.clone())
+            }
+            Login::Nkey(seed) => async_nats::ConnectOptions::with_nkey(seed.clone()),
+        }
+    }
+}
+
+async fn connect(url: &str, login: &Login) -> async_nats::Client {
+    login
+        .options()
+        .connect(url)
         .await
         .unwrap_or_else(|e| panic!("testkit: cannot connect to {url}: {e}"))
 }
@@ -256,6 +267,7 @@ async fn connect(url: &str) -> async_nats::Client {
 /// crashed server fails fast.
 async fn wait_jetstream(
     url: &str,
+    login: &Login,
     deadline: Instant,
     mut alive: impl FnMut() -> Result<(), String>,
 ) -> Result<(), String> {
@@ -266,8 +278,12 @@ async fn wait_jetstream(
         let remaining = deadline.saturating_duration_since(Instant::now());
         let attempt = remaining.clamp(POLL_INTERVAL, Duration::from_secs(1));
         if client.is_none() {
-            let (options, address) = login(url);
-            match options.connection_timeout(attempt).connect(address).await {
+            match login
+                .options()
+                .connection_timeout(attempt)
+                .connect(url)
+                .await
+            {
                 Ok(c) => client = Some(c),
                 Err(e) => last = format!("cannot connect to {url}: {e}"),
             }
@@ -331,8 +347,8 @@ pub struct NatsServer {
     store_dir: PathBuf,
     ports_dir: PathBuf,
     log_path: PathBuf,
-    /// User and password the server requires, if any.
-    auth: Option<(String, String)>,
+    /// How clients sign in.
+    auth: Login,
     /// A config file passed with `-c` (its `authorization` replaces `--user`/`--pass`).
     config_file: Option<PathBuf>,
     // Declared last, and `Drop` kills the process first: the dir is removed
@@ -348,28 +364,24 @@ impl NatsServer {
     /// If the binary is missing or the server does not become ready (the
     /// message includes the tail of its log).
     pub async fn start() -> NatsServer {
-        Self::start_inner(None, None).await
+        Self::start_inner(Login::Open, None).await
     }
 
     /// Like [`NatsServer::start`], but the server requires `user`/`password` (`--user`,
     /// `--pass`). [`NatsServer::url`] stays credential-free; [`NatsServer::client`] and the
     /// readiness check log in.
     pub async fn start_with_user(user: &str, password: &str) -> NatsServer {
-        Self::start_inner(Some((user.to_owned(), password.to_owned())), None).await
+        Self::start_inner(Login::Password(user.to_owned(), password.to_owned()), None).await
     }
 
     /// Like [`NatsServer::start`], with `config` (nats-server config text, e.g. an
     /// `authorization` block) written to a file and passed with `-c`; `login` is the user the
     /// readiness check and [`NatsServer::client`] connect as.
-    pub async fn start_with_config(config: &str, login: (&str, &str)) -> NatsServer {
-        Self::start_inner(
-            Some((login.0.to_owned(), login.1.to_owned())),
-            Some(config.to_owned()),
-        )
-        .await
+    pub async fn start_with_config(config: &str, login: Login) -> NatsServer {
+        Self::start_inner(login, Some(config.to_owned())).await
     }
 
-    async fn start_inner(auth: Option<(String, String)>, config: Option<String>) -> NatsServer {
+    async fn start_inner(auth: Login, config: Option<String>) -> NatsServer {
         let bin = nats_server_bin();
         let dir = temp_dir("sb-nats-");
         let store_dir = dir.path().join("store");
@@ -389,7 +401,8 @@ impl NatsServer {
         };
         if let Some(config) = config {
             let path = server._dir.path().join("nats-server.conf");
-            fs::write(&path, config).expect("testkit: cannot write the server config");
+            fs::write(&path, server.with_name(&config))
+                .expect("testkit: cannot write the server config");
             server.config_file = Some(path);
         }
         server.launch(None).await;
@@ -431,15 +444,35 @@ impl NatsServer {
     /// # Panics
     /// If the connection fails (e.g. the server is stopped).
     pub async fn client(&self) -> async_nats::Client {
-        connect(&self.login_url()).await
+        connect(&self.url(), &self.auth).await
     }
 
-    /// The URL with credentials, when the server requires them.
-    fn login_url(&self) -> String {
-        match &self.auth {
-            Some((user, password)) => format!("nats://{user}:{password}@127.0.0.1:{}", self.port),
-            None => self.url(),
-        }
+    /// Replaces the config file given at start (the server reads it on [`NatsServer::reload`]).
+    ///
+    /// # Panics
+    /// If the server was started without a config, or the file cannot be written.
+    pub fn rewrite_config(&self, config: &str) {
+        let path = self
+            .config_file
+            .as_ref()
+            .expect("testkit: this server was started without a config file");
+        fs::write(path, self.with_name(config)).expect("testkit: cannot write the server config");
+    }
+
+    /// `config` with this server's name first: a reload compares the file's `server_name`
+    /// with the running one (the `-n` flag does not count) and refuses a change.
+    fn with_name(&self, config: &str) -> String {
+        format!("server_name: {}\n{config}", quote(&self.name))
+    }
+
+    /// Sends SIGHUP: the server re-reads its config file (and what it includes) without
+    /// dropping any connection, like `nats-server --signal reload`.
+    ///
+    /// # Panics
+    /// If the server is stopped or the signal cannot be sent.
+    pub fn reload(&self) {
+        let pid = self.pid().expect("testkit: reload needs a running server");
+        signal(pid, "HUP");
     }
 
     /// Kills the server process (SIGKILL, like a crash) and waits for it to
@@ -490,7 +523,7 @@ impl NatsServer {
         if let Some(config) = &self.config_file {
             args.push("-c".into());
             args.push(config.clone().into());
-        } else if let Some((user, password)) = &self.auth {
+        } else if let Login::Password(user, password) = &self.auth {
             args.extend([
                 "--user".into(),
                 user.into(),
@@ -523,11 +556,9 @@ impl NatsServer {
         }
         self.port = actual;
 
-        let url = match &self.auth {
-            Some((user, password)) => format!("nats://{user}:{password}@127.0.0.1:{actual}"),
-            None => format!("nats://127.0.0.1:{actual}"),
-        };
-        if let Err(reason) = wait_jetstream(&url, deadline, || check_alive(child)).await {
+        let url = format!("nats://127.0.0.1:{actual}");
+        if let Err(reason) = wait_jetstream(&url, &self.auth, deadline, || check_alive(child)).await
+        {
             readiness_panic(&what, &reason, &self.log_path);
         }
     }
@@ -663,7 +694,7 @@ impl NatsCluster {
     /// # Panics
     /// If the connection fails (e.g. the node is stopped).
     pub async fn client(&self, node: usize) -> async_nats::Client {
-        connect(&self.url(node)).await
+        connect(&self.url(node), &Login::Open).await
     }
 
     /// Kills node `node` (SIGKILL, like a crash) and waits for it to exit.
@@ -772,7 +803,7 @@ impl NatsCluster {
     /// create replicated streams themselves use [`create_stream`], and the services retry.
     async fn wait_placement(&self, deadline: Instant) -> Result<(), String> {
         const PROBE: &str = "SB_TESTKIT_PLACEMENT_PROBE";
-        let client = connect(&self.url(0)).await;
+        let client = connect(&self.url(0), &Login::Open).await;
         let js = jetstream::new(client);
         loop {
             let config = jetstream::stream::Config {
@@ -907,7 +938,7 @@ impl NatsCluster {
             }
             Ok(())
         };
-        let result = wait_jetstream(&url, deadline, &mut alive).await;
+        let result = wait_jetstream(&url, &Login::Open, deadline, &mut alive).await;
         // `/healthz` is 200 once the node's JetStream is current (it has a meta
         // leader and its streams and consumers have caught up).
         let result = match result {
