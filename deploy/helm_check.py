@@ -26,8 +26,12 @@ RELEASE, NAMESPACE = "switchboard", "switchboard"
 MUST_FAIL = {
     "unknown auth type": ({"nats": {"auth": {"type": "basic"}}}, "nats.auth.type must be one of"),
     "user without password": (
-        {"nats": {"auth": {"type": "userPassword", "user": "svc"}}},
+        {"nats": {"auth": {"type": "userPassword", "user": "svc", "existingSecret": ""}}},
         "nats.auth.password is required",
+    ),
+    "nkey without a seed or a Secret": (
+        {"nats": {"auth": {"type": "nkey", "existingSecret": ""}}},
+        "nats.auth.nkeySeed",
     ),
     "no NATS url": ({"nats": {"urls": []}}, "nats.urls must list at least one server"),
     "jetstream replicas 0": ({"jetstream": {"replicas": 0}}, "jetstream.replicas must be 1..5"),
@@ -82,6 +86,10 @@ def check_objects(objects: list[dict], values: dict, label: str) -> None:
             problem(f"[{label}] {service}: not runAsNonRoot")
         if env.get("SERVICE", {}).get("value") != service:
             problem(f"[{label}] {service}: SERVICE env is not {service}")
+        if merged["nats"]["auth"]["type"] == "nkey" and env.get("SWITCHBOARD_NATS__NKEY_FILE", {}).get(
+            "value"
+        ) != "/etc/switchboard/nats/services.nk":
+            problem(f"[{label}] {service}: nkey auth without SWITCHBOARD_NATS__NKEY_FILE")
         urls = "[" + ",".join(merged["nats"]["urls"]) + "]"
         if env.get("SWITCHBOARD_NATS__URLS", {}).get("value") != urls:
             problem(f"[{label}] {service}: SWITCHBOARD_NATS__URLS is not {urls}")

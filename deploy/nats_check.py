@@ -96,10 +96,12 @@ def boot_single(server: str, tmp: Path) -> None:
     client, http = free_port(), free_port()
     text = SINGLE.read_text()
     text = replace(text, "0.0.0.0:4222", f"127.0.0.1:{client}", "single.conf")
-    text = replace(text, "0.0.0.0:8222", f"127.0.0.1:{http}", "single.conf")
+    text = replace(text, "127.0.0.1:8222", f"127.0.0.1:{http}", "single.conf")
     text = replace(text, 'store_dir: "/data"', f'store_dir: "{tmp / "single-data"}"', "single.conf")
     conf = tmp / "single.conf"
     conf.write_text(text)
+    (tmp / "auth").mkdir(exist_ok=True)
+    shutil.copy(SINGLE.parent / "auth" / "auth.conf", tmp / "auth" / "auth.conf")
     start(server, conf, tmp / "single.log")
     if not wait_healthy(http, "single"):
         print((tmp / "single.log").read_text()[-2000:])
@@ -121,7 +123,7 @@ def boot_cluster(server: str, tmp: Path) -> None:
     for node in NODES:
         client, http, route = ports[node]
         text = replace(common, "0.0.0.0:4222", f"127.0.0.1:{client}", "common.conf")
-        text = replace(text, "0.0.0.0:8222", f"127.0.0.1:{http}", "common.conf")
+        text = replace(text, "127.0.0.1:8222", f"127.0.0.1:{http}", "common.conf")
         text = replace(text, "0.0.0.0:6222", f"127.0.0.1:{route}", "common.conf")
         text = replace(text, 'store_dir: "/data"', f'store_dir: "{tmp / node / "data"}"', "common.conf")
         for other in NODES:
@@ -134,6 +136,8 @@ def boot_cluster(server: str, tmp: Path) -> None:
         directory = tmp / node
         directory.mkdir()
         (directory / "common.conf").write_text(text)
+        (directory / "auth").mkdir(exist_ok=True)
+        shutil.copy(CLUSTER / "auth" / "auth.conf", directory / "auth" / "auth.conf")
         shutil.copy(CLUSTER / f"{node}.conf", directory / f"{node}.conf")
         start(server, directory / f"{node}.conf", tmp / f"{node}.log")
     if not all(wait_healthy(ports[n][1], n) for n in NODES):

@@ -69,7 +69,7 @@ app.kubernetes.io/component: {{ .service }}
 
 {{/* Fails rendering on values that cannot work. */}}
 {{- define "switchboard.validate" -}}
-{{- $types := list "none" "userPassword" "token" "creds" }}
+{{- $types := list "none" "nkey" "userPassword" "token" "creds" }}
 {{- if not (has .Values.nats.auth.type $types) }}
 {{- fail (printf "nats.auth.type must be one of %s, got %q" (join ", " $types) .Values.nats.auth.type) }}
 {{- end }}
