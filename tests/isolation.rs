@@ -874,3 +874,46 @@ async fn random_reply_subjects_headers_and_numbers_never_panic_or_write_elsewher
         assert_eq!(internal, 0, "{service}: {}", stats.body);
     }
 }
+
+/// Issue 17, attack 7: held fetches cost a task and a wake registration each for up to 30 s;
+/// one agent may hold at most `HELD_FETCHES_PER_AGENT` (32) on a replica, and every fetch past
+/// that is answered at once instead of piling up. Another agent's fetches are not affected.
+#[tokio::test]
+async fn an_agent_cannot_pile_up_held_fetches() {
+    use futures::StreamExt;
+    let fabric = Fabric::start().await;
+    let (_mallory, mallory_goal) = fabric.agent_with_goal("mallory").await;
+    let (_bob, bob_goal) = fabric.agent_with_goal("bob").await;
+    let client = fabric.nats.client().await;
+    let fetch = |agent: &str, goal: switchboard_proto::GoalId| {
+        let client = client.clone();
+        let subject = subject::inbox_fetch(&id(agent));
+        let body = json!({"goal_id": goal, "wait_ms": 3_000}).to_string();
+        async move {
+            let started = std::time::Instant::now();
+            let reply = client.request(subject, body.into()).await.unwrap();
+            let value: serde_json::Value = serde_json::from_slice(&reply.payload).unwrap();
+            assert!(value["messages"].is_array(), "{value}");
+            started.elapsed()
+        }
+    };
+    let piled = inbox_fanout::reader::HELD_FETCHES_PER_AGENT + 8;
+    let took: Vec<Duration> = futures::stream::iter(0..piled)
+        .map(|_| fetch("mallory", mallory_goal.id()))
+        .buffer_unordered(piled)
+        .collect()
+        .await;
+    let at_once = took.iter().filter(|d| **d < Duration::from_secs(1)).count();
+    let held = took
+        .iter()
+        .filter(|d| **d >= Duration::from_millis(2_500))
+        .count();
+    assert!(at_once >= 8, "{at_once} answered at once: {took:?}");
+    assert!(
+        held <= inbox_fanout::reader::HELD_FETCHES_PER_AGENT,
+        "{held} held"
+    );
+    // Held fetches are released when they end: bob, and mallory again, may hold one.
+    assert!(fetch("bob", bob_goal.id()).await >= Duration::from_millis(2_500));
+    assert!(fetch("mallory", mallory_goal.id()).await >= Duration::from_millis(2_500));
+}

@@ -231,13 +231,6 @@ impl Registry {
         fields.insert("agent_id".to_owned(), caller.as_str().into());
         let card: AgentCard = serde_json::from_value(serde_json::Value::Object(fields))
             .map_err(|err| DirectoryError::InvalidCard(err.to_string()))?;
-        if card.max_concurrent_tasks > switchboard_proto::MAX_CONCURRENT_TASKS_LIMIT {
-            return Err(DirectoryError::InvalidCard(format!(
-                "max_concurrent_tasks is {}; the most allowed is {}",
-                card.max_concurrent_tasks,
-                switchboard_proto::MAX_CONCURRENT_TASKS_LIMIT
-            )));
-        }
         let size = serde_json::to_vec(&card).map_or(usize::MAX, |stored| stored.len());
         if size > switchboard_proto::MAX_CARD_BYTES {
             return Err(DirectoryError::InvalidCard(format!(
@@ -300,14 +293,17 @@ impl Registry {
                     (None, AgentStatus::Offline) => AgentStatus::Idle,
                     (None, status) => status,
                 };
-                let cap = usize::try_from(current.card.max_concurrent_tasks).unwrap_or(usize::MAX);
+                let cap = usize::try_from(current.card.max_concurrent_tasks)
+                    .unwrap_or(usize::MAX)
+                    .min(switchboard_proto::CURRENT_TASKS_MAX);
                 if let Some(tasks) = &request.current_tasks
                     && tasks.len() > cap
                 {
                     return Err(DirectoryError::BadHeartbeat(format!(
-                        "current_tasks lists {} tasks; your card allows at most {cap} \
-                         (max_concurrent_tasks)",
-                        tasks.len()
+                        "current_tasks lists {} tasks; at most {cap} (your card's \
+                         max_concurrent_tasks, and never more than {})",
+                        tasks.len(),
+                        switchboard_proto::CURRENT_TASKS_MAX
                     )));
                 }
                 Ok(AgentRecord {

@@ -33,9 +33,10 @@ pub const HEADER_DLQ_DELIVERIES: &str = "Switchboard-Dlq-Deliveries";
 /// Largest agent card the directory stores, in bytes of its JSON (16 KiB): every `list_peers`
 /// and every send's ACL check reads cards, and an LLM reads them in its context.
 pub const MAX_CARD_BYTES: usize = 16 * 1024;
-/// The most concurrent tasks a card may declare (`max_concurrent_tasks`); it also bounds the
-/// `current_tasks` list a heartbeat may carry.
-pub const MAX_CONCURRENT_TASKS_LIMIT: u32 = 1_000;
+/// The most entries a heartbeat's `current_tasks` may list (fewer when the card's
+/// `max_concurrent_tasks` is lower): 256 × 64 characters keeps the list within the 16 KiB a
+/// card may take, so a heartbeat is no way around the card limit.
+pub const CURRENT_TASKS_MAX: usize = 256;
 /// The longest entry of a heartbeat's `current_tasks` (task ids are 36-character UUIDs).
 pub const CURRENT_TASK_MAX_CHARS: usize = 64;
 /// Default hop budget of a forwarded message.
