@@ -426,6 +426,39 @@ async fn every_attack_fails_under_the_generated_config() {
         subject::inbox(&bob_goal.id()),
         subject::call_answer(&parked.correlation_id),
     ];
+    // The answer bounced into another agent's request subject, which AGENTS imports: it would
+    // arrive at the service as bob's request (with no reply subject), and is refused unrun.
+    let bounced = [
+        RegistryOp::Deregister.subject(&id("bob")),
+        RegistryOp::Register.subject(&id("bob")),
+        RegistryOp::Heartbeat.subject(&id("bob")),
+        RegistryOp::GoalClose.subject(&id("bob")),
+        subject::send(&id("bob")),
+    ];
+    for target in &bounced {
+        for request in [
+            RegistryOp::Peers.subject(&id("mallory")),
+            RegistryOp::Lookup.subject(&id("mallory")),
+            subject::send(&id("mallory")),
+        ] {
+            evil.publish_with_reply(
+                request,
+                target.clone(),
+                json!({"to": "nobody-here", "message": "hi", "agent_id": "bob"})
+                    .to_string()
+                    .into(),
+            )
+            .await
+            .unwrap();
+        }
+    }
+    evil.flush().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let still = registry.entry("bob").await.unwrap().unwrap();
+    assert_eq!(
+        still.revision, bob_record.revision,
+        "no bounced request ran as bob"
+    );
     for target in &targets {
         for request in [
             RegistryOp::Heartbeat.subject(&id("mallory")),

@@ -84,7 +84,8 @@ impl Queries {
             .clamp(REPLY_HEADROOM, REPLY_BUDGET_MAX)
     }
 
-    /// One endpoint per op.
+    /// One endpoint per op. Their subjects name no caller, so they share one request bucket
+    /// per replica: a loop of `verify` or `export` (each reads the whole trail) is bounded.
     pub fn endpoints(self: &Arc<Self>) -> Vec<Endpoint> {
         AuditOp::ALL
             .into_iter()
@@ -120,6 +121,7 @@ impl Queries {
                         async move { me.export(message).await }
                     }),
                 }
+                .shared_budget()
             })
             .collect()
     }

@@ -275,12 +275,12 @@ impl Registry {
         if let Some(tasks) = &request.current_tasks
             && let Some(long) = tasks
                 .iter()
-                .find(|task| task.chars().count() > switchboard_proto::CURRENT_TASK_MAX_CHARS)
+                .find(|task| task.len() > switchboard_proto::CURRENT_TASK_MAX_BYTES)
         {
             return Err(DirectoryError::BadHeartbeat(format!(
-                "a current_tasks entry is {} characters; the most is {}",
-                long.chars().count(),
-                switchboard_proto::CURRENT_TASK_MAX_CHARS
+                "a current_tasks entry is {} bytes; the most is {}",
+                long.len(),
+                switchboard_proto::CURRENT_TASK_MAX_BYTES
             )));
         }
         let now = timestamp::now();

@@ -38,6 +38,15 @@ impl switchboard_runtime::config::Section for CorrelatorConfig {
         if self.max_timeout_ms == 0 || self.default_timeout_ms == 0 {
             return Err("default_timeout_ms and max_timeout_ms must be above 0".to_owned());
         }
+        // The generated NATS exports let a waiting call's answer take this long and no longer
+        // (`response_threshold`, switchboard_proto::subject::agent_endpoints).
+        if self.max_timeout_ms > switchboard_proto::CALL_TIMEOUT_MAX_MS {
+            return Err(format!(
+                "max_timeout_ms is {}; the most is {} (the NATS exports hold a call's answer that long)",
+                self.max_timeout_ms,
+                switchboard_proto::CALL_TIMEOUT_MAX_MS
+            ));
+        }
         if self.default_timeout_ms > self.max_timeout_ms {
             return Err(format!(
                 "default_timeout_ms {} is above max_timeout_ms {}",

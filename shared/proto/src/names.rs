@@ -34,11 +34,11 @@ pub const HEADER_DLQ_DELIVERIES: &str = "Switchboard-Dlq-Deliveries";
 /// and every send's ACL check reads cards, and an LLM reads them in its context.
 pub const MAX_CARD_BYTES: usize = 16 * 1024;
 /// The most entries a heartbeat's `current_tasks` may list (fewer when the card's
-/// `max_concurrent_tasks` is lower): 256 × 64 characters keeps the list within the 16 KiB a
-/// card may take, so a heartbeat is no way around the card limit.
+/// `max_concurrent_tasks` is lower): 256 entries of at most 64 bytes keep the stored list near
+/// the 16 KiB a card may take, so a heartbeat is no way around the card limit.
 pub const CURRENT_TASKS_MAX: usize = 256;
-/// The longest entry of a heartbeat's `current_tasks` (task ids are 36-character UUIDs).
-pub const CURRENT_TASK_MAX_CHARS: usize = 64;
+/// The longest entry of a heartbeat's `current_tasks`, in bytes (task ids are 36-byte UUIDs).
+pub const CURRENT_TASK_MAX_BYTES: usize = 64;
 /// Default hop budget of a forwarded message.
 pub const DEFAULT_TTL: u8 = 3;
 /// Deepest allowed chain of nested calls.

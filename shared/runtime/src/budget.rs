@@ -13,12 +13,19 @@ use crate::config::RequestBudget;
 /// How many buckets may pile up before the full ones are swept out.
 const SWEEP_ABOVE: usize = 4_096;
 
+/// How many refusals of requests whose sender is not known (a bad or missing reply subject)
+/// one replica records in the audit trail per second, and in a burst; the rest are counted.
+const REFUSALS_AUDITED_PER_SECOND: f64 = 50.0;
+const REFUSALS_AUDITED_BURST: f64 = 100.0;
+
 /// The token buckets of one service replica.
 #[derive(Debug)]
 pub struct Limiter {
     per_second: f64,
     burst: f64,
     buckets: Mutex<HashMap<String, Bucket>>,
+    /// The replica's budget for auditing refusals no agent's bucket can pay for.
+    refusals: Mutex<Bucket>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -42,6 +49,31 @@ impl Limiter {
             per_second: f64::from(budget.per_second.max(1)),
             burst: f64::from(budget.burst.max(1)),
             buckets: Mutex::default(),
+            refusals: Mutex::new(Bucket {
+                tokens: REFUSALS_AUDITED_BURST,
+                at: Instant::now(),
+            }),
+        }
+    }
+
+    /// Takes one token from the replica's refusal-audit bucket (50 per second, bursts of 100):
+    /// whether a refusal whose sender is unknown is recorded in the audit trail, or only
+    /// counted.
+    pub fn allow_refusal(&self) -> bool {
+        let mut bucket = self
+            .refusals
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        bucket.refill(
+            Instant::now(),
+            REFUSALS_AUDITED_PER_SECOND,
+            REFUSALS_AUDITED_BURST,
+        );
+        if bucket.tokens >= 1.0 {
+            bucket.tokens -= 1.0;
+            true
+        } else {
+            false
         }
     }
 

@@ -67,6 +67,8 @@ pub struct Endpoint {
     name: String,
     subject: String,
     handler: Handler,
+    /// Requests draw from the replica's shared bucket (see [`Endpoint::shared_budget`]).
+    shared_budget: bool,
 }
 
 impl std::fmt::Debug for Endpoint {
@@ -111,6 +113,14 @@ fn encode<T: Serialize>(value: &T) -> Result<Bytes, ErrorReply> {
 }
 
 impl Endpoint {
+    /// Makes an endpoint whose subject names no caller (the audit queries) draw every request
+    /// from one bucket per replica, so a loop of expensive queries is bounded too. Agent
+    /// endpoints always draw from their caller's own bucket.
+    pub fn shared_budget(mut self) -> Self {
+        self.shared_budget = true;
+        self
+    }
+
     /// An agent-facing endpoint on `<prefix>.>`: the caller is the subject tail after `prefix`
     /// (a malformed tail is answered with `invalid_agent_id` before the body is read).
     pub fn agent<Req, Resp, F, Fut>(name: &str, prefix: String, handler: F) -> Self
@@ -125,6 +135,7 @@ impl Endpoint {
         Self {
             name: name.to_owned(),
             subject,
+            shared_budget: false,
             handler: Arc::new(move |message: Message| {
                 let handler = Arc::clone(&handler);
                 let prefix = prefix.clone();
@@ -159,6 +170,7 @@ impl Endpoint {
         Self {
             name: name.to_owned(),
             subject,
+            shared_budget: false,
             handler: Arc::new(move |message: Message| {
                 let handler = Arc::clone(&handler);
                 async move { handler(message).await }.boxed()
@@ -178,6 +190,7 @@ impl Endpoint {
         Self {
             name: name.to_owned(),
             subject,
+            shared_budget: false,
             handler: Arc::new(move |message: Message| {
                 let handler = Arc::clone(&handler);
                 async move {
@@ -277,6 +290,7 @@ pub async fn start(
             endpoint.name.clone(),
             Arc::clone(&errors),
             Arc::clone(&limiter),
+            endpoint.shared_budget,
             Refusals {
                 js: async_nats::jetstream::new(client.clone()),
                 service: spec.name,
@@ -355,6 +369,7 @@ fn wrap_errors(
     endpoint: String,
     errors: ErrorCounts,
     limiter: Arc<crate::budget::Limiter>,
+    shared_budget: bool,
     refusals: Refusals,
 ) -> Handler {
     Arc::new(move |message: Message| {
@@ -363,15 +378,46 @@ fn wrap_errors(
         let endpoint = endpoint.clone();
         let refusals = refusals.clone();
         let subject = message.subject.to_string();
-        // Over budget: refused before anything else runs, counted below, not published as a
-        // refusal (a flood must not become a flood of audit records).
-        if let Some(caller) = refusals.caller(&subject)
-            && !limiter.allow(caller.as_str())
+        // 1. Where the answer would go. A reply subject that is not a reply inbox is refused
+        // unrun and (in `handle`) unanswered. An agent request without one is refused too: under
+        // the generated accounts a service's answer delivered to a reply subject the requester
+        // chose — another agent's request subject, imported — arrives as a request with no reply
+        // subject, in that other agent's name. Such a refusal names a caller who may not have
+        // sent it, so no agent's budget pays for it; the replica's refusal budget bounds how
+        // many are audited.
+        let reply_problem = match &message.reply {
+            Some(reply) if !is_reply_inbox(reply.as_str()) => Some(format!(
+                "reply subject `{}` is not a reply inbox (_INBOX.…); not run, not answered",
+                reply.chars().take(120).collect::<String>()
+            )),
+            None if refusals.prefix.is_some() => Some(
+                "an agent request needs a reply inbox (_INBOX.…): one without is not run"
+                    .to_owned(),
+            ),
+            _ => None,
+        };
+        if let Some(problem) = reply_problem {
+            let err = ErrorReply::new(ErrorKind::BadReplySubject, problem);
+            count(&errors, endpoint, &err);
+            if limiter.allow_refusal() {
+                refusals.publish(&subject, &err);
+            }
+            return async move { Err(err) }.boxed();
+        }
+        // 2. Over budget: refused before any work, counted, not published as a refusal (a
+        // flood must not become a flood of audit records). Endpoints without a caller in the
+        // subject (the audit queries) share one bucket per replica.
+        let key = refusals
+            .caller(&subject)
+            .map(|caller| caller.to_string())
+            .or_else(|| shared_budget.then(|| SHARED_BUDGET_KEY.to_owned()));
+        if let Some(key) = key
+            && !limiter.allow(&key)
         {
             let err = ErrorReply::new(
                 ErrorKind::RateLimited,
                 format!(
-                    "`{caller}` is over its request budget ({} per second, bursts of {}); retry after a pause",
+                    "`{key}` is over its request budget ({} per second, bursts of {}); retry after a pause",
                     limiter.per_second(),
                     limiter.burst()
                 ),
@@ -380,31 +426,15 @@ fn wrap_errors(
             return async move { Err(err) }.boxed();
         }
         async move {
-            // A reply subject that is not a reply inbox: refused before the handler runs, and
-            // (in `handle`) never answered.
-            let hostile_reply = message
-                .reply
-                .as_ref()
-                .filter(|reply| !is_reply_inbox(reply.as_str()))
-                .map(|reply| reply.to_string());
-            let result = match hostile_reply {
-                Some(reply) => Err(ErrorReply::new(
-                    ErrorKind::BadReplySubject,
-                    format!(
-                        "reply subject `{}` is not a reply inbox (_INBOX.…); not run, not answered",
-                        reply.chars().take(120).collect::<String>()
-                    ),
-                )),
-                None => AssertUnwindSafe(handler(message))
-                    .catch_unwind()
-                    .await
-                    .unwrap_or_else(|_| {
-                        Err(ErrorReply::new(
-                            ErrorKind::Internal,
-                            "the handler panicked; see the service log",
-                        ))
-                    }),
-            };
+            let result = AssertUnwindSafe(handler(message))
+                .catch_unwind()
+                .await
+                .unwrap_or_else(|_| {
+                    Err(ErrorReply::new(
+                        ErrorKind::Internal,
+                        "the handler panicked; see the service log",
+                    ))
+                });
             if let Err(err) = &result {
                 refusals.publish(&subject, err);
                 count(&errors, endpoint, err);
@@ -414,6 +444,9 @@ fn wrap_errors(
         .boxed()
     })
 }
+
+/// The bucket endpoints without a caller in their subject share (`*` is no valid agent id).
+const SHARED_BUDGET_KEY: &str = "*";
 
 /// Counts an error reply by endpoint and kind (`$SRV.STATS` `data.errors_by_kind`).
 fn count(errors: &ErrorCounts, endpoint: String, err: &ErrorReply) {
