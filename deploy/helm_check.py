@@ -29,10 +29,6 @@ MUST_FAIL = {
         {"nats": {"auth": {"type": "userPassword", "user": "svc", "existingSecret": ""}}},
         "nats.auth.password is required",
     ),
-    "nkey without a seed or a Secret": (
-        {"nats": {"auth": {"type": "nkey", "existingSecret": ""}}},
-        "nats.auth.nkeySeed",
-    ),
     "no NATS url": ({"nats": {"urls": []}}, "nats.urls must list at least one server"),
     "jetstream replicas 0": ({"jetstream": {"replicas": 0}}, "jetstream.replicas must be 1..5"),
     "unknown service": ({"services": {"gateway": {"enabled": True}}}, "not a Switchboard service"),
@@ -100,7 +96,11 @@ def check_objects(objects: list[dict], values: dict, label: str) -> None:
             problem(f"[{label}] {service}: PodDisruptionBudget is not {want}")
     auth = merged["nats"]["auth"]
     secrets = [o for o in objects if o["kind"] == "Secret"]
-    rendered_secret = auth["type"] != "none" and not auth["existingSecret"]
+    rendered_secret = (
+        auth["type"] != "none"
+        and not auth["existingSecret"]
+        and (auth["type"] != "nkey" or bool(auth["nkeySeed"]))
+    )
     if bool(secrets) != rendered_secret:
         problem(f"[{label}] a Secret was{'' if secrets else ' not'} rendered for auth {auth['type']}")
 
