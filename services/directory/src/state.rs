@@ -74,6 +74,10 @@ fn encode<T: Serialize>(value: &T) -> Result<Bytes, DirectoryError> {
         })
 }
 
+/// How many opens the registry view may lag behind: within this many goals of the cap, an
+/// open counts the agent's goals from the bucket instead of the view.
+const VIEW_LAG_MARGIN: usize = 8;
+
 /// Outcome of one compare-and-set attempt.
 enum Cas {
     Done,
@@ -431,7 +435,13 @@ impl Registry {
         }
         // A new goal is one more cursor and one more inbox subject: capped per agent, so one
         // agent cannot fill the cluster. Re-opening a goal one holds is not a new one.
-        if holders.is_empty() {
+        // The in-memory view counts first (no read): an agent well below the cap by its count
+        // opens without a scan, however many goals it holds (a raised cap). Near the cap (the
+        // view may lag a few opens behind) the goals are counted from the bucket.
+        let near_cap = self.view.cached(caller.as_str()).is_none_or(|peer| {
+            peer.goals.len().saturating_add(VIEW_LAG_MARGIN) >= self.max_goals_per_agent
+        });
+        if holders.is_empty() && near_cap {
             let live = snapshot(&self.js, &self.goals, &format!("{caller}.*"))
                 .await
                 .map_err(|err| DirectoryError::store("counting goals", err))?
