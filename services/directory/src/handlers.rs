@@ -12,7 +12,7 @@ use switchboard_proto::{ErrorReply, GoalId};
 use switchboard_runtime::micro::{AgentRequest, Endpoint};
 
 use crate::error::DirectoryError;
-use crate::state::Registry;
+use crate::registry::Registry;
 
 /// Goal requests take the id as text so a malformed one is `invalid_goal_id`, not a generic
 /// decode error.

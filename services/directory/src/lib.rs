@@ -6,12 +6,12 @@
 //! `agent.registry.<op>.<agent_id>` in queue group `directory`.
 //!
 //! Layout: `config.rs` (the `[directory]` section), `error.rs` (errors → stable kinds),
-//! `state.rs` (the registry over KV), `handlers.rs` (endpoints), this file (`start`/`run`).
+//! `registry.rs` (the registry rules over KV), `handlers.rs` (endpoints), this file (`start`/`run`).
 
 pub mod config;
 pub mod error;
 pub mod handlers;
-pub mod state;
+pub mod registry;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,7 +23,7 @@ use switchboard_runtime::micro::{self, ServiceSpec};
 use switchboard_runtime::{CancellationToken, RuntimeConfig, resources};
 
 pub use config::DirectoryConfig;
-pub use state::Registry;
+pub use registry::Registry;
 
 /// The micro service description.
 pub const SPEC: ServiceSpec = ServiceSpec {

@@ -40,7 +40,7 @@ use uuid::Uuid;
 
 use crate::config::CorrelatorConfig;
 use crate::error::CorrelatorError;
-use crate::state::{CallStore, Stored};
+use crate::store::{CallStore, Stored};
 
 /// How long a delivery to the fan-out may take.
 const DELIVERY_TIMEOUT: Duration = Duration::from_secs(10);

@@ -6,13 +6,13 @@
 //! bucket with their deadline; every state change is a compare-and-set, so answers and
 //! timeouts resolve exactly once across replicas and restarts.
 //!
-//! Layout: `config.rs` (`[reply_correlator]`), `error.rs`, `state.rs` (the calls bucket),
+//! Layout: `config.rs` (`[reply_correlator]`), `error.rs`, `store.rs` (the calls bucket),
 //! `handlers.rs` (call/reply/pending/sweep), this file (`start`/`run`).
 
 pub mod config;
 pub mod error;
 pub mod handlers;
-pub mod state;
+pub mod store;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -66,7 +66,7 @@ pub async fn start(
     let sweep_every = Duration::from_millis(config.sweep_interval_ms.max(10));
     let correlator = Arc::new(Correlator::new(
         client.clone(),
-        state::CallStore::new(js, calls, index, goals),
+        store::CallStore::new(js, calls, index, goals),
         config,
     ));
     let running = micro::start(client, SPEC, correlator.endpoints(), &runtime.requests).await?;

@@ -37,7 +37,7 @@ use time::OffsetDateTime;
 use uuid::Uuid;
 
 use crate::config::TaskConfig;
-use crate::state::{LoadEntry, Side, Stored, TaskStore};
+use crate::store::{LoadEntry, Side, Stored, TaskStore};
 
 /// Compare-and-set retries on one record.
 const CAS_ATTEMPTS: usize = 16;
@@ -702,7 +702,7 @@ impl Tasks {
                 task_id,
                 since: timestamp::now(),
             });
-            let load = crate::state::TaskLoad { active: live };
+            let load = crate::store::TaskLoad { active: live };
             if self.store.save_load(agent, &load, revision).await? {
                 return Ok(());
             }

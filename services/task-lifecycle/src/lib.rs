@@ -14,13 +14,13 @@
 //! Subtasks (`spawn`) are linked to their parent, capped in depth and open children, and
 //! canceled when the parent ends.
 //!
-//! Layout: `config.rs` (`[task_lifecycle]`), `state.rs` (the `agent_tasks` bucket and the
+//! Layout: `config.rs` (`[task_lifecycle]`), `store.rs` (the `agent_tasks` bucket and the
 //! `AGENT_TASKS_INDEX` stream), `handlers.rs` (ops, deliveries, cascade, sweep), this file
 //! (`start`/`run`).
 
 pub mod config;
 pub mod handlers;
-pub mod state;
+pub mod store;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -76,7 +76,7 @@ pub async fn start(
     let sweep_every = Duration::from_millis(config.sweep_interval_ms.max(10));
     let tasks = Arc::new(Tasks::new(
         client.clone(),
-        state::TaskStore::new(js, tasks, index, agents, goals),
+        store::TaskStore::new(js, tasks, index, agents, goals),
         config,
     ));
     let running = micro::start(client, SPEC, tasks.endpoints(), &runtime.requests).await?;

@@ -15,11 +15,10 @@
 //!
 //! Index entries are removed with a subject-filtered stream purge, which is why the index is a
 //! plain stream and not KV keys: a KV delete/purge writes a marker as the subject's last
-//! message, which a `multi_last` read returns, so every call ever made stayed in the listing
-//! (measured: a call round trip grew to 11 ms and 34 calls/s after a few thousand calls). A
-//! filtered purge removes both entries of a call in one request, without a marker (a
-//! message delete by sequence would need lookups and, by default, erases the data on disk:
-//! ~3.5 ms against ~0.8 ms here).
+//! message, which a `multi_last` read returns, so every call ever made would stay in the
+//! listing and slow every call down. A filtered purge removes both entries of a call in one
+//! request, without a marker; a message delete by sequence would need lookups and, by default,
+//! erases the data on disk (the figures are in docs/performance.md, "Call round trip").
 
 use async_nats::jetstream::{self, kv, stream};
 use bytes::Bytes;
