@@ -110,13 +110,16 @@ impl Tasks {
                 let name = op.token();
                 let prefix = op.prefix();
                 match op {
-                    TaskRequestOp::Create | TaskRequestOp::Spawn => {
+                    TaskRequestOp::Create => {
                         Endpoint::agent(name, prefix, move |req: AgentRequest<CreateTask>| {
                             let me = Arc::clone(&me);
-                            async move {
-                                me.create(&req.caller, req.body, op == TaskRequestOp::Spawn)
-                                    .await
-                            }
+                            async move { me.create(&req.caller, req.body).await }
+                        })
+                    }
+                    TaskRequestOp::Spawn => {
+                        Endpoint::agent(name, prefix, move |req: AgentRequest<CreateTask>| {
+                            let me = Arc::clone(&me);
+                            async move { me.spawn(&req.caller, req.body).await }
                         })
                     }
                     TaskRequestOp::Transition(task_op) => {
@@ -142,9 +145,28 @@ impl Tasks {
             .collect()
     }
 
-    /// create (`spawn: false`) and spawn: checks, records the task (linked to its parent for
-    /// a spawn), then delivers the `kind: task` message to every live goal of the assignee.
+    /// create: hands a task to another agent (no parent).
     pub async fn create(
+        &self,
+        caller: &AgentId,
+        request: CreateTask,
+    ) -> Result<TaskReply, ErrorReply> {
+        self.open_task(caller, request, false).await
+    }
+
+    /// spawn: delegates part of the caller's task (`parent_task_id`) to a subagent, or to one of
+    /// its own goals with `to: "self"`.
+    pub async fn spawn(
+        &self,
+        caller: &AgentId,
+        request: CreateTask,
+    ) -> Result<TaskReply, ErrorReply> {
+        self.open_task(caller, request, true).await
+    }
+
+    /// What create and spawn share: checks, records the task (linked to its parent for a
+    /// spawn), then delivers the `kind: task` message to every live goal of the assignee.
+    async fn open_task(
         &self,
         caller: &AgentId,
         request: CreateTask,
