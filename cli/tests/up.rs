@@ -12,6 +12,25 @@ use common::{free_port, json, switchboard};
 use switchboard_client::Agent;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
+/// The banner `up` prints once everything serves, through its `Stop:` line (30 s at most).
+async fn read_banner(
+    lines: &mut tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
+) -> String {
+    tokio::time::timeout(Duration::from_secs(30), async {
+        let mut banner = String::new();
+        while let Some(line) = lines.next_line().await.unwrap() {
+            banner.push_str(&line);
+            banner.push('\n');
+            if line.starts_with("Stop:") {
+                break;
+            }
+        }
+        banner
+    })
+    .await
+    .expect("up prints its banner")
+}
+
 #[tokio::test]
 async fn up_runs_the_embedded_system_and_stops_on_ctrl_c() {
     let data = tempfile::tempdir().unwrap();
@@ -29,19 +48,7 @@ async fn up_runs_the_embedded_system_and_stops_on_ctrl_c() {
     // `up` would leave the server running).
     let _interrupt = common::InterruptOnDrop(up.id());
     let mut lines = BufReader::new(up.stdout.take().unwrap()).lines();
-    let banner = tokio::time::timeout(Duration::from_secs(30), async {
-        let mut banner = String::new();
-        while let Some(line) = lines.next_line().await.unwrap() {
-            banner.push_str(&line);
-            banner.push('\n');
-            if line.starts_with("Stop:") {
-                break;
-            }
-        }
-        banner
-    })
-    .await
-    .expect("up prints its banner");
+    let banner = read_banner(&mut lines).await;
     assert!(
         banner.contains(&format!("NATS:      {url} (embedded nats-server")),
         "{banner}"
@@ -461,19 +468,7 @@ async fn up_with_auth_runs_the_generated_accounts() {
         .unwrap();
     let _interrupt = common::InterruptOnDrop(up.id());
     let mut lines = BufReader::new(up.stdout.take().unwrap()).lines();
-    let banner = tokio::time::timeout(Duration::from_secs(30), async {
-        let mut banner = String::new();
-        while let Some(line) = lines.next_line().await.unwrap() {
-            banner.push_str(&line);
-            banner.push('\n');
-            if line.starts_with("Stop:") {
-                break;
-            }
-        }
-        banner
-    })
-    .await
-    .expect("up prints its banner");
+    let banner = read_banner(&mut lines).await;
     assert!(banner.contains("access:    accounts from auth"), "{banner}");
 
     assert!(
