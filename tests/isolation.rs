@@ -540,6 +540,13 @@ async fn every_attack_fails_under_the_generated_config() {
         .reject("bad\r\nNats-Msg-Id: x\r\n\r\nPUB a 1")
         .await
         .unwrap();
+    // The dead letter carries the reason on one line: no header was forged, nothing panicked.
+    let letters = switchboard_client::dlq_list(&fabric.services, 10)
+        .await
+        .unwrap();
+    let reason = &letters.last().unwrap().reason;
+    assert!(reason.contains("badNats-Msg-Id: x"), "{reason}");
+    assert!(!reason.contains(['\r', '\n']), "{reason:?}");
 
     // 6. Another agent's goal as the sender's goal, in a send and in a call.
     let send = json!({"to": "alice", "message": "x", "from_goal_id": bob_goal.id()});
