@@ -14,8 +14,7 @@ use switchboard_client::{
     TaskOutcome, audit_export, audit_history, audit_pending, audit_thread, audit_verify,
 };
 use switchboard_proto::audit::{
-    AUDIT_RECORDS_SUBJECT, AuditEntry, AuditRecord, HEADER_AUDIT_HASH, HistoryRequest,
-    ThreadRequest,
+    AuditEntry, AuditRecord, HEADER_AUDIT_HASH, HistoryRequest, ThreadRequest,
 };
 use switchboard_proto::call::CallRequest;
 use switchboard_proto::send::SendRequest;
@@ -465,7 +464,11 @@ async fn export_matches_the_stream_and_verify_finds_tampering() {
     let mut headers = async_nats::HeaderMap::new();
     headers.insert(HEADER_AUDIT_HASH, audit::record::hash(&body).as_str());
     let forged_seq = js
-        .publish_with_headers(AUDIT_RECORDS_SUBJECT, headers, body.into())
+        .publish_with_headers(
+            switchboard_proto::subject::AUDIT_RECORDS,
+            headers,
+            body.into(),
+        )
         .await
         .unwrap()
         .await
@@ -483,11 +486,15 @@ async fn export_matches_the_stream_and_verify_finds_tampering() {
     let body = serde_json::to_vec(&changed).unwrap();
     let mut headers = async_nats::HeaderMap::new();
     headers.insert(HEADER_AUDIT_HASH, "not-the-hash");
-    js.publish_with_headers(AUDIT_RECORDS_SUBJECT, headers, body.into())
-        .await
-        .unwrap()
-        .await
-        .unwrap();
+    js.publish_with_headers(
+        switchboard_proto::subject::AUDIT_RECORDS,
+        headers,
+        body.into(),
+    )
+    .await
+    .unwrap()
+    .await
+    .unwrap();
     let verified = audit_verify(&nats).await.unwrap();
     assert_eq!(
         verified.first_break.unwrap().seq,
@@ -736,7 +743,10 @@ async fn append_as_another_writer(js: &jetstream::Context, id: &str) -> u64 {
             .headers(headers)
             .message_id(id)
             .expected_last_sequence(last);
-        match js.send_publish(AUDIT_RECORDS_SUBJECT, publish).await {
+        match js
+            .send_publish(switchboard_proto::subject::AUDIT_RECORDS, publish)
+            .await
+        {
             Ok(ack) => match ack.await {
                 Ok(ack) => return ack.sequence,
                 Err(_) => continue,

@@ -310,13 +310,46 @@ async fn fabric_intact(services: &async_nats::Client) {
     ] {
         let ping = tokio::time::timeout(
             Duration::from_secs(5),
-            services.request(format!("$SRV.PING.{service}"), "".into()),
+            services.request(subject::service_ping(service, None), "".into()),
         )
         .await;
         assert!(
             matches!(ping, Ok(Ok(_))),
             "{service} does not answer: {ping:?}"
         );
+    }
+}
+
+/// Issue 18: the generated permissions and the services are built from the same subject
+/// builders, so every agent-facing endpoint answers its own agent (an empty body gets a typed
+/// error, never silence or a permission violation) and is refused, by the server, to another
+/// agent publishing on its behalf.
+#[tokio::test]
+async fn every_agent_endpoint_is_open_to_its_agent_and_closed_to_another() {
+    let fabric = Secured::start(&[("alice", true), ("mallory", false)]).await;
+    let (alice, mut alice_errors) = fabric.connect("alice").await;
+    let (mallory, mut mallory_errors) = fabric.connect("mallory").await;
+    let endpoints = subject::agent_endpoints();
+    assert!(endpoints.len() >= 25, "{} endpoints", endpoints.len());
+    for endpoint in &endpoints {
+        let own = endpoint.subject_for(&id("alice"));
+        let answer = tokio::time::timeout(
+            Duration::from_secs(10),
+            alice.request(own.clone(), "{}".into()),
+        )
+        .await;
+        assert!(
+            matches!(answer, Ok(Ok(_))),
+            "{own}: alice got no answer: {answer:?}"
+        );
+        assert!(
+            alice_errors.try_recv().is_err(),
+            "{own}: alice hit a permission violation"
+        );
+        // Publishing as alice (or, for an audit query, without a grant) is refused by the
+        // server before any service sees it.
+        mallory.publish(own.clone(), "{}".into()).await.unwrap();
+        violation(&mut mallory_errors, &own).await;
     }
 }
 

@@ -5,8 +5,9 @@
 //! was sent even when a producer's shape changes.
 
 use serde_json::Value;
+use switchboard_proto::GoalId;
 use switchboard_proto::audit::{AuditRecord, GENESIS_HASH, hash_hex};
-use switchboard_proto::{GoalId, INBOX_SUBJECT_PREFIX};
+use switchboard_proto::subject::INBOX_SUBJECT_PREFIX;
 use time::OffsetDateTime;
 use uuid::Uuid;
 

@@ -36,8 +36,7 @@ use async_nats::jetstream::{self, stream};
 use bytes::Bytes;
 use futures::{FutureExt, StreamExt};
 use switchboard_proto::audit::{
-    AUDIT_RECORDS_SUBJECT, AuditEntry, AuditRecord, ChainBreak, GENESIS_HASH, HEADER_AUDIT_HASH,
-    VerifyReply,
+    AuditEntry, AuditRecord, ChainBreak, GENESIS_HASH, HEADER_AUDIT_HASH, VerifyReply,
 };
 use switchboard_proto::{EVENTS_STREAM, INBOX_STREAM};
 use tokio::sync::{Mutex, MutexGuard, mpsc, oneshot, watch};
@@ -887,7 +886,7 @@ impl Appender {
         let ack = match self
             .trail
             .js
-            .send_publish(AUDIT_RECORDS_SUBJECT, publish)
+            .send_publish(switchboard_proto::subject::AUDIT_RECORDS, publish)
             .await
         {
             Ok(future) => future.into_future(),

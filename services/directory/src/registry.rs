@@ -623,9 +623,12 @@ impl Registry {
                 return Ok(());
             }
             let mut headers = async_nats::HeaderMap::new();
-            headers.insert("KV-Operation", "DEL");
             headers.insert(
-                "Nats-Expected-Last-Subject-Sequence",
+                switchboard_proto::HEADER_KV_OPERATION,
+                switchboard_proto::KV_OPERATION_DELETE,
+            );
+            headers.insert(
+                switchboard_proto::HEADER_EXPECTED_LAST_SUBJECT_SEQUENCE,
                 revision.to_string().as_str(),
             );
             let stored = self

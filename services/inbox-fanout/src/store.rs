@@ -16,8 +16,7 @@ use bytes::Bytes;
 use switchboard_proto::inbox::{CursorRecord, FETCH_REPLY_BYTES, cursor_key};
 use switchboard_proto::{
     GoalId, HEADER_DLQ_CONSUMER, HEADER_DLQ_DELIVERIES, HEADER_DLQ_REASON, HEADER_DLQ_SEQ,
-    HEADER_DLQ_STREAM, HEADER_DLQ_SUBJECT, HEADER_MSG_ID, INBOX_STREAM, dead_letter_subject,
-    inbox_consumer, subject,
+    HEADER_DLQ_STREAM, HEADER_DLQ_SUBJECT, HEADER_MSG_ID, INBOX_STREAM, inbox_consumer, subject,
 };
 use switchboard_runtime::kv::{BatchEnd, direct_batch, direct_sequence, leader_entry};
 use switchboard_runtime::store::StoreError;
@@ -118,7 +117,7 @@ fn published_headers(read: &HeaderMap) -> HeaderMap {
     let mut kept = HeaderMap::new();
     for (name, values) in read.iter() {
         let name: &str = name.as_ref();
-        if name.starts_with("Nats-") {
+        if name.starts_with(switchboard_proto::NATS_HEADER_PREFIX) {
             continue;
         }
         for value in values {
@@ -328,7 +327,7 @@ impl InboxStore {
         headers.insert(HEADER_DLQ_SUBJECT, subject::inbox(goal).as_str());
         headers.insert(HEADER_DLQ_CONSUMER, reader.as_str());
         headers.insert(HEADER_DLQ_DELIVERIES, deliveries.to_string().as_str());
-        let letter = dead_letter_subject(goal);
+        let letter = switchboard_proto::subject::dead_letter(goal);
         self.js
             .publish_with_headers(letter, headers, message.payload)
             .await

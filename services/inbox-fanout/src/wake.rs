@@ -123,7 +123,7 @@ impl WakeHub {
             let seq = notice
                 .headers
                 .as_ref()
-                .and_then(|headers| headers.get("Nats-Sequence"))
+                .and_then(|headers| headers.get(switchboard_proto::HEADER_SEQUENCE))
                 .and_then(|value| value.as_str().parse().ok())
                 .unwrap_or(u64::MAX);
             self.notice(notice.subject.as_str(), seq);

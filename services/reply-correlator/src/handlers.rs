@@ -21,8 +21,7 @@ use futures::StreamExt;
 use serde::Serialize;
 use switchboard_proto::call::{
     AnswerRoute, CallAnswer, CallEvent, CallEventKind, CallParked, CallRequest, CallState,
-    PendingCall, PendingCalls, ReplyAck, ReplyRequest, call_event_subject, clamp_timeout,
-    derive_chain,
+    PendingCall, PendingCalls, ReplyAck, ReplyRequest, clamp_timeout, derive_chain,
 };
 use switchboard_proto::send::{
     DeliveryReport, SendRequest, Target, check_content_fits, check_gates, unknown_agent,
@@ -173,7 +172,7 @@ impl Correlator {
             at: timestamp::now(),
             body: body.map(str::to_owned),
         };
-        let subject = call_event_subject(event, &call.correlation_id);
+        let subject = subject::call_events(event, &call.correlation_id);
         publish_event(&self.js, &subject, &payload.id.to_string(), &payload).await;
     }
 

@@ -25,7 +25,8 @@ use bytes::Bytes;
 use switchboard_proto::call::{
     AnswerRoute, CallState, PendingCall, call_key, incoming_key, outgoing_key,
 };
-use switchboard_proto::{AgentId, CALLS_OPEN_PREFIX, GoalId, timestamp};
+use switchboard_proto::subject::CALLS_OPEN_INDEX;
+use switchboard_proto::{AgentId, GoalId, timestamp};
 use switchboard_runtime::kv::stream_snapshot;
 use switchboard_runtime::publish::publish_all;
 use uuid::Uuid;
@@ -108,7 +109,7 @@ impl CallStore {
     /// The calls an index filter names (`out.<agent>.*`, `in.<agent>.*`, `out.*.*`), read by
     /// id; stale index entries (call gone or no longer open) are cleaned up on the way.
     async fn indexed(&self, filter: &str) -> Result<Vec<Stored>, CorrelatorError> {
-        let entries = stream_snapshot(&self.js, &self.index, CALLS_OPEN_PREFIX, filter)
+        let entries = stream_snapshot(&self.js, &self.index, CALLS_OPEN_INDEX.prefix(), filter)
             .await
             .map_err(|err| CorrelatorError::store("listing calls", err))?;
         let mut calls = Vec::with_capacity(entries.len());
@@ -155,7 +156,7 @@ impl CallStore {
         Ok(stream_snapshot(
             &self.js,
             &self.index,
-            CALLS_OPEN_PREFIX,
+            CALLS_OPEN_INDEX.prefix(),
             &format!("out.{agent}.*"),
         )
         .await
@@ -189,7 +190,7 @@ impl CallStore {
         ]
         .into_iter()
         .map(|key| {
-            let subject = format!("{CALLS_OPEN_PREFIX}{key}");
+            let subject = CALLS_OPEN_INDEX.entry(&key);
             (subject.clone(), subject, Bytes::new())
         })
         .collect();
@@ -216,7 +217,7 @@ impl CallStore {
     /// `*.*.<id>` takes both entries, leaves no marker and needs no lookup (best effort:
     /// readers skip stale entries and the sweep removes them).
     pub async fn unindex(&self, correlation_id: &Uuid) {
-        let filter = format!("{CALLS_OPEN_PREFIX}*.*.{correlation_id}");
+        let filter = CALLS_OPEN_INDEX.entry(&format!("*.*.{correlation_id}"));
         if let Err(err) = self.index.purge().filter(filter.as_str()).await {
             tracing::debug!(%filter, error = %err, "call index not removed");
         }

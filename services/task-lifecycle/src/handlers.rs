@@ -19,11 +19,10 @@ use switchboard_proto::registry::TaskLoadReport;
 use switchboard_proto::send::{
     SendRequest, Target, check_content_fits, check_gates, no_live_goals, unknown_agent,
 };
-use switchboard_proto::subject::REGISTRY_TASKS_PREFIX;
 use switchboard_proto::task::{
     self as rules, CreateTask, DEADLINE_EXPIRED, HISTORY_KEPT, LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX,
     ListRole, ListTasks, TaskAction, TaskEvent, TaskList, TaskOp, TaskRecord, TaskReply,
-    TaskRequestOp, TaskRole, TaskTransition, task_event_subject,
+    TaskRequestOp, TaskRole, TaskTransition,
 };
 use switchboard_proto::{
     AgentId, ErrorKind, ErrorReply, GoalId, InboxMessage, MessageKind, Part, TaskRef, TaskState,
@@ -823,7 +822,7 @@ impl Tasks {
             }
         };
         let report = TaskLoadReport { current_tasks };
-        let subject = format!("{REGISTRY_TASKS_PREFIX}.{agent}");
+        let subject = subject::registry_tasks(agent);
         if let Err(err) =
             request_json::<_, serde_json::Value>(&self.client, &subject, &report, DIRECTORY_TIMEOUT)
                 .await
@@ -904,7 +903,7 @@ impl Tasks {
             note: note.map(str::to_owned),
             at: task.updated_at,
         };
-        let subject = task_event_subject(&task.task_id);
+        let subject = subject::task_events(&task.task_id);
         publish_event(&self.js, &subject, &format!("task:{}", event.id), &event).await;
     }
 

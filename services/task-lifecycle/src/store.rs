@@ -21,8 +21,9 @@ use async_nats::jetstream::{self, kv, stream};
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use switchboard_proto::registry::goal_key;
+use switchboard_proto::subject::TASKS_INDEX;
 use switchboard_proto::task::TaskRecord;
-use switchboard_proto::{AgentCard, AgentId, AgentRecord, GoalId, TASKS_INDEX_PREFIX};
+use switchboard_proto::{AgentCard, AgentId, AgentRecord, GoalId};
 use switchboard_runtime::kv::{snapshot, stream_snapshot};
 use switchboard_runtime::publish::publish_durable;
 use switchboard_runtime::store::StoreError;
@@ -175,7 +176,7 @@ impl TaskStore {
             entries.push((format!("open.{id}"), open));
         }
         for (key, payload) in entries {
-            let subject = format!("{TASKS_INDEX_PREFIX}{key}");
+            let subject = TASKS_INDEX.entry(&key);
             // The subject keeps one entry anyway; a fresh id per create attempt keeps an entry
             // purged by `forget` from being de-duplicated away when the create is retried.
             let msg_id = format!("{subject}:{}", switchboard_proto::new_id());
@@ -219,7 +220,7 @@ impl TaskStore {
     /// Removes a task from the open index (best effort: the sweep skips and removes stale
     /// entries).
     pub async fn close(&self, id: &Uuid) {
-        let filter = format!("{TASKS_INDEX_PREFIX}open.{id}");
+        let filter = TASKS_INDEX.entry(&format!("open.{id}"));
         if let Err(err) = self.index.purge().filter(filter.as_str()).await {
             tracing::debug!(%filter, error = %err, "task index not removed");
         }
@@ -228,8 +229,8 @@ impl TaskStore {
     /// Forgets a task that never started (it could not be delivered).
     pub async fn forget(&self, id: &Uuid) -> Result<(), StoreError> {
         for filter in [
-            format!("{TASKS_INDEX_PREFIX}*.*.{id}"),
-            format!("{TASKS_INDEX_PREFIX}open.{id}"),
+            TASKS_INDEX.entry(&format!("*.*.{id}")),
+            TASKS_INDEX.entry(&format!("open.{id}")),
         ] {
             if let Err(err) = self.index.purge().filter(filter.as_str()).await {
                 tracing::debug!(%filter, error = %err, "task index not removed");
@@ -245,7 +246,7 @@ impl TaskStore {
     pub async fn ids(&self, side: Side, agent: &AgentId) -> Result<Vec<Uuid>, StoreError> {
         let filter = format!("{}.{agent}.*", side.token());
         let mut ids: Vec<Uuid> =
-            stream_snapshot(&self.js, &self.index, TASKS_INDEX_PREFIX, &filter)
+            stream_snapshot(&self.js, &self.index, TASKS_INDEX.prefix(), &filter)
                 .await
                 .map_err(|err| StoreError::store("listing tasks", err))?
                 .into_iter()
@@ -264,7 +265,7 @@ impl TaskStore {
     /// Every open task with what its index entry says (the deadline sweep).
     pub async fn open(&self) -> Result<Vec<(Uuid, OpenEntry, Option<OffsetDateTime>)>, StoreError> {
         Ok(
-            stream_snapshot(&self.js, &self.index, TASKS_INDEX_PREFIX, "open.*")
+            stream_snapshot(&self.js, &self.index, TASKS_INDEX.prefix(), "open.*")
                 .await
                 .map_err(|err| StoreError::store("listing open tasks", err))?
                 .into_iter()

@@ -14,10 +14,6 @@ use uuid::Uuid;
 use crate::error::ErrorKind;
 use crate::ids::GoalId;
 
-/// Prefix of the audit queries: `agent.audit.<op>`.
-pub const AUDIT_PREFIX: &str = "agent.audit";
-/// The one subject of `AGENT_AUDIT` (services only).
-pub const AUDIT_RECORDS_SUBJECT: &str = "_SB.audit.records";
 /// Header carrying a record's SHA-256 (lowercase hex) of its body.
 pub const HEADER_AUDIT_HASH: &str = "Switchboard-Audit-Hash";
 /// Header of an export chunk (`chunk`, JSON lines); the final reply, without it, is the
@@ -25,8 +21,6 @@ pub const HEADER_AUDIT_HASH: &str = "Switchboard-Audit-Hash";
 pub const HEADER_EXPORT: &str = "Switchboard-Export";
 /// The `prev_hash` of the first record of a chain.
 pub const GENESIS_HASH: &str = "genesis";
-/// Prefix of refusal events: `agent.refusals.<service>.<agent_id>`.
-pub const REFUSALS_PREFIX: &str = "agent.refusals";
 
 /// An audit query, addressed `agent.audit.<op>`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -66,7 +60,7 @@ impl AuditOp {
 
     /// `agent.audit.<op>`.
     pub fn subject(self) -> String {
-        format!("{AUDIT_PREFIX}.{}", self.token())
+        format!("{}.{}", crate::subject::AUDIT_PREFIX, self.token())
     }
 }
 

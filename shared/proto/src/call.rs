@@ -229,14 +229,6 @@ impl CallEventKind {
     }
 }
 
-/// Prefix of call events.
-pub const CALL_EVENTS_PREFIX: &str = "agent.calls.events";
-
-/// `agent.calls.events.<event>.<correlation_id>`.
-pub fn call_event_subject(event: CallEventKind, correlation_id: &Uuid) -> String {
-    format!("{CALL_EVENTS_PREFIX}.{}.{correlation_id}", event.token())
-}
-
 /// Payload of a call event.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CallEvent {

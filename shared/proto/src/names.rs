@@ -1,8 +1,6 @@
 //! Names and limits shared by every party: constants from ARCHITECTURE.md §4 plus every stream,
 //! bucket, header and service name. A service never spells one of these itself.
 
-/// Prefix of every per-goal inbox subject: `agent.inbox.<goal_id>`.
-pub const INBOX_SUBJECT_PREFIX: &str = "agent.inbox";
 /// Smallest accepted message body, in characters (after trimming).
 pub const MIN_BODY_CHARS: usize = 1;
 /// Largest accepted message body, in UTF-8 bytes (64 KiB).
@@ -12,10 +10,6 @@ pub const INBOX_CAP_PER_GOAL: i64 = 64;
 
 /// Dead letters: messages given up on, each with its reason and where it came from.
 pub const DLQ_STREAM: &str = "AGENT_DLQ";
-
-/// Subject prefix of dead letters: `agent.dlq.<stream>.<reader>`, the reader of a goal being
-/// `inbox-<goal_id>` ([`inbox_consumer`], [`dead_letter_subject`]).
-pub const DLQ_PREFIX: &str = "agent.dlq";
 
 /// Dead-letter headers: why the message was given up on.
 pub const HEADER_DLQ_REASON: &str = "Switchboard-Dlq-Reason";
@@ -72,16 +66,10 @@ pub const CALLS_BUCKET: &str = "agent_calls";
 /// Stream indexing open calls by caller and callee (one message per open call and side,
 /// deleted when the call ends).
 pub const CALLS_OPEN_STREAM: &str = "AGENT_CALLS_OPEN";
-/// Subject prefix of the open-call index: `_SB.calls.open.out.<caller>.<id>` and
-/// `_SB.calls.open.in.<callee>.<id>` (services only).
-pub const CALLS_OPEN_PREFIX: &str = "_SB.calls.open.";
 /// KV bucket of tasks: `task.<task_id>` records and `load.<agent_id>` active-task sets.
 pub const TASKS_BUCKET: &str = "agent_tasks";
 /// Stream indexing tasks by requester, assignee and openness (services only).
 pub const TASKS_INDEX_STREAM: &str = "AGENT_TASKS_INDEX";
-/// Subject prefix of the task index: `_SB.tasks.req.<agent>.<id>`, `_SB.tasks.asg.<agent>.<id>`
-/// (kept while the task is kept) and `_SB.tasks.open.<id>` (removed when the task ends).
-pub const TASKS_INDEX_PREFIX: &str = "_SB.tasks.";
 /// Deepest nesting of subagent tasks (a root task is depth 1).
 pub const TASK_DEPTH_LIMIT: u32 = 3;
 /// Open (non-terminal) children one task may have at once.
@@ -103,6 +91,22 @@ pub const HEADER_TRACESTATE: &str = "tracestate";
 pub const HEADER_SERVICE_ERROR: &str = "Nats-Service-Error";
 /// NATS micro error code header.
 pub const HEADER_SERVICE_ERROR_CODE: &str = "Nats-Service-Error-Code";
+/// What every header the NATS server itself sets starts with (a direct get adds several).
+pub const NATS_HEADER_PREFIX: &str = "Nats-";
+/// Header of a stored message (as a direct get returns it): its stream sequence.
+pub const HEADER_SEQUENCE: &str = "Nats-Sequence";
+/// Header of a stored message (as a direct get returns it): the subject it was stored under.
+pub const HEADER_SUBJECT: &str = "Nats-Subject";
+/// Header of a stored message (as a direct get returns it): when it was stored (RFC 3339).
+pub const HEADER_TIME_STAMP: &str = "Nats-Time-Stamp";
+/// Header of a batched direct get's messages: how many more match after this one.
+pub const HEADER_NUM_PENDING: &str = "Nats-Num-Pending";
+/// Publish header: store only if the subject's last sequence is this (compare-and-set).
+pub const HEADER_EXPECTED_LAST_SUBJECT_SEQUENCE: &str = "Nats-Expected-Last-Subject-Sequence";
+/// Header of a KV entry that is a delete or purge marker (`DEL`, `PURGE`).
+pub const HEADER_KV_OPERATION: &str = "KV-Operation";
+/// [`HEADER_KV_OPERATION`] value of a delete marker.
+pub const KV_OPERATION_DELETE: &str = "DEL";
 
 /// NATS micro service name (and queue group) of the directory.
 pub const DIRECTORY_SERVICE: &str = "directory";
@@ -122,11 +126,6 @@ pub const INBOX_HEADER_ALLOWANCE: usize = 1024;
 /// it starts (migration, docs/protocol.md §7).
 pub fn inbox_consumer(goal_id: &crate::GoalId) -> String {
     format!("inbox-{goal_id}")
-}
-
-/// `agent.dlq.AGENT_INBOX.inbox-<goal_id>`: where a goal's dead letters go.
-pub fn dead_letter_subject(goal_id: &crate::GoalId) -> String {
-    format!("{DLQ_PREFIX}.{INBOX_STREAM}.{}", inbox_consumer(goal_id))
 }
 
 /// Metadata key naming the agent that owned a v1 goal inbox consumer (v1 wrote it; migration

@@ -1,12 +1,30 @@
-//! Subject builders (ARCHITECTURE.md §3) and the caller-identity rule.
+//! Every subject of the fabric (ARCHITECTURE.md §3): one constant or builder per subject, used
+//! by the services, the clients and the generated NATS permissions alike, so renaming one
+//! here renames it everywhere. No other crate spells a subject (`tests/layout.rs` checks).
+//!
+//! Grouped as: agent inboxes, the directory, send, calls, tasks, audit and refusals, dead
+//! letters, the services' internal index streams, and NATS's own (`$JS`, `$SRV`, reply
+//! inboxes). Then the caller-identity rule.
 //!
 //! Identity rule: every subject an agent publishes a request to ends with the caller's own
 //! `agent_id`; services take the caller from that token, never from the body. Services subscribe
 //! with a trailing `>` so that malformed tails (`a.b`, over-long ids) still reach them and get a
 //! typed error instead of silence.
 
+use uuid::Uuid;
+
+use crate::call::CallEventKind;
 use crate::ids::{AgentId, GoalId, IdError};
-use crate::names::INBOX_SUBJECT_PREFIX;
+use crate::names::{INBOX_STREAM, inbox_consumer};
+
+/// `<prefix>.>`: every subject below `prefix` (what a service endpoint subscribes to, what a
+/// stream holds).
+pub fn below(prefix: &str) -> String {
+    format!("{prefix}.>")
+}
+
+/// Prefix of every per-goal inbox subject: `agent.inbox.<goal_id>`.
+pub const INBOX_SUBJECT_PREFIX: &str = "agent.inbox";
 
 /// `agent.inbox.<goal_id>`: where a goal's messages land.
 pub fn inbox(goal_id: &GoalId) -> String {
@@ -118,7 +136,7 @@ impl RegistryOp {
 
     /// The subject a service subscribes to (`agent.registry.<op>.>`).
     pub fn endpoint_subject(self) -> String {
-        format!("{}.>", self.prefix())
+        below(&self.prefix())
     }
 }
 
@@ -176,7 +194,7 @@ pub const CALLS_PENDING_PREFIX: &str = "agent.calls.pending";
 /// Prefix of the internal subjects waiting correlators listen on for answers (services only).
 pub const CALL_ANSWER_PREFIX: &str = "_SB.calls.answer";
 /// Internal subject a waiting correlator listens on for one call's answer (services only).
-pub fn call_answer(correlation_id: &uuid::Uuid) -> String {
+pub fn call_answer(correlation_id: &Uuid) -> String {
     format!("{CALL_ANSWER_PREFIX}.{correlation_id}")
 }
 
@@ -199,6 +217,102 @@ pub fn calls_pending(agent: &AgentId) -> String {
 /// `_SB.registry.tasks.<agent_id>` with a [`crate::registry::TaskLoadReport`].
 pub const REGISTRY_TASKS_PREFIX: &str = "_SB.registry.tasks";
 
+/// `_SB.registry.tasks.<agent_id>`: where the task service reports an agent's load.
+pub fn registry_tasks(agent: &AgentId) -> String {
+    format!("{REGISTRY_TASKS_PREFIX}.{agent}")
+}
+
+/// Prefix of task requests: `agent.task.<op>.<agent_id>` ([`crate::task::TaskRequestOp`]).
+pub const TASK_PREFIX: &str = "agent.task";
+/// Prefix of task events: `agent.task.events.<task_id>`.
+pub const TASK_EVENTS_PREFIX: &str = "agent.task.events";
+
+/// `agent.task.events.<task_id>`: one event per transition (and the creation).
+pub fn task_events(task_id: &Uuid) -> String {
+    format!("{TASK_EVENTS_PREFIX}.{task_id}")
+}
+
+/// Prefix of call events.
+pub const CALL_EVENTS_PREFIX: &str = "agent.calls.events";
+
+/// `agent.calls.events.<event>.<correlation_id>`.
+pub fn call_events(event: CallEventKind, correlation_id: &Uuid) -> String {
+    format!("{CALL_EVENTS_PREFIX}.{}.{correlation_id}", event.token())
+}
+
+/// Prefix of the audit queries: `agent.audit.<op>` ([`crate::audit::AuditOp`]).
+pub const AUDIT_PREFIX: &str = "agent.audit";
+/// The one subject of `AGENT_AUDIT` (services only).
+pub const AUDIT_RECORDS: &str = "_SB.audit.records";
+/// Prefix of refusal events: `agent.refusals.<service>.<agent_id>`.
+pub const REFUSALS_PREFIX: &str = "agent.refusals";
+
+/// `agent.refusals.<service>.<agent_id>`: a request `service` refused from `caller` (the
+/// caller token is whatever the subject named, already checked to be one token).
+pub fn refusal(service: &str, caller: &str) -> String {
+    format!("{REFUSALS_PREFIX}.{service}.{caller}")
+}
+
+/// Subject prefix of dead letters: `agent.dlq.<stream>.<reader>`, the reader of a goal being
+/// `inbox-<goal_id>` ([`inbox_consumer`], [`dead_letter`]).
+pub const DLQ_PREFIX: &str = "agent.dlq";
+
+/// `agent.dlq.AGENT_INBOX.inbox-<goal_id>`: where a goal's dead letters go.
+pub fn dead_letter(goal_id: &GoalId) -> String {
+    format!("{DLQ_PREFIX}.{INBOX_STREAM}.{}", inbox_consumer(goal_id))
+}
+
+/// The subjects of one of the services' internal index streams: `<prefix><key>`, one entry per
+/// key, the keys laid out by the service that owns the index (services only).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IndexSubjects {
+    prefix: &'static str,
+}
+
+impl IndexSubjects {
+    /// The prefix every entry's subject starts with (ends with `.`).
+    pub fn prefix(self) -> &'static str {
+        self.prefix
+    }
+
+    /// The subject of the entry `key` (`out.alice.<id>` → `_SB.calls.open.out.alice.<id>`);
+    /// `key` may hold wildcards to make a filter.
+    pub fn entry(self, key: &str) -> String {
+        format!("{}{key}", self.prefix)
+    }
+
+    /// Every entry: the stream's subject filter.
+    pub fn all(self) -> String {
+        self.entry(">")
+    }
+}
+
+/// The open-call index of the reply-correlator: `_SB.calls.open.out.<caller>.<id>` and
+/// `_SB.calls.open.in.<callee>.<id>`.
+pub const CALLS_OPEN_INDEX: IndexSubjects = IndexSubjects {
+    prefix: "_SB.calls.open.",
+};
+
+/// The task index of task-lifecycle: `_SB.tasks.req.<agent>.<id>`, `_SB.tasks.asg.<agent>.<id>`
+/// (kept while the task is kept) and `_SB.tasks.open.<id>` (removed when the task ends).
+pub const TASKS_INDEX: IndexSubjects = IndexSubjects {
+    prefix: "_SB.tasks.",
+};
+
+/// `$JS.API.DIRECT.GET.<stream>`: JetStream's direct get (any replica answers).
+pub fn js_direct_get(stream: &str) -> String {
+    format!("$JS.API.DIRECT.GET.{stream}")
+}
+
+/// `$SRV.PING.<service>`, or `$SRV.PING.<service>.<instance>` for one instance: the NATS micro
+/// discovery ping.
+pub fn service_ping(service: &str, instance: Option<&str>) -> String {
+    match instance {
+        Some(id) => format!("$SRV.PING.{service}.{id}"),
+        None => format!("$SRV.PING.{service}"),
+    }
+}
+
 /// Prefixes of the subjects a service answers on: NATS reply inboxes (`_INBOX.` is every
 /// client library's default) and the server's import reply subjects (`_R_.`, ARCHITECTURE.md
 /// §8). A request whose reply subject is anything else — a KV key, a JetStream API subject,
@@ -219,7 +333,7 @@ pub fn is_reply_inbox(reply: &str) -> bool {
 /// uses it (ARCHITECTURE.md §8), and under the generated NATS config an agent may subscribe
 /// only below it, so no agent can see another's replies.
 pub fn agent_inbox_prefix(agent: &AgentId) -> String {
-    format!("_INBOX.{agent}")
+    format!("{}{agent}", REPLY_INBOX_PREFIXES[0])
 }
 
 /// One family of agent-facing request subjects: what an agent publishes to reach a service.

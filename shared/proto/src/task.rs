@@ -199,16 +199,6 @@ pub fn apply(state: TaskState, op: TaskOp, role: TaskRole) -> Result<TaskState, 
     Ok(next)
 }
 
-/// Prefix of task requests: `agent.task.<op>.<agent_id>`.
-pub const TASK_PREFIX: &str = "agent.task";
-/// Prefix of task events: `agent.task.events.<task_id>`.
-pub const TASK_EVENTS_PREFIX: &str = "agent.task.events";
-
-/// `agent.task.events.<task_id>`: one event per transition (and the creation).
-pub fn task_event_subject(task_id: &Uuid) -> String {
-    format!("{TASK_EVENTS_PREFIX}.{task_id}")
-}
-
 /// A request an agent sends to the task service, addressed `agent.task.<op>.<agent_id>`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum TaskRequestOp {
@@ -254,7 +244,7 @@ impl TaskRequestOp {
 
     /// `agent.task.<op>`: the prefix the caller's id is appended to.
     pub fn prefix(self) -> String {
-        format!("{TASK_PREFIX}.{}", self.token())
+        format!("{}.{}", crate::subject::TASK_PREFIX, self.token())
     }
 
     /// `agent.task.<op>.<agent_id>`.
@@ -604,7 +594,7 @@ mod tests {
         assert_eq!(TaskRequestOp::Spawn.subject(&a), "agent.task.spawn.writer");
         let id = Uuid::nil();
         assert_eq!(
-            task_event_subject(&id),
+            crate::subject::task_events(&id),
             "agent.task.events.00000000-0000-0000-0000-000000000000"
         );
         let action: TaskAction =

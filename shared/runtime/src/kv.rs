@@ -21,6 +21,9 @@ use async_nats::jetstream::{self, kv};
 use async_nats::{HeaderMap, StatusCode};
 use bytes::Bytes;
 use futures::StreamExt;
+use switchboard_proto::{
+    HEADER_KV_OPERATION, HEADER_NUM_PENDING, HEADER_SEQUENCE, HEADER_SUBJECT, HEADER_TIME_STAMP,
+};
 
 /// One live key and its value.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -57,7 +60,7 @@ pub async fn leader_entry(
     use async_nats::jetstream::stream::LastRawMessageErrorKind;
     let subject = format!("{}{key}", store.prefix);
     match store.stream.get_last_raw_message_by_subject(&subject).await {
-        Ok(message) if message.headers.get("KV-Operation").is_some() => Ok(None),
+        Ok(message) if message.headers.get(HEADER_KV_OPERATION).is_some() => Ok(None),
         Ok(message) => Ok(Some((message.payload, message.sequence))),
         Err(err) if err.kind() == LastRawMessageErrorKind::NoMessageFound => Ok(None),
         Err(err) => Err(err),
@@ -135,7 +138,6 @@ fn header_u64(headers: &HeaderMap, name: &str) -> Option<u64> {
     headers.get(name).and_then(|v| v.as_str().parse().ok())
 }
 
-/// The direct-get path: `Ok(None)` when too many keys match for one batch.
 /// How a batched direct get ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BatchEnd {
@@ -172,7 +174,7 @@ pub async fn direct_batch(
         .map_err(|err| err.to_string())?;
     client
         .publish_with_reply(
-            format!("$JS.API.DIRECT.GET.{stream}"),
+            switchboard_proto::subject::js_direct_get(stream),
             inbox,
             request.to_string().into(),
         )
@@ -184,7 +186,7 @@ pub async fn direct_batch(
                 None | Some(StatusCode::OK) => each(message)?,
                 Some(status) if status.as_u16() == 204 => {
                     let headers = message.headers.unwrap_or_default();
-                    let pending = header_u64(&headers, "Nats-Num-Pending").unwrap_or(0);
+                    let pending = header_u64(&headers, HEADER_NUM_PENDING).unwrap_or(0);
                     return Ok(BatchEnd::Done { pending });
                 }
                 Some(StatusCode::NOT_FOUND) => return Ok(BatchEnd::NotFound),
@@ -212,7 +214,7 @@ pub fn direct_sequence(message: &async_nats::Message) -> Result<u64, String> {
     message
         .headers
         .as_ref()
-        .and_then(|headers| header_u64(headers, "Nats-Sequence"))
+        .and_then(|headers| header_u64(headers, HEADER_SEQUENCE))
         .ok_or_else(|| "direct get reply without Nats-Sequence".to_owned())
 }
 
@@ -233,14 +235,14 @@ async fn direct_snapshot(
         let revision = direct_sequence(&message)?;
         let headers = message.headers.unwrap_or_default();
         let subject = headers
-            .get("Nats-Subject")
+            .get(HEADER_SUBJECT)
             .map(|v| v.as_str().to_owned())
             .unwrap_or_default();
         let live = headers
-            .get("KV-Operation")
+            .get(HEADER_KV_OPERATION)
             .is_none_or(|op| op.as_str() == "PUT");
         if live && let Some(key) = subject.strip_prefix(store.prefix) {
-            let stored_at = headers.get("Nats-Time-Stamp").and_then(|v| {
+            let stored_at = headers.get(HEADER_TIME_STAMP).and_then(|v| {
                 time::OffsetDateTime::parse(
                     v.as_str(),
                     &time::format_description::well_known::Rfc3339,
@@ -319,7 +321,7 @@ async fn scan(
             let live = message
                 .headers
                 .as_ref()
-                .and_then(|headers| headers.get("KV-Operation"))
+                .and_then(|headers| headers.get(HEADER_KV_OPERATION))
                 .is_none_or(|op| op.as_str() == "PUT");
             if let Some(key) = message.subject.as_str().strip_prefix(store.prefix) {
                 let entry = live.then(|| KvEntry {

@@ -130,7 +130,7 @@ impl Endpoint {
         F: Fn(AgentRequest<Req>) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<Resp, ErrorReply>> + Send + 'static,
     {
-        let subject = format!("{prefix}.>");
+        let subject = switchboard_proto::subject::below(&prefix);
         let handler = Arc::new(handler);
         Self {
             name: name.to_owned(),

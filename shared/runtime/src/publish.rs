@@ -204,10 +204,7 @@ pub fn publish_refusal(
         at: switchboard_proto::timestamp::now(),
     };
     let js = js.clone();
-    let to = format!(
-        "{}.{service}.{caller}",
-        switchboard_proto::audit::REFUSALS_PREFIX
-    );
+    let to = switchboard_proto::subject::refusal(service, caller.as_str());
     tokio::spawn(async move {
         publish_event(&js, &to, &event.id.to_string(), &event).await;
     });

@@ -5,11 +5,11 @@
 use std::time::Duration;
 
 use async_nats::jetstream::{self, kv, stream};
-use switchboard_proto::subject::{INBOX_ALL, INBOX_STORED_TEMPLATE, REGISTRY_EVENTS_ALL};
+use switchboard_proto::subject::{self, INBOX_ALL, INBOX_STORED_TEMPLATE, REGISTRY_EVENTS_ALL};
 use switchboard_proto::{
-    CALLS_BUCKET, CALLS_OPEN_PREFIX, CALLS_OPEN_STREAM, CURSORS_BUCKET, EVENTS_STREAM,
-    GOALS_BUCKET, INBOX_CAP_PER_GOAL, INBOX_STREAM, MAX_INBOX_MESSAGE_BYTES, REGISTRY_BUCKET,
-    TASKS_BUCKET, TASKS_INDEX_PREFIX, TASKS_INDEX_STREAM,
+    CALLS_BUCKET, CALLS_OPEN_STREAM, CURSORS_BUCKET, EVENTS_STREAM, GOALS_BUCKET,
+    INBOX_CAP_PER_GOAL, INBOX_STREAM, MAX_INBOX_MESSAGE_BYTES, REGISTRY_BUCKET, TASKS_BUCKET,
+    TASKS_INDEX_STREAM,
 };
 
 use crate::config::JetStreamConfig;
@@ -146,9 +146,9 @@ pub fn events_stream(config: &JetStreamConfig) -> stream::Config {
         description: Some("Switchboard registry, call, task and refusal events".to_owned()),
         subjects: vec![
             REGISTRY_EVENTS_ALL.to_owned(),
-            format!("{}.>", switchboard_proto::call::CALL_EVENTS_PREFIX),
-            format!("{}.>", switchboard_proto::task::TASK_EVENTS_PREFIX),
-            format!("{}.>", switchboard_proto::audit::REFUSALS_PREFIX),
+            subject::below(subject::CALL_EVENTS_PREFIX),
+            subject::below(subject::TASK_EVENTS_PREFIX),
+            subject::below(subject::REFUSALS_PREFIX),
         ],
         duplicate_window: Duration::from_secs(config.duplicate_window_secs),
         max_age: Duration::from_secs(config.events_max_age_secs),
@@ -165,7 +165,7 @@ pub fn dlq_stream(config: &JetStreamConfig) -> stream::Config {
     stream::Config {
         name: switchboard_proto::DLQ_STREAM.to_owned(),
         description: Some("Switchboard dead letters, with their reasons".to_owned()),
-        subjects: vec![format!("{}.>", switchboard_proto::DLQ_PREFIX)],
+        subjects: vec![subject::below(subject::DLQ_PREFIX)],
         duplicate_window: Duration::from_secs(config.duplicate_window_secs),
         max_age: Duration::from_secs(config.events_max_age_secs),
         num_replicas: config.replicas,
@@ -234,7 +234,7 @@ pub fn calls_open_stream(config: &JetStreamConfig) -> stream::Config {
     stream::Config {
         name: CALLS_OPEN_STREAM.to_owned(),
         description: Some("Switchboard open-call index".to_owned()),
-        subjects: vec![format!("{CALLS_OPEN_PREFIX}>")],
+        subjects: vec![subject::CALLS_OPEN_INDEX.all()],
         max_messages_per_subject: 1,
         max_age: Duration::from_secs(config.calls_max_age_secs),
         num_replicas: config.replicas,
@@ -265,7 +265,7 @@ pub fn tasks_index_stream(config: &JetStreamConfig) -> stream::Config {
     stream::Config {
         name: TASKS_INDEX_STREAM.to_owned(),
         description: Some("Switchboard task index".to_owned()),
-        subjects: vec![format!("{TASKS_INDEX_PREFIX}>")],
+        subjects: vec![subject::TASKS_INDEX.all()],
         max_messages_per_subject: 1,
         max_age: Duration::from_secs(config.tasks_max_age_secs),
         num_replicas: config.replicas,
@@ -283,7 +283,7 @@ pub fn audit_stream(config: &JetStreamConfig) -> stream::Config {
     stream::Config {
         name: switchboard_proto::AUDIT_STREAM.to_owned(),
         description: Some("Switchboard audit trail (hash-chained)".to_owned()),
-        subjects: vec![switchboard_proto::audit::AUDIT_RECORDS_SUBJECT.to_owned()],
+        subjects: vec![subject::AUDIT_RECORDS.to_owned()],
         max_age: Duration::from_secs(config.audit_max_age_secs),
         max_bytes: if config.audit_max_bytes == 0 {
             -1

@@ -246,7 +246,7 @@ async fn health(name: &str, runtime: &RuntimeConfig) -> Result<String, String> {
     let path = micro::health_id_file(name);
     let id = std::fs::read_to_string(&path)
         .map_err(|err| format!("no instance id at {} ({err}); not started?", path.display()))?;
-    let subject = format!("$SRV.PING.{name}.{}", id.trim());
+    let subject = switchboard_proto::subject::service_ping(name, Some(id.trim()));
     tokio::time::timeout(wait, client.request(subject.clone(), "".into()))
         .await
         .map_err(|_| format!("{subject} not answered within 3 s"))?

@@ -89,9 +89,10 @@ impl ServiceProcess {
     }
 
     async fn answers_ping(&self) -> bool {
-        let ping = self
-            .client
-            .request(format!("$SRV.PING.{}", self.service), "".into());
+        let ping = self.client.request(
+            switchboard_proto::subject::service_ping(&self.service, None),
+            "".into(),
+        );
         matches!(
             tokio::time::timeout(Duration::from_millis(500), ping).await,
             Ok(Ok(_))
