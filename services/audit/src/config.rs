@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct AuditConfig {
-    /// The query index's SQLite file; empty keeps it in memory (rebuilt from `AGENT_AUDIT` at
+    /// The query index's SQLite file; empty uses a private temporary file (rebuilt from `AGENT_AUDIT` at
     /// every start). With a file, a restart reads only what was appended since.
     pub index_path: String,
     /// Most source messages appended in one batch (their publishes are pipelined).

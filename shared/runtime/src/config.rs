@@ -364,7 +364,7 @@ pub struct JetStreamConfig {
     pub duplicate_window_secs: u64,
     /// How long registry/goal events are kept, in seconds.
     pub events_max_age_secs: u64,
-    /// How long a call record is kept after it was opened, in seconds (well above the
+    /// How long a call record is kept after its last change, in seconds (well above the
     /// 300 s maximum call timeout, so late and retried replies are answered correctly).
     pub calls_max_age_secs: u64,
     /// How long a task record (and its index entries) is kept after its last change, in
