@@ -12,13 +12,13 @@ use crate::error::ClientError;
 /// One agent as an operator sees it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AgentListing {
-    /// The agent.
+    /// The agent id, from its card.
     pub agent_id: String,
-    /// Its description.
+    /// What the agent does, from its card (empty when it gave none).
     pub description: String,
-    /// Status.
+    /// Idle, busy or offline, as the directory last recorded it.
     pub status: AgentStatus,
-    /// Number of live goals.
+    /// Number of live goals; with none, nothing can be delivered to the agent.
     pub live_goals: usize,
     /// Last heartbeat (RFC 3339).
     pub last_heartbeat: String,

@@ -23,13 +23,13 @@ pub struct DeadLetter {
     pub reason: String,
     /// Where it came from: stream, sequence and subject (e.g. `agent.inbox.<goal_id>`).
     pub stream: String,
-    /// See `stream`.
+    /// Its sequence in that stream when it was given up on.
     pub source_seq: u64,
-    /// See `stream`; empty when the message was gone before it could be copied.
+    /// The subject it was stored under; empty when the message was gone before it could be copied.
     pub subject: String,
     /// The consumer that gave up (e.g. `inbox-<goal_id>`), after `deliveries` deliveries.
     pub consumer: String,
-    /// See `consumer`.
+    /// How many times it was handed out before the reader gave up on it.
     pub deliveries: u64,
     /// The message as it was (JSON when it is JSON, else text).
     pub payload: serde_json::Value,
@@ -42,7 +42,7 @@ pub struct Replayed {
     pub seq: u64,
     /// Where the message went back to.
     pub subject: String,
-    /// Its new sequence in its stream.
+    /// Sequence of the fresh copy at the end of its stream (an inbox copy is unread again).
     pub stream_seq: u64,
 }
 

@@ -17,29 +17,29 @@ pub enum ClientError {
         "agent `{agent}` must use the reply inbox prefix `{expected}` (its connection makes `{got}`); build the connection with switchboard_client::agent_connect_options"
     )]
     InboxPrefix {
-        /// The agent.
+        /// The agent the connection was built for.
         agent: String,
         /// `_INBOX.<agent_id>`.
         expected: String,
-        /// An inbox the connection made.
+        /// A reply inbox the connection made, showing the prefix it uses instead.
         got: String,
     },
     /// No service answers on the subject (is `switchboard up` running?).
     #[error("no service answers on {subject}; is the service running?")]
     NoResponders {
-        /// The request subject.
+        /// The request subject nobody subscribes to.
         subject: String,
     },
     /// The request timed out.
     #[error("request to {subject} timed out")]
     Timeout {
-        /// The request subject.
+        /// The request subject that gave no reply within the request timeout.
         subject: String,
     },
     /// NATS failed the request.
     #[error("request to {subject}: {message}")]
     Request {
-        /// The request subject.
+        /// The request subject whose send or reply failed.
         subject: String,
         /// Why.
         message: String,
@@ -50,7 +50,7 @@ pub enum ClientError {
     /// The reply did not decode.
     #[error("decoding the reply from {subject}: {message}")]
     Decode {
-        /// The request subject.
+        /// The request subject whose reply did not decode (for a KV read: `<bucket>/<key>`).
         subject: String,
         /// Why.
         message: String,

@@ -116,7 +116,7 @@ pub struct Goal {
 /// [`Goal::recv`].
 #[derive(Debug)]
 pub struct Delivery {
-    /// The message.
+    /// The inbox message as the service stored it.
     pub message: InboxMessage,
     /// Its `AGENT_INBOX` sequence.
     pub seq: u64,
@@ -293,12 +293,12 @@ impl Goal {
         }
     }
 
-    /// The goal id.
+    /// The goal id: what a `from_goal_id` names so that answers come to this goal.
     pub fn id(&self) -> GoalId {
         self.id
     }
 
-    /// Its inbox subject.
+    /// Its inbox subject, `agent.inbox.<goal_id>` (read through fetch, never subscribed to).
     pub fn subject(&self) -> &str {
         &self.subject
     }

@@ -20,12 +20,12 @@ use crate::goal::Goal;
 pub struct TaskOutcome {
     /// The result text (may be empty).
     pub result: String,
-    /// Structured results.
+    /// Result parts, stored as the task's `result_parts` and sent to the requester.
     pub parts: Vec<Part>,
 }
 
 impl TaskOutcome {
-    /// A text result.
+    /// An outcome with only result text, no parts.
     pub fn text(result: impl Into<String>) -> Self {
         Self {
             result: result.into(),

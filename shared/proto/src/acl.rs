@@ -25,7 +25,7 @@ fn first_match<'a>(patterns: &'a [String], agent_id: &str) -> Option<&'a str> {
 pub enum Denial {
     /// The sender's `deny_talk_to` names the receiver.
     SenderDenies {
-        /// The matching deny glob.
+        /// The first deny glob that matched the receiver, quoted in the unreachable reason.
         pattern: String,
     },
     /// The sender's `can_talk_to` does not name the receiver.

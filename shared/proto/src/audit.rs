@@ -77,7 +77,7 @@ pub struct AuditRecord {
     /// `task_update`), or `registry.<event>`, `call.<event>`, `task.<op>` (`task.created` for
     /// a creation) or `refused.<service>`.
     pub kind: String,
-    /// The source subject.
+    /// Subject the source message was stored under, e.g. `agent.inbox.<goal_id>`.
     pub subject: String,
     /// The message id (inbox deliveries).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -85,28 +85,28 @@ pub struct AuditRecord {
     /// The correlation id (calls).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub correlation_id: Option<Uuid>,
-    /// The message this one answers.
+    /// The source's `in_reply_to`: the message this one answers (`thread` follows it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub in_reply_to: Option<Uuid>,
-    /// The task.
+    /// The source's task: an inbox message's `task.id`, or the task event's task.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub task_id: Option<Uuid>,
-    /// The task's parent.
+    /// Parent of that task, for a subtask; `thread` follows it through the task tree.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent_task_id: Option<Uuid>,
-    /// Sender (or actor).
+    /// Sender or actor, not validated (`switchboard` for a task change the service made).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub from_agent: Option<String>,
-    /// Sender goal.
+    /// Sender goal (`from_goal_id`), or the goal of a registry goal event.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub from_goal: Option<GoalId>,
     /// Receiver (or the other party).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub to_agent: Option<String>,
-    /// Receiver goal.
+    /// Receiver goal: the goal whose inbox subject stored the message.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub to_goal: Option<GoalId>,
-    /// A request that wants an answer.
+    /// The inbox message's `expects_reply`; `pending` lists such records until answered.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub expects_reply: bool,
     /// The source message as it was (JSON; a body that was not JSON is kept as a string).
@@ -120,9 +120,9 @@ pub struct AuditRecord {
 pub struct AuditEntry {
     /// Its sequence in `AGENT_AUDIT`.
     pub seq: u64,
-    /// Its hash.
+    /// SHA-256 of the record's body, lowercase hex (its `Switchboard-Audit-Hash` header).
     pub hash: String,
-    /// The record.
+    /// The record's own fields, flattened beside `seq` and `hash` on the wire.
     #[serde(flatten)]
     pub record: AuditRecord,
 }
@@ -131,19 +131,19 @@ pub struct AuditEntry {
 /// `agent.refusals.<service>.<agent_id>` (in `AGENT_EVENTS`) so the audit records it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RefusalEvent {
-    /// Event id.
+    /// Event id (UUID v7); also the `Nats-Msg-Id` header.
     pub id: Uuid,
-    /// The refusing service.
+    /// Name of the refusing service, e.g. `inbox-fanout`; also the subject's `<service>` token.
     pub service: String,
     /// The caller, from the request subject (`_` when that was not a valid id).
     pub agent_id: String,
-    /// The request subject.
+    /// Subject the refused request was sent to (its tail names the caller).
     pub subject: String,
-    /// The error kind.
+    /// The error reply's `kind`; always a refusal (never `bad_request`, `not_found`, …).
     pub kind: ErrorKind,
-    /// The error message.
+    /// The error's human-readable `message` (for a send: its unreachable reasons, `; `-joined).
     pub message: String,
-    /// When.
+    /// When the service refused the request.
     #[serde(with = "time::serde::rfc3339")]
     pub at: OffsetDateTime,
 }
@@ -152,13 +152,13 @@ pub struct RefusalEvent {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ThreadRequest {
-    /// A message of the thread.
+    /// Id of any message in the thread (an inbox message's `id`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message_id: Option<Uuid>,
-    /// A call of the thread.
+    /// Correlation id of any call in the thread.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub correlation_id: Option<Uuid>,
-    /// A task of the thread.
+    /// Id of any task in the thread; its parent and subtasks join the thread too.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub task_id: Option<Uuid>,
 }
@@ -234,7 +234,7 @@ pub struct ExportDone {
 pub struct ChainBreak {
     /// The first record that does not fit.
     pub seq: u64,
-    /// Why.
+    /// What is wrong, e.g. `the record has no hash header`.
     pub reason: String,
 }
 

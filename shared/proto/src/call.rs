@@ -15,10 +15,10 @@ use crate::message::Part;
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CallRequest {
-    /// The callee.
+    /// Who must answer: the callee's agent id, trimmed (`*` is refused: a call has one peer).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub to: Option<String>,
-    /// The question.
+    /// The question; becomes the request message's `body` (send gates 3 and 4 apply).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
     /// The caller's goal: where a parked answer (or a timeout notice) lands.
@@ -63,11 +63,11 @@ pub struct CallParked {
 /// Reply to a waiting call: the callee's answer.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CallAnswer {
-    /// The call.
+    /// Id of the call this answers, as `call` opened it and the callee's `reply` named it.
     pub correlation_id: Uuid,
     /// Who answered.
     pub from_agent_id: AgentId,
-    /// The answer.
+    /// The callee's answer text, exactly as its `reply` sent it.
     pub body: String,
     /// Structured content of the answer.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -81,10 +81,10 @@ pub struct CallAnswer {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ReplyRequest {
-    /// The call being answered.
+    /// The call being answered, from the request message's `correlation_id`; required.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub correlation_id: Option<Uuid>,
-    /// The answer.
+    /// The answer text; the caller gets it as `body` (send gates 3 and 4 apply).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
     /// Structured content of the answer.
@@ -105,7 +105,7 @@ pub enum AnswerRoute {
 /// Reply to `reply`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ReplyAck {
-    /// The call answered.
+    /// The call the reply named, echoed back.
     pub correlation_id: Uuid,
     /// Where the answer went (the first time; a retried reply reports the same).
     pub delivered: AnswerRoute,
@@ -129,7 +129,7 @@ pub enum CallState {
 /// A call as recorded in the `agent_calls` bucket under `call.<correlation_id>`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PendingCall {
-    /// The call.
+    /// The call's id: the record's key is `call.<correlation_id>`.
     pub correlation_id: Uuid,
     /// Who asked.
     pub caller: AgentId,
@@ -146,7 +146,7 @@ pub struct PendingCall {
     pub request_id: Uuid,
     /// Waiting (true) or parked.
     pub wait: bool,
-    /// State.
+    /// Open until answered or expired; every change is a compare-and-set, never back to open.
     pub state: CallState,
     /// Where the answer went, once delivered.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -158,10 +158,10 @@ pub struct PendingCall {
         with = "time::serde::rfc3339::option"
     )]
     pub claimed_at: Option<OffsetDateTime>,
-    /// Opened at.
+    /// When the call was opened; listings sort by it, oldest first.
     #[serde(with = "time::serde::rfc3339")]
     pub created_at: OffsetDateTime,
-    /// Times out at.
+    /// When the call expires: `created_at` plus the clamped `timeout_ms`.
     #[serde(with = "time::serde::rfc3339")]
     pub deadline: OffsetDateTime,
 }
@@ -217,7 +217,7 @@ pub enum CallEventKind {
 }
 
 impl CallEventKind {
-    /// The subject token.
+    /// The `<event>` token of `agent.calls.events.<event>.<correlation_id>`.
     pub fn token(self) -> &'static str {
         match self {
             Self::Opened => "opened",
@@ -236,15 +236,15 @@ pub struct CallEvent {
     pub id: Uuid,
     /// What happened.
     pub event: CallEventKind,
-    /// The call.
+    /// The call the event is about; also the subject's last token.
     pub correlation_id: Uuid,
     /// Who asked.
     pub caller: AgentId,
     /// Who was asked.
     pub callee: AgentId,
-    /// The chain the call belongs to.
+    /// The call's chain: root caller first, its caller last (the callee is not in it).
     pub chain: Vec<AgentId>,
-    /// When.
+    /// When the correlator built the event, right after the change it reports.
     #[serde(with = "time::serde::rfc3339")]
     pub at: OffsetDateTime,
     /// The answer's text (answered, late_answer), or the refusal's reason (refused).

@@ -14,9 +14,9 @@ pub enum ErrorKind {
     BadRequest,
     /// An agent id (subject tail or body field) breaks the id rules.
     InvalidAgentId,
-    /// A goal id is not a UUID.
+    /// A goal id is not a UUID, or a `from_goal_id` is not a live goal of the caller.
     InvalidGoalId,
-    /// The body names a different agent than the subject.
+    /// The body names another agent than the subject, or the parent call went to another agent.
     IdentityMismatch,
     /// The caller has not registered.
     NotRegistered,
@@ -44,7 +44,7 @@ pub enum ErrorKind {
     Timeout,
     /// The call would close a cycle (the message names the chain).
     Cycle,
-    /// The call chain is too deep.
+    /// A call chain (default 5 agents) or subtask nesting (default 3 deep) would pass its limit.
     DepthExceeded,
     /// The caller already has the most open outgoing calls allowed.
     TooManyCalls,
@@ -62,7 +62,7 @@ pub enum ErrorKind {
     AclDenied,
     /// The assignee already has `max_concurrent_tasks` tasks accepted, working or waiting.
     AtCapacity,
-    /// The parent task already has the most open children allowed.
+    /// The parent task has the most open subtasks (default 8) or spawned the most (default 256).
     TooManyChildren,
     /// The body names a sender (`from_agent_id`) other than the subject's identity.
     SenderMismatch,
@@ -175,7 +175,7 @@ pub struct ErrorBody {
     pub code: u16,
     /// Stable kind to match on.
     pub kind: ErrorKind,
-    /// Human-readable detail.
+    /// Human-readable detail, also sent as `Nats-Service-Error`; it may change, so never match it.
     pub message: String,
 }
 
@@ -183,7 +183,7 @@ pub struct ErrorBody {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
 #[error("{} ({}): {}", error.kind, error.code, error.message)]
 pub struct ErrorReply {
-    /// The error.
+    /// The `error` object; a success reply never has this top-level field.
     pub error: ErrorBody,
 }
 
@@ -199,7 +199,7 @@ impl ErrorReply {
         }
     }
 
-    /// The kind.
+    /// The stable kind to match on (`error.kind`).
     pub fn kind(&self) -> ErrorKind {
         self.error.kind
     }

@@ -68,13 +68,13 @@ pub struct FetchRequest {
 pub struct FetchedMessage {
     /// Its `AGENT_INBOX` sequence.
     pub seq: u64,
-    /// The message.
+    /// The stored inbox message, exactly as the service published it.
     pub message: InboxMessage,
     /// W3C trace context the sender's publish carried, so the reader's handling joins the
     /// sender's trace (omitted when the publish had none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub traceparent: Option<String>,
-    /// See `traceparent`.
+    /// The publish's W3C `tracestate`, to pass on with `traceparent` (omitted when none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tracestate: Option<String>,
 }
@@ -82,7 +82,7 @@ pub struct FetchedMessage {
 /// Reply to a fetch: the unread messages in stream order, at most `max`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FetchReply {
-    /// The goal read.
+    /// The goal read: the request's `goal_id`, echoed.
     pub goal_id: GoalId,
     /// The cursor after the request's `ack_through` (and any dead-lettered head) was applied.
     pub cursor: u64,
@@ -119,7 +119,7 @@ pub enum AckOp {
     Through(u64),
     /// Dead-letter the message at `seq` with `reason`, then move the cursor through it.
     Reject {
-        /// The message.
+        /// `AGENT_INBOX` sequence of the message to dead-letter.
         seq: u64,
         /// Why (control characters removed, at most [`REJECT_REASON_MAX_CHARS`]).
         reason: String,
@@ -162,9 +162,9 @@ pub fn clean_reason(reason: &str) -> String {
 /// Reply to an ack.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AckReply {
-    /// The goal.
+    /// The goal acked: the request's `goal_id`, echoed.
     pub goal_id: GoalId,
-    /// Its cursor now.
+    /// The goal's cursor after this ack: the last sequence done with (it never moves back).
     pub cursor: u64,
 }
 

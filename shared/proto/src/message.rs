@@ -18,9 +18,9 @@ pub struct InboxMessage {
     pub from_agent_id: AgentId,
     /// Sender goal (the caller's, or a fresh one when it gave none).
     pub from_goal_id: GoalId,
-    /// Receiving agent.
+    /// Receiving agent: the one this copy was stored for (each peer's own id in a broadcast).
     pub to_agent_id: AgentId,
-    /// The text.
+    /// The message text; what an agent writes here is non-blank and at most 65536 UTF-8 bytes.
     pub body: String,
     /// When the service accepted the send.
     #[serde(with = "time::serde::rfc3339")]
@@ -55,7 +55,7 @@ pub struct InboxMessage {
     /// Opaque routing info of the originating conversation, carried unchanged.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub callback: Option<Callback>,
-    /// Free-form metadata.
+    /// Free-form JSON object; a call's request carries `call_chain` and `call_deadline` here.
     #[serde(default, skip_serializing_if = "Map::is_empty")]
     pub metadata: Map<String, Value>,
 }
@@ -88,7 +88,7 @@ fn is_false(value: &bool) -> bool {
     !*value
 }
 
-/// The kind of an inbox message.
+/// What an inbox message is for; on the wire as `kind`, omitted when `message`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum MessageKind {
@@ -114,28 +114,28 @@ impl MessageKind {
     }
 }
 
-/// A piece of structured content.
+/// One piece of structured content (an A2A part), tagged by `type` on the wire.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Part {
     /// Plain text.
     Text {
-        /// The text.
+        /// The text; no limit of its own, but it counts toward the message's encoded size.
         text: String,
     },
     /// Arbitrary JSON data.
     Data {
-        /// The data.
+        /// Any JSON value, carried unchanged; its shape is for sender and reader to agree.
         data: Value,
     },
     /// A file by reference.
     File {
         /// Where the file is.
         uri: String,
-        /// Its media type.
+        /// MIME type of the file, e.g. `text/plain`; absent when the sender gave none.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         mime: Option<String>,
-        /// A display name.
+        /// File name to show, e.g. `draft.txt`; absent when the sender gave none.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         name: Option<String>,
     },
@@ -166,9 +166,9 @@ pub enum TaskState {
 /// A task reference carried in `task` / `task_update` messages.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TaskRef {
-    /// Task id.
+    /// Id of the task the message is about: what `agent.task.<op>` requests name as `task_id`.
     pub id: Uuid,
-    /// Current state.
+    /// The task's state when this message was written.
     pub state: TaskState,
     /// When the task must be done by.
     #[serde(

@@ -15,14 +15,14 @@ pub const DLQ_STREAM: &str = "AGENT_DLQ";
 pub const HEADER_DLQ_REASON: &str = "Switchboard-Dlq-Reason";
 /// Dead-letter headers: the stream, sequence and subject it was taken from.
 pub const HEADER_DLQ_STREAM: &str = "Switchboard-Dlq-Stream";
-/// See [`HEADER_DLQ_STREAM`].
+/// Dead-letter headers: the message's sequence in the stream it was taken from.
 pub const HEADER_DLQ_SEQ: &str = "Switchboard-Dlq-Seq";
-/// See [`HEADER_DLQ_STREAM`].
+/// Dead-letter headers: the subject the message was stored under (`agent.inbox.<goal_id>`).
 pub const HEADER_DLQ_SUBJECT: &str = "Switchboard-Dlq-Subject";
 /// Dead-letter headers: the reader that gave up (`inbox-<goal_id>`), and after how many
 /// hand-outs.
 pub const HEADER_DLQ_CONSUMER: &str = "Switchboard-Dlq-Consumer";
-/// See [`HEADER_DLQ_CONSUMER`].
+/// Dead-letter headers: how many times the message was handed out before it was given up on.
 pub const HEADER_DLQ_DELIVERIES: &str = "Switchboard-Dlq-Deliveries";
 /// Largest agent card the directory stores, in bytes of its JSON (16 KiB): every `list_peers`
 /// and every send's ACL check reads cards, and an LLM reads them in its context.

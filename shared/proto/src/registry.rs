@@ -34,7 +34,7 @@ pub struct AgentCard {
     /// Tasks it works on at once (accepted, working, input_required).
     #[serde(default = "default_max_concurrent_tasks")]
     pub max_concurrent_tasks: u32,
-    /// Free-form metadata.
+    /// Free-form JSON object for other agents to read; omitted from the wire when empty.
     #[serde(default, skip_serializing_if = "Map::is_empty")]
     pub metadata: Map<String, Value>,
 }
@@ -70,14 +70,14 @@ fn default_max_concurrent_tasks() -> u32 {
 /// An A2A-style skill.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Skill {
-    /// Stable id.
+    /// Stable id of the skill, e.g. `web`; required.
     pub id: String,
-    /// Display name.
+    /// Human-readable name, e.g. `Web search`; required.
     pub name: String,
     /// What it does.
     #[serde(default)]
     pub description: String,
-    /// Search tags.
+    /// Free-form labels, e.g. `web`; omitted from the wire when empty.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tags: Vec<String>,
 }
@@ -101,12 +101,12 @@ pub enum AgentStatus {
 pub struct AgentRecord {
     /// The card, as last registered.
     pub card: AgentCard,
-    /// Current status.
+    /// Idle, busy or offline: set by (de)register, heartbeats, task load and the offline sweep.
     pub status: AgentStatus,
     /// Ids of tasks the agent reports it is working on.
     #[serde(default)]
     pub current_tasks: Vec<String>,
-    /// First registration.
+    /// Time of the first registration, kept across re-registrations and restarts.
     #[serde(with = "time::serde::rfc3339")]
     pub registered_at: OffsetDateTime,
     /// Last register or heartbeat.
@@ -130,9 +130,9 @@ pub enum GoalKind {
 /// A live goal: the value stored in `agent_goals` under `<agent_id>.<goal_id>`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct GoalRecord {
-    /// The goal.
+    /// The goal's id: the second half of its `agent_goals` key.
     pub goal_id: GoalId,
-    /// Its agent.
+    /// The agent that opened (owns) the goal: the first half of the key.
     pub agent_id: AgentId,
     /// What kind of run it is.
     #[serde(default)]
@@ -150,7 +150,7 @@ pub fn goal_key(agent: &AgentId, goal: &GoalId) -> String {
 /// Reply to `register`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RegisterReply {
-    /// The registered agent.
+    /// The caller's id, taken from the subject (a card naming another is refused).
     pub agent_id: AgentId,
     /// First registration time (kept across re-registrations).
     #[serde(with = "time::serde::rfc3339")]
@@ -181,11 +181,11 @@ pub struct TaskLoadReport {
 /// Reply to `heartbeat`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct HeartbeatReply {
-    /// The agent.
+    /// The caller's id, taken from the subject.
     pub agent_id: AgentId,
     /// Its status after the heartbeat.
     pub status: AgentStatus,
-    /// Heartbeat time.
+    /// When the directory took this heartbeat; 30 s (default) without another = offline.
     #[serde(with = "time::serde::rfc3339")]
     pub last_heartbeat: OffsetDateTime,
 }
@@ -193,9 +193,9 @@ pub struct HeartbeatReply {
 /// Reply to `deregister`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DeregisterReply {
-    /// The agent.
+    /// The caller's id, taken from the subject; its card is kept.
     pub agent_id: AgentId,
-    /// Goals that were closed.
+    /// Goals closed (inboxes purged, cursors deleted), in the order they were opened.
     pub closed_goals: Vec<GoalId>,
 }
 
@@ -206,7 +206,7 @@ pub struct GoalOpenRequest {
     /// Reuse this goal id (re-open after a restart); a fresh one when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub goal_id: Option<GoalId>,
-    /// What kind of run this is.
+    /// What kind of run this is (default `interactive`); ignored when re-opening a goal.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<GoalKind>,
 }
@@ -214,7 +214,7 @@ pub struct GoalOpenRequest {
 /// Reply to `goal.open`: where the goal's messages are.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct GoalOpenReply {
-    /// The goal.
+    /// The goal's id: the one asked for, or a fresh UUID v7.
     pub goal_id: GoalId,
     /// Its inbox subject, `agent.inbox.<goal_id>` (read it with `agent.inbox.fetch.<agent_id>`;
     /// agents never read the stream themselves).
@@ -225,14 +225,14 @@ pub struct GoalOpenReply {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct GoalCloseRequest {
-    /// The goal to close.
+    /// One of the caller's open goals; any other id is `not_found`.
     pub goal_id: GoalId,
 }
 
 /// Reply to `goal.close`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct GoalCloseReply {
-    /// The closed goal.
+    /// The goal that was closed; fetch and ack of it are `not_found` from now on.
     pub goal_id: GoalId,
     /// Messages purged from its inbox.
     pub purged: u64,
@@ -241,14 +241,14 @@ pub struct GoalCloseReply {
 /// One entry of list_peers (the seed shape plus `capabilities` and `status`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PeerSummary {
-    /// The peer.
+    /// The peer's id: what a send, call or task names as `to`.
     pub agent_id: AgentId,
-    /// Its description.
+    /// What the peer does, from its card (empty when it gave none).
     pub description: String,
-    /// Its capabilities.
+    /// Capability labels from the peer's card, e.g. `search`.
     #[serde(default)]
     pub capabilities: Vec<String>,
-    /// Its status.
+    /// Idle, busy or offline; status does not affect `reachable`.
     pub status: AgentStatus,
     /// Whether the caller can reach it now (ACL allows the pair and it has a live goal).
     pub reachable: bool,
@@ -299,16 +299,16 @@ pub struct LookupRequest {
 /// Reply to `lookup`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LookupReply {
-    /// The card.
+    /// The full stored card, every default filled in.
     pub card: AgentCard,
-    /// Status.
+    /// Idle, busy or offline: set by (de)register, heartbeats, task load and the offline sweep.
     pub status: AgentStatus,
-    /// Reported current tasks.
+    /// Ids of its active tasks, from its heartbeats or the task service's load reports.
     pub current_tasks: Vec<String>,
-    /// First registration.
+    /// Time of the first registration, kept across re-registrations and restarts.
     #[serde(with = "time::serde::rfc3339")]
     pub registered_at: OffsetDateTime,
-    /// Last heartbeat.
+    /// Last register or heartbeat; 30 s (default) without one marks the agent offline.
     #[serde(with = "time::serde::rfc3339")]
     pub last_heartbeat: OffsetDateTime,
     /// Ids of the agent's open goals.
@@ -320,9 +320,9 @@ pub struct LookupReply {
 pub struct RegistryEventPayload {
     /// Unique event id (also the `Nats-Msg-Id`, so a retried publish is stored once).
     pub id: uuid::Uuid,
-    /// Which event.
+    /// Which event; also the `<event>` token of the subject.
     pub event: RegistryEvent,
-    /// The agent concerned.
+    /// The agent the event is about; also the subject's last token.
     pub agent_id: AgentId,
     /// When it happened.
     #[serde(with = "time::serde::rfc3339")]

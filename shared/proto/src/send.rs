@@ -41,7 +41,7 @@ pub struct SendRequest {
     /// The message this one answers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub in_reply_to: Option<Uuid>,
-    /// The sender expects an answer.
+    /// Marks the message as wanting an answer; carried unchanged, nothing tracks it (calls do).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub expects_reply: bool,
     /// Hop budget of a forwarded message (default 3).
@@ -50,13 +50,13 @@ pub struct SendRequest {
     /// Agents a forwarded message has already passed through.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub trace: Vec<AgentId>,
-    /// Structured content.
+    /// A2A message parts, carried unchanged; they count toward the encoded size limit.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub parts: Vec<Part>,
     /// Routing info of the originating conversation, carried unchanged.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub callback: Option<Callback>,
-    /// Free-form metadata.
+    /// Free-form JSON object, carried unchanged to every stored copy.
     #[serde(default, skip_serializing_if = "Map::is_empty")]
     pub metadata: Map<String, Value>,
     /// The sender, if the body names one: it must be the subject's identity

@@ -129,7 +129,7 @@ impl RegistryOp {
         format!("{REGISTRY_PREFIX}.{}", self.token())
     }
 
-    /// The subject an agent publishes this request to.
+    /// `agent.registry.<op>.<agent_id>`: the subject an agent publishes this request to.
     pub fn subject(self, agent: &AgentId) -> String {
         format!("{}.{agent}", self.prefix())
     }
@@ -148,11 +148,11 @@ pub enum RegistryEvent {
     Registered,
     /// The agent deregistered.
     Deregistered,
-    /// The agent's status changed through a heartbeat.
+    /// The agent's status changed through a heartbeat or a task-load report.
     Status,
-    /// A goal opened.
+    /// `goal.open` recorded a new goal (not sent on an idempotent re-open).
     GoalOpened,
-    /// A goal closed.
+    /// A goal was closed, by `goal.close` or by `deregister`.
     GoalClosed,
     /// Heartbeats stopped for longer than the timeout.
     Offline,

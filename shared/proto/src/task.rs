@@ -136,14 +136,14 @@ pub enum TaskRefusal {
     Terminal(TaskState),
     /// The op does not apply in this state.
     Illegal {
-        /// The current state.
+        /// The task's state, which has no transition for `op`.
         from: TaskState,
-        /// The op.
+        /// The op tried, named in the `illegal_transition` message.
         op: TaskOp,
     },
     /// This role may not perform the op.
     NotAllowed {
-        /// The op.
+        /// The op tried, named in the `not_allowed` message.
         op: TaskOp,
         /// The role that tried.
         role: TaskRole,
@@ -263,7 +263,7 @@ pub struct CreateTask {
     /// What to do (≤ 64 KiB).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
-    /// Structured input.
+    /// Structured input (A2A parts), carried to the assignee in the `kind: task` message.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub parts: Vec<Part>,
     /// When the task must be done by (RFC 3339).
@@ -279,7 +279,7 @@ pub struct CreateTask {
     /// Routing of the conversation that asked; returned unchanged in every `task_update`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub callback: Option<Callback>,
-    /// Free-form metadata.
+    /// Free-form JSON, stored in the record and carried in the `kind: task` message.
     #[serde(default, skip_serializing_if = "Map::is_empty")]
     pub metadata: Map<String, Value>,
     /// The requester goal that updates go to (the client's current goal).
@@ -304,7 +304,7 @@ pub struct CreateTask {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TaskAction {
-    /// The task.
+    /// The task to act on; required (`bad_request` without it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub task_id: Option<Uuid>,
     /// The reason (reject, fail, cancel), note (progress), question (input_required) or result
@@ -377,7 +377,7 @@ pub struct TaskTransition {
     pub from: TaskState,
     /// State after.
     pub to: TaskState,
-    /// When.
+    /// When the transition was made (the record's `updated_at` from then on).
     #[serde(with = "time::serde::rfc3339")]
     pub at: OffsetDateTime,
     /// Reason, note or question (shortened in the record; full text in the messages).
@@ -397,17 +397,17 @@ pub struct TaskRecord {
     pub requester_goal: Option<GoalId>,
     /// Who does it.
     pub assignee: AgentId,
-    /// The assignee goal that accepted it.
+    /// Set by `accept`'s `from_goal_id` (absent until then); the assignee's notices go there.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub assignee_goal: Option<GoalId>,
-    /// Current state.
+    /// Current state; completed, failed, rejected and canceled never change again.
     pub state: TaskState,
-    /// What to do.
+    /// What to do, exactly as sent (the `kind: task` message's `body`).
     pub message: String,
-    /// Structured input.
+    /// The create's parts, carried in the `kind: task` message.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub parts: Vec<Part>,
-    /// When it must be done by.
+    /// When it must be done by; past it, the task fails with `deadline_expired`.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
@@ -417,7 +417,7 @@ pub struct TaskRecord {
     /// The requester's routing, returned unchanged.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub callback: Option<Callback>,
-    /// Free-form metadata.
+    /// The create's free-form `metadata`, stored unchanged.
     #[serde(default, skip_serializing_if = "Map::is_empty")]
     pub metadata: Map<String, Value>,
     /// The parent task, for a subagent task.
@@ -447,10 +447,10 @@ pub struct TaskRecord {
     /// The latest transitions (at most [`HISTORY_KEPT`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub history: Vec<TaskTransition>,
-    /// Created.
+    /// When the task was created (state `submitted`).
     #[serde(with = "time::serde::rfc3339")]
     pub created_at: OffsetDateTime,
-    /// Last changed.
+    /// When the record last changed; `agent_tasks`' max age counts from it.
     #[serde(with = "time::serde::rfc3339")]
     pub updated_at: OffsetDateTime,
 }
@@ -510,7 +510,7 @@ pub struct TaskEvent {
     /// `<task_id>:<n>`, n counting from 0 (the creation): stable, so a retried publish and the
     /// audit service de-duplicate by it.
     pub id: String,
-    /// The task.
+    /// The task the event is about; also the subject's last token.
     pub task_id: Uuid,
     /// The op (absent for the creation).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -523,17 +523,17 @@ pub struct TaskEvent {
     pub from: Option<TaskState>,
     /// State after.
     pub to: TaskState,
-    /// The requester.
+    /// Who created the task.
     pub requester: AgentId,
-    /// The assignee.
+    /// Who the task was given to.
     pub assignee: AgentId,
-    /// The parent task.
+    /// The parent task, for a subtask; absent for a task without one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent: Option<Uuid>,
     /// Reason, note, question or result text.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
-    /// When.
+    /// When it happened: the record's `updated_at`.
     #[serde(with = "time::serde::rfc3339")]
     pub at: OffsetDateTime,
 }

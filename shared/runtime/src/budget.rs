@@ -18,7 +18,7 @@ const SWEEP_ABOVE: usize = 4_096;
 const REFUSALS_AUDITED_PER_SECOND: f64 = 50.0;
 const REFUSALS_AUDITED_BURST: f64 = 100.0;
 
-/// The token buckets of one service replica.
+/// Per-caller request budgets of one service replica: one token bucket per caller.
 #[derive(Debug)]
 pub struct Limiter {
     per_second: f64,
@@ -82,7 +82,7 @@ impl Limiter {
         self.per_second
     }
 
-    /// The bucket size.
+    /// Tokens a full bucket holds: the most requests one caller may burst (`[requests]` `burst`).
     pub fn burst(&self) -> f64 {
         self.burst
     }

@@ -260,7 +260,7 @@ impl RuntimeConfig {
         Ok(())
     }
 
-    /// The shutdown grace period.
+    /// `shutdown_grace_ms` as a duration: how long in-flight requests may finish after a signal.
     pub fn shutdown_grace(&self) -> std::time::Duration {
         std::time::Duration::from_millis(self.shutdown_grace_ms)
     }
@@ -276,7 +276,7 @@ pub struct NatsConfig {
     pub user: Option<String>,
     /// Password (with `user`).
     pub password: Option<Secret>,
-    /// Token authentication.
+    /// Token for token authentication; never printed or serialized (a [`Secret`]).
     pub token: Option<Secret>,
     /// NKey seed (`SU…`).
     pub nkey_seed: Option<Secret>,
@@ -327,7 +327,7 @@ pub struct TlsConfig {
     pub ca_file: Option<PathBuf>,
     /// PEM client certificate (mutual TLS, with `key_file`).
     pub cert_file: Option<PathBuf>,
-    /// PEM client key.
+    /// PEM client key (mutual TLS, with `cert_file`).
     pub key_file: Option<PathBuf>,
 }
 

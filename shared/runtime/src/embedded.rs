@@ -24,7 +24,7 @@ pub enum EmbeddedError {
     /// Spawning failed.
     #[error("starting {bin}: {source}")]
     Spawn {
-        /// The binary.
+        /// Path of the nats-server binary [`locate_nats_server`] found.
         bin: String,
         /// Why.
         source: std::io::Error,
@@ -32,7 +32,7 @@ pub enum EmbeddedError {
     /// The data folder could not be created.
     #[error("creating the data folder {dir}: {source}")]
     DataDir {
-        /// The folder.
+        /// The JetStream data folder (`-sd`) asked for.
         dir: String,
         /// Why.
         source: std::io::Error,
@@ -44,11 +44,11 @@ pub enum EmbeddedError {
     /// The server did not accept connections in time.
     #[error("nats-server did not become ready on {url} within {timeout:?}: {last}")]
     NotReady {
-        /// Its URL.
+        /// The client URL it was started on, `nats://127.0.0.1:<port>`.
         url: String,
         /// How long we waited.
         timeout: Duration,
-        /// The last connection error.
+        /// The last attempt's error: connecting, or JetStream not answering yet.
         last: String,
     },
 }
@@ -254,7 +254,7 @@ impl EmbeddedNats {
         &self.url
     }
 
-    /// The binary that runs.
+    /// Path of the nats-server binary [`locate_nats_server`] found (also used to signal it).
     pub fn bin(&self) -> &Path {
         &self.bin
     }

@@ -30,7 +30,7 @@ use switchboard_proto::{
 pub struct KvEntry {
     /// The key (without the bucket prefix).
     pub key: String,
-    /// The value.
+    /// The key's latest payload as stored (a JSON record in every Switchboard KV bucket).
     pub value: Bytes,
     /// Its revision (stream sequence), for compare-and-set.
     pub revision: u64,
@@ -42,7 +42,7 @@ pub struct KvEntry {
 #[derive(Debug, thiserror::Error)]
 #[error("reading a snapshot of {bucket}: {message}")]
 pub struct SnapshotError {
-    /// The bucket.
+    /// Name of the bucket (or index stream) being read, as the error text shows it.
     pub bucket: String,
     /// What failed.
     pub message: String,

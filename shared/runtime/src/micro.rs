@@ -52,9 +52,9 @@ pub struct ServiceSpec {
 pub struct AgentRequest<T> {
     /// The caller, from the subject's last token.
     pub caller: AgentId,
-    /// The decoded body.
+    /// The body decoded from a JSON object (empty reads as `{}`); a bad one is `bad_request`.
     pub body: T,
-    /// The full subject.
+    /// The full request subject, caller token included, e.g. `agent.send.writer`.
     pub subject: String,
     /// Request headers (trace context among them).
     pub headers: Option<async_nats::HeaderMap>,
@@ -209,7 +209,7 @@ pub enum MicroError {
     /// Registering the micro service failed.
     #[error("starting micro service {name}: {source}")]
     Start {
-        /// Service name.
+        /// The micro service's name (also its queue group), e.g. `directory`.
         name: String,
         /// Why.
         source: async_nats::Error,
@@ -217,9 +217,9 @@ pub enum MicroError {
     /// Subscribing an endpoint failed.
     #[error("adding endpoint {endpoint} on {subject}: {source}")]
     Endpoint {
-        /// Endpoint name.
+        /// The endpoint's name, e.g. `goal_open`.
         endpoint: String,
-        /// Its subject.
+        /// The subject the endpoint was to subscribe to, e.g. `agent.send.>`.
         subject: String,
         /// Why.
         source: async_nats::Error,

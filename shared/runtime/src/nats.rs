@@ -19,7 +19,7 @@ pub enum ConnectError {
     /// The creds file could not be read.
     #[error("reading creds file {path}: {source}")]
     CredsFile {
-        /// The file.
+        /// Path of the configured `nats.creds_file`.
         path: String,
         /// Why.
         source: std::io::Error,
@@ -30,7 +30,7 @@ pub enum ConnectError {
     /// Connecting failed.
     #[error("connecting to {urls}: {source}")]
     Connect {
-        /// The URLs tried.
+        /// The URLs tried (`nats.urls`), comma-separated.
         urls: String,
         /// Why.
         source: async_nats::ConnectError,

@@ -23,7 +23,7 @@ use switchboard_proto::subject::{self, AgentEndpoint};
 
 /// The account holding JetStream and the services.
 pub const SERVICES_ACCOUNT: &str = "SWITCHBOARD";
-/// The account holding the agents.
+/// The account holding one NKey user per agent; it has no JetStream.
 pub const AGENTS_ACCOUNT: &str = "AGENTS";
 /// The generated config file (to `include` at the top level of a nats-server config).
 pub const AUTH_FILE: &str = "auth.conf";
@@ -61,7 +61,7 @@ pub enum PermissionsError {
     /// A seed file could not be read or written, or holds no user seed.
     #[error("{path}: {reason}")]
     Seed {
-        /// The seed file.
+        /// Path of the seed file, e.g. `services.nk` or `agents/<agent_id>.nk`.
         path: PathBuf,
         /// Why.
         reason: String,
@@ -69,7 +69,7 @@ pub enum PermissionsError {
     /// Writing the output failed.
     #[error("writing {path}: {source}")]
     Write {
-        /// The file.
+        /// Path of the output file or folder that could not be written.
         path: PathBuf,
         /// Why.
         source: std::io::Error,
@@ -79,7 +79,7 @@ pub enum PermissionsError {
 /// One user of the generated config: who it is, its public NKey, and what it may do.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AgentUser {
-    /// The agent id.
+    /// The agent id: its user may publish only request subjects ending in it (audit if granted).
     pub id: AgentId,
     /// Its public NKey (`U…`).
     pub public_key: String,

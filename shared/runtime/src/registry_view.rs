@@ -32,12 +32,12 @@ pub struct Peer {
     pub record: AgentRecord,
     /// The record's KV revision (for compare-and-set).
     pub revision: u64,
-    /// Its live goals.
+    /// Its live goals, sorted by id: a send reaches each one, and none means unreachable.
     pub goals: Vec<GoalId>,
 }
 
 impl Peer {
-    /// Its card.
+    /// Its card as last registered: the ACL globs, `max_concurrent_tasks` and description.
     pub fn card(&self) -> &AgentCard {
         &self.record.card
     }
@@ -94,7 +94,7 @@ impl Snapshot<'_> {
         range.map(|(_, (record, revision))| (record, *revision))
     }
 
-    /// One agent's record.
+    /// One agent's record as the view holds it (no read-through to KV on a miss).
     pub fn record(&self, agent: &str) -> Option<&AgentRecord> {
         self.inner.records.get(agent).map(|(record, _)| record)
     }

@@ -18,13 +18,13 @@ pub enum RequestFailure {
     /// Nobody subscribes to the subject.
     #[error("no service answers on {subject}")]
     NoResponders {
-        /// The subject.
+        /// The request subject nobody subscribes to (its service is not running).
         subject: String,
     },
     /// No reply in time.
     #[error("request to {subject} timed out")]
     Timeout {
-        /// The subject.
+        /// The request subject that gave no reply within the timeout.
         subject: String,
     },
     /// The service answered with an error reply.
@@ -33,7 +33,7 @@ pub enum RequestFailure {
     /// Sending failed, or the reply did not decode.
     #[error("request to {subject}: {message}")]
     Other {
-        /// The subject.
+        /// The request subject whose send or reply failed.
         subject: String,
         /// Why.
         message: String,

@@ -11,7 +11,7 @@ pub enum StoreError {
     Unavailable {
         /// What we were doing.
         step: &'static str,
-        /// The underlying error.
+        /// Text of the NATS/JetStream error; the caller reads it in the `unavailable` message.
         message: String,
     },
     /// A stored record does not decode (answered as `internal`).

@@ -36,7 +36,7 @@ pub enum TelemetryError {
     /// The log filter does not parse.
     #[error("invalid log filter `{filter}`: {source}")]
     Filter {
-        /// The directive string.
+        /// The filter tried: `RUST_LOG` when set, else `telemetry.log`.
         filter: String,
         /// Why.
         source: tracing_subscriber::filter::ParseError,
@@ -44,7 +44,7 @@ pub enum TelemetryError {
     /// The OTLP exporter could not be built.
     #[error("building the OTLP exporter for {endpoint}: {source}")]
     Exporter {
-        /// The endpoint.
+        /// The traces URL tried: the configured endpoint with `/v1/traces` appended.
         endpoint: String,
         /// Why.
         source: opentelemetry_otlp::ExporterBuildError,
