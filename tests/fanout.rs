@@ -15,7 +15,7 @@ use switchboard_proto::send::SendRequest;
 use switchboard_proto::{
     AgentId, ErrorKind, GoalId, INBOX_STREAM, MAX_BODY_BYTES, MessageKind, Part, subject,
 };
-use switchboard_runtime::publish::{PublishFailure, Stored};
+use switchboard_runtime::publish::{PublishFailure, Published};
 use switchboard_tests::{Fabric, agent_with, card, raw, start_fanout, start_fanout_with};
 
 fn send(to: &str, message: &str) -> SendRequest {
@@ -310,7 +310,7 @@ impl inbox_fanout::InboxPublisher for FailOneGoal {
     fn publish_all<'a>(
         &'a self,
         messages: &'a [(String, String, Bytes)],
-    ) -> BoxFuture<'a, Vec<Result<Stored, PublishFailure>>> {
+    ) -> BoxFuture<'a, Vec<Result<Published, PublishFailure>>> {
         Box::pin(async move {
             let mut results = self.inner.publish_all(messages).await;
             for ((subject, _, _), result) in messages.iter().zip(results.iter_mut()) {

@@ -509,7 +509,7 @@ pub async fn audit_records(nats: &async_nats::Client) -> Vec<switchboard_proto::
         .await
         .unwrap();
     let mut out = Vec::new();
-    audit::trail::read_range(&stream, 1, |stored| {
+    audit::store::read_range(&stream, 1, |stored| {
         let hash = stored
             .headers
             .as_ref()

@@ -6,15 +6,25 @@
 //! found by `agent.audit.verify`. An embedded SQLite index, rebuildable from the stream at any
 //! time, answers `agent.audit.thread`, `history`, `pending` and `export`.
 //!
-//! Layout: `config.rs` (`[audit]`), `record.rs` (source message → record, hashing),
-//! `trail.rs` (ingest, chain, catch-up, verify), `index.rs` (SQLite), `handlers.rs` (queries),
-//! this file (`start`/`run`).
+//! Layout: `config.rs` (`[audit]`), `error.rs` (errors → stable kinds), `endpoints.rs` (the
+//! endpoint table), `queries.rs` (thread, history, pending, export, verify), `record.rs`
+//! (source message → record, hashing), `trail.rs` (the trail and ingest), `lease.rs` (the
+//! writer lease), `appender.rs` (source streams → chained records), `indexer.rs` (stream →
+//! index), `verify.rs` (the hash chain check), `index.rs` (SQLite), `store.rs` (JetStream
+//! reads and writes), this file (`start`/`run`).
 
+mod appender;
 pub mod config;
-pub mod handlers;
+mod endpoints;
+pub mod error;
 pub mod index;
+mod indexer;
+mod lease;
+mod queries;
 pub mod record;
+pub mod store;
 pub mod trail;
+mod verify;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,7 +36,7 @@ use switchboard_runtime::micro::{self, ServiceSpec};
 use switchboard_runtime::{CancellationToken, RuntimeConfig, resources};
 
 pub use config::AuditConfig;
-pub use handlers::Queries;
+pub use queries::Queries;
 pub use switchboard_runtime::service::StartError;
 pub use trail::Trail;
 
@@ -84,7 +94,13 @@ pub async fn start(
             })?,
     );
     let queries = Arc::new(Queries::new(client.clone(), Arc::clone(&trail)));
-    let running = micro::start(client, SPEC, queries.endpoints(), &runtime.requests).await?;
+    let running = micro::start(
+        client,
+        SPEC,
+        endpoints::endpoints(&queries),
+        &runtime.requests,
+    )
+    .await?;
     tracing::info!(service = SPEC.name, "audit ready");
     Ok(Running {
         running,

@@ -6,12 +6,16 @@
 //! `agent.registry.<op>.<agent_id>` in queue group `directory`.
 //!
 //! Layout: `config.rs` (the `[directory]` section), `error.rs` (errors → stable kinds),
-//! `registry.rs` (the registry rules over KV), `handlers.rs` (endpoints), this file (`start`/`run`).
+//! `endpoints.rs` (the endpoint table), `registry.rs` (the registry rules: register,
+//! heartbeat, peers, lookup, offline sweep), `goals.rs` (the goal rules: open, close),
+//! `store.rs` (the KV and JetStream reads and writes), this file (`start`/`run`).
 
 pub mod config;
+mod endpoints;
 pub mod error;
-pub mod handlers;
+mod goals;
 pub mod registry;
+mod store;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -76,7 +80,7 @@ pub async fn start(
     let running = micro::start(
         client,
         SPEC,
-        handlers::endpoints(Arc::clone(&registry)),
+        endpoints::endpoints(Arc::clone(&registry)),
         &runtime.requests,
     )
     .await?;
@@ -97,20 +101,12 @@ impl Directory {
 
     /// Serves requests and sweeps for silent agents until `shutdown`, then drains.
     pub async fn run(self, shutdown: CancellationToken) {
-        let registry = Arc::clone(&self.registry);
-        let sweep = switchboard_runtime::service::periodically(
+        let sweep = switchboard_runtime::service::sweep_periodically(
             "offline sweep",
             Duration::from_millis(self.config.sweep_interval_ms),
             shutdown.clone(),
-            move || {
-                let registry = Arc::clone(&registry);
-                async move {
-                    registry
-                        .sweep_offline(switchboard_proto::timestamp::now())
-                        .await
-                        .map(|_| ())
-                }
-            },
+            Arc::clone(&self.registry),
+            |registry, now| async move { registry.sweep_offline(now).await },
         );
         let view = self.registry.view().clone().watch(shutdown.clone());
         tokio::join!(sweep, view, self.running.run(shutdown, self.grace));

@@ -10,15 +10,16 @@
 //! resolution cost no round trip, held fetches are woken by the stream's republished notices;
 //! any number of replicas serve in queue group `inbox-fanout`.
 //!
-//! Layout: `config.rs` (`[inbox_fanout]`), `error.rs` (errors → kinds), `handlers.rs` (the
-//! send path), `reader.rs` (fetch/ack rules), `store.rs` (cursors, batched reads, dead letters),
-//! `wake.rs` (waking held fetches), this file (`start`/`run`); the registry view is
-//! `switchboard_runtime::registry_view`.
+//! Layout: `config.rs` (`[inbox_fanout]`), `error.rs` (errors → kinds), `endpoints.rs` (every
+//! endpoint: send, fetch, ack), `send.rs` (the send handler), `reader.rs` (fetch/ack rules),
+//! `store.rs` (cursors, batched reads, dead letters), `wake.rs` (waking held fetches), this
+//! file (`start`/`run`); the registry view is `switchboard_runtime::registry_view`.
 
 pub mod config;
+mod endpoints;
 pub mod error;
-pub mod handlers;
 pub mod reader;
+pub mod send;
 pub mod store;
 pub mod wake;
 
@@ -32,8 +33,8 @@ use switchboard_runtime::micro::{self, ServiceSpec};
 use switchboard_runtime::{CancellationToken, RuntimeConfig, resources};
 
 pub use config::FanoutConfig;
-pub use handlers::{Fanout, InboxPublisher, JetStreamPublisher};
 pub use reader::Reader;
+pub use send::{Fanout, InboxPublisher, JetStreamPublisher};
 use store::InboxStore;
 pub use switchboard_runtime::registry_view::RegistryView;
 use wake::WakeHub;
@@ -108,9 +109,13 @@ pub async fn start_with(
     let store = InboxStore::new(js.clone(), cursors, inbox);
     let reader = Arc::new(Reader::new(store.clone(), wake.clone(), stopping.clone()));
     let fanout = Arc::new(Fanout::new(view.clone(), publisher, store, js, config));
-    let mut endpoints = fanout.endpoints();
-    endpoints.extend(reader.endpoints());
-    let running = micro::start(client, SPEC, endpoints, &runtime.requests).await?;
+    let running = micro::start(
+        client,
+        SPEC,
+        endpoints::endpoints(fanout, reader),
+        &runtime.requests,
+    )
+    .await?;
     tracing::info!(service = SPEC.name, "inbox-fanout ready");
     Ok(Running {
         running,

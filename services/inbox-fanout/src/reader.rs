@@ -22,14 +22,12 @@ use switchboard_proto::inbox::{
     AckOp, AckReply, AckRequest, CursorRecord, FETCH_DEFAULT, FETCH_MAX, FETCH_WAIT_MAX_MS,
     FetchReply, FetchRequest, FetchedMessage, INBOX_MAX_DELIVER, TRACE_HEADER_MAX_CHARS, owned_by,
 };
-use switchboard_proto::subject::{INBOX_ACK_PREFIX, INBOX_FETCH_PREFIX};
 use switchboard_proto::{AgentId, GoalId, HEADER_TRACEPARENT, HEADER_TRACESTATE, InboxMessage};
 use switchboard_runtime::CancellationToken;
-use switchboard_runtime::micro::{AgentRequest, Endpoint};
 use tokio::time::Instant;
 
 use crate::error::FanoutError;
-use crate::store::{Cas, InboxStore, Stored, Unread};
+use crate::store::{Cas, InboxStore, StoredMessage, Unread};
 use crate::wake::{SAFETY_REREAD, WakeHub};
 
 /// How many compare-and-set attempts one request makes before answering `conflict`.
@@ -125,7 +123,7 @@ fn limits(request: &FetchRequest) -> Result<FetchLimits, FanoutError> {
 
 /// A stored message as handed out; `None` when its payload is not an `InboxMessage` (only a
 /// publisher with JetStream access could store one), which is then dead-lettered.
-fn fetched(stored: &Stored) -> Option<FetchedMessage> {
+fn fetched(stored: &StoredMessage) -> Option<FetchedMessage> {
     let message: InboxMessage = serde_json::from_slice(&stored.payload).ok()?;
     let header = |name| {
         stored
@@ -152,30 +150,6 @@ impl Reader {
             stopping,
             held: Arc::default(),
         }
-    }
-
-    /// The fetch and ack endpoints.
-    pub fn endpoints(self: &Arc<Self>) -> Vec<Endpoint> {
-        let fetch = Arc::clone(self);
-        let ack = Arc::clone(self);
-        vec![
-            Endpoint::agent(
-                "inbox_fetch",
-                INBOX_FETCH_PREFIX.to_owned(),
-                move |req: AgentRequest<FetchRequest>| {
-                    let reader = Arc::clone(&fetch);
-                    async move { Ok(reader.fetch(&req.caller, &req.body).await?) }
-                },
-            ),
-            Endpoint::agent(
-                "inbox_ack",
-                INBOX_ACK_PREFIX.to_owned(),
-                move |req: AgentRequest<AckRequest>| {
-                    let reader = Arc::clone(&ack);
-                    async move { Ok(reader.ack(&req.caller, &req.body).await?) }
-                },
-            ),
-        ]
     }
 
     /// The caller's goal cursor, or `not_found` (unknown goal and another's goal alike).

@@ -26,7 +26,7 @@ const READ_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// One stored inbox message as read: its sequence, headers and payload.
 #[derive(Debug, Clone)]
-pub struct Stored {
+pub struct StoredMessage {
     /// Its `AGENT_INBOX` sequence.
     pub seq: u64,
     /// The headers it was published with (trace context, `Nats-Msg-Id`).
@@ -39,7 +39,7 @@ pub struct Stored {
 #[derive(Debug, Default)]
 pub struct Unread {
     /// The messages, oldest first.
-    pub messages: Vec<Stored>,
+    pub messages: Vec<StoredMessage>,
     /// Unread messages in all (`messages` included).
     pub total: u64,
 }
@@ -258,7 +258,7 @@ impl InboxStore {
             let headers = published_headers(&message.headers.unwrap_or_default());
             bytes += message.payload.len() + header_bytes(&headers);
             if unread.messages.is_empty() || bytes <= budget {
-                unread.messages.push(Stored {
+                unread.messages.push(StoredMessage {
                     seq,
                     headers,
                     payload: message.payload,
@@ -288,13 +288,19 @@ impl InboxStore {
 
     /// The message at `seq` if it is still stored and belongs to `goal` (a sequence of another
     /// goal's message reads as gone: a reader names only its own messages).
-    pub async fn message(&self, goal: &GoalId, seq: u64) -> Result<Option<Stored>, StoreError> {
+    pub async fn message(
+        &self,
+        goal: &GoalId,
+        seq: u64,
+    ) -> Result<Option<StoredMessage>, StoreError> {
         match self.inbox.get_raw_message(seq).await {
-            Ok(message) if message.subject.as_str() == subject::inbox(goal) => Ok(Some(Stored {
-                seq,
-                headers: published_headers(&message.headers),
-                payload: message.payload,
-            })),
+            Ok(message) if message.subject.as_str() == subject::inbox(goal) => {
+                Ok(Some(StoredMessage {
+                    seq,
+                    headers: published_headers(&message.headers),
+                    payload: message.payload,
+                }))
+            }
             Ok(_) => Ok(None),
             Err(err) if err.kind() == stream::RawMessageErrorKind::NoMessageFound => Ok(None),
             Err(err) => Err(StoreError::store("reading an inbox message", err)),
@@ -307,7 +313,7 @@ impl InboxStore {
     pub async fn dead_letter(
         &self,
         goal: &GoalId,
-        message: Stored,
+        message: StoredMessage,
         reason: &str,
         deliveries: u32,
     ) -> Result<(), StoreError> {

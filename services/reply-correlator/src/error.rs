@@ -1,5 +1,151 @@
-//! Correlator errors. Store failures use the shared [`StoreError`] (so every service maps them
-//! to the same kinds); rule violations (cycle, depth, gates) come as ready-made error replies
-//! from `switchboard_proto`.
+//! Correlator errors, named after the step that failed, and the one place they become the
+//! wire's `{code, kind}`.
+//!
+//! Store failures wrap the shared [`StoreError`] (so every service maps them to the same
+//! kinds). Refusals by a rule other services share — the send gates, the call-chain rules —
+//! and the fan-out's own refusal of a call's request arrive as ready-made error replies and
+//! pass through unchanged.
 
-pub use switchboard_runtime::store::StoreError as CorrelatorError;
+use switchboard_proto::{AgentId, ErrorKind, ErrorReply, GoalId, timestamp};
+use switchboard_runtime::store::StoreError;
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+/// Why a call, a reply, a pending listing or a deadline sweep failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CorrelatorError {
+    /// A send gate refused the call's request or the answer (`to` missing, a call to oneself,
+    /// an empty or oversized message, a sender other than the caller, content that would not
+    /// fit one inbox message).
+    #[error("{}", .0.error.message)]
+    Gate(ErrorReply),
+    /// The call names `*`: a call goes to one peer.
+    #[error("a call goes to one peer; use send_to_peer with `*` to broadcast")]
+    Broadcast,
+    /// The callee cannot be reached: its id cannot exist, or the fan-out delivered the request
+    /// to none of its goals (the reasons).
+    #[error("{0}")]
+    Unreachable(String),
+    /// `from_goal_id` is not a live goal of the caller (answers would land in someone else's).
+    #[error("goal {goal} is not a live goal of `{caller}`")]
+    NotYourGoal {
+        /// The goal named.
+        goal: GoalId,
+        /// The caller.
+        caller: AgentId,
+    },
+    /// `parent_correlation_id` names no call.
+    #[error("parent call {0} is unknown")]
+    UnknownParent(Uuid),
+    /// The call-chain rules refused the call (a cycle, too deep, a parent call made to
+    /// another agent).
+    #[error("{}", .0.error.message)]
+    Chain(ErrorReply),
+    /// The caller already has the most open calls allowed.
+    #[error("`{caller}` already has {cap} open calls; answer or wait for some first")]
+    TooManyCalls {
+        /// The caller.
+        caller: AgentId,
+        /// `max_open_calls`.
+        cap: usize,
+    },
+    /// Subscribing to the waiting call's answer subject failed.
+    #[error("listening for the answer: {0}")]
+    ListenForAnswer(String),
+    /// The fan-out refused the call's request (its error reply, passed on).
+    #[error("{}", .0.error.message)]
+    FanoutRefused(ErrorReply),
+    /// No fan-out answered the call's request.
+    #[error("inbox-fanout is not running; the call was not made")]
+    FanoutNotRunning,
+    /// Handing the call's request to the fan-out failed otherwise (timeout, connection).
+    #[error("{0}")]
+    DeliverRequest(String),
+    /// A waiting call's deadline passed without an answer.
+    #[error("no answer from `{callee}` within {timeout_ms} ms (call {correlation_id})")]
+    Timeout {
+        /// The callee.
+        callee: AgentId,
+        /// The call's timeout.
+        timeout_ms: u64,
+        /// The call.
+        correlation_id: Uuid,
+    },
+    /// A reply names no call.
+    #[error("`correlation_id` is required: the call you are answering")]
+    MissingCorrelationId,
+    /// A reply names a call nobody made (or one gone from the bucket).
+    #[error("no call {0}")]
+    UnknownCall(Uuid),
+    /// A reply from someone other than the call's callee.
+    #[error("only `{callee}` may answer call {correlation_id}")]
+    NotCallee {
+        /// The call's callee, the only one who may answer.
+        callee: AgentId,
+        /// The call.
+        correlation_id: Uuid,
+    },
+    /// A reply to a call whose deadline passed; the answer is not delivered.
+    #[error(
+        "call {correlation_id} expired at {}; the answer was not delivered",
+        timestamp::format(*.deadline)
+    )]
+    Expired {
+        /// The call.
+        correlation_id: Uuid,
+        /// Its deadline.
+        deadline: OffsetDateTime,
+    },
+    /// Another reply claimed the call a moment ago and is delivering its answer.
+    #[error("an answer to call {0} is being delivered; retry to see its outcome")]
+    AnswerInProgress(Uuid),
+    /// Compare-and-set on the call kept losing to concurrent writers.
+    #[error("call {0} keeps changing; retry")]
+    Contention(Uuid),
+    /// Encoding the answer for the hand-over failed (a bug).
+    #[error("{0}")]
+    EncodeAnswer(String),
+    /// Publishing into the caller goal's inbox failed.
+    #[error("{0}")]
+    PublishToInbox(String),
+    /// Reading or writing the calls bucket, its index or the goals bucket failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl CorrelatorError {
+    /// The stable kind callers match on.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Self::Gate(reply) | Self::Chain(reply) | Self::FanoutRefused(reply) => reply.kind(),
+            Self::Broadcast | Self::MissingCorrelationId => ErrorKind::BadRequest,
+            Self::Unreachable(_) => ErrorKind::Unreachable,
+            Self::NotYourGoal { .. } => ErrorKind::InvalidGoalId,
+            Self::UnknownParent(_) | Self::UnknownCall(_) => ErrorKind::NotFound,
+            Self::TooManyCalls { .. } => ErrorKind::TooManyCalls,
+            Self::ListenForAnswer(_)
+            | Self::FanoutNotRunning
+            | Self::DeliverRequest(_)
+            | Self::PublishToInbox(_) => ErrorKind::Unavailable,
+            Self::Timeout { .. } => ErrorKind::Timeout,
+            Self::NotCallee { .. } => ErrorKind::NotCallee,
+            Self::Expired { .. } => ErrorKind::Expired,
+            Self::AnswerInProgress(_) | Self::Contention(_) => ErrorKind::Conflict,
+            Self::EncodeAnswer(_) => ErrorKind::Internal,
+            Self::Store(StoreError::Unavailable { .. }) => ErrorKind::Unavailable,
+            Self::Store(StoreError::Corrupt(_)) => ErrorKind::Internal,
+        }
+    }
+}
+
+impl From<CorrelatorError> for ErrorReply {
+    fn from(err: CorrelatorError) -> Self {
+        match err {
+            CorrelatorError::Gate(reply)
+            | CorrelatorError::Chain(reply)
+            | CorrelatorError::FanoutRefused(reply) => reply,
+            CorrelatorError::Store(store) => store.into(),
+            err => ErrorReply::new(err.kind(), err.to_string()),
+        }
+    }
+}

@@ -6,13 +6,19 @@
 //! bucket with their deadline; every state change is a compare-and-set, so answers and
 //! timeouts resolve exactly once across replicas and restarts.
 //!
-//! Layout: `config.rs` (`[reply_correlator]`), `error.rs`, `store.rs` (the calls bucket),
-//! `handlers.rs` (call/reply/pending/sweep), this file (`start`/`run`).
+//! Layout: `config.rs` (`[reply_correlator]`), `error.rs` (errors → stable kinds),
+//! `endpoints.rs` (the endpoint table), `calls.rs` (the call, reply and pending rules),
+//! `sweep.rs` (the call timeout sweep), `correlator.rs` (the correlator and the waiting calls
+//! it holds), `store.rs` (the calls bucket and its open-call index), this file
+//! (`start`/`run`).
 
+pub mod calls;
 pub mod config;
+mod correlator;
+mod endpoints;
 pub mod error;
-pub mod handlers;
 pub mod store;
+mod sweep;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,7 +30,7 @@ use switchboard_runtime::micro::{self, ServiceSpec};
 use switchboard_runtime::{CancellationToken, RuntimeConfig, resources};
 
 pub use config::CorrelatorConfig;
-pub use handlers::Correlator;
+pub use correlator::Correlator;
 pub use switchboard_runtime::service::StartError;
 
 /// The micro service description.
@@ -69,7 +75,13 @@ pub async fn start(
         store::CallStore::new(js, calls, index, goals),
         config,
     ));
-    let running = micro::start(client, SPEC, correlator.endpoints(), &runtime.requests).await?;
+    let running = micro::start(
+        client,
+        SPEC,
+        endpoints::endpoints(Arc::clone(&correlator)),
+        &runtime.requests,
+    )
+    .await?;
     tracing::info!(service = SPEC.name, "reply-correlator ready");
     Ok(Running {
         running,
@@ -87,20 +99,12 @@ impl Running {
 
     /// Serves and sweeps deadlines until `shutdown`, then drains.
     pub async fn run(self, shutdown: CancellationToken) {
-        let correlator = Arc::clone(&self.correlator);
-        let sweep = switchboard_runtime::service::periodically(
+        let sweep = switchboard_runtime::service::sweep_periodically(
             "deadline sweep",
             self.sweep_every,
             shutdown.clone(),
-            move || {
-                let correlator = Arc::clone(&correlator);
-                async move {
-                    correlator
-                        .sweep(switchboard_proto::timestamp::now())
-                        .await
-                        .map(|_| ())
-                }
-            },
+            Arc::clone(&self.correlator),
+            |correlator, now| async move { correlator.sweep(now).await },
         );
         tokio::join!(sweep, self.running.run(shutdown, self.grace));
     }

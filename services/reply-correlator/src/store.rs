@@ -29,16 +29,15 @@ use switchboard_proto::subject::CALLS_OPEN_INDEX;
 use switchboard_proto::{AgentId, GoalId, timestamp};
 use switchboard_runtime::kv::stream_snapshot;
 use switchboard_runtime::publish::publish_all;
+use switchboard_runtime::store::StoreError;
 use uuid::Uuid;
-
-use crate::error::CorrelatorError;
 
 /// An index entry whose call record has not appeared after this long is a crash leftover.
 const ORPHAN_AFTER: time::Duration = time::Duration::seconds(30);
 
-/// A record with its revision.
+/// A call record as read from (or written to) the bucket, with its revision.
 #[derive(Debug, Clone)]
-pub struct Stored {
+pub struct CallEntry {
     /// The call.
     pub call: PendingCall,
     /// Its revision, for compare-and-set.
@@ -54,10 +53,10 @@ pub struct CallStore {
     goals: kv::Store,
 }
 
-fn encode(call: &PendingCall) -> Result<Bytes, CorrelatorError> {
+fn encode(call: &PendingCall) -> Result<Bytes, StoreError> {
     serde_json::to_vec(call)
         .map(Bytes::from)
-        .map_err(|err| CorrelatorError::Corrupt(err.to_string()))
+        .map_err(|err| StoreError::Corrupt(err.to_string()))
 }
 
 impl CallStore {
@@ -79,25 +78,25 @@ impl CallStore {
     /// Whether `goal` is a live goal of `agent` (a parked call's answer and notices go there).
     /// A miss is confirmed with the bucket's leader: a replica answering direct gets may not
     /// have a goal opened a moment ago.
-    pub async fn owns_goal(&self, agent: &AgentId, goal: &GoalId) -> Result<bool, CorrelatorError> {
+    pub async fn owns_goal(&self, agent: &AgentId, goal: &GoalId) -> Result<bool, StoreError> {
         switchboard_runtime::registry_view::owns_goal(&self.goals, agent, goal)
             .await
-            .map_err(|err| CorrelatorError::store("reading the goal", err))
+            .map_err(|err| StoreError::store("reading the goal", err))
     }
 
     /// A call by correlation id.
-    pub async fn find(&self, correlation_id: &Uuid) -> Result<Option<Stored>, CorrelatorError> {
+    pub async fn find(&self, correlation_id: &Uuid) -> Result<Option<CallEntry>, StoreError> {
         let key = call_key(correlation_id);
         let entry = self
             .calls
             .entry(key.as_str())
             .await
-            .map_err(|err| CorrelatorError::store("reading the call", err))?;
+            .map_err(|err| StoreError::store("reading the call", err))?;
         match entry {
             Some(entry) if entry.operation == kv::Operation::Put => {
-                let call = serde_json::from_slice(&entry.value)
-                    .map_err(|_| CorrelatorError::Corrupt(key))?;
-                Ok(Some(Stored {
+                let call =
+                    serde_json::from_slice(&entry.value).map_err(|_| StoreError::Corrupt(key))?;
+                Ok(Some(CallEntry {
                     call,
                     revision: entry.revision,
                 }))
@@ -108,10 +107,10 @@ impl CallStore {
 
     /// The calls an index filter names (`out.<agent>.*`, `in.<agent>.*`, `out.*.*`), read by
     /// id; stale index entries (call gone or no longer open) are cleaned up on the way.
-    async fn indexed(&self, filter: &str) -> Result<Vec<Stored>, CorrelatorError> {
+    async fn indexed(&self, filter: &str) -> Result<Vec<CallEntry>, StoreError> {
         let entries = stream_snapshot(&self.js, &self.index, CALLS_OPEN_INDEX.prefix(), filter)
             .await
-            .map_err(|err| CorrelatorError::store("listing calls", err))?;
+            .map_err(|err| StoreError::store("listing calls", err))?;
         let mut calls = Vec::with_capacity(entries.len());
         for entry in entries {
             let Some(id) = entry
@@ -124,7 +123,7 @@ impl CallStore {
             };
             let found = match self.find(&id).await {
                 Ok(found) => found,
-                Err(CorrelatorError::Corrupt(key)) => {
+                Err(StoreError::Corrupt(key)) => {
                     // One bad record must not stop listings and the deadline sweep.
                     tracing::warn!(%key, "undecodable call record skipped");
                     continue;
@@ -152,7 +151,7 @@ impl CallStore {
 
     /// How many open calls `agent` has made: the index entries, without reading the records
     /// (an entry a crash left behind counts until the next sweep removes it).
-    pub async fn outgoing_count(&self, agent: &AgentId) -> Result<usize, CorrelatorError> {
+    pub async fn outgoing_count(&self, agent: &AgentId) -> Result<usize, StoreError> {
         Ok(stream_snapshot(
             &self.js,
             &self.index,
@@ -160,29 +159,29 @@ impl CallStore {
             &format!("out.{agent}.*"),
         )
         .await
-        .map_err(|err| CorrelatorError::store("counting calls", err))?
+        .map_err(|err| StoreError::store("counting calls", err))?
         .len())
     }
 
     /// Open calls `agent` made.
-    pub async fn outgoing(&self, agent: &AgentId) -> Result<Vec<Stored>, CorrelatorError> {
+    pub async fn outgoing(&self, agent: &AgentId) -> Result<Vec<CallEntry>, StoreError> {
         self.indexed(&format!("out.{agent}.*")).await
     }
 
     /// Open calls `agent` must answer.
-    pub async fn incoming(&self, agent: &AgentId) -> Result<Vec<Stored>, CorrelatorError> {
+    pub async fn incoming(&self, agent: &AgentId) -> Result<Vec<CallEntry>, StoreError> {
         self.indexed(&format!("in.{agent}.*")).await
     }
 
     /// Every open call (the deadline sweep).
-    pub async fn open(&self) -> Result<Vec<Stored>, CorrelatorError> {
+    pub async fn open(&self) -> Result<Vec<CallEntry>, StoreError> {
         self.indexed("out.*.*").await
     }
 
     /// Records a new open call: index keys first (both published at once), then the record,
     /// while the caller's open calls are counted (its own entry included). Returns the stored
     /// call and that count.
-    pub async fn create(&self, call: &PendingCall) -> Result<(Stored, usize), CorrelatorError> {
+    pub async fn create(&self, call: &PendingCall) -> Result<(CallEntry, usize), StoreError> {
         let id = &call.correlation_id;
         let entries: Vec<(String, String, Bytes)> = [
             outgoing_key(&call.caller, id),
@@ -195,17 +194,17 @@ impl CallStore {
         })
         .collect();
         for indexed in publish_all(&self.js, &entries).await {
-            indexed.map_err(|err| CorrelatorError::store("indexing the call", err))?;
+            indexed.map_err(|err| StoreError::store("indexing the call", err))?;
         }
         let record = async {
             self.calls
                 .create(call_key(id).as_str(), encode(call)?)
                 .await
-                .map_err(|err| CorrelatorError::store("recording the call", err))
+                .map_err(|err| StoreError::store("recording the call", err))
         };
         let (revision, open) = tokio::try_join!(record, self.outgoing_count(&call.caller))?;
         Ok((
-            Stored {
+            CallEntry {
                 call: call.clone(),
                 revision,
             },
@@ -224,21 +223,21 @@ impl CallStore {
     }
 
     /// Forgets a call that never started (its request could not be delivered).
-    pub async fn forget(&self, stored: &Stored) -> Result<(), CorrelatorError> {
+    pub async fn forget(&self, stored: &CallEntry) -> Result<(), StoreError> {
         self.unindex(&stored.call.correlation_id).await;
         self.calls
             .purge(call_key(&stored.call.correlation_id).as_str())
             .await
-            .map_err(|err| CorrelatorError::store("forgetting the call", err))
+            .map_err(|err| StoreError::store("forgetting the call", err))
     }
 
     /// Ends an open call (`state` expired): [`CallStore::transition`], then the call leaves
     /// the open-call index.
     pub async fn end(
         &self,
-        stored: &Stored,
+        stored: &CallEntry,
         state: CallState,
-    ) -> Result<Option<Stored>, CorrelatorError> {
+    ) -> Result<Option<CallEntry>, StoreError> {
         let ended = self.transition(stored, state, None).await?;
         if ended.is_some() {
             self.unindex(&stored.call.correlation_id).await;
@@ -251,10 +250,10 @@ impl CallStore {
     /// to update ([`CallStore::end`], or [`CallStore::unindex`] beside the next step).
     pub async fn transition(
         &self,
-        stored: &Stored,
+        stored: &CallEntry,
         state: CallState,
         via: Option<AnswerRoute>,
-    ) -> Result<Option<Stored>, CorrelatorError> {
+    ) -> Result<Option<CallEntry>, StoreError> {
         let mut call = stored.call.clone();
         call.state = state;
         call.answered_via = via;
@@ -270,9 +269,9 @@ impl CallStore {
             )
             .await
         {
-            Ok(revision) => Ok(Some(Stored { call, revision })),
+            Ok(revision) => Ok(Some(CallEntry { call, revision })),
             Err(err) if err.kind() == kv::UpdateErrorKind::WrongLastRevision => Ok(None),
-            Err(err) => Err(CorrelatorError::store("updating the call", err)),
+            Err(err) => Err(StoreError::store("updating the call", err)),
         }
     }
 }

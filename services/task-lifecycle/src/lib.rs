@@ -14,13 +14,24 @@
 //! Subtasks (`spawn`) are linked to their parent, capped in depth and open children, and
 //! canceled when the parent ends.
 //!
-//! Layout: `config.rs` (`[task_lifecycle]`), `store.rs` (the `agent_tasks` bucket and the
-//! `AGENT_TASKS_INDEX` stream), `handlers.rs` (ops, deliveries, cascade, sweep), this file
-//! (`start`/`run`).
+//! Layout: this file (`start`/`run`), `config.rs` (`[task_lifecycle]`), `endpoints.rs` (the
+//! endpoint table), `error.rs` (`TaskError` and its error kinds), `tasks.rs` (the `Tasks`
+//! service and the limits its rules share), the rules in `create.rs` (create, spawn),
+//! `transitions.rs` (the ops and how each change is told), `load.rs` (the concurrency cap and
+//! the load reported to the directory), `queries.rs` (get, list) and `sweep.rs` (deadlines,
+//! the cancel cascade), and `store.rs` (the `agent_tasks` bucket and the `AGENT_TASKS_INDEX`
+//! stream).
 
 pub mod config;
-pub mod handlers;
+mod create;
+mod endpoints;
+mod error;
+mod load;
+mod queries;
 pub mod store;
+mod sweep;
+mod tasks;
+mod transitions;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -32,8 +43,9 @@ use switchboard_runtime::micro::{self, ServiceSpec};
 use switchboard_runtime::{CancellationToken, RuntimeConfig, resources};
 
 pub use config::TaskConfig;
-pub use handlers::Tasks;
+pub use error::TaskError;
 pub use switchboard_runtime::service::StartError;
+pub use tasks::Tasks;
 
 /// The micro service description.
 pub const SPEC: ServiceSpec = ServiceSpec {
@@ -79,7 +91,13 @@ pub async fn start(
         store::TaskStore::new(js, tasks, index, agents, goals),
         config,
     ));
-    let running = micro::start(client, SPEC, tasks.endpoints(), &runtime.requests).await?;
+    let running = micro::start(
+        client,
+        SPEC,
+        endpoints::endpoints(&tasks),
+        &runtime.requests,
+    )
+    .await?;
     tracing::info!(service = SPEC.name, "task-lifecycle ready");
     Ok(Running {
         running,
@@ -97,20 +115,12 @@ impl Running {
 
     /// Serves and sweeps deadlines until `shutdown`, then drains.
     pub async fn run(self, shutdown: CancellationToken) {
-        let tasks = Arc::clone(&self.tasks);
-        let sweep = switchboard_runtime::service::periodically(
+        let sweep = switchboard_runtime::service::sweep_periodically(
             "task sweep",
             self.sweep_every,
             shutdown.clone(),
-            move || {
-                let tasks = Arc::clone(&tasks);
-                async move {
-                    tasks
-                        .sweep(switchboard_proto::timestamp::now())
-                        .await
-                        .map(|_| ())
-                }
-            },
+            Arc::clone(&self.tasks),
+            |tasks, now| async move { tasks.sweep(now).await },
         );
         tokio::join!(sweep, self.running.run(shutdown, self.grace));
     }

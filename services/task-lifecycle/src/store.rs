@@ -30,9 +30,9 @@ use switchboard_runtime::store::StoreError;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-/// A record with its revision.
+/// A task record with its KV revision, the compare-and-set target of its next write.
 #[derive(Debug, Clone)]
-pub struct Stored {
+pub struct TaskEntry {
     /// The task.
     pub task: TaskRecord,
     /// Its revision, for compare-and-set.
@@ -151,17 +151,17 @@ impl TaskStore {
     }
 
     /// A task by id.
-    pub async fn find(&self, id: &Uuid) -> Result<Option<Stored>, StoreError> {
+    pub async fn find(&self, id: &Uuid) -> Result<Option<TaskEntry>, StoreError> {
         Ok(
             Self::get::<TaskRecord>(&self.tasks, &task_key(id), "reading the task")
                 .await?
-                .map(|(task, revision)| Stored { task, revision }),
+                .map(|(task, revision)| TaskEntry { task, revision }),
         )
     }
 
     /// Records a new task: index entries first, then the record. `Ok(None)` when a task with
     /// that id exists already.
-    pub async fn insert(&self, task: &TaskRecord) -> Result<Option<Stored>, StoreError> {
+    pub async fn insert(&self, task: &TaskRecord) -> Result<Option<TaskEntry>, StoreError> {
         let id = task.task_id;
         let open = encode(&OpenEntry {
             deadline: task.deadline,
@@ -185,7 +185,7 @@ impl TaskStore {
                 .map_err(|err| StoreError::store("indexing the task", err))?;
         }
         match self.tasks.create(task_key(&id), encode(task)?).await {
-            Ok(revision) => Ok(Some(Stored {
+            Ok(revision) => Ok(Some(TaskEntry {
                 task: task.clone(),
                 revision,
             })),
@@ -198,9 +198,9 @@ impl TaskStore {
     /// writer won (re-read). A task that ends leaves the open index.
     pub async fn update(
         &self,
-        stored: &Stored,
+        stored: &TaskEntry,
         task: TaskRecord,
-    ) -> Result<Option<Stored>, StoreError> {
+    ) -> Result<Option<TaskEntry>, StoreError> {
         match self
             .tasks
             .update(task_key(&task.task_id), encode(&task)?, stored.revision)
@@ -210,7 +210,7 @@ impl TaskStore {
                 if task.state.is_terminal() && !stored.task.state.is_terminal() {
                     self.close(&task.task_id).await;
                 }
-                Ok(Some(Stored { task, revision }))
+                Ok(Some(TaskEntry { task, revision }))
             }
             Err(err) if err.kind() == kv::UpdateErrorKind::WrongLastRevision => Ok(None),
             Err(err) => Err(StoreError::store("updating the task", err)),

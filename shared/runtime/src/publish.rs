@@ -23,17 +23,17 @@ const MAX_PAUSE: Duration = Duration::from_secs(1);
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("publish to {subject} not acknowledged after {attempts} attempts: {last}")]
 pub struct PublishFailure {
-    /// The subject.
+    /// Subject published to; its stream is the one that did not acknowledge.
     pub subject: String,
-    /// Attempts made.
+    /// Attempts made within [`PUBLISH_RETRY_BUDGET`] (0 when the payload did not encode).
     pub attempts: usize,
-    /// The last error.
+    /// Text of the last attempt's error; a permanent one (e.g. too large) stops the retries.
     pub last: String,
 }
 
 /// What a successful publish stored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Stored {
+pub struct Published {
     /// Stream sequence of the message.
     pub sequence: u64,
     /// True when the stream had it already (a duplicate `Nats-Msg-Id` in the window).
@@ -79,9 +79,9 @@ async fn send(
         .map_err(Failed::from)
 }
 
-async fn acked(sent: Result<PublishAckFuture, Failed>) -> Result<Stored, Failed> {
+async fn acked(sent: Result<PublishAckFuture, Failed>) -> Result<Published, Failed> {
     let ack = sent?.await.map_err(Failed::from)?;
-    Ok(Stored {
+    Ok(Published {
         sequence: ack.sequence,
         duplicate: ack.duplicate,
     })
@@ -95,7 +95,7 @@ pub async fn publish_durable(
     subject: &str,
     msg_id: &str,
     payload: Bytes,
-) -> Result<Stored, PublishFailure> {
+) -> Result<Published, PublishFailure> {
     let first = acked(send(js, subject, msg_id, &payload).await).await;
     retry_after(js, subject, msg_id, payload, first).await
 }
@@ -106,8 +106,8 @@ async fn retry_after(
     subject: &str,
     msg_id: &str,
     payload: Bytes,
-    first: Result<Stored, Failed>,
-) -> Result<Stored, PublishFailure> {
+    first: Result<Published, Failed>,
+) -> Result<Published, PublishFailure> {
     let started = tokio::time::Instant::now();
     let mut pause = RETRY_PAUSE;
     let mut attempts = 1;
@@ -138,7 +138,7 @@ async fn retry_after(
 pub async fn publish_all(
     js: &jetstream::Context,
     messages: &[(String, String, Bytes)],
-) -> Vec<Result<Stored, PublishFailure>> {
+) -> Vec<Result<Published, PublishFailure>> {
     let mut pending = Vec::with_capacity(messages.len());
     for (subject, msg_id, payload) in messages {
         pending.push(send(js, subject, msg_id, payload).await);
@@ -159,7 +159,7 @@ pub async fn publish_json<T: serde::Serialize>(
     subject: &str,
     msg_id: &str,
     value: &T,
-) -> Result<Stored, PublishFailure> {
+) -> Result<Published, PublishFailure> {
     let payload = serde_json::to_vec(value).map_err(|err| PublishFailure {
         subject: subject.to_owned(),
         attempts: 0,

@@ -205,7 +205,7 @@ where
 /// Runs `job` every `every` until `stop` (a missed tick waits, never bursts); a failed run is
 /// logged as `what failed` and the next tick tries again. The services' sweeps run this beside
 /// their endpoints, in the same task, so stopping (or aborting) a service stops its sweep too.
-pub async fn periodically<F, Fut, E>(
+async fn periodically<F, Fut, E>(
     what: &str,
     every: std::time::Duration,
     stop: CancellationToken,
@@ -226,6 +226,29 @@ pub async fn periodically<F, Fut, E>(
             tracing::warn!(error = %err, "{what} failed");
         }
     }
+}
+
+/// Runs `sweep(target, now)` every `every` until `stop`: a service's deadline or offline sweep.
+/// What it returns (a count) is dropped; a failure is logged and the next tick tries again.
+pub async fn sweep_periodically<T, F, Fut, N, E>(
+    what: &str,
+    every: std::time::Duration,
+    stop: CancellationToken,
+    target: std::sync::Arc<T>,
+    sweep: F,
+) where
+    F: Fn(std::sync::Arc<T>, switchboard_proto::timestamp::OffsetDateTime) -> Fut,
+    Fut: Future<Output = Result<N, E>>,
+    E: Display,
+{
+    periodically(what, every, stop, || {
+        let swept = sweep(
+            std::sync::Arc::clone(&target),
+            switchboard_proto::timestamp::now(),
+        );
+        async move { swept.await.map(|_| ()) }
+    })
+    .await;
 }
 
 /// The `health` check (see [`main`]).
@@ -266,7 +289,7 @@ pub enum StartError {
     /// A stream the service reads could not be opened.
     #[error("opening stream {stream}: {message}")]
     Stream {
-        /// The stream.
+        /// Name of the stream, e.g. `AGENT_INBOX`.
         stream: &'static str,
         /// Why.
         message: String,
@@ -274,7 +297,7 @@ pub enum StartError {
     /// A core NATS subscription the service needs could not be made.
     #[error("subscribing to {subject}: {message}")]
     Subscribe {
-        /// The subject.
+        /// The subject it needs, e.g. `_SB.inbox.stored.*` for held fetches.
         subject: &'static str,
         /// Why.
         message: String,

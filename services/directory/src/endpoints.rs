@@ -1,5 +1,6 @@
-//! The directory's endpoints: one per [`RegistryOp`], each a thin typed adapter onto
-//! [`Registry`].
+//! The directory's endpoint table: one endpoint per [`RegistryOp`] plus task load, each
+//! decoding its request and handing it to [`Registry`] (the rules are in [`crate::registry`]
+//! and [`crate::goals`]); errors become error replies through [`crate::error`].
 
 use std::sync::Arc;
 
@@ -37,7 +38,7 @@ fn parse_goal(raw: &str) -> Result<GoalId, ErrorReply> {
 
 /// Builds every endpoint of the directory: one per agent-facing op, plus the task-load
 /// endpoint task-lifecycle reports to (services only).
-pub fn endpoints(registry: Arc<Registry>) -> Vec<Endpoint> {
+pub(crate) fn endpoints(registry: Arc<Registry>) -> Vec<Endpoint> {
     let mut endpoints: Vec<Endpoint> = RegistryOp::ALL
         .into_iter()
         .map(|op| endpoint(op, Arc::clone(&registry)))

@@ -1,5 +1,6 @@
-//! send_to_peer and broadcast: gates, resolution, ACL, anti-loop, then one durable publish per
-//! live goal, all goals' acks awaited together.
+//! The send handler: send_to_peer and broadcast. Gates, resolution, ACL, anti-loop, then one
+//! durable publish per live goal, all goals' acks awaited together; the peers a send could
+//! not reach are published as refusals for the audit.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -11,13 +12,12 @@ use futures::future::BoxFuture;
 use switchboard_proto::send::{
     DeliveryReport, SendRequest, Target, check_gates, next_hop, no_live_goals, unknown_agent,
 };
-use switchboard_proto::subject::{self, SEND_PREFIX};
 use switchboard_proto::{
-    AgentCard, AgentId, ErrorReply, GoalId, INBOX_CAP_PER_GOAL, INBOX_HEADER_ALLOWANCE,
-    InboxMessage, MAX_INBOX_MESSAGE_BYTES, acl, new_id, timestamp,
+    AgentCard, AgentId, ErrorKind, ErrorReply, GoalId, INBOX_CAP_PER_GOAL, INBOX_HEADER_ALLOWANCE,
+    InboxMessage, MAX_INBOX_MESSAGE_BYTES, acl, new_id, subject, timestamp,
 };
-use switchboard_runtime::micro::{AgentRequest, Endpoint};
-use switchboard_runtime::publish::{PublishFailure, Stored, publish_all};
+use switchboard_runtime::micro::AgentRequest;
+use switchboard_runtime::publish::{PublishFailure, Published, publish_all, publish_refusal};
 
 use crate::config::FanoutConfig;
 use crate::error::FanoutError;
@@ -32,7 +32,7 @@ pub trait InboxPublisher: Send + Sync + 'static {
     fn publish_all<'a>(
         &'a self,
         messages: &'a [(String, String, Bytes)],
-    ) -> BoxFuture<'a, Vec<Result<Stored, PublishFailure>>>;
+    ) -> BoxFuture<'a, Vec<Result<Published, PublishFailure>>>;
 }
 
 /// The production publisher: JetStream with retries (see `switchboard_runtime::publish`).
@@ -43,7 +43,7 @@ impl InboxPublisher for JetStreamPublisher {
     fn publish_all<'a>(
         &'a self,
         messages: &'a [(String, String, Bytes)],
-    ) -> BoxFuture<'a, Vec<Result<Stored, PublishFailure>>> {
+    ) -> BoxFuture<'a, Vec<Result<Published, PublishFailure>>> {
         Box::pin(publish_all(&self.0, messages))
     }
 }
@@ -91,32 +91,25 @@ impl Fanout {
         }
     }
 
-    /// The send endpoint on `agent.send.>`.
-    pub fn endpoints(self: &Arc<Self>) -> Vec<Endpoint> {
-        let fanout = Arc::clone(self);
-        vec![Endpoint::agent(
-            "send",
-            SEND_PREFIX.to_owned(),
-            move |req: AgentRequest<SendRequest>| {
-                let fanout = Arc::clone(&fanout);
-                async move {
-                    let report = fanout.send(&req.caller, req.body).await?;
-                    // Peers the send could not reach (unknown, ACL, no goal, anti-loop) are
-                    // refusals too: the audit records them.
-                    if !report.unreachable_reasons.is_empty() {
-                        switchboard_runtime::publish::publish_refusal(
-                            &fanout.js,
-                            crate::SPEC.name,
-                            &req.subject,
-                            Some(&req.caller),
-                            switchboard_proto::ErrorKind::Unreachable,
-                            &report.unreachable_reasons.join("; "),
-                        );
-                    }
-                    Ok(report)
-                }
-            },
-        )]
+    /// What the send endpoint answers: [`Fanout::send`] for the request's caller, after which
+    /// the peers it could not reach (unknown, ACL, no goal, anti-loop) are published as
+    /// refusals too, so the audit records them.
+    pub(crate) async fn send_request(
+        &self,
+        req: AgentRequest<SendRequest>,
+    ) -> Result<DeliveryReport, ErrorReply> {
+        let report = self.send(&req.caller, req.body).await?;
+        if !report.unreachable_reasons.is_empty() {
+            publish_refusal(
+                &self.js,
+                crate::SPEC.name,
+                &req.subject,
+                Some(&req.caller),
+                ErrorKind::Unreachable,
+                &report.unreachable_reasons.join("; "),
+            );
+        }
+        Ok(report)
     }
 
     /// send_to_peer / broadcast for `caller`.

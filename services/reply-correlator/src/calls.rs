@@ -1,4 +1,4 @@
-//! call, reply and pending.
+//! The call rules: call, reply and pending.
 //!
 //! A call is recorded (open, with its deadline) *before* its request is delivered, so an
 //! answer can never arrive for a call nobody knows. The request itself goes through
@@ -10,41 +10,31 @@
 //! `kind: response`. When the replica that claims the call is the one holding the caller, it
 //! hands the answer over in process, without the round trip through NATS.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::PoisonError;
 use std::time::Duration;
 
-use async_nats::Client;
-use async_nats::jetstream;
 use bytes::Bytes;
 use futures::StreamExt;
 use serde::Serialize;
 use switchboard_proto::call::{
-    AnswerRoute, CallAnswer, CallEvent, CallEventKind, CallParked, CallRequest, CallState,
-    PendingCall, PendingCalls, ReplyAck, ReplyRequest, clamp_timeout, derive_chain,
+    AnswerRoute, CallAnswer, CallEventKind, CallParked, CallRequest, CallState, PendingCall,
+    PendingCalls, ReplyAck, ReplyRequest, clamp_timeout, derive_chain,
 };
 use switchboard_proto::send::{
     DeliveryReport, SendRequest, Target, check_content_fits, check_gates, unknown_agent,
 };
-use switchboard_proto::subject::{self, CALL_PREFIX, CALLS_PENDING_PREFIX, REPLY_PREFIX};
 use switchboard_proto::{
-    AgentId, ErrorKind, ErrorReply, GoalId, InboxMessage, MessageKind, new_id, timestamp,
+    AgentId, ErrorKind, GoalId, InboxMessage, MessageKind, new_id, subject, timestamp,
 };
-use switchboard_runtime::micro::{AgentRequest, Endpoint};
-use switchboard_runtime::publish::{publish_event, publish_json};
 use switchboard_runtime::request::{RequestFailure, request_json};
-use time::OffsetDateTime;
-use tokio::sync::{mpsc, oneshot};
-use uuid::Uuid;
+use tokio::sync::mpsc;
 
-use crate::config::CorrelatorConfig;
+use crate::correlator::{Correlator, HANDOVER_TIMEOUT, Held, LocalAnswer, Taken, WaitingGuard};
 use crate::error::CorrelatorError;
-use crate::store::{CallStore, Stored};
+use crate::store::CallEntry;
 
 /// How long a delivery to the fan-out may take.
 const DELIVERY_TIMEOUT: Duration = Duration::from_secs(10);
-/// How long a replier waits for the waiting replica to take an answer.
-const HANDOVER_TIMEOUT: Duration = Duration::from_secs(2);
 /// Compare-and-set retries on one call.
 const CAS_ATTEMPTS: usize = 8;
 /// A claim younger than this is a delivery in progress, not a failed one: a second reply
@@ -61,127 +51,17 @@ pub enum CallOutcome {
     Parked(CallParked),
 }
 
-/// An answer handed over in process, and where to say it was taken.
-#[derive(Debug)]
-struct LocalAnswer {
-    answer: CallAnswer,
-    taken: oneshot::Sender<()>,
-}
-
-/// How the replica that handed an answer over is told it was taken.
-enum Taken {
-    /// In process.
-    Here(oneshot::Sender<()>),
-    /// By replying `taken` to the hand-over request (when it asked for a reply).
-    Nats(Option<async_nats::Subject>),
-}
-
-/// A waiting call this replica holds: where its answer goes, and the call as this replica
-/// stored it (a reply taken here tries its claim on that revision before reading the call).
-#[derive(Debug, Clone)]
-struct Held {
-    answer_to: mpsc::Sender<LocalAnswer>,
-    stored: Stored,
-}
-
-/// The waiting calls this replica holds, by correlation id.
-type Waiting = Mutex<HashMap<Uuid, Held>>;
-
-/// Removes a waiting call from [`Correlator::waiting`] when its wait ends, however it ends.
-struct WaitingGuard<'a> {
-    waiting: &'a Waiting,
-    id: Uuid,
-}
-
-impl Drop for WaitingGuard<'_> {
-    fn drop(&mut self) {
-        self.waiting
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(&self.id);
-    }
-}
-
-/// The correlator.
-#[derive(Debug)]
-pub struct Correlator {
-    client: Client,
-    js: jetstream::Context,
-    store: CallStore,
-    config: CorrelatorConfig,
-    waiting: Waiting,
-}
-
 fn duration_ms(d: time::Duration) -> u64 {
     u64::try_from(d.whole_milliseconds()).unwrap_or(0)
 }
 
 impl Correlator {
-    /// Wires the parts together.
-    pub fn new(client: Client, store: CallStore, config: CorrelatorConfig) -> Self {
-        Self {
-            js: jetstream::new(client.clone()),
-            client,
-            store,
-            config,
-            waiting: Waiting::default(),
-        }
-    }
-
-    /// The three endpoints.
-    pub fn endpoints(self: &Arc<Self>) -> Vec<Endpoint> {
-        let (a, b, c) = (Arc::clone(self), Arc::clone(self), Arc::clone(self));
-        vec![
-            Endpoint::agent(
-                "call",
-                CALL_PREFIX.to_owned(),
-                move |req: AgentRequest<CallRequest>| {
-                    let me = Arc::clone(&a);
-                    async move { me.call(&req.caller, req.body).await }
-                },
-            ),
-            Endpoint::agent(
-                "reply",
-                REPLY_PREFIX.to_owned(),
-                move |req: AgentRequest<ReplyRequest>| {
-                    let me = Arc::clone(&b);
-                    async move { me.reply(&req.caller, req.body).await }
-                },
-            ),
-            Endpoint::agent(
-                "pending",
-                CALLS_PENDING_PREFIX.to_owned(),
-                move |req: AgentRequest<serde::de::IgnoredAny>| {
-                    let me = Arc::clone(&c);
-                    async move { me.pending(&req.caller).await }
-                },
-            ),
-        ]
-    }
-
-    /// Publishes a call event into `AGENT_EVENTS` (retried with the same id; the call's state
-    /// change is already committed, so a failure is logged, not returned).
-    async fn emit(&self, event: CallEventKind, call: &PendingCall, body: Option<&str>) {
-        let payload = CallEvent {
-            id: new_id(),
-            event,
-            correlation_id: call.correlation_id,
-            caller: call.caller.clone(),
-            callee: call.callee.clone(),
-            chain: call.chain.clone(),
-            at: timestamp::now(),
-            body: body.map(str::to_owned),
-        };
-        let subject = subject::call_events(event, &call.correlation_id);
-        publish_event(&self.js, &subject, &payload.id.to_string(), &payload).await;
-    }
-
     /// talk_to_agent / call_agent. Refusals by a rule are published as `refused` events.
     pub async fn call(
         &self,
         caller: &AgentId,
         request: CallRequest,
-    ) -> Result<CallOutcome, ErrorReply> {
+    ) -> Result<CallOutcome, CorrelatorError> {
         let to = request.to.clone();
         let result = self.make_call(caller, request).await;
         if let Err(err) = &result
@@ -210,7 +90,8 @@ impl Correlator {
                 created_at: now,
                 deadline: now,
             };
-            self.emit(CallEventKind::Refused, &refused, Some(&err.error.message))
+            let reason = err.to_string();
+            self.emit(CallEventKind::Refused, &refused, Some(&reason))
                 .await;
         }
         result
@@ -220,7 +101,7 @@ impl Correlator {
         &self,
         caller: &AgentId,
         request: CallRequest,
-    ) -> Result<CallOutcome, ErrorReply> {
+    ) -> Result<CallOutcome, CorrelatorError> {
         // The send gates, reused: `to`, not self, non-empty message, size.
         let probe = SendRequest {
             to: request.to.clone(),
@@ -228,25 +109,22 @@ impl Correlator {
             from_agent_id: request.from_agent_id.clone(),
             ..SendRequest::default()
         };
-        let (target, body) = check_gates(caller, &probe)?;
+        let (target, body) = check_gates(caller, &probe).map_err(CorrelatorError::Gate)?;
         let Target::Peer(to) = target else {
-            return Err(ErrorReply::new(
-                ErrorKind::BadRequest,
-                "a call goes to one peer; use send_to_peer with `*` to broadcast",
-            ));
+            return Err(CorrelatorError::Broadcast);
         };
         let Ok(callee) = AgentId::parse(&to) else {
-            return Err(ErrorReply::new(ErrorKind::Unreachable, unknown_agent(&to)));
+            return Err(CorrelatorError::Unreachable(unknown_agent(&to)));
         };
         // The goal the answer (or a timeout notice) goes to must be the caller's own: a call
         // naming another agent's goal would deliver into that goal's inbox.
         if let Some(goal) = request.from_goal_id
             && !self.store.owns_goal(caller, &goal).await?
         {
-            return Err(ErrorReply::new(
-                ErrorKind::InvalidGoalId,
-                format!("goal {goal} is not a live goal of `{caller}`"),
-            ));
+            return Err(CorrelatorError::NotYourGoal {
+                goal,
+                caller: caller.clone(),
+            });
         }
         let timeout_ms = clamp_timeout(
             request.timeout_ms,
@@ -257,26 +135,15 @@ impl Correlator {
             None => None,
             Some(parent_id) => {
                 let Some(parent) = self.store.find(&parent_id).await? else {
-                    return Err(ErrorReply::new(
-                        ErrorKind::NotFound,
-                        format!("parent call {parent_id} is unknown"),
-                    ));
+                    return Err(CorrelatorError::UnknownParent(parent_id));
                 };
                 Some(parent.call)
             }
         };
-        let chain = derive_chain(caller, &callee, parent.as_ref(), self.config.depth_limit)?;
+        let chain = derive_chain(caller, &callee, parent.as_ref(), self.config.depth_limit)
+            .map_err(CorrelatorError::Chain)?;
 
         let now = timestamp::now();
-        let too_many = || {
-            ErrorReply::new(
-                ErrorKind::TooManyCalls,
-                format!(
-                    "`{caller}` already has {} open calls; answer or wait for some first",
-                    self.config.max_open_calls
-                ),
-            )
-        };
         let correlation_id = new_id();
         let record = PendingCall {
             correlation_id,
@@ -299,7 +166,10 @@ impl Correlator {
         let (stored, open) = self.store.create(&record).await?;
         if open > self.config.max_open_calls {
             self.store.forget(&stored).await?;
-            return Err(too_many());
+            return Err(CorrelatorError::TooManyCalls {
+                caller: caller.clone(),
+                cap: self.config.max_open_calls,
+            });
         }
 
         // A waiting call listens for its answer before the request can be answered: on its
@@ -309,7 +179,7 @@ impl Correlator {
                 self.client
                     .subscribe(subject::call_answer(&correlation_id))
                     .await
-                    .map_err(|err| CorrelatorError::store("listening for the answer", err))?,
+                    .map_err(|err| CorrelatorError::ListenForAnswer(err.to_string()))?,
             )
         } else {
             None
@@ -341,8 +211,7 @@ impl Correlator {
         };
         if report.delivered_to.is_empty() {
             self.store.forget(&stored).await?;
-            return Err(ErrorReply::new(
-                ErrorKind::Unreachable,
+            return Err(CorrelatorError::Unreachable(
                 report.unreachable_reasons.join("; "),
             ));
         }
@@ -368,7 +237,7 @@ impl Correlator {
         record: &PendingCall,
         body: &str,
         request: &CallRequest,
-    ) -> Result<DeliveryReport, ErrorReply> {
+    ) -> Result<DeliveryReport, CorrelatorError> {
         let mut metadata = request.metadata.clone();
         metadata.insert(
             "call_chain".to_owned(),
@@ -401,23 +270,20 @@ impl Correlator {
         )
         .await
         .map_err(|failure| match failure {
-            RequestFailure::Service(reply) => reply,
-            RequestFailure::NoResponders { .. } => ErrorReply::new(
-                ErrorKind::Unavailable,
-                "inbox-fanout is not running; the call was not made",
-            ),
-            other => ErrorReply::new(ErrorKind::Unavailable, other.to_string()),
+            RequestFailure::Service(reply) => CorrelatorError::FanoutRefused(reply),
+            RequestFailure::NoResponders { .. } => CorrelatorError::FanoutNotRunning,
+            other => CorrelatorError::DeliverRequest(other.to_string()),
         })
     }
 
     async fn wait_for_answer(
         &self,
-        stored: Stored,
+        stored: CallEntry,
         answers: &mut async_nats::Subscriber,
         local: &mut mpsc::Receiver<LocalAnswer>,
         timeout_ms: u64,
         opened: impl Future<Output = ()>,
-    ) -> Result<CallOutcome, ErrorReply> {
+    ) -> Result<CallOutcome, CorrelatorError> {
         let call = &stored.call;
         let left = call.deadline - timestamp::now();
         let deadline = tokio::time::Instant::now()
@@ -500,13 +366,11 @@ impl Correlator {
             opened.await;
         }
         let _ = answers.unsubscribe().await;
-        Err(ErrorReply::new(
-            ErrorKind::Timeout,
-            format!(
-                "no answer from `{}` within {timeout_ms} ms (call {})",
-                call.callee, call.correlation_id
-            ),
-        ))
+        Err(CorrelatorError::Timeout {
+            callee: call.callee.clone(),
+            timeout_ms,
+            correlation_id: call.correlation_id,
+        })
     }
 
     /// reply_to_peer: answers the call named by `correlation_id`; only its callee may.
@@ -514,12 +378,9 @@ impl Correlator {
         &self,
         callee: &AgentId,
         request: ReplyRequest,
-    ) -> Result<ReplyAck, ErrorReply> {
+    ) -> Result<ReplyAck, CorrelatorError> {
         let Some(correlation_id) = request.correlation_id else {
-            return Err(ErrorReply::new(
-                ErrorKind::BadRequest,
-                "`correlation_id` is required: the call you are answering",
-            ));
+            return Err(CorrelatorError::MissingCorrelationId);
         };
         // The message gates of a send (non-empty, ≤ 64 KiB), with the caller as a stand-in
         // target so gates 1–2 pass.
@@ -528,9 +389,10 @@ impl Correlator {
             message: request.message.clone(),
             ..SendRequest::default()
         };
-        let (_, body) = check_gates(callee, &probe)?;
+        let (_, body) = check_gates(callee, &probe).map_err(CorrelatorError::Gate)?;
         // An answer that could not be stored must be refused before the call is claimed.
-        check_content_fits("the answer with its parts", body, &request.parts, &[])?;
+        check_content_fits("the answer with its parts", body, &request.parts, &[])
+            .map_err(CorrelatorError::Gate)?;
         // A call this replica holds is claimed on the revision it stored first (no read); if
         // it changed since, the claim fails and the call is read as usual.
         let mut held = self
@@ -545,26 +407,18 @@ impl Correlator {
                 None => self.store.find(&correlation_id).await?,
             };
             let Some(stored) = found else {
-                return Err(ErrorReply::new(
-                    ErrorKind::NotFound,
-                    format!("no call {correlation_id}"),
-                ));
+                return Err(CorrelatorError::UnknownCall(correlation_id));
             };
             let call = &stored.call;
             if call.callee != *callee {
-                return Err(ErrorReply::new(
-                    ErrorKind::NotCallee,
-                    format!("only `{}` may answer call {correlation_id}", call.callee),
-                ));
+                return Err(CorrelatorError::NotCallee {
+                    callee: call.callee.clone(),
+                    correlation_id,
+                });
             }
-            let expired = || {
-                ErrorReply::new(
-                    ErrorKind::Expired,
-                    format!(
-                        "call {correlation_id} expired at {}; the answer was not delivered",
-                        timestamp::format(call.deadline)
-                    ),
-                )
+            let expired = || CorrelatorError::Expired {
+                correlation_id,
+                deadline: call.deadline,
             };
             match (call.state, call.answered_via) {
                 (CallState::Expired, _) => {
@@ -584,12 +438,7 @@ impl Correlator {
                         .is_some_and(|at| timestamp::now() - at < CLAIM_IN_PROGRESS) =>
                 {
                     // Another reply claimed it a moment ago and is delivering right now.
-                    return Err(ErrorReply::new(
-                        ErrorKind::Conflict,
-                        format!(
-                            "an answer to call {correlation_id} is being delivered; retry to see its outcome"
-                        ),
-                    ));
+                    return Err(CorrelatorError::AnswerInProgress(correlation_id));
                 }
                 (CallState::Answered, None) => {
                     // Claimed by an attempt that did not finish delivering: claim it anew
@@ -645,10 +494,7 @@ impl Correlator {
                 }
             }
         }
-        Err(ErrorReply::new(
-            ErrorKind::Conflict,
-            format!("call {correlation_id} keeps changing; retry"),
-        ))
+        Err(CorrelatorError::Contention(correlation_id))
     }
 
     async fn deliver_answer(
@@ -657,7 +503,7 @@ impl Correlator {
         callee: &AgentId,
         body: &str,
         request: &ReplyRequest,
-    ) -> Result<AnswerRoute, ErrorReply> {
+    ) -> Result<AnswerRoute, CorrelatorError> {
         if call.wait {
             let answer = CallAnswer {
                 correlation_id: call.correlation_id,
@@ -670,7 +516,7 @@ impl Correlator {
                 return Ok(AnswerRoute::Caller);
             }
             let payload = serde_json::to_vec(&answer)
-                .map_err(|err| ErrorReply::new(ErrorKind::Internal, err.to_string()))?;
+                .map_err(|err| CorrelatorError::EncodeAnswer(err.to_string()))?;
             let handed = tokio::time::timeout(
                 HANDOVER_TIMEOUT,
                 self.client
@@ -693,86 +539,10 @@ impl Correlator {
         Ok(AnswerRoute::Inbox)
     }
 
-    /// Hands `answer` to its caller's wait when this replica holds it; true once the wait
-    /// took it (false: not here, or it ended meanwhile, and the answer goes the NATS way).
-    async fn hand_over_here(&self, answer: &CallAnswer) -> bool {
-        let here = self
-            .waiting
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(&answer.correlation_id)
-            .map(|held| held.answer_to.clone());
-        let Some(wait) = here else {
-            return false;
-        };
-        let (taken, was_taken) = oneshot::channel();
-        let handed = LocalAnswer {
-            answer: answer.clone(),
-            taken,
-        };
-        if wait.send(handed).await.is_err() {
-            return false;
-        }
-        matches!(
-            tokio::time::timeout(HANDOVER_TIMEOUT, was_taken).await,
-            Ok(Ok(()))
-        )
-    }
-
-    /// Publishes to the caller goal's inbox, de-duplicated per call and purpose.
-    async fn to_caller_inbox(
-        &self,
-        call: &PendingCall,
-        message: &InboxMessage,
-        purpose: &str,
-    ) -> Result<(), ErrorReply> {
-        let msg_id = format!("{purpose}:{}:{}", call.correlation_id, call.caller_goal);
-        publish_json(
-            &self.js,
-            &subject::inbox(&call.caller_goal),
-            &msg_id,
-            message,
-        )
-        .await
-        .map(|_| ())
-        .map_err(|err| ErrorReply::new(ErrorKind::Unavailable, err.to_string()))
-    }
-
-    /// After a call expired (this replica won the transition): a parked caller is told in its
-    /// inbox; a waiting caller's own replica answers it with `timeout`.
-    async fn on_expired(&self, call: &PendingCall) {
-        tracing::info!(correlation_id = %call.correlation_id, callee = %call.callee, "call expired");
-        self.emit(CallEventKind::Expired, call, None).await;
-        if call.wait {
-            return;
-        }
-        let mut notice = InboxMessage::new(
-            call.callee.clone(),
-            GoalId::new(),
-            call.caller.clone(),
-            format!(
-                "call {} to `{}` timed out at {} without an answer",
-                call.correlation_id,
-                call.callee,
-                timestamp::format(call.deadline)
-            ),
-        );
-        notice.id = Some(new_id());
-        notice.kind = MessageKind::Notify;
-        notice.correlation_id = Some(call.correlation_id);
-        notice.in_reply_to = Some(call.request_id);
-        notice
-            .metadata
-            .insert("switchboard".to_owned(), "call_timeout".into());
-        if let Err(err) = self.to_caller_inbox(call, &notice, "timeout").await {
-            tracing::error!(correlation_id = %call.correlation_id, error = %err, "timeout notice not delivered");
-        }
-    }
-
     /// The caller's open outgoing and incoming calls.
-    pub async fn pending(&self, agent: &AgentId) -> Result<PendingCalls, ErrorReply> {
+    pub async fn pending(&self, agent: &AgentId) -> Result<PendingCalls, CorrelatorError> {
         let now = timestamp::now();
-        let open = |calls: Vec<Stored>| -> Vec<PendingCall> {
+        let open = |calls: Vec<CallEntry>| -> Vec<PendingCall> {
             let mut open: Vec<PendingCall> = calls
                 .into_iter()
                 .map(|s| s.call)
@@ -785,28 +555,5 @@ impl Correlator {
             outgoing: open(self.store.outgoing(agent).await?),
             incoming: open(self.store.incoming(agent).await?),
         })
-    }
-
-    /// One deadline sweep: every open call past its deadline is expired with compare-and-set,
-    /// so across replicas exactly one does it (and sends the parked caller its notice).
-    /// Returns how many this sweep expired.
-    pub async fn sweep(&self, now: OffsetDateTime) -> Result<usize, CorrelatorError> {
-        let mut expired = 0;
-        for stored in self.store.open().await? {
-            if stored.call.state != CallState::Open || stored.call.deadline > now {
-                continue;
-            }
-            match self.store.end(&stored, CallState::Expired).await {
-                Ok(Some(_)) => {
-                    self.on_expired(&stored.call).await;
-                    expired += 1;
-                }
-                Ok(None) => {}
-                Err(err) => {
-                    tracing::warn!(correlation_id = %stored.call.correlation_id, error = %err, "expiring a call failed")
-                }
-            }
-        }
-        Ok(expired)
     }
 }

@@ -4,17 +4,16 @@
 
 use std::sync::Arc;
 
-use async_nats::{Client, HeaderMap, Message};
+use async_nats::{Client, HeaderMap, Subject};
 use bytes::Bytes;
 use switchboard_proto::audit::{
-    AuditEntry, AuditOp, AuditRecords, ExportDone, HEADER_EXPORT, HISTORY_LIMIT_DEFAULT,
-    HISTORY_LIMIT_MAX, HistoryRequest, ThreadRequest, VerifyReply,
+    AuditEntry, AuditRecords, ExportDone, HEADER_EXPORT, HISTORY_LIMIT_DEFAULT, HISTORY_LIMIT_MAX,
+    HistoryRequest, ThreadRequest, VerifyReply,
 };
-use switchboard_proto::{ErrorKind, ErrorReply};
-use switchboard_runtime::micro::{Endpoint, decode};
 
+use crate::error::AuditError;
 use crate::index::{Index, IndexError};
-use crate::trail::{Trail, TrailError};
+use crate::trail::Trail;
 
 /// Largest export chunk (JSON lines), in bytes.
 const CHUNK_BYTES: usize = 60 * 1024;
@@ -38,18 +37,6 @@ fn fit(records: &mut Vec<AuditEntry>, budget: usize) -> bool {
     false
 }
 
-impl From<IndexError> for ErrorReply {
-    fn from(err: IndexError) -> Self {
-        ErrorReply::new(ErrorKind::Internal, err.to_string())
-    }
-}
-
-impl From<TrailError> for ErrorReply {
-    fn from(err: TrailError) -> Self {
-        ErrorReply::new(ErrorKind::Unavailable, err.to_string())
-    }
-}
-
 /// The query side.
 #[derive(Debug)]
 pub struct Queries {
@@ -61,11 +48,11 @@ pub struct Queries {
 async fn blocking<T: Send + 'static>(
     index: Arc<Index>,
     call: impl FnOnce(&Index) -> Result<T, IndexError> + Send + 'static,
-) -> Result<T, ErrorReply> {
+) -> Result<T, AuditError> {
     tokio::task::spawn_blocking(move || call(&index))
         .await
-        .map_err(|err| ErrorReply::new(ErrorKind::Internal, err.to_string()))?
-        .map_err(ErrorReply::from)
+        .map_err(AuditError::IndexThread)?
+        .map_err(AuditError::QueryIndex)
 }
 
 impl Queries {
@@ -84,65 +71,20 @@ impl Queries {
             .clamp(REPLY_HEADROOM, REPLY_BUDGET_MAX)
     }
 
-    /// One endpoint per op. Their subjects name no caller, so they share one request bucket
-    /// per replica: a loop of `verify` or `export` (each reads the whole trail) is bounded.
-    pub fn endpoints(self: &Arc<Self>) -> Vec<Endpoint> {
-        AuditOp::ALL
-            .into_iter()
-            .map(|op| {
-                let me = Arc::clone(self);
-                let name = op.token();
-                let subject = op.subject();
-                match op {
-                    AuditOp::Thread => Endpoint::json(name, subject, move |req: ThreadRequest| {
-                        let me = Arc::clone(&me);
-                        async move { me.thread(req).await }
-                    }),
-                    AuditOp::History => {
-                        Endpoint::json(name, subject, move |req: HistoryRequest| {
-                            let me = Arc::clone(&me);
-                            async move { me.history(req).await }
-                        })
-                    }
-                    AuditOp::Pending => {
-                        Endpoint::json(name, subject, move |_: serde::de::IgnoredAny| {
-                            let me = Arc::clone(&me);
-                            async move { me.pending().await }
-                        })
-                    }
-                    AuditOp::Verify => {
-                        Endpoint::json(name, subject, move |_: serde::de::IgnoredAny| {
-                            let me = Arc::clone(&me);
-                            async move { me.verify().await }
-                        })
-                    }
-                    AuditOp::Export => Endpoint::raw(name, subject, move |message: Message| {
-                        let me = Arc::clone(&me);
-                        async move { me.export(message).await }
-                    }),
-                }
-                .shared_budget()
-            })
-            .collect()
-    }
-
     /// The index, caught up with the stream first (so a query sees what was appended by any
     /// replica before it was asked).
-    async fn fresh_index(&self) -> Result<Arc<Index>, ErrorReply> {
+    async fn fresh_index(&self) -> Result<Arc<Index>, AuditError> {
         self.trail.catch_up().await?;
         Ok(self.trail.index())
     }
 
     /// thread: the conversation around a message, call or task.
-    pub async fn thread(&self, request: ThreadRequest) -> Result<AuditRecords, ErrorReply> {
+    pub async fn thread(&self, request: ThreadRequest) -> Result<AuditRecords, AuditError> {
         if request.message_id.is_none()
             && request.correlation_id.is_none()
             && request.task_id.is_none()
         {
-            return Err(ErrorReply::new(
-                ErrorKind::BadRequest,
-                "give one of `message_id`, `correlation_id` or `task_id`",
-            ));
+            return Err(AuditError::ThreadWithoutId);
         }
         let index = self.fresh_index().await?;
         let mut records = blocking(index, move |index| {
@@ -158,13 +100,10 @@ impl Queries {
     }
 
     /// history: records matching a filter, paged by sequence.
-    pub async fn history(&self, request: HistoryRequest) -> Result<AuditRecords, ErrorReply> {
+    pub async fn history(&self, request: HistoryRequest) -> Result<AuditRecords, AuditError> {
         let limit = request.limit.unwrap_or(HISTORY_LIMIT_DEFAULT);
         if limit == 0 || limit > HISTORY_LIMIT_MAX {
-            return Err(ErrorReply::new(
-                ErrorKind::BadRequest,
-                format!("`limit` must be 1 to {HISTORY_LIMIT_MAX}"),
-            ));
+            return Err(AuditError::HistoryLimit);
         }
         let index = self.fresh_index().await?;
         let cursor = request.cursor.unwrap_or(0);
@@ -187,7 +126,7 @@ impl Queries {
     }
 
     /// pending: requests that expect a reply and have none.
-    pub async fn pending(&self) -> Result<AuditRecords, ErrorReply> {
+    pub async fn pending(&self) -> Result<AuditRecords, AuditError> {
         let index = self.fresh_index().await?;
         let mut records = blocking(index, Index::pending).await?;
         let truncated = fit(&mut records, self.budget());
@@ -199,25 +138,22 @@ impl Queries {
     }
 
     /// verify: the hash chain over the whole stream.
-    pub async fn verify(&self) -> Result<VerifyReply, ErrorReply> {
-        Ok(self.trail.verify().await?)
+    pub async fn verify(&self) -> Result<VerifyReply, AuditError> {
+        self.trail.verify().await
     }
 
-    /// export: the filter's records as JSON lines, sent to the reply subject in chunks of at
-    /// most 60 KiB (header `Switchboard-Export: chunk`); the final reply is the summary.
-    pub async fn export(&self, message: Message) -> Result<Bytes, ErrorReply> {
-        let filter: HistoryRequest = decode(&message.payload)?;
+    /// export: the `filter`'s records as JSON lines, sent to the `reply` subject in chunks of
+    /// at most 60 KiB (header `Switchboard-Export: chunk`); the final reply is the summary.
+    pub async fn export(
+        &self,
+        filter: HistoryRequest,
+        reply: Option<Subject>,
+    ) -> Result<Bytes, AuditError> {
         if filter.limit.is_some() || filter.cursor.is_some() {
-            return Err(ErrorReply::new(
-                ErrorKind::BadRequest,
-                "export takes a filter without `limit` or `cursor`: it sends every record",
-            ));
+            return Err(AuditError::ExportPaged);
         }
-        let Some(reply) = message.reply.clone() else {
-            return Err(ErrorReply::new(
-                ErrorKind::BadRequest,
-                "export needs a reply subject",
-            ));
+        let Some(reply) = reply else {
+            return Err(AuditError::ExportWithoutReply);
         };
         let index = self.fresh_index().await?;
         let mut cursor = 0;
@@ -235,8 +171,7 @@ impl Queries {
             let Some(last) = page.last() else { break };
             cursor = last.seq;
             for entry in &page {
-                let line = serde_json::to_vec(entry)
-                    .map_err(|err| ErrorReply::new(ErrorKind::Internal, err.to_string()))?;
+                let line = serde_json::to_vec(entry).map_err(AuditError::EncodeExportLine)?;
                 if !chunk.is_empty() && chunk.len() + line.len() + 1 > CHUNK_BYTES {
                     self.send_chunk(&reply, std::mem::take(&mut chunk)).await?;
                     done.chunks += 1;
@@ -252,20 +187,16 @@ impl Queries {
         }
         serde_json::to_vec(&done)
             .map(Bytes::from)
-            .map_err(|err| ErrorReply::new(ErrorKind::Internal, err.to_string()))
+            .map_err(AuditError::EncodeExportSummary)
     }
 
-    async fn send_chunk(
-        &self,
-        reply: &async_nats::Subject,
-        chunk: Vec<u8>,
-    ) -> Result<(), ErrorReply> {
+    async fn send_chunk(&self, reply: &Subject, chunk: Vec<u8>) -> Result<(), AuditError> {
         let mut headers = HeaderMap::new();
         headers.insert(HEADER_EXPORT, "chunk");
         self.client
             .publish_with_headers(reply.clone(), headers, chunk.into())
             .await
-            .map_err(|err| ErrorReply::new(ErrorKind::Unavailable, err.to_string()))
+            .map_err(AuditError::SendExportChunk)
     }
 }
 

@@ -1,0 +1,458 @@
+//! Appending: following the source streams and appending each source message's record,
+//! chained, to `AGENT_AUDIT`.
+//!
+//! Durable pull consumers on `AGENT_INBOX` and `AGENT_EVENTS` (explicit ack) feed one
+//! appender per replica. The appender turns each source message into a record, chains it on
+//! the record it sent before (each body names the hash of the record before it; the body's
+//! SHA-256 travels in the `Switchboard-Audit-Hash` header), and publishes it with
+//! `Nats-Expected-Last-Sequence` = the sequence it must follow and `Nats-Msg-Id` = its event id.
+//! The chain fixes every record's sequence in advance, so the appender does not wait for the
+//! stream's acks of the records before: up to a window of publishes are in flight. Their acks
+//! are read in order; stored records go to the indexer (`indexer.rs`) in batches, and a source
+//! message is acknowledged only after its record is stored and indexed.
+//!
+//! Exactly once: an event id already in the index is acknowledged without a second record; one
+//! whose record is on its way (published, not yet indexed) waits for it. The appender chains
+//! on a head it knows: the index head (everything up to it is indexed) followed by its own
+//! records on their way, so every record it stores was checked against every record before it.
+//! When another replica appended meanwhile (or a publish failed), the expected-sequence check
+//! fails: the appender collects every publish still on its way, reads what it missed into the
+//! index (so the duplicate check sees it), and sends the sources not yet stored again. So
+//! redeliveries, restarts and several replicas never write a record twice, and the chain has
+//! one order.
+
+use std::collections::VecDeque;
+use std::future::{Future, IntoFuture};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::jetstream;
+use async_nats::jetstream::context::{PublishError, PublishErrorKind};
+use async_nats::jetstream::message::PublishMessage;
+use async_nats::jetstream::publish::PublishAck;
+use bytes::Bytes;
+use futures::{FutureExt, StreamExt};
+use switchboard_proto::audit::{AuditEntry, AuditRecord, HEADER_AUDIT_HASH};
+use switchboard_proto::{EVENTS_STREAM, INBOX_STREAM};
+use tokio::sync::{MutexGuard, mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+
+use crate::error::AuditError;
+use crate::indexer::{Committed, IndexJob, Shared, index_stored};
+use crate::record;
+use crate::store::{self, ack};
+use crate::trail::{Head, IngestSettings, Trail};
+
+/// Recoveries in a row (each: collect, catch up, send again) without a record stored before
+/// the sources waiting are given up (they come back after the ack wait).
+const APPEND_ATTEMPTS: usize = 16;
+/// Publishes in flight per `batch` of the config (the window is 4 × `batch`, at most 4,000:
+/// the JetStream client allows 5,000 publishes awaiting their ack).
+const WINDOW_BATCHES: usize = 4;
+/// Stored batches waiting for the indexer (beyond the one it is inserting) before the appender
+/// waits for it.
+const INDEX_QUEUE: usize = 4;
+/// The pause after a recovery that could not reach the stream, before the appender goes on.
+const RECOVERY_PAUSE: Duration = Duration::from_millis(250);
+
+/// A source message waiting for its record.
+struct Source {
+    record: AuditRecord,
+    message: jetstream::Message,
+}
+
+/// Feeds the appender from the durable consumers and runs it until `stop`; also catches up
+/// with other replicas' records every `catch_up_every`.
+pub(crate) async fn write(
+    trail: Arc<Trail>,
+    js: jetstream::Context,
+    settings: IngestSettings,
+    shutdown: CancellationToken,
+) -> Result<(), AuditError> {
+    let IngestSettings {
+        consumer_prefix,
+        batch,
+        ack_wait,
+        catch_up_every,
+        lease_ttl: _,
+    } = settings;
+    let (tx, mut rx) = mpsc::channel::<Source>(batch * 4);
+    let mut feeders = Vec::new();
+    for (stream_name, consumer_name) in [
+        (INBOX_STREAM, format!("{consumer_prefix}-inbox")),
+        (EVENTS_STREAM, format!("{consumer_prefix}-events")),
+    ] {
+        let consumer =
+            store::source_consumer(&js, stream_name, &consumer_name, ack_wait, batch).await?;
+        let tx = tx.clone();
+        let stop = shutdown.clone();
+        feeders.push(tokio::spawn(async move {
+            feed(consumer, tx, stop).await;
+        }));
+    }
+    drop(tx);
+    // The appender owns the head while it writes: queries wait for its indexer instead of
+    // reading the stream it is writing (see `Trail::catch_up`).
+    let mut head = trail.head.lock().await;
+    let (jobs, job_rx) = mpsc::channel(INDEX_QUEUE);
+    let shared = Arc::new(Shared::default());
+    let indexer = tokio::spawn(index_stored(
+        Arc::clone(&trail),
+        job_rx,
+        Arc::clone(&shared),
+    ));
+    let mut appender = Appender {
+        trail: Arc::clone(&trail),
+        window: (batch * WINDOW_BATCHES).min(4_000),
+        batch,
+        tail: head.clone(),
+        sent: VecDeque::new(),
+        stored: Vec::new(),
+        jobs,
+        shared,
+        fruitless: 0,
+    };
+    let mut ticker = tokio::time::interval(catch_up_every);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        if appender.shared.index_failed() {
+            appender.recover(&mut head, Vec::new(), &shutdown).await;
+        }
+        let room = appender.sent.len() < appender.window;
+        tokio::select! {
+            biased;
+            () = shutdown.cancelled() => break,
+            acked = front_ack(&mut appender.sent), if !appender.sent.is_empty() => {
+                appender.settle(&mut head, acked, &shutdown).await;
+            }
+            next = rx.recv(), if room => match next {
+                Some(source) => appender.offer(source).await,
+                None => break,
+            },
+            _ = ticker.tick() => {
+                // Between bursts only: the catch-up reads from the head, which must be where
+                // the last stored record is, and the index must hold everything before it.
+                if appender.sent.is_empty() && appender.drain().await {
+                    if let Err(err) = trail.catch_up_locked(&mut head).await {
+                        tracing::warn!(error = %err, "audit catch-up failed");
+                    }
+                    appender.tail = head.clone();
+                }
+            }
+        }
+    }
+    // Stopping: collect the acks of what was sent (their sources are acknowledged once
+    // indexed), so the index holds every record this replica stored before it lets go.
+    while !appender.sent.is_empty() {
+        let acked = front_ack(&mut appender.sent).await;
+        appender.settle(&mut head, acked, &shutdown).await;
+    }
+    appender.finish_indexing(&mut head).await;
+    drop(appender);
+    drop(head);
+    let _ = indexer.await;
+    for feeder in feeders {
+        feeder.abort();
+    }
+    Ok(())
+}
+
+/// The ack of the oldest record in flight.
+async fn front_ack(sent: &mut VecDeque<Sent>) -> Result<PublishAck, PublishError> {
+    match sent.front_mut() {
+        Some(front) => front.ack.as_mut().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// A record published, waiting for the stream's ack.
+struct Sent {
+    source: Source,
+    /// The sequence it must be stored at.
+    seq: u64,
+    hash: String,
+    body: Bytes,
+    ack: Pin<Box<dyn Future<Output = Result<PublishAck, PublishError>> + Send>>,
+}
+
+/// The writing replica's appender: chains each new source on the record sent before it and
+/// keeps up to `window` publishes in flight.
+struct Appender {
+    trail: Arc<Trail>,
+    window: usize,
+    batch: usize,
+    /// The last record sent (the head when nothing is in flight).
+    tail: Head,
+    /// Records in flight, oldest first.
+    sent: VecDeque<Sent>,
+    /// Records stored since the last job handed to the indexer.
+    stored: Vec<Committed>,
+    jobs: mpsc::Sender<IndexJob>,
+    shared: Arc<Shared>,
+    /// Recoveries since a record was last stored.
+    fruitless: usize,
+}
+
+impl Appender {
+    /// Takes a source: acknowledges it if its record exists, drops it if its record is on its
+    /// way, or sends its record.
+    async fn offer(&mut self, source: Source) {
+        let id = source.record.id.as_str();
+        // `on_way` first: the indexer inserts a row before it forgets the id, so a record is
+        // always in one of the two.
+        if self.shared.on_way().contains(id) {
+            tracing::debug!(id, "source delivered again while its record is on its way");
+            return;
+        }
+        match self.trail.index.has(id) {
+            Ok(true) => ack(&source.message).await,
+            Ok(false) => self.send(source).await,
+            Err(err) => {
+                tracing::error!(error = %err, id, "audit index unreadable; the source comes back later");
+            }
+        }
+    }
+
+    /// Chains the source's record on the tail and publishes it.
+    async fn send(&mut self, source: Source) {
+        let Source {
+            mut record,
+            message,
+        } = source;
+        record.prev_hash = self.tail.hash.clone();
+        let body = match serde_json::to_vec(&record) {
+            Ok(body) => Bytes::from(body),
+            Err(err) => {
+                tracing::error!(error = %err, id = %record.id, "audit record not encodable");
+                return;
+            }
+        };
+        let hash = record::hash(&body);
+        let mut headers = switchboard_runtime::telemetry::traced_headers();
+        headers.insert(HEADER_AUDIT_HASH, hash.as_str());
+        let mut publish = PublishMessage::build()
+            .payload(body.clone())
+            .headers(headers)
+            .message_id(&record.id)
+            .expected_last_sequence(self.tail.seq);
+        if let Some(last_id) = &self.tail.msg_id {
+            publish = publish.expected_last_message_id(last_id);
+        }
+        let ack = match self
+            .trail
+            .js
+            .send_publish(switchboard_proto::subject::AUDIT_RECORDS, publish)
+            .await
+        {
+            Ok(future) => future.into_future(),
+            Err(err) => futures::future::ready(Err(err)).boxed(),
+        };
+        self.shared.on_way().insert(record.id.clone());
+        self.tail = Head {
+            seq: self.tail.seq + 1,
+            hash: hash.clone(),
+            msg_id: Some(record.id.clone()),
+        };
+        self.sent.push_back(Sent {
+            source: Source { record, message },
+            seq: self.tail.seq,
+            hash,
+            body,
+            ack,
+        });
+    }
+
+    /// Takes the oldest record's ack: stored where it was meant to go, it moves the head and
+    /// goes to the indexer; anything else (another writer moved the stream, a publish failed
+    /// or timed out) starts a recovery.
+    async fn settle(
+        &mut self,
+        head: &mut MutexGuard<'_, Head>,
+        acked: Result<PublishAck, PublishError>,
+        shutdown: &CancellationToken,
+    ) {
+        let Some(front) = self.sent.pop_front() else {
+            return;
+        };
+        match acked {
+            Ok(ack) if !ack.duplicate && ack.sequence == front.seq && front.seq == head.seq + 1 => {
+                head.seq = front.seq;
+                head.hash = front.hash.clone();
+                head.msg_id = Some(front.source.record.id.clone());
+                self.fruitless = 0;
+                self.stored.push(Committed {
+                    entry: AuditEntry {
+                        seq: front.seq,
+                        hash: front.hash,
+                        record: front.source.record,
+                    },
+                    body: front.body,
+                    message: front.source.message,
+                });
+                if self.stored.len() >= self.batch || self.sent.is_empty() {
+                    self.hand_over().await;
+                }
+            }
+            other => {
+                match other {
+                    Err(err) if err.kind() == PublishErrorKind::WrongLastSequence => {
+                        tracing::debug!("another writer moved the audit stream; catching up");
+                    }
+                    Err(err) => {
+                        tracing::warn!(error = %err, "an audit record was not stored; recovering")
+                    }
+                    Ok(ack) => tracing::debug!(
+                        duplicate = ack.duplicate,
+                        sequence = ack.sequence,
+                        expected = front.seq,
+                        "an audit record was not stored where expected; catching up"
+                    ),
+                }
+                self.recover(head, vec![front.source], shutdown).await;
+            }
+        }
+    }
+
+    /// Hands the records stored so far to the indexer.
+    async fn hand_over(&mut self) {
+        if self.stored.is_empty() {
+            return;
+        }
+        let rows = std::mem::take(&mut self.stored);
+        if self.jobs.send(IndexJob::Rows(rows)).await.is_err() {
+            self.shared
+                .failed
+                .store(true, std::sync::atomic::Ordering::Release);
+        }
+    }
+
+    /// Hands over what is stored and waits until the indexer has done every job; false if the
+    /// indexer is gone.
+    async fn drain(&mut self) -> bool {
+        self.hand_over().await;
+        let (done, drained) = oneshot::channel();
+        self.jobs.send(IndexJob::Drained(done)).await.is_ok() && drained.await.is_ok()
+    }
+
+    /// Brings the head back to what the stream holds after a record was not stored where it
+    /// was meant to go: collects every publish still in flight, lets the indexer finish,
+    /// reads what the stream holds beyond the head into the index (records of another writer,
+    /// or its own whose ack was lost), then offers the sources not yet recorded again, chained
+    /// on the new head. If the stream cannot be read, they are left unacknowledged: they come
+    /// back after the ack wait.
+    async fn recover(
+        &mut self,
+        head: &mut MutexGuard<'_, Head>,
+        mut waiting: Vec<Source>,
+        shutdown: &CancellationToken,
+    ) {
+        waiting.extend(self.in_flight_sources().await);
+        self.finish_indexing(head).await;
+        let caught_up = self.trail.catch_up_locked(head).await;
+        self.tail = (**head).clone();
+        match caught_up {
+            Ok(_) => {
+                self.shared.on_way().clear();
+                self.shared
+                    .failed
+                    .store(false, std::sync::atomic::Ordering::Release);
+            }
+            Err(err) => {
+                tracing::warn!(error = %err, count = waiting.len(), "audit stream unreadable; its sources come back after the ack wait");
+                self.shared.on_way().clear();
+                tokio::select! {
+                    () = shutdown.cancelled() => {}
+                    () = tokio::time::sleep(RECOVERY_PAUSE) => {}
+                }
+                return;
+            }
+        }
+        if shutdown.is_cancelled() {
+            // Stopping (or the lease was lost): another writer takes the sources over.
+            return;
+        }
+        self.fruitless += 1;
+        if self.fruitless > APPEND_ATTEMPTS {
+            tracing::error!(
+                count = waiting.len(),
+                "audit records not appended after {APPEND_ATTEMPTS} recoveries; their sources come back after the ack wait"
+            );
+            self.fruitless = 0;
+            return;
+        }
+        for source in waiting {
+            self.offer(source).await;
+        }
+    }
+
+    /// The sources of every record still in flight, once its ack (or its failure) arrived.
+    async fn in_flight_sources(&mut self) -> Vec<Source> {
+        let mut all = Vec::with_capacity(self.sent.len());
+        while let Some(mut sent) = self.sent.pop_front() {
+            let _ = sent.ack.as_mut().await;
+            all.push(sent.source);
+        }
+        all
+    }
+
+    /// Lets the indexer finish every job. If an insert failed (or the indexer is gone), the
+    /// head goes back to the index's last row — the index has no gap below it — so the next
+    /// catch-up reads what was stored but not indexed.
+    async fn finish_indexing(&mut self, head: &mut Head) {
+        let drained = self.drain().await;
+        if self.shared.index_failed() || !drained {
+            match Head::of_index(&self.trail.index) {
+                Ok(read) => *head = read,
+                Err(err) => tracing::error!(error = %err, "audit index unreadable"),
+            }
+        }
+    }
+}
+
+/// Pulls a source consumer into the appender's channel.
+async fn feed(
+    consumer: jetstream::consumer::PullConsumer,
+    tx: mpsc::Sender<Source>,
+    stop: CancellationToken,
+) {
+    loop {
+        let mut messages = match consumer.messages().await {
+            Ok(messages) => messages,
+            Err(err) => {
+                tracing::warn!(error = %err, "audit consumer unavailable; retrying");
+                tokio::select! {
+                    () = stop.cancelled() => return,
+                    () = tokio::time::sleep(Duration::from_secs(1)) => continue,
+                }
+            }
+        };
+        loop {
+            let next = tokio::select! {
+                () = stop.cancelled() => return,
+                next = messages.next() => next,
+            };
+            let message = match next {
+                Some(Ok(message)) => message,
+                Some(Err(err)) => {
+                    tracing::debug!(error = %err, "audit consumer hiccup");
+                    continue;
+                }
+                None => break,
+            };
+            let Ok(info) = message.info() else {
+                continue;
+            };
+            let record = record::from_source(
+                info.stream,
+                info.stream_sequence,
+                info.published,
+                message.subject.as_str(),
+                &message.payload,
+            );
+            if tx.send(Source { record, message }).await.is_err() {
+                return;
+            }
+        }
+    }
+}

@@ -1,0 +1,240 @@
+//! Feeding the SQLite index from `AGENT_AUDIT`, two ways. Catching up reads what the stream
+//! holds beyond the head (everything at start-up, then other replicas' records) and drops
+//! rows the stream has aged out. On the writing replica, the indexer inserts the records the
+//! appender stored, one transaction per batch on a blocking thread beside the appender, and
+//! only then acknowledges their sources.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::jetstream;
+use bytes::Bytes;
+use switchboard_proto::audit::{AuditEntry, AuditRecord, GENESIS_HASH};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::error::AuditError;
+use crate::store::{self, ack, read_range, stored_hash};
+use crate::trail::{Head, Trail};
+
+/// Records indexed per transaction while catching up.
+const CATCH_UP_BATCH: usize = 500;
+/// How long a query on the writing replica waits for the index to reach the stream's end.
+const FRESH_WAIT: Duration = Duration::from_secs(5);
+
+impl Trail {
+    /// Reads records appended since the head (by other replicas) into the index, and drops
+    /// index rows the stream has aged out. Returns how many were read.
+    ///
+    /// On the writing replica the appender holds the head and indexes what it stores: this
+    /// then waits (at most [`FRESH_WAIT`]) until the index has reached the stream's last record
+    /// as of the call, or catches up itself if the appender lets go of the head meanwhile.
+    pub async fn catch_up(&self) -> Result<usize, AuditError> {
+        if let Ok(mut head) = self.head.try_lock() {
+            return self.catch_up_locked(&mut head).await;
+        }
+        let state = store::stream_state(&self.stream).await?;
+        // Rows the stream has aged out go now (the appender's own catch-up runs between
+        // bursts only).
+        self.index
+            .prune_below(state.first_sequence)
+            .map_err(AuditError::CatchUpIndex)?;
+        let last = state.last_sequence;
+        let mut indexed = self.indexed.subscribe();
+        let reached = async {
+            loop {
+                if *indexed.borrow_and_update() >= last {
+                    return Ok(0);
+                }
+                tokio::select! {
+                    changed = indexed.changed() => {
+                        if changed.is_err() {
+                            return Ok(0);
+                        }
+                    }
+                    mut head = self.head.lock() => return self.catch_up_locked(&mut head).await,
+                }
+            }
+        };
+        match tokio::time::timeout(FRESH_WAIT, reached).await {
+            Ok(read) => read,
+            Err(_) => {
+                tracing::debug!(
+                    last,
+                    "the index did not reach the stream's end in time; answering from it as it is"
+                );
+                Ok(0)
+            }
+        }
+    }
+
+    /// Notes that the index holds everything up to `seq`.
+    fn mark_indexed(&self, seq: u64) {
+        self.indexed.send_if_modified(|indexed| {
+            let moved = seq > *indexed;
+            *indexed = (*indexed).max(seq);
+            moved
+        });
+    }
+
+    /// Catches up from `head`, which the caller holds: reads what the stream holds beyond it
+    /// into the index, moves it to the last record read, and drops rows the stream has aged
+    /// out. Returns how many records were read.
+    pub(crate) async fn catch_up_locked(&self, head: &mut Head) -> Result<usize, AuditError> {
+        let mut batch = Vec::new();
+        let mut read = 0;
+        let index = Arc::clone(&self.index);
+        let mut last = None;
+        read_range(&self.stream, head.seq + 1, |stored| {
+            let hash = stored_hash(&stored);
+            let msg_id = stored
+                .headers
+                .as_ref()
+                .and_then(|h| h.get(async_nats::header::NATS_MESSAGE_ID))
+                .map(|id| id.as_str().to_owned());
+            last = Some((stored.seq, hash.clone(), msg_id));
+            let record: AuditRecord = match serde_json::from_slice(&stored.payload) {
+                Ok(record) => record,
+                Err(err) => {
+                    // Not ours (only a foreign publisher could put it there, and deletes are
+                    // denied): the chain continues after it; `verify` reports it.
+                    tracing::warn!(seq = stored.seq, error = %err, "undecodable audit record skipped by the index");
+                    return Ok(());
+                }
+            };
+            batch.push(AuditEntry {
+                seq: stored.seq,
+                hash,
+                record,
+            });
+            read += 1;
+            if batch.len() >= CATCH_UP_BATCH {
+                index.insert(&batch).map_err(AuditError::CatchUpIndex)?;
+                batch.clear();
+            }
+            Ok(())
+        })
+        .await?;
+        self.index
+            .insert(&batch)
+            .map_err(AuditError::CatchUpIndex)?;
+        if let Some((seq, hash, msg_id)) = last {
+            *head = Head { seq, hash, msg_id };
+        }
+        self.mark_indexed(head.seq);
+        if let Ok(state) = store::stream_state(&self.stream).await {
+            self.index
+                .prune_below(state.first_sequence)
+                .map_err(AuditError::CatchUpIndex)?;
+            if state.messages == 0 && head.seq < state.last_sequence {
+                // Everything aged out: the next record follows the stream's last sequence and
+                // starts a new chain (verify checks from the oldest record kept).
+                *head = Head {
+                    seq: state.last_sequence,
+                    hash: GENESIS_HASH.to_owned(),
+                    msg_id: None,
+                };
+            }
+        }
+        Ok(read)
+    }
+}
+
+/// A record stored, waiting for the indexer (its source is acknowledged once it is indexed).
+pub(crate) struct Committed {
+    pub(crate) entry: AuditEntry,
+    pub(crate) body: Bytes,
+    pub(crate) message: jetstream::Message,
+}
+
+/// What the appender asks of the indexer.
+pub(crate) enum IndexJob {
+    /// Index these stored records (in stream order), then acknowledge their sources.
+    Rows(Vec<Committed>),
+    /// Answer once every job before this one is done.
+    Drained(oneshot::Sender<()>),
+}
+
+/// What the appender and its indexer share.
+#[derive(Default)]
+pub(crate) struct Shared {
+    /// Ids of records sent and not yet indexed (a source arriving again meanwhile is dropped:
+    /// its first delivery is acknowledged when the record is indexed).
+    on_way: std::sync::Mutex<HashSet<String>>,
+    /// An insert failed: the indexer skips what follows (so the index has no gap) until the
+    /// appender recovers by reading the stream from the index's last row.
+    pub(crate) failed: std::sync::atomic::AtomicBool,
+}
+
+impl Shared {
+    /// The ids of records sent and not yet indexed.
+    pub(crate) fn on_way(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
+        self.on_way
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Whether an insert failed since the appender last recovered.
+    pub(crate) fn index_failed(&self) -> bool {
+        self.failed.load(std::sync::atomic::Ordering::Acquire)
+    }
+}
+
+/// Indexes stored records in order, one transaction per job, on a blocking thread beside the
+/// appender, then acknowledges their sources.
+pub(crate) async fn index_stored(
+    trail: Arc<Trail>,
+    mut jobs: mpsc::Receiver<IndexJob>,
+    shared: Arc<Shared>,
+) {
+    while let Some(job) = jobs.recv().await {
+        let rows = match job {
+            IndexJob::Drained(done) => {
+                let _ = done.send(());
+                continue;
+            }
+            IndexJob::Rows(rows) => rows,
+        };
+        if rows.is_empty() || shared.index_failed() {
+            continue;
+        }
+        let index = trail.index();
+        let inserted = tokio::task::spawn_blocking(move || {
+            let result =
+                index.insert_published(rows.iter().map(|row| (&row.entry, row.body.as_ref())));
+            (rows, result)
+        })
+        .await;
+        let (rows, result) = match inserted {
+            Ok(done) => done,
+            Err(err) => {
+                tracing::error!(error = %err, "audit indexer stopped");
+                shared
+                    .failed
+                    .store(true, std::sync::atomic::Ordering::Release);
+                continue;
+            }
+        };
+        if let Err(err) = result {
+            // Stored but not indexed: the sources stay unacknowledged, and the appender's
+            // recovery reads these records from the stream into the index.
+            tracing::error!(error = %err, "audit records stored but not indexed; recovering");
+            shared
+                .failed
+                .store(true, std::sync::atomic::Ordering::Release);
+            continue;
+        }
+        {
+            let mut on_way = shared.on_way();
+            for row in &rows {
+                on_way.remove(&row.entry.record.id);
+            }
+        }
+        if let Some(last) = rows.last() {
+            trail.mark_indexed(last.entry.seq);
+        }
+        for row in &rows {
+            ack(&row.message).await;
+        }
+    }
+}

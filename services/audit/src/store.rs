@@ -1,0 +1,148 @@
+//! The audit's JetStream reads and writes: reading a stream back in order (the index's
+//! catch-up, `verify`, tests), a stream's state, opening the durable consumers on the source
+//! streams and acknowledging their messages.
+//!
+//! Two JetStream calls live beside the logic they serve: the writer lease's KV calls in
+//! `lease.rs`, and publishing a chained record in `appender.rs` (its ack is a step of the
+//! appender's pipeline).
+
+use std::time::Duration;
+
+use async_nats::HeaderMap;
+use async_nats::jetstream::consumer::{DeliverPolicy, ReplayPolicy, pull};
+use async_nats::jetstream::{self, stream};
+use bytes::Bytes;
+use futures::StreamExt;
+use switchboard_proto::audit::HEADER_AUDIT_HASH;
+
+use crate::error::AuditError;
+use crate::record;
+
+/// How long reading a range of the stream may take.
+const READ_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// One stored message of a stream, as read back.
+pub struct StoredMessage {
+    /// Its sequence.
+    pub seq: u64,
+    /// Its headers.
+    pub headers: Option<HeaderMap>,
+    /// Its body.
+    pub payload: Bytes,
+}
+
+/// The state of `stream` now (message count, first and last sequence).
+pub(crate) async fn stream_state(stream: &stream::Stream) -> Result<stream::State, AuditError> {
+    let mut stream = stream.clone();
+    let info = stream
+        .info()
+        .await
+        .map_err(|err| AuditError::ReadStreamInfo(err.to_string()))?;
+    Ok(info.state.clone())
+}
+
+/// Reads `stream` from `from` (inclusive) to its last message at the time of the call, in
+/// order, handing each message to `each`.
+pub async fn read_range(
+    stream: &stream::Stream,
+    from: u64,
+    mut each: impl FnMut(StoredMessage) -> Result<(), AuditError>,
+) -> Result<(), AuditError> {
+    let state = stream_state(stream).await?;
+    let last = state.last_sequence;
+    let from = from.max(state.first_sequence);
+    if state.messages == 0 || from > last {
+        return Ok(());
+    }
+    // An ordered *pull* consumer: it fetches in batches as the reader goes, so a large trail
+    // read at start-up is never buffered whole in the client (an ordered push consumer ran
+    // ahead of the index inserts and the audit's RSS kept the high-water mark).
+    let consumer = stream
+        .create_consumer(pull::OrderedConfig {
+            deliver_policy: DeliverPolicy::ByStartSequence {
+                start_sequence: from,
+            },
+            replay_policy: ReplayPolicy::Instant,
+            ..Default::default()
+        })
+        .await
+        .map_err(|err| AuditError::ReadTrail(err.to_string()))?;
+    let mut messages = consumer
+        .messages()
+        .await
+        .map_err(|err| AuditError::ReadTrail(err.to_string()))?;
+    let read = async {
+        while let Some(message) = messages.next().await {
+            let message = message.map_err(|err| AuditError::ReadTrail(err.to_string()))?;
+            let seq = message
+                .info()
+                .map_err(|err| AuditError::ReadTrail(err.to_string()))?
+                .stream_sequence;
+            if seq > last {
+                break;
+            }
+            each(StoredMessage {
+                seq,
+                headers: message.headers.clone(),
+                payload: message.payload.clone(),
+            })?;
+            if seq >= last {
+                break;
+            }
+        }
+        Ok::<(), AuditError>(())
+    };
+    tokio::time::timeout(READ_TIMEOUT, read)
+        .await
+        .map_err(|_| AuditError::ReadTrailTimedOut)?
+}
+
+/// The record hash of a stored message: its `Switchboard-Audit-Hash` header, or the hash of
+/// its body when it has none.
+pub(crate) fn stored_hash(stored: &StoredMessage) -> String {
+    stored
+        .headers
+        .as_ref()
+        .and_then(|h| h.get(HEADER_AUDIT_HASH))
+        .map_or_else(|| record::hash(&stored.payload), |h| h.as_str().to_owned())
+}
+
+/// Opens (creating it if needed) the durable pull consumer `consumer_name` on the source
+/// stream `stream_name`: explicit acks, redelivery after `ack_wait`, at most 8 × `batch`
+/// messages unacknowledged.
+pub(crate) async fn source_consumer(
+    js: &jetstream::Context,
+    stream_name: &str,
+    consumer_name: &str,
+    ack_wait: Duration,
+    batch: usize,
+) -> Result<jetstream::consumer::PullConsumer, AuditError> {
+    let stream = js
+        .get_stream(stream_name)
+        .await
+        .map_err(|err| AuditError::OpenSourceStream(err.to_string()))?;
+    stream
+        .get_or_create_consumer(
+            consumer_name,
+            pull::Config {
+                durable_name: Some(consumer_name.to_owned()),
+                description: Some("Switchboard audit: every message into AGENT_AUDIT".into()),
+                ack_policy: jetstream::consumer::AckPolicy::Explicit,
+                ack_wait,
+                max_ack_pending: i64::try_from(batch * 8).unwrap_or(i64::MAX),
+                deliver_policy: DeliverPolicy::All,
+                ..Default::default()
+            },
+        )
+        .await
+        .map_err(|err| AuditError::OpenSourceConsumer(err.to_string()))
+}
+
+/// Acknowledges a source whose record is stored. A plain ack (no server confirmation): if it
+/// is lost the source comes back and is recognised as recorded, so waiting would only slow
+/// the trail down.
+pub(crate) async fn ack(message: &jetstream::Message) {
+    if let Err(err) = message.ack().await {
+        tracing::debug!(error = %err, "source ack failed");
+    }
+}

@@ -1,0 +1,149 @@
+//! The correlator: its parts, the waiting calls this replica holds (and the in-process
+//! hand-over of an answer to one of them), and the two writes the call rules
+//! ([`crate::calls`]) and the deadline sweep ([`crate::sweep`]) share — a call event, and a
+//! message into the caller goal's inbox.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
+
+use async_nats::Client;
+use async_nats::jetstream;
+use switchboard_proto::call::{CallAnswer, CallEvent, CallEventKind, PendingCall};
+use switchboard_proto::{InboxMessage, new_id, subject, timestamp};
+use switchboard_runtime::publish::{publish_event, publish_json};
+use tokio::sync::{mpsc, oneshot};
+use uuid::Uuid;
+
+use crate::config::CorrelatorConfig;
+use crate::error::CorrelatorError;
+use crate::store::{CallEntry, CallStore};
+
+/// How long a replier waits for the waiting replica to take an answer.
+pub(crate) const HANDOVER_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// An answer handed over in process, and where to say it was taken.
+#[derive(Debug)]
+pub(crate) struct LocalAnswer {
+    pub(crate) answer: CallAnswer,
+    pub(crate) taken: oneshot::Sender<()>,
+}
+
+/// A waiting call this replica holds: where its answer goes, and the call as this replica
+/// stored it (a reply taken here tries its claim on that revision before reading the call).
+#[derive(Debug, Clone)]
+pub(crate) struct Held {
+    pub(crate) answer_to: mpsc::Sender<LocalAnswer>,
+    pub(crate) stored: CallEntry,
+}
+
+/// The waiting calls this replica holds, by correlation id.
+pub(crate) type Waiting = Mutex<HashMap<Uuid, Held>>;
+
+/// How the replica that handed an answer over is told it was taken.
+pub(crate) enum Taken {
+    /// In process.
+    Here(oneshot::Sender<()>),
+    /// By replying `taken` to the hand-over request (when it asked for a reply).
+    Nats(Option<async_nats::Subject>),
+}
+
+/// Removes a waiting call from [`Correlator::waiting`] when its wait ends, however it ends.
+pub(crate) struct WaitingGuard<'a> {
+    pub(crate) waiting: &'a Waiting,
+    pub(crate) id: Uuid,
+}
+
+impl Drop for WaitingGuard<'_> {
+    fn drop(&mut self) {
+        self.waiting
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&self.id);
+    }
+}
+
+/// The correlator.
+#[derive(Debug)]
+pub struct Correlator {
+    pub(crate) client: Client,
+    pub(crate) js: jetstream::Context,
+    pub(crate) store: CallStore,
+    pub(crate) config: CorrelatorConfig,
+    pub(crate) waiting: Waiting,
+}
+
+impl Correlator {
+    /// Wires the parts together.
+    pub fn new(client: Client, store: CallStore, config: CorrelatorConfig) -> Self {
+        Self {
+            js: jetstream::new(client.clone()),
+            client,
+            store,
+            config,
+            waiting: Waiting::default(),
+        }
+    }
+
+    /// Publishes a call event into `AGENT_EVENTS` (retried with the same id; the call's state
+    /// change is already committed, so a failure is logged, not returned).
+    pub(crate) async fn emit(&self, event: CallEventKind, call: &PendingCall, body: Option<&str>) {
+        let payload = CallEvent {
+            id: new_id(),
+            event,
+            correlation_id: call.correlation_id,
+            caller: call.caller.clone(),
+            callee: call.callee.clone(),
+            chain: call.chain.clone(),
+            at: timestamp::now(),
+            body: body.map(str::to_owned),
+        };
+        let subject = subject::call_events(event, &call.correlation_id);
+        publish_event(&self.js, &subject, &payload.id.to_string(), &payload).await;
+    }
+
+    /// Hands `answer` to its caller's wait when this replica holds it; true once the wait
+    /// took it (false: not here, or it ended meanwhile, and the answer goes the NATS way).
+    pub(crate) async fn hand_over_here(&self, answer: &CallAnswer) -> bool {
+        let here = self
+            .waiting
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&answer.correlation_id)
+            .map(|held| held.answer_to.clone());
+        let Some(wait) = here else {
+            return false;
+        };
+        let (taken, was_taken) = oneshot::channel();
+        let handed = LocalAnswer {
+            answer: answer.clone(),
+            taken,
+        };
+        if wait.send(handed).await.is_err() {
+            return false;
+        }
+        matches!(
+            tokio::time::timeout(HANDOVER_TIMEOUT, was_taken).await,
+            Ok(Ok(()))
+        )
+    }
+
+    /// Publishes to the caller goal's inbox, de-duplicated per call and purpose.
+    pub(crate) async fn to_caller_inbox(
+        &self,
+        call: &PendingCall,
+        message: &InboxMessage,
+        purpose: &str,
+    ) -> Result<(), CorrelatorError> {
+        let msg_id = format!("{purpose}:{}:{}", call.correlation_id, call.caller_goal);
+        publish_json(
+            &self.js,
+            &subject::inbox(&call.caller_goal),
+            &msg_id,
+            message,
+        )
+        .await
+        .map(|_| ())
+        .map_err(|err| CorrelatorError::PublishToInbox(err.to_string()))
+    }
+}

@@ -1,0 +1,352 @@
+//! Opening a task: create hands one to another agent; spawn delegates part of the caller's
+//! task to a subagent, or to one of its own goals with `to: "self"`.
+//!
+//! Everything is checked before anything is written: the send gates on `to` and the body, the
+//! deadline, both agents registered and the ACL both ways, a live goal of the assignee, and
+//! for a spawn the parent's rules (only its assignee spawns, capped in depth, in children over
+//! its life and in open children). Then the task is recorded (a child is first linked to its
+//! parent, whose record is the compare-and-set target so concurrent spawns are counted one at
+//! a time) and the `kind: task` message goes to every live goal of the assignee; a task no
+//! goal took is forgotten. A create repeated with the same task id, requester and text is a
+//! retry, answered as a duplicate, so nothing is created or delivered twice.
+
+use switchboard_proto::send::{SendRequest, Target, check_content_fits, check_gates};
+use switchboard_proto::task::{CreateTask, TaskRecord, TaskRefusal, TaskReply};
+use switchboard_proto::{
+    AgentId, ErrorKind, GoalId, InboxMessage, MessageKind, TaskState, acl, new_id, timestamp,
+};
+use switchboard_runtime::store::StoreError;
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+use crate::error::TaskError;
+use crate::tasks::{CAS_ATTEMPTS, CHILD_IN_FLIGHT, Tasks, task_ref};
+
+/// The furthest `deadline_in_ms` a task may ask for: 366 days.
+const TASK_DEADLINE_MAX_MS: u64 = 366 * 24 * 3_600_000;
+
+impl Tasks {
+    /// create: hands a task to another agent (no parent).
+    pub async fn create(
+        &self,
+        caller: &AgentId,
+        request: CreateTask,
+    ) -> Result<TaskReply, TaskError> {
+        self.open_task(caller, request, false).await
+    }
+
+    /// spawn: delegates part of the caller's task (`parent_task_id`) to a subagent, or to one of
+    /// its own goals with `to: "self"`.
+    pub async fn spawn(
+        &self,
+        caller: &AgentId,
+        request: CreateTask,
+    ) -> Result<TaskReply, TaskError> {
+        self.open_task(caller, request, true).await
+    }
+
+    /// What create and spawn share: checks, records the task (linked to its parent for a
+    /// spawn), then delivers the `kind: task` message to every live goal of the assignee.
+    async fn open_task(
+        &self,
+        caller: &AgentId,
+        request: CreateTask,
+        spawn: bool,
+    ) -> Result<TaskReply, TaskError> {
+        let now = timestamp::now();
+        let parent_id = match (spawn, request.parent_task_id) {
+            (true, None) => return Err(TaskError::ParentRequired),
+            (false, Some(_)) => return Err(TaskError::ParentOnCreate),
+            (_, parent) => parent,
+        };
+        let to_self = spawn
+            && request
+                .to
+                .as_deref()
+                .is_some_and(|to| to.trim() == "self" || to.trim() == caller.as_str());
+        // The send gates: `to` present, not the caller (self only through spawn), a non-empty
+        // message of at most 64 KiB.
+        let probe = SendRequest {
+            to: if to_self {
+                Some("_".to_owned())
+            } else {
+                request.to.clone()
+            },
+            message: request.message.clone(),
+            from_agent_id: request.from_agent_id.clone(),
+            ..SendRequest::default()
+        };
+        let (target, body) = check_gates(caller, &probe).map_err(|err| {
+            if err.kind() == ErrorKind::SelfSend {
+                TaskError::TaskForSelf
+            } else {
+                TaskError::Gate(err)
+            }
+        })?;
+        let assignee = match target {
+            _ if to_self => caller.clone(),
+            Target::Broadcast => return Err(TaskError::Broadcast),
+            Target::Peer(to) => {
+                AgentId::parse(&to).map_err(|_| TaskError::UnknownAssignee(to.clone()))?
+            }
+        };
+        let callback = request.callback.clone().map(serde_json::Value::Object);
+        let metadata = serde_json::Value::Object(request.metadata.clone());
+        check_content_fits(
+            "the message with its parts, metadata and callback",
+            body,
+            &request.parts,
+            &[
+                &metadata,
+                callback.as_ref().unwrap_or(&serde_json::Value::Null),
+            ],
+        )
+        .map_err(TaskError::Gate)?;
+        let deadline = match (request.deadline, request.deadline_in_ms) {
+            (Some(_), Some(_)) => return Err(TaskError::TwoDeadlines),
+            (Some(at), None) => Some(at),
+            (None, Some(ms)) if ms > TASK_DEADLINE_MAX_MS => {
+                return Err(TaskError::DeadlineTooFar {
+                    ms,
+                    max: TASK_DEADLINE_MAX_MS,
+                });
+            }
+            (None, Some(ms)) => {
+                Some(timestamp::checked_after(now, ms).ok_or(TaskError::DeadlineOutOfRange)?)
+            }
+            (None, None) => None,
+        };
+        if let Some(at) = deadline
+            && at <= now
+        {
+            return Err(TaskError::DeadlinePassed { at });
+        }
+        if let Some(goal) = &request.from_goal_id {
+            self.check_goal(caller, goal).await?;
+        }
+
+        // Who may give whom a task: both registered, the ACL both ways.
+        let Some(requester_card) = self.store.card(caller).await? else {
+            return Err(TaskError::NotRegistered(caller.clone()));
+        };
+        if !to_self {
+            let Some(assignee_card) = self.store.card(&assignee).await? else {
+                return Err(TaskError::UnknownAssignee(assignee.as_str().to_owned()));
+            };
+            if let Err(denial) = acl::check(&requester_card, &assignee_card) {
+                return Err(TaskError::AclDenied {
+                    denial,
+                    requester: caller.clone(),
+                    assignee,
+                });
+            }
+        }
+        let goals = self.store.live_goals(&assignee).await?;
+        if goals.is_empty() {
+            return Err(TaskError::NoLiveGoals(assignee));
+        }
+
+        let task_id = request.task_id.unwrap_or_else(new_id);
+        if let Some(existing) = self.store.find(&task_id).await? {
+            return self
+                .created_again(caller, body, existing.task, &goals)
+                .await;
+        }
+        let (depth, requester_goal) = match parent_id {
+            Some(parent_id) => {
+                let parent = self.adopt(caller, parent_id, task_id).await?;
+                (
+                    parent.depth + 1,
+                    request.from_goal_id.or(parent.assignee_goal),
+                )
+            }
+            None => (1, request.from_goal_id),
+        };
+        let task = TaskRecord {
+            task_id,
+            requester: caller.clone(),
+            requester_goal,
+            assignee: assignee.clone(),
+            assignee_goal: None,
+            state: TaskState::Submitted,
+            message: body.to_owned(),
+            parts: request.parts.clone(),
+            deadline,
+            callback: request.callback.clone(),
+            metadata: request.metadata.clone(),
+            parent: parent_id,
+            depth,
+            children: Vec::new(),
+            result: None,
+            result_parts: Vec::new(),
+            reason: None,
+            message_id: new_id(),
+            in_reply_to: request.in_reply_to,
+            transitions: 0,
+            history: Vec::new(),
+            created_at: now,
+            updated_at: now,
+        };
+        let Some(stored) = self.store.insert(&task).await? else {
+            // Created meanwhile by a concurrent request with the same id.
+            let Some(existing) = self.store.find(&task_id).await? else {
+                return Err(TaskError::BeingCreated(task_id));
+            };
+            return self
+                .created_again(caller, body, existing.task, &goals)
+                .await;
+        };
+        let delivered_to = self.deliver_task(&stored.task, &goals).await;
+        if delivered_to.is_empty() {
+            self.store.forget(&task_id).await?;
+            return Err(TaskError::Undelivered(assignee));
+        }
+        tracing::info!(%task_id, requester = %caller, %assignee, depth, parent = ?parent_id, "task created");
+        self.emit(&stored.task, None, None, None).await;
+        Ok(TaskReply {
+            task: stored.task,
+            delivered_to,
+            duplicate: false,
+        })
+    }
+
+    /// A create whose task id exists already: the same requester and text is a retry (if the
+    /// first attempt stopped before its delivery, deliver now: the copies are de-duplicated
+    /// per goal by their message id, so nothing arrives twice); anything else is a conflict.
+    async fn created_again(
+        &self,
+        caller: &AgentId,
+        body: &str,
+        existing: TaskRecord,
+        goals: &[GoalId],
+    ) -> Result<TaskReply, TaskError> {
+        if existing.requester != *caller || existing.message != body {
+            return Err(TaskError::Exists(existing.task_id));
+        }
+        let delivered_to = if existing.state == TaskState::Submitted {
+            let delivered = self.deliver_task(&existing, goals).await;
+            self.emit(&existing, None, None, None).await;
+            delivered
+        } else {
+            Vec::new()
+        };
+        Ok(TaskReply {
+            task: existing,
+            delivered_to,
+            duplicate: true,
+        })
+    }
+
+    /// The `kind: task` message to each of the assignee's goals (`Nats-Msg-Id`
+    /// `task:<task_id>:<goal>`, so a repeat is stored once); returns the goals that took it.
+    async fn deliver_task(&self, task: &TaskRecord, goals: &[GoalId]) -> Vec<GoalId> {
+        let mut message = InboxMessage::new(
+            task.requester.clone(),
+            task.requester_goal.unwrap_or_default(),
+            task.assignee.clone(),
+            task.message.as_str(),
+        );
+        message.id = Some(task.message_id);
+        message.in_reply_to = task.in_reply_to;
+        message.kind = MessageKind::Task;
+        message.parts = task.parts.clone();
+        message.task = Some(task_ref(task));
+        message.callback = task.callback.clone();
+        message.metadata = task.metadata.clone();
+        self.publish_to(goals, &message, &format!("task:{}", task.task_id))
+            .await
+    }
+
+    /// A goal named in a request must be a live goal of the caller (updates go there).
+    pub(crate) async fn check_goal(&self, agent: &AgentId, goal: &GoalId) -> Result<(), TaskError> {
+        if self.store.owns_goal(agent, goal).await? {
+            Ok(())
+        } else {
+            Err(TaskError::NotALiveGoal {
+                agent: agent.clone(),
+                goal: *goal,
+            })
+        }
+    }
+
+    /// Links a new child to its parent (spawn): the caller must be the parent's assignee, the
+    /// parent open, the depth and open-children caps respected. The parent's record is the
+    /// compare-and-set target, so concurrent spawns are counted one at a time.
+    async fn adopt(
+        &self,
+        caller: &AgentId,
+        parent_id: Uuid,
+        child: Uuid,
+    ) -> Result<TaskRecord, TaskError> {
+        for _ in 0..CAS_ATTEMPTS {
+            let Some(parent) = self.store.find(&parent_id).await? else {
+                return Err(TaskError::NotFound(parent_id));
+            };
+            let record = &parent.task;
+            if record.assignee != *caller {
+                return Err(TaskError::NotParentAssignee {
+                    parent: parent_id,
+                    assignee: record.assignee.clone(),
+                });
+            }
+            if record.state.is_terminal() {
+                return Err(TaskError::Refused(TaskRefusal::Terminal(record.state)));
+            }
+            if record.depth + 1 > self.config.depth_limit {
+                return Err(TaskError::TooDeep {
+                    parent: parent_id,
+                    depth: record.depth + 1,
+                    limit: self.config.depth_limit,
+                });
+            }
+            if record.children.contains(&child) {
+                return Ok(parent.task);
+            }
+            if record.children.len() >= self.config.max_children {
+                return Err(TaskError::TooManyChildren {
+                    parent: parent_id,
+                    max: self.config.max_children,
+                });
+            }
+            let open = self.open_children(record).await?;
+            if open >= self.config.max_open_children {
+                return Err(TaskError::TooManyOpenChildren {
+                    parent: parent_id,
+                    open,
+                    limit: self.config.max_open_children,
+                });
+            }
+            let mut updated = record.clone();
+            updated.children.push(child);
+            if let Some(stored) = self.store.update(&parent, updated).await? {
+                return Ok(stored.task);
+            }
+        }
+        Err(TaskError::KeepsChanging(parent_id))
+    }
+
+    /// Children of `task` that have not ended (one being created counts).
+    async fn open_children(&self, task: &TaskRecord) -> Result<usize, StoreError> {
+        let now = timestamp::now();
+        let mut open = 0;
+        for child in &task.children {
+            match self.store.find(child).await? {
+                Some(stored) if !stored.task.state.is_terminal() => open += 1,
+                Some(_) => {}
+                None if child_age(child, now).is_some_and(|age| age < CHILD_IN_FLIGHT) => {
+                    open += 1;
+                }
+                None => {}
+            }
+        }
+        Ok(open)
+    }
+}
+
+/// How old a (v7) id is; `None` for ids without a timestamp.
+fn child_age(id: &Uuid, now: OffsetDateTime) -> Option<time::Duration> {
+    let (secs, nanos) = id.get_timestamp()?.to_unix();
+    let at = OffsetDateTime::from_unix_timestamp(i64::try_from(secs).ok()?).ok()?
+        + time::Duration::nanoseconds(i64::from(nanos));
+    Some(now - at)
+}

@@ -1,0 +1,57 @@
+//! The task service's endpoints: one per op on `agent.task.<op>.<agent_id>`, each decoding
+//! its request type and handing it to [`Tasks`]. A [`TaskError`](crate::TaskError) becomes
+//! the wire `{code, kind}` here, at the boundary.
+
+use std::sync::Arc;
+
+use switchboard_proto::ErrorReply;
+use switchboard_proto::task::{CreateTask, ListTasks, TaskAction, TaskRequestOp};
+use switchboard_runtime::micro::{AgentRequest, Endpoint};
+
+use crate::tasks::Tasks;
+
+/// One endpoint per [`TaskRequestOp`], the caller taken from the subject's last token.
+pub(crate) fn endpoints(tasks: &Arc<Tasks>) -> Vec<Endpoint> {
+    TaskRequestOp::ALL
+        .into_iter()
+        .map(|op| {
+            let me = Arc::clone(tasks);
+            let name = op.token();
+            let prefix = op.prefix();
+            match op {
+                TaskRequestOp::Create => {
+                    Endpoint::agent(name, prefix, move |req: AgentRequest<CreateTask>| {
+                        let me = Arc::clone(&me);
+                        async move { Ok::<_, ErrorReply>(me.create(&req.caller, req.body).await?) }
+                    })
+                }
+                TaskRequestOp::Spawn => {
+                    Endpoint::agent(name, prefix, move |req: AgentRequest<CreateTask>| {
+                        let me = Arc::clone(&me);
+                        async move { Ok::<_, ErrorReply>(me.spawn(&req.caller, req.body).await?) }
+                    })
+                }
+                TaskRequestOp::Transition(task_op) => {
+                    Endpoint::agent(name, prefix, move |req: AgentRequest<TaskAction>| {
+                        let me = Arc::clone(&me);
+                        async move {
+                            Ok::<_, ErrorReply>(me.act(&req.caller, task_op, req.body).await?)
+                        }
+                    })
+                }
+                TaskRequestOp::Get => {
+                    Endpoint::agent(name, prefix, move |req: AgentRequest<TaskAction>| {
+                        let me = Arc::clone(&me);
+                        async move { Ok::<_, ErrorReply>(me.get(&req.caller, req.body).await?) }
+                    })
+                }
+                TaskRequestOp::List => {
+                    Endpoint::agent(name, prefix, move |req: AgentRequest<ListTasks>| {
+                        let me = Arc::clone(&me);
+                        async move { Ok::<_, ErrorReply>(me.list(&req.caller, req.body).await?) }
+                    })
+                }
+            }
+        })
+        .collect()
+}

@@ -1,0 +1,396 @@
+//! The ops on a task (accept, reject, start, progress, input_required, complete, fail,
+//! cancel) and how every change is written and told.
+//!
+//! Every change is: read the record, check the op against the state machine
+//! (`switchboard_proto::task::apply`) and the acceptance rules, write with compare-and-set on
+//! the revision read, and only then tell the world: the event on `agent.task.events.<id>`, a
+//! `kind: task_update` message to the requester's goal (the `callback` unchanged), a notice to
+//! the assignee when someone else moved its task, the assignee's load to the directory, and
+//! the cancel cascade over open descendants when a task ends. A writer that loses the
+//! compare-and-set re-reads and decides again, so no transition happens twice or illegally.
+
+use bytes::Bytes;
+use switchboard_proto::send::check_content_fits;
+use switchboard_proto::task::{
+    self as rules, HISTORY_KEPT, TaskAction, TaskEvent, TaskOp, TaskRecord, TaskReply, TaskRole,
+    TaskTransition,
+};
+use switchboard_proto::{
+    AgentId, GoalId, InboxMessage, MessageKind, Part, TaskState, new_id, subject, timestamp,
+};
+use switchboard_runtime::publish::{publish_all, publish_event};
+use switchboard_runtime::store::StoreError;
+
+use crate::error::TaskError;
+use crate::store::TaskEntry;
+use crate::tasks::{CAS_ATTEMPTS, Tasks, task_ref};
+
+/// Notes kept in a record's history are shortened to this many characters.
+const NOTE_KEPT: usize = 512;
+
+impl Tasks {
+    /// accept, reject, start, progress, input_required, complete, fail, cancel.
+    pub async fn act(
+        &self,
+        caller: &AgentId,
+        op: TaskOp,
+        request: TaskAction,
+    ) -> Result<TaskReply, TaskError> {
+        let Some(task_id) = request.task_id else {
+            return Err(TaskError::TaskIdRequired);
+        };
+        let text = request
+            .message
+            .as_deref()
+            .map(str::trim)
+            .filter(|t| !t.is_empty());
+        match op {
+            TaskOp::Reject | TaskOp::Fail if text.is_none() => {
+                return Err(TaskError::ReasonRequired(op));
+            }
+            TaskOp::InputRequired if text.is_none() && request.parts.is_empty() => {
+                return Err(TaskError::QuestionRequired);
+            }
+            TaskOp::Progress if text.is_none() && request.parts.is_empty() => {
+                return Err(TaskError::NoteRequired);
+            }
+            _ => {}
+        }
+        if let Some(text) = text
+            && text.len() > switchboard_proto::MAX_BODY_BYTES
+        {
+            return Err(TaskError::TextTooLarge { len: text.len() });
+        }
+        if op == TaskOp::Accept
+            && let Some(goal) = &request.from_goal_id
+        {
+            self.check_goal(caller, goal).await?;
+        }
+
+        for _ in 0..CAS_ATTEMPTS {
+            let Some(stored) = self.store.find(&task_id).await? else {
+                return Err(TaskError::NotFound(task_id));
+            };
+            let task = &stored.task;
+            let Some(role) = task.role_of(caller, op) else {
+                return Err(TaskError::NotAParty {
+                    caller: caller.clone(),
+                    task: task_id,
+                });
+            };
+            // A retried request whose op is already the task's last step changes nothing. An
+            // accept from another goal of the same agent is not a retry: the first goal that
+            // accepted has the task.
+            let other_goal = op == TaskOp::Accept
+                && request.from_goal_id.is_some()
+                && request.from_goal_id != task.assignee_goal;
+            if op != TaskOp::Progress && !other_goal && is_repeat(task, op, caller) {
+                return Ok(TaskReply {
+                    task: stored.task,
+                    delivered_to: Vec::new(),
+                    duplicate: true,
+                });
+            }
+            let now = timestamp::now();
+            if !task.state.is_terminal()
+                && let Some(deadline) = task.deadline
+                && deadline <= now
+            {
+                // The deadline has passed: the task fails now, whoever asks.
+                if self.expire(&stored).await?.is_none() {
+                    continue;
+                }
+                return Err(TaskError::DeadlineExpired {
+                    task: task_id,
+                    deadline,
+                });
+            }
+            let next = rules::apply(task.state, op, role).map_err(TaskError::Refused)?;
+            // The update carries the text, the parts and the task's callback.
+            let callback = task.callback.clone().map(serde_json::Value::Object);
+            check_content_fits(
+                "the text with its parts and the task's callback",
+                text.unwrap_or(""),
+                &request.parts,
+                &[callback.as_ref().unwrap_or(&serde_json::Value::Null)],
+            )
+            .map_err(TaskError::Gate)?;
+            if op == TaskOp::Accept {
+                self.check_acceptance(task).await?;
+                self.reserve(&task.assignee, task_id).await?;
+            }
+            let mut updated = task.clone();
+            updated.state = next;
+            match op {
+                TaskOp::Accept => updated.assignee_goal = request.from_goal_id,
+                TaskOp::Complete => {
+                    updated.result = text.map(str::to_owned);
+                    updated.result_parts = request.parts.clone();
+                }
+                TaskOp::Reject | TaskOp::Fail | TaskOp::Cancel => {
+                    updated.reason = text.map(str::to_owned);
+                }
+                _ => {}
+            }
+            let change = Change {
+                op,
+                by: Some(caller.clone()),
+                role,
+                text: text.map(str::to_owned),
+                parts: request.parts.clone(),
+            };
+            if let Some(done) = self.commit(&stored, updated, &change).await? {
+                if done.task.state.is_terminal() {
+                    self.cascade(&done.task).await;
+                }
+                return Ok(TaskReply {
+                    task: done.task,
+                    delivered_to: Vec::new(),
+                    duplicate: false,
+                });
+            }
+            // Another writer won: decide again on what it wrote. This accept's reservation
+            // stays only if the task became active (accepted by a racing request).
+            if op == TaskOp::Accept
+                && !self
+                    .store
+                    .find(&task_id)
+                    .await?
+                    .is_some_and(|now| now.task.state.is_active())
+            {
+                self.release(&task.assignee, task_id).await;
+            }
+        }
+        Err(TaskError::KeepsChanging(task_id))
+    }
+
+    /// Writes a transition and, if it won, tells everyone. `Ok(None)`: another writer won.
+    pub(crate) async fn commit(
+        &self,
+        stored: &TaskEntry,
+        mut updated: TaskRecord,
+        change: &Change,
+    ) -> Result<Option<TaskEntry>, StoreError> {
+        let before = &stored.task;
+        let now = timestamp::now();
+        updated.updated_at = now;
+        updated.transitions = before.transitions + 1;
+        updated.history.push(TaskTransition {
+            op: change.op,
+            by: change.by.clone(),
+            from: before.state,
+            to: updated.state,
+            at: now,
+            note: change.text.as_deref().map(shorten),
+        });
+        if updated.history.len() > HISTORY_KEPT {
+            let excess = updated.history.len() - HISTORY_KEPT;
+            updated.history.drain(..excess);
+        }
+        let Some(done) = self.store.update(stored, updated).await? else {
+            return Ok(None);
+        };
+        let task = &done.task;
+        tracing::info!(task_id = %task.task_id, op = change.op.as_str(), from = before.state.as_str(), to = task.state.as_str(), by = ?change.by, "task transition");
+        self.emit(
+            task,
+            Some(change.op),
+            change.by.as_ref(),
+            change.text.as_deref(),
+        )
+        .await;
+        self.tell(before, task, change).await;
+        let load_changed = before.state.is_active() != task.state.is_active();
+        if before.state.is_active() && !task.state.is_active() {
+            self.release(&task.assignee, task.task_id).await;
+        }
+        if load_changed {
+            self.report_load(&task.assignee).await;
+        }
+        Ok(Some(done))
+    }
+
+    /// Publishes the creation (`op` absent) or a transition on `agent.task.events.<id>`.
+    pub(crate) async fn emit(
+        &self,
+        task: &TaskRecord,
+        op: Option<TaskOp>,
+        by: Option<&AgentId>,
+        note: Option<&str>,
+    ) {
+        let n = task.transitions;
+        let event = TaskEvent {
+            id: format!("{}:{n}", task.task_id),
+            task_id: task.task_id,
+            op,
+            by: if op.is_some() {
+                by.cloned()
+            } else {
+                Some(task.requester.clone())
+            },
+            from: op.and_then(|_| task.history.last().map(|h| h.from)),
+            to: task.state,
+            requester: task.requester.clone(),
+            assignee: task.assignee.clone(),
+            parent: task.parent,
+            note: note.map(str::to_owned),
+            at: task.updated_at,
+        };
+        let subject = subject::task_events(&task.task_id);
+        publish_event(&self.js, &subject, &format!("task:{}", event.id), &event).await;
+    }
+
+    /// The `task_update` message to the requester's goal, and a notice to the assignee when
+    /// someone else (the requester, the deadline, a cascade) moved its task.
+    async fn tell(&self, before: &TaskRecord, task: &TaskRecord, change: &Change) {
+        let by = actor_name(change.by.as_ref());
+        let id = task.task_id;
+        let detail = change
+            .text
+            .as_deref()
+            .map(|t| format!(": {t}"))
+            .unwrap_or_default();
+        let body = match change.op {
+            TaskOp::Accept => format!("{by} accepted task {id}"),
+            TaskOp::Reject => format!("{by} rejected task {id}{detail}"),
+            TaskOp::Start if before.state == TaskState::InputRequired => {
+                format!("{by} resumed work on task {id}")
+            }
+            TaskOp::Start => format!("{by} started work on task {id}"),
+            TaskOp::Progress => format!("progress on task {id}{detail}"),
+            TaskOp::InputRequired => format!("{by} needs input on task {id}{detail}"),
+            TaskOp::Complete => format!("task {id} completed{detail}"),
+            TaskOp::Fail => format!("task {id} failed{detail}"),
+            TaskOp::Cancel => format!("task {id} was canceled by {by}{detail}"),
+            TaskOp::Expire => format!("task {id} failed{detail}"),
+        };
+        let n = task.transitions;
+        let build = |from: &AgentId, from_goal: Option<GoalId>, to: &AgentId| {
+            let mut message = InboxMessage::new(
+                from.clone(),
+                from_goal.unwrap_or_default(),
+                to.clone(),
+                &body,
+            );
+            message.id = Some(new_id());
+            message.kind = MessageKind::TaskUpdate;
+            message.in_reply_to = Some(task.message_id);
+            message.parts = change.parts.clone();
+            message.task = Some(task_ref(task));
+            message.callback = task.callback.clone();
+            message
+                .metadata
+                .insert("task_op".to_owned(), change.op.as_str().into());
+            if let Some(by) = &change.by {
+                message
+                    .metadata
+                    .insert("task_by".to_owned(), by.as_str().into());
+            }
+            if let Some(reason) = &task.reason {
+                message
+                    .metadata
+                    .insert("task_reason".to_owned(), shorten(reason).into());
+            }
+            message
+        };
+        let to_requester = build(&task.assignee, task.assignee_goal, &task.requester);
+        let requester_goals = self
+            .goals_or_all(&task.requester, task.requester_goal)
+            .await;
+        self.publish_to(&requester_goals, &to_requester, &format!("update:{id}:{n}"))
+            .await;
+        if change.role != TaskRole::Assignee {
+            let notice = build(&task.requester, task.requester_goal, &task.assignee);
+            let assignee_goals: Vec<GoalId> = self
+                .goals_or_all(&task.assignee, task.assignee_goal)
+                .await
+                .into_iter()
+                .filter(|goal| !(task.requester == task.assignee && requester_goals.contains(goal)))
+                .collect();
+            self.publish_to(&assignee_goals, &notice, &format!("notice:{id}:{n}"))
+                .await;
+        }
+    }
+
+    /// `goal` if given, else every live goal of `agent`.
+    async fn goals_or_all(&self, agent: &AgentId, goal: Option<GoalId>) -> Vec<GoalId> {
+        match goal {
+            Some(goal) => vec![goal],
+            None => self.store.live_goals(agent).await.unwrap_or_else(|err| {
+                tracing::warn!(%agent, error = %err, "goals not listed; message not delivered");
+                Vec::new()
+            }),
+        }
+    }
+
+    /// Publishes `message` to each goal's inbox (de-duplicated by `<purpose>:<goal>`); returns
+    /// the goals that took it.
+    pub(crate) async fn publish_to(
+        &self,
+        goals: &[GoalId],
+        message: &InboxMessage,
+        purpose: &str,
+    ) -> Vec<GoalId> {
+        let payload = match serde_json::to_vec(message) {
+            Ok(payload) => Bytes::from(payload),
+            Err(err) => {
+                tracing::error!(error = %err, "message not encoded");
+                return Vec::new();
+            }
+        };
+        let batch: Vec<(String, String, Bytes)> = goals
+            .iter()
+            .map(|goal| {
+                (
+                    subject::inbox(goal),
+                    format!("{purpose}:{goal}"),
+                    payload.clone(),
+                )
+            })
+            .collect();
+        let mut delivered = Vec::new();
+        for (goal, outcome) in goals.iter().zip(publish_all(&self.js, &batch).await) {
+            match outcome {
+                Ok(_) => delivered.push(*goal),
+                Err(err) => {
+                    tracing::error!(%goal, %purpose, error = %err, "task message not delivered")
+                }
+            }
+        }
+        delivered
+    }
+}
+
+/// What a transition did, for events and messages.
+#[derive(Debug, Clone)]
+pub(crate) struct Change {
+    pub(crate) op: TaskOp,
+    pub(crate) by: Option<AgentId>,
+    pub(crate) role: TaskRole,
+    pub(crate) text: Option<String>,
+    pub(crate) parts: Vec<Part>,
+}
+
+/// Whether `op` by `caller` is the task's last step and left it in its current state (a
+/// retried request).
+fn is_repeat(task: &TaskRecord, op: TaskOp, caller: &AgentId) -> bool {
+    task.history.last().is_some_and(|last| {
+        last.op == op && last.by.as_ref() == Some(caller) && last.to == task.state
+    })
+}
+
+/// Who moved a task, for messages.
+fn actor_name(by: Option<&AgentId>) -> String {
+    by.map_or_else(|| "switchboard".to_owned(), |agent| format!("`{agent}`"))
+}
+
+/// A note as a record's history and message metadata keep it: at most `NOTE_KEPT` characters.
+fn shorten(text: &str) -> String {
+    if text.chars().count() <= NOTE_KEPT {
+        text.to_owned()
+    } else {
+        let mut short: String = text.chars().take(NOTE_KEPT).collect();
+        short.push('…');
+        short
+    }
+}
