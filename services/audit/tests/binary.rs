@@ -4,7 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 use switchboard_testkit::NatsServer;
-use switchboard_testkit::process::{BAD_SETTINGS, ServiceProcess, config_error};
+use switchboard_testkit::process::{self, ServiceProcess};
 
 const BIN: &str = env!("CARGO_BIN_EXE_audit");
 
@@ -20,12 +20,7 @@ async fn serves_from_env_config_and_stops_on_sigterm() {
         &[("SWITCHBOARD_AUDIT__INDEX_PATH", path.to_str().unwrap())],
     )
     .await;
-    let reply = service
-        .client()
-        .request("agent.audit.verify", "".into())
-        .await
-        .unwrap();
-    let body: serde_json::Value = serde_json::from_slice(&reply.payload).unwrap();
+    let body = service.request_json("agent.audit.verify", "").await;
     assert_eq!(body["ok"], true, "{body}");
     assert_eq!(body["records"], 0);
     assert!(path.exists(), "the index file is created");
@@ -42,25 +37,21 @@ async fn serves_from_env_config_and_stops_on_sigterm() {
         let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..].split(' ').collect();
         assert_eq!(fields[16], "10", "thread {:?}: {stat}", task.file_name());
     }
-    let status = service.terminate().await;
-    assert!(status.success(), "clean exit, got {status:?}");
+    service.stops_cleanly().await;
 }
 
 #[tokio::test]
 async fn bad_configuration_exits_64_with_one_clear_line() {
-    let mut settings = BAD_SETTINGS.to_vec();
-    settings.push(("SWITCHBOARD_AUDIT__BATCH", "0"));
-    settings.push(("SWITCHBOARD_AUDIT__CONSUMER", "a.b"));
-    settings.push(("SWITCHBOARD_AUDIT__ACK_WAIT_MS", "soon"));
-    settings.push(("SWITCHBOARD_AUDIT__INDEX", "x"));
-    settings.push(("SWITCHBOARD_AUDIT__NICE", "20"));
-    for (key, value) in settings {
-        let (code, stderr) = config_error(BIN, key, value).await;
-        assert_eq!(code, Some(64), "{key}={value}: {stderr}");
-        assert!(
-            stderr.starts_with("audit: invalid configuration"),
-            "{stderr}"
-        );
-        assert_eq!(stderr.lines().count(), 1, "one clear line: {stderr}");
-    }
+    process::refuses_bad_settings(
+        BIN,
+        "audit",
+        &[
+            ("SWITCHBOARD_AUDIT__BATCH", "0"),
+            ("SWITCHBOARD_AUDIT__CONSUMER", "a.b"),
+            ("SWITCHBOARD_AUDIT__ACK_WAIT_MS", "soon"),
+            ("SWITCHBOARD_AUDIT__INDEX", "x"),
+            ("SWITCHBOARD_AUDIT__NICE", "20"),
+        ],
+    )
+    .await;
 }

@@ -3,7 +3,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
-use switchboard_testkit::process::{BAD_SETTINGS, ServiceProcess, config_error, run_to_exit};
+use switchboard_testkit::process::{self, ServiceProcess, run_to_exit};
 use switchboard_testkit::{NatsCluster, NatsServer};
 
 const BIN: &str = env!("CARGO_BIN_EXE_directory");
@@ -18,15 +18,11 @@ async fn serves_from_env_config_and_stops_on_sigterm() {
         &[("SWITCHBOARD_DIRECTORY__HEARTBEAT_TIMEOUT_MS", "5000")],
     )
     .await;
-    let reply = service
-        .client()
-        .request("agent.registry.register.bin-agent", "{}".into())
-        .await
-        .unwrap();
-    let body: serde_json::Value = serde_json::from_slice(&reply.payload).unwrap();
+    let body = service
+        .request_json("agent.registry.register.bin-agent", "{}")
+        .await;
     assert_eq!(body["agent_id"], "bin-agent");
-    let status = service.terminate().await;
-    assert!(status.success(), "clean exit, got {status:?}");
+    service.stops_cleanly().await;
 }
 
 /// Runs `directory health` against `url` with the given id file; (exit code, output).
@@ -78,18 +74,15 @@ async fn the_health_command_checks_this_very_instance() {
 
 #[tokio::test]
 async fn bad_configuration_exits_64_with_one_clear_line() {
-    let mut settings = BAD_SETTINGS.to_vec();
-    settings.push(("SWITCHBOARD_DIRECTORY__HEARTBEAT_TIMEOUT", "5"));
-    settings.push(("SWITCHBOARD_DIRECTORY__HEARTBEAT_TIMEOUT_MS", "soon"));
-    for (key, value) in settings {
-        let (code, stderr) = config_error(BIN, key, value).await;
-        assert_eq!(code, Some(64), "{key}={value}: {stderr}");
-        assert!(
-            stderr.starts_with("directory: invalid configuration"),
-            "{stderr}"
-        );
-        assert_eq!(stderr.lines().count(), 1, "one clear line: {stderr}");
-    }
+    process::refuses_bad_settings(
+        BIN,
+        "directory",
+        &[
+            ("SWITCHBOARD_DIRECTORY__HEARTBEAT_TIMEOUT", "5"),
+            ("SWITCHBOARD_DIRECTORY__HEARTBEAT_TIMEOUT_MS", "soon"),
+        ],
+    )
+    .await;
 }
 
 /// `jetstream.replicas` is checked against what the server can place at start-up: more than 1

@@ -4,7 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 use switchboard_testkit::NatsServer;
-use switchboard_testkit::process::{BAD_SETTINGS, ServiceProcess, config_error};
+use switchboard_testkit::process::{self, ServiceProcess};
 
 const BIN: &str = env!("CARGO_BIN_EXE_reply-correlator");
 
@@ -18,33 +18,24 @@ async fn serves_from_env_config_and_stops_on_sigterm() {
         &[("SWITCHBOARD_REPLY_CORRELATOR__MAX_OPEN_CALLS", "3")],
     )
     .await;
-    let reply = service
-        .client()
-        .request("agent.calls.pending.solo", "".into())
-        .await
-        .unwrap();
-    let body: serde_json::Value = serde_json::from_slice(&reply.payload).unwrap();
+    let body = service.request_json("agent.calls.pending.solo", "").await;
     assert_eq!(body, serde_json::json!({"outgoing": [], "incoming": []}));
-    let status = service.terminate().await;
-    assert!(status.success(), "clean exit, got {status:?}");
+    service.stops_cleanly().await;
 }
 
 #[tokio::test]
 async fn bad_configuration_exits_64_with_one_clear_line() {
-    let mut settings = BAD_SETTINGS.to_vec();
-    settings.push(("SWITCHBOARD_REPLY_CORRELATOR__MAX_OPEN_CALLS", "lots"));
-    settings.push(("SWITCHBOARD_REPLY_CORRELATOR__TIMEOUT_MS", "5"));
-    settings.push(("SWITCHBOARD_REPLY_CORRELATOR__MAX_TIMEOUT_MS", "0"));
-    settings.push(("SWITCHBOARD_REPLY_CORRELATOR__DEPTH_LIMIT", "1"));
-    // Records would age out before the longest call's deadline.
-    settings.push(("SWITCHBOARD_JETSTREAM__CALLS_MAX_AGE_SECS", "60"));
-    for (key, value) in settings {
-        let (code, stderr) = config_error(BIN, key, value).await;
-        assert_eq!(code, Some(64), "{key}={value}: {stderr}");
-        assert!(
-            stderr.starts_with("reply-correlator: invalid configuration"),
-            "{stderr}"
-        );
-        assert_eq!(stderr.lines().count(), 1, "one clear line: {stderr}");
-    }
+    process::refuses_bad_settings(
+        BIN,
+        "reply-correlator",
+        &[
+            ("SWITCHBOARD_REPLY_CORRELATOR__MAX_OPEN_CALLS", "lots"),
+            ("SWITCHBOARD_REPLY_CORRELATOR__TIMEOUT_MS", "5"),
+            ("SWITCHBOARD_REPLY_CORRELATOR__MAX_TIMEOUT_MS", "0"),
+            ("SWITCHBOARD_REPLY_CORRELATOR__DEPTH_LIMIT", "1"),
+            // Records would age out before the longest call's deadline.
+            ("SWITCHBOARD_JETSTREAM__CALLS_MAX_AGE_SECS", "60"),
+        ],
+    )
+    .await;
 }

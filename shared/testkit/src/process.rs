@@ -163,6 +163,42 @@ impl ServiceProcess {
     }
 }
 
+/// Checks `bin` refuses each of [`BAD_SETTINGS`] and then each of `own` (its section's bad
+/// values) before connecting: exit code 64 and one stderr line starting
+/// `<service>: invalid configuration`.
+pub async fn refuses_bad_settings(bin: &str, service: &str, own: &[(&str, &str)]) {
+    let prefix = format!("{service}: invalid configuration");
+    for (key, value) in BAD_SETTINGS.iter().chain(own) {
+        let (code, stderr) = config_error(bin, key, value).await;
+        assert_eq!(code, Some(64), "{key}={value}: {stderr}");
+        assert!(stderr.starts_with(&prefix), "{key}={value}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "one clear line: {stderr}");
+    }
+}
+
+impl ServiceProcess {
+    /// Sends `body` to `subject` as an agent would and returns the JSON reply.
+    pub async fn request_json(&self, subject: &str, body: &str) -> serde_json::Value {
+        let reply = tokio::time::timeout(
+            Duration::from_secs(10),
+            self.client()
+                .request(subject.to_owned(), body.to_owned().into()),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("testkit: {} did not answer {subject}", self.service))
+        .unwrap_or_else(|err| panic!("testkit: request to {subject} failed: {err}"));
+        serde_json::from_slice(&reply.payload)
+            .unwrap_or_else(|err| panic!("testkit: {subject} answered non-JSON: {err}"))
+    }
+
+    /// Stops the process with SIGTERM and checks it exited cleanly.
+    pub async fn stops_cleanly(self) {
+        let service = self.service.clone();
+        let status = self.terminate().await;
+        assert!(status.success(), "{service}: clean exit, got {status:?}");
+    }
+}
+
 /// Runs `bin` with one bad setting and returns its exit code and stderr (it must not need a
 /// server to refuse the configuration).
 pub async fn config_error(bin: &str, key: &str, value: &str) -> (Option<i32>, String) {
