@@ -102,7 +102,7 @@ enum AuditCommand {
 
 /// `switchboard thread <id>`: the conversation around a message, call or task id.
 pub async fn thread(nats_url: &str, id: uuid::Uuid) -> anyhow::Result<serde_json::Value> {
-    let client = crate::connect(nats_url).await?;
+    let client = crate::nats::connect(nats_url).await?;
     let query = ThreadRequest {
         message_id: Some(id),
         correlation_id: Some(id),
@@ -114,7 +114,7 @@ pub async fn thread(nats_url: &str, id: uuid::Uuid) -> anyhow::Result<serde_json
 
 /// `switchboard history …`: one page of records.
 pub async fn history(args: HistoryArgs) -> anyhow::Result<serde_json::Value> {
-    let client = crate::connect(&args.nats_url).await?;
+    let client = crate::nats::connect(&args.nats_url).await?;
     let mut query = args.filter.request()?;
     query.limit = args.limit;
     query.cursor = args.cursor;
@@ -134,7 +134,7 @@ impl AuditArgs {
 
 /// `switchboard audit …`. Export writes its lines itself and returns `None`.
 pub async fn run(args: AuditArgs) -> anyhow::Result<Option<serde_json::Value>> {
-    let client = crate::connect(&args.nats_url).await?;
+    let client = crate::nats::connect(&args.nats_url).await?;
     match args.command {
         AuditCommand::Export { filter } => {
             let query = filter.request()?;

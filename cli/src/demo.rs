@@ -53,7 +53,7 @@ impl Narrator {
 /// Registers a demo agent over its own connection (its own reply inbox prefix).
 async fn agent(nats_url: &str, id: &str, description: &str) -> anyhow::Result<Agent> {
     let id = AgentId::parse(id)?;
-    let nats = crate::connect_as(nats_url, Some(&id)).await?;
+    let nats = crate::nats::connect_as(nats_url, Some(&id)).await?;
     let mut card = AgentCard::new(id);
     card.description = description.to_owned();
     card.can_talk_to = vec!["demo-*".to_owned()];
@@ -71,7 +71,7 @@ async fn next(goal: &Goal, what: &str) -> anyhow::Result<InboxMessage> {
 
 /// Runs the demo; returns the task's audit thread as the final value.
 pub async fn run(args: DemoArgs, json: bool) -> anyhow::Result<serde_json::Value> {
-    let nats = crate::connect(&args.nats_url).await?;
+    let nats = crate::nats::connect(&args.nats_url).await?;
     let mut say = Narrator { json, step: 0 };
 
     let coordinator = agent(

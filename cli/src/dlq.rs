@@ -46,7 +46,7 @@ impl DlqArgs {
 
 /// Runs the command.
 pub async fn run(args: DlqArgs) -> anyhow::Result<serde_json::Value> {
-    let client = crate::connect(&args.nats_url).await?;
+    let client = crate::nats::connect(&args.nats_url).await?;
     Ok(match args.command {
         DlqCommand::List { limit } => {
             serde_json::to_value(switchboard_client::dlq_list(&client, limit).await?)?

@@ -88,7 +88,7 @@ impl Inbox {
             TIMEOUT,
         )
         .await
-        .map_err(crate::cli_failure)
+        .map_err(crate::nats::cli_failure)
     }
 
     async fn ack(&self, through: u64) -> anyhow::Result<AckReply> {
@@ -104,14 +104,14 @@ impl Inbox {
             TIMEOUT,
         )
         .await
-        .map_err(crate::cli_failure)
+        .map_err(crate::nats::cli_failure)
     }
 }
 
 async fn read(args: InboxArgs, json: bool) -> anyhow::Result<()> {
     let agent = AgentId::parse(&args.as_agent)?;
     let inbox = Inbox {
-        nats: crate::connect_as(&args.nats_url, Some(&agent)).await?,
+        nats: crate::nats::connect_as(&args.nats_url, Some(&agent)).await?,
         agent,
         goal: GoalId::parse(&args.goal)?,
     };

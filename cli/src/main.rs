@@ -19,13 +19,20 @@
 //! - `switchboard thread <id>`, `history …`, `audit export|verify|pending`: the audit trail.
 //! - `switchboard dlq list|replay`: the dead letters.
 //! - `switchboard nats-config --agents agents.toml --out DIR`: the NATS accounts and NKeys.
+//!
+//! Layout: this file is the command table (clap) and the dispatch; `commands.rs` holds the
+//! commands that are one request, a module each the larger ones (`up`, `mcp`, `demo`, `inbox`,
+//! `task`, `audit`, `dlq`), `card.rs` the card flags, `nats.rs` the connection and request
+//! helpers, and `output.rs` how replies are printed.
 
 mod audit;
 mod card;
+mod commands;
 mod demo;
 mod dlq;
 mod inbox;
 mod mcp;
+mod nats;
 mod output;
 mod task;
 mod up;
@@ -33,12 +40,7 @@ mod up;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use switchboard_client::proto::call::{CallRequest, ReplyRequest};
-use switchboard_client::proto::registry::LookupRequest;
-use switchboard_client::proto::send::SendRequest;
-use switchboard_client::proto::subject::{self, RegistryOp};
-use switchboard_client::proto::{AgentId, GoalId};
-use switchboard_runtime::request::RequestFailure;
+use switchboard_client::proto::subject::RegistryOp;
 
 use crate::output::View;
 
@@ -67,38 +69,6 @@ struct Cli {
         value_name = "FILE"
     )]
     nkey: Option<std::path::PathBuf>,
-}
-
-/// The NKey seed every connection of this process signs in with, if any (set once in `main`).
-static NKEY_SEED: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
-
-/// Env var holding an NKey seed (the same variable the services' config reads).
-const NKEY_SEED_ENV: &str = "SWITCHBOARD_NATS__NKEY_SEED";
-
-/// Reads the credentials once: `--nkey FILE`, else `SWITCHBOARD_NATS__NKEY_SEED`.
-fn load_credentials(nkey: Option<&std::path::Path>) -> anyhow::Result<()> {
-    let seed = match nkey {
-        Some(path) => Some(switchboard_runtime::permissions::read_seed(path)?),
-        None => match std::env::var(NKEY_SEED_ENV) {
-            Ok(seed) if !seed.trim().is_empty() => {
-                let seed = seed.trim().to_owned();
-                switchboard_runtime::permissions::public_key_of(&seed)
-                    .map_err(|reason| anyhow::anyhow!("{NKEY_SEED_ENV}: {reason}"))?;
-                Some(seed)
-            }
-            _ => None,
-        },
-    };
-    let _ = NKEY_SEED.set(seed);
-    Ok(())
-}
-
-/// Connect options with this process's credentials (see [`load_credentials`]).
-pub(crate) fn signed_in(options: async_nats::ConnectOptions) -> async_nats::ConnectOptions {
-    match NKEY_SEED.get().and_then(Option::as_ref) {
-        Some(seed) => options.nkey(seed.clone()),
-        None => options,
-    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -367,7 +337,7 @@ enum GoalCommand {
 async fn main() -> ExitCode {
     let cli = Cli::parse();
     let json = cli.json;
-    if let Err(err) = load_credentials(cli.nkey.as_deref()) {
+    if let Err(err) = nats::load_credentials(cli.nkey.as_deref()) {
         eprintln!("switchboard: {err:#}");
         return ExitCode::FAILURE;
     }
@@ -381,32 +351,14 @@ async fn main() -> ExitCode {
             as_agent,
             card,
             nats_url,
-        } => match AgentId::parse(&as_agent) {
-            Ok(agent) => match card.card(&agent) {
-                Ok(card) => {
-                    request_json(&nats_url, &RegistryOp::Register.subject(&agent), &card).await
-                }
-                Err(err) => Err(err),
-            },
-            Err(err) => Err(err.into()),
-        },
+        } => commands::register(&nats_url, &as_agent, &card).await,
         Command::Heartbeat { as_agent, nats_url } => {
-            registry_request(
-                &nats_url,
-                RegistryOp::Heartbeat,
-                &as_agent,
-                &serde_json::json!({}),
-            )
-            .await
+            let body = serde_json::json!({});
+            commands::registry_request(&nats_url, RegistryOp::Heartbeat, &as_agent, &body).await
         }
         Command::Deregister { as_agent, nats_url } => {
-            registry_request(
-                &nats_url,
-                RegistryOp::Deregister,
-                &as_agent,
-                &serde_json::json!({}),
-            )
-            .await
+            let body = serde_json::json!({});
+            commands::registry_request(&nats_url, RegistryOp::Deregister, &as_agent, &body).await
         }
         Command::Goal {
             command:
@@ -416,16 +368,7 @@ async fn main() -> ExitCode {
                     goal,
                     nats_url,
                 },
-        } => match goal.as_deref().map(GoalId::parse).transpose() {
-            Ok(goal_id) => {
-                let request = switchboard_client::proto::registry::GoalOpenRequest {
-                    goal_id,
-                    kind: Some(kind),
-                };
-                registry_request(&nats_url, RegistryOp::GoalOpen, &as_agent, &request).await
-            }
-            Err(err) => Err(err.into()),
-        },
+        } => commands::goal_open(&nats_url, &as_agent, kind, goal.as_deref()).await,
         Command::Goal {
             command:
                 GoalCommand::Close {
@@ -433,74 +376,25 @@ async fn main() -> ExitCode {
                     goal_id,
                     nats_url,
                 },
-        } => match GoalId::parse(&goal_id) {
-            Ok(goal_id) => {
-                let request = switchboard_client::proto::registry::GoalCloseRequest { goal_id };
-                registry_request(&nats_url, RegistryOp::GoalClose, &as_agent, &request).await
-            }
-            Err(err) => Err(err.into()),
-        },
+        } => commands::goal_close(&nats_url, &as_agent, &goal_id).await,
         Command::Peers {
             as_agent,
             after,
             limit,
             nats_url,
-        } => {
-            registry_request(
-                &nats_url,
-                RegistryOp::Peers,
-                &as_agent,
-                &switchboard_proto::registry::PeersRequest { after, limit },
-            )
-            .await
-        }
-        Command::Agents { nats_url } => agents(&nats_url).await,
+        } => commands::peers(&nats_url, &as_agent, after, limit).await,
+        Command::Agents { nats_url } => commands::agents(&nats_url).await,
         Command::Send {
             as_agent,
             to,
             message,
             correlation_id,
             nats_url,
-        } => {
-            let request = SendRequest {
-                to: Some(to),
-                message: Some(message),
-                id: Some(switchboard_client::proto::new_id()),
-                correlation_id,
-                ..SendRequest::default()
-            };
-            match AgentId::parse(&as_agent) {
-                Ok(agent) => send_with_retry(&nats_url, &agent, &request).await,
-                Err(err) => Err(err.into()),
-            }
-        }
+        } => commands::send(&nats_url, &as_agent, to, message, correlation_id).await,
         Command::Inbox(args) => return inbox::run(args, json).await,
         Command::Task(args) => task::run(args).await,
         Command::Thread { id, nats_url } => audit::thread(&nats_url, id).await,
-        Command::NatsConfig { agents, out } => {
-            use switchboard_runtime::permissions;
-            let made = permissions::read_agents(&agents)
-                .and_then(|file| permissions::generate(&file, &out));
-            return match made {
-                Ok(done) => {
-                    output::line(&format!("wrote {}", done.auth_file.display()));
-                    for path in &done.created {
-                        output::line(&format!("new key {}", path.display()));
-                    }
-                    for path in &done.unused {
-                        output::line(&format!(
-                            "unused key {} (its agent is no longer listed; it cannot connect)",
-                            path.display()
-                        ));
-                    }
-                    ExitCode::SUCCESS
-                }
-                Err(err) => {
-                    eprintln!("switchboard: {err}");
-                    ExitCode::FAILURE
-                }
-            };
-        }
+        Command::NatsConfig { agents, out } => return commands::nats_config(&agents, &out),
         Command::History(args) => audit::history(args).await,
         Command::Audit(args) => match audit::run(args).await {
             Ok(Some(value)) => Ok(value),
@@ -516,65 +410,21 @@ async fn main() -> ExitCode {
             goal,
             nats_url,
         } => {
-            let run = async {
-                let agent = AgentId::parse(&as_agent)?;
-                let from_goal_id = goal.as_deref().map(GoalId::parse).transpose()?;
-                let request = CallRequest {
-                    to: Some(to),
-                    message: Some(message),
-                    from_goal_id,
-                    timeout_ms,
-                    wait: Some(!park),
-                    ..CallRequest::default()
-                };
-                // A waiting call may take up to its timeout (max 300 s), plus a margin.
-                let wait =
-                    std::time::Duration::from_millis(timeout_ms.unwrap_or(30_000).min(300_000))
-                        + std::time::Duration::from_secs(10);
-                request_json_within(&nats_url, &subject::call(&agent), &request, wait).await
-            };
-            run.await
+            let goal = goal.as_deref();
+            commands::call(&nats_url, &as_agent, to, message, timeout_ms, park, goal).await
         }
         Command::Reply {
             as_agent,
             correlation_id,
             message,
             nats_url,
-        } => {
-            let request = ReplyRequest {
-                correlation_id: Some(correlation_id),
-                message: Some(message),
-                ..ReplyRequest::default()
-            };
-            match AgentId::parse(&as_agent) {
-                Ok(agent) => request_json(&nats_url, &subject::reply(&agent), &request).await,
-                Err(err) => Err(err.into()),
-            }
-        }
-        Command::Pending { as_agent, nats_url } => match AgentId::parse(&as_agent) {
-            Ok(agent) => {
-                request_json(
-                    &nats_url,
-                    &subject::calls_pending(&agent),
-                    &serde_json::json!({}),
-                )
-                .await
-            }
-            Err(err) => Err(err.into()),
-        },
+        } => commands::reply(&nats_url, &as_agent, correlation_id, message).await,
+        Command::Pending { as_agent, nats_url } => commands::pending(&nats_url, &as_agent).await,
         Command::Lookup {
             agent,
             as_agent,
             nats_url,
-        } => {
-            registry_request(
-                &nats_url,
-                RegistryOp::Lookup,
-                &as_agent,
-                &LookupRequest { agent_id: agent },
-            )
-            .await
-        }
+        } => commands::lookup(&nats_url, &as_agent, agent).await,
     };
     match result {
         Ok(value) => {
@@ -611,121 +461,4 @@ fn view_of(command: &Command) -> View {
             View::Json
         }
     }
-}
-
-/// Connects as an operator (no agent identity): the inspection commands.
-pub(crate) async fn connect(nats_url: &str) -> anyhow::Result<async_nats::Client> {
-    connect_as(nats_url, None).await
-}
-
-/// Connects, as `agent` when given: then with its reply inbox prefix `_INBOX.<agent_id>`, the
-/// only replies the secured NATS config lets it receive.
-pub(crate) async fn connect_as(
-    nats_url: &str,
-    agent: Option<&AgentId>,
-) -> anyhow::Result<async_nats::Client> {
-    let options = match agent {
-        Some(agent) => switchboard_client::agent_connect_options(agent),
-        None => async_nats::ConnectOptions::new().name("switchboard-cli"),
-    };
-    // A one-shot command the server refuses (a subject this key may not use) would otherwise
-    // wait for its reply timeout, retries included: say what the server said and stop.
-    let options = options.event_callback(|event| async move {
-        if let async_nats::Event::ServerError(err) = event {
-            let text = err.to_string();
-            if text.contains("Permissions Violation") {
-                eprintln!("switchboard: the NATS server refused this key: {text}");
-                std::process::exit(77);
-            }
-        }
-    });
-    signed_in(options).connect(nats_url).await.map_err(|err| {
-        anyhow::anyhow!("connecting to {nats_url}: {err} (is `switchboard up` running?)")
-    })
-}
-
-/// Sends a registry request as `as_agent` without registering it (read-only commands).
-async fn registry_request<T: serde::Serialize>(
-    nats_url: &str,
-    op: RegistryOp,
-    as_agent: &str,
-    body: &T,
-) -> anyhow::Result<serde_json::Value> {
-    let agent = AgentId::parse(as_agent)?;
-    request_json(nats_url, &op.subject(&agent), body).await
-}
-
-/// Sends with the minted message id, retried while no fan-out answers (same id, so stored
-/// once per goal) — the Rust client's policy, from the same helper.
-async fn send_with_retry(
-    nats_url: &str,
-    agent: &AgentId,
-    request: &SendRequest,
-) -> anyhow::Result<serde_json::Value> {
-    request_with_retry(nats_url, &subject::send(agent), request).await
-}
-
-/// An idempotent request (it carries its own id), retried while no service answers.
-pub(crate) async fn request_with_retry<T: serde::Serialize>(
-    nats_url: &str,
-    subject: &str,
-    request: &T,
-) -> anyhow::Result<serde_json::Value> {
-    let client = connect_as(nats_url, caller_of(subject).as_ref()).await?;
-    switchboard_runtime::request::request_json_retrying(
-        &client,
-        subject,
-        request,
-        std::time::Duration::from_secs(10),
-        switchboard_runtime::request::IDEMPOTENT_RETRIES,
-    )
-    .await
-    .map_err(cli_failure)
-}
-
-/// The agent a request subject speaks for: the last token of an agent-facing request
-/// subject (`agent.send.alice` → alice), `None` for the audit queries and anything else.
-fn caller_of(subject: &str) -> Option<AgentId> {
-    subject::agent_endpoints()
-        .iter()
-        .filter(|endpoint| endpoint.by_caller)
-        .find_map(|endpoint| subject::caller_from_subject(subject, &endpoint.prefix).ok())
-}
-
-/// A request failure as the CLI reports it.
-pub(crate) fn cli_failure(failure: RequestFailure) -> anyhow::Error {
-    match failure {
-        RequestFailure::NoResponders { subject } => {
-            anyhow::anyhow!("no service answers on {subject} (is `switchboard up` running?)")
-        }
-        other => anyhow::anyhow!("{other}"),
-    }
-}
-
-/// Sends a JSON request and returns the reply, or the service's error reply as an error.
-pub(crate) async fn request_json<T: serde::Serialize>(
-    nats_url: &str,
-    subject: &str,
-    body: &T,
-) -> anyhow::Result<serde_json::Value> {
-    request_json_within(nats_url, subject, body, std::time::Duration::from_secs(10)).await
-}
-
-/// [`request_json`] with an explicit reply timeout.
-async fn request_json_within<T: serde::Serialize>(
-    nats_url: &str,
-    subject: &str,
-    body: &T,
-    timeout: std::time::Duration,
-) -> anyhow::Result<serde_json::Value> {
-    let client = connect_as(nats_url, caller_of(subject).as_ref()).await?;
-    switchboard_runtime::request::request_json(&client, subject, body, timeout)
-        .await
-        .map_err(cli_failure)
-}
-
-async fn agents(nats_url: &str) -> anyhow::Result<serde_json::Value> {
-    let client = connect(nats_url).await?;
-    let listing = switchboard_client::list_agents(&client).await?;
-    Ok(serde_json::to_value(listing)?)
 }

@@ -198,14 +198,14 @@ pub async fn run(args: TaskArgs) -> anyhow::Result<serde_json::Value> {
             } else {
                 TaskRequestOp::Create
             };
-            crate::request_with_retry(url, &subject(op), &request).await
+            crate::nats::request_with_retry(url, &subject(op), &request).await
         }
         TaskCommand::Get { task_id } => {
             let request = TaskAction {
                 task_id: Some(task_id),
                 ..TaskAction::default()
             };
-            crate::request_json(url, &subject(TaskRequestOp::Get), &request).await
+            crate::nats::request_json(url, &subject(TaskRequestOp::Get), &request).await
         }
         TaskCommand::List {
             role,
@@ -224,7 +224,7 @@ pub async fn run(args: TaskArgs) -> anyhow::Result<serde_json::Value> {
                 limit,
                 cursor,
             };
-            crate::request_json(url, &subject(TaskRequestOp::List), &request).await
+            crate::nats::request_json(url, &subject(TaskRequestOp::List), &request).await
         }
         TaskCommand::Accept(step) => transition(url, &agent, TaskOp::Accept, step).await,
         TaskCommand::Reject(step) => transition(url, &agent, TaskOp::Reject, step).await,
@@ -239,7 +239,7 @@ pub async fn run(args: TaskArgs) -> anyhow::Result<serde_json::Value> {
                 message: reason,
                 ..TaskAction::default()
             };
-            crate::request_with_retry(
+            crate::nats::request_with_retry(
                 url,
                 &subject(TaskRequestOp::Transition(TaskOp::Cancel)),
                 &request,
@@ -265,8 +265,8 @@ async fn transition(
     };
     let subject = TaskRequestOp::Transition(op).subject(agent);
     if op == TaskOp::Progress {
-        crate::request_json(url, &subject, &request).await
+        crate::nats::request_json(url, &subject, &request).await
     } else {
-        crate::request_with_retry(url, &subject, &request).await
+        crate::nats::request_with_retry(url, &subject, &request).await
     }
 }

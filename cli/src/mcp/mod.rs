@@ -1,0 +1,277 @@
+//! `switchboard mcp --agent <id>`: one agent as a Model Context Protocol server over stdio, so
+//! any MCP-capable agent host (an LLM) can use the fabric through tools.
+//!
+//! On start it registers the agent (card from flags or a TOML file), opens a goal and keeps the
+//! agent online with heartbeats; on exit (stdin closed, SIGINT/SIGTERM) it closes the goal.
+//! Every tool result is the service's own reply (delivery reports, unreachable reasons, task
+//! records) as JSON, or `{"error": {"kind", "message"}}` with the MCP `isError` flag — never a
+//! bare "ok". New inbox messages are announced with an MCP log notification (logger
+//! `switchboard`, `data.event = "inbox"`), so a host can wake the model instead of polling;
+//! the messages stay unacknowledged until `check_inbox` hands them to the model.
+//!
+//! Layout: this file starts and stops the session and wires the rmcp handler; `params.rs` has
+//! the tools' parameter types (their JSON Schema), `tools.rs` the tools, `resources.rs` the
+//! inbox resource and the announcements of new messages.
+
+mod params;
+mod resources;
+mod tools;
+
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rmcp::handler::server::router::tool::ToolRouter;
+use rmcp::model::{
+    Implementation, ListResourcesResult, PaginatedRequestParams, ReadResourceRequestParams,
+    ReadResourceResponse, ServerCapabilities, ServerConfig, SubscribeRequestParams,
+    UnsubscribeRequestParams,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt, tool_handler};
+use switchboard_client::proto::registry::{GoalKind, GoalOpenRequest};
+use switchboard_client::proto::{AgentId, InboxMessage, MessageKind};
+use switchboard_client::{Agent, AgentOptions, Goal};
+use uuid::Uuid;
+
+use crate::DEFAULT_NATS_URL;
+
+/// `switchboard mcp` options.
+#[derive(Debug, clap::Args)]
+pub struct McpArgs {
+    /// The agent this server speaks as (registered on start).
+    #[arg(long, value_name = "AGENT")]
+    agent: String,
+    /// The kind of goal opened for this session: interactive, background or daemon.
+    #[arg(long, default_value = "interactive", value_parser = crate::card::parse_goal_kind)]
+    goal_kind: GoalKind,
+    /// The agent's card.
+    #[command(flatten)]
+    card: crate::card::CardArgs,
+    /// NATS URL.
+    #[arg(long, env = "NATS_URL", default_value = DEFAULT_NATS_URL)]
+    nats_url: String,
+}
+
+/// Runs the server until the host closes stdin or a signal arrives.
+pub async fn run(args: McpArgs) -> ExitCode {
+    // stdout carries the protocol; logs go to stderr (quiet unless RUST_LOG says otherwise).
+    let telemetry = switchboard_runtime::telemetry::init(
+        "switchboard-mcp",
+        &switchboard_runtime::config::TelemetryConfig {
+            log: "warn".to_owned(),
+            ..Default::default()
+        },
+    );
+    let code = match serve(args).await {
+        Ok(()) => 0,
+        Err(err) => {
+            eprintln!("switchboard mcp: {err:#}");
+            1
+        }
+    };
+    if let Ok(telemetry) = telemetry {
+        telemetry.shutdown();
+    }
+    // Exit here: the stdio transport's stdin read blocks a runtime thread until the host
+    // closes stdin, and after a signal it may never do so.
+    std::process::exit(code)
+}
+
+async fn serve(args: McpArgs) -> anyhow::Result<()> {
+    // Signals are handled from the start: a SIGTERM while connecting or opening the goal is
+    // a clean stop too, not the default action.
+    let stop = switchboard_runtime::shutdown::on_signal();
+    let id = AgentId::parse(&args.agent)?;
+    let card = args.card.card(&id)?;
+    let nats = crate::nats::signed_in(switchboard_client::agent_connect_options(&id))
+        .name(format!("mcp:{id}"))
+        .connect(&args.nats_url)
+        .await
+        .map_err(|err| anyhow::anyhow!("connecting to {}: {err}", args.nats_url))?;
+    let agent = Agent::connect_with(nats, card, AgentOptions::default()).await?;
+    let goal = agent
+        .open_goal_with(GoalOpenRequest {
+            goal_id: None,
+            kind: Some(args.goal_kind),
+        })
+        .await?;
+    let server = SwitchboardMcp::new(Arc::new(agent), Arc::new(goal));
+    let session = async {
+        let running = server.clone().serve(rmcp::transport::stdio()).await?;
+        let watch = tokio::spawn(resources::announce_new_messages(
+            server.clone(),
+            running.peer().clone(),
+        ));
+        let ended = running.waiting().await;
+        watch.abort();
+        if let Err(err) = ended {
+            tracing::warn!(error = %err, "the MCP session ended with an error");
+        }
+        anyhow::Ok(())
+    };
+    // However the session ends (the host closes stdin, a signal, a failed handshake), the
+    // goal is closed.
+    let outcome = tokio::select! {
+        outcome = session => outcome,
+        () = stop.cancelled() => Ok(()),
+    };
+    // A signal can also end the session first (its stdin read is interrupted, possibly a
+    // moment before the signal handler runs): that is a requested stop, not a failure.
+    if outcome.is_err() && !stop.is_cancelled() {
+        let _ = tokio::time::timeout(Duration::from_millis(200), stop.cancelled()).await;
+    }
+    let outcome = if stop.is_cancelled() { Ok(()) } else { outcome };
+    let goal_id = server.goal.id();
+    if let Err(err) = server.agent.close_goal(goal_id).await {
+        tracing::warn!(%goal_id, error = %err, "closing the goal failed");
+    }
+    outcome
+}
+
+/// The MCP server: one agent, one goal, and the requests it has been shown and not answered.
+#[derive(Clone)]
+pub struct SwitchboardMcp {
+    agent: Arc<Agent>,
+    goal: Arc<Goal>,
+    /// Correlation ids of requests `check_inbox` showed that wait for an answer, oldest
+    /// first: `reply_to_peer` without a target answers the last one.
+    unanswered: Arc<Mutex<Vec<Unanswered>>>,
+    /// Whether the host subscribed to [`INBOX_RESOURCE`](resources::INBOX_RESOURCE).
+    subscribed: Arc<std::sync::atomic::AtomicBool>,
+    tool_router: ToolRouter<Self>,
+}
+
+/// A request shown by `check_inbox` that waits for this agent's answer.
+#[derive(Debug, Clone, Copy)]
+struct Unanswered {
+    correlation_id: Uuid,
+    /// The caller stops waiting then (the correlator's `call_deadline`); after it an answer is
+    /// refused `expired`, so the request is no longer "the one to answer".
+    deadline: Option<time::OffsetDateTime>,
+}
+
+impl Unanswered {
+    fn from(message: &InboxMessage) -> Option<Self> {
+        if message.kind != MessageKind::Request || !message.expects_reply {
+            return None;
+        }
+        let deadline = message
+            .metadata
+            .get("call_deadline")
+            .and_then(serde_json::Value::as_str)
+            .and_then(|text| {
+                time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339)
+                    .ok()
+            });
+        Some(Self {
+            correlation_id: message.correlation_id?,
+            deadline,
+        })
+    }
+
+    fn open(&self) -> bool {
+        self.deadline
+            .is_none_or(|deadline| deadline > time::OffsetDateTime::now_utc())
+    }
+}
+
+impl SwitchboardMcp {
+    fn new(agent: Arc<Agent>, goal: Arc<Goal>) -> Self {
+        Self {
+            agent,
+            goal,
+            unanswered: Arc::new(Mutex::new(Vec::new())),
+            subscribed: Arc::new(std::sync::atomic::AtomicBool::new(false)),
+            tool_router: Self::tool_router(),
+        }
+    }
+
+    /// The most recent request shown, not answered, whose caller still waits (requests past
+    /// their deadline are forgotten).
+    fn last_unanswered(&self) -> Option<Uuid> {
+        let mut list = self.unanswered.lock().ok()?;
+        list.retain(Unanswered::open);
+        list.last().map(|request| request.correlation_id)
+    }
+
+    fn answered(&self, correlation_id: Uuid) {
+        if let Ok(mut list) = self.unanswered.lock() {
+            list.retain(|request| request.correlation_id != correlation_id);
+        }
+    }
+
+    fn remember_requests(&self, messages: &[InboxMessage]) {
+        if let Ok(mut list) = self.unanswered.lock() {
+            for request in messages.iter().filter_map(Unanswered::from) {
+                if !list
+                    .iter()
+                    .any(|known| known.correlation_id == request.correlation_id)
+                {
+                    list.push(request);
+                }
+            }
+        }
+    }
+}
+
+#[tool_handler(router = self.tool_router)]
+impl ServerHandler for SwitchboardMcp {
+    #[allow(deprecated)] // enable_logging: deprecated by SEP-2577, but hosts still show logs
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_resources()
+                .enable_resources_subscribe()
+                .enable_logging()
+                .build(),
+        )
+        .with_server_info(Implementation::new(
+            "switchboard",
+            env!("CARGO_PKG_VERSION"),
+        ))
+        .with_instructions(format!(
+            "You are agent \"{}\" on Switchboard, a messaging fabric for agents. Use list_peers \
+             to see who is there; send_to_peer for one-way messages; talk_to_agent to ask and \
+             wait for an answer; check_inbox to read what others sent you (answer requests \
+             with reply_to_peer); create_task / update_task / spawn_subagent / complete_task / \
+             subagent_status / cancel_task for delegated work. A log notification with \
+             event \"inbox\" means new messages are waiting.",
+            self.agent.id()
+        ))
+    }
+
+    async fn list_resources(
+        &self,
+        _: Option<PaginatedRequestParams>,
+        _: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        Ok(resources::list())
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        _: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        self.read_inbox(&request.uri).await
+    }
+
+    async fn subscribe(
+        &self,
+        request: SubscribeRequestParams,
+        _: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.subscribe_inbox(&request.uri)
+    }
+
+    async fn unsubscribe(
+        &self,
+        _: UnsubscribeRequestParams,
+        _: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.unsubscribe_inbox();
+        Ok(())
+    }
+}
