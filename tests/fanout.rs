@@ -3,6 +3,10 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
+// Longer than 600 lines because it holds one scenario per test of sending; every integration file
+// is its own test binary (a link of all five services), so a topic gets one file however many
+// tests it has.
+
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,7 +20,7 @@ use switchboard_proto::{
     AgentId, ErrorKind, GoalId, INBOX_STREAM, MAX_BODY_BYTES, MessageKind, Part, subject,
 };
 use switchboard_runtime::publish::{PublishFailure, Published};
-use switchboard_tests::{Fabric, agent_with, card, raw, start_fanout, start_fanout_with};
+use switchboard_tests::{Fabric, Service, agent_with, card, raw, runtime, start_fanout};
 
 fn send(to: &str, message: &str) -> SendRequest {
     SendRequest {
@@ -339,14 +343,14 @@ async fn a_failing_goal_is_a_reason_while_the_others_deliver() {
     // A second fan-out whose publisher fails for `bad`; stop the normal one.
     let url = fabric.url();
     let js = async_nats::jetstream::new(async_nats::connect(&url).await.unwrap());
-    let faulty = start_fanout_with(
-        &url,
+    let faulty = Service::FanoutWith(
         inbox_fanout::FanoutConfig::default(),
         Arc::new(FailOneGoal {
             inner: inbox_fanout::JetStreamPublisher(js),
             failing: subject::inbox(&bad.id()),
         }),
     )
+    .start(&runtime(&url))
     .await;
     let Fabric { fanout, .. } = &fabric;
     fanout.shutdown.cancel();

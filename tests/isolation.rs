@@ -9,6 +9,10 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
+// Longer than 600 lines because each numbered attack of issue 17 is a scenario here, beside the
+// fixture that runs them under the generated config; a second file would be a second test binary
+// to link.
+
 use std::path::Path;
 use std::time::Duration;
 
@@ -21,9 +25,9 @@ use switchboard_proto::{
 };
 use switchboard_runtime::config::Secret;
 use switchboard_runtime::permissions::{self, AgentEntry, AgentsFile};
-use switchboard_runtime::{CancellationToken, RuntimeConfig};
+use switchboard_runtime::RuntimeConfig;
 use switchboard_testkit::{Login, NatsServer};
-use switchboard_tests::{Fabric, card, fast_audit, fast_tasks, raw};
+use switchboard_tests::{Fabric, Replica, Service, card, fast_audit, fast_tasks, raw};
 use tokio::sync::mpsc;
 
 fn id(agent: &str) -> AgentId {
@@ -157,7 +161,7 @@ struct Secured {
     dir: tempfile::TempDir,
     /// The services' own connection (account SWITCHBOARD).
     services: async_nats::Client,
-    shutdown: CancellationToken,
+    replicas: Vec<Replica>,
 }
 
 fn agents_file(agents: &[(&str, bool)]) -> AgentsFile {
@@ -193,32 +197,21 @@ impl Secured {
         let services = switchboard_runtime::nats::connect(&settings.nats, "services")
             .await
             .unwrap();
-        let shutdown = CancellationToken::new();
-        let directory = directory::start(&services, &settings, Default::default())
-            .await
-            .unwrap();
-        tokio::spawn(directory.run(shutdown.clone()));
-        let fanout = inbox_fanout::start(&services, &settings, Default::default())
-            .await
-            .unwrap();
-        tokio::spawn(fanout.run(shutdown.clone()));
-        let correlator = reply_correlator::start(&services, &settings, Default::default())
-            .await
-            .unwrap();
-        tokio::spawn(correlator.run(shutdown.clone()));
-        let tasks = task_lifecycle::start(&services, &settings, fast_tasks())
-            .await
-            .unwrap();
-        tokio::spawn(tasks.run(shutdown.clone()));
-        let audit = audit::start(&services, &settings, fast_audit())
-            .await
-            .unwrap();
-        tokio::spawn(audit.run(shutdown.clone()));
+        let mut replicas = Vec::new();
+        for service in [
+            Service::Directory(Default::default()),
+            Service::Fanout(Default::default()),
+            Service::Correlator(Default::default()),
+            Service::Tasks(fast_tasks()),
+            Service::Audit(fast_audit()),
+        ] {
+            replicas.push(service.start(&settings).await);
+        }
         Self {
             nats,
             dir,
             services,
-            shutdown,
+            replicas,
         }
     }
 
@@ -247,7 +240,9 @@ impl Secured {
 
 impl Drop for Secured {
     fn drop(&mut self) {
-        self.shutdown.cancel();
+        for replica in &self.replicas {
+            replica.shutdown.cancel();
+        }
     }
 }
 

@@ -25,7 +25,7 @@ use switchboard_proto::{AgentId, GoalId, INBOX_STREAM, InboxMessage, new_id, sub
 
 use switchboard_testkit::NatsCluster;
 use switchboard_testkit::process::ServiceProcess;
-use switchboard_tests::bench::{Sample, measure, ms};
+use switchboard_tests::bench::{Sample, measure, ms, percentile};
 use switchboard_tests::{card, service_bin};
 
 use crate::{MIB, Report, SERVICE_ENV, agent, rss_bytes};
@@ -90,8 +90,8 @@ pub async fn reading_rows(
     }
     goal.ack_through(acked.unwrap_or(0)).await.unwrap();
     latencies.sort();
-    let p50 = latencies[latencies.len() / 2];
-    let p99 = latencies[(latencies.len() - 1) * 99 / 100];
+    let p50 = percentile(&latencies, 0.50);
+    let p99 = percentile(&latencies, 0.99);
     report.note_row(
         "inbox",
         "send → the recipient's held fetch answers (256 B)",

@@ -1,4 +1,4 @@
-//! The measuring harness both benches share: sequential latency percentiles, then throughput
+//! The measuring harness every bench shares: sequential latency percentiles, then throughput
 //! with a fixed number of operations in flight.
 
 use std::future::Future;
@@ -34,10 +34,6 @@ where
         latencies.push(started.elapsed());
     }
     latencies.sort();
-    let pick = |p: f64| {
-        let rank = ((latencies.len().saturating_sub(1)) as f64 * p).round() as usize;
-        latencies[rank.min(latencies.len().saturating_sub(1))]
-    };
     let per_task = (ops * spread).div_ceil(in_flight).max(4);
     let started = Instant::now();
     let tasks: Vec<_> = (0..in_flight)
@@ -54,10 +50,17 @@ where
         task.await.expect("a benchmark task panicked");
     }
     Sample {
-        p50: pick(0.50),
-        p99: pick(0.99),
+        p50: percentile(&latencies, 0.50),
+        p99: percentile(&latencies, 0.99),
         per_sec: (per_task * in_flight) as f64 / started.elapsed().as_secs_f64(),
     }
+}
+
+/// The `p` quantile (0.0–1.0) of `sorted` latencies, nearest rank; zero when empty.
+pub fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let last = sorted.len().saturating_sub(1);
+    let rank = (last as f64 * p).round() as usize;
+    sorted.get(rank.min(last)).copied().unwrap_or_default()
 }
 
 /// Milliseconds with three decimals.
