@@ -3,6 +3,10 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
+// Longer than 600 lines because it holds one scenario per test of correlated calls; every
+// integration file is its own test binary (a link of all five services), so a topic gets one file
+// however many tests it has.
+
 use std::collections::BTreeSet;
 use std::time::Duration;
 

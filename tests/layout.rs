@@ -1,0 +1,270 @@
+//! The workspace's shape, checked (issue 18, CONTRIBUTING.md "Where things live"):
+//!
+//! - every subject, stream, bucket and header name is spelled in `shared/proto` only, so
+//!   renaming one there renames it for the services, the clients and the NATS permissions;
+//! - every service has the same files for the same jobs;
+//! - no source file grows past what anyone reads at once without saying why;
+//! - the concept → file map in CONTRIBUTING.md names the file that holds each concept.
+//!
+//! These read the source tree; they need no nats-server.
+
+use std::path::{Path, PathBuf};
+
+/// The workspace root (this crate lives in `tests/`).
+fn root() -> PathBuf {
+    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/..")).to_path_buf()
+}
+
+/// Every `.rs` file below `dir`, skipping build output.
+fn rust_files(dir: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(dir) = todo.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let name = entry.file_name();
+            if path.is_dir() {
+                if name != "target" && name != ".git" && name != ".venv" {
+                    todo.push(path);
+                }
+            } else if path.extension().is_some_and(|ext| ext == "rs") {
+                found.push(path);
+            }
+        }
+    }
+    found.sort();
+    found
+}
+
+fn relative(path: &Path) -> String {
+    path.strip_prefix(root())
+        .unwrap_or(path)
+        .display()
+        .to_string()
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_else(|err| panic!("{}: {err}", path.display()))
+}
+
+/// The code a file ships: everything before its `#[cfg(test)]` module, without comments.
+fn shipped_lines(text: &str) -> impl Iterator<Item = (usize, &str)> {
+    let end = text.find("#[cfg(test)]").unwrap_or(text.len());
+    text[..end]
+        .lines()
+        .enumerate()
+        .map(|(index, line)| (index + 1, line))
+        .filter(|(_, line)| !line.trim_start().starts_with("//"))
+}
+
+/// The string literals on one line (plain `"…"` literals, escapes skipped).
+fn literals(line: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut chars = line.chars();
+    let mut current: Option<String> = None;
+    while let Some(c) = chars.next() {
+        match (&mut current, c) {
+            (None, '"') => current = Some(String::new()),
+            (Some(text), '"') => {
+                found.push(std::mem::take(text));
+                current = None;
+            }
+            (Some(text), '\\') => {
+                text.push('\\');
+                if let Some(next) = chars.next() {
+                    text.push(next);
+                }
+            }
+            (Some(text), c) => text.push(c),
+            (None, _) => {}
+        }
+    }
+    found
+}
+
+/// The stream, bucket and header names `shared/proto` defines (`pub const …: &str`).
+fn proto_names() -> Vec<String> {
+    let mut names = Vec::new();
+    for path in rust_files(&root().join("shared/proto/src")) {
+        for line in read(&path).lines() {
+            let Some(rest) = line.trim().strip_prefix("pub const ") else {
+                continue;
+            };
+            let Some((name, value)) = rest.split_once(": &str = ") else {
+                continue;
+            };
+            let is_name = name.starts_with("HEADER_")
+                || name.ends_with("_STREAM")
+                || name.ends_with("_BUCKET");
+            if is_name && let Some(value) = literals(value).into_iter().next() {
+                names.push(value);
+            }
+        }
+    }
+    assert!(
+        names.len() > 20,
+        "proto names not found: {names:?} (did names.rs move?)"
+    );
+    names
+}
+
+/// What starts a subject or a NATS header name.
+const SUBJECT_ROOTS: [&str; 9] = [
+    "agent.", "_SB.", "$JS.", "$KV.", "$SRV.", "_INBOX", "_R_.", "Nats-", "KV-",
+];
+
+#[test]
+fn no_subject_stream_bucket_or_header_is_spelled_outside_proto() {
+    let names = proto_names();
+    let mut found = Vec::new();
+    for dir in ["services", "shared", "cli/src"] {
+        for path in rust_files(&root().join(dir)) {
+            let shown = relative(&path);
+            if shown.starts_with("shared/proto/") || shown.contains("/tests/") {
+                continue;
+            }
+            let text = read(&path);
+            for (number, line) in shipped_lines(&text) {
+                for literal in literals(line) {
+                    // Prose (help text, error messages) may mention a subject; a name the code
+                    // uses has no whitespace.
+                    if literal.contains(char::is_whitespace) {
+                        continue;
+                    }
+                    let spelled = SUBJECT_ROOTS.iter().any(|root| literal.starts_with(root))
+                        || names.contains(&literal);
+                    if spelled {
+                        found.push(format!("{shown}:{number}: \"{literal}\""));
+                    }
+                }
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "subject/stream/bucket/header names spelled outside shared/proto (use \
+         switchboard_proto::subject or names):\n{}",
+        found.join("\n")
+    );
+}
+
+/// The files every service has, each with one job (CONTRIBUTING.md).
+const SERVICE_FILES: [&str; 6] = [
+    "main.rs",
+    "lib.rs",
+    "config.rs",
+    "error.rs",
+    "endpoints.rs",
+    "store.rs",
+];
+
+#[test]
+fn every_service_has_the_same_files_for_the_same_jobs() {
+    let mut missing = Vec::new();
+    let services = std::fs::read_dir(root().join("services")).expect("services/");
+    let mut count = 0;
+    for service in services.flatten() {
+        let src = service.path().join("src");
+        if !src.is_dir() {
+            continue;
+        }
+        count += 1;
+        for file in SERVICE_FILES {
+            if !src.join(file).is_file() {
+                missing.push(relative(&src.join(file)));
+            }
+        }
+    }
+    assert_eq!(count, 5, "five services expected");
+    assert!(missing.is_empty(), "missing: {missing:?}");
+}
+
+/// Longest a source file may be without a stated reason.
+const MAX_LINES: usize = 600;
+/// The comment that states why a file is longer.
+const LONG_FILE_REASON: &str = "// Longer than 600 lines because";
+
+/// Counts the lines a reader of the code reads: a file's unit tests (its `#[cfg(test)]`
+/// module, at the end by convention) are read on their own and do not count.
+#[test]
+fn no_source_file_is_over_600_lines_without_a_reason() {
+    let mut long = Vec::new();
+    for path in rust_files(&root()) {
+        let text = read(&path);
+        let code = &text[..text.find("#[cfg(test)]").unwrap_or(text.len())];
+        let lines = code.lines().count();
+        if lines > MAX_LINES && !text.contains(LONG_FILE_REASON) {
+            long.push(format!("{} ({lines} lines)", relative(&path)));
+        }
+    }
+    assert!(
+        long.is_empty(),
+        "split these, or say why in a `{LONG_FILE_REASON} …` comment:\n{}",
+        long.join("\n")
+    );
+}
+
+/// The six concepts a newcomer looked up (issue 18), the file CONTRIBUTING.md must name for
+/// each, and what that file must hold.
+const CONCEPTS: [(&str, &str, &str); 6] = [
+    ("a subject", "shared/proto/src/subject.rs", "pub fn send("),
+    (
+        "a wire type",
+        "shared/proto/src/message.rs",
+        "pub struct InboxMessage",
+    ),
+    (
+        "the send handler",
+        "services/inbox-fanout/src/send.rs",
+        "pub async fn send(",
+    ),
+    (
+        "the call timeout sweep",
+        "services/reply-correlator/src/sweep.rs",
+        "pub async fn sweep(",
+    ),
+    (
+        "the task state machine",
+        "shared/proto/src/task.rs",
+        "pub fn apply(",
+    ),
+    (
+        "the audit hash chain",
+        "services/audit/src/verify.rs",
+        "pub async fn verify(",
+    ),
+];
+
+#[test]
+fn the_contributing_map_names_the_file_that_holds_each_concept() {
+    let map = read(&root().join("CONTRIBUTING.md"));
+    for (concept, file, holds) in CONCEPTS {
+        let row = map
+            .lines()
+            .find(|line| line.starts_with(&format!("| {concept} ")))
+            .unwrap_or_else(|| panic!("CONTRIBUTING.md has no row for {concept:?}"));
+        assert!(
+            row.contains(&format!("`{file}`")),
+            "the row for {concept:?} should name `{file}`: {row}"
+        );
+        assert!(
+            read(&root().join(file)).contains(holds),
+            "{file} should hold {holds:?} ({concept})"
+        );
+    }
+    // Every path the map names exists.
+    for line in map.lines().filter(|line| line.starts_with("| ")) {
+        for path in line.split('`').skip(1).step_by(2) {
+            let looks_like_path = path.contains('/') && !path.contains('<') && !path.contains(' ');
+            if looks_like_path {
+                assert!(
+                    root().join(path).exists(),
+                    "CONTRIBUTING.md names {path}: missing"
+                );
+            }
+        }
+    }
+}
