@@ -23,9 +23,9 @@ use switchboard_proto::{
     AUDIT_STREAM, AgentId, CALLS_BUCKET, CURSORS_BUCKET, EVENTS_STREAM, GOALS_BUCKET, INBOX_STREAM,
     REGISTRY_BUCKET, TASKS_BUCKET,
 };
+use switchboard_runtime::RuntimeConfig;
 use switchboard_runtime::config::Secret;
 use switchboard_runtime::permissions::{self, AgentEntry, AgentsFile};
-use switchboard_runtime::RuntimeConfig;
 use switchboard_testkit::{Login, NatsServer};
 use switchboard_tests::{Fabric, Replica, Service, card, fast_audit, fast_tasks, raw};
 use tokio::sync::mpsc;
