@@ -1,5 +1,6 @@
 //! The parameters of the MCP tools: what the model sends, with the JSON Schema the host shows
-//! it (each field's doc comment becomes its description). Ids travel as strings.
+//! it (each field's doc comment becomes its description; `update_task`'s `action` lists the
+//! assignee's ops from `TaskOp` instead). Ids travel as strings.
 
 use schemars::JsonSchema;
 use serde::Deserialize;

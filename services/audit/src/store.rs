@@ -23,11 +23,11 @@ const READ_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// One stored message of a stream, as read back.
 pub struct StoredMessage {
-    /// Its sequence.
+    /// Where it is in the stream: an audit record's place in the chain, a source's position.
     pub seq: u64,
-    /// Its headers.
+    /// The headers it was stored with (`Switchboard-Audit-Hash` on a record, trace context).
     pub headers: Option<HeaderMap>,
-    /// Its body.
+    /// The stored bytes: a record's JSON, or the source message the record is made from.
     pub payload: Bytes,
 }
 

@@ -84,7 +84,7 @@ impl Trail {
         Ok(trail)
     }
 
-    /// The index.
+    /// The SQLite query index this replica keeps (thread, history and pending read it).
     pub fn index(&self) -> Arc<Index> {
         Arc::clone(&self.index)
     }

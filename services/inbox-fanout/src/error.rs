@@ -61,8 +61,7 @@ impl FanoutError {
             Self::NotYourGoal(_) => ErrorKind::InvalidGoalId,
             Self::BadRead(_) => ErrorKind::BadRequest,
             Self::Contention(_) => ErrorKind::Conflict,
-            Self::Store(StoreError::Unavailable { .. }) => ErrorKind::Unavailable,
-            Self::Store(StoreError::Corrupt(_)) => ErrorKind::Internal,
+            Self::Store(store) => store.kind(),
         }
     }
 }

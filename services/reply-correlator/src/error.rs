@@ -132,8 +132,7 @@ impl CorrelatorError {
             Self::Expired { .. } => ErrorKind::Expired,
             Self::AnswerInProgress(_) | Self::Contention(_) => ErrorKind::Conflict,
             Self::EncodeAnswer(_) => ErrorKind::Internal,
-            Self::Store(StoreError::Unavailable { .. }) => ErrorKind::Unavailable,
-            Self::Store(StoreError::Corrupt(_)) => ErrorKind::Internal,
+            Self::Store(store) => store.kind(),
         }
     }
 }

@@ -38,9 +38,9 @@ const ORPHAN_AFTER: time::Duration = time::Duration::seconds(30);
 /// A call record as read from (or written to) the bucket, with its revision.
 #[derive(Debug, Clone)]
 pub struct CallEntry {
-    /// The call.
+    /// The record as it was read or written (parties, deadline, state, answer).
     pub call: PendingCall,
-    /// Its revision, for compare-and-set.
+    /// The `agent_calls` KV revision of that record; a write naming an older one is refused.
     pub revision: u64,
 }
 

@@ -1,6 +1,6 @@
 //! The task service's endpoints: one per op on `agent.task.<op>.<agent_id>`, each decoding
 //! its request type and handing it to [`Tasks`]. A [`TaskError`](crate::TaskError) becomes
-//! the wire `{code, kind}` here, at the boundary.
+//! the wire `{code, kind}` at this boundary, through the one mapping in `error.rs`.
 
 use std::sync::Arc;
 

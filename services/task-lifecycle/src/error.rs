@@ -247,8 +247,7 @@ impl TaskError {
             }
             Self::TextTooLarge { .. } => ErrorKind::BodyTooLarge,
             Self::AtCapacity { .. } => ErrorKind::AtCapacity,
-            Self::Store(StoreError::Unavailable { .. }) => ErrorKind::Unavailable,
-            Self::Store(StoreError::Corrupt(_)) => ErrorKind::Internal,
+            Self::Store(store) => store.kind(),
         }
     }
 }

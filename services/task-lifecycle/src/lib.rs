@@ -17,8 +17,8 @@
 //! Layout: this file (`start`/`run`), `config.rs` (`[task_lifecycle]`), `endpoints.rs` (the
 //! endpoint table), `error.rs` (`TaskError` and its error kinds), `tasks.rs` (the `Tasks`
 //! service and the limits its rules share), the rules in `create.rs` (create, spawn),
-//! `transitions.rs` (the ops and how each change is told), `load.rs` (the concurrency cap and
-//! the load reported to the directory), `queries.rs` (get, list) and `sweep.rs` (deadlines,
+//! `transitions.rs` (the ops and how each change is told), `load.rs` (acceptance: `allow_from`, the
+//! concurrency cap, and the load reported to the directory), `queries.rs` (get, list) and `sweep.rs` (deadlines,
 //! the cancel cascade), and `store.rs` (the `agent_tasks` bucket and the `AGENT_TASKS_INDEX`
 //! stream).
 

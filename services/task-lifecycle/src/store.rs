@@ -33,9 +33,9 @@ use uuid::Uuid;
 /// A task record with its KV revision, the compare-and-set target of its next write.
 #[derive(Debug, Clone)]
 pub struct TaskEntry {
-    /// The task.
+    /// The record as it was read or written (state, parties, deadline, result).
     pub task: TaskRecord,
-    /// Its revision, for compare-and-set.
+    /// The `agent_tasks` KV revision of that record; a write naming an older one is refused.
     pub revision: u64,
 }
 

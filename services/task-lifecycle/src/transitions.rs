@@ -2,12 +2,13 @@
 //! cancel) and how every change is written and told.
 //!
 //! Every change is: read the record, check the op against the state machine
-//! (`switchboard_proto::task::apply`) and the acceptance rules, write with compare-and-set on
-//! the revision read, and only then tell the world: the event on `agent.task.events.<id>`, a
-//! `kind: task_update` message to the requester's goal (the `callback` unchanged), a notice to
-//! the assignee when someone else moved its task, the assignee's load to the directory, and
-//! the cancel cascade over open descendants when a task ends. A writer that loses the
-//! compare-and-set re-reads and decides again, so no transition happens twice or illegally.
+//! (`switchboard_proto::task::apply`) and, for accept, the acceptance rules (`load.rs`), write
+//! with compare-and-set on the revision read, and only then tell the world (here): the event
+//! on `agent.task.events.<id>`, a `kind: task_update` message to the requester's goal (the
+//! `callback` unchanged) and a notice to the assignee when someone else moved its task. The
+//! assignee's load goes to the directory (`load.rs`) and a task that ends cancels its open
+//! descendants (`sweep.rs`). A writer that loses the compare-and-set re-reads and decides
+//! again, so no transition happens twice or illegally.
 
 use bytes::Bytes;
 use switchboard_proto::send::check_content_fits;

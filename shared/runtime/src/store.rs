@@ -29,13 +29,20 @@ impl StoreError {
     }
 }
 
+impl StoreError {
+    /// The stable kind every service answers a store failure with: `unavailable` when the
+    /// store could not be reached (worth a retry), `internal` for a record that cannot be read.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Self::Unavailable { .. } => ErrorKind::Unavailable,
+            Self::Corrupt(_) => ErrorKind::Internal,
+        }
+    }
+}
+
 impl From<StoreError> for ErrorReply {
     fn from(err: StoreError) -> Self {
-        let kind = match err {
-            StoreError::Unavailable { .. } => ErrorKind::Unavailable,
-            StoreError::Corrupt(_) => ErrorKind::Internal,
-        };
-        ErrorReply::new(kind, err.to_string())
+        ErrorReply::new(err.kind(), err.to_string())
     }
 }
 
