@@ -6,12 +6,14 @@
 //! - [`fabric`]: a nats-server with the request services and registered agents;
 //! - [`wire`]: raw requests and replies, reading inboxes and streams back;
 //! - [`otlp`]: an OTLP/HTTP sink for trace tests;
+//! - [`http`]: a bare HTTP/1.1 client (and SSE reader) for the A2A gateway;
 //! - [`bench`]: the measuring harness of `make bench`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 pub mod bench;
 pub mod fabric;
+pub mod http;
 pub mod otlp;
 pub mod services;
 pub mod wire;

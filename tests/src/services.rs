@@ -136,6 +136,7 @@ pub enum Service {
     Correlator(reply_correlator::CorrelatorConfig),
     Tasks(task_lifecycle::TaskConfig),
     Audit(audit::AuditConfig),
+    Gateway(a2a_gateway::GatewayConfig),
 }
 
 /// What a test may reach into while a service runs.
@@ -146,6 +147,8 @@ pub enum Handle {
     Tasks(Arc<task_lifecycle::Tasks>),
     /// The audit trail, to read its index.
     Trail(Arc<audit::Trail>),
+    /// The A2A gateway's address.
+    Listening(std::net::SocketAddr),
 }
 
 impl Service {
@@ -157,6 +160,7 @@ impl Service {
             Self::Correlator(_) => "reply-correlator",
             Self::Tasks(_) => "task-lifecycle",
             Self::Audit(_) => "audit",
+            Self::Gateway(_) => "a2a-gateway",
         }
     }
 
@@ -206,6 +210,12 @@ impl Service {
                 let trail = running.trail();
                 let replica = Replica::spawn(name, |stop| running.run(stop));
                 (replica, Handle::Trail(trail))
+            }
+            Self::Gateway(config) => {
+                let running = a2a_gateway::start(&client, runtime, config).await.unwrap();
+                let address = running.local_addr().unwrap();
+                let replica = Replica::spawn(name, |stop| running.run(stop));
+                (replica, Handle::Listening(address))
             }
         }
     }

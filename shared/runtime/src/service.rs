@@ -305,6 +305,14 @@ pub enum StartError {
     /// The micro service could not start.
     #[error(transparent)]
     Micro(#[from] micro::MicroError),
+    /// An HTTP listener (the A2A gateway's) could not bind its address.
+    #[error("listening on {address}: {message}")]
+    Listen {
+        /// The address it was to bind, e.g. `127.0.0.1:9999`.
+        address: String,
+        /// Why (address in use, no permission…).
+        message: String,
+    },
 }
 
 #[cfg(test)]

@@ -1,0 +1,173 @@
+//! Agent cards: each registered agent's directory card as an A2A v1.0 `AgentCard`, at
+//! `/agents/<agent_id>/.well-known/agent-card.json`.
+//!
+//! Skills come from the card's `skills` (id, name, description, tags) and its `capabilities`
+//! (one skill each, named after it). The one interface is JSON-RPC at `/agents/<agent_id>`,
+//! protocol 1.0; `streaming` is true (SSE, resumable), push notifications false. A caller
+//! needs a bearer token unless anonymous callers are allowed, and the card says so.
+
+use std::collections::HashMap;
+
+use a2a::{
+    AgentCapabilities, AgentCard, AgentInterface, AgentSkill, HttpAuthSecurityScheme,
+    SecurityScheme, TRANSPORT_PROTOCOL_JSONRPC,
+};
+use switchboard_proto::{AgentId, AgentRecord, AgentStatus};
+
+use crate::config::GatewayConfig;
+
+/// The name of the bearer scheme in the cards' `securitySchemes`.
+pub const BEARER_SCHEME: &str = "bearer";
+
+/// The A2A card of `record`, served by a gateway with `config`.
+pub fn card(record: &AgentRecord, config: &GatewayConfig) -> AgentCard {
+    let ours = &record.card;
+    let id = ours.agent_id.as_str();
+    let mut skills: Vec<AgentSkill> = ours
+        .skills
+        .iter()
+        .map(|skill| AgentSkill {
+            id: skill.id.clone(),
+            name: skill.name.clone(),
+            description: skill.description.clone(),
+            tags: skill.tags.clone(),
+            examples: None,
+            input_modes: None,
+            output_modes: None,
+            security_requirements: None,
+        })
+        .collect();
+    for capability in &ours.capabilities {
+        if skills.iter().any(|skill| skill.id == *capability) {
+            continue;
+        }
+        skills.push(AgentSkill {
+            id: capability.clone(),
+            name: capability.clone(),
+            description: format!("{id} can {capability}"),
+            tags: vec![capability.clone()],
+            examples: None,
+            input_modes: None,
+            output_modes: None,
+            security_requirements: None,
+        });
+    }
+    let mut description = if ours.description.is_empty() {
+        format!("The Switchboard agent `{id}`")
+    } else {
+        ours.description.clone()
+    };
+    if record.status == AgentStatus::Offline {
+        description = format!(
+            "Unavailable: `{id}` is offline (its tasks wait until it is back). {description}"
+        );
+    }
+    let (security_schemes, security_requirements) = if config.allow_anonymous {
+        (None, None)
+    } else {
+        (
+            Some(HashMap::from([(
+                BEARER_SCHEME.to_owned(),
+                SecurityScheme::HttpAuth(HttpAuthSecurityScheme {
+                    scheme: "Bearer".to_owned(),
+                    description: Some(
+                        "a token the gateway's operator issued (`[a2a_gateway] clients`)"
+                            .to_owned(),
+                    ),
+                    bearer_format: None,
+                }),
+            )])),
+            Some(vec![HashMap::from([(
+                BEARER_SCHEME.to_owned(),
+                Vec::new(),
+            )])]),
+        )
+    };
+    AgentCard {
+        name: id.to_owned(),
+        description,
+        version: env!("CARGO_PKG_VERSION").to_owned(),
+        supported_interfaces: vec![AgentInterface::new(
+            format!("{}/agents/{id}", config.base_url()),
+            TRANSPORT_PROTOCOL_JSONRPC,
+        )],
+        capabilities: AgentCapabilities {
+            streaming: Some(true),
+            push_notifications: Some(false),
+            extensions: None,
+            extended_agent_card: Some(false),
+        },
+        default_input_modes: vec!["text/plain".to_owned(), "application/json".to_owned()],
+        default_output_modes: vec!["text/plain".to_owned(), "application/json".to_owned()],
+        skills,
+        provider: None,
+        documentation_url: None,
+        icon_url: None,
+        security_schemes,
+        security_requirements,
+        signatures: None,
+    }
+}
+
+/// A strong `ETag` for a card's JSON: its SHA-256, so a client's cached copy is valid exactly
+/// as long as nothing in the card changed.
+pub fn etag(json: &[u8]) -> String {
+    let digest = ring::digest::digest(&ring::digest::SHA256, json);
+    let hex: String = digest.as_ref()[..16]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    format!("\"{hex}\"")
+}
+
+/// Whether `id` names an agent a card could exist for (a valid agent id).
+pub fn agent_id(id: &str) -> Option<AgentId> {
+    AgentId::parse(id).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use switchboard_proto::{AgentCard as Card, Skill};
+
+    fn record(card: Card, status: AgentStatus) -> AgentRecord {
+        let now = switchboard_proto::timestamp::now();
+        AgentRecord {
+            card,
+            status,
+            current_tasks: Vec::new(),
+            registered_at: now,
+            last_heartbeat: now,
+        }
+    }
+
+    #[test]
+    fn a_card_lists_skills_and_capabilities_and_says_when_offline() {
+        let Some(id) = agent_id("writer") else {
+            panic!("a valid id")
+        };
+        let mut ours = Card::new(id);
+        ours.description = "writes".into();
+        ours.capabilities = vec!["summarize".into(), "draft".into()];
+        ours.skills = vec![Skill {
+            id: "draft".into(),
+            name: "Drafting".into(),
+            description: "first drafts".into(),
+            tags: vec![],
+        }];
+        let config = GatewayConfig::default();
+        let online = card(&record(ours.clone(), AgentStatus::Idle), &config);
+        assert_eq!(online.name, "writer");
+        assert_eq!(online.description, "writes");
+        let ids: Vec<&str> = online.skills.iter().map(|s| s.id.as_str()).collect();
+        assert_eq!(ids, ["draft", "summarize"]);
+        assert_eq!(
+            online.supported_interfaces[0].url,
+            "http://127.0.0.1:9999/agents/writer"
+        );
+        assert_eq!(online.capabilities.streaming, Some(true));
+        assert!(online.security_schemes.is_some());
+        let offline = card(&record(ours, AgentStatus::Offline), &config);
+        assert!(offline.description.starts_with("Unavailable"));
+    }
+}

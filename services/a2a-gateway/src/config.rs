@@ -1,0 +1,159 @@
+//! The `[a2a_gateway]` config section: where the gateway listens, the URL clients reach it at,
+//! who may call it, and how long a blocking `SendMessage` waits.
+
+use std::net::SocketAddr;
+
+use serde::{Deserialize, Serialize};
+
+/// Config section name.
+pub const SECTION: &str = "a2a_gateway";
+
+/// One A2A client allowed in: a name (its agent id in the fabric is `a2a-<name>`) and the
+/// SHA-256 of its bearer token, lowercase hex, so the config never holds the token itself
+/// (`switchboard a2a token <name>` prints a fresh token and this line).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClientToken {
+    /// The client's name: 1–58 characters of `[a-z0-9_-]`, so `a2a-<name>` is an agent id.
+    pub name: String,
+    /// SHA-256 of the bearer token, 64 lowercase hex characters.
+    pub sha256: String,
+}
+
+/// Gateway settings (`[a2a_gateway]` in `switchboard.toml`, `SWITCHBOARD_A2A_GATEWAY__*` env).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct GatewayConfig {
+    /// The address the HTTP server binds (loopback by default: put a TLS proxy in front to
+    /// expose it).
+    pub listen: SocketAddr,
+    /// The base URL clients reach the gateway at, used in agent cards (`<public_url>/agents/<id>`);
+    /// empty: `http://<listen>`.
+    pub public_url: String,
+    /// The clients allowed in, by bearer token.
+    pub clients: Vec<ClientToken>,
+    /// Whether a request without a token is served, as the agent `a2a-anonymous` (off: 401).
+    pub allow_anonymous: bool,
+    /// The agent `GET /.well-known/agent-card.json` describes; empty: that path is 404.
+    pub default_agent: String,
+    /// How long a blocking `SendMessage` waits for the task to finish or ask for input before
+    /// it answers with the task as it is, in milliseconds.
+    pub blocking_timeout_ms: u64,
+    /// Largest request body, in bytes (a message is at most 64 KiB of text plus its parts).
+    pub max_body_bytes: usize,
+    /// The most streams (`SendStreamingMessage`, `SubscribeToTask`) open at once per client.
+    pub max_streams_per_client: usize,
+}
+
+impl Default for GatewayConfig {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 9999)),
+            public_url: String::new(),
+            clients: Vec::new(),
+            allow_anonymous: false,
+            default_agent: String::new(),
+            blocking_timeout_ms: 60_000,
+            max_body_bytes: 1024 * 1024,
+            max_streams_per_client: 32,
+        }
+    }
+}
+
+/// Longest client name: `a2a-` plus it must fit an agent id (64 characters).
+pub const CLIENT_NAME_MAX: usize = 60;
+
+impl GatewayConfig {
+    /// The base URL cards advertise.
+    pub fn base_url(&self) -> String {
+        if self.public_url.is_empty() {
+            format!("http://{}", self.listen)
+        } else {
+            self.public_url.trim_end_matches('/').to_owned()
+        }
+    }
+}
+
+impl switchboard_runtime::config::Section for GatewayConfig {
+    fn validate(&self) -> Result<(), String> {
+        if self.blocking_timeout_ms == 0 || self.blocking_timeout_ms > 300_000 {
+            return Err("blocking_timeout_ms must be 1 to 300000".to_owned());
+        }
+        if !(1024..=16 * 1024 * 1024).contains(&self.max_body_bytes) {
+            return Err("max_body_bytes must be 1024 to 16777216".to_owned());
+        }
+        if self.max_streams_per_client == 0 {
+            return Err("max_streams_per_client must be above 0".to_owned());
+        }
+        let scheme_ok =
+            self.public_url.starts_with("http://") || self.public_url.starts_with("https://");
+        if !self.public_url.is_empty() && !scheme_ok {
+            return Err("public_url must start with http:// or https://".to_owned());
+        }
+        for client in &self.clients {
+            let name_ok = !client.name.is_empty()
+                && client.name.len() <= CLIENT_NAME_MAX
+                && client.name.bytes().all(|b| {
+                    b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_'
+                });
+            if !name_ok {
+                return Err(format!(
+                    "client name `{}` must be 1-{CLIENT_NAME_MAX} characters of a-z, 0-9, - and _",
+                    client.name
+                ));
+            }
+            let hash_ok = client.sha256.len() == 64
+                && client
+                    .sha256
+                    .bytes()
+                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+            if !hash_ok {
+                return Err(format!(
+                    "client `{}`: sha256 must be 64 lowercase hex characters",
+                    client.name
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use switchboard_runtime::config::Section;
+
+    #[test]
+    fn defaults_listen_on_loopback_and_refuse_strangers() {
+        let config = GatewayConfig::default();
+        assert_eq!(config.listen.to_string(), "127.0.0.1:9999");
+        assert_eq!(config.base_url(), "http://127.0.0.1:9999");
+        assert!(!config.allow_anonymous);
+        assert!(config.validate().is_ok());
+    }
+
+    #[test]
+    fn bad_clients_and_bounds_are_refused() {
+        let bad_name = GatewayConfig {
+            clients: vec![ClientToken {
+                name: "Bad Name".into(),
+                sha256: "0".repeat(64),
+            }],
+            ..Default::default()
+        };
+        assert!(bad_name.validate().is_err());
+        let bad_hash = GatewayConfig {
+            clients: vec![ClientToken {
+                name: "ok".into(),
+                sha256: "XYZ".into(),
+            }],
+            ..Default::default()
+        };
+        assert!(bad_hash.validate().is_err());
+        let zero = GatewayConfig {
+            blocking_timeout_ms: 0,
+            ..Default::default()
+        };
+        assert!(zero.validate().is_err());
+    }
+}

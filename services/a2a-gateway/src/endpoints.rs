@@ -1,0 +1,450 @@
+//! The HTTP surface: agent cards (GET) and JSON-RPC 2.0 (POST `/agents/<agent_id>`), with the
+//! checks every request passes before a method runs: the bearer token, the body's size and
+//! content type, the `A2A-Version`, the JSON-RPC envelope, the agent named in the path.
+//!
+//! A JSON-RPC failure is answered with the spec's code (`error.rs`); the HTTP status is 200
+//! for method errors, as JSON-RPC has it, and 401/404/413/415 when the request never reached
+//! a method.
+
+use std::sync::Arc;
+
+use a2a::{
+    CancelTaskRequest, GetTaskRequest, JsonRpcId, JsonRpcResponse, ListTasksRequest,
+    SendMessageRequest, SubscribeToTaskRequest, methods,
+};
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use switchboard_proto::AgentId;
+use tokio::sync::mpsc;
+
+use crate::auth::{self, Refusal};
+use crate::cards;
+use crate::error::GatewayError;
+use crate::gateway::Gateway;
+use crate::stream::Item;
+
+/// The protocol version the gateway speaks.
+pub const VERSION: &str = "1.0";
+
+/// How long a client may cache a card, in seconds.
+const CARD_MAX_AGE_SECS: u32 = 60;
+
+/// The gateway's routes.
+pub fn router(gateway: Arc<Gateway>) -> Router {
+    Router::new()
+        .route("/.well-known/agent-card.json", get(default_card))
+        .route(
+            "/agents/{agent_id}/.well-known/agent-card.json",
+            get(agent_card),
+        )
+        .route("/agents/{agent_id}", post(json_rpc))
+        .with_state(gateway)
+}
+
+async fn default_card(State(gateway): State<Arc<Gateway>>, headers: HeaderMap) -> Response {
+    let agent = gateway.config().default_agent.clone();
+    if agent.is_empty() {
+        return not_found(
+            "no default agent is configured; cards are at /agents/<agent_id>/.well-known/agent-card.json",
+        );
+    }
+    card_response(&gateway, &agent, &headers).await
+}
+
+async fn agent_card(
+    State(gateway): State<Arc<Gateway>>,
+    Path(agent): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    card_response(&gateway, &agent, &headers).await
+}
+
+async fn card_response(gateway: &Gateway, agent: &str, headers: &HeaderMap) -> Response {
+    let Some(id) = cards::agent_id(agent) else {
+        return not_found("not an agent id");
+    };
+    let record = match gateway.store.agent(&id).await {
+        Ok(Some(record)) => record,
+        Ok(None) => return not_found(&format!("no agent `{id}` is registered")),
+        Err(err) => {
+            return (StatusCode::SERVICE_UNAVAILABLE, err.to_string()).into_response();
+        }
+    };
+    let card = cards::card(&record, gateway.config());
+    let json = serde_json::to_vec(&card).unwrap_or_default();
+    let etag = cards::etag(&json);
+    let cache = format!("public, max-age={CARD_MAX_AGE_SECS}");
+    let fresh = headers
+        .get(header::IF_NONE_MATCH)
+        .and_then(|value| value.to_str().ok())
+        .is_some_and(|seen| seen.split(',').any(|tag| tag.trim() == etag));
+    let mut response = if fresh {
+        StatusCode::NOT_MODIFIED.into_response()
+    } else {
+        ([(header::CONTENT_TYPE, "application/json")], json).into_response()
+    };
+    let out = response.headers_mut();
+    if let Ok(value) = HeaderValue::from_str(&etag) {
+        out.insert(header::ETAG, value);
+    }
+    if let Ok(value) = HeaderValue::from_str(&cache) {
+        out.insert(header::CACHE_CONTROL, value);
+    }
+    response
+}
+
+fn not_found(message: &str) -> Response {
+    (
+        StatusCode::NOT_FOUND,
+        [(header::CONTENT_TYPE, "application/json")],
+        serde_json::json!({"error": message}).to_string(),
+    )
+        .into_response()
+}
+
+/// The query string's `A2A-Version` (the spec allows it there as well as in a header).
+#[derive(Debug, serde::Deserialize)]
+struct VersionQuery {
+    #[serde(rename = "A2A-Version")]
+    version: Option<String>,
+}
+
+async fn json_rpc(
+    State(gateway): State<Arc<Gateway>>,
+    Path(agent): Path<String>,
+    Query(query): Query<VersionQuery>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let authorization = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok());
+    let caller = match auth::caller(gateway.config(), authorization) {
+        Ok(caller) => caller,
+        Err(refusal) => return unauthorized(refusal),
+    };
+    let limit = gateway.config().max_body_bytes;
+    let Ok(bytes) = axum::body::to_bytes(body, limit).await else {
+        return rpc_error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            JsonRpcId::Null,
+            &GatewayError::TooLarge(limit),
+        );
+    };
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .unwrap_or("");
+    let media = content_type.split(';').next().unwrap_or("").trim();
+    if !media.eq_ignore_ascii_case("application/json")
+        && !media.eq_ignore_ascii_case("application/a2a+json")
+    {
+        let err = GatewayError::ContentType(if media.is_empty() {
+            "none".to_owned()
+        } else {
+            media.to_owned()
+        });
+        return rpc_error(StatusCode::UNSUPPORTED_MEDIA_TYPE, JsonRpcId::Null, &err);
+    }
+    let (id, method, params) = match envelope(&bytes) {
+        Ok(parts) => parts,
+        Err((id, err)) => return rpc_error(StatusCode::OK, id, &err),
+    };
+    let version = headers
+        .get("A2A-Version")
+        .and_then(|value| value.to_str().ok())
+        .map(str::to_owned)
+        .or(query.version)
+        .unwrap_or_default();
+    if !supported(&version) {
+        let shown = if version.trim().is_empty() {
+            "0.3 (none given)".to_owned()
+        } else {
+            version
+        };
+        return rpc_error(StatusCode::OK, id, &GatewayError::Version(shown));
+    }
+    let Some(agent) = cards::agent_id(&agent) else {
+        return rpc_error(
+            StatusCode::NOT_FOUND,
+            id,
+            &GatewayError::UnknownAgent(agent),
+        );
+    };
+    match gateway.store.agent(&agent).await {
+        Ok(Some(_)) => {}
+        Ok(None) => {
+            return rpc_error(
+                StatusCode::NOT_FOUND,
+                id,
+                &GatewayError::UnknownAgent(agent.to_string()),
+            );
+        }
+        Err(err) => return rpc_error(StatusCode::OK, id, &err),
+    }
+    let last_event = headers
+        .get("Last-Event-ID")
+        .and_then(|value| value.to_str().ok())
+        .map(str::trim)
+        .map(str::to_owned);
+    dispatch(&gateway, &caller, &agent, id, &method, params, last_event).await
+}
+
+/// Whether `version` is one the gateway speaks: 1.x. Empty means 0.3 (the spec's rule).
+fn supported(version: &str) -> bool {
+    let version = version.trim();
+    version == "1"
+        || version
+            .strip_prefix("1.")
+            .is_some_and(|minor| minor.parse::<u32>().is_ok())
+}
+
+/// The JSON-RPC envelope: id, method, params. On failure, the id when one could be read.
+fn envelope(bytes: &Bytes) -> Result<(JsonRpcId, String, Value), (JsonRpcId, GatewayError)> {
+    let value: Value = serde_json::from_slice(bytes)
+        .map_err(|err| (JsonRpcId::Null, GatewayError::Parse(err.to_string())))?;
+    let Value::Object(object) = value else {
+        return Err((
+            JsonRpcId::Null,
+            GatewayError::InvalidRequest(
+                "the request must be a JSON object (batches are not supported)".to_owned(),
+            ),
+        ));
+    };
+    let id = match object.get("id") {
+        None | Some(Value::Null) => JsonRpcId::Null,
+        Some(Value::String(id)) if id.len() <= 256 => JsonRpcId::String(id.clone()),
+        Some(Value::Number(n)) if n.as_i64().is_some() => {
+            JsonRpcId::Number(n.as_i64().unwrap_or(0))
+        }
+        Some(_) => {
+            return Err((
+                JsonRpcId::Null,
+                GatewayError::InvalidRequest(
+                    "id must be a string (≤ 256 bytes) or an integer".to_owned(),
+                ),
+            ));
+        }
+    };
+    if object.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+        return Err((
+            id,
+            GatewayError::InvalidRequest("jsonrpc must be \"2.0\"".to_owned()),
+        ));
+    }
+    let Some(method) = object.get("method").and_then(Value::as_str) else {
+        return Err((
+            id,
+            GatewayError::InvalidRequest("method must be a string".to_owned()),
+        ));
+    };
+    let params = object.get("params").cloned().unwrap_or(Value::Null);
+    Ok((id, method.chars().take(64).collect(), params))
+}
+
+fn params<T: DeserializeOwned>(params: Value) -> Result<T, GatewayError> {
+    serde_json::from_value(params).map_err(|err| GatewayError::InvalidParams(err.to_string()))
+}
+
+async fn dispatch(
+    gateway: &Arc<Gateway>,
+    caller: &AgentId,
+    agent: &AgentId,
+    id: JsonRpcId,
+    method: &str,
+    raw: Value,
+    last_event: Option<String>,
+) -> Response {
+    let result: Result<Value, GatewayError> = match method {
+        methods::SEND_MESSAGE => match params::<SendMessageRequest>(raw) {
+            Ok(request) => gateway
+                .send_message(caller, agent, request)
+                .await
+                .map(|task| serde_json::json!({ "task": task })),
+            Err(err) => Err(err),
+        },
+        methods::GET_TASK => match params::<GetTaskRequest>(raw) {
+            Ok(request) => gateway
+                .get_task(caller, agent, request)
+                .await
+                .map(|task| serde_json::to_value(task).unwrap_or_default()),
+            Err(err) => Err(err),
+        },
+        methods::LIST_TASKS => match params::<ListTasksRequest>(raw) {
+            Ok(request) => gateway
+                .list_tasks(caller, agent, request)
+                .await
+                .map(|listed| serde_json::to_value(listed).unwrap_or_default()),
+            Err(err) => Err(err),
+        },
+        methods::CANCEL_TASK => match params::<CancelTaskRequest>(raw) {
+            Ok(request) => gateway
+                .cancel_task(caller, agent, request)
+                .await
+                .map(|task| serde_json::to_value(task).unwrap_or_default()),
+            Err(err) => Err(err),
+        },
+        methods::SEND_STREAMING_MESSAGE => {
+            return match params::<SendMessageRequest>(raw) {
+                Ok(request) => {
+                    let submitted = match crate::tasks::message_content(&request) {
+                        Ok((text, parts)) => {
+                            gateway
+                                .submit(caller, agent, request, text, parts, false)
+                                .await
+                        }
+                        Err(err) => Err(err),
+                    };
+                    match submitted {
+                        Ok(task) => match crate::tasks::task_id(&task.id) {
+                            Ok(task_id) => stream(gateway, caller, agent, id, task_id, None).await,
+                            Err(err) => rpc_error(StatusCode::OK, id, &err),
+                        },
+                        Err(err) => rpc_error(StatusCode::OK, id, &err),
+                    }
+                }
+                Err(err) => rpc_error(StatusCode::OK, id, &err),
+            };
+        }
+        methods::SUBSCRIBE_TO_TASK => {
+            return match params::<SubscribeToTaskRequest>(raw) {
+                Ok(request) => match crate::tasks::task_id(&request.id) {
+                    Ok(task_id) => {
+                        let after = last_event.and_then(|seen| seen.parse::<u64>().ok());
+                        stream(gateway, caller, agent, id, task_id, after).await
+                    }
+                    Err(err) => rpc_error(StatusCode::OK, id, &err),
+                },
+                Err(err) => rpc_error(StatusCode::OK, id, &err),
+            };
+        }
+        methods::CREATE_PUSH_CONFIG
+        | methods::GET_PUSH_CONFIG
+        | methods::LIST_PUSH_CONFIGS
+        | methods::DELETE_PUSH_CONFIG => Err(GatewayError::PushNotSupported),
+        methods::GET_EXTENDED_AGENT_CARD => Err(GatewayError::ExtendedCardNotConfigured),
+        other => Err(GatewayError::MethodNotFound(other.to_owned())),
+    };
+    match result {
+        Ok(value) => (
+            [(header::CONTENT_TYPE, "application/json")],
+            serde_json::to_string(&JsonRpcResponse::success(id, value)).unwrap_or_default(),
+        )
+            .into_response(),
+        Err(err) => rpc_error(StatusCode::OK, id, &err),
+    }
+}
+
+async fn stream(
+    gateway: &Arc<Gateway>,
+    caller: &AgentId,
+    agent: &AgentId,
+    id: JsonRpcId,
+    task_id: uuid::Uuid,
+    after: Option<u64>,
+) -> Response {
+    match gateway.follow(caller, agent, task_id, after).await {
+        Ok(items) => sse(id, items),
+        Err(err) => rpc_error(StatusCode::OK, id, &err),
+    }
+}
+
+/// The items as SSE: each a JSON-RPC response carrying a `StreamResponse`, its `id` the
+/// event's stream sequence; a failure mid-stream is the last item, a JSON-RPC error.
+fn sse(id: JsonRpcId, mut items: mpsc::Receiver<Result<Item, GatewayError>>) -> Response {
+    let events = futures::stream::poll_fn(move |cx| items.poll_recv(cx)).map(move |item| {
+        let event = match item {
+            Ok(Item { seq, response }) => {
+                let result = serde_json::to_value(&response).unwrap_or_default();
+                Event::default().id(seq.to_string()).data(
+                    serde_json::to_string(&JsonRpcResponse::success(id.clone(), result))
+                        .unwrap_or_default(),
+                )
+            }
+            Err(err) => Event::default().data(
+                serde_json::to_string(&JsonRpcResponse::error(id.clone(), err.to_jsonrpc()))
+                    .unwrap_or_default(),
+            ),
+        };
+        Ok::<_, std::convert::Infallible>(event)
+    });
+    Sse::new(events)
+        .keep_alive(KeepAlive::default())
+        .into_response()
+}
+
+use futures::StreamExt as _;
+
+fn rpc_error(status: StatusCode, id: JsonRpcId, err: &GatewayError) -> Response {
+    (
+        status,
+        [(header::CONTENT_TYPE, "application/json")],
+        serde_json::to_string(&JsonRpcResponse::error(id, err.to_jsonrpc())).unwrap_or_default(),
+    )
+        .into_response()
+}
+
+fn unauthorized(refusal: Refusal) -> Response {
+    let message = match refusal {
+        Refusal::Missing => "a bearer token is required (Authorization: Bearer <token>)",
+        Refusal::Unknown => "the bearer token is not one this gateway knows",
+    };
+    (
+        StatusCode::UNAUTHORIZED,
+        [
+            (header::WWW_AUTHENTICATE, "Bearer"),
+            (header::CONTENT_TYPE, "application/json"),
+        ],
+        serde_json::json!({"error": message}).to_string(),
+    )
+        .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_one_point_anything_are_spoken_and_none_means_0_3() {
+        assert!(supported("1.0"));
+        assert!(supported("1"));
+        assert!(supported("1.1"));
+        assert!(!supported(""));
+        assert!(!supported("0.3"));
+        assert!(!supported("2.0"));
+        assert!(!supported("1.x"));
+    }
+
+    #[test]
+    fn a_bad_envelope_gets_the_spec_code() {
+        let code = |body: &str| match envelope(&Bytes::from(body.to_owned())) {
+            Ok(_) => 0,
+            Err((_, err)) => err.to_jsonrpc().code,
+        };
+        assert_eq!(code("{"), a2a::error_code::PARSE_ERROR);
+        assert_eq!(code("[]"), a2a::error_code::INVALID_REQUEST);
+        assert_eq!(
+            code(r#"{"jsonrpc":"1.0","id":1,"method":"GetTask"}"#),
+            a2a::error_code::INVALID_REQUEST
+        );
+        assert_eq!(
+            code(r#"{"jsonrpc":"2.0","id":{},"method":"GetTask"}"#),
+            a2a::error_code::INVALID_REQUEST
+        );
+        assert_eq!(
+            code(r#"{"jsonrpc":"2.0","id":1}"#),
+            a2a::error_code::INVALID_REQUEST
+        );
+        assert_eq!(
+            code(r#"{"jsonrpc":"2.0","id":1,"method":"GetTask","params":{}}"#),
+            0
+        );
+    }
+}

@@ -1,0 +1,147 @@
+//! Gateway errors, named after the step that failed, and their one mapping to an A2A JSON-RPC
+//! error (the spec's code, an `ErrorInfo` with the A2A reason, and for a refusal by the fabric
+//! the Switchboard `kind` in its metadata, so a client can tell `acl_denied` from `at_capacity`).
+
+use std::collections::HashMap;
+
+use a2a::{A2AError, JsonRpcError, TypedDetail, error_code};
+use switchboard_proto::{ErrorKind, ErrorReply};
+use switchboard_runtime::request::RequestFailure;
+
+/// Why a JSON-RPC request failed.
+#[derive(Debug, thiserror::Error)]
+pub enum GatewayError {
+    /// The body is not JSON.
+    #[error("the body is not JSON: {0}")]
+    Parse(String),
+    /// The body is JSON but not a JSON-RPC 2.0 request.
+    #[error("not a JSON-RPC 2.0 request: {0}")]
+    InvalidRequest(String),
+    /// No such method.
+    #[error("method not found: {0}")]
+    MethodNotFound(String),
+    /// The params do not fit the method.
+    #[error("invalid params: {0}")]
+    InvalidParams(String),
+    /// The client asked for a protocol version the gateway does not speak.
+    #[error("A2A version {0} is not supported (the gateway speaks 1.0)")]
+    Version(String),
+    /// The task does not exist, or the caller is not a party of it.
+    #[error("task not found: {0}")]
+    TaskNotFound(String),
+    /// The task has ended (or cannot be canceled by this caller).
+    #[error("task {task} cannot be canceled: {why}")]
+    NotCancelable {
+        /// The task.
+        task: String,
+        /// The fabric's reason.
+        why: String,
+    },
+    /// Push notifications are not offered by this gateway (its cards say so).
+    #[error("push notifications are not supported by this gateway")]
+    PushNotSupported,
+    /// No extended card is configured.
+    #[error("no extended agent card is configured")]
+    ExtendedCardNotConfigured,
+    /// A subscription to a task that has already ended.
+    #[error("task {0} has ended; use GetTask")]
+    SubscribeEnded(String),
+    /// No agent by that name is registered.
+    #[error("no agent `{0}` is registered here")]
+    UnknownAgent(String),
+    /// The body is larger than the gateway takes.
+    #[error("the body is larger than {0} bytes")]
+    TooLarge(usize),
+    /// The body is not `application/json`.
+    #[error("the body must be application/json (got {0})")]
+    ContentType(String),
+    /// The caller holds as many streams as it may.
+    #[error("too many open streams for this client (at most {0})")]
+    TooManyStreams(usize),
+    /// The fabric refused the request (ACL, capacity, unknown agent, budget…).
+    #[error("{}", .0.error.message)]
+    Refused(ErrorReply),
+    /// The fabric did not answer or could not be reached.
+    #[error("the fabric did not answer {step}: {message}")]
+    Unavailable {
+        /// What the gateway was doing.
+        step: &'static str,
+        /// What went wrong.
+        message: String,
+    },
+}
+
+impl GatewayError {
+    /// From a failed request to a service: a typed refusal stays one; silence is `Unavailable`.
+    pub fn from_request(step: &'static str, failure: RequestFailure) -> Self {
+        match failure {
+            RequestFailure::Service(reply) => Self::Refused(reply),
+            other => Self::Unavailable {
+                step,
+                message: other.to_string(),
+            },
+        }
+    }
+
+    /// The A2A error: the spec's code for the failure, the Switchboard kind beside it.
+    pub fn to_a2a(&self) -> A2AError {
+        let (code, kind) = match self {
+            Self::Parse(_) => (error_code::PARSE_ERROR, None),
+            Self::InvalidRequest(_) | Self::TooLarge(_) | Self::UnknownAgent(_) => {
+                (error_code::INVALID_REQUEST, None)
+            }
+            Self::ContentType(_) => (error_code::CONTENT_TYPE_NOT_SUPPORTED, None),
+            Self::MethodNotFound(_) => (error_code::METHOD_NOT_FOUND, None),
+            Self::InvalidParams(_) => (error_code::INVALID_PARAMS, None),
+            Self::Version(_) => (error_code::VERSION_NOT_SUPPORTED, None),
+            Self::TaskNotFound(_) => (error_code::TASK_NOT_FOUND, None),
+            Self::SubscribeEnded(_) => (error_code::UNSUPPORTED_OPERATION, None),
+            Self::NotCancelable { .. } => (error_code::TASK_NOT_CANCELABLE, None),
+            Self::PushNotSupported => (error_code::PUSH_NOTIFICATION_NOT_SUPPORTED, None),
+            Self::ExtendedCardNotConfigured => (error_code::EXTENDED_CARD_NOT_CONFIGURED, None),
+            Self::TooManyStreams(_) => (error_code::INTERNAL_ERROR, Some("rate_limited")),
+            Self::Refused(reply) => match reply.kind() {
+                ErrorKind::BadRequest | ErrorKind::BodyTooLarge | ErrorKind::SelfSend => {
+                    (error_code::INVALID_PARAMS, Some(reply.kind().as_str()))
+                }
+                ErrorKind::NotFound => (error_code::TASK_NOT_FOUND, Some(reply.kind().as_str())),
+                _ => (error_code::INTERNAL_ERROR, Some(reply.kind().as_str())),
+            },
+            Self::Unavailable { .. } => (error_code::INTERNAL_ERROR, Some("unavailable")),
+        };
+        let error = A2AError::new(code, self.to_string());
+        match kind {
+            Some(kind) => error.with_details(vec![TypedDetail::error_info(
+                a2a::error_reason(code),
+                a2a::PROTOCOL_DOMAIN,
+                Some(HashMap::from([(
+                    "switchboard_kind".to_owned(),
+                    kind.to_owned(),
+                )])),
+            )]),
+            None => error,
+        }
+    }
+
+    /// The JSON-RPC `error` object.
+    pub fn to_jsonrpc(&self) -> JsonRpcError {
+        self.to_a2a().to_jsonrpc_error()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refusals_keep_their_switchboard_kind() {
+        let refused = GatewayError::Refused(ErrorReply::new(ErrorKind::AclDenied, "no"));
+        let json = serde_json::to_value(refused.to_jsonrpc()).unwrap_or_default();
+        assert_eq!(json["code"], error_code::INTERNAL_ERROR);
+        let info = &json["data"][0];
+        assert_eq!(info["reason"], "INTERNAL_ERROR");
+        assert_eq!(info["metadata"]["switchboard_kind"], "acl_denied");
+        let missing = GatewayError::TaskNotFound("t".into()).to_jsonrpc();
+        assert_eq!(missing.code, error_code::TASK_NOT_FOUND);
+    }
+}

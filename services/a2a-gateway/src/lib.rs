@@ -1,0 +1,124 @@
+//! # a2a-gateway
+//!
+//! Every Switchboard agent as an A2A v1.0 agent (docs/a2a.md): agent cards at
+//! `/agents/<agent_id>/.well-known/agent-card.json`, and JSON-RPC 2.0 at `/agents/<agent_id>`
+//! — `SendMessage` makes a Switchboard task for the agent (or answers its question),
+//! `SendStreamingMessage` and `SubscribeToTask` stream the task's events from `AGENT_EVENTS`
+//! (resumable from any replica by `Last-Event-ID`), `GetTask`, `ListTasks` and `CancelTask`
+//! go through the task service as the client's own agent `a2a-<name>`.
+//!
+//! The gateway is stateless: tasks live in the task service's bucket, events in the stream,
+//! cards in the directory; any number of replicas serve the same clients.
+//!
+//! Layout: this file (`start`/`run`), `config.rs` (`[a2a_gateway]`), `endpoints.rs` (the HTTP
+//! routes and the JSON-RPC envelope), `error.rs` (`GatewayError` → the spec's codes),
+//! `auth.rs` (bearer tokens → client agents), `gateway.rs` (the `Gateway` and how it speaks to
+//! the fabric), `cards.rs` (agent cards), `tasks.rs` (the task methods), `stream.rs` (SSE
+//! streams), `mapping.rs` (Switchboard ↔ A2A states, parts and tasks), `store.rs` (agent
+//! records and task events from JetStream).
+
+pub mod auth;
+pub mod cards;
+pub mod config;
+pub mod endpoints;
+pub mod error;
+pub mod gateway;
+pub mod mapping;
+pub mod store;
+pub mod stream;
+pub mod tasks;
+
+use std::sync::Arc;
+
+use async_nats::Client;
+use async_nats::jetstream;
+use switchboard_runtime::registry_view::RegistryView;
+use switchboard_runtime::{CancellationToken, RuntimeConfig, resources};
+
+pub use config::GatewayConfig;
+pub use gateway::Gateway;
+pub use switchboard_runtime::service::StartError;
+
+/// A started gateway: listening; call [`Running::run`] to serve.
+#[derive(Debug)]
+pub struct Running {
+    listener: tokio::net::TcpListener,
+    gateway: Arc<Gateway>,
+    view: RegistryView,
+}
+
+/// Applies what it reads (the events stream, the directory's buckets), binds the listener.
+pub async fn start(
+    client: &Client,
+    runtime: &RuntimeConfig,
+    config: GatewayConfig,
+) -> Result<Running, StartError> {
+    let js = jetstream::new(client.clone());
+    let settings = &runtime.jetstream;
+    resources::ensure_stream(&js, resources::events_stream(settings)).await?;
+    let agents = resources::ensure_bucket(&js, resources::registry_bucket(settings)).await?;
+    let goals = resources::ensure_bucket(&js, resources::goals_bucket(settings)).await?;
+    let events = store::events_stream(&js)
+        .await
+        .map_err(|message| StartError::Stream {
+            stream: switchboard_proto::EVENTS_STREAM,
+            message,
+        })?;
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .map_err(|err| StartError::Listen {
+            address: config.listen.to_string(),
+            message: err.to_string(),
+        })?;
+    let view = RegistryView::new(js, agents, goals);
+    let store = store::Store::new(events, view.clone());
+    let gateway = Arc::new(Gateway::new(client.clone(), config, store));
+    tracing::info!(
+        address = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(),
+        "a2a-gateway ready"
+    );
+    Ok(Running {
+        listener,
+        gateway,
+        view,
+    })
+}
+
+impl Running {
+    /// The address it listens on (a port of 0 in the config picks a free one).
+    pub fn local_addr(&self) -> Option<std::net::SocketAddr> {
+        self.listener.local_addr().ok()
+    }
+
+    /// The gateway (for in-process callers and tests).
+    pub fn gateway(&self) -> Arc<Gateway> {
+        Arc::clone(&self.gateway)
+    }
+
+    /// Serves until `shutdown`; open streams end with it.
+    pub async fn run(self, shutdown: CancellationToken) {
+        let view = self.view.clone().watch(shutdown.clone());
+        let app = endpoints::router(self.gateway);
+        let stop = shutdown.clone();
+        let serve = async move {
+            if let Err(err) = axum::serve(self.listener, app)
+                .with_graceful_shutdown(async move { stop.cancelled().await })
+                .await
+            {
+                tracing::error!(error = %err, "a2a-gateway stopped serving");
+            }
+        };
+        tokio::join!(view, serve);
+    }
+}
+
+/// Starts and serves until `shutdown` (what `main` and `switchboard up` call).
+pub async fn run(
+    client: &Client,
+    runtime: &RuntimeConfig,
+    config: GatewayConfig,
+    shutdown: CancellationToken,
+) -> Result<(), StartError> {
+    start(client, runtime, config).await?.run(shutdown).await;
+    Ok(())
+}

@@ -1,0 +1,243 @@
+//! Switchboard ↔ A2A: task states, parts, and a task record as an A2A `Task` (docs/a2a.md,
+//! "The mapping").
+//!
+//! | Switchboard | A2A |
+//! |---|---|
+//! | `submitted`, `accepted` | `TASK_STATE_SUBMITTED` |
+//! | `working` | `TASK_STATE_WORKING` |
+//! | `input_required` | `TASK_STATE_INPUT_REQUIRED` (the question is the status message) |
+//! | `completed` | `TASK_STATE_COMPLETED` (the result is the artifact `result`) |
+//! | `failed`, `rejected`, `canceled` | the same names (the reason is the status message) |
+
+use std::collections::HashMap;
+
+use a2a::{Artifact, Message, Part, PartContent, Role, Task, TaskStatus};
+use serde_json::Value;
+use switchboard_proto::TaskState;
+use switchboard_proto::task::TaskRecord;
+use time::OffsetDateTime;
+
+/// Metadata key under which a task keeps its A2A context id.
+pub const CONTEXT_KEY: &str = "a2a_context_id";
+/// Metadata key under which a task keeps the id of the A2A message that created it.
+pub const MESSAGE_KEY: &str = "a2a_message_id";
+/// The artifact id of a completed task's result.
+pub const RESULT_ARTIFACT: &str = "result";
+
+/// The A2A state of a Switchboard state.
+pub fn state(state: TaskState) -> a2a::TaskState {
+    match state {
+        TaskState::Submitted | TaskState::Accepted => a2a::TaskState::Submitted,
+        TaskState::Working => a2a::TaskState::Working,
+        TaskState::InputRequired => a2a::TaskState::InputRequired,
+        TaskState::Completed => a2a::TaskState::Completed,
+        TaskState::Failed => a2a::TaskState::Failed,
+        TaskState::Rejected => a2a::TaskState::Rejected,
+        TaskState::Canceled => a2a::TaskState::Canceled,
+    }
+}
+
+/// The Switchboard state an A2A state filter names (`ListTasks`), when there is one.
+pub fn state_filter(state: &a2a::TaskState) -> Option<TaskState> {
+    match state {
+        a2a::TaskState::Submitted => Some(TaskState::Submitted),
+        a2a::TaskState::Working => Some(TaskState::Working),
+        a2a::TaskState::InputRequired => Some(TaskState::InputRequired),
+        a2a::TaskState::Completed => Some(TaskState::Completed),
+        a2a::TaskState::Failed => Some(TaskState::Failed),
+        a2a::TaskState::Rejected => Some(TaskState::Rejected),
+        a2a::TaskState::Canceled => Some(TaskState::Canceled),
+        a2a::TaskState::Unspecified | a2a::TaskState::AuthRequired => None,
+    }
+}
+
+/// A time as chrono's UTC (the A2A types' clock).
+pub fn utc(at: OffsetDateTime) -> Option<chrono::DateTime<chrono::Utc>> {
+    chrono::DateTime::from_timestamp(at.unix_timestamp(), at.nanosecond())
+}
+
+/// An A2A message's parts as Switchboard parts: the text parts joined become the body, every
+/// other part is carried (`data` as is, `url` as a file reference, `raw` bytes refused: the
+/// fabric carries JSON, and base64 in a data part says what it is).
+pub fn inbound(parts: &[Part]) -> Result<(String, Vec<switchboard_proto::Part>), String> {
+    let mut text = Vec::new();
+    let mut carried = Vec::new();
+    for part in parts {
+        match &part.content {
+            PartContent::Text(t) => text.push(t.clone()),
+            PartContent::Data(data) => {
+                carried.push(switchboard_proto::Part::Data { data: data.clone() })
+            }
+            PartContent::Url(url) => carried.push(switchboard_proto::Part::File {
+                uri: url.clone(),
+                mime: part.media_type.clone(),
+                name: part.filename.clone(),
+            }),
+            PartContent::Raw(_) => {
+                return Err(
+                    "raw (inline bytes) parts are not carried; send a url part or base64 in a data part"
+                        .to_owned(),
+                );
+            }
+        }
+    }
+    Ok((text.join("\n"), carried))
+}
+
+/// Switchboard parts as A2A parts.
+pub fn outbound(parts: &[switchboard_proto::Part]) -> Vec<Part> {
+    parts
+        .iter()
+        .map(|part| match part {
+            switchboard_proto::Part::Text { text } => Part::text(text.clone()),
+            switchboard_proto::Part::Data { data } => Part::data(data.clone()),
+            switchboard_proto::Part::File { uri, mime, name } => {
+                let mut part = Part::url(uri.clone());
+                part.media_type = mime.clone();
+                part.filename = name.clone();
+                part
+            }
+        })
+        .collect()
+}
+
+/// An agent message with `text` (a status's question, reason or note); `id` is the task
+/// event it comes from (`<task_id>:<n>`), so the same status always has the same message id.
+pub fn agent_message(task_id: &str, context: &str, text: &str, id: String) -> Message {
+    let mut message = Message::new(Role::Agent, vec![Part::text(text)]);
+    message.message_id = id;
+    message.context_id = Some(context.to_owned());
+    message.task_id = Some(task_id.to_owned());
+    message
+}
+
+/// The task's A2A context id: the one it was created with, or its own id.
+pub fn context_of(task: &TaskRecord) -> String {
+    match task.metadata.get(CONTEXT_KEY) {
+        Some(Value::String(context)) => context.clone(),
+        _ => task.task_id.to_string(),
+    }
+}
+
+/// The status of a task: its state, when it last changed, and what the assignee said last
+/// (the question, the reason, or the latest note).
+pub fn status(task: &TaskRecord) -> TaskStatus {
+    let context = context_of(task);
+    let said = match task.state {
+        TaskState::Completed => None,
+        TaskState::Failed | TaskState::Rejected | TaskState::Canceled => task.reason.clone(),
+        _ => task.history.last().and_then(|last| last.note.clone()),
+    };
+    TaskStatus {
+        state: state(task.state),
+        message: said.map(|text| {
+            let id = format!("{}:{}", task.task_id, task.transitions);
+            agent_message(&task.task_id.to_string(), &context, &text, id)
+        }),
+        timestamp: utc(task.updated_at),
+    }
+}
+
+/// The result artifact of a completed task: its text and parts.
+pub fn result(task: &TaskRecord) -> Option<Artifact> {
+    if task.state != TaskState::Completed {
+        return None;
+    }
+    let mut parts = Vec::new();
+    if let Some(text) = &task.result {
+        parts.push(Part::text(text.clone()));
+    }
+    parts.extend(outbound(&task.result_parts));
+    Some(Artifact {
+        artifact_id: RESULT_ARTIFACT.to_owned(),
+        name: Some("result".to_owned()),
+        description: None,
+        parts,
+        metadata: None,
+        extensions: None,
+    })
+}
+
+/// The request that created the task, as the user message of its history.
+fn request(task: &TaskRecord, context: &str) -> Message {
+    let mut parts = Vec::new();
+    if !task.message.is_empty() {
+        parts.push(Part::text(task.message.clone()));
+    }
+    parts.extend(outbound(&task.parts));
+    let mut message = Message::new(Role::User, parts);
+    message.message_id = match task.metadata.get(MESSAGE_KEY) {
+        Some(Value::String(id)) => id.clone(),
+        _ => task.message_id.to_string(),
+    };
+    message.context_id = Some(context.to_owned());
+    message.task_id = Some(task.task_id.to_string());
+    message
+}
+
+/// A task record as an A2A task: state, result artifact, the request as history, and
+/// Switchboard's own facts (assignee, requester, deadline) in the metadata.
+pub fn task(record: &TaskRecord) -> Task {
+    let context = context_of(record);
+    let mut metadata = HashMap::from([
+        (
+            "switchboard_assignee".to_owned(),
+            Value::String(record.assignee.to_string()),
+        ),
+        (
+            "switchboard_state".to_owned(),
+            Value::String(record.state.as_str().to_owned()),
+        ),
+    ]);
+    if let Some(deadline) = record.deadline.and_then(utc) {
+        metadata.insert(
+            "switchboard_deadline".to_owned(),
+            Value::String(deadline.to_rfc3339()),
+        );
+    }
+    Task {
+        id: record.task_id.to_string(),
+        context_id: context.clone(),
+        status: status(record),
+        artifacts: result(record).map(|artifact| vec![artifact]),
+        history: Some(vec![request(record, &context)]),
+        metadata: Some(metadata),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_switchboard_state_has_an_a2a_state() {
+        use TaskState as S;
+        for (ours, theirs) in [
+            (S::Submitted, a2a::TaskState::Submitted),
+            (S::Accepted, a2a::TaskState::Submitted),
+            (S::Working, a2a::TaskState::Working),
+            (S::InputRequired, a2a::TaskState::InputRequired),
+            (S::Completed, a2a::TaskState::Completed),
+            (S::Failed, a2a::TaskState::Failed),
+            (S::Rejected, a2a::TaskState::Rejected),
+            (S::Canceled, a2a::TaskState::Canceled),
+        ] {
+            assert_eq!(state(ours), theirs);
+        }
+    }
+
+    #[test]
+    fn parts_cross_both_ways_and_raw_bytes_are_refused() {
+        let parts = vec![
+            Part::text("hello"),
+            Part::data(serde_json::json!({"k": 1})),
+            Part::url("https://example.com/a.txt").with_media_type("text/plain"),
+        ];
+        let (body, carried) = inbound(&parts).unwrap_or_default();
+        assert_eq!(body, "hello");
+        assert_eq!(carried.len(), 2);
+        let back = outbound(&carried);
+        assert_eq!(back[0], Part::data(serde_json::json!({"k": 1})));
+        assert!(inbound(&[Part::raw(vec![1, 2])]).is_err());
+    }
+}

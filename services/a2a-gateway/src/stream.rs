@@ -1,0 +1,197 @@
+//! Streams (`SendStreamingMessage`, `SubscribeToTask`): the task first, then one item per
+//! event of the task as `AGENT_EVENTS` stores it, until the task ends.
+//!
+//! Every item's SSE `id` is the event's stream sequence (also in the item's metadata as
+//! `switchboard_event_seq`, for clients that do not surface SSE ids). A client that lost its
+//! connection subscribes again with `Last-Event-ID: <seq>` — on any replica, after a restart —
+//! and gets the task, then every event after that one: none lost, none twice. A completed
+//! task's result comes as an `artifactUpdate` just before its final `statusUpdate`.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use a2a::{StreamResponse, TaskArtifactUpdateEvent, TaskStatus, TaskStatusUpdateEvent};
+use futures::StreamExt;
+use serde_json::Value;
+use switchboard_proto::task::{TaskEvent, TaskRecord};
+use switchboard_proto::{AgentId, TaskState};
+use tokio::sync::mpsc;
+use uuid::Uuid;
+
+use crate::error::GatewayError;
+use crate::gateway::Gateway;
+use crate::mapping;
+
+/// Metadata key carrying an item's event sequence (its SSE id).
+pub const EVENT_SEQ_KEY: &str = "switchboard_event_seq";
+
+/// Items buffered per stream before the producer waits for a slow client.
+const BUFFER: usize = 16;
+
+/// One item of a stream: its SSE id (a stream sequence) and what it says.
+#[derive(Debug, Clone)]
+pub struct Item {
+    /// The `AGENT_EVENTS` sequence of the event (for the leading task: the latest event it
+    /// reflects, so resuming from it skips nothing).
+    pub seq: u64,
+    /// The A2A stream response.
+    pub response: StreamResponse,
+}
+
+impl Gateway {
+    /// Follows task `id` for `caller` from after event `after` (`None`: from now, for a new
+    /// subscriber). `Err` before anything is sent: no such task, or (without `after`) a task
+    /// that has already ended.
+    pub async fn follow(
+        self: &Arc<Self>,
+        caller: &AgentId,
+        agent: &AgentId,
+        id: Uuid,
+        after: Option<u64>,
+    ) -> Result<mpsc::Receiver<Result<Item, GatewayError>>, GatewayError> {
+        let slot = self.open_stream(caller)?;
+        // The position first, then the record: the record is at least as new as the
+        // position, so following from the position misses nothing (at worst an item repeats
+        // the state the task already shows).
+        let position = match after {
+            Some(after) => after,
+            None => self.store.last_event(&id).await?,
+        };
+        let record = self.get_for(caller, agent, &id).await?;
+        // An ended task has no more events: the stream stops once it has replayed up to the
+        // last one (a resumed stream), or it is refused (a new subscriber: use GetTask).
+        let ends_at = if record.state.is_terminal() {
+            if after.is_none() {
+                return Err(GatewayError::SubscribeEnded(id.to_string()));
+            }
+            Some(self.store.last_event(&id).await?)
+        } else {
+            None
+        };
+        let events = self.store.task_events(&id, position).await?;
+        let (items, receiver) = mpsc::channel(BUFFER);
+        let gateway = Arc::clone(self);
+        let caller = caller.clone();
+        tokio::spawn(async move {
+            // The client's stream slot is held until the producer ends.
+            let _slot = slot;
+            gateway
+                .produce(caller, record, position, ends_at, Box::pin(events), items)
+                .await;
+        });
+        Ok(receiver)
+    }
+
+    async fn produce(
+        &self,
+        caller: AgentId,
+        record: TaskRecord,
+        position: u64,
+        ends_at: Option<u64>,
+        mut events: std::pin::Pin<
+            Box<dyn futures::Stream<Item = Result<crate::store::StoredEvent, String>> + Send>,
+        >,
+        items: mpsc::Sender<Result<Item, GatewayError>>,
+    ) {
+        let context = mapping::context_of(&record);
+        let mut first = mapping::task(&record);
+        first
+            .metadata
+            .get_or_insert_with(HashMap::new)
+            .insert(EVENT_SEQ_KEY.to_owned(), Value::from(position));
+        if items
+            .send(Ok(Item {
+                seq: position,
+                response: StreamResponse::Task(first),
+            }))
+            .await
+            .is_err()
+            || ends_at.is_some_and(|last| position >= last)
+        {
+            return;
+        }
+        while let Some(event) = events.next().await {
+            let stored = match event {
+                Ok(stored) => stored,
+                Err(message) => {
+                    let _ = items
+                        .send(Err(GatewayError::Unavailable {
+                            step: "following the task's events",
+                            message,
+                        }))
+                        .await;
+                    return;
+                }
+            };
+            let done = stored.event.to.is_terminal();
+            let mut out = Vec::with_capacity(2);
+            if stored.event.to == TaskState::Completed {
+                match self.get(&caller, &stored.event.task_id).await {
+                    Ok(completed) => {
+                        if let Some(artifact) = mapping::result(&completed) {
+                            out.push(StreamResponse::ArtifactUpdate(TaskArtifactUpdateEvent {
+                                task_id: stored.event.task_id.to_string(),
+                                context_id: context.clone(),
+                                artifact,
+                                append: Some(false),
+                                last_chunk: Some(true),
+                                metadata: Some(seq_metadata(stored.seq)),
+                            }));
+                        }
+                    }
+                    Err(err) => {
+                        let _ = items.send(Err(err)).await;
+                        return;
+                    }
+                }
+            }
+            out.push(StreamResponse::StatusUpdate(status_update(
+                &context,
+                &stored.event,
+                stored.seq,
+            )));
+            for response in out {
+                let item = Item {
+                    seq: stored.seq,
+                    response,
+                };
+                if items.send(Ok(item)).await.is_err() {
+                    return;
+                }
+            }
+            if done {
+                return;
+            }
+        }
+    }
+}
+
+fn seq_metadata(seq: u64) -> HashMap<String, Value> {
+    HashMap::from([(EVENT_SEQ_KEY.to_owned(), Value::from(seq))])
+}
+
+/// One event as a status update: the state after it, the note (question, reason, progress)
+/// as the agent's message, when it happened.
+fn status_update(context: &str, event: &TaskEvent, seq: u64) -> TaskStatusUpdateEvent {
+    let mut metadata = seq_metadata(seq);
+    if let Some(op) = event.op {
+        metadata.insert("switchboard_op".to_owned(), Value::from(op.as_str()));
+    }
+    TaskStatusUpdateEvent {
+        task_id: event.task_id.to_string(),
+        context_id: context.to_owned(),
+        status: TaskStatus {
+            state: mapping::state(event.to),
+            message: event
+                .note
+                .as_deref()
+                .filter(|_| event.to != TaskState::Completed)
+                .map(|note| {
+                    let task_id = event.task_id.to_string();
+                    mapping::agent_message(&task_id, context, note, event.id.clone())
+                }),
+            timestamp: mapping::utc(event.at),
+        },
+        metadata: Some(metadata),
+    }
+}

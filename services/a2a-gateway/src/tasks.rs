@@ -1,0 +1,387 @@
+//! The task methods: `SendMessage` (a Switchboard task for the agent, or the answer to its
+//! question), `GetTask`, `ListTasks` and `CancelTask`, each made by the client's agent
+//! through the task service, so its rules (ACLs, caps, visibility) decide.
+
+use std::time::Duration;
+
+use a2a::{
+    CancelTaskRequest, GetTaskRequest, ListTasksRequest, ListTasksResponse, SendMessageRequest,
+    Task,
+};
+use futures::StreamExt;
+use serde_json::{Map, Value};
+use switchboard_proto::send::SendRequest;
+use switchboard_proto::subject;
+use switchboard_proto::task::{
+    CreateTask, ListRole, ListTasks, TaskAction, TaskList, TaskOp, TaskRecord, TaskReply,
+    TaskRequestOp,
+};
+use switchboard_proto::{AgentId, ErrorKind, TaskState};
+use uuid::Uuid;
+
+use crate::error::GatewayError;
+use crate::gateway::Gateway;
+use crate::mapping::{self, CONTEXT_KEY, MESSAGE_KEY};
+
+/// `ListTasks` page size when the client gives none, and the most it may ask for.
+const PAGE_DEFAULT: usize = 50;
+const PAGE_MAX: usize = 100;
+
+/// Whether a blocking `SendMessage` stops waiting at this state: it ended, or it asks the
+/// client for input.
+pub(crate) fn settles(state: TaskState) -> bool {
+    state.is_terminal() || state == TaskState::InputRequired
+}
+
+/// The message's text and parts, refused when it carries neither.
+pub(crate) fn message_content(
+    request: &SendMessageRequest,
+) -> Result<(String, Vec<switchboard_proto::Part>), GatewayError> {
+    let (text, parts) =
+        mapping::inbound(&request.message.parts).map_err(GatewayError::InvalidParams)?;
+    if text.trim().is_empty() && parts.is_empty() {
+        return Err(GatewayError::InvalidParams(
+            "the message has no text and no parts".to_owned(),
+        ));
+    }
+    Ok((text, parts))
+}
+
+/// A task id from a client: a UUID, or the task does not exist for it.
+pub(crate) fn task_id(id: &str) -> Result<Uuid, GatewayError> {
+    Uuid::parse_str(id).map_err(|_| GatewayError::TaskNotFound(id.to_owned()))
+}
+
+impl Gateway {
+    /// `SendMessage`: a message without `taskId` creates a task for `agent`; one naming a task
+    /// that asks for input answers it (a message to the assignee, in reply to the task).
+    /// Waits for the task to settle unless `returnImmediately`.
+    pub async fn send_message(
+        &self,
+        caller: &AgentId,
+        agent: &AgentId,
+        request: SendMessageRequest,
+    ) -> Result<Task, GatewayError> {
+        let (text, parts) = message_content(&request)?;
+        let wait = !request
+            .configuration
+            .as_ref()
+            .and_then(|configuration| configuration.return_immediately)
+            .unwrap_or(false);
+        self.submit(caller, agent, request, text, parts, wait).await
+    }
+
+    /// Creates the task or answers it, then waits for it to settle when `wait`.
+    pub(crate) async fn submit(
+        &self,
+        caller: &AgentId,
+        agent: &AgentId,
+        request: SendMessageRequest,
+        text: String,
+        parts: Vec<switchboard_proto::Part>,
+        wait: bool,
+    ) -> Result<Task, GatewayError> {
+        let (id, after) = match &request.message.task_id {
+            Some(id) => {
+                let id = task_id(id)?;
+                let after = self.answer(caller, agent, id, text, parts).await?;
+                (id, after)
+            }
+            None => (self.create(caller, agent, &request, text, parts).await?, 0),
+        };
+        if wait {
+            self.settled(&id, after).await?;
+        }
+        self.get(caller, &id)
+            .await
+            .map(|record| mapping::task(&record))
+    }
+
+    async fn create(
+        &self,
+        caller: &AgentId,
+        agent: &AgentId,
+        request: &SendMessageRequest,
+        text: String,
+        parts: Vec<switchboard_proto::Part>,
+    ) -> Result<Uuid, GatewayError> {
+        let id = switchboard_proto::new_id();
+        let context = request
+            .message
+            .context_id
+            .clone()
+            .filter(|context| !context.trim().is_empty() && context.len() <= 256)
+            .unwrap_or_else(|| switchboard_proto::new_id().to_string());
+        let mut metadata = Map::new();
+        metadata.insert(CONTEXT_KEY.to_owned(), Value::String(context));
+        if request.message.message_id.len() <= 256 {
+            metadata.insert(
+                MESSAGE_KEY.to_owned(),
+                Value::String(request.message.message_id.clone()),
+            );
+        }
+        let create = CreateTask {
+            to: Some(agent.to_string()),
+            message: Some(text),
+            parts,
+            metadata,
+            task_id: Some(id),
+            ..Default::default()
+        };
+        let _: TaskReply = self
+            .request(
+                caller,
+                &TaskRequestOp::Create.subject(caller),
+                &create,
+                "creating the task",
+            )
+            .await?;
+        Ok(id)
+    }
+
+    /// Answers the question of a task in `input_required`: the text goes to the assignee as a
+    /// message in reply to the task. Returns the stream position to wait after (the events
+    /// up to now are the question and before).
+    async fn answer(
+        &self,
+        caller: &AgentId,
+        agent: &AgentId,
+        id: Uuid,
+        text: String,
+        parts: Vec<switchboard_proto::Part>,
+    ) -> Result<u64, GatewayError> {
+        let record = self.get_for(caller, agent, &id).await?;
+        if record.state != TaskState::InputRequired {
+            return Err(GatewayError::InvalidParams(format!(
+                "task {id} is {}: only a task asking for input takes a message (send one \
+                 without taskId to start a new task)",
+                record.state.as_str()
+            )));
+        }
+        let after = self.store.last_event(&id).await?;
+        let mut metadata = Map::new();
+        metadata.insert("task_id".to_owned(), Value::String(id.to_string()));
+        let send = SendRequest {
+            to: Some(record.assignee.to_string()),
+            message: Some(text),
+            parts,
+            in_reply_to: Some(record.message_id),
+            metadata,
+            ..Default::default()
+        };
+        let _: Value = self
+            .request(
+                caller,
+                &subject::send(caller),
+                &send,
+                "answering the task's question",
+            )
+            .await?;
+        Ok(after)
+    }
+
+    /// Waits (at most `blocking_timeout_ms`) until an event after `after` settles the task.
+    async fn settled(&self, id: &Uuid, after: u64) -> Result<(), GatewayError> {
+        let mut events = Box::pin(self.store.task_events(id, after).await?);
+        let wait = Duration::from_millis(self.config.blocking_timeout_ms);
+        let settled = async {
+            while let Some(event) = events.next().await {
+                match event {
+                    Ok(stored) if settles(stored.event.to) => return Ok(()),
+                    Ok(_) => {}
+                    Err(message) => {
+                        return Err(GatewayError::Unavailable {
+                            step: "waiting for the task",
+                            message,
+                        });
+                    }
+                }
+            }
+            Ok(())
+        };
+        // Past the wait the task is answered as it is: A2A lets a blocking call return a
+        // task still working, which the client then follows with GetTask or SubscribeToTask.
+        tokio::time::timeout(wait, settled).await.unwrap_or(Ok(()))
+    }
+
+    /// A task the caller asked `agent` for (the endpoint a client addresses is the agent's):
+    /// any other task does not exist for it.
+    pub(crate) async fn get_for(
+        &self,
+        caller: &AgentId,
+        agent: &AgentId,
+        id: &Uuid,
+    ) -> Result<TaskRecord, GatewayError> {
+        let record = self.get(caller, id).await?;
+        if record.assignee == *agent {
+            Ok(record)
+        } else {
+            Err(GatewayError::TaskNotFound(id.to_string()))
+        }
+    }
+
+    /// A task the caller is a party of.
+    pub(crate) async fn get(
+        &self,
+        caller: &AgentId,
+        id: &Uuid,
+    ) -> Result<TaskRecord, GatewayError> {
+        let action = TaskAction {
+            task_id: Some(*id),
+            ..Default::default()
+        };
+        match self
+            .request::<_, TaskReply>(
+                caller,
+                &TaskRequestOp::Get.subject(caller),
+                &action,
+                "reading the task",
+            )
+            .await
+        {
+            Ok(reply) => Ok(reply.task),
+            // Another agent's task does not exist for this client.
+            Err(GatewayError::Refused(reply))
+                if matches!(reply.kind(), ErrorKind::NotFound | ErrorKind::NotAllowed) =>
+            {
+                Err(GatewayError::TaskNotFound(id.to_string()))
+            }
+            Err(err) => Err(err),
+        }
+    }
+
+    /// `GetTask`.
+    pub async fn get_task(
+        &self,
+        caller: &AgentId,
+        agent: &AgentId,
+        request: GetTaskRequest,
+    ) -> Result<Task, GatewayError> {
+        let id = task_id(&request.id)?;
+        self.get_for(caller, agent, &id)
+            .await
+            .map(|record| mapping::task(&record))
+    }
+
+    /// `ListTasks`: the tasks the caller asked `agent` for, a page at a time; `contextId` and
+    /// `status` filter. (The page is read from the caller's tasks and then filtered, so a page
+    /// may hold fewer than `pageSize`; `nextPageToken` is empty only on the last.)
+    pub async fn list_tasks(
+        &self,
+        caller: &AgentId,
+        agent: &AgentId,
+        request: ListTasksRequest,
+    ) -> Result<ListTasksResponse, GatewayError> {
+        let page = match request.page_size {
+            None => PAGE_DEFAULT,
+            Some(size) => usize::try_from(size)
+                .ok()
+                .filter(|size| (1..=PAGE_MAX).contains(size))
+                .ok_or_else(|| {
+                    GatewayError::InvalidParams(format!("pageSize must be 1 to {PAGE_MAX}"))
+                })?,
+        };
+        let cursor = match request.page_token.as_deref() {
+            None | Some("") => None,
+            Some(token) => Some(Uuid::parse_str(token).map_err(|_| {
+                GatewayError::InvalidParams("pageToken is not one this gateway gave".to_owned())
+            })?),
+        };
+        let state = match &request.status {
+            None | Some(a2a::TaskState::Unspecified) => None,
+            Some(state) => Some(mapping::state_filter(state).ok_or_else(|| {
+                GatewayError::InvalidParams("no task is ever in that status here".to_owned())
+            })?),
+        };
+        let list = ListTasks {
+            role: ListRole::Requester,
+            state,
+            parent: None,
+            limit: Some(page),
+            cursor,
+        };
+        let listed: TaskList = self
+            .request(
+                caller,
+                &TaskRequestOp::List.subject(caller),
+                &list,
+                "listing tasks",
+            )
+            .await?;
+        let include_artifacts = request.include_artifacts.unwrap_or(false);
+        let tasks: Vec<Task> = listed
+            .tasks
+            .iter()
+            .filter(|record| record.assignee == *agent)
+            .filter(|record| {
+                request
+                    .context_id
+                    .as_ref()
+                    .is_none_or(|context| mapping::context_of(record) == *context)
+            })
+            .map(|record| {
+                let mut task = mapping::task(record);
+                if !include_artifacts {
+                    task.artifacts = None;
+                }
+                task
+            })
+            .collect();
+        Ok(ListTasksResponse {
+            total_size: i32::try_from(tasks.len()).unwrap_or(i32::MAX),
+            page_size: i32::try_from(page).unwrap_or(i32::MAX),
+            next_page_token: listed
+                .next_cursor
+                .map(|cursor| cursor.to_string())
+                .unwrap_or_default(),
+            tasks,
+        })
+    }
+
+    /// `CancelTask`: the cancel op as the requester, which also cancels the task's open
+    /// subtasks (the cascade).
+    pub async fn cancel_task(
+        &self,
+        caller: &AgentId,
+        agent: &AgentId,
+        request: CancelTaskRequest,
+    ) -> Result<Task, GatewayError> {
+        let id = task_id(&request.id)?;
+        let before = self.get_for(caller, agent, &id).await?;
+        // The task service answers a repeated cancel with the task (a retry is harmless);
+        // A2A says an ended task is not cancelable, whoever ended it.
+        if before.state.is_terminal() {
+            return Err(GatewayError::NotCancelable {
+                task: id.to_string(),
+                why: format!("the task is {}", before.state.as_str()),
+            });
+        }
+        let action = TaskAction {
+            task_id: Some(id),
+            message: Some("canceled by the A2A client".to_owned()),
+            ..Default::default()
+        };
+        match self
+            .request::<_, TaskReply>(
+                caller,
+                &TaskRequestOp::Transition(TaskOp::Cancel).subject(caller),
+                &action,
+                "canceling the task",
+            )
+            .await
+        {
+            Ok(reply) => Ok(mapping::task(&reply.task)),
+            Err(GatewayError::Refused(reply)) => match reply.kind() {
+                ErrorKind::NotFound => Err(GatewayError::TaskNotFound(id.to_string())),
+                ErrorKind::TaskTerminal | ErrorKind::IllegalTransition | ErrorKind::NotAllowed => {
+                    Err(GatewayError::NotCancelable {
+                        task: id.to_string(),
+                        why: reply.error.message,
+                    })
+                }
+                _ => Err(GatewayError::Refused(reply)),
+            },
+            Err(err) => Err(err),
+        }
+    }
+}

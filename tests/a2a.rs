@@ -1,0 +1,573 @@
+//! The A2A gateway against a real nats-server and the request services, driven over HTTP the
+//! way an A2A client drives it: agent cards, bearer tokens, blocking and non-blocking
+//! `SendMessage`, `GetTask`/`ListTasks`/`CancelTask`, a stream broken off and resumed on a
+//! restarted gateway with no event lost, and a corpus of bad requests that get the spec's
+//! codes and break nothing.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use a2a_gateway::config::{ClientToken, GatewayConfig};
+use serde_json::{Value, json};
+use switchboard_client::TaskOutcome;
+use switchboard_runtime::CancellationToken;
+use switchboard_tests::http::{self, SseStream};
+use switchboard_tests::{Fabric, Handle, Replica, Service, runtime};
+
+const TOKEN: &str = "planner-token";
+const OTHER_TOKEN: &str = "other-token";
+
+/// A free loopback port (bound, read, released).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn gateway_config(port: u16) -> GatewayConfig {
+    GatewayConfig {
+        listen: SocketAddr::from(([127, 0, 0, 1], port)),
+        clients: vec![
+            ClientToken {
+                name: "planner".into(),
+                sha256: a2a_gateway::auth::sha256_hex(TOKEN.as_bytes()),
+            },
+            ClientToken {
+                name: "other".into(),
+                sha256: a2a_gateway::auth::sha256_hex(OTHER_TOKEN.as_bytes()),
+            },
+        ],
+        blocking_timeout_ms: 20_000,
+        ..Default::default()
+    }
+}
+
+/// The fabric, an `echo` agent working every task it gets (`slow` takes 1.5 s), a `sleeper`
+/// agent that never takes its tasks, and a gateway.
+struct A2a {
+    fabric: Fabric,
+    port: u16,
+    gateway: Option<Replica>,
+    stop: CancellationToken,
+}
+
+impl A2a {
+    async fn start() -> Self {
+        let fabric = Fabric::start().await;
+        let (echo, goal) = fabric.agent_with_goal("echo").await;
+        let _sleeper = fabric.agent_with_goal("sleeper").await;
+        let stop = CancellationToken::new();
+        let serving = stop.clone();
+        let echo = Arc::new(echo);
+        tokio::spawn(async move {
+            let _ = echo
+                .serve_tasks(&goal, serving, None, |task| async move {
+                    if task.message == "slow" {
+                        tokio::time::sleep(Duration::from_millis(1500)).await;
+                    }
+                    Ok(TaskOutcome::text(format!("echo: {}", task.message)))
+                })
+                .await;
+        });
+        // The sleeper's agent stays registered, with a goal, and reads nothing.
+        std::mem::forget(_sleeper);
+        let port = free_port();
+        let mut a2a = Self {
+            fabric,
+            port,
+            gateway: None,
+            stop,
+        };
+        a2a.start_gateway().await;
+        a2a
+    }
+
+    async fn start_gateway(&mut self) {
+        let (replica, Handle::Listening(address)) = Service::Gateway(gateway_config(self.port))
+            .start_with_handle(&runtime(&self.fabric.url()))
+            .await
+        else {
+            panic!("the gateway reports its address");
+        };
+        assert_eq!(address.port(), self.port);
+        self.gateway = Some(replica);
+    }
+
+    async fn restart_gateway(&mut self) {
+        if let Some(gateway) = self.gateway.take() {
+            gateway.stop().await;
+        }
+        self.start_gateway().await;
+    }
+
+    fn addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.port))
+    }
+
+    async fn rpc_as(&self, token: &str, agent: &str, method: &str, params: Value) -> Value {
+        let body = json!({"jsonrpc": "2.0", "id": 7, "method": method, "params": params});
+        let auth = format!("Bearer {token}");
+        let response = http::request(
+            self.addr(),
+            "POST",
+            &format!("/agents/{agent}"),
+            &[
+                ("Content-Type", "application/json"),
+                ("A2A-Version", "1.0"),
+                ("Authorization", &auth),
+            ],
+            body.to_string().as_bytes(),
+        )
+        .await;
+        assert_eq!(
+            response.status,
+            200,
+            "{}",
+            String::from_utf8_lossy(&response.body)
+        );
+        let reply = response.json();
+        assert_eq!(reply["jsonrpc"], "2.0");
+        assert_eq!(reply["id"], 7);
+        reply
+    }
+
+    async fn rpc(&self, agent: &str, method: &str, params: Value) -> Value {
+        self.rpc_as(TOKEN, agent, method, params).await
+    }
+
+    async fn stream(&self, method: &str, params: Value, last_event: Option<&str>) -> SseStream {
+        let body = json!({"jsonrpc": "2.0", "id": "s", "method": method, "params": params});
+        let auth = format!("Bearer {TOKEN}");
+        let mut headers = vec![
+            ("Content-Type", "application/json"),
+            ("A2A-Version", "1.0"),
+            ("Authorization", auth.as_str()),
+            ("Accept", "text/event-stream"),
+        ];
+        if let Some(seen) = last_event {
+            headers.push(("Last-Event-ID", seen));
+        }
+        let stream = SseStream::open(
+            self.addr(),
+            "/agents/echo",
+            &headers,
+            body.to_string().as_bytes(),
+        )
+        .await;
+        assert_eq!(stream.status, 200);
+        stream
+    }
+}
+
+impl Drop for A2a {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+fn message(text: &str, context: Option<&str>) -> Value {
+    let mut message = json!({
+        "messageId": uuid::Uuid::now_v7().to_string(),
+        "role": "ROLE_USER",
+        "parts": [{"text": text}],
+    });
+    if let Some(context) = context {
+        message["contextId"] = json!(context);
+    }
+    message
+}
+
+fn state(task: &Value) -> &str {
+    task["status"]["state"].as_str().unwrap_or("")
+}
+
+#[tokio::test]
+async fn cards_are_served_per_agent_and_tokens_decide_who_calls() {
+    let a2a = A2a::start().await;
+    let card = http::request(
+        a2a.addr(),
+        "GET",
+        "/agents/echo/.well-known/agent-card.json",
+        &[],
+        b"",
+    )
+    .await;
+    assert_eq!(card.status, 200);
+    let json = card.json();
+    assert_eq!(json["name"], "echo");
+    let interface = &json["supportedInterfaces"][0];
+    assert_eq!(
+        interface["url"],
+        format!("http://127.0.0.1:{}/agents/echo", a2a.port)
+    );
+    assert_eq!(interface["protocolBinding"], "JSONRPC");
+    assert_eq!(interface["protocolVersion"], "1.0");
+    assert_eq!(json["capabilities"]["streaming"], true);
+    assert!(json["securitySchemes"]["bearer"].is_object(), "{json}");
+    assert!(card.header("cache-control").unwrap().contains("max-age"));
+    let etag = card.header("etag").unwrap().to_owned();
+    let again = http::request(
+        a2a.addr(),
+        "GET",
+        "/agents/echo/.well-known/agent-card.json",
+        &[("If-None-Match", &etag)],
+        b"",
+    )
+    .await;
+    assert_eq!(again.status, 304);
+    for missing in [
+        "/agents/nobody/.well-known/agent-card.json",
+        "/agents/Not%20An%20Id/.well-known/agent-card.json",
+        "/.well-known/agent-card.json",
+    ] {
+        let response = http::request(a2a.addr(), "GET", missing, &[], b"").await;
+        assert_eq!(response.status, 404, "{missing}");
+    }
+
+    let body =
+        json!({"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "x"}}).to_string();
+    for auth in [
+        None,
+        Some("Bearer wrong"),
+        Some("Basic cGxhbm5lcg=="),
+        Some("Bearer "),
+    ] {
+        let mut headers = vec![("Content-Type", "application/json"), ("A2A-Version", "1.0")];
+        if let Some(auth) = auth {
+            headers.push(("Authorization", auth));
+        }
+        let response = http::request(
+            a2a.addr(),
+            "POST",
+            "/agents/echo",
+            &headers,
+            body.as_bytes(),
+        )
+        .await;
+        assert_eq!(response.status, 401, "{auth:?}");
+        assert_eq!(response.header("www-authenticate"), Some("Bearer"));
+    }
+}
+
+#[tokio::test]
+async fn send_get_list_and_cancel_go_through_the_task_service() {
+    let a2a = A2a::start().await;
+    // Blocking: answered when the task is done, its result as the artifact.
+    let reply = a2a
+        .rpc(
+            "echo",
+            "SendMessage",
+            json!({"message": message("hi", Some("ctx-1"))}),
+        )
+        .await;
+    let task = &reply["result"]["task"];
+    assert_eq!(state(task), "TASK_STATE_COMPLETED", "{reply}");
+    assert_eq!(task["contextId"], "ctx-1");
+    assert_eq!(task["artifacts"][0]["parts"][0]["text"], "echo: hi");
+    assert_eq!(task["history"][0]["parts"][0]["text"], "hi");
+    let first = task["id"].as_str().unwrap().to_owned();
+
+    // Non-blocking: answered at once; GetTask sees it finish.
+    let reply = a2a
+        .rpc(
+            "echo",
+            "SendMessage",
+            json!({"message": message("later", None), "configuration": {"returnImmediately": true}}),
+        )
+        .await;
+    let task = &reply["result"]["task"];
+    assert_ne!(state(task), "TASK_STATE_COMPLETED", "{reply}");
+    let second = task["id"].as_str().unwrap().to_owned();
+    let mut done = Value::Null;
+    for _ in 0..100 {
+        done = a2a.rpc("echo", "GetTask", json!({"id": second})).await["result"].clone();
+        if state(&done) == "TASK_STATE_COMPLETED" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(state(&done), "TASK_STATE_COMPLETED", "{done}");
+    assert_eq!(done["artifacts"][0]["parts"][0]["text"], "echo: later");
+
+    // ListTasks: this client's tasks for this agent; contextId filters.
+    let listed = a2a.rpc("echo", "ListTasks", json!({})).await["result"].clone();
+    let ids: Vec<&str> = listed["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["id"].as_str())
+        .collect();
+    assert!(
+        ids.contains(&first.as_str()) && ids.contains(&second.as_str()),
+        "{listed}"
+    );
+    assert_eq!(listed["nextPageToken"], "");
+    assert!(
+        listed["tasks"][0].get("artifacts").is_none(),
+        "artifacts only when asked"
+    );
+    let in_context = a2a
+        .rpc("echo", "ListTasks", json!({"contextId": "ctx-1"}))
+        .await["result"]
+        .clone();
+    assert_eq!(
+        in_context["tasks"].as_array().unwrap().len(),
+        1,
+        "{in_context}"
+    );
+
+    // A task is the agent's and the client's: not through another agent, not for another client.
+    let elsewhere = a2a.rpc("sleeper", "GetTask", json!({"id": first})).await;
+    assert_eq!(elsewhere["error"]["code"], -32001, "{elsewhere}");
+    let stranger = a2a
+        .rpc_as(OTHER_TOKEN, "echo", "GetTask", json!({"id": first}))
+        .await;
+    assert_eq!(stranger["error"]["code"], -32001, "{stranger}");
+    let bogus = a2a
+        .rpc("echo", "GetTask", json!({"id": "not-a-uuid"}))
+        .await;
+    assert_eq!(bogus["error"]["code"], -32001);
+
+    // Cancel: a task the sleeper never took; a second cancel is refused with -32002.
+    let waiting = a2a
+        .rpc(
+            "sleeper",
+            "SendMessage",
+            json!({"message": message("never", None), "configuration": {"returnImmediately": true}}),
+        )
+        .await;
+    let waiting = waiting["result"]["task"]["id"].as_str().unwrap().to_owned();
+    let canceled = a2a
+        .rpc("sleeper", "CancelTask", json!({"id": waiting}))
+        .await;
+    assert_eq!(
+        state(&canceled["result"]),
+        "TASK_STATE_CANCELED",
+        "{canceled}"
+    );
+    let again = a2a
+        .rpc("sleeper", "CancelTask", json!({"id": waiting}))
+        .await;
+    assert_eq!(again["error"]["code"], -32002, "{again}");
+    let ended = a2a.rpc("echo", "CancelTask", json!({"id": first})).await;
+    assert_eq!(ended["error"]["code"], -32002, "{ended}");
+}
+
+/// Every item of a stream: (SSE id, the JSON-RPC result).
+async fn read_until_end(stream: &mut SseStream) -> Vec<(u64, Value)> {
+    let mut items = Vec::new();
+    while let Some(event) = stream.next(Duration::from_secs(20)).await {
+        let reply: Value = serde_json::from_str(&event.data).unwrap();
+        assert!(reply.get("error").is_none(), "{reply}");
+        let seq = event.id.unwrap().parse().unwrap();
+        items.push((seq, reply["result"].clone()));
+    }
+    items
+}
+
+#[tokio::test]
+async fn a_stream_broken_off_resumes_on_a_restarted_gateway_without_losing_an_event() {
+    let mut a2a = A2a::start().await;
+    let mut stream = a2a
+        .stream(
+            "SendStreamingMessage",
+            json!({"message": message("slow", None)}),
+            None,
+        )
+        .await;
+    assert!(
+        stream
+            .headers
+            .iter()
+            .any(|(name, value)| name == "content-type" && value.starts_with("text/event-stream"))
+    );
+    // The task first.
+    let first = stream.next(Duration::from_secs(10)).await.unwrap();
+    let reply: Value = serde_json::from_str(&first.data).unwrap();
+    let task_id = reply["result"]["task"]["id"].as_str().unwrap().to_owned();
+    // Then at least one status update while the echo agent works.
+    let update = stream.next(Duration::from_secs(10)).await.unwrap();
+    let update_reply: Value = serde_json::from_str(&update.data).unwrap();
+    assert!(
+        update_reply["result"]["statusUpdate"].is_object(),
+        "{update_reply}"
+    );
+    let seen: u64 = update.id.unwrap().parse().unwrap();
+    assert_eq!(
+        update_reply["result"]["statusUpdate"]["metadata"]["switchboard_event_seq"],
+        seen
+    );
+    drop(stream);
+
+    // The gateway goes away and comes back; the client resubscribes from what it saw.
+    a2a.restart_gateway().await;
+    let seen_text = seen.to_string();
+    let mut resumed = a2a
+        .stream("SubscribeToTask", json!({"id": task_id}), Some(&seen_text))
+        .await;
+    let items = read_until_end(&mut resumed).await;
+    assert!(
+        items[0].1["task"].is_object(),
+        "the task comes first: {items:?}"
+    );
+    let events: Vec<&(u64, Value)> = items[1..].iter().collect();
+    assert!(!events.is_empty());
+    assert!(
+        events.iter().all(|(seq, _)| *seq > seen),
+        "nothing at or before {seen}"
+    );
+    let last = &events[events.len() - 1].1["statusUpdate"];
+    assert_eq!(last["status"]["state"], "TASK_STATE_COMPLETED", "{items:?}");
+    let artifact = events
+        .iter()
+        .find_map(|(_, item)| item.get("artifactUpdate"))
+        .expect("the result comes as an artifact");
+    assert_eq!(artifact["artifact"]["parts"][0]["text"], "echo: slow");
+
+    // What the two connections saw together is every event the task has, once each.
+    let mut everything = a2a
+        .stream("SubscribeToTask", json!({"id": task_id}), Some("0"))
+        .await;
+    let all: Vec<u64> = read_until_end(&mut everything)
+        .await
+        .into_iter()
+        .skip(1)
+        .filter(|(_, item)| item.get("statusUpdate").is_some())
+        .map(|(seq, _)| seq)
+        .collect();
+    let mut together: Vec<u64> = std::iter::once(seen)
+        .chain(
+            events
+                .iter()
+                .filter(|(_, item)| item.get("statusUpdate").is_some())
+                .map(|(seq, _)| *seq),
+        )
+        .collect();
+    together.dedup();
+    let from_seen: Vec<u64> = all.iter().copied().filter(|seq| *seq >= seen).collect();
+    assert_eq!(together, from_seen, "all events: {all:?}");
+
+    // A new subscription to an ended task is refused (the task is read with GetTask).
+    let ended = a2a
+        .rpc("echo", "SubscribeToTask", json!({"id": task_id}))
+        .await;
+    assert_eq!(ended["error"]["code"], -32004, "{ended}");
+}
+
+/// One bad request: what it is, its headers and body, the HTTP status and JSON-RPC code due.
+type Case<'a> = (&'a str, Vec<(&'a str, &'a str)>, String, u16, i64);
+
+#[tokio::test]
+async fn bad_requests_get_the_spec_codes_and_break_nothing() {
+    let a2a = A2a::start().await;
+    let auth = format!("Bearer {TOKEN}");
+    let json_headers = [
+        ("Content-Type", "application/json"),
+        ("A2A-Version", "1.0"),
+        ("Authorization", auth.as_str()),
+    ];
+    let huge = format!(
+        r#"{{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{{"message":{{"messageId":"m","role":"ROLE_USER","parts":[{{"text":"{}"}}]}}}}}}"#,
+        "x".repeat(2 * 1024 * 1024)
+    );
+    let cases: Vec<Case> = vec![
+        ("malformed JSON", json_headers.to_vec(), "{\"jsonrpc\":".into(), 200, -32700),
+        ("not an object", json_headers.to_vec(), "[1,2]".into(), 200, -32600),
+        ("wrong jsonrpc", json_headers.to_vec(), r#"{"jsonrpc":"1.0","id":1,"method":"GetTask"}"#.into(), 200, -32600),
+        ("id of a bad type", json_headers.to_vec(), r#"{"jsonrpc":"2.0","id":[1],"method":"GetTask"}"#.into(), 200, -32600),
+        ("no method", json_headers.to_vec(), r#"{"jsonrpc":"2.0","id":1}"#.into(), 200, -32600),
+        ("unknown method", json_headers.to_vec(), r#"{"jsonrpc":"2.0","id":1,"method":"DeleteEverything","params":{}}"#.into(), 200, -32601),
+        ("params of a bad type", json_headers.to_vec(), r#"{"jsonrpc":"2.0","id":1,"method":"GetTask","params":{"id":42}}"#.into(), 200, -32602),
+        ("message without parts", json_headers.to_vec(), r#"{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":{"messageId":"m","role":"ROLE_USER","parts":[]}}}"#.into(), 200, -32602),
+        ("raw bytes part", json_headers.to_vec(), r#"{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":{"messageId":"m","role":"ROLE_USER","parts":[{"raw":"AAEC"}]}}}"#.into(), 200, -32602),
+        ("page size out of range", json_headers.to_vec(), r#"{"jsonrpc":"2.0","id":1,"method":"ListTasks","params":{"pageSize":100000}}"#.into(), 200, -32602),
+        ("page token not ours", json_headers.to_vec(), r#"{"jsonrpc":"2.0","id":1,"method":"ListTasks","params":{"pageToken":"../../etc"}}"#.into(), 200, -32602),
+        ("push config", json_headers.to_vec(), r#"{"jsonrpc":"2.0","id":1,"method":"CreateTaskPushNotificationConfig","params":{"taskId":"t","url":"http://x"}}"#.into(), 200, -32003),
+        ("extended card", json_headers.to_vec(), r#"{"jsonrpc":"2.0","id":1,"method":"GetExtendedAgentCard","params":{}}"#.into(), 200, -32007),
+        ("oversized body", json_headers.to_vec(), huge, 413, -32600),
+        (
+            "wrong content type",
+            vec![("Content-Type", "text/plain"), ("A2A-Version", "1.0"), ("Authorization", auth.as_str())],
+            r#"{"jsonrpc":"2.0","id":1,"method":"GetTask","params":{"id":"x"}}"#.into(),
+            415,
+            -32005,
+        ),
+        (
+            "no version (0.3)",
+            vec![("Content-Type", "application/json"), ("Authorization", auth.as_str())],
+            r#"{"jsonrpc":"2.0","id":1,"method":"GetTask","params":{"id":"x"}}"#.into(),
+            200,
+            -32009,
+        ),
+        (
+            "unsupported version",
+            vec![("Content-Type", "application/json"), ("A2A-Version", "2.0"), ("Authorization", auth.as_str())],
+            r#"{"jsonrpc":"2.0","id":1,"method":"GetTask","params":{"id":"x"}}"#.into(),
+            200,
+            -32009,
+        ),
+    ];
+    for (what, headers, body, status, code) in &cases {
+        let response =
+            http::request(a2a.addr(), "POST", "/agents/echo", headers, body.as_bytes()).await;
+        assert_eq!(
+            response.status,
+            *status,
+            "{what}: {}",
+            String::from_utf8_lossy(&response.body)
+        );
+        let reply = response.json();
+        assert_eq!(reply["error"]["code"], *code, "{what}: {reply}");
+        assert_eq!(reply["jsonrpc"], "2.0", "{what}");
+        let info = reply["error"]["data"]
+            .as_array()
+            .and_then(|data| data.last())
+            .cloned();
+        assert_eq!(
+            info.as_ref().map(|info| info["@type"].clone()),
+            Some(json!("type.googleapis.com/google.rpc.ErrorInfo")),
+            "{what}: {reply}"
+        );
+    }
+    // The version may come as a query parameter instead of a header.
+    let by_query = http::request(
+        a2a.addr(),
+        "POST",
+        "/agents/echo?A2A-Version=1.0",
+        &[
+            ("Content-Type", "application/json"),
+            ("Authorization", auth.as_str()),
+        ],
+        br#"{"jsonrpc":"2.0","id":1,"method":"ListTasks","params":{}}"#,
+    )
+    .await;
+    assert!(by_query.json()["result"].is_object(), "{}", by_query.json());
+    // An unknown agent path: 404.
+    let unknown = http::request(
+        a2a.addr(),
+        "POST",
+        "/agents/nobody",
+        &json_headers,
+        br#"{"jsonrpc":"2.0","id":1,"method":"ListTasks","params":{}}"#,
+    )
+    .await;
+    assert_eq!(unknown.status, 404);
+    // Still serving after all of it.
+    let reply = a2a
+        .rpc(
+            "echo",
+            "SendMessage",
+            json!({"message": message("still here", None)}),
+        )
+        .await;
+    assert_eq!(
+        state(&reply["result"]["task"]),
+        "TASK_STATE_COMPLETED",
+        "{reply}"
+    );
+}
