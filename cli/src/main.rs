@@ -25,6 +25,7 @@
 //! `task`, `audit`, `dlq`), `card.rs` the card flags, `nats.rs` the connection and request
 //! helpers, and `output.rs` how replies are printed.
 
+mod a2a;
 mod audit;
 mod card;
 mod commands;
@@ -286,6 +287,11 @@ enum Command {
         after_help = "Examples:\n  switchboard audit export --since 2026-11-22T00:00:00Z > manifest.jsonl\n  switchboard audit verify\n  switchboard audit pending"
     )]
     Audit(audit::AuditArgs),
+    /// The A2A gateway's operator commands: mint a client's bearer token.
+    #[command(
+        after_help = "Example:\n  switchboard a2a token planner   # prints the token and the [a2a_gateway] lines"
+    )]
+    A2a(a2a::A2aArgs),
     /// The dead letters: messages given up on after the delivery limit or rejected by their
     /// reader, with why and where from; replay puts one back.
     #[command(after_help = "Examples:\n  switchboard dlq list\n  switchboard dlq replay 42")]
@@ -395,6 +401,7 @@ async fn main() -> ExitCode {
         Command::Task(args) => task::run(args).await,
         Command::Thread { id, nats_url } => audit::thread(&nats_url, id).await,
         Command::NatsConfig { agents, out } => return commands::nats_config(&agents, &out),
+        Command::A2a(args) => return a2a::run(args),
         Command::History(args) => audit::history(args).await,
         Command::Audit(args) => match audit::run(args).await {
             Ok(Some(value)) => Ok(value),
@@ -457,8 +464,10 @@ fn view_of(command: &Command) -> View {
         Command::Audit(args) => args.view(),
         Command::Demo(_) => View::Records,
         Command::Dlq(args) => args.view(),
-        Command::Up(_) | Command::Mcp(_) | Command::Inbox(_) | Command::NatsConfig { .. } => {
-            View::Json
-        }
+        Command::Up(_)
+        | Command::Mcp(_)
+        | Command::Inbox(_)
+        | Command::NatsConfig { .. }
+        | Command::A2a(_) => View::Json,
     }
 }

@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use a2a_gateway::GatewayConfig;
 use audit::AuditConfig;
 use clap::Args;
 use directory::DirectoryConfig;
@@ -32,6 +33,10 @@ pub struct UpArgs {
     /// it the embedded server is open, for a laptop.
     #[arg(long, value_name = "DIR", conflicts_with = "nats_url")]
     auth: Option<PathBuf>,
+    /// Where the A2A gateway listens (default `[a2a_gateway] listen`, 127.0.0.1:9999); port 0
+    /// picks a free one, which the banner shows.
+    #[arg(long, value_name = "ADDR")]
+    a2a_listen: Option<std::net::SocketAddr>,
 }
 
 /// Runs `up` until SIGINT/SIGTERM.
@@ -44,6 +49,7 @@ pub async fn run(args: UpArgs) -> ExitCode {
             correlator: config::section_for(&figment, reply_correlator::config::SECTION, &runtime)?,
             tasks: config::section_for(&figment, task_lifecycle::config::SECTION, &runtime)?,
             audit: config::section_for(&figment, audit::config::SECTION, &runtime)?,
+            gateway: config::section_for(&figment, a2a_gateway::config::SECTION, &runtime)?,
             runtime,
         })
     });
@@ -89,6 +95,7 @@ struct Services {
     correlator: CorrelatorConfig,
     tasks: TaskConfig,
     audit: AuditConfig,
+    gateway: GatewayConfig,
 }
 
 async fn serve(args: UpArgs, services: &mut Services, otlp: Option<&str>) -> anyhow::Result<()> {
@@ -127,12 +134,19 @@ async fn serve(args: UpArgs, services: &mut Services, otlp: Option<&str>) -> any
     let correlator = reply_correlator::start(&client, runtime, services.correlator.clone()).await?;
     let task_service = task_lifecycle::start(&client, runtime, services.tasks.clone()).await?;
     let audit_service = audit::start(&client, runtime, services.audit.clone()).await?;
+    let mut gateway_config = services.gateway.clone();
+    if let Some(listen) = args.a2a_listen {
+        gateway_config.listen = listen;
+    }
+    let gateway = a2a_gateway::start(&client, runtime, gateway_config).await?;
+    let a2a_url = gateway.gateway().config().base_url();
     let tasks = vec![
         tokio::spawn(directory.run(shutdown.clone())),
         tokio::spawn(fanout.run(shutdown.clone())),
         tokio::spawn(correlator.run(shutdown.clone())),
         tokio::spawn(task_service.run(shutdown.clone())),
         tokio::spawn(audit_service.run(shutdown.clone())),
+        tokio::spawn(gateway.run(shutdown.clone())),
     ];
 
     match &embedded {
@@ -152,7 +166,7 @@ async fn serve(args: UpArgs, services: &mut Services, otlp: Option<&str>) -> any
         None => println!("Switchboard is up.\n  NATS:      {url}"),
     }
     println!(
-        "  services:  directory, inbox-fanout, reply-correlator, task-lifecycle, audit\n  traces:    {}\n\nAn agent in any language connects to {url} and sends\n  agent.registry.register.<agent_id>   (its card, JSON)\n  agent.registry.goal.open.<agent_id>  (then agent.inbox.fetch.<agent_id> / agent.inbox.ack.<agent_id>)\n  agent.send.<agent_id>                ({{\"to\": \"peer\", \"message\": \"…\"}})\n  agent.call.<agent_id> / agent.reply.<agent_id>   (calls that wait for an answer)\n  agent.task.<op>.<agent_id>           (tasks: create, accept, start, complete, spawn, …)\nTry:  switchboard agents   |   switchboard peers --as <agent_id>\nStop: Ctrl-C",
+        "  services:  directory, inbox-fanout, reply-correlator, task-lifecycle, audit, a2a-gateway\n  A2A:       {a2a_url}/agents/<agent_id> (A2A v1.0 JSON-RPC; card at …/.well-known/agent-card.json)\n  traces:    {}\n\nAn agent in any language connects to {url} and sends\n  agent.registry.register.<agent_id>   (its card, JSON)\n  agent.registry.goal.open.<agent_id>  (then agent.inbox.fetch.<agent_id> / agent.inbox.ack.<agent_id>)\n  agent.send.<agent_id>                ({{\"to\": \"peer\", \"message\": \"…\"}})\n  agent.call.<agent_id> / agent.reply.<agent_id>   (calls that wait for an answer)\n  agent.task.<op>.<agent_id>           (tasks: create, accept, start, complete, spawn, …)\nTry:  switchboard agents   |   switchboard peers --as <agent_id>\nStop: Ctrl-C",
         otlp.unwrap_or("not exported (set OTEL_EXPORTER_OTLP_ENDPOINT)")
     );
 

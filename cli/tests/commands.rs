@@ -187,6 +187,7 @@ async fn every_command_shows_an_example_in_its_help() {
     let commands: &[&[&str]] = &[
         &[],
         &["up"],
+        &["a2a", "token"],
         &["register"],
         &["heartbeat"],
         &["deregister"],

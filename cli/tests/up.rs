@@ -37,7 +37,14 @@ async fn up_runs_the_embedded_system_and_stops_on_ctrl_c() {
     let port = free_port();
     let url = format!("nats://127.0.0.1:{port}");
     let mut up = switchboard()
-        .args(["up", "--port", &port.to_string(), "--data-dir"])
+        .args([
+            "up",
+            "--port",
+            &port.to_string(),
+            "--a2a-listen",
+            "127.0.0.1:0",
+            "--data-dir",
+        ])
         .arg(data.path().join("nats"))
         .current_dir(data.path())
         .stdout(Stdio::piped())
@@ -55,7 +62,7 @@ async fn up_runs_the_embedded_system_and_stops_on_ctrl_c() {
     );
     assert!(
         banner.contains(
-            "services:  directory, inbox-fanout, reply-correlator, task-lifecycle, audit"
+            "services:  directory, inbox-fanout, reply-correlator, task-lifecycle, audit, a2a-gateway"
         ),
         "{banner}"
     );
@@ -458,6 +465,8 @@ async fn up_with_auth_runs_the_generated_accounts() {
             &port.to_string(),
             "--auth",
             "auth",
+            "--a2a-listen",
+            "127.0.0.1:0",
             "--data-dir",
         ])
         .arg(data.path().join("nats"))

@@ -147,7 +147,13 @@ impl System {
             up.env(NKEY_SEED_ENV, seed);
         }
         let up = up
-            .args(["up", "--nats-url", &nats.url()])
+            .args([
+                "up",
+                "--nats-url",
+                &nats.url(),
+                "--a2a-listen",
+                "127.0.0.1:0",
+            ])
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
             .spawn()

@@ -10,7 +10,7 @@ pub const SECTION: &str = "a2a_gateway";
 
 /// One A2A client allowed in: a name (its agent id in the fabric is `a2a-<name>`) and the
 /// SHA-256 of its bearer token, lowercase hex, so the config never holds the token itself
-/// (`switchboard a2a token <name>` prints a fresh token and this line).
+/// (`switchboard a2a token <name>` prints a fresh token and these lines).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ClientToken {

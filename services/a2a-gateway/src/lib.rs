@@ -51,7 +51,7 @@ pub struct Running {
 pub async fn start(
     client: &Client,
     runtime: &RuntimeConfig,
-    config: GatewayConfig,
+    mut config: GatewayConfig,
 ) -> Result<Running, StartError> {
     let js = jetstream::new(client.clone());
     let settings = &runtime.jetstream;
@@ -70,6 +70,12 @@ pub async fn start(
             address: config.listen.to_string(),
             message: err.to_string(),
         })?;
+    // Cards name the address actually bound (a port of 0 picks one) unless a public URL is set.
+    if config.public_url.is_empty()
+        && let Ok(bound) = listener.local_addr()
+    {
+        config.public_url = format!("http://{bound}");
+    }
     let view = RegistryView::new(js, agents, goals);
     let store = store::Store::new(events, view.clone());
     let gateway = Arc::new(Gateway::new(client.clone(), config, store));

@@ -1,0 +1,136 @@
+"""Drives the Switchboard A2A gateway with the official A2A Python SDK (a2a-sdk), as any A2A
+client would: card discovery, blocking and non-blocking SendMessage, a streamed task with its
+events in order, GetTask, ListTasks, CancelTask, and a request without a token refused.
+
+Run by tests/a2a.rs against a gateway in front of an `echo` agent (answers `echo: <text>`,
+`slow` after 1.5 s) and a `sleeper` agent (never takes its tasks). Prints one JSON line with
+what it saw; exits non-zero on the first thing that is not as the A2A spec says.
+"""
+
+import argparse
+import asyncio
+import json
+import sys
+import uuid
+
+import httpx
+from a2a.client import A2ACardResolver, ClientConfig, ClientFactory
+from a2a.types import (
+    CancelTaskRequest,
+    GetTaskRequest,
+    ListTasksRequest,
+    Message,
+    Part,
+    Role,
+    SendMessageConfiguration,
+    SendMessageRequest,
+    TaskState,
+)
+
+
+def message(text: str) -> Message:
+    return Message(role=Role.ROLE_USER, message_id=str(uuid.uuid4()), parts=[Part(text=text)])
+
+
+def check(condition: bool, what: str) -> None:
+    if not condition:
+        print(f"FAILED: {what}", file=sys.stderr)
+        sys.exit(1)
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--base", required=True, help="the gateway, e.g. http://127.0.0.1:9999")
+    parser.add_argument("--token", required=True)
+    args = parser.parse_args()
+    seen: dict = {}
+
+    async with httpx.AsyncClient(
+        timeout=60, headers={"Authorization": f"Bearer {args.token}"}
+    ) as http:
+        card = await A2ACardResolver(http, f"{args.base}/agents/echo").get_agent_card()
+        check(card.name == "echo", f"card name {card.name}")
+        check(card.capabilities.streaming, "the card offers streaming")
+        seen["card"] = card.name
+
+        blocking = ClientFactory(ClientConfig(httpx_client=http, streaming=False)).create(card)
+        streaming = ClientFactory(ClientConfig(httpx_client=http)).create(card)
+
+        # Blocking: the finished task, its result as the artifact.
+        task = None
+        async for event in blocking.send_message(SendMessageRequest(message=message("hi"))):
+            task = event.task
+        check(task is not None and task.status.state == TaskState.TASK_STATE_COMPLETED,
+              f"blocking send completes: {task}")
+        check(task.artifacts[0].parts[0].text == "echo: hi", f"artifact {task.artifacts}")
+        seen["blocking"] = TaskState.Name(task.status.state)
+
+        # Non-blocking: answered before the work is done; GetTask sees it finish.
+        later = None
+        request = SendMessageRequest(
+            message=message("later"),
+            configuration=SendMessageConfiguration(return_immediately=True),
+        )
+        async for event in blocking.send_message(request):
+            later = event.task
+        check(later.status.state != TaskState.TASK_STATE_COMPLETED, "returned immediately")
+        for _ in range(100):
+            got = await blocking.get_task(GetTaskRequest(id=later.id))
+            if got.status.state == TaskState.TASK_STATE_COMPLETED:
+                break
+            await asyncio.sleep(0.05)
+        check(got.status.state == TaskState.TASK_STATE_COMPLETED, f"GetTask: {got.status}")
+        seen["non_blocking"] = TaskState.Name(got.status.state)
+
+        # Streaming: the task first, then its events in order, ending completed.
+        kinds, states = [], []
+        async for event in streaming.send_message(SendMessageRequest(message=message("slow"))):
+            kind = event.WhichOneof("payload")
+            kinds.append(kind)
+            if kind == "status_update":
+                states.append(TaskState.Name(event.status_update.status.state))
+            elif kind == "artifact_update":
+                check(event.artifact_update.artifact.parts[0].text == "echo: slow",
+                      "streamed artifact")
+        check(kinds[0] == "task", f"the task comes first: {kinds}")
+        check("artifact_update" in kinds, f"the result is streamed: {kinds}")
+        check(states[-1] == "TASK_STATE_COMPLETED", f"ends completed: {states}")
+        order = ["TASK_STATE_SUBMITTED", "TASK_STATE_WORKING", "TASK_STATE_COMPLETED"]
+        ranks = [order.index(state) for state in states]
+        check(ranks == sorted(ranks), f"states in order: {states}")
+        seen["stream"] = states
+
+        listed = await blocking.list_tasks(ListTasksRequest(page_size=50))
+        check(len(listed.tasks) >= 3, f"ListTasks: {len(listed.tasks)}")
+        seen["listed"] = len(listed.tasks)
+
+        # Cancel a task the sleeper never takes.
+        sleeper_card = await A2ACardResolver(http, f"{args.base}/agents/sleeper").get_agent_card()
+        sleeper = ClientFactory(ClientConfig(httpx_client=http, streaming=False)).create(sleeper_card)
+        waiting = None
+        request = SendMessageRequest(
+            message=message("never"),
+            configuration=SendMessageConfiguration(return_immediately=True),
+        )
+        async for event in sleeper.send_message(request):
+            waiting = event.task
+        canceled = await sleeper.cancel_task(CancelTaskRequest(id=waiting.id))
+        check(canceled.status.state == TaskState.TASK_STATE_CANCELED, f"cancel: {canceled.status}")
+        seen["canceled"] = TaskState.Name(canceled.status.state)
+
+    # Without a token: refused.
+    async with httpx.AsyncClient(timeout=10) as anonymous:
+        stranger = ClientFactory(ClientConfig(httpx_client=anonymous, streaming=False)).create(card)
+        try:
+            async for _ in stranger.send_message(SendMessageRequest(message=message("hi"))):
+                pass
+            check(False, "a request without a token was served")
+        except Exception as err:  # the SDK raises its HTTP error type
+            check("401" in str(err), f"refused with 401: {err!r}")
+            seen["no_token"] = 401
+
+    print(json.dumps(seen))
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

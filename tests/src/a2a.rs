@@ -1,0 +1,184 @@
+//! The A2A gateway's test fixture: the fabric, an `echo` agent working every task it gets
+//! (`slow` takes 1.5 s), a `sleeper` agent that never takes its tasks, a gateway with two
+//! clients, and JSON-RPC / SSE requests to it.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use a2a_gateway::config::{ClientToken, GatewayConfig};
+use serde_json::{Value, json};
+use switchboard_client::TaskOutcome;
+use switchboard_runtime::CancellationToken;
+
+use crate::http::{self, SseStream};
+use crate::{Fabric, Handle, Replica, Service, runtime};
+
+pub const TOKEN: &str = "planner-token";
+pub const OTHER_TOKEN: &str = "other-token";
+
+/// A free loopback port (bound, read, released).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn gateway_config(port: u16) -> GatewayConfig {
+    GatewayConfig {
+        listen: SocketAddr::from(([127, 0, 0, 1], port)),
+        clients: vec![
+            ClientToken {
+                name: "planner".into(),
+                sha256: a2a_gateway::auth::sha256_hex(TOKEN.as_bytes()),
+            },
+            ClientToken {
+                name: "other".into(),
+                sha256: a2a_gateway::auth::sha256_hex(OTHER_TOKEN.as_bytes()),
+            },
+        ],
+        blocking_timeout_ms: 20_000,
+        ..Default::default()
+    }
+}
+
+/// The fabric, an `echo` agent working every task it gets (`slow` takes 1.5 s), a `sleeper`
+/// agent that never takes its tasks, and a gateway.
+pub struct A2a {
+    pub fabric: Fabric,
+    pub port: u16,
+    gateway: Option<Replica>,
+    stop: CancellationToken,
+}
+
+impl A2a {
+    pub async fn start() -> Self {
+        let fabric = Fabric::start().await;
+        let (echo, goal) = fabric.agent_with_goal("echo").await;
+        let _sleeper = fabric.agent_with_goal("sleeper").await;
+        let stop = CancellationToken::new();
+        let serving = stop.clone();
+        let echo = Arc::new(echo);
+        tokio::spawn(async move {
+            let _ = echo
+                .serve_tasks(&goal, serving, None, |task| async move {
+                    if task.message == "slow" {
+                        tokio::time::sleep(Duration::from_millis(1500)).await;
+                    }
+                    Ok(TaskOutcome::text(format!("echo: {}", task.message)))
+                })
+                .await;
+        });
+        // The sleeper's agent stays registered, with a goal, and reads nothing.
+        std::mem::forget(_sleeper);
+        let port = free_port();
+        let mut a2a = Self {
+            fabric,
+            port,
+            gateway: None,
+            stop,
+        };
+        a2a.start_gateway().await;
+        a2a
+    }
+
+    async fn start_gateway(&mut self) {
+        let (replica, Handle::Listening(address)) = Service::Gateway(gateway_config(self.port))
+            .start_with_handle(&runtime(&self.fabric.url()))
+            .await
+        else {
+            panic!("the gateway reports its address");
+        };
+        assert_eq!(address.port(), self.port);
+        self.gateway = Some(replica);
+    }
+
+    pub async fn restart_gateway(&mut self) {
+        if let Some(gateway) = self.gateway.take() {
+            gateway.stop().await;
+        }
+        self.start_gateway().await;
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.port))
+    }
+
+    pub async fn rpc_as(&self, token: &str, agent: &str, method: &str, params: Value) -> Value {
+        let body = json!({"jsonrpc": "2.0", "id": 7, "method": method, "params": params});
+        let auth = format!("Bearer {token}");
+        let response = http::request(
+            self.addr(),
+            "POST",
+            &format!("/agents/{agent}"),
+            &[
+                ("Content-Type", "application/json"),
+                ("A2A-Version", "1.0"),
+                ("Authorization", &auth),
+            ],
+            body.to_string().as_bytes(),
+        )
+        .await;
+        assert_eq!(
+            response.status,
+            200,
+            "{}",
+            String::from_utf8_lossy(&response.body)
+        );
+        let reply = response.json();
+        assert_eq!(reply["jsonrpc"], "2.0");
+        assert_eq!(reply["id"], 7);
+        reply
+    }
+
+    pub async fn rpc(&self, agent: &str, method: &str, params: Value) -> Value {
+        self.rpc_as(TOKEN, agent, method, params).await
+    }
+
+    pub async fn stream(&self, method: &str, params: Value, last_event: Option<&str>) -> SseStream {
+        let body = json!({"jsonrpc": "2.0", "id": "s", "method": method, "params": params});
+        let auth = format!("Bearer {TOKEN}");
+        let mut headers = vec![
+            ("Content-Type", "application/json"),
+            ("A2A-Version", "1.0"),
+            ("Authorization", auth.as_str()),
+            ("Accept", "text/event-stream"),
+        ];
+        if let Some(seen) = last_event {
+            headers.push(("Last-Event-ID", seen));
+        }
+        let stream = SseStream::open(
+            self.addr(),
+            "/agents/echo",
+            &headers,
+            body.to_string().as_bytes(),
+        )
+        .await;
+        assert_eq!(stream.status, 200);
+        stream
+    }
+}
+
+impl Drop for A2a {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+pub fn message(text: &str, context: Option<&str>) -> Value {
+    let mut message = json!({
+        "messageId": uuid::Uuid::now_v7().to_string(),
+        "role": "ROLE_USER",
+        "parts": [{"text": text}],
+    });
+    if let Some(context) = context {
+        message["contextId"] = json!(context);
+    }
+    message
+}
+
+pub fn state(task: &Value) -> &str {
+    task["status"]["state"].as_str().unwrap_or("")
+}
