@@ -431,3 +431,127 @@ async fn the_official_a2a_python_sdk_drives_the_gateway() {
         "TASK_STATE_COMPLETED"
     );
 }
+
+/// The gateway's attack list (docs/a2a.md, "Errors"; docs/security.md): what one client may
+/// not do to another, to the fabric, or to the gateway.
+#[tokio::test]
+async fn a_hostile_client_reaches_nothing_that_is_not_its_own() {
+    let a2a = A2a::start().await;
+    let mine = a2a
+        .rpc(
+            "sleeper",
+            "SendMessage",
+            json!({"message": message("mine", None), "configuration": {"returnImmediately": true}}),
+        )
+        .await;
+    let mine = mine["result"]["task"]["id"].as_str().unwrap().to_owned();
+
+    // Another client: no read, cancel, answer or stream of it.
+    for (method, params) in [
+        ("GetTask", json!({"id": mine})),
+        ("CancelTask", json!({"id": mine})),
+        ("SubscribeToTask", json!({"id": mine})),
+        (
+            "SendMessage",
+            json!({"message": {"messageId": "m", "role": "ROLE_USER", "taskId": mine, "parts": [{"text": "hijack"}]}}),
+        ),
+    ] {
+        let reply = a2a.rpc_as(OTHER_TOKEN, "sleeper", method, params).await;
+        assert_eq!(reply["error"]["code"], -32001, "{method}: {reply}");
+    }
+    let still = a2a.rpc("sleeper", "GetTask", json!({"id": mine})).await;
+    assert_eq!(state(&still["result"]), "TASK_STATE_SUBMITTED", "{still}");
+
+    // A client agent is never an A2A agent: no card, no endpoint.
+    let card = http::request(
+        a2a.addr(),
+        "GET",
+        "/agents/a2a-other/.well-known/agent-card.json",
+        &[],
+        b"",
+    )
+    .await;
+    assert_eq!(card.status, 404);
+    let auth = format!("Bearer {TOKEN}");
+    let headers = [
+        ("Content-Type", "application/json"),
+        ("A2A-Version", "1.0"),
+        ("Authorization", auth.as_str()),
+    ];
+    let other = http::request(
+        a2a.addr(),
+        "POST",
+        "/agents/a2a-other",
+        &headers,
+        json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": message("hi", None)}})
+            .to_string()
+            .as_bytes(),
+    )
+    .await;
+    assert_eq!(other.status, 404);
+    // …and no fabric agent may message or task one.
+    let mallory = a2a.fabric.agent("mallory").await;
+    let refused = mallory.send_to_peer("a2a-planner", "psst").await.unwrap();
+    assert!(refused.delivered_to.is_empty(), "{refused:?}");
+    assert!(
+        refused.unreachable_reasons[0].contains("does not accept messages"),
+        "{refused:?}"
+    );
+
+    // Last-Event-ID must be a position of the task.
+    for bad in ["-1", "abc", "18446744073709551615"] {
+        let body =
+            json!({"jsonrpc": "2.0", "id": 1, "method": "SubscribeToTask", "params": {"id": mine}});
+        let mut with = headers.to_vec();
+        with.push(("Last-Event-ID", bad));
+        let response = http::request(
+            a2a.addr(),
+            "POST",
+            "/agents/sleeper",
+            &with,
+            body.to_string().as_bytes(),
+        )
+        .await;
+        assert_eq!(response.json()["error"]["code"], -32602, "{bad}");
+    }
+
+    // Bounded input, and errors that do not reflect it whole.
+    let parts: Vec<Value> = (0..300).map(|n| json!({"data": n})).collect();
+    let many = a2a
+        .rpc(
+            "sleeper",
+            "SendMessage",
+            json!({"message": {"messageId": "m", "role": "ROLE_USER", "parts": parts}}),
+        )
+        .await;
+    assert_eq!(many["error"]["code"], -32602, "{many}");
+    let long_id = "x".repeat(100_000);
+    let reflected = a2a.rpc("sleeper", "GetTask", json!({"id": long_id})).await;
+    assert_eq!(reflected["error"]["code"], -32001);
+    assert!(
+        reflected["error"]["message"].as_str().unwrap().len() < 200,
+        "{reflected}"
+    );
+    let long_context = a2a
+        .rpc(
+            "sleeper",
+            "SendMessage",
+            json!({"message": message("hi", Some(&"c".repeat(300)))}),
+        )
+        .await;
+    assert_eq!(long_context["error"]["code"], -32602, "{long_context}");
+
+    // Streams a client walks away from give their slots back: more subscriptions, opened and
+    // dropped one after another, than a client may hold at once (32).
+    for n in 0..40 {
+        let mut stream = a2a
+            .stream_to("sleeper", "SubscribeToTask", json!({"id": mine}), None)
+            .await;
+        let first = stream.next(Duration::from_secs(10)).await.unwrap();
+        let reply: Value = serde_json::from_str(&first.data).unwrap();
+        assert!(reply["result"]["task"].is_object(), "stream {n}: {reply}");
+        drop(stream);
+        // The gateway notices the closed connection on its next write or read.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

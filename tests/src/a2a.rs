@@ -137,7 +137,19 @@ impl A2a {
         self.rpc_as(TOKEN, agent, method, params).await
     }
 
+    /// A stream from the `echo` agent's endpoint.
     pub async fn stream(&self, method: &str, params: Value, last_event: Option<&str>) -> SseStream {
+        self.stream_to("echo", method, params, last_event).await
+    }
+
+    /// A stream from `agent`'s endpoint (`Last-Event-ID` when given).
+    pub async fn stream_to(
+        &self,
+        agent: &str,
+        method: &str,
+        params: Value,
+        last_event: Option<&str>,
+    ) -> SseStream {
         let body = json!({"jsonrpc": "2.0", "id": "s", "method": method, "params": params});
         let auth = format!("Bearer {TOKEN}");
         let mut headers = vec![
@@ -151,7 +163,7 @@ impl A2a {
         }
         let stream = SseStream::open(
             self.addr(),
-            "/agents/echo",
+            &format!("/agents/{agent}"),
             &headers,
             body.to_string().as_bytes(),
         )

@@ -120,8 +120,12 @@ pub fn etag(json: &[u8]) -> String {
     format!("\"{hex}\"")
 }
 
-/// Whether `id` names an agent a card could exist for (a valid agent id).
+/// The agent a path names, if the gateway serves it: a valid agent id that is not a client
+/// agent (`a2a-…`), so one client can never address another or pose as one.
 pub fn agent_id(id: &str) -> Option<AgentId> {
+    if id.starts_with(crate::gateway::CLIENT_PREFIX) {
+        return None;
+    }
     AgentId::parse(id).ok()
 }
 

@@ -90,7 +90,15 @@ impl switchboard_runtime::config::Section for GatewayConfig {
         if !self.public_url.is_empty() && !scheme_ok {
             return Err("public_url must start with http:// or https://".to_owned());
         }
+        let mut names = std::collections::HashSet::new();
+        let mut hashes = std::collections::HashSet::new();
         for client in &self.clients {
+            if !names.insert(client.name.as_str()) || !hashes.insert(client.sha256.as_str()) {
+                return Err(format!(
+                    "client `{}`: every client needs its own name and its own token",
+                    client.name
+                ));
+            }
             let name_ok = !client.name.is_empty()
                 && client.name.len() <= CLIENT_NAME_MAX
                 && client.name.bytes().all(|b| {

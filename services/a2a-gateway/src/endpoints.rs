@@ -33,6 +33,9 @@ use crate::stream::Item;
 /// The protocol version the gateway speaks.
 pub const VERSION: &str = "1.0";
 
+/// How long a request body may take to arrive (a trickled body holds a connection).
+const BODY_WITHIN: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// How long a client may cache a card, in seconds.
 const CARD_MAX_AGE_SECS: u32 = 60;
 
@@ -123,15 +126,26 @@ async fn json_rpc(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let authorization = headers
+    // An Authorization header that is not text is a wrong token, never "no token".
+    let caller = match headers
         .get(header::AUTHORIZATION)
-        .and_then(|value| value.to_str().ok());
-    let caller = match auth::caller(gateway.config(), authorization) {
+        .map(|value| value.to_str())
+    {
+        Some(Err(_)) => Err(Refusal::Unknown),
+        Some(Ok(value)) => auth::caller(gateway.config(), Some(value)),
+        None => auth::caller(gateway.config(), None),
+    };
+    let caller = match caller {
         Ok(caller) => caller,
         Err(refusal) => return unauthorized(refusal),
     };
     let limit = gateway.config().max_body_bytes;
-    let Ok(bytes) = axum::body::to_bytes(body, limit).await else {
+    let read = tokio::time::timeout(BODY_WITHIN, axum::body::to_bytes(body, limit)).await;
+    let Ok(read) = read else {
+        let err = GatewayError::SlowBody(BODY_WITHIN.as_secs());
+        return rpc_error(StatusCode::REQUEST_TIMEOUT, JsonRpcId::Null, &err);
+    };
+    let Ok(bytes) = read else {
         return rpc_error(
             StatusCode::PAYLOAD_TOO_LARGE,
             JsonRpcId::Null,
@@ -189,11 +203,20 @@ async fn json_rpc(
         }
         Err(err) => return rpc_error(StatusCode::OK, id, &err),
     }
-    let last_event = headers
-        .get("Last-Event-ID")
-        .and_then(|value| value.to_str().ok())
-        .map(str::trim)
-        .map(str::to_owned);
+    let last_event = match headers.get("Last-Event-ID").map(|value| value.to_str()) {
+        None => None,
+        Some(Ok(text)) => match text.trim().parse::<u64>() {
+            Ok(seq) => Some(seq),
+            Err(_) => {
+                let err = GatewayError::BadLastEvent(text.to_owned());
+                return rpc_error(StatusCode::OK, id, &err);
+            }
+        },
+        Some(Err(_)) => {
+            let err = GatewayError::BadLastEvent("(not text)".to_owned());
+            return rpc_error(StatusCode::OK, id, &err);
+        }
+    };
     dispatch(&gateway, &caller, &agent, id, &method, params, last_event).await
 }
 
@@ -260,7 +283,7 @@ async fn dispatch(
     id: JsonRpcId,
     method: &str,
     raw: Value,
-    last_event: Option<String>,
+    last_event: Option<u64>,
 ) -> Response {
     let result: Result<Value, GatewayError> = match method {
         methods::SEND_MESSAGE => match params::<SendMessageRequest>(raw) {
@@ -293,33 +316,19 @@ async fn dispatch(
         },
         methods::SEND_STREAMING_MESSAGE => {
             return match params::<SendMessageRequest>(raw) {
-                Ok(request) => {
-                    let submitted = match crate::tasks::message_content(&request) {
-                        Ok((text, parts)) => {
-                            gateway
-                                .submit(caller, agent, request, text, parts, false)
-                                .await
-                        }
-                        Err(err) => Err(err),
-                    };
-                    match submitted {
-                        Ok(task) => match crate::tasks::task_id(&task.id) {
-                            Ok(task_id) => stream(gateway, caller, agent, id, task_id, None).await,
-                            Err(err) => rpc_error(StatusCode::OK, id, &err),
-                        },
-                        Err(err) => rpc_error(StatusCode::OK, id, &err),
-                    }
-                }
+                Ok(request) => send_streaming(gateway, caller, agent, id, request).await,
                 Err(err) => rpc_error(StatusCode::OK, id, &err),
             };
         }
         methods::SUBSCRIBE_TO_TASK => {
             return match params::<SubscribeToTaskRequest>(raw) {
                 Ok(request) => match crate::tasks::task_id(&request.id) {
-                    Ok(task_id) => {
-                        let after = last_event.and_then(|seen| seen.parse::<u64>().ok());
-                        stream(gateway, caller, agent, id, task_id, after).await
-                    }
+                    Ok(task_id) => match gateway.open_stream(caller) {
+                        Ok(slot) => {
+                            stream(gateway, caller, agent, id, task_id, last_event, slot).await
+                        }
+                        Err(err) => rpc_error(StatusCode::OK, id, &err),
+                    },
                     Err(err) => rpc_error(StatusCode::OK, id, &err),
                 },
                 Err(err) => rpc_error(StatusCode::OK, id, &err),
@@ -342,6 +351,33 @@ async fn dispatch(
     }
 }
 
+/// `SendStreamingMessage`: the stream's slot first (a client at its cap makes no task it
+/// cannot follow), then the task, then its stream.
+async fn send_streaming(
+    gateway: &Arc<Gateway>,
+    caller: &AgentId,
+    agent: &AgentId,
+    id: JsonRpcId,
+    request: SendMessageRequest,
+) -> Response {
+    let slot = match gateway.open_stream(caller) {
+        Ok(slot) => slot,
+        Err(err) => return rpc_error(StatusCode::OK, id, &err),
+    };
+    let submitted = match crate::tasks::message_content(&request) {
+        Ok((text, parts)) => {
+            gateway
+                .submit(caller, agent, request, text, parts, false)
+                .await
+        }
+        Err(err) => Err(err),
+    };
+    match submitted.and_then(|task| crate::tasks::task_id(&task.id)) {
+        Ok(task_id) => stream(gateway, caller, agent, id, task_id, None, slot).await,
+        Err(err) => rpc_error(StatusCode::OK, id, &err),
+    }
+}
+
 async fn stream(
     gateway: &Arc<Gateway>,
     caller: &AgentId,
@@ -349,8 +385,9 @@ async fn stream(
     id: JsonRpcId,
     task_id: uuid::Uuid,
     after: Option<u64>,
+    slot: crate::gateway::StreamSlot,
 ) -> Response {
-    match gateway.follow(caller, agent, task_id, after).await {
+    match gateway.follow(caller, agent, task_id, after, slot).await {
         Ok(items) => sse(id, items),
         Err(err) => rpc_error(StatusCode::OK, id, &err),
     }

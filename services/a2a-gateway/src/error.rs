@@ -8,26 +8,36 @@ use a2a::{A2AError, JsonRpcError, TypedDetail, error_code};
 use switchboard_proto::{ErrorKind, ErrorReply};
 use switchboard_runtime::request::RequestFailure;
 
+/// Caller text as an error message shows it: at most 80 characters, control characters
+/// dropped, so an error never reflects a megabyte (or a line break) back.
+pub fn shown(text: &str) -> String {
+    let mut out: String = text.chars().filter(|c| !c.is_control()).take(80).collect();
+    if text.chars().count() > 80 {
+        out.push('…');
+    }
+    out
+}
+
 /// Why a JSON-RPC request failed.
 #[derive(Debug, thiserror::Error)]
 pub enum GatewayError {
     /// The body is not JSON.
-    #[error("the body is not JSON: {0}")]
+    #[error("the body is not JSON: {}", shown(.0))]
     Parse(String),
     /// The body is JSON but not a JSON-RPC 2.0 request.
-    #[error("not a JSON-RPC 2.0 request: {0}")]
+    #[error("not a JSON-RPC 2.0 request: {}", shown(.0))]
     InvalidRequest(String),
     /// No such method.
-    #[error("method not found: {0}")]
+    #[error("method not found: {}", shown(.0))]
     MethodNotFound(String),
     /// The params do not fit the method.
-    #[error("invalid params: {0}")]
+    #[error("invalid params: {}", shown(.0))]
     InvalidParams(String),
     /// The client asked for a protocol version the gateway does not speak.
-    #[error("A2A version {0} is not supported (the gateway speaks 1.0)")]
+    #[error("A2A version {} is not supported (the gateway speaks 1.0)", shown(.0))]
     Version(String),
     /// The task does not exist, or the caller is not a party of it.
-    #[error("task not found: {0}")]
+    #[error("task not found: {}", shown(.0))]
     TaskNotFound(String),
     /// The task has ended (or cannot be canceled by this caller).
     #[error("task {task} cannot be canceled: {why}")]
@@ -47,14 +57,23 @@ pub enum GatewayError {
     #[error("task {0} has ended; use GetTask")]
     SubscribeEnded(String),
     /// No agent by that name is registered.
-    #[error("no agent `{0}` is registered here")]
+    #[error("no agent `{}` is served here", shown(.0))]
     UnknownAgent(String),
     /// The body is larger than the gateway takes.
     #[error("the body is larger than {0} bytes")]
     TooLarge(usize),
     /// The body is not `application/json`.
-    #[error("the body must be application/json (got {0})")]
+    #[error("the body must be application/json (got {})", shown(.0))]
     ContentType(String),
+    /// `Last-Event-ID` is not a stream position of this task.
+    #[error("Last-Event-ID `{}` is not an event of this task (send the id of an event you received)", shown(.0))]
+    BadLastEvent(String),
+    /// The request body did not arrive in time.
+    #[error("the body did not arrive within {0} s")]
+    SlowBody(u64),
+    /// Anonymous callers share one identity, so they may not list it.
+    #[error("anonymous callers cannot list tasks (they share one identity); use a token")]
+    AnonymousList,
     /// The caller holds as many streams as it may.
     #[error("too many open streams for this client (at most {0})")]
     TooManyStreams(usize),
@@ -92,7 +111,10 @@ impl GatewayError {
             }
             Self::ContentType(_) => (error_code::CONTENT_TYPE_NOT_SUPPORTED, None),
             Self::MethodNotFound(_) => (error_code::METHOD_NOT_FOUND, None),
-            Self::InvalidParams(_) => (error_code::INVALID_PARAMS, None),
+            Self::InvalidParams(_) | Self::BadLastEvent(_) | Self::AnonymousList => {
+                (error_code::INVALID_PARAMS, None)
+            }
+            Self::SlowBody(_) => (error_code::INVALID_REQUEST, None),
             Self::Version(_) => (error_code::VERSION_NOT_SUPPORTED, None),
             Self::TaskNotFound(_) => (error_code::TASK_NOT_FOUND, None),
             Self::SubscribeEnded(_) => (error_code::UNSUPPORTED_OPERATION, None),

@@ -20,6 +20,10 @@ use crate::config::GatewayConfig;
 use crate::error::GatewayError;
 use crate::store::Store;
 
+/// The prefix of every client agent (`a2a-<name>`): such an agent is never served as an A2A
+/// agent, and `switchboard nats-config` refuses to key one.
+pub const CLIENT_PREFIX: &str = switchboard_proto::A2A_CLIENT_PREFIX;
+
 /// How long a request to a service may take before the gateway answers `unavailable`.
 pub(crate) const SERVICE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -32,8 +36,8 @@ pub struct Gateway {
     /// The client agents registered by this replica (registration is idempotent; this only
     /// saves a request per call).
     registered: Mutex<HashSet<AgentId>>,
-    /// Open streams per client agent.
-    streams: Mutex<HashMap<AgentId, usize>>,
+    /// Open streams (and blocking waits) per client agent.
+    streams: Arc<Mutex<HashMap<AgentId, usize>>>,
 }
 
 impl Gateway {
@@ -44,7 +48,7 @@ impl Gateway {
             config,
             store,
             registered: Mutex::new(HashSet::new()),
-            streams: Mutex::new(HashMap::new()),
+            streams: Arc::default(),
         }
     }
 
@@ -60,6 +64,9 @@ impl Gateway {
             return Ok(());
         }
         let mut card = AgentCard::new(caller.clone());
+        // A client agent takes nothing from the fabric: no agent may message or task it (its
+        // task updates come from the task service, which no ACL gates).
+        card.allow_from = Vec::new();
         card.description = format!(
             "A2A client `{}` through the Switchboard A2A gateway",
             caller.as_str().trim_start_matches("a2a-")
@@ -102,22 +109,25 @@ impl Gateway {
         }
     }
 
-    /// Counts a stream `caller` opens; `Err` past its cap. The slot is given back when the
-    /// returned guard drops.
-    pub(crate) fn open_stream(
-        self: &Arc<Self>,
-        caller: &AgentId,
-    ) -> Result<StreamSlot, GatewayError> {
+    /// Counts a stream (or a blocking wait) `caller` opens; `Err` past its cap. The slot is
+    /// given back when the returned guard drops.
+    pub(crate) fn open_stream(&self, caller: &AgentId) -> Result<StreamSlot, GatewayError> {
+        self.try_stream_slot(caller)
+            .ok_or(GatewayError::TooManyStreams(
+                self.config.max_streams_per_client,
+            ))
+    }
+
+    /// [`Gateway::open_stream`], `None` past the cap.
+    pub(crate) fn try_stream_slot(&self, caller: &AgentId) -> Option<StreamSlot> {
         let mut streams = self.streams.lock().unwrap_or_else(PoisonError::into_inner);
         let open = streams.entry(caller.clone()).or_default();
         if *open >= self.config.max_streams_per_client {
-            return Err(GatewayError::TooManyStreams(
-                self.config.max_streams_per_client,
-            ));
+            return None;
         }
         *open += 1;
-        Ok(StreamSlot {
-            gateway: Arc::clone(self),
+        Some(StreamSlot {
+            streams: Arc::clone(&self.streams),
             caller: caller.clone(),
         })
     }
@@ -132,17 +142,13 @@ impl Gateway {
 /// One open stream of a client; dropping it frees the slot.
 #[derive(Debug)]
 pub(crate) struct StreamSlot {
-    gateway: Arc<Gateway>,
+    streams: Arc<Mutex<HashMap<AgentId, usize>>>,
     caller: AgentId,
 }
 
 impl Drop for StreamSlot {
     fn drop(&mut self) {
-        let mut streams = self
-            .gateway
-            .streams
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut streams = self.streams.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(open) = streams.get_mut(&self.caller) {
             *open = open.saturating_sub(1);
             if *open == 0 {

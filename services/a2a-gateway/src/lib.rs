@@ -32,6 +32,7 @@ use std::sync::Arc;
 
 use async_nats::Client;
 use async_nats::jetstream;
+use switchboard_runtime::micro::{self, ServiceSpec};
 use switchboard_runtime::registry_view::RegistryView;
 use switchboard_runtime::{CancellationToken, RuntimeConfig, resources};
 
@@ -39,12 +40,22 @@ pub use config::GatewayConfig;
 pub use gateway::Gateway;
 pub use switchboard_runtime::service::StartError;
 
+/// The micro service description: the gateway answers `$SRV.PING`/`INFO`/`STATS` like every
+/// service (so `a2a-gateway health` and the probes work the same way); its requests are HTTP.
+pub const SPEC: ServiceSpec = ServiceSpec {
+    name: switchboard_proto::A2A_GATEWAY_SERVICE,
+    version: env!("CARGO_PKG_VERSION"),
+    description: "Switchboard A2A gateway: every agent as an A2A v1.0 agent over HTTP",
+};
+
 /// A started gateway: listening; call [`Running::run`] to serve.
 #[derive(Debug)]
 pub struct Running {
     listener: tokio::net::TcpListener,
     gateway: Arc<Gateway>,
     view: RegistryView,
+    micro: micro::Running,
+    grace: std::time::Duration,
 }
 
 /// Applies what it reads (the events stream, the directory's buckets), binds the listener.
@@ -79,6 +90,7 @@ pub async fn start(
     let view = RegistryView::new(js, agents, goals);
     let store = store::Store::new(events, view.clone());
     let gateway = Arc::new(Gateway::new(client.clone(), config, store));
+    let micro = micro::start(client, SPEC, Vec::new(), &runtime.requests).await?;
     tracing::info!(
         address = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(),
         "a2a-gateway ready"
@@ -87,6 +99,8 @@ pub async fn start(
         listener,
         gateway,
         view,
+        micro,
+        grace: runtime.shutdown_grace(),
     })
 }
 
@@ -104,6 +118,8 @@ impl Running {
     /// Serves until `shutdown`; open streams end with it.
     pub async fn run(self, shutdown: CancellationToken) {
         let view = self.view.clone().watch(shutdown.clone());
+        let micro = self.micro;
+        let grace = self.grace;
         let app = endpoints::router(self.gateway);
         let stop = shutdown.clone();
         let serve = async move {
@@ -114,7 +130,7 @@ impl Running {
                 tracing::error!(error = %err, "a2a-gateway stopped serving");
             }
         };
-        tokio::join!(view, serve);
+        tokio::join!(view, serve, micro.run(shutdown, grace));
     }
 }
 

@@ -19,7 +19,7 @@ use tokio::sync::mpsc;
 use uuid::Uuid;
 
 use crate::error::GatewayError;
-use crate::gateway::Gateway;
+use crate::gateway::{Gateway, StreamSlot};
 use crate::mapping;
 
 /// Metadata key carrying an item's event sequence (its SSE id).
@@ -42,20 +42,25 @@ impl Gateway {
     /// Follows task `id` for `caller` from after event `after` (`None`: from now, for a new
     /// subscriber). `Err` before anything is sent: no such task, or (without `after`) a task
     /// that has already ended.
-    pub async fn follow(
+    pub(crate) async fn follow(
         self: &Arc<Self>,
         caller: &AgentId,
         agent: &AgentId,
         id: Uuid,
         after: Option<u64>,
+        slot: StreamSlot,
     ) -> Result<mpsc::Receiver<Result<Item, GatewayError>>, GatewayError> {
-        let slot = self.open_stream(caller)?;
         // The position first, then the record: the record is at least as new as the
         // position, so following from the position misses nothing (at worst an item repeats
         // the state the task already shows).
+        let last = self.store.last_event(&id).await?;
         let position = match after {
+            // A position past the task's last event would wait for events that never come.
+            Some(after) if after > last => {
+                return Err(GatewayError::BadLastEvent(after.to_string()));
+            }
             Some(after) => after,
-            None => self.store.last_event(&id).await?,
+            None => last,
         };
         let record = self.get_for(caller, agent, &id).await?;
         // An ended task has no more events: the stream stops once it has replayed up to the
@@ -110,7 +115,14 @@ impl Gateway {
         {
             return;
         }
-        while let Some(event) = events.next().await {
+        loop {
+            // A client that went away frees its slot and consumer at once, even while the
+            // task is quiet.
+            let event = tokio::select! {
+                event = events.next() => event,
+                () = items.closed() => return,
+            };
+            let Some(event) = event else { return };
             let stored = match event {
                 Ok(stored) => stored,
                 Err(message) => {

@@ -23,6 +23,11 @@ use crate::error::GatewayError;
 use crate::gateway::Gateway;
 use crate::mapping::{self, CONTEXT_KEY, MESSAGE_KEY};
 
+/// The most parts one message may carry.
+pub const MAX_PARTS: usize = 256;
+/// The longest `contextId` or `messageId` kept, in bytes.
+pub const MAX_ID_BYTES: usize = 256;
+
 /// `ListTasks` page size when the client gives none, and the most it may ask for.
 const PAGE_DEFAULT: usize = 50;
 const PAGE_MAX: usize = 100;
@@ -37,6 +42,11 @@ pub(crate) fn settles(state: TaskState) -> bool {
 pub(crate) fn message_content(
     request: &SendMessageRequest,
 ) -> Result<(String, Vec<switchboard_proto::Part>), GatewayError> {
+    if request.message.parts.len() > MAX_PARTS {
+        return Err(GatewayError::InvalidParams(format!(
+            "a message has at most {MAX_PARTS} parts"
+        )));
+    }
     let (text, parts) =
         mapping::inbound(&request.message.parts).map_err(GatewayError::InvalidParams)?;
     if text.trim().is_empty() && parts.is_empty() {
@@ -89,7 +99,9 @@ impl Gateway {
             }
             None => (self.create(caller, agent, &request, text, parts).await?, 0),
         };
-        if wait {
+        // A blocking wait holds a connection and a consumer: it takes one of the client's
+        // stream slots, and with none free the call answers at once, as `returnImmediately`.
+        if wait && let Some(_slot) = self.try_stream_slot(caller) {
             self.settled(&id, after).await?;
         }
         self.get(caller, &id)
@@ -106,20 +118,26 @@ impl Gateway {
         parts: Vec<switchboard_proto::Part>,
     ) -> Result<Uuid, GatewayError> {
         let id = switchboard_proto::new_id();
-        let context = request
-            .message
-            .context_id
-            .clone()
-            .filter(|context| !context.trim().is_empty() && context.len() <= 256)
-            .unwrap_or_else(|| switchboard_proto::new_id().to_string());
+        let context = match request.message.context_id.as_deref() {
+            None | Some("") => switchboard_proto::new_id().to_string(),
+            Some(context) if context.len() <= MAX_ID_BYTES => context.to_owned(),
+            Some(_) => {
+                return Err(GatewayError::InvalidParams(format!(
+                    "contextId is longer than {MAX_ID_BYTES} bytes"
+                )));
+            }
+        };
+        if request.message.message_id.len() > MAX_ID_BYTES {
+            return Err(GatewayError::InvalidParams(format!(
+                "messageId is longer than {MAX_ID_BYTES} bytes"
+            )));
+        }
         let mut metadata = Map::new();
         metadata.insert(CONTEXT_KEY.to_owned(), Value::String(context));
-        if request.message.message_id.len() <= 256 {
-            metadata.insert(
-                MESSAGE_KEY.to_owned(),
-                Value::String(request.message.message_id.clone()),
-            );
-        }
+        metadata.insert(
+            MESSAGE_KEY.to_owned(),
+            Value::String(request.message.message_id.clone()),
+        );
         let create = CreateTask {
             to: Some(agent.to_string()),
             message: Some(text),
@@ -213,7 +231,9 @@ impl Gateway {
         id: &Uuid,
     ) -> Result<TaskRecord, GatewayError> {
         let record = self.get(caller, id).await?;
-        if record.assignee == *agent {
+        // Only the client that asked: the task service would also show a party of an
+        // ancestor task, which is not this client's business here.
+        if record.assignee == *agent && record.requester == *caller {
             Ok(record)
         } else {
             Err(GatewayError::TaskNotFound(id.to_string()))
@@ -272,6 +292,9 @@ impl Gateway {
         agent: &AgentId,
         request: ListTasksRequest,
     ) -> Result<ListTasksResponse, GatewayError> {
+        if caller.as_str() == crate::auth::ANONYMOUS {
+            return Err(GatewayError::AnonymousList);
+        }
         let page = match request.page_size {
             None => PAGE_DEFAULT,
             Some(size) => usize::try_from(size)

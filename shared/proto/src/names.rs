@@ -114,6 +114,12 @@ pub const DIRECTORY_SERVICE: &str = "directory";
 pub const REPLY_CORRELATOR_SERVICE: &str = "reply-correlator";
 /// NATS micro service name (and queue group) of the fan-out.
 pub const INBOX_FANOUT_SERVICE: &str = "inbox-fanout";
+/// Name (and queue group) of the A2A gateway's micro service (it answers `$SRV.PING` only; its
+/// requests are HTTP).
+pub const A2A_GATEWAY_SERVICE: &str = "a2a-gateway";
+/// What every A2A client's agent id starts with (`a2a-<name>`): the A2A gateway acts as these
+/// agents, so no agent key is ever issued for one.
+pub const A2A_CLIENT_PREFIX: &str = "a2a-";
 /// Largest stored inbox message (body plus envelope, parts, metadata), in bytes: twice the
 /// body limit, so a full 64 KiB body always fits with room for its envelope.
 pub const MAX_INBOX_MESSAGE_BYTES: usize = 2 * MAX_BODY_BYTES;

@@ -190,13 +190,23 @@ pub struct Generated {
     pub unused: Vec<PathBuf>,
 }
 
-/// Checks the agents file: valid ids, none twice.
+/// Checks the agents file: valid ids, none twice, none an A2A client's (`a2a-…`: the A2A
+/// gateway acts as those agents, so a key for one would let an agent pose as a client).
 pub fn check_agents(file: &AgentsFile) -> Result<Vec<(AgentId, bool)>, PermissionsError> {
     let mut seen = BTreeSet::new();
     let mut agents = Vec::with_capacity(file.agents.len());
     for entry in &file.agents {
         let id = AgentId::parse(&entry.id)
             .map_err(|err| PermissionsError::Input(format!("agent `{}`: {err}", entry.id)))?;
+        if id
+            .as_str()
+            .starts_with(switchboard_proto::A2A_CLIENT_PREFIX)
+        {
+            return Err(PermissionsError::Input(format!(
+                "agent `{id}`: ids starting `{}` belong to A2A clients of the gateway",
+                switchboard_proto::A2A_CLIENT_PREFIX
+            )));
+        }
         if !seen.insert(id.clone()) {
             return Err(PermissionsError::Input(format!(
                 "agent `{id}` appears twice"
@@ -356,6 +366,18 @@ pub fn read_agents(path: &Path) -> Result<AgentsFile, PermissionsError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn client_agent_ids_get_no_key() {
+        let file = AgentsFile {
+            agents: vec![AgentEntry {
+                id: "a2a-planner".into(),
+                audit: false,
+            }],
+        };
+        let err = check_agents(&file).map(|_| ()).unwrap_err();
+        assert!(err.to_string().contains("A2A clients"), "{err}");
+    }
 
     fn file(ids: &[(&str, bool)]) -> AgentsFile {
         AgentsFile {
