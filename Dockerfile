@@ -1,5 +1,5 @@
 # syntax=docker/dockerfile:1
-# The Switchboard image: all six binaries (five services + the `switchboard` CLI) in one image;
+# The Switchboard image: all seven binaries (six services + the `switchboard` CLI) in one image;
 # SERVICE picks the service a container runs (docker-compose.yml, helm/switchboard).
 #
 #   docker build -t switchboard .
@@ -31,7 +31,8 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
     cargo build --release --locked --workspace --bins \
     && mkdir -p /out \
     && cp target/release/directory target/release/inbox-fanout target/release/reply-correlator \
-       target/release/task-lifecycle target/release/audit target/release/switchboard /out/
+       target/release/task-lifecycle target/release/audit target/release/a2a-gateway \
+       target/release/switchboard /out/
 
 # ---- run -----------------------------------------------------------------------------------
 FROM debian:bookworm-slim

@@ -19,7 +19,7 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
-SERVICES = ["directory", "inbox-fanout", "reply-correlator", "task-lifecycle", "audit"]
+SERVICES = ["directory", "inbox-fanout", "reply-correlator", "task-lifecycle", "audit", "a2a-gateway"]
 
 problems: list[str] = []
 

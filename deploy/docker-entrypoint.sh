@@ -1,5 +1,5 @@
 #!/bin/sh
-# Entry point of the switchboard image: one image, six binaries, $SERVICE picks the service.
+# Entry point of the switchboard image: one image, seven binaries, $SERVICE picks the service.
 #
 #   (no arguments)      exec "$SERVICE"          run the service (directory by default)
 #   health              exec "$SERVICE" health   the probe: 0 when this instance serves, else 1
@@ -7,10 +7,10 @@
 set -eu
 
 case "${SERVICE:-}" in
-    directory | inbox-fanout | reply-correlator | task-lifecycle | audit) ;;
+    directory | inbox-fanout | reply-correlator | task-lifecycle | audit | a2a-gateway) ;;
     *)
         echo "switchboard image: SERVICE must be one of directory, inbox-fanout," \
-            "reply-correlator, task-lifecycle, audit (got '${SERVICE:-}')" >&2
+            "reply-correlator, task-lifecycle, audit, a2a-gateway (got '${SERVICE:-}')" >&2
         exit 64
         ;;
 esac

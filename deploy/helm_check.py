@@ -19,7 +19,7 @@ from pathlib import Path
 import helm_python as helm
 import yaml
 
-SERVICES = ["directory", "inbox-fanout", "reply-correlator", "task-lifecycle", "audit"]
+SERVICES = ["directory", "inbox-fanout", "reply-correlator", "task-lifecycle", "audit", "a2a-gateway"]
 RELEASE, NAMESPACE = "switchboard", "switchboard"
 
 # Values the chart must refuse (helm template fails with the given text).

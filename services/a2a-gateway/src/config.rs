@@ -140,6 +140,26 @@ mod tests {
         assert!(config.validate().is_ok());
     }
 
+    /// Compose and Helm set the clients through one variable (`docker-compose.yml`).
+    #[test]
+    #[allow(clippy::result_large_err)]
+    fn clients_come_from_one_environment_variable() {
+        figment::Jail::expect_with(|jail| {
+            let hash = "a".repeat(64);
+            jail.set_env(
+                "SWITCHBOARD_A2A_GATEWAY__CLIENTS",
+                format!("[{{name=\"planner\",sha256=\"{hash}\"}}]"),
+            );
+            let figment = switchboard_runtime::config::figment();
+            let config: GatewayConfig = switchboard_runtime::config::section(&figment, SECTION)
+                .map_err(|err| err.to_string())?;
+            assert_eq!(config.clients.len(), 1);
+            assert_eq!(config.clients[0].name, "planner");
+            assert_eq!(config.clients[0].sha256, hash);
+            Ok(())
+        });
+    }
+
     #[test]
     fn bad_clients_and_bounds_are_refused() {
         let bad_name = GatewayConfig {
