@@ -23,6 +23,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use switchboard_proto::AgentId;
 use tokio::sync::mpsc;
+use tracing::Instrument;
 
 use crate::auth::{self, Refusal};
 use crate::cards;
@@ -217,7 +218,36 @@ async fn json_rpc(
             return rpc_error(StatusCode::OK, id, &err);
         }
     };
-    dispatch(&gateway, &caller, &agent, id, &method, params, last_event).await
+    // The request's span continues the client's W3C trace (`traceparent`/`tracestate` over
+    // HTTP); every NATS request made under it carries the trace on to the services.
+    let span = tracing::info_span!(
+        "a2a",
+        otel.name = %format!("a2a-gateway.{method}"),
+        otel.kind = "server",
+        rpc.system = "jsonrpc",
+        rpc.method = %method,
+        switchboard.agent_id = %agent,
+        switchboard.client = %caller,
+    );
+    switchboard_runtime::telemetry::set_parent_from(&span, Some(&trace_headers(&headers)));
+    dispatch(&gateway, &caller, &agent, id, &method, params, last_event)
+        .instrument(span)
+        .await
+}
+
+/// The W3C trace context of an HTTP request, as the NATS headers the telemetry reads it from
+/// (each value made safe: at most a header's worth of printable text).
+fn trace_headers(headers: &HeaderMap) -> async_nats::HeaderMap {
+    let mut out = async_nats::HeaderMap::new();
+    for name in [
+        switchboard_proto::HEADER_TRACEPARENT,
+        switchboard_proto::HEADER_TRACESTATE,
+    ] {
+        if let Some(value) = headers.get(name).and_then(|value| value.to_str().ok()) {
+            out.insert(name, switchboard_runtime::headers::safe_value(value));
+        }
+    }
+    out
 }
 
 /// Whether `version` is one the gateway speaks: 1.x. Empty means 0.3 (the spec's rule).

@@ -16,6 +16,7 @@ use serde_json::Value;
 use switchboard_proto::task::{TaskEvent, TaskRecord};
 use switchboard_proto::{AgentId, TaskState};
 use tokio::sync::mpsc;
+use tracing::Instrument;
 use uuid::Uuid;
 
 use crate::error::GatewayError;
@@ -77,13 +78,17 @@ impl Gateway {
         let (items, receiver) = mpsc::channel(BUFFER);
         let gateway = Arc::clone(self);
         let caller = caller.clone();
-        tokio::spawn(async move {
-            // The client's stream slot is held until the producer ends.
-            let _slot = slot;
-            gateway
-                .produce(caller, record, position, ends_at, Box::pin(events), items)
-                .await;
-        });
+        let span = tracing::Span::current();
+        tokio::spawn(
+            async move {
+                // The client's stream slot is held until the producer ends.
+                let _slot = slot;
+                gateway
+                    .produce(caller, record, position, ends_at, Box::pin(events), items)
+                    .await;
+            }
+            .instrument(span),
+        );
         Ok(receiver)
     }
 
