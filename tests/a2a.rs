@@ -6,6 +6,10 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
+// Longer than 600 lines because it holds one scenario per test of the A2A gateway; every
+// integration file is its own test binary (a link of all six services), so a topic gets one
+// file however many tests it has.
+
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -313,7 +317,7 @@ async fn bad_requests_get_the_spec_codes_and_break_nothing() {
         ("raw bytes part", json_headers.to_vec(), r#"{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":{"messageId":"m","role":"ROLE_USER","parts":[{"raw":"AAEC"}]}}}"#.into(), 200, -32602),
         ("page size out of range", json_headers.to_vec(), r#"{"jsonrpc":"2.0","id":1,"method":"ListTasks","params":{"pageSize":100000}}"#.into(), 200, -32602),
         ("page token not ours", json_headers.to_vec(), r#"{"jsonrpc":"2.0","id":1,"method":"ListTasks","params":{"pageToken":"../../etc"}}"#.into(), 200, -32602),
-        ("push config", json_headers.to_vec(), r#"{"jsonrpc":"2.0","id":1,"method":"CreateTaskPushNotificationConfig","params":{"taskId":"t","url":"http://x"}}"#.into(), 200, -32003),
+        ("push config for no task", json_headers.to_vec(), r#"{"jsonrpc":"2.0","id":1,"method":"CreateTaskPushNotificationConfig","params":{"taskId":"t","url":"http://x"}}"#.into(), 200, -32001),
         ("extended card", json_headers.to_vec(), r#"{"jsonrpc":"2.0","id":1,"method":"GetExtendedAgentCard","params":{}}"#.into(), 200, -32007),
         ("oversized body", json_headers.to_vec(), huge, 413, -32600),
         (
@@ -554,4 +558,150 @@ async fn a_hostile_client_reaches_nothing_that_is_not_its_own() {
         // The gateway notices the closed connection on its next write or read.
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// Push notifications: every event of the task reaches the webhook, in a `StreamResponse`,
+/// with its token, even though the webhook refuses its first two deliveries; the configs are
+/// created, read, listed and deleted per task, and only by the task's client.
+#[tokio::test]
+async fn a_webhook_receives_every_event_of_its_task_despite_failures() {
+    let a2a = A2a::start().await;
+    let (url, received) = http::webhook_sink(2).await;
+    let reply = a2a
+        .rpc(
+            "echo",
+            "SendMessage",
+            json!({
+                "message": message("slow", None),
+                "configuration": {
+                    "returnImmediately": true,
+                    "taskPushNotificationConfig": {"url": url, "token": "tok-1"},
+                },
+            }),
+        )
+        .await;
+    let task_id = reply["result"]["task"]["id"].as_str().unwrap().to_owned();
+    // Every event: created, accepted, started (working), the result, completed.
+    let mut states = Vec::new();
+    for _ in 0..200 {
+        let got = received.lock().unwrap().clone();
+        states = got
+            .iter()
+            .filter_map(|push| {
+                push.body["statusUpdate"]["status"]["state"]
+                    .as_str()
+                    .map(str::to_owned)
+            })
+            .collect();
+        if states.last().map(String::as_str) == Some("TASK_STATE_COMPLETED") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let got = received.lock().unwrap().clone();
+    assert!(
+        states.len() >= 4 && states.last().map(String::as_str) == Some("TASK_STATE_COMPLETED"),
+        "states: {states:?}"
+    );
+    for state in ["TASK_STATE_SUBMITTED", "TASK_STATE_WORKING"] {
+        assert!(states.iter().any(|s| s == state), "{state} in {states:?}");
+    }
+    let artifact = got
+        .iter()
+        .find_map(|push| push.body.get("artifactUpdate"))
+        .expect("the result is pushed");
+    assert_eq!(artifact["artifact"]["parts"][0]["text"], "echo: slow");
+    for push in &got {
+        assert_eq!(
+            push.body["statusUpdate"]["taskId"]
+                .as_str()
+                .or(push.body["artifactUpdate"]["taskId"].as_str()),
+            Some(task_id.as_str())
+        );
+        let header = |name: &str| {
+            push.headers
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, v)| v.as_str())
+        };
+        assert_eq!(header("x-a2a-notification-token"), Some("tok-1"));
+        assert_eq!(header("content-type"), Some("application/a2a+json"));
+    }
+
+    // The config methods, on a task that stays open.
+    let waiting = a2a
+        .rpc(
+            "sleeper",
+            "SendMessage",
+            json!({"message": message("wait", None), "configuration": {"returnImmediately": true}}),
+        )
+        .await;
+    let waiting = waiting["result"]["task"]["id"].as_str().unwrap().to_owned();
+    let created = a2a
+        .rpc(
+            "sleeper",
+            "CreateTaskPushNotificationConfig",
+            json!({"taskId": waiting, "id": "hook-1", "url": url,
+                   "authentication": {"scheme": "Bearer", "credentials": "c"}}),
+        )
+        .await;
+    assert_eq!(created["result"]["id"], "hook-1", "{created}");
+    let got = a2a
+        .rpc(
+            "sleeper",
+            "GetTaskPushNotificationConfig",
+            json!({"taskId": waiting, "id": "hook-1"}),
+        )
+        .await;
+    assert_eq!(got["result"]["url"], url.as_str());
+    let listed = a2a
+        .rpc(
+            "sleeper",
+            "ListTaskPushNotificationConfigs",
+            json!({"taskId": waiting}),
+        )
+        .await;
+    assert_eq!(
+        listed["result"]["configs"].as_array().unwrap().len(),
+        1,
+        "{listed}"
+    );
+    let stranger = a2a
+        .rpc_as(
+            OTHER_TOKEN,
+            "sleeper",
+            "ListTaskPushNotificationConfigs",
+            json!({"taskId": waiting}),
+        )
+        .await;
+    assert_eq!(stranger["error"]["code"], -32001, "{stranger}");
+    let bad = a2a
+        .rpc(
+            "sleeper",
+            "CreateTaskPushNotificationConfig",
+            json!({"taskId": waiting, "url": "ftp://example.com/x"}),
+        )
+        .await;
+    assert_eq!(bad["error"]["code"], -32602, "{bad}");
+    let deleted = a2a
+        .rpc(
+            "sleeper",
+            "DeleteTaskPushNotificationConfig",
+            json!({"taskId": waiting, "id": "hook-1"}),
+        )
+        .await;
+    assert!(deleted.get("error").is_none(), "{deleted}");
+    let listed = a2a
+        .rpc(
+            "sleeper",
+            "ListTaskPushNotificationConfigs",
+            json!({"taskId": waiting}),
+        )
+        .await;
+    assert!(
+        listed["result"]
+            .get("configs")
+            .is_none_or(|c| c.as_array().unwrap().is_empty()),
+        "{listed}"
+    );
 }

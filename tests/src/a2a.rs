@@ -40,6 +40,8 @@ fn gateway_config(port: u16) -> GatewayConfig {
             },
         ],
         blocking_timeout_ms: 20_000,
+        // The tests' webhooks listen on loopback.
+        push_allow_private: true,
         ..Default::default()
     }
 }

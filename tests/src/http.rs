@@ -196,3 +196,82 @@ impl SseStream {
         .unwrap_or_else(|_| panic!("no SSE event within {within:?}"))
     }
 }
+
+/// One POST a [`webhook_sink`] received.
+#[derive(Debug, Clone)]
+pub struct Received {
+    /// The request headers (lowercased names).
+    pub headers: Vec<(String, String)>,
+    /// The body, as JSON.
+    pub body: serde_json::Value,
+}
+
+/// A webhook receiver on loopback: answers its first `fail_first` POSTs with 503 (to make the
+/// sender retry), then records each POST's headers and JSON body and answers 200. Returns its
+/// URL and what it recorded.
+pub async fn webhook_sink(
+    fail_first: usize,
+) -> (String, std::sync::Arc<std::sync::Mutex<Vec<Received>>>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/hook", listener.local_addr().unwrap());
+    let received = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = std::sync::Arc::clone(&received);
+    let failures = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(fail_first));
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let sink = std::sync::Arc::clone(&sink);
+            let failures = std::sync::Arc::clone(&failures);
+            tokio::spawn(async move {
+                let mut reader = BufReader::new(stream);
+                loop {
+                    let mut line = String::new();
+                    if reader.read_line(&mut line).await.unwrap_or(0) == 0 {
+                        return;
+                    }
+                    let mut headers = Vec::new();
+                    let mut length = 0usize;
+                    loop {
+                        let mut header = String::new();
+                        reader.read_line(&mut header).await.unwrap_or(0);
+                        let header = header.trim_end();
+                        if header.is_empty() {
+                            break;
+                        }
+                        if let Some((name, value)) = header.split_once(':') {
+                            let name = name.trim().to_ascii_lowercase();
+                            if name == "content-length" {
+                                length = value.trim().parse().unwrap_or(0);
+                            }
+                            headers.push((name, value.trim().to_owned()));
+                        }
+                    }
+                    let mut body = vec![0; length];
+                    if reader.read_exact(&mut body).await.is_err() {
+                        return;
+                    }
+                    let fail = failures
+                        .fetch_update(
+                            std::sync::atomic::Ordering::SeqCst,
+                            std::sync::atomic::Ordering::SeqCst,
+                            |left| left.checked_sub(1),
+                        )
+                        .is_ok();
+                    let status = if fail {
+                        "503 Service Unavailable"
+                    } else {
+                        sink.lock().unwrap().push(Received {
+                            headers,
+                            body: serde_json::from_slice(&body).unwrap_or_default(),
+                        });
+                        "200 OK"
+                    };
+                    let answer = format!("HTTP/1.1 {status}\r\nContent-Length: 0\r\n\r\n");
+                    if reader.get_mut().write_all(answer.as_bytes()).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (url, received)
+}

@@ -93,7 +93,7 @@ pub fn card(record: &AgentRecord, config: &GatewayConfig) -> AgentCard {
         )],
         capabilities: AgentCapabilities {
             streaming: Some(true),
-            push_notifications: Some(false),
+            push_notifications: Some(true),
             extensions: None,
             extended_agent_card: Some(false),
         },

@@ -43,6 +43,9 @@ pub struct GatewayConfig {
     pub max_body_bytes: usize,
     /// The most streams (`SendStreamingMessage`, `SubscribeToTask`) open at once per client.
     pub max_streams_per_client: usize,
+    /// Whether push-notification webhooks may point at loopback, private or link-local
+    /// addresses (off: such a URL is refused; on for a laptop or a test).
+    pub push_allow_private: bool,
 }
 
 impl Default for GatewayConfig {
@@ -56,6 +59,7 @@ impl Default for GatewayConfig {
             blocking_timeout_ms: 60_000,
             max_body_bytes: 1024 * 1024,
             max_streams_per_client: 32,
+            push_allow_private: false,
         }
     }
 }

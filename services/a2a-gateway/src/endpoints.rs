@@ -9,8 +9,10 @@
 use std::sync::Arc;
 
 use a2a::{
-    CancelTaskRequest, GetTaskRequest, JsonRpcId, JsonRpcResponse, ListTasksRequest,
-    SendMessageRequest, SubscribeToTaskRequest, methods,
+    CancelTaskRequest, DeleteTaskPushNotificationConfigRequest,
+    GetTaskPushNotificationConfigRequest, GetTaskRequest, JsonRpcId, JsonRpcResponse,
+    ListTaskPushNotificationConfigsRequest, ListTasksRequest, SendMessageRequest,
+    SubscribeToTaskRequest, TaskPushNotificationConfig, methods,
 };
 use axum::Router;
 use axum::body::{Body, Bytes};
@@ -364,10 +366,36 @@ async fn dispatch(
                 Err(err) => rpc_error(StatusCode::OK, id, &err),
             };
         }
-        methods::CREATE_PUSH_CONFIG
-        | methods::GET_PUSH_CONFIG
-        | methods::LIST_PUSH_CONFIGS
-        | methods::DELETE_PUSH_CONFIG => Err(GatewayError::PushNotSupported),
+        methods::CREATE_PUSH_CONFIG => match params::<TaskPushNotificationConfig>(raw) {
+            Ok(config) => gateway
+                .create_push_config(caller, agent, config)
+                .await
+                .map(|config| serde_json::to_value(config).unwrap_or_default()),
+            Err(err) => Err(err),
+        },
+        methods::GET_PUSH_CONFIG => match params::<GetTaskPushNotificationConfigRequest>(raw) {
+            Ok(request) => gateway
+                .get_push_config(caller, agent, request)
+                .await
+                .map(|config| serde_json::to_value(config).unwrap_or_default()),
+            Err(err) => Err(err),
+        },
+        methods::LIST_PUSH_CONFIGS => match params::<ListTaskPushNotificationConfigsRequest>(raw) {
+            Ok(request) => gateway
+                .list_push_configs(caller, agent, request)
+                .await
+                .map(|listed| serde_json::to_value(listed).unwrap_or_default()),
+            Err(err) => Err(err),
+        },
+        methods::DELETE_PUSH_CONFIG => {
+            match params::<DeleteTaskPushNotificationConfigRequest>(raw) {
+                Ok(request) => gateway
+                    .delete_push_config(caller, agent, request)
+                    .await
+                    .map(|()| Value::Null),
+                Err(err) => Err(err),
+            }
+        }
         methods::GET_EXTENDED_AGENT_CARD => Err(GatewayError::ExtendedCardNotConfigured),
         other => Err(GatewayError::MethodNotFound(other.to_owned())),
     };

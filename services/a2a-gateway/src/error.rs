@@ -47,9 +47,6 @@ pub enum GatewayError {
         /// The fabric's reason.
         why: String,
     },
-    /// Push notifications are not offered by this gateway (its cards say so).
-    #[error("push notifications are not supported by this gateway")]
-    PushNotSupported,
     /// No extended card is configured.
     #[error("no extended agent card is configured")]
     ExtendedCardNotConfigured,
@@ -119,7 +116,6 @@ impl GatewayError {
             Self::TaskNotFound(_) => (error_code::TASK_NOT_FOUND, None),
             Self::SubscribeEnded(_) => (error_code::UNSUPPORTED_OPERATION, None),
             Self::NotCancelable { .. } => (error_code::TASK_NOT_CANCELABLE, None),
-            Self::PushNotSupported => (error_code::PUSH_NOTIFICATION_NOT_SUPPORTED, None),
             Self::ExtendedCardNotConfigured => (error_code::EXTENDED_CARD_NOT_CONFIGURED, None),
             Self::TooManyStreams(_) => (error_code::INTERNAL_ERROR, Some("rate_limited")),
             Self::Refused(reply) => match reply.kind() {

@@ -33,6 +33,8 @@ pub struct Gateway {
     pub(crate) client: Client,
     pub(crate) config: GatewayConfig,
     pub(crate) store: Store,
+    /// The HTTP client push notifications are posted with.
+    pub(crate) webhooks: reqwest::Client,
     /// The client agents registered by this replica (registration is idempotent; this only
     /// saves a request per call).
     registered: Mutex<HashSet<AgentId>>,
@@ -47,6 +49,7 @@ impl Gateway {
             client,
             config,
             store,
+            webhooks: crate::push::webhook_client(),
             registered: Mutex::new(HashSet::new()),
             streams: Arc::default(),
         }

@@ -5,7 +5,8 @@
 //! — `SendMessage` makes a Switchboard task for the agent (or answers its question),
 //! `SendStreamingMessage` and `SubscribeToTask` stream the task's events from `AGENT_EVENTS`
 //! (resumable from any replica by `Last-Event-ID`), `GetTask`, `ListTasks` and `CancelTask`
-//! go through the task service as the client's own agent `a2a-<name>`.
+//! go through the task service as the client's own agent `a2a-<name>`, and push-notification
+//! webhooks get every event of their task, at least once.
 //!
 //! The gateway is stateless: tasks live in the task service's bucket, events in the stream,
 //! cards in the directory; any number of replicas serve the same clients.
@@ -14,8 +15,8 @@
 //! routes and the JSON-RPC envelope), `error.rs` (`GatewayError` → the spec's codes),
 //! `auth.rs` (bearer tokens → client agents), `gateway.rs` (the `Gateway` and how it speaks to
 //! the fabric), `cards.rs` (agent cards), `tasks.rs` (the task methods), `stream.rs` (SSE
-//! streams), `mapping.rs` (Switchboard ↔ A2A states, parts and tasks), `store.rs` (agent
-//! records and task events from JetStream).
+//! streams), `push.rs` (webhooks), `mapping.rs` (Switchboard ↔ A2A states, parts and tasks),
+//! `store.rs` (agent records, task events and webhook configs in JetStream).
 
 pub mod auth;
 pub mod cards;
@@ -24,6 +25,7 @@ pub mod endpoints;
 pub mod error;
 pub mod gateway;
 pub mod mapping;
+pub mod push;
 pub mod store;
 pub mod stream;
 pub mod tasks;
@@ -53,6 +55,7 @@ pub const SPEC: ServiceSpec = ServiceSpec {
 pub struct Running {
     listener: tokio::net::TcpListener,
     gateway: Arc<Gateway>,
+    js: jetstream::Context,
     view: RegistryView,
     micro: micro::Running,
     grace: std::time::Duration,
@@ -69,6 +72,7 @@ pub async fn start(
     resources::ensure_stream(&js, resources::events_stream(settings)).await?;
     let agents = resources::ensure_bucket(&js, resources::registry_bucket(settings)).await?;
     let goals = resources::ensure_bucket(&js, resources::goals_bucket(settings)).await?;
+    let push = resources::ensure_bucket(&js, resources::a2a_push_bucket(settings)).await?;
     let events = store::events_stream(&js)
         .await
         .map_err(|message| StartError::Stream {
@@ -87,8 +91,8 @@ pub async fn start(
     {
         config.public_url = format!("http://{bound}");
     }
-    let view = RegistryView::new(js, agents, goals);
-    let store = store::Store::new(events, view.clone());
+    let view = RegistryView::new(js.clone(), agents, goals);
+    let store = store::Store::new(events, view.clone(), push);
     let gateway = Arc::new(Gateway::new(client.clone(), config, store));
     let micro = micro::start(client, SPEC, Vec::new(), &runtime.requests).await?;
     tracing::info!(
@@ -98,6 +102,7 @@ pub async fn start(
     Ok(Running {
         listener,
         gateway,
+        js,
         view,
         micro,
         grace: runtime.shutdown_grace(),
@@ -120,6 +125,7 @@ impl Running {
         let view = self.view.clone().watch(shutdown.clone());
         let micro = self.micro;
         let grace = self.grace;
+        let pushes = Arc::clone(&self.gateway).deliver_pushes(self.js.clone(), shutdown.clone());
         let app = endpoints::router(self.gateway);
         let stop = shutdown.clone();
         let serve = async move {
@@ -130,7 +136,7 @@ impl Running {
                 tracing::error!(error = %err, "a2a-gateway stopped serving");
             }
         };
-        tokio::join!(view, serve, micro.run(shutdown, grace));
+        tokio::join!(view, serve, pushes, micro.run(shutdown, grace));
     }
 }
 

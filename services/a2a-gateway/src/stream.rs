@@ -187,9 +187,8 @@ fn seq_metadata(seq: u64) -> HashMap<String, Value> {
     HashMap::from([(EVENT_SEQ_KEY.to_owned(), Value::from(seq))])
 }
 
-/// One event as a status update: the state after it, the note (question, reason, progress)
-/// as the agent's message, when it happened.
-fn status_update(context: &str, event: &TaskEvent, seq: u64) -> TaskStatusUpdateEvent {
+/// One event as a status update, with its stream sequence and op in the metadata.
+pub(crate) fn status_update(context: &str, event: &TaskEvent, seq: u64) -> TaskStatusUpdateEvent {
     let mut metadata = seq_metadata(seq);
     if let Some(op) = event.op {
         metadata.insert("switchboard_op".to_owned(), Value::from(op.as_str()));
@@ -197,18 +196,24 @@ fn status_update(context: &str, event: &TaskEvent, seq: u64) -> TaskStatusUpdate
     TaskStatusUpdateEvent {
         task_id: event.task_id.to_string(),
         context_id: context.to_owned(),
-        status: TaskStatus {
-            state: mapping::state(event.to),
-            message: event
-                .note
-                .as_deref()
-                .filter(|_| event.to != TaskState::Completed)
-                .map(|note| {
-                    let task_id = event.task_id.to_string();
-                    mapping::agent_message(&task_id, context, note, event.id.clone())
-                }),
-            timestamp: mapping::utc(event.at),
-        },
+        status: event_status(context, event),
         metadata: Some(metadata),
+    }
+}
+
+/// The status after `event`: its state, its note (question, reason, progress) as the agent's
+/// message, when it happened.
+fn event_status(context: &str, event: &TaskEvent) -> TaskStatus {
+    TaskStatus {
+        state: mapping::state(event.to),
+        message: event
+            .note
+            .as_deref()
+            .filter(|_| event.to != TaskState::Completed)
+            .map(|note| {
+                let task_id = event.task_id.to_string();
+                mapping::agent_message(&task_id, context, note, event.id.clone())
+            }),
+        timestamp: mapping::utc(event.at),
     }
 }

@@ -132,6 +132,18 @@ impl Gateway {
                 "messageId is longer than {MAX_ID_BYTES} bytes"
             )));
         }
+        // A webhook given with the message is in place before the task exists, so it gets
+        // every event, the creation included.
+        if let Some(config) = request
+            .configuration
+            .as_ref()
+            .and_then(|configuration| configuration.task_push_notification_config.clone())
+        {
+            let config = crate::push::checked(config, &id, self.config.push_allow_private).await?;
+            self.store
+                .put_push_config(&id, caller, config, crate::push::MAX_CONFIGS_PER_TASK)
+                .await?;
+        }
         let mut metadata = Map::new();
         metadata.insert(CONTEXT_KEY.to_owned(), Value::String(context));
         metadata.insert(

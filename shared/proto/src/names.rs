@@ -120,6 +120,11 @@ pub const A2A_GATEWAY_SERVICE: &str = "a2a-gateway";
 /// What every A2A client's agent id starts with (`a2a-<name>`): the A2A gateway acts as these
 /// agents, so no agent key is ever issued for one.
 pub const A2A_CLIENT_PREFIX: &str = "a2a-";
+/// KV bucket of the A2A gateway's push-notification configs, one key per task.
+pub const A2A_PUSH_BUCKET: &str = "a2a_push";
+/// The A2A gateway's durable consumer on `AGENT_EVENTS` that delivers push notifications
+/// (shared by every replica).
+pub const A2A_PUSH_CONSUMER: &str = "a2a-push";
 /// Largest stored inbox message (body plus envelope, parts, metadata), in bytes: twice the
 /// body limit, so a full 64 KiB body always fits with room for its envelope.
 pub const MAX_INBOX_MESSAGE_BYTES: usize = 2 * MAX_BODY_BYTES;

@@ -259,6 +259,20 @@ pub fn tasks_bucket(config: &JetStreamConfig) -> kv::Config {
     }
 }
 
+/// `a2a_push`: the A2A gateway's push-notification configs, one key per task (the key is the
+/// task id), kept as long as tasks are.
+pub fn a2a_push_bucket(config: &JetStreamConfig) -> kv::Config {
+    kv::Config {
+        bucket: switchboard_proto::A2A_PUSH_BUCKET.to_owned(),
+        description: "Switchboard A2A gateway push-notification configs".to_owned(),
+        history: 1,
+        max_age: Duration::from_secs(config.tasks_max_age_secs),
+        num_replicas: config.replicas,
+        storage: stream::StorageType::File,
+        ..Default::default()
+    }
+}
+
 /// `AGENT_TASKS_INDEX`: tasks by requester, by assignee (kept with the task) and the open set
 /// (removed with a filtered purge when a task ends, like the open-call index).
 pub fn tasks_index_stream(config: &JetStreamConfig) -> stream::Config {

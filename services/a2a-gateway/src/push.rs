@@ -1,0 +1,526 @@
+//! Push notifications: a client registers a webhook for a task, and every event of the task is
+//! POSTed to it as an A2A `StreamResponse` (a `statusUpdate`; before the final status of a
+//! completed task, an `artifactUpdate` with the result), at least once.
+//!
+//! The configs are in the KV bucket `a2a_push`, one key per task. Deliveries come from one
+//! durable consumer on `AGENT_EVENTS` shared by every replica: an event is acknowledged when
+//! every webhook of its task answered 2xx, and otherwise redelivered with backoff, so a
+//! webhook that is down, or a gateway replica that dies mid-delivery, loses nothing.
+//!
+//! A webhook URL is where the gateway writes, so it is checked like any caller-chosen target:
+//! `http` only (this build's HTTP client has no TLS), no redirects followed, and no loopback, private, link-local or otherwise
+//! internal address (checked when set and again at every delivery, after DNS) unless the
+//! operator allows it (`push_allow_private`, for a laptop or a test).
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use a2a::{
+    DeleteTaskPushNotificationConfigRequest, GetTaskPushNotificationConfigRequest,
+    ListTaskPushNotificationConfigsRequest, ListTaskPushNotificationConfigsResponse,
+    StreamResponse, TaskArtifactUpdateEvent, TaskPushNotificationConfig,
+};
+use async_nats::jetstream;
+use async_nats::jetstream::consumer::{AckPolicy, DeliverPolicy, pull};
+use futures::StreamExt;
+use serde_json::Value;
+use switchboard_proto::task::TaskEvent;
+use switchboard_proto::{AgentId, TaskState, subject};
+use switchboard_runtime::CancellationToken;
+use uuid::Uuid;
+
+use crate::error::GatewayError;
+use crate::gateway::Gateway;
+use crate::mapping;
+use crate::store::PushConfigs;
+
+/// The most webhooks one task may have.
+pub const MAX_CONFIGS_PER_TASK: usize = 8;
+/// The longest webhook URL, token or credentials, in bytes.
+const MAX_URL_BYTES: usize = 2048;
+const MAX_SECRET_BYTES: usize = 512;
+/// The longest config id, in bytes (`[A-Za-z0-9._-]`).
+const MAX_ID_BYTES: usize = 64;
+/// How long a webhook may take to answer.
+const WEBHOOK_TIMEOUT: Duration = Duration::from_secs(10);
+/// Redelivery delays of an event whose webhook failed; then it is given up (logged).
+const BACKOFF_SECS: [u64; 6] = [1, 2, 5, 10, 30, 60];
+/// Deliveries in flight per replica.
+const IN_FLIGHT: usize = 16;
+
+/// Checks a webhook config a client sent, and completes it (its id, its task).
+pub(crate) async fn checked(
+    mut config: TaskPushNotificationConfig,
+    task_id: &Uuid,
+    allow_private: bool,
+) -> Result<TaskPushNotificationConfig, GatewayError> {
+    let id = match config.id.take().filter(|id| !id.is_empty()) {
+        Some(id) => id,
+        None => Uuid::now_v7().to_string(),
+    };
+    let id_ok = id.len() <= MAX_ID_BYTES
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+    if !id_ok {
+        return Err(GatewayError::InvalidParams(format!(
+            "a push config id is 1-{MAX_ID_BYTES} characters of A-Z, a-z, 0-9, ., _ and -"
+        )));
+    }
+    if config.url.len() > MAX_URL_BYTES {
+        return Err(GatewayError::InvalidParams(format!(
+            "the webhook URL is longer than {MAX_URL_BYTES} bytes"
+        )));
+    }
+    let secrets = config.token.iter().map(String::len).sum::<usize>()
+        + config
+            .authentication
+            .as_ref()
+            .map(|auth| auth.scheme.len() + auth.credentials.as_deref().map_or(0, str::len))
+            .unwrap_or(0);
+    if secrets > MAX_SECRET_BYTES {
+        return Err(GatewayError::InvalidParams(format!(
+            "token and credentials are longer than {MAX_SECRET_BYTES} bytes"
+        )));
+    }
+    let header_safe = |text: &str| text.bytes().all(|b| (0x20..0x7f).contains(&b));
+    let headers_ok = config.token.as_deref().is_none_or(header_safe)
+        && config.authentication.as_ref().is_none_or(|auth| {
+            !auth.scheme.is_empty()
+                && auth
+                    .scheme
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                && auth.credentials.as_deref().is_none_or(header_safe)
+        });
+    if !headers_ok {
+        return Err(GatewayError::InvalidParams(
+            "token, scheme and credentials must be printable ASCII (they become headers)"
+                .to_owned(),
+        ));
+    }
+    allowed_target(&config.url, allow_private).await?;
+    config.id = Some(id);
+    config.task_id = task_id.to_string();
+    config.tenant = None;
+    Ok(config)
+}
+
+/// Whether the gateway may POST to `url`: `http`, and (unless private targets are allowed)
+/// every address the host resolves to is a public one.
+pub(crate) async fn allowed_target(url: &str, allow_private: bool) -> Result<(), GatewayError> {
+    let bad = |why: &str| GatewayError::InvalidParams(format!("webhook URL refused: {why}"));
+    let parsed = reqwest::Url::parse(url).map_err(|_| bad("not a URL"))?;
+    match parsed.scheme() {
+        "http" => {}
+        // Refused rather than accepted and never delivered: this build's HTTP client has no
+        // TLS (docs/a2a.md, "Push notifications").
+        "https" => {
+            return Err(bad(
+                "https webhooks are not supported by this build yet; use http to a TLS proxy",
+            ));
+        }
+        _ => return Err(bad("only http")),
+    }
+    if !parsed.username().is_empty() || parsed.password().is_some() {
+        return Err(bad("no credentials in the URL; use authentication"));
+    }
+    let host = parsed.host_str().ok_or_else(|| bad("no host"))?;
+    if allow_private {
+        return Ok(());
+    }
+    let port = parsed.port_or_known_default().unwrap_or(80);
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let addresses: Vec<IpAddr> = match host.parse::<IpAddr>() {
+        Ok(ip) => vec![ip],
+        Err(_) => tokio::time::timeout(
+            Duration::from_secs(5),
+            tokio::net::lookup_host((host, port)),
+        )
+        .await
+        .map_err(|_| bad("the host did not resolve in time"))?
+        .map_err(|_| bad("the host does not resolve"))?
+        .map(|address| address.ip())
+        .collect(),
+    };
+    if addresses.is_empty() || addresses.iter().any(|ip| internal(*ip)) {
+        return Err(bad("it points at an internal address"));
+    }
+    Ok(())
+}
+
+/// Loopback, private, link-local, shared, documentation, multicast or unspecified: an address
+/// a webhook must not point at.
+fn internal(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => {
+            let [a, b, ..] = v4.octets();
+            v4.is_loopback()
+                || v4.is_private()
+                || v4.is_link_local()
+                || v4.is_unspecified()
+                || v4.is_broadcast()
+                || v4.is_multicast()
+                || v4.is_documentation()
+                || a == 0
+                || (a == 100 && (64..128).contains(&b))
+        }
+        IpAddr::V6(v6) => {
+            let first = v6.segments()[0];
+            v6.is_loopback()
+                || v6.is_unspecified()
+                || v6.is_multicast()
+                || (first & 0xfe00) == 0xfc00
+                || (first & 0xffc0) == 0xfe80
+                || v6
+                    .to_ipv4_mapped()
+                    .is_some_and(|v4| internal(IpAddr::V4(v4)))
+        }
+    }
+}
+
+impl Gateway {
+    /// `CreateTaskPushNotificationConfig`: a webhook for one of the caller's tasks (a config
+    /// with the same id replaces it).
+    pub async fn create_push_config(
+        &self,
+        caller: &AgentId,
+        agent: &AgentId,
+        config: TaskPushNotificationConfig,
+    ) -> Result<TaskPushNotificationConfig, GatewayError> {
+        let task_id = crate::tasks::task_id(&config.task_id)?;
+        self.get_for(caller, agent, &task_id).await?;
+        let config = checked(config, &task_id, self.config.push_allow_private).await?;
+        self.store
+            .put_push_config(&task_id, caller, config.clone(), MAX_CONFIGS_PER_TASK)
+            .await?;
+        Ok(config)
+    }
+
+    /// `GetTaskPushNotificationConfig`.
+    pub async fn get_push_config(
+        &self,
+        caller: &AgentId,
+        agent: &AgentId,
+        request: GetTaskPushNotificationConfigRequest,
+    ) -> Result<TaskPushNotificationConfig, GatewayError> {
+        let configs = self.configs_of(caller, agent, &request.task_id).await?;
+        configs
+            .configs
+            .into_iter()
+            .find(|config| config.id.as_deref() == Some(request.id.as_str()))
+            .ok_or_else(|| {
+                GatewayError::InvalidParams(format!(
+                    "task {} has no push config `{}`",
+                    request.task_id,
+                    crate::error::shown(&request.id)
+                ))
+            })
+    }
+
+    /// `ListTaskPushNotificationConfigs`: every webhook of the task (at most
+    /// [`MAX_CONFIGS_PER_TASK`], so one page).
+    pub async fn list_push_configs(
+        &self,
+        caller: &AgentId,
+        agent: &AgentId,
+        request: ListTaskPushNotificationConfigsRequest,
+    ) -> Result<ListTaskPushNotificationConfigsResponse, GatewayError> {
+        let configs = self.configs_of(caller, agent, &request.task_id).await?;
+        Ok(ListTaskPushNotificationConfigsResponse {
+            configs: configs.configs,
+            next_page_token: None,
+        })
+    }
+
+    /// `DeleteTaskPushNotificationConfig`.
+    pub async fn delete_push_config(
+        &self,
+        caller: &AgentId,
+        agent: &AgentId,
+        request: DeleteTaskPushNotificationConfigRequest,
+    ) -> Result<(), GatewayError> {
+        let task_id = crate::tasks::task_id(&request.task_id)?;
+        self.get_for(caller, agent, &task_id).await?;
+        self.store.delete_push_config(&task_id, &request.id).await
+    }
+
+    async fn configs_of(
+        &self,
+        caller: &AgentId,
+        agent: &AgentId,
+        task: &str,
+    ) -> Result<PushConfigs, GatewayError> {
+        let task_id = crate::tasks::task_id(task)?;
+        self.get_for(caller, agent, &task_id).await?;
+        Ok(self.store.push_configs(&task_id).await?.unwrap_or_default())
+    }
+
+    /// Delivers push notifications until `shutdown`: pulls the task events of every client's
+    /// tasks from the shared durable consumer, POSTs them to the tasks' webhooks, and
+    /// acknowledges an event only when every webhook took it.
+    pub async fn deliver_pushes(
+        self: Arc<Self>,
+        js: jetstream::Context,
+        shutdown: CancellationToken,
+    ) {
+        loop {
+            let run = self.pull_events(&js, &shutdown);
+            match run.await {
+                Ok(()) => return,
+                Err(err) => {
+                    tracing::warn!(error = %err, "push delivery stopped; retrying in 1 s");
+                    tokio::select! {
+                        () = shutdown.cancelled() => return,
+                        () = tokio::time::sleep(Duration::from_secs(1)) => {}
+                    }
+                }
+            }
+        }
+    }
+
+    async fn pull_events(
+        self: &Arc<Self>,
+        js: &jetstream::Context,
+        shutdown: &CancellationToken,
+    ) -> Result<(), String> {
+        let stream = js
+            .get_stream(switchboard_proto::EVENTS_STREAM)
+            .await
+            .map_err(|err| err.to_string())?;
+        let consumer = stream
+            .get_or_create_consumer(
+                switchboard_proto::A2A_PUSH_CONSUMER,
+                pull::Config {
+                    durable_name: Some(switchboard_proto::A2A_PUSH_CONSUMER.to_owned()),
+                    description: Some("A2A gateway push notifications".to_owned()),
+                    filter_subject: subject::below(subject::TASK_EVENTS_PREFIX),
+                    deliver_policy: DeliverPolicy::New,
+                    ack_policy: AckPolicy::Explicit,
+                    ack_wait: WEBHOOK_TIMEOUT * 4,
+                    max_deliver: i64::try_from(BACKOFF_SECS.len() + 1).unwrap_or(i64::MAX),
+                    backoff: BACKOFF_SECS
+                        .iter()
+                        .map(|s| Duration::from_secs(*s))
+                        .collect(),
+                    max_ack_pending: 1024,
+                    ..Default::default()
+                },
+            )
+            .await
+            .map_err(|err| err.to_string())?;
+        let mut messages = consumer.messages().await.map_err(|err| err.to_string())?;
+        let slots = Arc::new(tokio::sync::Semaphore::new(IN_FLIGHT));
+        loop {
+            let next = tokio::select! {
+                () = shutdown.cancelled() => return Ok(()),
+                next = messages.next() => next,
+            };
+            let Some(message) = next else {
+                return Err("the event consumer ended".to_owned());
+            };
+            let message = message.map_err(|err| err.to_string())?;
+            let Ok(slot) = Arc::clone(&slots).acquire_owned().await else {
+                return Ok(());
+            };
+            let gateway = Arc::clone(self);
+            tokio::spawn(async move {
+                let _slot = slot;
+                gateway.deliver(message).await;
+            });
+        }
+    }
+
+    /// One event: to every webhook of its task, then acknowledged; or redelivered later.
+    async fn deliver(&self, message: jetstream::Message) {
+        let seq = message.info().map(|info| info.stream_sequence).unwrap_or(0);
+        let done = match serde_json::from_slice::<TaskEvent>(&message.payload) {
+            Ok(event)
+                if event
+                    .requester
+                    .as_str()
+                    .starts_with(crate::gateway::CLIENT_PREFIX) =>
+            {
+                self.push(&event, seq).await
+            }
+            // Not a client's task (most events), or not an event: nothing to push.
+            _ => true,
+        };
+        let ack = if done {
+            message.ack().await
+        } else {
+            message.ack_with(jetstream::AckKind::Nak(None)).await
+        };
+        if let Err(err) = ack {
+            tracing::debug!(error = %err, seq, "push event not acknowledged");
+        }
+    }
+
+    /// POSTs the event to its task's webhooks; `false` when one of them must be retried.
+    async fn push(&self, event: &TaskEvent, seq: u64) -> bool {
+        let configs = match self.store.push_configs(&event.task_id).await {
+            Ok(Some(configs)) if !configs.configs.is_empty() => configs,
+            Ok(_) => return true,
+            Err(err) => {
+                tracing::warn!(error = %err, task_id = %event.task_id, "push configs unreadable");
+                return false;
+            }
+        };
+        let Ok(client) = AgentId::parse(&configs.client) else {
+            return true;
+        };
+        let responses = match self.responses(&client, event, seq).await {
+            Ok(responses) => responses,
+            Err(err) => {
+                tracing::warn!(error = %err, task_id = %event.task_id, "push event not built");
+                return false;
+            }
+        };
+        let mut all = true;
+        for config in &configs.configs {
+            for response in &responses {
+                if !self.post(config, response).await {
+                    all = false;
+                    break;
+                }
+            }
+        }
+        all
+    }
+
+    /// The stream responses an event becomes: its status, after the result for a completion.
+    async fn responses(
+        &self,
+        client: &AgentId,
+        event: &TaskEvent,
+        seq: u64,
+    ) -> Result<Vec<StreamResponse>, GatewayError> {
+        let record = self.get(client, &event.task_id).await?;
+        let context = mapping::context_of(&record);
+        let metadata = HashMap::from([(crate::stream::EVENT_SEQ_KEY.to_owned(), Value::from(seq))]);
+        let mut out = Vec::with_capacity(2);
+        if event.to == TaskState::Completed
+            && let Some(artifact) = mapping::result(&record)
+        {
+            out.push(StreamResponse::ArtifactUpdate(TaskArtifactUpdateEvent {
+                task_id: event.task_id.to_string(),
+                context_id: context.clone(),
+                artifact,
+                append: Some(false),
+                last_chunk: Some(true),
+                metadata: Some(metadata.clone()),
+            }));
+        }
+        out.push(StreamResponse::StatusUpdate(crate::stream::status_update(
+            &context, event, seq,
+        )));
+        Ok(out)
+    }
+
+    /// One POST; `true` when the webhook took it (2xx) or can never take it (refused target).
+    async fn post(&self, config: &TaskPushNotificationConfig, response: &StreamResponse) -> bool {
+        if let Err(err) = allowed_target(&config.url, self.config.push_allow_private).await {
+            tracing::warn!(url = %config.url, error = %err, "push target refused; not retried");
+            return true;
+        }
+        let mut request = self
+            .webhooks
+            .post(&config.url)
+            .header("Content-Type", "application/a2a+json")
+            .body(serde_json::to_vec(response).unwrap_or_default());
+        if let Some(token) = &config.token {
+            // The two SDKs name it differently; both are sent.
+            request = request
+                .header("X-A2A-Notification-Token", token)
+                .header("A2A-Notification-Token", token);
+        }
+        if let Some(auth) = &config.authentication {
+            let value = match &auth.credentials {
+                Some(credentials) => format!("{} {credentials}", auth.scheme),
+                None => auth.scheme.clone(),
+            };
+            request = request.header("Authorization", value);
+        }
+        match request.send().await {
+            Ok(answer) if answer.status().is_success() => true,
+            Ok(answer) => {
+                tracing::info!(url = %config.url, status = %answer.status(), "webhook refused a push; will retry");
+                false
+            }
+            Err(err) => {
+                tracing::info!(url = %config.url, error = %err, "webhook unreachable; will retry");
+                false
+            }
+        }
+    }
+}
+
+/// The HTTP client webhooks are posted with: bounded time, no redirects (a redirect could
+/// point anywhere, past the address check).
+pub(crate) fn webhook_client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(WEBHOOK_TIMEOUT)
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn internal_addresses_are_recognised() {
+        for ip in [
+            "127.0.0.1",
+            "10.1.2.3",
+            "172.16.0.1",
+            "192.168.1.1",
+            "169.254.169.254",
+            "0.0.0.0",
+            "100.64.0.1",
+            "::1",
+            "fd00::1",
+            "fe80::1",
+            "::ffff:127.0.0.1",
+        ] {
+            let ip: IpAddr = ip.parse().unwrap_or(IpAddr::from([127, 0, 0, 1]));
+            assert!(internal(ip), "{ip}");
+        }
+        for ip in ["93.184.216.34", "2606:4700::1111"] {
+            let ip: IpAddr = ip.parse().unwrap_or(IpAddr::from([127, 0, 0, 1]));
+            assert!(!internal(ip), "{ip}");
+        }
+    }
+
+    #[tokio::test]
+    async fn webhook_targets_are_checked() {
+        for (url, private_ok) in [
+            ("ftp://example.com/x", true),
+            ("http://user:pw@example.com/", true),
+            ("not a url", true),
+            ("http://127.0.0.1:9/hook", false),
+            ("http://[::1]:9/hook", false),
+            ("http://169.254.169.254/latest/meta-data", false),
+        ] {
+            assert!(allowed_target(url, private_ok).await.is_err(), "{url}");
+        }
+        assert!(
+            allowed_target("http://127.0.0.1:9/hook", true)
+                .await
+                .is_ok()
+        );
+        assert!(
+            allowed_target("http://93.184.216.34/hook", false)
+                .await
+                .is_ok()
+        );
+        assert!(
+            allowed_target("https://93.184.216.34/hook", false)
+                .await
+                .is_err()
+        );
+    }
+}
