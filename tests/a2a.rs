@@ -705,3 +705,100 @@ async fn a_webhook_receives_every_event_of_its_task_despite_failures() {
         "{listed}"
     );
 }
+
+/// The input-required round trip: the agent asks its requester a question, the client's next
+/// message naming the task answers it (a message to the agent, in reply to the task), and the
+/// agent resumes and completes; each `SendMessage` blocks until the task settles.
+#[tokio::test]
+async fn a_question_from_the_agent_is_answered_by_the_next_message() {
+    use std::sync::Arc;
+    use switchboard_client::TaskOutcome;
+    use switchboard_proto::MessageKind;
+    use switchboard_proto::task::{TaskAction, TaskOp};
+
+    let a2a = A2a::start().await;
+    let (asker, goal) = a2a.fabric.agent_with_goal("asker").await;
+    let asker = Arc::new(asker);
+    let worker = tokio::spawn(async move {
+        let next = |kind: MessageKind| {
+            let goal = &goal;
+            async move {
+                loop {
+                    let delivery = goal.recv(Duration::from_secs(20)).await.unwrap().unwrap();
+                    let message = delivery.ack().await.unwrap();
+                    if message.kind == kind {
+                        return message;
+                    }
+                }
+            }
+        };
+        let task = next(MessageKind::Task).await;
+        let task_id = task.task.as_ref().unwrap().id;
+        asker
+            .task_op(
+                TaskOp::Accept,
+                TaskAction {
+                    task_id: Some(task_id),
+                    from_goal_id: Some(goal.id()),
+                    ..TaskAction::default()
+                },
+            )
+            .await
+            .unwrap();
+        asker.start_task(task_id).await.unwrap();
+        asker
+            .ask_requester(task_id, "which language?")
+            .await
+            .unwrap();
+        let answer = next(MessageKind::Message).await;
+        assert_eq!(
+            answer.in_reply_to,
+            task.id,
+            "the answer replies to the task"
+        );
+        asker.start_task(task_id).await.unwrap();
+        asker
+            .complete_task(task_id, TaskOutcome::text(format!("in {}", answer.body)))
+            .await
+            .unwrap();
+    });
+
+    let asked = a2a
+        .rpc(
+            "asker",
+            "SendMessage",
+            json!({"message": message("translate hello", None)}),
+        )
+        .await;
+    let task = &asked["result"]["task"];
+    assert_eq!(state(task), "TASK_STATE_INPUT_REQUIRED", "{asked}");
+    assert_eq!(
+        task["status"]["message"]["parts"][0]["text"],
+        "which language?"
+    );
+    let task_id = task["id"].as_str().unwrap().to_owned();
+
+    let answered = a2a
+        .rpc(
+            "asker",
+            "SendMessage",
+            json!({"message": {"messageId": "m-2", "role": "ROLE_USER", "taskId": task_id,
+                               "parts": [{"text": "French"}]}}),
+        )
+        .await;
+    let task = &answered["result"]["task"];
+    assert_eq!(state(task), "TASK_STATE_COMPLETED", "{answered}");
+    assert_eq!(task["artifacts"][0]["parts"][0]["text"], "in French");
+    worker.await.unwrap();
+
+    // A message naming a task that asks nothing is refused.
+    let again = a2a
+        .rpc(
+            "asker",
+            "SendMessage",
+            json!({"message": {"messageId": "m-3", "role": "ROLE_USER", "taskId": task_id,
+                               "parts": [{"text": "more"}]}}),
+        )
+        .await;
+    assert_eq!(again["error"]["code"], -32602, "{again}");
+}
