@@ -752,8 +752,7 @@ async fn a_question_from_the_agent_is_answered_by_the_next_message() {
             .unwrap();
         let answer = next(MessageKind::Message).await;
         assert_eq!(
-            answer.in_reply_to,
-            task.id,
+            answer.in_reply_to, task.id,
             "the answer replies to the task"
         );
         asker.start_task(task_id).await.unwrap();

@@ -10,7 +10,8 @@
 //! 3. send_to_peer with 256 B and 16 KiB bodies to an agent with 1 and with 8 live goals,
 //!    beside the same `InboxMessage` published raw to each goal (acks awaited together);
 //! 4. a call's round trip (`Agent::call`, the callee's runtime answering) beside raw
-//!    request/reply;
+//!    request/reply, then a blocking A2A `SendMessage` through the gateway beside the native
+//!    task round trip and the official Python SDK's server ([`report_a2a`]);
 //! 5. send_to_peer and list_peers with 10 registered agents, then with `BENCH_AGENTS`
 //!    (default 10,000);
 //! 6. audit ingest beside a raw JetStream consumer reading and acking the same backlog;
@@ -27,6 +28,7 @@
 // Longer than 600 lines because the report is one run: its rows share the servers, agents and raw
 // baselines measured at the start, so they sit together (the inbox rows are in report_inbox.rs).
 
+mod report_a2a;
 mod report_inbox;
 
 use std::fmt::Write as _;
@@ -404,6 +406,10 @@ async fn main() {
         "ms",
         10.0,
     );
+
+    // A2A (after the scale rows, which count the registered agents).
+    wait_until_audited(&js).await;
+    report_a2a::a2a_rows(&mut report, &url, ops, call).await;
 
     // Audit ingest beside a raw consumer, on the same backlog.
     let audit = services.pop().unwrap();

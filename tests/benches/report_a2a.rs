@@ -1,0 +1,234 @@
+//! The A2A rows of the report (issue 19): a blocking `SendMessage` to an echo agent through
+//! the gateway, beside the same exchange made natively (a task given and completed, and a
+//! call), and beside the official Python SDK's own server answering the same message on the
+//! same machine. Every HTTP request opens its own connection (the same client for both
+//! servers).
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::json;
+use switchboard_client::{Agent, TaskOutcome};
+use switchboard_proto::{MessageKind, TaskState};
+use switchboard_testkit::process::ServiceProcess;
+use switchboard_tests::bench::{Sample, measure};
+use switchboard_tests::{http, service_bin};
+use tokio::sync::oneshot;
+use uuid::Uuid;
+
+use crate::{IN_FLIGHT, Report, SERVICE_ENV, agent};
+
+const TOKEN: &str = "bench-token";
+
+/// A free loopback port.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A blocking SendMessage of `text` to `path` on `addr`; panics unless the task completed.
+async fn send_message(addr: SocketAddr, path: &str, text: &str, auth: Option<&str>) {
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {
+        "message": {"messageId": Uuid::now_v7().to_string(), "role": "ROLE_USER",
+                    "parts": [{"text": text}]}}});
+    let mut headers = vec![("Content-Type", "application/json"), ("A2A-Version", "1.0")];
+    if let Some(auth) = auth {
+        headers.push(("Authorization", auth));
+    }
+    let response = http::request(addr, "POST", path, &headers, body.to_string().as_bytes()).await;
+    let reply = response.json();
+    assert_eq!(
+        reply["result"]["task"]["status"]["state"], "TASK_STATE_COMPLETED",
+        "{reply}"
+    );
+}
+
+/// The echo agent's task loop: every task worked on at once (accept, start, complete).
+async fn serve_echo(url: &str) -> Arc<Agent> {
+    // Every task in flight is worked on at once: no concurrency cap in the way.
+    let id = switchboard_proto::AgentId::parse("bench-a2a-echo").unwrap();
+    let nats = switchboard_client::agent_connect_options(&id)
+        .connect(url)
+        .await
+        .unwrap();
+    let mut card = switchboard_tests::card("bench-a2a-echo");
+    card.max_concurrent_tasks = 100_000;
+    let options = switchboard_client::AgentOptions {
+        heartbeat_interval: Duration::from_secs(3600),
+        ..Default::default()
+    };
+    let echo = Arc::new(Agent::connect_with(nats, card, options).await.unwrap());
+    let goal = echo.open_goal().await.unwrap();
+    let worker = Arc::clone(&echo);
+    tokio::spawn(async move {
+        loop {
+            let Ok(Some(delivery)) = goal.recv(Duration::from_secs(60)).await else {
+                continue;
+            };
+            let Ok(message) = delivery.ack().await else {
+                continue;
+            };
+            if message.kind != MessageKind::Task {
+                continue;
+            }
+            let (worker, goal_id) = (Arc::clone(&worker), goal.id());
+            tokio::spawn(async move {
+                let _ = worker
+                    .work_on(goal_id, &message, |task| async move {
+                        Ok(TaskOutcome::text(format!("echo: {}", task.message)))
+                    })
+                    .await;
+            });
+        }
+    });
+    echo
+}
+
+/// The native task round trip's requester: gives a task and waits for its `completed` update
+/// (updates of concurrent tasks are handed to their waiters by task id).
+struct Requester {
+    agent: Arc<Agent>,
+    waiting: Arc<Mutex<HashMap<Uuid, oneshot::Sender<()>>>>,
+}
+
+impl Requester {
+    async fn start(url: &str) -> Arc<Self> {
+        let agent = Arc::new(agent(url, "bench-a2a-native").await);
+        let goal = agent.open_goal().await.unwrap();
+        let waiting: Arc<Mutex<HashMap<Uuid, oneshot::Sender<()>>>> = Arc::default();
+        let routes = Arc::clone(&waiting);
+        tokio::spawn(async move {
+            loop {
+                let Ok(Some(delivery)) = goal.recv(Duration::from_secs(60)).await else {
+                    continue;
+                };
+                let Ok(message) = delivery.ack().await else {
+                    continue;
+                };
+                if let Some(task) = message.task
+                    && task.state == TaskState::Completed
+                    && let Some(done) = routes.lock().unwrap().remove(&task.id)
+                {
+                    let _ = done.send(());
+                }
+            }
+        });
+        Arc::new(Self { agent, waiting })
+    }
+
+    async fn round_trip(&self, text: &str) {
+        let id = Uuid::now_v7();
+        let (done, finished) = oneshot::channel();
+        self.waiting.lock().unwrap().insert(id, done);
+        self.agent
+            .create_task(switchboard_proto::task::CreateTask {
+                to: Some("bench-a2a-echo".to_owned()),
+                message: Some(text.to_owned()),
+                task_id: Some(id),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        tokio::time::timeout(Duration::from_secs(30), finished)
+            .await
+            .expect("the task completes within 30 s")
+            .unwrap();
+    }
+}
+
+/// The A2A rows: native task round trip, the gateway's blocking SendMessage, the Python SDK's
+/// reference server; `call` is the native call measured before.
+pub async fn a2a_rows(report: &mut Report, url: &str, ops: usize, call: Sample) {
+    let _echo = serve_echo(url).await;
+    let requester = Requester::start(url).await;
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let clients = format!(
+        "[{{name=\"bench\",sha256=\"{}\"}}]",
+        a2a_gateway::auth::sha256_hex(TOKEN.as_bytes())
+    );
+    let mut env = SERVICE_ENV.to_vec();
+    env.push(("SWITCHBOARD_A2A_GATEWAY__LISTEN", &listen));
+    env.push(("SWITCHBOARD_A2A_GATEWAY__CLIENTS", &clients));
+    env.push(("SWITCHBOARD_A2A_GATEWAY__MAX_STREAMS_PER_CLIENT", "100000"));
+    let _gateway =
+        ServiceProcess::start(&service_bin("a2a-gateway"), "a2a-gateway", url, &env).await;
+    let gateway: SocketAddr = listen.parse().unwrap();
+
+    let native = {
+        let requester = Arc::clone(&requester);
+        measure(ops, 2, IN_FLIGHT, move || {
+            let requester = Arc::clone(&requester);
+            async move { requester.round_trip("x").await }
+        })
+        .await
+    };
+    let auth = format!("Bearer {TOKEN}");
+    let through_gateway = {
+        let auth = auth.clone();
+        measure(ops, 2, IN_FLIGHT, move || {
+            let auth = auth.clone();
+            async move { send_message(gateway, "/agents/bench-a2a-echo", "x", Some(&auth)).await }
+        })
+        .await
+    };
+
+    // The official Python SDK's server, answering the same message.
+    let python_port = free_port();
+    let mut reference = tokio::process::Command::new(switchboard_testkit::python_bin())
+        .arg(switchboard_testkit::workspace_root().join("tests/python/a2a_echo_server.py"))
+        .args(["--port", &python_port.to_string()])
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let python: SocketAddr = format!("127.0.0.1:{python_port}").parse().unwrap();
+    let ready = switchboard_testkit::eventually(Duration::from_secs(30), || async move {
+        tokio::net::TcpStream::connect(python).await.is_ok()
+    })
+    .await;
+    assert!(ready, "the a2a-sdk reference server did not start");
+    let reference_sample = measure(ops, 2, IN_FLIGHT, move || async move {
+        send_message(python, "/", "x", None).await
+    })
+    .await;
+    let _ = reference.kill().await;
+
+    report.row("A2A", "native call round trip (callee answers)", call);
+    report.row("A2A", "native task: create → completed update", native);
+    report.row(
+        "A2A",
+        "SendMessage (blocking) through the gateway",
+        through_gateway,
+    );
+    report.row(
+        "A2A",
+        "SendMessage (blocking) to the a2a-sdk Python server",
+        reference_sample,
+    );
+    // The issue's target compares with a call; a blocking SendMessage is a task (create,
+    // accept, start, complete: four service requests and their events), so the fair
+    // comparison is the native task round trip, reported beside it.
+    report.absolute(
+        "A2A SendMessage p50 over the native call p50",
+        (through_gateway.p50.as_secs_f64() - call.p50.as_secs_f64()) * 1e3,
+        "ms",
+        1.0,
+    );
+    report.absolute(
+        "A2A gateway p50 overhead over the native task round trip",
+        (through_gateway.p50.as_secs_f64() - native.p50.as_secs_f64()) * 1e3,
+        "ms",
+        1.0,
+    );
+    report.ratio(
+        "A2A gateway SendMessage throughput / a2a-sdk Python server",
+        through_gateway.per_sec / reference_sample.per_sec,
+        1.0,
+        true,
+    );
+}
