@@ -188,14 +188,19 @@ async fn send_get_list_and_cancel_go_through_the_task_service() {
     assert_eq!(ended["error"]["code"], -32002, "{ended}");
 }
 
-/// Every item of a stream: (SSE id, the JSON-RPC result).
+/// Every item of a stream: (the client's last event id after it, the JSON-RPC result). A
+/// result artifact has no id of its own: SSE keeps the one before.
 async fn read_until_end(stream: &mut SseStream) -> Vec<(u64, Value)> {
     let mut items = Vec::new();
+    let mut last = 0;
     while let Some(event) = stream.next(Duration::from_secs(20)).await {
         let reply: Value = serde_json::from_str(&event.data).unwrap();
         assert!(reply.get("error").is_none(), "{reply}");
-        let seq = event.id.unwrap().parse().unwrap();
-        items.push((seq, reply["result"].clone()));
+        match event.id {
+            Some(id) => last = id.parse().unwrap(),
+            None => assert!(reply["result"]["artifactUpdate"].is_object(), "{reply}"),
+        }
+        items.push((last, reply["result"].clone()));
     }
     items
 }
@@ -281,6 +286,25 @@ async fn a_stream_broken_off_resumes_on_a_restarted_gateway_without_losing_an_ev
     together.dedup();
     let from_seen: Vec<u64> = all.iter().copied().filter(|seq| *seq >= seen).collect();
     assert_eq!(together, from_seen, "all events: {all:?}");
+
+    // A task that finishes before its stream is read still streams every event, from its
+    // creation to its completion.
+    let mut fast = a2a
+        .stream(
+            "SendStreamingMessage",
+            json!({"message": message("fast", None)}),
+            None,
+        )
+        .await;
+    let items = read_until_end(&mut fast).await;
+    assert!(items[0].1["task"].is_object(), "{items:?}");
+    let states: Vec<&str> = items
+        .iter()
+        .filter_map(|(_, item)| item["statusUpdate"]["status"]["state"].as_str())
+        .collect();
+    assert_eq!(states.first(), Some(&"TASK_STATE_SUBMITTED"), "{states:?}");
+    assert_eq!(states.last(), Some(&"TASK_STATE_COMPLETED"), "{states:?}");
+    assert!(states.contains(&"TASK_STATE_WORKING"), "{states:?}");
 
     // A new subscription to an ended task is refused (the task is read with GetTask).
     let ended = a2a

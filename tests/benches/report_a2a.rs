@@ -18,7 +18,12 @@ use switchboard_tests::{http, service_bin};
 use tokio::sync::oneshot;
 use uuid::Uuid;
 
-use crate::{IN_FLIGHT, Report, SERVICE_ENV, agent};
+use crate::{Report, SERVICE_ENV, agent};
+
+/// Requests in flight for the A2A rows' throughput: the native requester's goal keeps 64 unread
+/// messages and each task sends it three updates, so more in flight would evict the very
+/// updates it waits for.
+const IN_FLIGHT: usize = 8;
 
 const TOKEN: &str = "bench-token";
 

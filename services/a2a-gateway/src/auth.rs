@@ -34,7 +34,7 @@ pub fn caller(config: &GatewayConfig, authorization: Option<&str>) -> Result<Age
     // nothing about which client (or how much of a hash) matched.
     let mut found = None;
     for client in &config.clients {
-        if ring_eq(presented.as_bytes(), client.sha256.as_bytes()) {
+        if constant_time_eq(presented.as_bytes(), client.sha256.as_bytes()) {
             found = Some(client.name.as_str());
         }
     }
@@ -59,7 +59,7 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
         .collect()
 }
 
-fn ring_eq(a: &[u8], b: &[u8]) -> bool {
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 

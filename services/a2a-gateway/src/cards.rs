@@ -3,7 +3,7 @@
 //!
 //! Skills come from the card's `skills` (id, name, description, tags) and its `capabilities`
 //! (one skill each, named after it). The one interface is JSON-RPC at `/agents/<agent_id>`,
-//! protocol 1.0; `streaming` is true (SSE, resumable), push notifications false. A caller
+//! protocol 1.0; `streaming` and `pushNotifications` are true (SSE, resumable; webhooks). A caller
 //! needs a bearer token unless anonymous callers are allowed, and the card says so.
 
 use std::collections::HashMap;

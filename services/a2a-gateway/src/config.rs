@@ -14,7 +14,8 @@ pub const SECTION: &str = "a2a_gateway";
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ClientToken {
-    /// The client's name: 1–58 characters of `[a-z0-9_-]`, so `a2a-<name>` is an agent id.
+    /// The client's name: 1–60 characters of `[a-z0-9_-]`, so `a2a-<name>` is an agent id
+    /// (`anonymous` is taken: it is every caller without a token, when those are allowed).
     pub name: String,
     /// SHA-256 of the bearer token, 64 lowercase hex characters.
     pub sha256: String,
@@ -108,6 +109,11 @@ impl switchboard_runtime::config::Section for GatewayConfig {
                 && client.name.bytes().all(|b| {
                     b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_'
                 });
+            if client.name == "anonymous" {
+                return Err(
+                    "client name `anonymous` is taken by callers without a token".to_owned(),
+                );
+            }
             if !name_ok {
                 return Err(format!(
                     "client name `{}` must be 1-{CLIENT_NAME_MAX} characters of a-z, 0-9, - and _",

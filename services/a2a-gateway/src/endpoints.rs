@@ -422,16 +422,13 @@ async fn send_streaming(
         Ok(slot) => slot,
         Err(err) => return rpc_error(StatusCode::OK, id, &err),
     };
-    let submitted = match crate::tasks::message_content(&request) {
-        Ok((text, parts)) => {
-            gateway
-                .submit(caller, agent, request, text, parts, false)
-                .await
+    // Followed from where the message took effect, not from "now": a task that finished
+    // before the stream opened still streams every event.
+    match gateway.submit(caller, agent, &request).await {
+        Ok(submitted) => {
+            let after = Some(submitted.after);
+            stream(gateway, caller, agent, id, submitted.id, after, slot).await
         }
-        Err(err) => Err(err),
-    };
-    match submitted.and_then(|task| crate::tasks::task_id(&task.id)) {
-        Ok(task_id) => stream(gateway, caller, agent, id, task_id, None, slot).await,
         Err(err) => rpc_error(StatusCode::OK, id, &err),
     }
 }
@@ -452,13 +449,19 @@ async fn stream(
 }
 
 /// The items as SSE: each a JSON-RPC response carrying a `StreamResponse`, its `id` the
-/// event's stream sequence; a failure mid-stream is the last item, a JSON-RPC error.
+/// event's stream sequence (none on a result artifact); a failure mid-stream is the last
+/// item, a JSON-RPC error.
 fn sse(id: JsonRpcId, mut items: mpsc::Receiver<Result<Item, GatewayError>>) -> Response {
     let events = futures::stream::poll_fn(move |cx| items.poll_recv(cx)).map(move |item| {
         let event = match item {
             Ok(Item { seq, response }) => {
                 let result = serde_json::to_value(&response).unwrap_or_default();
-                Event::default().id(seq.to_string()).data(
+                let event = match seq {
+                    Some(seq) => Event::default().id(seq.to_string()),
+                    // No id: the client's last id stays the event before (see `Item`).
+                    None => Event::default(),
+                };
+                event.data(
                     serde_json::to_string(&JsonRpcResponse::success(id.clone(), result))
                         .unwrap_or_default(),
                 )

@@ -33,11 +33,11 @@ pub struct Gateway {
     pub(crate) client: Client,
     pub(crate) config: GatewayConfig,
     pub(crate) store: Store,
-    /// The HTTP client push notifications are posted with.
-    pub(crate) webhooks: reqwest::Client,
     /// The client agents registered by this replica (registration is idempotent; this only
     /// saves a request per call).
     registered: Mutex<HashSet<AgentId>>,
+    /// Cancelled when the gateway stops: open streams and blocking waits end with it.
+    pub(crate) stopping: switchboard_runtime::CancellationToken,
     /// Open streams (and blocking waits) per client agent.
     streams: Arc<Mutex<HashMap<AgentId, usize>>>,
 }
@@ -49,9 +49,9 @@ impl Gateway {
             client,
             config,
             store,
-            webhooks: crate::push::webhook_client(),
             registered: Mutex::new(HashSet::new()),
             streams: Arc::default(),
+            stopping: switchboard_runtime::CancellationToken::new(),
         }
     }
 

@@ -126,6 +126,14 @@ impl Running {
         let micro = self.micro;
         let grace = self.grace;
         let pushes = Arc::clone(&self.gateway).deliver_pushes(self.js.clone(), shutdown.clone());
+        let stopping = self.gateway.stopping.clone();
+        let stop_streams = {
+            let shutdown = shutdown.clone();
+            async move {
+                shutdown.cancelled().await;
+                stopping.cancel();
+            }
+        };
         let app = endpoints::router(self.gateway);
         let stop = shutdown.clone();
         let serve = async move {
@@ -136,7 +144,13 @@ impl Running {
                 tracing::error!(error = %err, "a2a-gateway stopped serving");
             }
         };
-        tokio::join!(view, serve, pushes, micro.run(shutdown, grace));
+        tokio::join!(
+            view,
+            serve,
+            pushes,
+            stop_streams,
+            micro.run(shutdown, grace)
+        );
     }
 }
 

@@ -13,7 +13,7 @@
 //! operator allows it (`push_allow_private`, for a laptop or a test).
 
 use std::collections::HashMap;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -45,8 +45,12 @@ const MAX_SECRET_BYTES: usize = 512;
 const MAX_ID_BYTES: usize = 64;
 /// How long a webhook may take to answer.
 const WEBHOOK_TIMEOUT: Duration = Duration::from_secs(10);
-/// Redelivery delays of an event whose webhook failed; then it is given up (logged).
+/// Redelivery delays of an event whose webhook failed, by attempt; after the last it is given
+/// up (logged).
 const BACKOFF_SECS: [u64; 6] = [1, 2, 5, 10, 30, 60];
+/// How long one delivery may take before JetStream hands the event to another replica: every
+/// webhook of a task (at most 8), two POSTs each, at their timeout.
+const DELIVERY_WITHIN: Duration = Duration::from_secs(8 * 2 * 10 + 20);
 /// Deliveries in flight per replica.
 const IN_FLIGHT: usize = 16;
 
@@ -109,8 +113,9 @@ pub(crate) async fn checked(
 }
 
 /// Whether the gateway may POST to `url`: `http`, and (unless private targets are allowed)
-/// every address the host resolves to is a public one.
-pub(crate) async fn allowed_target(url: &str, allow_private: bool) -> Result<(), GatewayError> {
+/// every address the host resolves to is a public one. Returns the host and the address to
+/// connect to, so the POST goes where the check looked (no second lookup to rebind).
+pub(crate) async fn allowed_target(url: &str, allow_private: bool) -> Result<Target, GatewayError> {
     let bad = |why: &str| GatewayError::InvalidParams(format!("webhook URL refused: {why}"));
     let parsed = reqwest::Url::parse(url).map_err(|_| bad("not a URL"))?;
     match parsed.scheme() {
@@ -128,27 +133,42 @@ pub(crate) async fn allowed_target(url: &str, allow_private: bool) -> Result<(),
         return Err(bad("no credentials in the URL; use authentication"));
     }
     let host = parsed.host_str().ok_or_else(|| bad("no host"))?;
-    if allow_private {
-        return Ok(());
-    }
     let port = parsed.port_or_known_default().unwrap_or(80);
-    let host = host.trim_start_matches('[').trim_end_matches(']');
-    let addresses: Vec<IpAddr> = match host.parse::<IpAddr>() {
-        Ok(ip) => vec![ip],
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    let addresses: Vec<SocketAddr> = match bare.parse::<IpAddr>() {
+        Ok(ip) => vec![SocketAddr::new(ip, port)],
         Err(_) => tokio::time::timeout(
             Duration::from_secs(5),
-            tokio::net::lookup_host((host, port)),
+            tokio::net::lookup_host((bare, port)),
         )
         .await
-        .map_err(|_| bad("the host did not resolve in time"))?
-        .map_err(|_| bad("the host does not resolve"))?
-        .map(|address| address.ip())
+        .map_err(|_| GatewayError::Unavailable {
+            step: "resolving the webhook's host",
+            message: "no answer within 5 s".to_owned(),
+        })?
+        .map_err(|err| GatewayError::Unavailable {
+            step: "resolving the webhook's host",
+            message: err.to_string(),
+        })?
         .collect(),
     };
-    if addresses.is_empty() || addresses.iter().any(|ip| internal(*ip)) {
+    let Some(first) = addresses.first().copied() else {
+        return Err(bad("the host has no address"));
+    };
+    if !allow_private && addresses.iter().any(|address| internal(address.ip())) {
         return Err(bad("it points at an internal address"));
     }
-    Ok(())
+    Ok(Target {
+        host: bare.to_owned(),
+        address: first,
+    })
+}
+
+/// Where a webhook POST goes: its host (for the request) and the checked address.
+#[derive(Debug, Clone)]
+pub(crate) struct Target {
+    host: String,
+    address: SocketAddr,
 }
 
 /// Loopback, private, link-local, shared, documentation, multicast or unspecified: an address
@@ -299,12 +319,10 @@ impl Gateway {
                     filter_subject: subject::below(subject::TASK_EVENTS_PREFIX),
                     deliver_policy: DeliverPolicy::New,
                     ack_policy: AckPolicy::Explicit,
-                    ack_wait: WEBHOOK_TIMEOUT * 4,
+                    // No server-side backoff: it would shorten `ack_wait` to its first step and
+                    // hand slow deliveries out twice. The delay goes with each NAK instead.
+                    ack_wait: DELIVERY_WITHIN,
                     max_deliver: i64::try_from(BACKOFF_SECS.len() + 1).unwrap_or(i64::MAX),
-                    backoff: BACKOFF_SECS
-                        .iter()
-                        .map(|s| Duration::from_secs(*s))
-                        .collect(),
                     max_ack_pending: 1024,
                     ..Default::default()
                 },
@@ -348,10 +366,24 @@ impl Gateway {
             // Not a client's task (most events), or not an event: nothing to push.
             _ => true,
         };
+        let attempt = message
+            .info()
+            .map(|info| usize::try_from(info.delivered).unwrap_or(usize::MAX))
+            .unwrap_or(1);
         let ack = if done {
             message.ack().await
+        } else if attempt > BACKOFF_SECS.len() {
+            tracing::warn!(
+                seq,
+                attempts = attempt,
+                "push event given up: a webhook kept failing"
+            );
+            message.ack_with(jetstream::AckKind::Term).await
         } else {
-            message.ack_with(jetstream::AckKind::Nak(None)).await
+            let delay = BACKOFF_SECS[attempt.saturating_sub(1).min(BACKOFF_SECS.len() - 1)];
+            message
+                .ack_with(jetstream::AckKind::Nak(Some(Duration::from_secs(delay))))
+                .await
         };
         if let Err(err) = ack {
             tracing::debug!(error = %err, seq, "push event not acknowledged");
@@ -421,12 +453,20 @@ impl Gateway {
 
     /// One POST; `true` when the webhook took it (2xx) or can never take it (refused target).
     async fn post(&self, config: &TaskPushNotificationConfig, response: &StreamResponse) -> bool {
-        if let Err(err) = allowed_target(&config.url, self.config.push_allow_private).await {
-            tracing::warn!(url = %config.url, error = %err, "push target refused; not retried");
-            return true;
-        }
-        let mut request = self
-            .webhooks
+        let target = match allowed_target(&config.url, self.config.push_allow_private).await {
+            Ok(target) => target,
+            Err(GatewayError::InvalidParams(why)) => {
+                tracing::warn!(url = %config.url, why, "push target refused; not retried");
+                return true;
+            }
+            Err(err) => {
+                tracing::info!(url = %config.url, error = %err, "webhook host unresolved; will retry");
+                return false;
+            }
+        };
+        // Connect to the address just checked, not to whatever a second lookup says.
+        let client = webhook_client(Some(&target));
+        let mut request = client
             .post(&config.url)
             .header("Content-Type", "application/a2a+json")
             .body(serde_json::to_vec(response).unwrap_or_default());
@@ -457,14 +497,16 @@ impl Gateway {
     }
 }
 
-/// The HTTP client webhooks are posted with: bounded time, no redirects (a redirect could
-/// point anywhere, past the address check).
-pub(crate) fn webhook_client() -> reqwest::Client {
-    reqwest::Client::builder()
+/// The HTTP client a webhook is posted with: bounded time, no redirects (a redirect could
+/// point anywhere, past the address check), pinned to the checked address.
+fn webhook_client(target: Option<&Target>) -> reqwest::Client {
+    let mut builder = reqwest::Client::builder()
         .timeout(WEBHOOK_TIMEOUT)
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .unwrap_or_default()
+        .redirect(reqwest::redirect::Policy::none());
+    if let Some(target) = target {
+        builder = builder.resolve(&target.host, target.address);
+    }
+    builder.build().unwrap_or_default()
 }
 
 #[cfg(test)]

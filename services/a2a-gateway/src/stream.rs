@@ -33,8 +33,10 @@ const BUFFER: usize = 16;
 #[derive(Debug, Clone)]
 pub struct Item {
     /// The `AGENT_EVENTS` sequence of the event (for the leading task: the latest event it
-    /// reflects, so resuming from it skips nothing).
-    pub seq: u64,
+    /// reflects, so resuming from it skips nothing). `None` for a completed task's result,
+    /// which comes just before the final status of the same event: a client cut off between
+    /// the two resumes from the event before and gets both again.
+    pub seq: Option<u64>,
     /// The A2A stream response.
     pub response: StreamResponse,
 }
@@ -51,19 +53,20 @@ impl Gateway {
         after: Option<u64>,
         slot: StreamSlot,
     ) -> Result<mpsc::Receiver<Result<Item, GatewayError>>, GatewayError> {
-        // The position first, then the record: the record is at least as new as the
-        // position, so following from the position misses nothing (at worst an item repeats
-        // the state the task already shows).
+        // Whose task it is comes first: nothing about another client's task is told.
+        let record = self.get_for(caller, agent, &id).await?;
         let last = self.store.last_event(&id).await?;
-        let position = match after {
+        let (position, record) = match after {
             // A position past the task's last event would wait for events that never come.
             Some(after) if after > last => {
                 return Err(GatewayError::BadLastEvent(after.to_string()));
             }
-            Some(after) => after,
-            None => last,
+            Some(after) => (after, record),
+            // From now: the record read again after the position is at least as new as it,
+            // so following from the position misses nothing (at worst an item repeats the
+            // state the task already shows).
+            None => (last, self.get_for(caller, agent, &id).await?),
         };
-        let record = self.get_for(caller, agent, &id).await?;
         // An ended task has no more events: the stream stops once it has replayed up to the
         // last one (a resumed stream), or it is refused (a new subscriber: use GetTask).
         let ends_at = if record.state.is_terminal() {
@@ -111,7 +114,7 @@ impl Gateway {
             .insert(EVENT_SEQ_KEY.to_owned(), Value::from(position));
         if items
             .send(Ok(Item {
-                seq: position,
+                seq: Some(position),
                 response: StreamResponse::Task(first),
             }))
             .await
@@ -126,6 +129,7 @@ impl Gateway {
             let event = tokio::select! {
                 event = events.next() => event,
                 () = items.closed() => return,
+                () = self.stopping.cancelled() => return,
             };
             let Some(event) = event else { return };
             let stored = match event {
@@ -140,7 +144,9 @@ impl Gateway {
                     return;
                 }
             };
-            let done = stored.event.to.is_terminal();
+            // The end of an ended task's replay (its terminal event, or the last one stored).
+            let done =
+                stored.event.to.is_terminal() || ends_at.is_some_and(|end| stored.seq >= end);
             let mut out = Vec::with_capacity(2);
             if stored.event.to == TaskState::Completed {
                 match self.get(&caller, &stored.event.task_id).await {
@@ -168,10 +174,11 @@ impl Gateway {
                 stored.seq,
             )));
             for response in out {
-                let item = Item {
-                    seq: stored.seq,
-                    response,
+                let seq = match response {
+                    StreamResponse::ArtifactUpdate(_) => None,
+                    _ => Some(stored.seq),
                 };
+                let item = Item { seq, response };
                 if items.send(Ok(item)).await.is_err() {
                     return;
                 }

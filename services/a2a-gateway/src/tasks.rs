@@ -38,6 +38,16 @@ pub(crate) fn settles(state: TaskState) -> bool {
     state.is_terminal() || state == TaskState::InputRequired
 }
 
+/// The task a message made or answered, and the `AGENT_EVENTS` position its events continue
+/// after (0 for a new task: all of them).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Submitted {
+    /// The task.
+    pub(crate) id: Uuid,
+    /// The last event before this message's effect.
+    pub(crate) after: u64,
+}
+
 /// The message's text and parts, refused when it carries neither.
 pub(crate) fn message_content(
     request: &SendMessageRequest,
@@ -65,48 +75,52 @@ pub(crate) fn task_id(id: &str) -> Result<Uuid, GatewayError> {
 impl Gateway {
     /// `SendMessage`: a message without `taskId` creates a task for `agent`; one naming a task
     /// that asks for input answers it (a message to the assignee, in reply to the task).
-    /// Waits for the task to settle unless `returnImmediately`.
+    /// Waits for the task to settle unless `returnImmediately`; once the task exists, the
+    /// answer is the task (as it is, if waiting failed), never an error a retry would repeat.
     pub async fn send_message(
         &self,
         caller: &AgentId,
         agent: &AgentId,
         request: SendMessageRequest,
     ) -> Result<Task, GatewayError> {
-        let (text, parts) = message_content(&request)?;
         let wait = !request
             .configuration
             .as_ref()
             .and_then(|configuration| configuration.return_immediately)
             .unwrap_or(false);
-        self.submit(caller, agent, request, text, parts, wait).await
+        let submitted = self.submit(caller, agent, &request).await?;
+        // A blocking wait holds a connection and a consumer: it takes one of the client's
+        // stream slots, and with none free the call answers at once, as `returnImmediately`.
+        if wait
+            && let Some(_slot) = self.try_stream_slot(caller)
+            && let Err(err) = self.settled(&submitted.id, submitted.after).await
+        {
+            tracing::warn!(error = %err, task_id = %submitted.id, "not waiting for the task");
+        }
+        self.get(caller, &submitted.id)
+            .await
+            .map(|record| mapping::task(&record))
     }
 
-    /// Creates the task or answers it, then waits for it to settle when `wait`.
+    /// Creates the task, or answers it: what a message does before anyone waits or streams.
     pub(crate) async fn submit(
         &self,
         caller: &AgentId,
         agent: &AgentId,
-        request: SendMessageRequest,
-        text: String,
-        parts: Vec<switchboard_proto::Part>,
-        wait: bool,
-    ) -> Result<Task, GatewayError> {
-        let (id, after) = match &request.message.task_id {
+        request: &SendMessageRequest,
+    ) -> Result<Submitted, GatewayError> {
+        let (text, parts) = message_content(request)?;
+        match &request.message.task_id {
             Some(id) => {
                 let id = task_id(id)?;
                 let after = self.answer(caller, agent, id, text, parts).await?;
-                (id, after)
+                Ok(Submitted { id, after })
             }
-            None => (self.create(caller, agent, &request, text, parts).await?, 0),
-        };
-        // A blocking wait holds a connection and a consumer: it takes one of the client's
-        // stream slots, and with none free the call answers at once, as `returnImmediately`.
-        if wait && let Some(_slot) = self.try_stream_slot(caller) {
-            self.settled(&id, after).await?;
+            None => Ok(Submitted {
+                id: self.create(caller, agent, request, text, parts).await?,
+                after: 0,
+            }),
         }
-        self.get(caller, &id)
-            .await
-            .map(|record| mapping::task(&record))
     }
 
     async fn create(
@@ -229,9 +243,13 @@ impl Gateway {
             }
             Ok(())
         };
-        // Past the wait the task is answered as it is: A2A lets a blocking call return a
-        // task still working, which the client then follows with GetTask or SubscribeToTask.
-        tokio::time::timeout(wait, settled).await.unwrap_or(Ok(()))
+        // Past the wait (or when the gateway stops) the task is answered as it is: A2A lets a
+        // blocking call return a task still working, which the client then follows with
+        // GetTask or SubscribeToTask.
+        tokio::select! {
+            settled = tokio::time::timeout(wait, settled) => settled.unwrap_or(Ok(())),
+            () = self.stopping.cancelled() => Ok(()),
+        }
     }
 
     /// A task the caller asked `agent` for (the endpoint a client addresses is the agent's):
