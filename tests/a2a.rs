@@ -264,28 +264,34 @@ async fn a_stream_broken_off_resumes_on_a_restarted_gateway_without_losing_an_ev
         .expect("the result comes as an artifact");
     assert_eq!(artifact["artifact"]["parts"][0]["text"], "echo: slow");
 
-    // What the two connections saw together is every event the task has, once each.
+    // What the two connections saw together is every event the task has, once each: the
+    // events are numbered 0 (the creation), 1, 2, … and the streams' ids are those numbers.
     let mut everything = a2a
         .stream("SubscribeToTask", json!({"id": task_id}), Some("0"))
         .await;
-    let all: Vec<u64> = read_until_end(&mut everything)
+    let after_creation: Vec<u64> = read_until_end(&mut everything)
         .await
         .into_iter()
         .skip(1)
         .filter(|(_, item)| item.get("statusUpdate").is_some())
         .map(|(seq, _)| seq)
         .collect();
-    let mut together: Vec<u64> = std::iter::once(seen)
-        .chain(
-            events
-                .iter()
-                .filter(|(_, item)| item.get("statusUpdate").is_some())
-                .map(|(seq, _)| *seq),
-        )
+    let resumed: Vec<u64> = events
+        .iter()
+        .filter(|(_, item)| item.get("statusUpdate").is_some())
+        .map(|(seq, _)| *seq)
         .collect();
-    together.dedup();
-    let from_seen: Vec<u64> = all.iter().copied().filter(|seq| *seq >= seen).collect();
-    assert_eq!(together, from_seen, "all events: {all:?}");
+    let expected: Vec<u64> = after_creation
+        .iter()
+        .copied()
+        .filter(|seq| *seq > seen)
+        .collect();
+    assert_eq!(
+        resumed, expected,
+        "after {seen}; all after the creation: {after_creation:?}"
+    );
+    let numbers: Vec<u64> = (1..=after_creation.len() as u64).collect();
+    assert_eq!(after_creation, numbers, "numbered without gaps");
 
     // A task that finishes before its stream is read still streams every event, from its
     // creation to its completion.
@@ -431,25 +437,7 @@ async fn bad_requests_get_the_spec_codes_and_break_nothing() {
 #[tokio::test]
 async fn the_official_a2a_python_sdk_drives_the_gateway() {
     let a2a = A2a::start().await;
-    let script = switchboard_testkit::workspace_root().join("tests/python/a2a_client.py");
-    let output = tokio::time::timeout(
-        Duration::from_secs(120),
-        tokio::process::Command::new(switchboard_testkit::python_bin())
-            .arg(script)
-            .args(["--base", &format!("http://127.0.0.1:{}", a2a.port)])
-            .args(["--token", TOKEN])
-            .output(),
-    )
-    .await
-    .expect("the SDK client finishes within 120 s")
-    .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        output.status.success(),
-        "stdout: {stdout}\nstderr: {stderr}"
-    );
-    let seen: Value = serde_json::from_str(stdout.trim()).unwrap();
+    let seen = a2a.run_sdk(&[]).await;
     assert_eq!(seen["blocking"], "TASK_STATE_COMPLETED");
     assert_eq!(seen["non_blocking"], "TASK_STATE_COMPLETED");
     assert_eq!(seen["canceled"], "TASK_STATE_CANCELED");
@@ -735,56 +723,8 @@ async fn a_webhook_receives_every_event_of_its_task_despite_failures() {
 /// agent resumes and completes; each `SendMessage` blocks until the task settles.
 #[tokio::test]
 async fn a_question_from_the_agent_is_answered_by_the_next_message() {
-    use std::sync::Arc;
-    use switchboard_client::TaskOutcome;
-    use switchboard_proto::MessageKind;
-    use switchboard_proto::task::{TaskAction, TaskOp};
-
     let a2a = A2a::start().await;
-    let (asker, goal) = a2a.fabric.agent_with_goal("asker").await;
-    let asker = Arc::new(asker);
-    let worker = tokio::spawn(async move {
-        let next = |kind: MessageKind| {
-            let goal = &goal;
-            async move {
-                loop {
-                    let delivery = goal.recv(Duration::from_secs(20)).await.unwrap().unwrap();
-                    let message = delivery.ack().await.unwrap();
-                    if message.kind == kind {
-                        return message;
-                    }
-                }
-            }
-        };
-        let task = next(MessageKind::Task).await;
-        let task_id = task.task.as_ref().unwrap().id;
-        asker
-            .task_op(
-                TaskOp::Accept,
-                TaskAction {
-                    task_id: Some(task_id),
-                    from_goal_id: Some(goal.id()),
-                    ..TaskAction::default()
-                },
-            )
-            .await
-            .unwrap();
-        asker.start_task(task_id).await.unwrap();
-        asker
-            .ask_requester(task_id, "which language?")
-            .await
-            .unwrap();
-        let answer = next(MessageKind::Message).await;
-        assert_eq!(
-            answer.in_reply_to, task.id,
-            "the answer replies to the task"
-        );
-        asker.start_task(task_id).await.unwrap();
-        asker
-            .complete_task(task_id, TaskOutcome::text(format!("in {}", answer.body)))
-            .await
-            .unwrap();
-    });
+    let worker = a2a.spawn_asker().await;
 
     let asked = a2a
         .rpc(
@@ -824,4 +764,49 @@ async fn a_question_from_the_agent_is_answered_by_the_next_message() {
         )
         .await;
     assert_eq!(again["error"]["code"], -32602, "{again}");
+}
+
+/// Issue 19 through the official SDK as well: a stream it drops mid-task, resumed after the
+/// gateway restarted (`Last-Event-ID` from the items' `switchboard_event_seq`), a webhook set
+/// with the message, and the input-required round trip.
+#[tokio::test]
+async fn the_official_sdk_resumes_after_a_restart_sets_webhooks_and_answers_questions() {
+    let mut a2a = A2a::start().await;
+    let started = a2a.run_sdk(&["--phase", "stream-start"]).await;
+    let task = started["task_id"].as_str().unwrap().to_owned();
+    let seen = started["seen"].as_u64().unwrap().to_string();
+    a2a.restart_gateway().await;
+    let resumed = a2a
+        .run_sdk(&[
+            "--phase",
+            "stream-resume",
+            "--task",
+            &task,
+            "--after",
+            &seen,
+        ])
+        .await;
+    let states = resumed["states"].as_array().unwrap();
+    assert_eq!(states.last().unwrap(), "TASK_STATE_COMPLETED", "{resumed}");
+
+    let (url, received) = http::webhook_sink(0).await;
+    let pushed = a2a.run_sdk(&["--phase", "push", "--webhook", &url]).await;
+    let pushed_task = pushed["task_id"].as_str().unwrap().to_owned();
+    switchboard_testkit::assert_eventually!(Duration::from_secs(15), async {
+        received.lock().unwrap().iter().any(|push| {
+            push.body["statusUpdate"]["taskId"] == pushed_task.as_str()
+                && push.body["statusUpdate"]["status"]["state"] == "TASK_STATE_COMPLETED"
+        })
+    });
+    assert!(received.lock().unwrap().iter().all(|push| {
+        push.headers
+            .iter()
+            .any(|(name, value)| name == "x-a2a-notification-token" && value == "sdk-tok")
+    }));
+
+    let worker = a2a.spawn_asker().await;
+    let answered = a2a.run_sdk(&["--phase", "input"]).await;
+    assert_eq!(answered["question"], "which language?");
+    assert_eq!(answered["result"], "in French");
+    worker.await.unwrap();
 }

@@ -1,10 +1,18 @@
 """Drives the Switchboard A2A gateway with the official A2A Python SDK (a2a-sdk), as any A2A
-client would: card discovery, blocking and non-blocking SendMessage, a streamed task with its
-events in order, GetTask, ListTasks, CancelTask, and a request without a token refused.
+client would. Run by tests/a2a.rs against a gateway in front of an `echo` agent (answers
+`echo: <text>`, `slow` after 1.5 s), a `sleeper` agent (never takes its tasks) and, for the
+`input` phase, an `asker` agent (asks "which language?", then completes with `in <answer>`).
 
-Run by tests/a2a.rs against a gateway in front of an `echo` agent (answers `echo: <text>`,
-`slow` after 1.5 s) and a `sleeper` agent (never takes its tasks). Prints one JSON line with
-what it saw; exits non-zero on the first thing that is not as the A2A spec says.
+Phases (--phase):
+  all           card discovery, blocking and non-blocking SendMessage, a streamed task with
+                its events in order, GetTask, ListTasks, CancelTask, no token refused;
+  stream-start  start a streamed `slow` task, read the task and its first status update, stop
+                (the caller restarts the gateway), print the task id and the last event seen;
+  stream-resume SubscribeToTask with Last-Event-ID (--task, --after): every later event;
+  push          a task with a webhook (--webhook) given with the message, run to completion;
+  input         the input-required round trip with the `asker` agent.
+Prints one JSON line with what it saw; exits non-zero on the first thing that is not as the
+A2A spec says.
 """
 
 import argparse
@@ -14,7 +22,7 @@ import sys
 import uuid
 
 import httpx
-from a2a.client import A2ACardResolver, ClientConfig, ClientFactory
+from a2a.client import A2ACardResolver, ClientCallContext, ClientConfig, ClientFactory
 from a2a.types import (
     CancelTaskRequest,
     GetTaskRequest,
@@ -24,6 +32,8 @@ from a2a.types import (
     Role,
     SendMessageConfiguration,
     SendMessageRequest,
+    SubscribeToTaskRequest,
+    TaskPushNotificationConfig,
     TaskState,
 )
 
@@ -38,11 +48,110 @@ def check(condition: bool, what: str) -> None:
         sys.exit(1)
 
 
+def event_seq(event) -> int:
+    """The gateway's `switchboard_event_seq` of a stream item (the SDK hides SSE ids)."""
+    kind = event.WhichOneof("payload")
+    item = getattr(event, kind)
+    return int(item.metadata["switchboard_event_seq"])
+
+
+async def clients(http: httpx.AsyncClient, base: str, agent: str):
+    card = await A2ACardResolver(http, f"{base}/agents/{agent}").get_agent_card()
+    blocking = ClientFactory(ClientConfig(httpx_client=http, streaming=False)).create(card)
+    streaming = ClientFactory(ClientConfig(httpx_client=http)).create(card)
+    return blocking, streaming
+
+
+async def stream_start(http: httpx.AsyncClient, base: str) -> dict:
+    _, streaming = await clients(http, base, "echo")
+    task_id, seen = None, None
+    async for event in streaming.send_message(SendMessageRequest(message=message("slow"))):
+        kind = event.WhichOneof("payload")
+        if kind == "task":
+            task_id = event.task.id
+        elif kind == "status_update":
+            seen = event_seq(event)
+            break  # the connection is dropped here, mid-task
+    check(task_id is not None and seen is not None, "a task and a status update")
+    return {"task_id": task_id, "seen": seen}
+
+
+async def stream_resume(http: httpx.AsyncClient, base: str, task_id: str, after: int) -> dict:
+    _, streaming = await clients(http, base, "echo")
+    context = ClientCallContext(service_parameters={"Last-Event-ID": str(after)})
+    kinds, states, seqs = [], [], []
+    async for event in streaming.subscribe(SubscribeToTaskRequest(id=task_id), context=context):
+        kind = event.WhichOneof("payload")
+        kinds.append(kind)
+        if kind == "status_update":
+            states.append(TaskState.Name(event.status_update.status.state))
+            seqs.append(event_seq(event))
+    check(kinds[0] == "task", f"the task comes first: {kinds}")
+    check(all(seq > after for seq in seqs), f"only events after {after}: {seqs}")
+    check(seqs == sorted(seqs), f"in order: {seqs}")
+    check(states and states[-1] == "TASK_STATE_COMPLETED", f"ends completed: {states}")
+    check("artifact_update" in kinds, f"the result: {kinds}")
+    return {"states": states, "seqs": seqs}
+
+
+async def push(http: httpx.AsyncClient, base: str, webhook: str) -> dict:
+    blocking, _ = await clients(http, base, "echo")
+    request = SendMessageRequest(
+        message=message("pushed"),
+        configuration=SendMessageConfiguration(
+            task_push_notification_config=TaskPushNotificationConfig(url=webhook, token="sdk-tok"),
+        ),
+    )
+    task = None
+    async for event in blocking.send_message(request):
+        task = event.task
+    check(task.status.state == TaskState.TASK_STATE_COMPLETED, f"pushed task: {task.status}")
+    return {"task_id": task.id}
+
+
+async def input_round_trip(http: httpx.AsyncClient, base: str) -> dict:
+    blocking, _ = await clients(http, base, "asker")
+    asked = None
+    async for event in blocking.send_message(SendMessageRequest(message=message("translate"))):
+        asked = event.task
+    check(asked.status.state == TaskState.TASK_STATE_INPUT_REQUIRED, f"asks: {asked.status}")
+    question = asked.status.message.parts[0].text
+    answer = Message(
+        role=Role.ROLE_USER, message_id=str(uuid.uuid4()), task_id=asked.id,
+        parts=[Part(text="French")],
+    )
+    done = None
+    async for event in blocking.send_message(SendMessageRequest(message=answer)):
+        done = event.task
+    check(done.status.state == TaskState.TASK_STATE_COMPLETED, f"answered: {done.status}")
+    return {"question": question, "result": done.artifacts[0].parts[0].text}
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--base", required=True, help="the gateway, e.g. http://127.0.0.1:9999")
     parser.add_argument("--token", required=True)
+    parser.add_argument("--phase", default="all")
+    parser.add_argument("--task")
+    parser.add_argument("--after", type=int)
+    parser.add_argument("--webhook")
     args = parser.parse_args()
+    if args.phase != "all":
+        async with httpx.AsyncClient(
+            timeout=60, headers={"Authorization": f"Bearer {args.token}"}
+        ) as http:
+            if args.phase == "stream-start":
+                seen = await stream_start(http, args.base)
+            elif args.phase == "stream-resume":
+                seen = await stream_resume(http, args.base, args.task, args.after)
+            elif args.phase == "push":
+                seen = await push(http, args.base, args.webhook)
+            elif args.phase == "input":
+                seen = await input_round_trip(http, args.base)
+            else:
+                check(False, f"unknown phase {args.phase}")
+        print(json.dumps(seen))
+        return
     seen: dict = {}
 
     async with httpx.AsyncClient(

@@ -175,6 +175,86 @@ impl A2a {
     }
 }
 
+impl A2a {
+    /// An `asker` agent working one task: it accepts, starts, asks its requester "which
+    /// language?", waits for the answer (a message in reply to the task), resumes and
+    /// completes with `in <answer>`.
+    pub async fn spawn_asker(&self) -> tokio::task::JoinHandle<()> {
+        use switchboard_proto::MessageKind;
+        use switchboard_proto::task::{TaskAction, TaskOp};
+
+        let (asker, goal) = self.fabric.agent_with_goal("asker").await;
+        let asker = Arc::new(asker);
+        tokio::spawn(async move {
+            let next = |kind: MessageKind| {
+                let goal = &goal;
+                async move {
+                    loop {
+                        let delivery = goal.recv(Duration::from_secs(20)).await.unwrap().unwrap();
+                        let message = delivery.ack().await.unwrap();
+                        if message.kind == kind {
+                            return message;
+                        }
+                    }
+                }
+            };
+            let task = next(MessageKind::Task).await;
+            let task_id = task.task.as_ref().unwrap().id;
+            asker
+                .task_op(
+                    TaskOp::Accept,
+                    TaskAction {
+                        task_id: Some(task_id),
+                        from_goal_id: Some(goal.id()),
+                        ..TaskAction::default()
+                    },
+                )
+                .await
+                .unwrap();
+            asker.start_task(task_id).await.unwrap();
+            asker
+                .ask_requester(task_id, "which language?")
+                .await
+                .unwrap();
+            let answer = next(MessageKind::Message).await;
+            assert_eq!(
+                answer.in_reply_to, task.id,
+                "the answer replies to the task"
+            );
+            asker.start_task(task_id).await.unwrap();
+            asker
+                .complete_task(task_id, TaskOutcome::text(format!("in {}", answer.body)))
+                .await
+                .unwrap();
+        })
+    }
+
+    /// Runs tests/python/a2a_client.py (the official A2A Python SDK) against this gateway with
+    /// `args`; its one JSON line.
+    pub async fn run_sdk(&self, args: &[&str]) -> Value {
+        let script = switchboard_testkit::workspace_root().join("tests/python/a2a_client.py");
+        let output = tokio::time::timeout(
+            Duration::from_secs(120),
+            tokio::process::Command::new(switchboard_testkit::python_bin())
+                .arg(script)
+                .args(["--base", &format!("http://127.0.0.1:{}", self.port)])
+                .args(["--token", TOKEN])
+                .args(args)
+                .output(),
+        )
+        .await
+        .expect("the SDK client finishes within 120 s")
+        .unwrap();
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            output.status.success(),
+            "{args:?}: stdout: {stdout}\nstderr: {stderr}"
+        );
+        serde_json::from_str(stdout.trim()).unwrap()
+    }
+}
+
 impl Drop for A2a {
     fn drop(&mut self) {
         self.stop.cancel();

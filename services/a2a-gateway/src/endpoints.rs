@@ -31,7 +31,7 @@ use crate::auth::{self, Refusal};
 use crate::cards;
 use crate::error::GatewayError;
 use crate::gateway::Gateway;
-use crate::stream::Item;
+use crate::stream::{Item, Start, Subscription};
 
 /// The protocol version the gateway speaks.
 pub const VERSION: &str = "1.0";
@@ -208,7 +208,7 @@ async fn json_rpc(
     }
     let last_event = match headers.get("Last-Event-ID").map(|value| value.to_str()) {
         None => None,
-        Some(Ok(text)) => match text.trim().parse::<u64>() {
+        Some(Ok(text)) => match text.trim().parse::<u32>() {
             Ok(seq) => Some(seq),
             Err(_) => {
                 let err = GatewayError::BadLastEvent(text.to_owned());
@@ -315,7 +315,7 @@ async fn dispatch(
     id: JsonRpcId,
     method: &str,
     raw: Value,
-    last_event: Option<u64>,
+    last_event: Option<u32>,
 ) -> Response {
     let result: Result<Value, GatewayError> = match method {
         methods::SEND_MESSAGE => match params::<SendMessageRequest>(raw) {
@@ -357,7 +357,13 @@ async fn dispatch(
                 Ok(request) => match crate::tasks::task_id(&request.id) {
                     Ok(task_id) => match gateway.open_stream(caller) {
                         Ok(slot) => {
-                            stream(gateway, caller, agent, id, task_id, last_event, slot).await
+                            let subscription = Subscription {
+                                task_id,
+                                start: last_event.map_or(Start::Now, Start::After),
+                                slot,
+                                live: None,
+                            };
+                            stream(gateway, caller, agent, id, subscription).await
                         }
                         Err(err) => rpc_error(StatusCode::OK, id, &err),
                     },
@@ -426,8 +432,17 @@ async fn send_streaming(
     // before the stream opened still streams every event.
     match gateway.submit(caller, agent, &request).await {
         Ok(submitted) => {
-            let after = Some(submitted.after);
-            stream(gateway, caller, agent, id, submitted.id, after, slot).await
+            let start = match submitted.after {
+                Some(after) => Start::After(after),
+                None => Start::Beginning,
+            };
+            let subscription = Subscription {
+                task_id: submitted.id,
+                start,
+                slot,
+                live: Some(submitted.live),
+            };
+            stream(gateway, caller, agent, id, subscription).await
         }
         Err(err) => rpc_error(StatusCode::OK, id, &err),
     }
@@ -438,18 +453,16 @@ async fn stream(
     caller: &AgentId,
     agent: &AgentId,
     id: JsonRpcId,
-    task_id: uuid::Uuid,
-    after: Option<u64>,
-    slot: crate::gateway::StreamSlot,
+    subscription: Subscription,
 ) -> Response {
-    match gateway.follow(caller, agent, task_id, after, slot).await {
+    match gateway.follow(caller, agent, subscription).await {
         Ok(items) => sse(id, items),
         Err(err) => rpc_error(StatusCode::OK, id, &err),
     }
 }
 
 /// The items as SSE: each a JSON-RPC response carrying a `StreamResponse`, its `id` the
-/// event's stream sequence (none on a result artifact); a failure mid-stream is the last
+/// event's number within its task (none on a result artifact); a failure mid-stream is the last
 /// item, a JSON-RPC error.
 fn sse(id: JsonRpcId, mut items: mpsc::Receiver<Result<Item, GatewayError>>) -> Response {
     let events = futures::stream::poll_fn(move |cx| items.poll_recv(cx)).map(move |item| {

@@ -430,6 +430,8 @@ impl Gateway {
         seq: u64,
     ) -> Result<Vec<StreamResponse>, GatewayError> {
         let record = self.get(client, &event.task_id).await?;
+        // The event's number within its task, as streams number it (the SSE id).
+        let seq = crate::store::event_number(event).map_or(seq, u64::from);
         let context = mapping::context_of(&record);
         let metadata = HashMap::from([(crate::stream::EVENT_SEQ_KEY.to_owned(), Value::from(seq))]);
         let mut out = Vec::with_capacity(2);

@@ -1,11 +1,10 @@
-//! What the gateway reads from JetStream: agent records (through the registry view the other
-//! services share) and a task's events from `AGENT_EVENTS`, by stream sequence, which is what
-//! lets any replica resume a client's stream where it broke off.
+//! What the gateway reads and writes in JetStream: agent records (through the registry view
+//! the other services share), a task's stored events from `AGENT_EVENTS` (read one by one,
+//! by the task's subject, so no consumer is made per stream or wait), and the webhooks of the
+//! `a2a_push` bucket.
 
 use a2a::TaskPushNotificationConfig;
-use async_nats::jetstream::consumer::{DeliverPolicy, ReplayPolicy, pull};
 use async_nats::jetstream::{self, kv, stream};
-use futures::{Stream, StreamExt};
 use serde::{Deserialize, Serialize};
 use switchboard_proto::task::TaskEvent;
 use switchboard_proto::{AgentId, AgentRecord, subject};
@@ -34,13 +33,13 @@ pub struct PushConfigs {
 /// How often a config write retries a compare-and-set another replica won.
 const CAS_ATTEMPTS: usize = 8;
 
-/// One task event as stored: its `AGENT_EVENTS` sequence (the SSE event id) and the event.
-#[derive(Debug, Clone)]
-pub struct StoredEvent {
-    /// Its sequence in `AGENT_EVENTS`: a client resuming after it sends it as `Last-Event-ID`.
-    pub seq: u64,
-    /// The transition (or the creation) it records.
-    pub event: TaskEvent,
+/// The most stored messages one read of a task's events goes through.
+const MAX_EVENTS_READ: usize = 4096;
+
+/// An event's number within its task: `n` of its id `<task_id>:<n>` (0 is the creation). The
+/// SSE id of the event's stream item, and what a client resumes after.
+pub fn event_number(event: &TaskEvent) -> Option<u32> {
+    event.id.rsplit(':').next()?.parse().ok()
 }
 
 impl Store {
@@ -171,66 +170,46 @@ impl Store {
             })
     }
 
-    /// The `AGENT_EVENTS` sequence of the task's latest event (0: none stored).
-    pub async fn last_event(&self, task_id: &Uuid) -> Result<u64, GatewayError> {
-        match self
-            .events
-            .get_last_raw_message_by_subject(&subject::task_events(task_id))
-            .await
-        {
-            Ok(message) => Ok(message.sequence),
-            Err(err) if err.kind() == stream::LastRawMessageErrorKind::NoMessageFound => Ok(0),
-            Err(err) => Err(GatewayError::Unavailable {
-                step: "reading the task's latest event",
-                message: err.to_string(),
-            }),
-        }
-    }
-
-    /// The events of `task_id` stored after sequence `after` (0: all of them), oldest first,
-    /// then each new one as it is stored. An ordered consumer: nothing is skipped or repeated.
-    pub async fn task_events(
+    /// The events of `task_id` numbered after `after` (`<task_id>:<n>`), oldest first, as
+    /// `AGENT_EVENTS` stores them: read message by message (`next_by_subject`), no consumer,
+    /// so any number of streams and waits cost the server nothing to keep.
+    pub async fn task_events_after(
         &self,
         task_id: &Uuid,
-        after: u64,
-    ) -> Result<impl Stream<Item = Result<StoredEvent, String>> + use<>, GatewayError> {
-        let deliver_policy = if after == 0 {
-            DeliverPolicy::All
-        } else {
-            DeliverPolicy::ByStartSequence {
-                start_sequence: after.saturating_add(1),
+        after: Option<u32>,
+    ) -> Result<Vec<TaskEvent>, GatewayError> {
+        let subject = subject::task_events(task_id);
+        let mut events = Vec::new();
+        let mut next = 1;
+        // A task has at most a few hundred transitions; the bound keeps a damaged stream
+        // from looping.
+        for _ in 0..MAX_EVENTS_READ {
+            let found = self
+                .events
+                .raw_message_builder()
+                .sequence(next)
+                .next_by_subject(subject.clone())
+                .send()
+                .await;
+            let message = match found {
+                Ok(message) => message,
+                Err(err) if err.kind() == stream::RawMessageErrorKind::NoMessageFound => break,
+                Err(err) => {
+                    return Err(GatewayError::Unavailable {
+                        step: "reading the task's events",
+                        message: err.to_string(),
+                    });
+                }
+            };
+            next = message.sequence.saturating_add(1);
+            if let Ok(event) = serde_json::from_slice::<TaskEvent>(&message.payload)
+                && after.is_none_or(|after| event_number(&event).is_some_and(|n| n > after))
+            {
+                events.push(event);
             }
-        };
-        let consumer = self
-            .events
-            .create_consumer(pull::OrderedConfig {
-                filter_subject: subject::task_events(task_id),
-                deliver_policy,
-                replay_policy: ReplayPolicy::Instant,
-                ..Default::default()
-            })
-            .await
-            .map_err(|err| GatewayError::Unavailable {
-                step: "following the task's events",
-                message: err.to_string(),
-            })?;
-        let messages = consumer
-            .messages()
-            .await
-            .map_err(|err| GatewayError::Unavailable {
-                step: "following the task's events",
-                message: err.to_string(),
-            })?;
-        Ok(messages.map(|message| {
-            let message = message.map_err(|err| err.to_string())?;
-            let seq = message
-                .info()
-                .map_err(|err| err.to_string())?
-                .stream_sequence;
-            let event = serde_json::from_slice(&message.payload)
-                .map_err(|err| format!("undecodable task event at {seq}: {err}"))?;
-            Ok(StoredEvent { seq, event })
-        }))
+        }
+        events.sort_by_key(event_number);
+        Ok(events)
     }
 }
 

@@ -1,20 +1,29 @@
 //! Streams (`SendStreamingMessage`, `SubscribeToTask`): the task first, then one item per
-//! event of the task as `AGENT_EVENTS` stores it, until the task ends.
+//! event of the task, until the task ends.
 //!
-//! Every item's SSE `id` is the event's stream sequence (also in the item's metadata as
-//! `switchboard_event_seq`, for clients that do not surface SSE ids). A client that lost its
-//! connection subscribes again with `Last-Event-ID: <seq>` — on any replica, after a restart —
-//! and gets the task, then every event after that one: none lost, none twice. A completed
-//! task's result comes as an `artifactUpdate` just before its final `statusUpdate`.
+//! Every item's SSE `id` is the event's number within its task (`n` of its event id
+//! `<task_id>:<n>`; also in the item's metadata as `switchboard_event_seq`, for clients that
+//! do not surface SSE ids). A client that lost its connection subscribes again with
+//! `Last-Event-ID: <n>` — on any replica, after a restart — and gets the task, then every
+//! event after that one: none lost, none twice. A completed task's result comes as an
+//! `artifactUpdate` just before its final `statusUpdate`.
+//!
+//! How: the live events come from a core NATS subscription to the task's event subject, made
+//! before the stored events are read back (`AGENT_EVENTS`, message by message), and every
+//! event is passed on once, in number order; a gap in the live numbers is filled from the
+//! store, and a quiet stream checks the store now and then. No JetStream consumer is made per
+//! stream, so open streams cost the server a subscription each, not one of its limited
+//! consumers.
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use a2a::{StreamResponse, TaskArtifactUpdateEvent, TaskStatus, TaskStatusUpdateEvent};
 use futures::StreamExt;
 use serde_json::Value;
 use switchboard_proto::task::{TaskEvent, TaskRecord};
-use switchboard_proto::{AgentId, TaskState};
+use switchboard_proto::{AgentId, TaskState, subject};
 use tokio::sync::mpsc;
 use tracing::Instrument;
 use uuid::Uuid;
@@ -22,17 +31,22 @@ use uuid::Uuid;
 use crate::error::GatewayError;
 use crate::gateway::{Gateway, StreamSlot};
 use crate::mapping;
+use crate::store::event_number;
 
-/// Metadata key carrying an item's event sequence (its SSE id).
+/// Metadata key carrying an item's event number (its SSE id).
 pub const EVENT_SEQ_KEY: &str = "switchboard_event_seq";
 
 /// Items buffered per stream before the producer waits for a slow client.
 const BUFFER: usize = 16;
 
-/// One item of a stream: its SSE id (a stream sequence) and what it says.
+/// How long a stream waits for a live event before it reads the store (a live event lost in
+/// a reconnect is found this way).
+pub(crate) const QUIET_CHECK: Duration = Duration::from_secs(5);
+
+/// One item of a stream: its SSE id (an event number) and what it says.
 #[derive(Debug, Clone)]
 pub struct Item {
-    /// The `AGENT_EVENTS` sequence of the event (for the leading task: the latest event it
+    /// The event's number within its task (for the leading task: the latest event it
     /// reflects, so resuming from it skips nothing). `None` for a completed task's result,
     /// which comes just before the final status of the same event: a client cut off between
     /// the two resumes from the event before and gets both again.
@@ -41,54 +55,101 @@ pub struct Item {
     pub response: StreamResponse,
 }
 
+/// Where a stream starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Start {
+    /// From now: a new subscriber (an ended task is refused).
+    Now,
+    /// From the task's first event (a message that just created the task).
+    Beginning,
+    /// After event `n` (a resumed stream, or a message that answered the task's question).
+    After(u32),
+}
+
+/// A stream to open: the task, where it starts, the client's slot, and the live events when
+/// the caller subscribed already (before its own message took effect).
+pub(crate) struct Subscription {
+    /// The task to follow.
+    pub(crate) task_id: Uuid,
+    /// Where the stream starts.
+    pub(crate) start: Start,
+    /// The client's stream slot, held while the stream is open.
+    pub(crate) slot: StreamSlot,
+    /// The task's live events, if already subscribed to.
+    pub(crate) live: Option<LiveEvents>,
+}
+
+/// The live events of one task: a core NATS subscription to its event subject.
+pub(crate) struct LiveEvents(async_nats::Subscriber);
+
+impl LiveEvents {
+    /// The next live event of the task, `None` after `within` or when the subscription ends.
+    pub(crate) async fn next_within(&mut self, within: Duration) -> Option<TaskEvent> {
+        match tokio::time::timeout(within, self.0.next()).await {
+            Ok(Some(message)) => serde_json::from_slice(&message.payload).ok(),
+            _ => None,
+        }
+    }
+}
+
 impl Gateway {
-    /// Follows task `id` for `caller` from after event `after` (`None`: from now, for a new
-    /// subscriber). `Err` before anything is sent: no such task, or (without `after`) a task
-    /// that has already ended.
+    /// Subscribes to the live events of `task_id` (before anything that makes them happens,
+    /// so none is missed).
+    pub(crate) async fn live_events(&self, task_id: &Uuid) -> Result<LiveEvents, GatewayError> {
+        self.client
+            .subscribe(subject::task_events(task_id))
+            .await
+            .map(LiveEvents)
+            .map_err(|err| GatewayError::Unavailable {
+                step: "following the task's events",
+                message: err.to_string(),
+            })
+    }
+
+    /// Follows task `id` for `caller` from `start`. `live` is a subscription made before the
+    /// caller's own message took effect, if there is one. `Err` before anything is sent: no
+    /// such task, a position the task never reached, or (from now) a task that has ended.
     pub(crate) async fn follow(
         self: &Arc<Self>,
         caller: &AgentId,
         agent: &AgentId,
-        id: Uuid,
-        after: Option<u64>,
-        slot: StreamSlot,
+        subscription: Subscription,
     ) -> Result<mpsc::Receiver<Result<Item, GatewayError>>, GatewayError> {
+        let Subscription {
+            task_id: id,
+            start,
+            slot,
+            live,
+        } = subscription;
         // Whose task it is comes first: nothing about another client's task is told.
+        self.get_for(caller, agent, &id).await?;
+        let live = match live {
+            Some(live) => live,
+            None => self.live_events(&id).await?,
+        };
+        // Read after subscribing: anything newer than this record arrives live.
         let record = self.get_for(caller, agent, &id).await?;
-        let last = self.store.last_event(&id).await?;
-        let (position, record) = match after {
-            // A position past the task's last event would wait for events that never come.
-            Some(after) if after > last => {
+        let last = record.transitions.checked_sub(1);
+        let position = match start {
+            // A position the task never reached would wait for events that may never come.
+            Start::After(after) if last.is_none_or(|last| after > last) => {
                 return Err(GatewayError::BadLastEvent(after.to_string()));
             }
-            Some(after) => (after, record),
-            // From now: the record read again after the position is at least as new as it,
-            // so following from the position misses nothing (at worst an item repeats the
-            // state the task already shows).
-            None => (last, self.get_for(caller, agent, &id).await?),
-        };
-        // An ended task has no more events: the stream stops once it has replayed up to the
-        // last one (a resumed stream), or it is refused (a new subscriber: use GetTask).
-        let ends_at = if record.state.is_terminal() {
-            if after.is_none() {
+            Start::After(after) => Some(after),
+            Start::Beginning => None,
+            Start::Now if record.state.is_terminal() => {
                 return Err(GatewayError::SubscribeEnded(id.to_string()));
             }
-            Some(self.store.last_event(&id).await?)
-        } else {
-            None
+            Start::Now => last,
         };
-        let events = self.store.task_events(&id, position).await?;
         let (items, receiver) = mpsc::channel(BUFFER);
         let gateway = Arc::clone(self);
-        let caller = caller.clone();
         let span = tracing::Span::current();
         tokio::spawn(
             async move {
                 // The client's stream slot is held until the producer ends.
                 let _slot = slot;
-                gateway
-                    .produce(caller, record, position, ends_at, Box::pin(events), items)
-                    .await;
+                gateway.produce(record, position, live, items).await;
             }
             .instrument(span),
         );
@@ -97,96 +158,138 @@ impl Gateway {
 
     async fn produce(
         &self,
-        caller: AgentId,
         record: TaskRecord,
-        position: u64,
-        ends_at: Option<u64>,
-        mut events: std::pin::Pin<
-            Box<dyn futures::Stream<Item = Result<crate::store::StoredEvent, String>> + Send>,
-        >,
+        position: Option<u32>,
+        mut live: LiveEvents,
         items: mpsc::Sender<Result<Item, GatewayError>>,
     ) {
         let context = mapping::context_of(&record);
         let mut first = mapping::task(&record);
+        let shown = position.map(u64::from).unwrap_or(0);
         first
             .metadata
             .get_or_insert_with(HashMap::new)
-            .insert(EVENT_SEQ_KEY.to_owned(), Value::from(position));
-        if items
-            .send(Ok(Item {
-                seq: Some(position),
-                response: StreamResponse::Task(first),
-            }))
-            .await
-            .is_err()
-            || ends_at.is_some_and(|last| position >= last)
-        {
+            .insert(EVENT_SEQ_KEY.to_owned(), Value::from(shown));
+        let first = Item {
+            seq: Some(shown),
+            response: StreamResponse::Task(first),
+        };
+        if items.send(Ok(first)).await.is_err() {
             return;
         }
+        let mut sent = position;
+        // What the store has after the position, then what arrives live.
+        match self.catch_up(&record, &context, &mut sent, &items).await {
+            Ok(true) | Err(()) => return,
+            Ok(false) => {}
+        }
         loop {
-            // A client that went away frees its slot and consumer at once, even while the
-            // task is quiet.
-            let event = tokio::select! {
-                event = events.next() => event,
+            let message = tokio::select! {
+                message = live.0.next() => match message {
+                    Some(message) => Some(message),
+                    // The subscription ended (the connection is closing): nothing more comes.
+                    None => return,
+                },
+                () = tokio::time::sleep(QUIET_CHECK) => None,
                 () = items.closed() => return,
                 () = self.stopping.cancelled() => return,
             };
-            let Some(event) = event else { return };
-            let stored = match event {
-                Ok(stored) => stored,
-                Err(message) => {
-                    let _ = items
-                        .send(Err(GatewayError::Unavailable {
-                            step: "following the task's events",
-                            message,
-                        }))
-                        .await;
-                    return;
+            let event = message.and_then(|m| serde_json::from_slice::<TaskEvent>(&m.payload).ok());
+            let in_order = event
+                .as_ref()
+                .and_then(event_number)
+                .is_some_and(|n| sent.is_none_or(|sent| n == sent + 1));
+            let done = match event {
+                Some(event) if in_order => {
+                    self.pass_on(&record, &context, &event, &mut sent, &items)
+                        .await
                 }
+                // A repeat (already passed on), a gap, a quiet spell or an undecodable
+                // message: the store says what is new.
+                _ => match self.catch_up(&record, &context, &mut sent, &items).await {
+                    Ok(done) => Ok(done),
+                    Err(()) => return,
+                },
             };
-            // The end of an ended task's replay (its terminal event, or the last one stored).
-            let done =
-                stored.event.to.is_terminal() || ends_at.is_some_and(|end| stored.seq >= end);
-            let mut out = Vec::with_capacity(2);
-            if stored.event.to == TaskState::Completed {
-                match self.get(&caller, &stored.event.task_id).await {
-                    Ok(completed) => {
-                        if let Some(artifact) = mapping::result(&completed) {
-                            out.push(StreamResponse::ArtifactUpdate(TaskArtifactUpdateEvent {
-                                task_id: stored.event.task_id.to_string(),
-                                context_id: context.clone(),
-                                artifact,
-                                append: Some(false),
-                                last_chunk: Some(true),
-                                metadata: Some(seq_metadata(stored.seq)),
-                            }));
-                        }
-                    }
-                    Err(err) => {
-                        let _ = items.send(Err(err)).await;
-                        return;
-                    }
-                }
-            }
-            out.push(StreamResponse::StatusUpdate(status_update(
-                &context,
-                &stored.event,
-                stored.seq,
-            )));
-            for response in out {
-                let seq = match response {
-                    StreamResponse::ArtifactUpdate(_) => None,
-                    _ => Some(stored.seq),
-                };
-                let item = Item { seq, response };
-                if items.send(Ok(item)).await.is_err() {
-                    return;
-                }
-            }
-            if done {
-                return;
+            match done {
+                Ok(false) => {}
+                Ok(true) | Err(()) => return,
             }
         }
+    }
+
+    /// Passes on what the store holds after `sent`; `Ok(true)` once the task has ended.
+    async fn catch_up(
+        &self,
+        record: &TaskRecord,
+        context: &str,
+        sent: &mut Option<u32>,
+        items: &mpsc::Sender<Result<Item, GatewayError>>,
+    ) -> Result<bool, ()> {
+        let stored = match self.store.task_events_after(&record.task_id, *sent).await {
+            Ok(stored) => stored,
+            Err(err) => {
+                let _ = items.send(Err(err)).await;
+                return Err(());
+            }
+        };
+        for event in stored {
+            if self.pass_on(record, context, &event, sent, items).await? {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    /// One event as its items (the result first for a completion); `Ok(true)` when it ended
+    /// the task, `Err` when the client is gone or the result could not be read.
+    async fn pass_on(
+        &self,
+        record: &TaskRecord,
+        context: &str,
+        event: &TaskEvent,
+        sent: &mut Option<u32>,
+        items: &mpsc::Sender<Result<Item, GatewayError>>,
+    ) -> Result<bool, ()> {
+        let Some(number) = event_number(event) else {
+            return Ok(false);
+        };
+        if sent.is_some_and(|sent| number <= sent) {
+            return Ok(false);
+        }
+        let seq = u64::from(number);
+        if event.to == TaskState::Completed {
+            match self.get(&record.requester, &event.task_id).await {
+                Ok(completed) => {
+                    if let Some(artifact) = mapping::result(&completed) {
+                        let artifact = StreamResponse::ArtifactUpdate(TaskArtifactUpdateEvent {
+                            task_id: event.task_id.to_string(),
+                            context_id: context.to_owned(),
+                            artifact,
+                            append: Some(false),
+                            last_chunk: Some(true),
+                            metadata: Some(seq_metadata(seq)),
+                        });
+                        let item = Item {
+                            seq: None,
+                            response: artifact,
+                        };
+                        items.send(Ok(item)).await.map_err(|_| ())?;
+                    }
+                }
+                Err(err) => {
+                    let _ = items.send(Err(err)).await;
+                    return Err(());
+                }
+            }
+        }
+        let status = Item {
+            seq: Some(seq),
+            response: StreamResponse::StatusUpdate(status_update(context, event, seq)),
+        };
+        items.send(Ok(status)).await.map_err(|_| ())?;
+        *sent = Some(number);
+        Ok(event.to.is_terminal())
     }
 }
 
@@ -194,7 +297,7 @@ fn seq_metadata(seq: u64) -> HashMap<String, Value> {
     HashMap::from([(EVENT_SEQ_KEY.to_owned(), Value::from(seq))])
 }
 
-/// One event as a status update, with its stream sequence and op in the metadata.
+/// One event as a status update, with its number and op in the metadata.
 pub(crate) fn status_update(context: &str, event: &TaskEvent, seq: u64) -> TaskStatusUpdateEvent {
     let mut metadata = seq_metadata(seq);
     if let Some(op) = event.op {

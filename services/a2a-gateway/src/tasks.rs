@@ -8,7 +8,6 @@ use a2a::{
     CancelTaskRequest, GetTaskRequest, ListTasksRequest, ListTasksResponse, SendMessageRequest,
     Task,
 };
-use futures::StreamExt;
 use serde_json::{Map, Value};
 use switchboard_proto::send::SendRequest;
 use switchboard_proto::subject;
@@ -38,14 +37,16 @@ pub(crate) fn settles(state: TaskState) -> bool {
     state.is_terminal() || state == TaskState::InputRequired
 }
 
-/// The task a message made or answered, and the `AGENT_EVENTS` position its events continue
-/// after (0 for a new task: all of them).
-#[derive(Debug, Clone, Copy)]
+/// The task a message made or answered, the last event before the message took effect
+/// (`None` for a new task: all of its events are news), and its live events, subscribed to
+/// before the message took effect.
 pub(crate) struct Submitted {
     /// The task.
     pub(crate) id: Uuid,
     /// The last event before this message's effect.
-    pub(crate) after: u64,
+    pub(crate) after: Option<u32>,
+    /// The task's live events from before this message's effect.
+    pub(crate) live: crate::stream::LiveEvents,
 }
 
 /// The message's text and parts, refused when it carries neither.
@@ -88,12 +89,12 @@ impl Gateway {
             .as_ref()
             .and_then(|configuration| configuration.return_immediately)
             .unwrap_or(false);
-        let submitted = self.submit(caller, agent, &request).await?;
-        // A blocking wait holds a connection and a consumer: it takes one of the client's
-        // stream slots, and with none free the call answers at once, as `returnImmediately`.
+        let mut submitted = self.submit(caller, agent, &request).await?;
+        // A blocking wait holds a connection: it takes one of the client's stream slots, and
+        // with none free the call answers at once, as `returnImmediately`.
         if wait
             && let Some(_slot) = self.try_stream_slot(caller)
-            && let Err(err) = self.settled(&submitted.id, submitted.after).await
+            && let Err(err) = self.settled(&mut submitted).await
         {
             tracing::warn!(error = %err, task_id = %submitted.id, "not waiting for the task");
         }
@@ -113,13 +114,23 @@ impl Gateway {
         match &request.message.task_id {
             Some(id) => {
                 let id = task_id(id)?;
-                let after = self.answer(caller, agent, id, text, parts).await?;
-                Ok(Submitted { id, after })
+                let (after, live) = self.answer(caller, agent, id, text, parts).await?;
+                Ok(Submitted {
+                    id,
+                    after: Some(after),
+                    live,
+                })
             }
-            None => Ok(Submitted {
-                id: self.create(caller, agent, request, text, parts).await?,
-                after: 0,
-            }),
+            None => {
+                let id = switchboard_proto::new_id();
+                let live = self.live_events(&id).await?;
+                self.create(caller, agent, request, id, text, parts).await?;
+                Ok(Submitted {
+                    id,
+                    after: None,
+                    live,
+                })
+            }
         }
     }
 
@@ -128,10 +139,10 @@ impl Gateway {
         caller: &AgentId,
         agent: &AgentId,
         request: &SendMessageRequest,
+        id: Uuid,
         text: String,
         parts: Vec<switchboard_proto::Part>,
-    ) -> Result<Uuid, GatewayError> {
-        let id = switchboard_proto::new_id();
+    ) -> Result<(), GatewayError> {
         let context = match request.message.context_id.as_deref() {
             None | Some("") => switchboard_proto::new_id().to_string(),
             Some(context) if context.len() <= MAX_ID_BYTES => context.to_owned(),
@@ -180,12 +191,12 @@ impl Gateway {
                 "creating the task",
             )
             .await?;
-        Ok(id)
+        Ok(())
     }
 
     /// Answers the question of a task in `input_required`: the text goes to the assignee as a
-    /// message in reply to the task. Returns the stream position to wait after (the events
-    /// up to now are the question and before).
+    /// message in reply to the task. Returns the number of the task's last event before the
+    /// answer (the question) and its live events from before the answer.
     async fn answer(
         &self,
         caller: &AgentId,
@@ -193,7 +204,8 @@ impl Gateway {
         id: Uuid,
         text: String,
         parts: Vec<switchboard_proto::Part>,
-    ) -> Result<u64, GatewayError> {
+    ) -> Result<(u32, crate::stream::LiveEvents), GatewayError> {
+        let live = self.live_events(&id).await?;
         let record = self.get_for(caller, agent, &id).await?;
         if record.state != TaskState::InputRequired {
             return Err(GatewayError::InvalidParams(format!(
@@ -202,7 +214,7 @@ impl Gateway {
                 record.state.as_str()
             )));
         }
-        let after = self.store.last_event(&id).await?;
+        let after = record.transitions.saturating_sub(1);
         let mut metadata = Map::new();
         metadata.insert("task_id".to_owned(), Value::String(id.to_string()));
         let send = SendRequest {
@@ -221,34 +233,42 @@ impl Gateway {
                 "answering the task's question",
             )
             .await?;
-        Ok(after)
+        Ok((after, live))
     }
 
-    /// Waits (at most `blocking_timeout_ms`) until an event after `after` settles the task.
-    async fn settled(&self, id: &Uuid, after: u64) -> Result<(), GatewayError> {
-        let mut events = Box::pin(self.store.task_events(id, after).await?);
-        let wait = Duration::from_millis(self.config.blocking_timeout_ms);
-        let settled = async {
-            while let Some(event) = events.next().await {
-                match event {
-                    Ok(stored) if settles(stored.event.to) => return Ok(()),
-                    Ok(_) => {}
-                    Err(message) => {
-                        return Err(GatewayError::Unavailable {
-                            step: "waiting for the task",
-                            message,
-                        });
+    /// Waits (at most `blocking_timeout_ms`) until an event after `submitted.after` settles
+    /// the task: live, or found in the store when the live events are quiet (one lost in a
+    /// reconnect).
+    async fn settled(&self, submitted: &mut Submitted) -> Result<(), GatewayError> {
+        let deadline =
+            tokio::time::Instant::now() + Duration::from_millis(self.config.blocking_timeout_ms);
+        let after = submitted.after;
+        let is_news = |event: &switchboard_proto::task::TaskEvent| {
+            crate::store::event_number(event).is_some_and(|n| after.is_none_or(|after| n > after))
+        };
+        loop {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            // Past the wait (or when the gateway stops) the task is answered as it is: A2A
+            // lets a blocking call return a task still working, which the client then follows
+            // with GetTask or SubscribeToTask.
+            if left.is_zero() || self.stopping.is_cancelled() {
+                return Ok(());
+            }
+            let wait = left.min(crate::stream::QUIET_CHECK);
+            let live = tokio::select! {
+                event = submitted.live.next_within(wait) => event,
+                () = self.stopping.cancelled() => return Ok(()),
+            };
+            match live {
+                Some(event) if is_news(&event) && settles(event.to) => return Ok(()),
+                Some(_) => {}
+                None => {
+                    let stored = self.store.task_events_after(&submitted.id, after).await?;
+                    if stored.iter().any(|event| settles(event.to)) {
+                        return Ok(());
                     }
                 }
             }
-            Ok(())
-        };
-        // Past the wait (or when the gateway stops) the task is answered as it is: A2A lets a
-        // blocking call return a task still working, which the client then follows with
-        // GetTask or SubscribeToTask.
-        tokio::select! {
-            settled = tokio::time::timeout(wait, settled) => settled.unwrap_or(Ok(())),
-            () = self.stopping.cancelled() => Ok(()),
         }
     }
 
