@@ -142,16 +142,21 @@ pub async fn reading_rows(
             ack.await.unwrap();
         }
         let started = Instant::now();
-        let mut batch = raw_reader
-            .fetch()
-            .max_messages(FETCH_MAX as usize)
-            .messages()
-            .await
-            .unwrap();
+        // A pull can come back short (even empty) right after the publishes are acked; the
+        // raw reader pulls again for the rest, as any consumer loop does (bounded: 10 s).
         let mut got = 0;
-        while let Some(message) = batch.next().await {
-            message.unwrap().ack().await.unwrap();
-            got += 1;
+        let deadline = started + Duration::from_secs(10);
+        while got < FETCH_MAX as usize && Instant::now() < deadline {
+            let mut batch = raw_reader
+                .fetch()
+                .max_messages(FETCH_MAX as usize - got)
+                .messages()
+                .await
+                .unwrap();
+            while let Some(message) = batch.next().await {
+                message.unwrap().ack().await.unwrap();
+                got += 1;
+            }
         }
         reader.nats().flush().await.unwrap();
         raw_time += started.elapsed();

@@ -308,6 +308,18 @@ fn params<T: DeserializeOwned>(params: Value) -> Result<T, GatewayError> {
     serde_json::from_value(params).map_err(|err| GatewayError::InvalidParams(err.to_string()))
 }
 
+/// Decodes `raw` as the method's params, runs it, and encodes what it returns.
+async fn answer<P, R, F, Fut>(raw: Value, run: F) -> Result<Value, GatewayError>
+where
+    P: DeserializeOwned,
+    R: serde::Serialize,
+    F: FnOnce(P) -> Fut,
+    Fut: std::future::Future<Output = Result<R, GatewayError>>,
+{
+    let result = run(params::<P>(raw)?).await?;
+    Ok(serde_json::to_value(result).unwrap_or_default())
+}
+
 async fn dispatch(
     gateway: &Arc<Gateway>,
     caller: &AgentId,
@@ -318,34 +330,55 @@ async fn dispatch(
     last_event: Option<u32>,
 ) -> Response {
     let result: Result<Value, GatewayError> = match method {
-        methods::SEND_MESSAGE => match params::<SendMessageRequest>(raw) {
-            Ok(request) => gateway
-                .send_message(caller, agent, request)
-                .await
-                .map(|task| serde_json::json!({ "task": task })),
-            Err(err) => Err(err),
-        },
-        methods::GET_TASK => match params::<GetTaskRequest>(raw) {
-            Ok(request) => gateway
-                .get_task(caller, agent, request)
-                .await
-                .map(|task| serde_json::to_value(task).unwrap_or_default()),
-            Err(err) => Err(err),
-        },
-        methods::LIST_TASKS => match params::<ListTasksRequest>(raw) {
-            Ok(request) => gateway
-                .list_tasks(caller, agent, request)
-                .await
-                .map(|listed| serde_json::to_value(listed).unwrap_or_default()),
-            Err(err) => Err(err),
-        },
-        methods::CANCEL_TASK => match params::<CancelTaskRequest>(raw) {
-            Ok(request) => gateway
-                .cancel_task(caller, agent, request)
-                .await
-                .map(|task| serde_json::to_value(task).unwrap_or_default()),
-            Err(err) => Err(err),
-        },
+        methods::SEND_MESSAGE => {
+            answer(raw, |request: SendMessageRequest| async move {
+                let task = gateway.send_message(caller, agent, request).await?;
+                Ok(serde_json::json!({ "task": task }))
+            })
+            .await
+        }
+        methods::GET_TASK => {
+            answer(raw, |request: GetTaskRequest| {
+                gateway.get_task(caller, agent, request)
+            })
+            .await
+        }
+        methods::LIST_TASKS => {
+            answer(raw, |request: ListTasksRequest| {
+                gateway.list_tasks(caller, agent, request)
+            })
+            .await
+        }
+        methods::CANCEL_TASK => {
+            answer(raw, |request: CancelTaskRequest| {
+                gateway.cancel_task(caller, agent, request)
+            })
+            .await
+        }
+        methods::CREATE_PUSH_CONFIG => {
+            answer(raw, |config: TaskPushNotificationConfig| {
+                gateway.create_push_config(caller, agent, config)
+            })
+            .await
+        }
+        methods::GET_PUSH_CONFIG => {
+            answer(raw, |request: GetTaskPushNotificationConfigRequest| {
+                gateway.get_push_config(caller, agent, request)
+            })
+            .await
+        }
+        methods::LIST_PUSH_CONFIGS => {
+            answer(raw, |request: ListTaskPushNotificationConfigsRequest| {
+                gateway.list_push_configs(caller, agent, request)
+            })
+            .await
+        }
+        methods::DELETE_PUSH_CONFIG => {
+            answer(raw, |request: DeleteTaskPushNotificationConfigRequest| {
+                gateway.delete_push_config(caller, agent, request)
+            })
+            .await
+        }
         methods::SEND_STREAMING_MESSAGE => {
             return match params::<SendMessageRequest>(raw) {
                 Ok(request) => send_streaming(gateway, caller, agent, id, request).await,
@@ -353,54 +386,8 @@ async fn dispatch(
             };
         }
         methods::SUBSCRIBE_TO_TASK => {
-            return match params::<SubscribeToTaskRequest>(raw) {
-                Ok(request) => match crate::tasks::task_id(&request.id) {
-                    Ok(task_id) => match gateway.open_stream(caller) {
-                        Ok(slot) => {
-                            let subscription = Subscription {
-                                task_id,
-                                start: last_event.map_or(Start::Now, Start::After),
-                                slot,
-                                live: None,
-                            };
-                            stream(gateway, caller, agent, id, subscription).await
-                        }
-                        Err(err) => rpc_error(StatusCode::OK, id, &err),
-                    },
-                    Err(err) => rpc_error(StatusCode::OK, id, &err),
-                },
-                Err(err) => rpc_error(StatusCode::OK, id, &err),
-            };
-        }
-        methods::CREATE_PUSH_CONFIG => match params::<TaskPushNotificationConfig>(raw) {
-            Ok(config) => gateway
-                .create_push_config(caller, agent, config)
-                .await
-                .map(|config| serde_json::to_value(config).unwrap_or_default()),
-            Err(err) => Err(err),
-        },
-        methods::GET_PUSH_CONFIG => match params::<GetTaskPushNotificationConfigRequest>(raw) {
-            Ok(request) => gateway
-                .get_push_config(caller, agent, request)
-                .await
-                .map(|config| serde_json::to_value(config).unwrap_or_default()),
-            Err(err) => Err(err),
-        },
-        methods::LIST_PUSH_CONFIGS => match params::<ListTaskPushNotificationConfigsRequest>(raw) {
-            Ok(request) => gateway
-                .list_push_configs(caller, agent, request)
-                .await
-                .map(|listed| serde_json::to_value(listed).unwrap_or_default()),
-            Err(err) => Err(err),
-        },
-        methods::DELETE_PUSH_CONFIG => {
-            match params::<DeleteTaskPushNotificationConfigRequest>(raw) {
-                Ok(request) => gateway
-                    .delete_push_config(caller, agent, request)
-                    .await
-                    .map(|()| Value::Null),
-                Err(err) => Err(err),
-            }
+            let start = last_event.map_or(Start::Now, Start::After);
+            return subscribe(gateway, caller, agent, id, raw, start).await;
         }
         methods::GET_EXTENDED_AGENT_CARD => Err(GatewayError::ExtendedCardNotConfigured),
         other => Err(GatewayError::MethodNotFound(other.to_owned())),
@@ -411,6 +398,32 @@ async fn dispatch(
             serde_json::to_string(&JsonRpcResponse::success(id, value)).unwrap_or_default(),
         )
             .into_response(),
+        Err(err) => rpc_error(StatusCode::OK, id, &err),
+    }
+}
+
+/// `SubscribeToTask`: a stream slot, then the task's stream from `start`.
+async fn subscribe(
+    gateway: &Arc<Gateway>,
+    caller: &AgentId,
+    agent: &AgentId,
+    id: JsonRpcId,
+    raw: Value,
+    start: Start,
+) -> Response {
+    let opened = params::<SubscribeToTaskRequest>(raw)
+        .and_then(|request| crate::tasks::task_id(&request.id))
+        .and_then(|task_id| Ok((task_id, gateway.open_stream(caller)?)));
+    match opened {
+        Ok((task_id, slot)) => {
+            let subscription = Subscription {
+                task_id,
+                start,
+                slot,
+                live: None,
+            };
+            stream(gateway, caller, agent, id, subscription).await
+        }
         Err(err) => rpc_error(StatusCode::OK, id, &err),
     }
 }
