@@ -12,6 +12,7 @@ use std::time::Duration;
 use serde_json::json;
 use switchboard_client::{Agent, TaskOutcome};
 use switchboard_proto::{MessageKind, TaskState};
+use switchboard_testkit::free_port;
 use switchboard_testkit::process::ServiceProcess;
 use switchboard_tests::bench::{Sample, measure};
 use switchboard_tests::{http, service_bin};
@@ -26,15 +27,6 @@ use crate::{Report, SERVICE_ENV, agent};
 const IN_FLIGHT: usize = 8;
 
 const TOKEN: &str = "bench-token";
-
-/// A free loopback port.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// A blocking SendMessage of `text` to `path` on `addr`; panics unless the task completed.
 async fn send_message(addr: SocketAddr, path: &str, text: &str, auth: Option<&str>) {

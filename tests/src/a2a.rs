@@ -10,21 +10,13 @@ use a2a_gateway::config::{ClientToken, GatewayConfig};
 use serde_json::{Value, json};
 use switchboard_client::TaskOutcome;
 use switchboard_runtime::CancellationToken;
+use switchboard_testkit::free_port;
 
 use crate::http::{self, SseStream};
 use crate::{Fabric, Handle, Replica, Service, runtime};
 
 pub const TOKEN: &str = "planner-token";
 pub const OTHER_TOKEN: &str = "other-token";
-
-/// A free loopback port (bound, read, released).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 fn gateway_config(port: u16) -> GatewayConfig {
     GatewayConfig {

@@ -70,6 +70,7 @@ pub use cluster::{NatsCluster, create_stream};
 pub use eventually::eventually;
 pub use paths::{nats_server_bin, python_bin, workspace_root};
 pub use server::{Login, NatsServer};
+pub use spawn::free_port;
 
 /// Poll interval of readiness checks and [`eventually`](fn@eventually).
 const POLL_INTERVAL: Duration = Duration::from_millis(20);

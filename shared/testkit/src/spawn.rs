@@ -54,6 +54,12 @@ pub(crate) fn temp_dir(prefix: &str) -> tempfile::TempDir {
         .expect("testkit: cannot create a temp dir for nats-server")
 }
 
+/// A free loopback port (bound, read, released): for a process the test starts that must be
+/// told its port before it binds.
+pub fn free_port() -> u16 {
+    free_ports(1)[0]
+}
+
 /// Free loopback ports, all distinct (listeners are held until every port is
 /// picked, then released).
 pub(crate) fn free_ports(count: usize) -> Vec<u16> {
