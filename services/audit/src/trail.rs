@@ -18,7 +18,6 @@ use tokio_util::sync::CancellationToken;
 use crate::appender;
 use crate::error::AuditError;
 use crate::index::Index;
-use crate::lease::Lease;
 
 /// The last record this replica knows: where the next one goes and what it must name.
 #[derive(Debug, Clone)]
@@ -127,7 +126,7 @@ pub async fn ingest(
     settings: IngestSettings,
     shutdown: CancellationToken,
 ) -> Result<(), AuditError> {
-    let mut lease = Lease::open(&js).await?;
+    let mut lease = crate::lease::open(&js).await?;
     let every = settings.lease_ttl / 3;
     loop {
         // Follow: keep the index current and wait for the lease.
@@ -145,7 +144,7 @@ pub async fn ingest(
                 break;
             }
         }
-        tracing::info!(holder = %lease.holder, "audit writer lease taken");
+        tracing::info!(holder = %lease.holder(), "audit writer lease taken");
         // Write while the lease holds.
         let lost = shutdown.child_token();
         let renewing = {

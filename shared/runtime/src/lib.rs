@@ -20,6 +20,7 @@
 //! - [`embedded`]: the local nats-server `switchboard up` starts, and where to find the binary.
 //! - [`store`]: the error type of a service's JetStream-backed state.
 //! - [`permissions`]: the NATS accounts and NKeys that isolate agents (`switchboard nats-config`).
+//! - [`lease`]: a lease on one KV key (one writer among replicas), renewed or lost.
 //! - [`kv`]: KV reads the services need beyond async-nats (a consistent snapshot of a bucket).
 //! - [`registry_view`]: the registry (agent records, live goals) kept in memory by KV watches,
 //!   for the fan-out's peer resolution and the directory's list_peers and offline sweep.
@@ -29,6 +30,7 @@ pub mod config;
 pub mod embedded;
 pub mod headers;
 pub mod kv;
+pub mod lease;
 pub mod micro;
 pub mod nats;
 pub mod permissions;
