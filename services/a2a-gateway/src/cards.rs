@@ -1,10 +1,11 @@
 //! Agent cards: each registered agent's directory card as an A2A v1.0 `AgentCard`, at
 //! `/agents/<agent_id>/.well-known/agent-card.json`.
 //!
-//! Skills come from the card's `skills` (id, name, description, tags) and its `capabilities`
-//! (one skill each, named after it). The one interface is JSON-RPC at `/agents/<agent_id>`,
-//! protocol 1.0; `streaming` and `pushNotifications` are true (SSE, resumable; webhooks). A caller
-//! needs a bearer token unless anonymous callers are allowed, and the card says so.
+//! Skills come from the card's `skills` (id, name, description, tags, examples, input and
+//! output modes) and its `capabilities` (one skill each, named after it). The one interface is
+//! JSON-RPC at `/agents/<agent_id>`, protocol 1.0; `streaming` and `pushNotifications` are
+//! true (SSE, resumable; webhooks). A caller needs a bearer token unless anonymous callers are
+//! allowed, and the card says so.
 
 use std::collections::HashMap;
 
@@ -19,6 +20,11 @@ use crate::config::GatewayConfig;
 /// The name of the bearer scheme in the cards' `securitySchemes`.
 pub const BEARER_SCHEME: &str = "bearer";
 
+/// `Some(list)` when it has entries (A2A omits an empty optional list).
+fn listed(list: &[String]) -> Option<Vec<String>> {
+    (!list.is_empty()).then(|| list.to_vec())
+}
+
 /// The A2A card of `record`, served by a gateway with `config`.
 pub fn card(record: &AgentRecord, config: &GatewayConfig) -> AgentCard {
     let ours = &record.card;
@@ -31,9 +37,9 @@ pub fn card(record: &AgentRecord, config: &GatewayConfig) -> AgentCard {
             name: skill.name.clone(),
             description: skill.description.clone(),
             tags: skill.tags.clone(),
-            examples: None,
-            input_modes: None,
-            output_modes: None,
+            examples: listed(&skill.examples),
+            input_modes: listed(&skill.input_modes),
+            output_modes: listed(&skill.output_modes),
             security_requirements: None,
         })
         .collect();
@@ -158,6 +164,9 @@ mod tests {
             name: "Drafting".into(),
             description: "first drafts".into(),
             tags: vec![],
+            examples: vec!["draft a launch note".into()],
+            input_modes: vec![],
+            output_modes: vec!["text/markdown".into()],
         }];
         let config = GatewayConfig::default();
         let online = card(&record(ours.clone(), AgentStatus::Idle), &config);
@@ -165,6 +174,16 @@ mod tests {
         assert_eq!(online.description, "writes");
         let ids: Vec<&str> = online.skills.iter().map(|s| s.id.as_str()).collect();
         assert_eq!(ids, ["draft", "summarize"]);
+        let draft = &online.skills[0];
+        assert_eq!(
+            draft.examples.as_deref(),
+            Some(&["draft a launch note".to_owned()][..])
+        );
+        assert_eq!(draft.input_modes, None, "an empty list is left out");
+        assert_eq!(
+            draft.output_modes.as_deref(),
+            Some(&["text/markdown".to_owned()][..])
+        );
         assert_eq!(
             online.supported_interfaces[0].url,
             "http://127.0.0.1:9999/agents/writer"

@@ -80,6 +80,16 @@ pub struct Skill {
     /// Free-form labels, e.g. `web`; omitted from the wire when empty.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tags: Vec<String>,
+    /// Example requests an LLM (or an A2A client) can model its own on, e.g. `find the 2025
+    /// revenue of ACME`; omitted when empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub examples: Vec<String>,
+    /// Media types the skill takes, e.g. `text/plain`; empty = the agent's defaults.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub input_modes: Vec<String>,
+    /// Media types the skill answers with; empty = the agent's defaults.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub output_modes: Vec<String>,
 }
 
 /// Whether an agent is around and how loaded it is.
