@@ -1,6 +1,7 @@
 //! `switchboard a2a`: the A2A gateway's operator commands. `token <name>` mints a bearer token
 //! for an A2A client and prints the `[a2a_gateway]` lines that let it in (only the token's
-//! SHA-256 goes into the config; the token is shown once).
+//! SHA-256 goes into the config; the token is shown once). `add <card-url>`, `list` and
+//! `remove <agent_id>` manage the remote A2A agents the gateway carries onto the fabric.
 
 use std::process::ExitCode;
 
@@ -12,6 +13,9 @@ use ring::rand::{SecureRandom, SystemRandom};
 pub struct A2aArgs {
     #[command(subcommand)]
     command: A2aCommand,
+    /// NATS URL (add, list, remove).
+    #[arg(long, env = "NATS_URL", default_value = crate::DEFAULT_NATS_URL, global = true)]
+    nats_url: String,
 }
 
 #[derive(Debug, Subcommand)]
@@ -25,13 +29,154 @@ enum A2aCommand {
         /// The client's name: 1-60 characters of a-z, 0-9, - and _.
         name: String,
     },
+    /// Carry a remote A2A agent onto the fabric: fetches and checks its card, then the
+    /// gateway registers it and delivers its sends, calls and tasks over A2A.
+    #[command(
+        after_help = "Example:\n  switchboard a2a add http://10.0.0.7:8000/.well-known/agent-card.json --as translator\n  # then: switchboard call --as me translator 'bonjour?'"
+    )]
+    Add {
+        /// Where the agent's card is (http; the JSON-RPC interface must be on the same origin).
+        card_url: String,
+        /// Its agent id on the fabric (default: made from the card's name).
+        #[arg(long = "as", value_name = "AGENT_ID")]
+        as_id: Option<String>,
+    },
+    /// The remote agents carried, with their card URLs and status.
+    List,
+    /// Stop carrying a remote agent: it is deregistered (its queued messages are dropped).
+    Remove {
+        /// The remote agent's id.
+        agent_id: String,
+    },
 }
 
-/// Runs `switchboard a2a`.
-pub fn run(args: A2aArgs) -> ExitCode {
-    match args.command {
-        A2aCommand::Token { name } => token(&name),
+/// Runs `switchboard a2a`; `json` prints machine-readable output.
+pub async fn run(args: A2aArgs, json: bool) -> ExitCode {
+    let result = match args.command {
+        A2aCommand::Token { name } => return token(&name),
+        A2aCommand::Add { card_url, as_id } => {
+            add(&args.nats_url, &card_url, as_id.as_deref(), json).await
+        }
+        A2aCommand::List => list(&args.nats_url, json).await,
+        A2aCommand::Remove { agent_id } => remove(&args.nats_url, &agent_id, json).await,
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("switchboard: {err:#}");
+            ExitCode::FAILURE
+        }
     }
+}
+
+async fn add(
+    nats_url: &str,
+    card_url: &str,
+    as_id: Option<&str>,
+    json: bool,
+) -> anyhow::Result<()> {
+    let client = crate::nats::connect(nats_url).await?;
+    let js = async_nats::jetstream::new(client);
+    let http = a2a_gateway::remote::http_client();
+    let added = a2a_gateway::remote::add(&js, &http, card_url, as_id).await?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&added)?);
+    } else {
+        println!(
+            "added `{}` ({}): JSON-RPC {}, {}; skills: {}",
+            added.remote.agent_id,
+            added.name,
+            added.jsonrpc_url,
+            if added.streaming {
+                "streaming"
+            } else {
+                "not streaming"
+            },
+            if added.skills.is_empty() {
+                "none".to_owned()
+            } else {
+                added.skills.join(", ")
+            }
+        );
+        println!("a gateway replica registers it within a few seconds");
+    }
+    Ok(())
+}
+
+async fn list(nats_url: &str, json: bool) -> anyhow::Result<()> {
+    let client = crate::nats::connect(nats_url).await?;
+    let js = async_nats::jetstream::new(client.clone());
+    let remotes = a2a_gateway::remote::bucket(&js).await?;
+    let known = a2a_gateway::remote::list(&remotes).await?;
+    let agents = switchboard_client::list_agents(&client)
+        .await
+        .unwrap_or_default();
+    let rows: Vec<serde_json::Value> = known
+        .iter()
+        .map(|remote| {
+            let status = agents
+                .iter()
+                .find(|agent| agent.agent_id == remote.agent_id.as_str())
+                .map_or_else(
+                    || "not registered yet".to_owned(),
+                    |agent| format!("{:?}", agent.status).to_lowercase(),
+                );
+            serde_json::json!({
+                "agent_id": remote.agent_id,
+                "card_url": remote.card_url,
+                "status": status,
+                "goal_id": remote.goal_id,
+            })
+        })
+        .collect();
+    if json {
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+    } else if rows.is_empty() {
+        println!("no remote A2A agents (add one with `switchboard a2a add <card-url>`)");
+    } else {
+        for row in rows {
+            println!(
+                "{}  {}  {}",
+                row["agent_id"].as_str().unwrap_or_default(),
+                row["status"].as_str().unwrap_or_default(),
+                row["card_url"].as_str().unwrap_or_default()
+            );
+        }
+    }
+    Ok(())
+}
+
+async fn remove(nats_url: &str, agent_id: &str, json: bool) -> anyhow::Result<()> {
+    let id = switchboard_proto::AgentId::parse(agent_id)?;
+    let client = crate::nats::connect(nats_url).await?;
+    let js = async_nats::jetstream::new(client.clone());
+    let remotes = a2a_gateway::remote::bucket(&js).await?;
+    if !a2a_gateway::remote::remove(&remotes, &id).await? {
+        anyhow::bail!("`{id}` is not a remote A2A agent (see `switchboard a2a list`)");
+    }
+    // The replica carrying it lets go within a tick; the directory forgets its goal.
+    let subject = switchboard_proto::subject::RegistryOp::Deregister.subject(&id);
+    let deregistered: anyhow::Result<serde_json::Value> =
+        switchboard_runtime::request::request_json(
+            &client,
+            &subject,
+            &serde_json::json!({}),
+            std::time::Duration::from_secs(10),
+        )
+        .await
+        .map_err(|failure| anyhow::anyhow!("{failure}"));
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({"removed": id, "deregistered": deregistered.is_ok()})
+        );
+    } else {
+        println!("removed `{id}`");
+        if let Err(err) = deregistered {
+            println!("(not deregistered: {err:#}; it goes offline when its heartbeats stop)");
+        }
+    }
+    Ok(())
 }
 
 fn token(name: &str) -> ExitCode {

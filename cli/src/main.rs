@@ -401,7 +401,7 @@ async fn main() -> ExitCode {
         Command::Task(args) => task::run(args).await,
         Command::Thread { id, nats_url } => audit::thread(&nats_url, id).await,
         Command::NatsConfig { agents, out } => return commands::nats_config(&agents, &out),
-        Command::A2a(args) => return a2a::run(args),
+        Command::A2a(args) => return a2a::run(args, json).await,
         Command::History(args) => audit::history(args).await,
         Command::Audit(args) => match audit::run(args).await {
             Ok(Some(value)) => Ok(value),

@@ -176,24 +176,13 @@ pub async fn a2a_rows(report: &mut Report, url: &str, ops: usize, call: Sample) 
     };
 
     // The official Python SDK's server, answering the same message.
-    let python_port = free_port();
-    let mut reference = tokio::process::Command::new(switchboard_testkit::python_bin())
-        .arg(switchboard_testkit::workspace_root().join("tests/python/a2a_echo_server.py"))
-        .args(["--port", &python_port.to_string()])
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let python: SocketAddr = format!("127.0.0.1:{python_port}").parse().unwrap();
-    let ready = switchboard_testkit::eventually(Duration::from_secs(30), || async move {
-        tokio::net::TcpStream::connect(python).await.is_ok()
-    })
-    .await;
-    assert!(ready, "the a2a-sdk reference server did not start");
+    let reference = switchboard_tests::a2a::PythonAgent::start().await;
+    let python = reference.addr();
     let reference_sample = measure(ops, 2, IN_FLIGHT, move || async move {
         send_message(python, "/", "x", None).await
     })
     .await;
-    let _ = reference.kill().await;
+    reference.stop().await;
 
     report.row("A2A", "native call round trip (callee answers)", call);
     report.row("A2A", "native task: create → completed update", native);

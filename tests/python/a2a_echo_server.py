@@ -1,12 +1,21 @@
 """A reference A2A agent built with the official Python SDK (a2a-sdk): it echoes each message
 as a completed task's artifact (`echo: <text>`). `make bench` measures a blocking SendMessage
-to it beside the same exchange through the Switchboard gateway, on the same machine.
+to it beside the same exchange through the Switchboard gateway, on the same machine, and
+tests/a2a_outbound.rs carries Switchboard agents' messages to it. A few texts act:
+
+- `slow`: a working status with the note `halfway`, 300 ms, then the echo;
+- `ask: <question>`: asks `<question>` (input-required); the answer in the same task is
+  echoed as `answered: <answer>`;
+- `fail`: the task fails with `cannot do that`;
+- `trace`: answers the `traceparent` header its request carried.
 
 Usage: a2a_echo_server.py --port PORT (serves the card at /.well-known/agent-card.json and
 JSON-RPC at /; stops on SIGTERM).
 """
 
 import argparse
+import asyncio
+import contextvars
 
 import uvicorn
 from a2a.helpers import new_task
@@ -26,10 +35,17 @@ from a2a.types import (
 from starlette.applications import Starlette
 
 
+TRACEPARENT = contextvars.ContextVar("traceparent", default="")
+
+
 class Echo(AgentExecutor):
     """Answers every message with `echo: <text>` as the task's artifact."""
 
     async def execute(self, context: RequestContext, queue: EventQueue) -> None:
+        text = context.get_user_input()
+        answering = context.current_task is not None and (
+            context.current_task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+        )
         if context.current_task is None:
             await queue.enqueue_event(
                 new_task(
@@ -40,8 +56,26 @@ class Echo(AgentExecutor):
                 )
             )
         updater = TaskUpdater(queue, context.task_id, context.context_id)
-        await updater.start_work()
-        await updater.add_artifact([Part(text=f"echo: {context.get_user_input()}")])
+        note = None
+        if text == "slow":
+            note = updater.new_agent_message([Part(text="halfway")])
+        await updater.start_work(note)
+        if text == "slow":
+            await asyncio.sleep(0.3)
+        if answering:
+            answer = f"answered: {text}"
+        elif text.startswith("ask: "):
+            question = updater.new_agent_message([Part(text=text[len("ask: ") :])])
+            await updater.requires_input(question)
+            return
+        elif text == "fail":
+            await updater.failed(updater.new_agent_message([Part(text="cannot do that")]))
+            return
+        elif text == "trace":
+            answer = TRACEPARENT.get()
+        else:
+            answer = f"echo: {text}"
+        await updater.add_artifact([Part(text=answer)])
         await updater.complete()
 
     async def cancel(self, context: RequestContext, queue: EventQueue) -> None:
@@ -72,7 +106,14 @@ def main() -> None:
         agent_executor=Echo(), task_store=InMemoryTaskStore(), agent_card=card
     )
     app = Starlette(routes=create_agent_card_routes(card) + create_jsonrpc_routes(handler, "/"))
-    uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning")
+
+    async def remember_traceparent(scope, receive, send):
+        if scope["type"] == "http":
+            headers = dict(scope.get("headers") or [])
+            TRACEPARENT.set(headers.get(b"traceparent", b"").decode())
+        await app(scope, receive, send)
+
+    uvicorn.run(remember_traceparent, host="127.0.0.1", port=args.port, log_level="warning")
 
 
 if __name__ == "__main__":

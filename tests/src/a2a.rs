@@ -268,3 +268,49 @@ pub fn message(text: &str, context: Option<&str>) -> Value {
 pub fn state(task: &Value) -> &str {
     task["status"]["state"].as_str().unwrap_or("")
 }
+
+/// The official SDK's reference agent (tests/python/a2a_echo_server.py: echo, `slow`,
+/// `ask: …`, `fail`, `trace`) on a port of its own; killed when dropped.
+pub struct PythonAgent {
+    child: tokio::process::Child,
+    pub port: u16,
+}
+
+impl PythonAgent {
+    /// Starts it on a free port and waits (at most 30 s) until it accepts connections.
+    pub async fn start() -> Self {
+        Self::start_on(free_port()).await
+    }
+
+    /// Starts it on `port` (again, after [`PythonAgent::stop`]).
+    pub async fn start_on(port: u16) -> Self {
+        let child = tokio::process::Command::new(switchboard_testkit::python_bin())
+            .arg(switchboard_testkit::workspace_root().join("tests/python/a2a_echo_server.py"))
+            .args(["--port", &port.to_string()])
+            .kill_on_drop(true)
+            .spawn()
+            .expect("cannot start tests/python/a2a_echo_server.py");
+        let address = SocketAddr::from(([127, 0, 0, 1], port));
+        let ready = switchboard_testkit::eventually(Duration::from_secs(30), || async move {
+            tokio::net::TcpStream::connect(address).await.is_ok()
+        })
+        .await;
+        assert!(ready, "the a2a-sdk reference agent did not start on {port}");
+        Self { child, port }
+    }
+
+    /// Its card's URL.
+    pub fn card_url(&self) -> String {
+        format!("http://127.0.0.1:{}/.well-known/agent-card.json", self.port)
+    }
+
+    /// Its address.
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.port))
+    }
+
+    /// Kills it and waits for the exit.
+    pub async fn stop(mut self) {
+        let _ = self.child.kill().await;
+    }
+}

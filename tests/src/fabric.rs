@@ -45,9 +45,24 @@ impl Fabric {
         calls: reply_correlator::CorrelatorConfig,
         tasks: task_lifecycle::TaskConfig,
     ) -> Self {
+        Self::assemble(Default::default(), fanout, calls, tasks).await
+    }
+
+    /// Default fan-out, calls and tasks, these directory settings (e.g.
+    /// [`fast_offline`](crate::fast_offline)).
+    pub async fn start_directory_with(directory: directory::DirectoryConfig) -> Self {
+        Self::assemble(directory, Default::default(), fast_calls(), fast_tasks()).await
+    }
+
+    async fn assemble(
+        directory: directory::DirectoryConfig,
+        fanout: inbox_fanout::FanoutConfig,
+        calls: reply_correlator::CorrelatorConfig,
+        tasks: task_lifecycle::TaskConfig,
+    ) -> Self {
         let nats = switchboard_testkit::NatsServer::start().await;
         let runtime = runtime(&nats.url());
-        let directory = Service::Directory(Default::default()).start(&runtime).await;
+        let directory = Service::Directory(directory).start(&runtime).await;
         let fanout = Service::Fanout(fanout).start(&runtime).await;
         let correlator = Service::Correlator(calls).start(&runtime).await;
         let tasks = Some(Service::Tasks(tasks).start(&runtime).await);

@@ -47,6 +47,17 @@ pub struct GatewayConfig {
     /// Whether push-notification webhooks may point at loopback, private or link-local
     /// addresses (off: such a URL is refused; on for a laptop or a test).
     pub push_allow_private: bool,
+    /// How often the card of each remote agent (`switchboard a2a add`) is fetched again, in
+    /// milliseconds; a card that cannot be fetched takes the agent offline until it can.
+    pub remote_refresh_ms: u64,
+    /// How often a carried remote agent heartbeats, in milliseconds (below the directory's
+    /// `heartbeat_timeout_ms`, 30 s by default).
+    pub remote_heartbeat_ms: u64,
+    /// How long one exchange with a remote agent (a call's answer, a task's run) may take, in
+    /// milliseconds.
+    pub remote_timeout_ms: u64,
+    /// How many messages of one remote agent's inbox are carried at once.
+    pub remote_concurrency: u32,
 }
 
 impl Default for GatewayConfig {
@@ -61,6 +72,10 @@ impl Default for GatewayConfig {
             max_body_bytes: 1024 * 1024,
             max_streams_per_client: 32,
             push_allow_private: false,
+            remote_refresh_ms: 60_000,
+            remote_heartbeat_ms: 10_000,
+            remote_timeout_ms: 300_000,
+            remote_concurrency: 8,
         }
     }
 }
@@ -86,6 +101,18 @@ impl switchboard_runtime::config::Section for GatewayConfig {
         }
         if !(1024..=16 * 1024 * 1024).contains(&self.max_body_bytes) {
             return Err("max_body_bytes must be 1024 to 16777216".to_owned());
+        }
+        if !(1_000..=86_400_000).contains(&self.remote_refresh_ms) {
+            return Err("remote_refresh_ms must be 1000 to 86400000".to_owned());
+        }
+        if !(100..=600_000).contains(&self.remote_heartbeat_ms) {
+            return Err("remote_heartbeat_ms must be 100 to 600000".to_owned());
+        }
+        if !(1_000..=3_600_000).contains(&self.remote_timeout_ms) {
+            return Err("remote_timeout_ms must be 1000 to 3600000".to_owned());
+        }
+        if !(1..=64).contains(&self.remote_concurrency) {
+            return Err("remote_concurrency must be 1 to 64".to_owned());
         }
         if self.max_streams_per_client == 0 {
             return Err("max_streams_per_client must be above 0".to_owned());

@@ -6,7 +6,9 @@
 //! `SendStreamingMessage` and `SubscribeToTask` stream the task's events from `AGENT_EVENTS`
 //! (resumable from any replica by `Last-Event-ID`), `GetTask`, `ListTasks` and `CancelTask`
 //! go through the task service as the client's own agent `a2a-<name>`, and push-notification
-//! webhooks get every event of their task, at least once.
+//! webhooks get every event of their task, at least once. The other way round, remote A2A
+//! agents added with `switchboard a2a add` join the fabric as ordinary agents: one replica
+//! at a time carries each one's inbox to it with the A2A client.
 //!
 //! The gateway is stateless: tasks live in the task service's bucket, events in the stream,
 //! cards in the directory; any number of replicas serve the same clients.
@@ -16,16 +18,23 @@
 //! `auth.rs` (bearer tokens → client agents), `gateway.rs` (the `Gateway` and how it speaks to
 //! the fabric), `cards.rs` (agent cards), `tasks.rs` (the task methods), `stream.rs` (SSE
 //! streams), `push.rs` (webhooks), `mapping.rs` (Switchboard ↔ A2A states, parts and tasks),
-//! `store.rs` (agent records, task events and webhook configs in JetStream).
+//! `store.rs` (agent records, task events, webhook configs and paused remote tasks in
+//! JetStream), `remote.rs` (remote agents: record, card checks), `outbound.rs` (the A2A
+//! client), `bridge.rs` (leases and sessions of remote agents), `carrier.rs` (carrying a remote
+//! agent's inbox to it).
 
 pub mod auth;
+pub mod bridge;
 pub mod cards;
+pub mod carrier;
 pub mod config;
 pub mod endpoints;
 pub mod error;
 pub mod gateway;
 pub mod mapping;
+pub mod outbound;
 pub mod push;
+pub mod remote;
 pub mod store;
 pub mod stream;
 pub mod tasks;
@@ -73,6 +82,12 @@ pub async fn start(
     let agents = resources::ensure_bucket(&js, resources::registry_bucket(settings)).await?;
     let goals = resources::ensure_bucket(&js, resources::goals_bucket(settings)).await?;
     let push = resources::ensure_bucket(&js, resources::a2a_push_bucket(settings)).await?;
+    resources::ensure_bucket(&js, resources::a2a_remotes_bucket(settings)).await?;
+    resources::ensure_bucket(
+        &js,
+        resources::a2a_leases_bucket(settings, bridge::LEASE_TTL),
+    )
+    .await?;
     let events = store::events_stream(&js)
         .await
         .map_err(|message| StartError::Stream {
@@ -126,6 +141,7 @@ impl Running {
         let micro = self.micro;
         let grace = self.grace;
         let pushes = Arc::clone(&self.gateway).deliver_pushes(self.js.clone(), shutdown.clone());
+        let remotes = bridge::run(Arc::clone(&self.gateway), self.js.clone(), shutdown.clone());
         let stopping = self.gateway.stopping.clone();
         let stop_streams = {
             let shutdown = shutdown.clone();
@@ -148,6 +164,7 @@ impl Running {
             view,
             serve,
             pushes,
+            remotes,
             stop_streams,
             micro.run(shutdown, grace)
         );

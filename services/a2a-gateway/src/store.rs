@@ -219,3 +219,60 @@ pub async fn events_stream(js: &jetstream::Context) -> Result<stream::Stream, St
         .await
         .map_err(|err| err.to_string())
 }
+
+/// Key prefix, in `a2a_remotes`, of a Switchboard task waiting on a remote task's question
+/// (agent ids have no dot, so these keys never name an agent).
+const PAUSED_PREFIX: &str = "paused.";
+
+/// A paused task: a Switchboard task whose remote task asked a question.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PausedTask {
+    /// The remote task's id.
+    pub remote_task_id: String,
+    /// Its context id.
+    pub context_id: String,
+}
+
+/// The remote tasks that asked a question, by the Switchboard task they carry: when the
+/// requester answers, the answer goes into the same remote task (docs/a2a.md, "Outbound").
+#[derive(Debug, Clone)]
+pub struct Paused(jetstream::kv::Store);
+
+impl Paused {
+    /// Paused tasks kept in `remotes` (the `a2a_remotes` bucket).
+    pub fn new(remotes: jetstream::kv::Store) -> Self {
+        Self(remotes)
+    }
+
+    /// The remote task Switchboard task `task_id` waits on, if any.
+    pub async fn get(&self, task_id: &Uuid) -> Option<PausedTask> {
+        let value = self
+            .0
+            .get(format!("{PAUSED_PREFIX}{task_id}"))
+            .await
+            .ok()??;
+        serde_json::from_slice(&value).ok()
+    }
+
+    /// Records that `task_id` waits on `paused` (a failure is logged: the answer then starts
+    /// a new remote task).
+    pub async fn put(&self, task_id: &Uuid, paused: &PausedTask) {
+        let Ok(value) = serde_json::to_vec(paused) else {
+            return;
+        };
+        if let Err(err) = self
+            .0
+            .put(format!("{PAUSED_PREFIX}{task_id}"), value.into())
+            .await
+        {
+            tracing::warn!(%task_id, error = %err, "paused remote task not recorded");
+        }
+    }
+
+    /// Forgets `task_id`'s pause.
+    pub async fn delete(&self, task_id: &Uuid) {
+        if let Err(err) = self.0.purge(format!("{PAUSED_PREFIX}{task_id}")).await {
+            tracing::debug!(%task_id, error = %err, "paused remote task not forgotten");
+        }
+    }
+}

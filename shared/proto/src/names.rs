@@ -125,6 +125,12 @@ pub const A2A_PUSH_BUCKET: &str = "a2a_push";
 /// The A2A gateway's durable consumer on `AGENT_EVENTS` that delivers push notifications
 /// (shared by every replica).
 pub const A2A_PUSH_CONSUMER: &str = "a2a-push";
+/// KV bucket of the remote A2A agents the gateway carries onto the fabric
+/// (`switchboard a2a add`), one key per agent id.
+pub const A2A_REMOTES_BUCKET: &str = "a2a_remotes";
+/// KV bucket of the A2A gateway's per-remote-agent leases: the replica holding
+/// `<agent_id>` is the one that reads that remote agent's inbox. Keys expire unless renewed.
+pub const A2A_LEASES_BUCKET: &str = "a2a_leases";
 /// Largest stored inbox message (body plus envelope, parts, metadata), in bytes: twice the
 /// body limit, so a full 64 KiB body always fits with room for its envelope.
 pub const MAX_INBOX_MESSAGE_BYTES: usize = 2 * MAX_BODY_BYTES;

@@ -273,6 +273,33 @@ pub fn a2a_push_bucket(config: &JetStreamConfig) -> kv::Config {
     }
 }
 
+/// `a2a_remotes`: the remote A2A agents the gateway carries onto the fabric, one key per agent
+/// id (written by `switchboard a2a add`, removed by `switchboard a2a remove`).
+pub fn a2a_remotes_bucket(config: &JetStreamConfig) -> kv::Config {
+    kv::Config {
+        bucket: switchboard_proto::A2A_REMOTES_BUCKET.to_owned(),
+        description: "Switchboard A2A gateway remote agents".to_owned(),
+        history: 1,
+        num_replicas: config.replicas,
+        storage: stream::StorageType::File,
+        ..Default::default()
+    }
+}
+
+/// `a2a_leases`: which gateway replica reads which remote agent's inbox, one key per agent
+/// that expires `ttl` after its last renewal.
+pub fn a2a_leases_bucket(config: &JetStreamConfig, ttl: Duration) -> kv::Config {
+    kv::Config {
+        bucket: switchboard_proto::A2A_LEASES_BUCKET.to_owned(),
+        description: "Switchboard A2A gateway remote-agent leases".to_owned(),
+        history: 1,
+        max_age: ttl,
+        num_replicas: config.replicas,
+        storage: stream::StorageType::File,
+        ..Default::default()
+    }
+}
+
 /// `AGENT_TASKS_INDEX`: tasks by requester, by assignee (kept with the task) and the open set
 /// (removed with a filtered purge when a task ends, like the open-call index).
 pub fn tasks_index_stream(config: &JetStreamConfig) -> stream::Config {

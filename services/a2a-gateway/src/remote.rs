@@ -1,0 +1,533 @@
+//! Remote A2A agents on the fabric (docs/a2a.md, "Outbound"): `switchboard a2a add <card-url>`
+//! fetches the agent's card, checks it, and records the agent in the `a2a_remotes` bucket; a
+//! gateway replica then carries the agent (`bridge.rs`). This file holds the record, the card
+//! checks and how an A2A card becomes a directory card.
+//!
+//! The card URL is the operator's word; everything the card says is the remote's. So the
+//! gateway only ever POSTs to a JSON-RPC URL on the card URL's own origin (scheme, host and
+//! port): a card cannot point the gateway at another host.
+
+use std::time::Duration;
+
+use a2a::AgentCard as A2aCard;
+use async_nats::jetstream;
+use futures::TryStreamExt;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use switchboard_proto::{AgentCard, AgentId, GoalId, Skill};
+use time::OffsetDateTime;
+
+/// Largest card the gateway reads (a card is a few KiB; a bigger answer is not a card).
+pub const MAX_CARD_BYTES: usize = 256 * 1024;
+
+/// How long fetching a card may take.
+pub const CARD_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Most remote agents one deployment carries (`switchboard a2a add` refuses past it).
+pub const MAX_REMOTES: usize = 1_000;
+
+/// Metadata key of a remote agent's card URL on its directory card.
+pub const CARD_URL_KEY: &str = "a2a_card_url";
+
+/// A remote A2A agent the gateway carries: the value stored under its agent id in
+/// `a2a_remotes`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RemoteAgent {
+    /// Its id on the fabric (`--as`, or made from the card's name).
+    pub agent_id: AgentId,
+    /// Where its card is fetched from (and refreshed).
+    pub card_url: String,
+    /// The goal whose inbox holds what the fabric sends it (chosen once, so any replica that
+    /// takes the agent over reads the same inbox).
+    pub goal_id: GoalId,
+    /// When it was added.
+    #[serde(with = "time::serde::rfc3339")]
+    pub added_at: OffsetDateTime,
+}
+
+/// Why a remote agent cannot be added or reached.
+#[derive(Debug, thiserror::Error)]
+pub enum RemoteError {
+    /// The card URL is not one the gateway can fetch.
+    #[error("card URL `{url}`: {why}")]
+    BadUrl {
+        /// The URL given.
+        url: String,
+        /// What is wrong with it.
+        why: &'static str,
+    },
+    /// Fetching the card failed (connection, status, size, time).
+    #[error("fetching the card at {url}: {message}")]
+    Unreachable {
+        /// The card URL.
+        url: String,
+        /// What went wrong.
+        message: String,
+    },
+    /// The answer is not an A2A v1.0 agent card.
+    #[error("{url} did not answer with an A2A agent card: {message}")]
+    NotACard {
+        /// The card URL.
+        url: String,
+        /// The decoding error.
+        message: String,
+    },
+    /// The card offers no JSON-RPC interface of protocol 1.x on the card URL's origin.
+    #[error("the card at {url} has no JSON-RPC 1.x interface on {origin} (its interfaces: {seen})")]
+    NoInterface {
+        /// The card URL.
+        url: String,
+        /// The origin an interface must be on.
+        origin: String,
+        /// The interfaces the card lists, `binding version url`.
+        seen: String,
+    },
+    /// No usable agent id: `--as` is invalid, or the card's name makes none.
+    #[error("agent id: {0}")]
+    BadId(String),
+    /// The id is taken by a Switchboard agent (a remote agent would shadow it).
+    #[error("`{0}` is a registered Switchboard agent; choose another id with --as")]
+    Taken(AgentId),
+    /// As many remote agents as allowed are carried already.
+    #[error("{MAX_REMOTES} remote agents are carried already; remove one first")]
+    TooMany,
+    /// Reading or writing the `a2a_remotes` bucket failed.
+    #[error("the remote-agent bucket: {0}")]
+    Store(String),
+}
+
+/// The HTTP client the gateway reaches remote agents with: no redirects (a redirect could
+/// leave the checked origin), bounded connect time.
+pub fn http_client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .connect_timeout(Duration::from_secs(5))
+        .build()
+        .unwrap_or_default()
+}
+
+/// Checks a card URL: http with a host and no credentials (this build's HTTP client has no
+/// TLS; put a TLS proxy in front of an https agent).
+pub fn check_card_url(url: &str) -> Result<reqwest::Url, RemoteError> {
+    let bad = |why| RemoteError::BadUrl {
+        url: url.to_owned(),
+        why,
+    };
+    let parsed = reqwest::Url::parse(url).map_err(|_| bad("not a URL"))?;
+    match parsed.scheme() {
+        "http" => {}
+        "https" => {
+            return Err(bad(
+                "https is not supported by this build; use an http proxy",
+            ));
+        }
+        _ => return Err(bad("only http")),
+    }
+    if parsed.host_str().is_none_or(str::is_empty) {
+        return Err(bad("no host"));
+    }
+    if !parsed.username().is_empty() || parsed.password().is_some() {
+        return Err(bad("no credentials in the URL"));
+    }
+    Ok(parsed)
+}
+
+/// The scheme, host and port of `url`.
+fn origin(url: &reqwest::Url) -> String {
+    format!(
+        "{}://{}:{}",
+        url.scheme(),
+        url.host_str().unwrap_or_default(),
+        url.port_or_known_default().unwrap_or_default()
+    )
+}
+
+/// Reads a response body of at most `limit` bytes.
+pub(crate) async fn bounded_body(
+    mut response: reqwest::Response,
+    limit: usize,
+) -> Result<Vec<u8>, String> {
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await.map_err(|err| err.to_string())? {
+        if body.len() + chunk.len() > limit {
+            return Err(format!("the answer is larger than {limit} bytes"));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
+/// Fetches and decodes the card at `url`.
+pub async fn fetch_card(http: &reqwest::Client, url: &str) -> Result<A2aCard, RemoteError> {
+    check_card_url(url)?;
+    let unreachable = |message: String| RemoteError::Unreachable {
+        url: url.to_owned(),
+        message,
+    };
+    let response = tokio::time::timeout(CARD_TIMEOUT, http.get(url).send())
+        .await
+        .map_err(|_| unreachable(format!("no answer within {CARD_TIMEOUT:?}")))?
+        .map_err(|err| unreachable(err.to_string()))?;
+    if !response.status().is_success() {
+        return Err(unreachable(format!("HTTP {}", response.status())));
+    }
+    let body = tokio::time::timeout(CARD_TIMEOUT, bounded_body(response, MAX_CARD_BYTES))
+        .await
+        .map_err(|_| unreachable(format!("the card took over {CARD_TIMEOUT:?}")))?
+        .map_err(unreachable)?;
+    serde_json::from_slice(&body).map_err(|err| RemoteError::NotACard {
+        url: url.to_owned(),
+        message: err.to_string(),
+    })
+}
+
+/// The JSON-RPC URL the gateway sends to: the card's first JSON-RPC interface of protocol
+/// 1.x on the card URL's origin.
+pub fn jsonrpc_url(card: &A2aCard, card_url: &str) -> Result<String, RemoteError> {
+    let base = check_card_url(card_url)?;
+    let want = origin(&base);
+    card.supported_interfaces
+        .iter()
+        .filter(|interface| {
+            interface.protocol_binding == a2a::TRANSPORT_PROTOCOL_JSONRPC
+                && (interface.protocol_version.starts_with("1.")
+                    || interface.protocol_version == "1")
+        })
+        .find_map(|interface| {
+            let url = base.join(&interface.url).ok()?;
+            (origin(&url) == want && url.username().is_empty() && url.password().is_none())
+                .then(|| url.to_string())
+        })
+        .ok_or_else(|| RemoteError::NoInterface {
+            url: card_url.to_owned(),
+            origin: want,
+            seen: card
+                .supported_interfaces
+                .iter()
+                .map(|i| format!("{} {} {}", i.protocol_binding, i.protocol_version, i.url))
+                .collect::<Vec<_>>()
+                .join(", "),
+        })
+}
+
+/// An agent id made from a card's name: lowercase, runs of other characters as `-`, at most
+/// 64 characters; `None` when nothing is left or it would be a client id (`a2a-…`).
+pub fn agent_id_from_name(name: &str) -> Option<AgentId> {
+    let mut id = String::new();
+    for c in name.trim().chars().flat_map(char::to_lowercase) {
+        if c.is_ascii_alphanumeric() || c == '_' {
+            id.push(c);
+        } else if !id.ends_with('-') && !id.is_empty() {
+            id.push('-');
+        }
+        if id.len() >= 64 {
+            break;
+        }
+    }
+    let id = id.trim_end_matches('-');
+    check_id(id).ok()
+}
+
+/// Checks an id for a remote agent: a valid agent id that is not a client's (`a2a-…`).
+pub fn check_id(id: &str) -> Result<AgentId, RemoteError> {
+    if id.starts_with(switchboard_proto::A2A_CLIENT_PREFIX) {
+        return Err(RemoteError::BadId(format!(
+            "`{id}`: ids starting `{}` are the gateway's A2A clients",
+            switchboard_proto::A2A_CLIENT_PREFIX
+        )));
+    }
+    AgentId::parse(id).map_err(|err| RemoteError::BadId(format!("`{id}`: {err}")))
+}
+
+/// The directory card of a remote agent: its description, skills (with examples and modes)
+/// and skill ids as capabilities; its card URL, name and version as metadata. It takes
+/// messages from every agent (the remote has its own auth; the ACLs of the callers apply).
+pub fn fabric_card(agent_id: &AgentId, card: &A2aCard, card_url: &str) -> AgentCard {
+    let mut ours = AgentCard::new(agent_id.clone());
+    ours.description = bounded(&card.description, 1_000);
+    ours.skills = card
+        .skills
+        .iter()
+        .take(64)
+        .map(|skill| Skill {
+            id: bounded(&skill.id, 64),
+            name: bounded(&skill.name, 128),
+            description: bounded(&skill.description, 1_000),
+            tags: skill.tags.iter().take(16).map(|t| bounded(t, 64)).collect(),
+            examples: few(skill.examples.as_deref()),
+            input_modes: few(skill.input_modes.as_deref()),
+            output_modes: few(skill.output_modes.as_deref()),
+        })
+        .collect();
+    ours.capabilities = ours.skills.iter().map(|skill| skill.id.clone()).collect();
+    ours.metadata
+        .insert(CARD_URL_KEY.to_owned(), Value::String(card_url.to_owned()));
+    ours.metadata.insert(
+        "a2a_name".to_owned(),
+        Value::String(bounded(&card.name, 128)),
+    );
+    ours.metadata.insert(
+        "a2a_version".to_owned(),
+        Value::String(bounded(&card.version, 64)),
+    );
+    ours
+}
+
+/// At most `max` bytes of `text`, cut at a character boundary (a remote's card is not trusted
+/// to be small).
+fn bounded(text: &str, max: usize) -> String {
+    let mut end = text.len().min(max);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text[..end].to_owned()
+}
+
+fn few(list: Option<&[String]>) -> Vec<String> {
+    list.unwrap_or_default()
+        .iter()
+        .take(16)
+        .map(|item| bounded(item, 256))
+        .collect()
+}
+
+/// The `a2a_remotes` bucket.
+pub async fn bucket(js: &jetstream::Context) -> Result<jetstream::kv::Store, RemoteError> {
+    js.get_key_value(switchboard_proto::A2A_REMOTES_BUCKET)
+        .await
+        .map_err(|err| RemoteError::Store(err.to_string()))
+}
+
+/// Every remote agent recorded (unreadable entries are skipped with a warning).
+pub async fn list(remotes: &jetstream::kv::Store) -> Result<Vec<RemoteAgent>, RemoteError> {
+    let keys: Vec<String> = remotes
+        .keys()
+        .await
+        .map_err(|err| RemoteError::Store(err.to_string()))?
+        .try_collect()
+        .await
+        .map_err(|err| RemoteError::Store(err.to_string()))?;
+    let mut agents = Vec::with_capacity(keys.len());
+    // Agent ids have no dot; other keys (`paused.<task_id>`) are the bridge's.
+    for key in keys.into_iter().filter(|key| !key.contains('.')) {
+        let Some(value) = remotes
+            .get(&key)
+            .await
+            .map_err(|err| RemoteError::Store(err.to_string()))?
+        else {
+            continue;
+        };
+        match serde_json::from_slice(&value) {
+            Ok(agent) => agents.push(agent),
+            Err(err) => tracing::warn!(key, error = %err, "unreadable remote-agent record"),
+        }
+    }
+    agents.sort_by(|a: &RemoteAgent, b| a.agent_id.as_str().cmp(b.agent_id.as_str()));
+    Ok(agents)
+}
+
+/// Records `agent` (replacing an earlier record of the same id, whose goal it keeps).
+pub async fn put(remotes: &jetstream::kv::Store, agent: &RemoteAgent) -> Result<(), RemoteError> {
+    let value = serde_json::to_vec(agent).map_err(|err| RemoteError::Store(err.to_string()))?;
+    remotes
+        .put(agent.agent_id.as_str(), value.into())
+        .await
+        .map(|_| ())
+        .map_err(|err| RemoteError::Store(err.to_string()))
+}
+
+/// Forgets remote agent `id`; false when it was not recorded.
+pub async fn remove(remotes: &jetstream::kv::Store, id: &AgentId) -> Result<bool, RemoteError> {
+    let known = remotes
+        .get(id.as_str())
+        .await
+        .map_err(|err| RemoteError::Store(err.to_string()))?
+        .is_some();
+    if known {
+        remotes
+            .purge(id.as_str())
+            .await
+            .map_err(|err| RemoteError::Store(err.to_string()))?;
+    }
+    Ok(known)
+}
+
+/// What `switchboard a2a add` did.
+#[derive(Debug, Clone, Serialize)]
+pub struct Added {
+    /// The record written.
+    pub remote: RemoteAgent,
+    /// The card's name.
+    pub name: String,
+    /// Where the gateway sends to.
+    pub jsonrpc_url: String,
+    /// Whether the remote streams (its answers then come as they are made).
+    pub streaming: bool,
+    /// The skill ids it lists (its capabilities on the fabric).
+    pub skills: Vec<String>,
+}
+
+/// Adds (or updates) the remote agent whose card is at `card_url`, as `as_id` or an id made
+/// from the card's name: checks the card and its JSON-RPC interface, refuses an id a
+/// Switchboard agent holds, keeps the goal of an earlier record of the same id. The
+/// `a2a_remotes` bucket must exist (a gateway that ran once created it).
+pub async fn add(
+    js: &jetstream::Context,
+    http: &reqwest::Client,
+    card_url: &str,
+    as_id: Option<&str>,
+) -> Result<Added, RemoteError> {
+    let requested = as_id.map(check_id).transpose()?;
+    let card = fetch_card(http, card_url).await?;
+    let url = jsonrpc_url(&card, card_url)?;
+    let agent_id = match requested {
+        Some(id) => id,
+        None => agent_id_from_name(&card.name).ok_or_else(|| {
+            RemoteError::BadId(format!(
+                "the card's name `{}` makes no agent id; give one with --as",
+                card.name
+            ))
+        })?,
+    };
+    let remotes = bucket(js).await.map_err(|err| {
+        RemoteError::Store(format!(
+            "{err} (start the A2A gateway once: it creates the bucket)"
+        ))
+    })?;
+    let known = list(&remotes).await?;
+    let earlier = known.iter().find(|r| r.agent_id == agent_id);
+    if earlier.is_none() {
+        if known.len() >= MAX_REMOTES {
+            return Err(RemoteError::TooMany);
+        }
+        // An id a Switchboard agent registered is not taken over: messages meant for that
+        // agent would go to the remote.
+        let registry = js
+            .get_key_value(switchboard_proto::REGISTRY_BUCKET)
+            .await
+            .map_err(|err| RemoteError::Store(err.to_string()))?;
+        if let Some(value) = registry
+            .get(agent_id.as_str())
+            .await
+            .map_err(|err| RemoteError::Store(err.to_string()))?
+        {
+            let remote_card = serde_json::from_slice::<switchboard_proto::AgentRecord>(&value)
+                .is_ok_and(|record| record.card.metadata.contains_key(CARD_URL_KEY));
+            if !remote_card {
+                return Err(RemoteError::Taken(agent_id));
+            }
+        }
+    }
+    let remote = RemoteAgent {
+        agent_id,
+        card_url: card_url.to_owned(),
+        goal_id: earlier.map_or_else(GoalId::default, |r| r.goal_id),
+        added_at: earlier.map_or_else(switchboard_proto::timestamp::now, |r| r.added_at),
+    };
+    put(&remotes, &remote).await?;
+    Ok(Added {
+        remote,
+        name: card.name.clone(),
+        jsonrpc_url: url,
+        streaming: card.capabilities.streaming == Some(true),
+        skills: card.skills.iter().map(|skill| skill.id.clone()).collect(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn card(interfaces: &[(&str, &str, &str)]) -> A2aCard {
+        let interfaces: Vec<Value> = interfaces
+            .iter()
+            .map(|(binding, version, url)| {
+                serde_json::json!({"url": url, "protocolBinding": binding, "protocolVersion": version})
+            })
+            .collect();
+        let Ok(card) = serde_json::from_value(serde_json::json!({
+            "name": "Echo Agent!", "description": "echoes", "version": "1.0",
+            "supportedInterfaces": interfaces, "capabilities": {"streaming": true},
+            "defaultInputModes": ["text/plain"], "defaultOutputModes": ["text/plain"],
+            "skills": [{"id": "echo", "name": "echo", "description": "echo", "tags": ["x"],
+                        "examples": ["say hi"]}]
+        })) else {
+            panic!("a valid card")
+        };
+        card
+    }
+
+    #[test]
+    fn the_jsonrpc_url_must_be_on_the_card_urls_origin() {
+        let url = "http://127.0.0.1:8080/.well-known/agent-card.json";
+        let ok = card(&[
+            ("GRPC", "1.0", "http://127.0.0.1:8080/grpc"),
+            ("JSONRPC", "1.0", "http://127.0.0.1:8080/rpc"),
+        ]);
+        assert_eq!(
+            jsonrpc_url(&ok, url).ok().as_deref(),
+            Some("http://127.0.0.1:8080/rpc")
+        );
+        let relative = card(&[("JSONRPC", "1.0", "/a2a")]);
+        assert_eq!(
+            jsonrpc_url(&relative, url).ok().as_deref(),
+            Some("http://127.0.0.1:8080/a2a")
+        );
+        for elsewhere in [
+            "http://169.254.169.254/latest",
+            "http://127.0.0.1:9090/rpc",
+            "http://user:pw@127.0.0.1:8080/rpc",
+            "file:///etc/passwd",
+        ] {
+            let bad = card(&[("JSONRPC", "1.0", elsewhere)]);
+            assert!(
+                jsonrpc_url(&bad, url).is_err(),
+                "{elsewhere} must be refused"
+            );
+        }
+        let old = card(&[("JSONRPC", "0.3", "http://127.0.0.1:8080/rpc")]);
+        assert!(jsonrpc_url(&old, url).is_err(), "protocol 0.3 is not 1.x");
+    }
+
+    #[test]
+    fn card_urls_are_http_without_credentials() {
+        assert!(check_card_url("http://agent.example/card.json").is_ok());
+        for bad in [
+            "ftp://x/card",
+            "http://u:p@x/card",
+            "https://x/card",
+            "card.json",
+        ] {
+            assert!(check_card_url(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn ids_come_from_names_and_never_name_a_client() {
+        assert_eq!(
+            agent_id_from_name("Echo Agent!").map(|id| id.to_string()),
+            Some("echo-agent".to_owned())
+        );
+        assert!(agent_id_from_name("!!!").is_none());
+        assert!(agent_id_from_name("A2A planner").is_none());
+        assert!(check_id("a2a-x").is_err());
+        assert_eq!(
+            agent_id_from_name(&"x".repeat(500)).map(|id| id.as_str().len()),
+            Some(64)
+        );
+    }
+
+    #[test]
+    fn a_remote_card_becomes_a_bounded_directory_card() {
+        let Ok(id) = AgentId::parse("echo") else {
+            panic!("valid id")
+        };
+        let mut remote = card(&[("JSONRPC", "1.0", "/")]);
+        remote.description = "é".repeat(5_000);
+        let ours = fabric_card(&id, &remote, "http://h/card");
+        assert!(ours.description.len() <= 1_000);
+        assert_eq!(ours.capabilities, ["echo"]);
+        assert_eq!(ours.skills[0].examples, ["say hi"]);
+        assert_eq!(ours.metadata[CARD_URL_KEY], "http://h/card");
+    }
+}

@@ -1,0 +1,318 @@
+//! Outbound A2A: a remote agent built with the official Python SDK (`a2a-sdk`,
+//! tests/python/a2a_echo_server.py) added with `switchboard a2a add` joins the fabric; a
+//! Switchboard agent calls it, gives it tasks (streamed progress, a failure, a question
+//! answered by the requester) and messages it, and gets every answer as an ordinary reply,
+//! task update or inbox message. A remote that goes away is offline and its messages wait;
+//! a hostile remote cannot crash the gateway or make it post elsewhere.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use a2a_gateway::config::GatewayConfig;
+use serde_json::{Value, json};
+use switchboard_client::Agent;
+use switchboard_proto::send::SendRequest;
+use switchboard_proto::{AgentStatus, MessageKind, TaskState};
+use switchboard_testkit::{eventually, free_port};
+use switchboard_tests::a2a::PythonAgent;
+use switchboard_tests::{Fabric, Handle, Replica, Service, fast_offline, runtime};
+use uuid::Uuid;
+
+/// The fabric (offline after 1.5 s without heartbeats) and a gateway that refreshes remote
+/// cards every second.
+async fn fabric_and_gateway() -> (Fabric, Replica) {
+    let fabric = Fabric::start_directory_with(fast_offline(1_500)).await;
+    let config = GatewayConfig {
+        listen: SocketAddr::from(([127, 0, 0, 1], free_port())),
+        remote_refresh_ms: 1_000,
+        remote_heartbeat_ms: 300,
+        remote_timeout_ms: 20_000,
+        ..Default::default()
+    };
+    let (gateway, Handle::Listening(_)) = Service::Gateway(config)
+        .start_with_handle(&runtime(&fabric.url()))
+        .await
+    else {
+        panic!("the gateway reports its address")
+    };
+    (fabric, gateway)
+}
+
+/// `switchboard a2a add <card_url> --as <id>`, then waits until the agent is online with a
+/// live goal (a gateway replica carries it).
+async fn add(fabric: &Fabric, card_url: &str, id: &str) {
+    let js = async_nats::jetstream::new(fabric.nats.client().await);
+    let http = a2a_gateway::remote::http_client();
+    let added = a2a_gateway::remote::add(&js, &http, card_url, Some(id))
+        .await
+        .unwrap();
+    assert_eq!(added.remote.agent_id.as_str(), id);
+    let looker = fabric.agent(&format!("look-{id}")).await;
+    assert!(
+        online(&looker, id, Duration::from_secs(20)).await,
+        "{id} never came online"
+    );
+}
+
+async fn online(looker: &Agent, id: &str, within: Duration) -> bool {
+    eventually(within, || async {
+        looker
+            .lookup(id)
+            .await
+            .is_ok_and(|found| found.status != AgentStatus::Offline && !found.live_goals.is_empty())
+    })
+    .await
+}
+
+/// Waits (at most 20 s) until task `id` is in one of `states`; returns it.
+async fn task_in(
+    agent: &Agent,
+    id: Uuid,
+    states: &[TaskState],
+) -> switchboard_proto::task::TaskRecord {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let task = agent.get_task(id).await.unwrap();
+        if states.contains(&task.state) {
+            return task;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "task {id} stuck in {:?}: {task:?}",
+            task.state
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_switchboard_agent_calls_tasks_and_messages_an_a2a_sdk_agent() {
+    let (fabric, _gateway) = fabric_and_gateway().await;
+    let python = PythonAgent::start().await;
+    add(&fabric, &python.card_url(), "py-echo").await;
+    let (me, goal) = fabric.agent_with_goal("planner").await;
+
+    // Its card on the fabric comes from the A2A card: skills, examples, where it lives.
+    let found = me.lookup("py-echo").await.unwrap();
+    assert_eq!(found.card.capabilities, ["echo"]);
+    assert_eq!(found.card.metadata["a2a_card_url"], python.card_url());
+
+    // A call: the remote's artifact is the answer.
+    let answer = me
+        .call("py-echo", "hello", Duration::from_secs(20))
+        .await
+        .unwrap();
+    assert_eq!(answer.body, "echo: hello");
+    assert_eq!(answer.from_agent_id.as_str(), "py-echo");
+
+    // A task, streamed: the status note becomes progress, the artifact the result.
+    let task = me.give_task("py-echo", "slow").await.unwrap().task;
+    let done = task_in(&me, task.task_id, &[TaskState::Completed]).await;
+    assert_eq!(done.result.as_deref(), Some("echo: slow"));
+    assert!(
+        done.history
+            .iter()
+            .any(|step| step.note.as_deref() == Some("halfway")),
+        "the remote's working note is a progress step: {:?}",
+        done.history
+    );
+
+    // A task the remote fails: failed, with its reason.
+    let task = me.give_task("py-echo", "fail").await.unwrap().task;
+    let failed = task_in(&me, task.task_id, &[TaskState::Failed]).await;
+    assert!(
+        failed
+            .reason
+            .as_deref()
+            .unwrap_or_default()
+            .contains("cannot do that"),
+        "{failed:?}"
+    );
+
+    // A question: the task asks the requester; the answer goes into the same remote task.
+    let task = me
+        .give_task("py-echo", "ask: which colour?")
+        .await
+        .unwrap()
+        .task;
+    let asking = task_in(&me, task.task_id, &[TaskState::InputRequired]).await;
+    let question = asking.history.last().and_then(|step| step.note.clone());
+    assert_eq!(question.as_deref(), Some("which colour?"));
+    let mut metadata = serde_json::Map::new();
+    metadata.insert("task_id".into(), json!(task.task_id.to_string()));
+    me.send(SendRequest {
+        to: Some("py-echo".into()),
+        message: Some("blue".into()),
+        in_reply_to: Some(asking.message_id),
+        metadata,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let answered = task_in(&me, task.task_id, &[TaskState::Completed]).await;
+    assert_eq!(answered.result.as_deref(), Some("answered: blue"));
+
+    // A message: the remote's answer comes back as an ordinary message in reply to it.
+    let sent = me.send_to_peer("py-echo", "hi there").await.unwrap();
+    let message_id = sent.message_id.unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let reply = loop {
+        let answers: Vec<_> = goal.drain().await.unwrap();
+        if let Some(reply) = answers.into_iter().find(|message| {
+            message.kind == MessageKind::Message && message.in_reply_to == Some(message_id)
+        }) {
+            break reply;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the remote's answer never reached the sender"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(reply.body, "echo: hi there");
+    assert_eq!(reply.from_agent_id.as_str(), "py-echo");
+}
+
+#[tokio::test]
+async fn a_remote_that_goes_away_is_offline_and_its_messages_wait_for_it() {
+    let (fabric, _gateway) = fabric_and_gateway().await;
+    let python = PythonAgent::start().await;
+    let port = python.port;
+    add(&fabric, &python.card_url(), "py-away").await;
+    let (me, _goal) = fabric.agent_with_goal("asker").await;
+    python.stop().await;
+    let offline = eventually(Duration::from_secs(20), || async {
+        me.lookup("py-away")
+            .await
+            .is_ok_and(|found| found.status == AgentStatus::Offline)
+    })
+    .await;
+    assert!(offline, "an unreachable remote goes offline");
+    // A task given while it is away waits in its inbox, and is carried once it is back.
+    let task = me.give_task("py-away", "later").await.unwrap().task;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let waiting = me.get_task(task.task_id).await.unwrap().state;
+    assert!(
+        !waiting.is_terminal(),
+        "it waits, neither done nor failed: {waiting:?}"
+    );
+    let _back = PythonAgent::start_on(port).await;
+    assert!(online(&me, "py-away", Duration::from_secs(30)).await);
+    let done = task_in(&me, task.task_id, &[TaskState::Completed]).await;
+    assert_eq!(done.result.as_deref(), Some("echo: later"));
+}
+
+/// An HTTP server that serves a valid card (its JSON-RPC interface on itself) and answers
+/// every JSON-RPC request with `answer`; returns its card URL and how many posts it got.
+async fn hostile_remote(
+    answer: &'static [u8],
+) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let card = json!({
+        "name": "hostile", "description": "answers badly", "version": "1",
+        "supportedInterfaces": [{"url": format!("http://{address}/rpc"),
+                                 "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}],
+        "capabilities": {}, "defaultInputModes": ["text/plain"],
+        "defaultOutputModes": ["text/plain"], "skills": []
+    })
+    .to_string();
+    let posts = std::sync::Arc::new(AtomicUsize::new(0));
+    let counted = std::sync::Arc::clone(&posts);
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut socket, _)) = listener.accept().await else {
+                return;
+            };
+            let card = card.clone();
+            let counted = std::sync::Arc::clone(&counted);
+            tokio::spawn(async move {
+                let mut request = vec![0u8; 65_536];
+                let read = socket.read(&mut request).await.unwrap_or(0);
+                let head = String::from_utf8_lossy(&request[..read]);
+                let body: Vec<u8> = if head.starts_with("GET") {
+                    card.into_bytes()
+                } else {
+                    counted.fetch_add(1, Ordering::SeqCst);
+                    answer.to_vec()
+                };
+                let header = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                    body.len()
+                );
+                let _ = socket.write_all(header.as_bytes()).await;
+                let _ = socket.write_all(&body).await;
+            });
+        }
+    });
+    (
+        format!("http://{address}/.well-known/agent-card.json"),
+        posts,
+    )
+}
+
+#[tokio::test]
+async fn a_hostile_remote_gets_an_error_reply_not_a_crash() {
+    let (fabric, _gateway) = fabric_and_gateway().await;
+    let me = fabric.agent("caller").await;
+    let _goal = me.open_goal().await.unwrap();
+    for (id, answer) in [
+        ("not-json", &b"<html>nope</html>"[..]),
+        (
+            "wrong-shape",
+            &br#"{"jsonrpc":"2.0","id":1,"result":{"task":{"nope":1}}}"#[..],
+        ),
+        (
+            "rpc-error",
+            &br#"{"jsonrpc":"2.0","id":1,"error":{"code":-32001,"message":"go away"}}"#[..],
+        ),
+    ] {
+        let (card_url, posts) = hostile_remote(answer).await;
+        add(&fabric, &card_url, id).await;
+        let answer = me.call(id, "hello", Duration::from_secs(20)).await.unwrap();
+        assert!(
+            answer.body.starts_with("the remote agent did not answer"),
+            "{id}: {}",
+            answer.body
+        );
+        assert_eq!(
+            posts.load(std::sync::atomic::Ordering::SeqCst),
+            1,
+            "{id}: sent once, not retried"
+        );
+    }
+    // Its card may not send the gateway to another origin, nor may an id shadow an agent.
+    let js = async_nats::jetstream::new(fabric.nats.client().await);
+    let http = a2a_gateway::remote::http_client();
+    let (card_url, _) = hostile_remote(b"{}").await;
+    let taken = a2a_gateway::remote::add(&js, &http, &card_url, Some("caller")).await;
+    assert!(
+        matches!(taken, Err(a2a_gateway::remote::RemoteError::Taken(_))),
+        "{taken:?}"
+    );
+    let client = a2a_gateway::remote::add(&js, &http, &card_url, Some("a2a-x")).await;
+    assert!(matches!(
+        client,
+        Err(a2a_gateway::remote::RemoteError::BadId(_))
+    ));
+    let nowhere =
+        a2a_gateway::remote::add(&js, &http, "http://127.0.0.1:1/card", Some("ghost")).await;
+    assert!(matches!(
+        nowhere,
+        Err(a2a_gateway::remote::RemoteError::Unreachable { .. })
+    ));
+    let value: Value = serde_json::to_value(
+        a2a_gateway::remote::list(&a2a_gateway::remote::bucket(&js).await.unwrap())
+            .await
+            .unwrap()
+            .iter()
+            .map(|remote| remote.agent_id.to_string())
+            .collect::<Vec<_>>(),
+    )
+    .unwrap();
+    assert_eq!(value, json!(["not-json", "rpc-error", "wrong-shape"]));
+}
