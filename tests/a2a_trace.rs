@@ -1,6 +1,8 @@
 //! An A2A client's W3C trace continues through the gateway into the fabric: the client's
 //! `traceparent` over HTTP is the parent of the gateway's span, which is the parent of the
 //! task service's span for the task it creates — one trace, received over OTLP and decoded.
+//! And out again: a Switchboard agent's call to a remote A2A agent reaches it with a
+//! `traceparent` of the caller's trace.
 //!
 //! Its own test binary: the global tracing subscriber can be installed once per process.
 
@@ -15,8 +17,9 @@ use serde_json::json;
 use switchboard_runtime::config::TelemetryConfig;
 use switchboard_runtime::telemetry;
 use switchboard_testkit::assert_eventually;
-use switchboard_tests::a2a::{A2a, TOKEN, message};
+use switchboard_tests::a2a::{A2a, PythonAgent, TOKEN, message};
 use switchboard_tests::{http, otlp_sink};
+use tracing::Instrument;
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
@@ -102,6 +105,45 @@ async fn a_clients_trace_runs_through_the_gateway_into_the_task_service() {
         hex(&create.parent_span_id),
         hex(&gateway.span_id),
         "the task service's span is the gateway's child"
+    );
+
+    // Out: a call to a remote a2a-sdk agent carries the caller's trace over HTTP (the agent
+    // answers `trace` with the traceparent it received).
+    let python = PythonAgent::start().await;
+    let js = async_nats::jetstream::new(a2a.fabric.nats.client().await);
+    a2a_gateway::remote::add(
+        &js,
+        &a2a_gateway::remote::http_client(),
+        &python.card_url(),
+        Some("py-trace"),
+    )
+    .await
+    .unwrap();
+    let caller = a2a.fabric.agent("tracer").await;
+    let _goal = caller.open_goal().await.unwrap();
+    assert_eventually!(Duration::from_secs(20), async {
+        caller
+            .lookup("py-trace")
+            .await
+            .is_ok_and(|found| !found.live_goals.is_empty())
+    });
+    let out_trace = "0af7651916cd43dd8448eb211c80319c";
+    let span = tracing::info_span!("caller");
+    let mut parent = async_nats::HeaderMap::new();
+    parent.insert(
+        "traceparent",
+        format!("00-{out_trace}-b7ad6b7169203331-01").as_str(),
+    );
+    telemetry::set_parent_from(&span, Some(&parent));
+    let answer = caller
+        .call("py-trace", "trace", Duration::from_secs(20))
+        .instrument(span)
+        .await
+        .unwrap();
+    assert!(
+        answer.body.starts_with(&format!("00-{out_trace}-")),
+        "the remote got the caller's trace: {}",
+        answer.body
     );
     drop(a2a);
     tokio::task::spawn_blocking(move || guard.shutdown())
