@@ -188,6 +188,66 @@ async fn send_get_list_and_cancel_go_through_the_task_service() {
     assert_eq!(ended["error"]["code"], -32002, "{ended}");
 }
 
+#[tokio::test]
+async fn one_context_is_one_goal_of_the_client() {
+    let a2a = A2a::start().await;
+    let nats = a2a.fabric.nats.client().await;
+    let goal_of = |id: String| {
+        let nats = nats.clone();
+        async move {
+            let reply = nats
+                .request(
+                    "agent.task.get.a2a-planner",
+                    json!({"task_id": id}).to_string().into(),
+                )
+                .await
+                .unwrap();
+            let reply: Value = serde_json::from_slice(&reply.payload).unwrap();
+            reply["task"]["requester_goal"].as_str().unwrap().to_owned()
+        }
+    };
+    let mut goals = Vec::new();
+    for n in 0..10 {
+        let reply = a2a
+            .rpc(
+                "echo",
+                "SendMessage",
+                json!({"message": message(&format!("turn {n}"), Some("ctx-a"))}),
+            )
+            .await;
+        let task = &reply["result"]["task"];
+        assert_eq!(state(task), "TASK_STATE_COMPLETED", "{reply}");
+        goals.push(goal_of(task["id"].as_str().unwrap().to_owned()).await);
+    }
+    assert!(goals.iter().all(|goal| *goal == goals[0]), "{goals:?}");
+    let other = a2a
+        .rpc(
+            "echo",
+            "SendMessage",
+            json!({"message": message("elsewhere", Some("ctx-b"))}),
+        )
+        .await;
+    let other = goal_of(other["result"]["task"]["id"].as_str().unwrap().to_owned()).await;
+    assert_ne!(other, goals[0], "another context is another goal");
+    // The goals are the client's, and what piles up in them (task updates: the client follows
+    // its tasks by their events) is acknowledged as it goes, far below the goal's cap.
+    let peek = nats
+        .request(
+            "agent.inbox.fetch.a2a-planner",
+            json!({"goal_id": goals[0], "max": 64, "peek": true})
+                .to_string()
+                .into(),
+        )
+        .await
+        .unwrap();
+    let peek: Value = serde_json::from_slice(&peek.payload).unwrap();
+    let unread = peek["unread"].as_u64().unwrap();
+    assert!(
+        unread < 16,
+        "ten tasks' updates were drained as they came: {peek}"
+    );
+}
+
 /// Every item of a stream: (the client's last event id after it, the JSON-RPC result). A
 /// result artifact has no id of its own: SSE keeps the one before.
 async fn read_until_end(stream: &mut SseStream) -> Vec<(u64, Value)> {

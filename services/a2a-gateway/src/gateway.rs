@@ -5,15 +5,17 @@
 //! its first request, and every request it makes for the client is published on the client's
 //! own subjects, so the services' ACLs, request budgets and the audit trail see who asked.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_nats::Client;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use switchboard_proto::subject::RegistryOp;
-use switchboard_proto::{AgentCard, AgentId, ErrorKind};
+use switchboard_proto::inbox::{AckRequest, FetchReply, FetchRequest};
+use switchboard_proto::registry::{GoalCloseRequest, GoalOpenRequest};
+use switchboard_proto::subject::{self, RegistryOp};
+use switchboard_proto::{AgentCard, AgentId, ErrorKind, GoalId};
 use switchboard_runtime::request::{RequestFailure, request_json};
 
 use crate::config::GatewayConfig;
@@ -23,6 +25,13 @@ use crate::store::Store;
 /// The prefix of every client agent (`a2a-<name>`): such an agent is never served as an A2A
 /// agent, and `switchboard nats-config` refuses to key one.
 pub const CLIENT_PREFIX: &str = switchboard_proto::A2A_CLIENT_PREFIX;
+
+/// Context goals a replica keeps open per client (below the directory's default cap of 16
+/// live goals per agent); opening one more closes the one used least recently.
+pub const CONTEXT_GOALS_PER_CLIENT: usize = 8;
+
+/// Every this many uses of a context goal, what piled up in it is acknowledged.
+const DRAIN_EVERY: u32 = 8;
 
 /// How long a request to a service may take before the gateway answers `unavailable`.
 pub(crate) const SERVICE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -40,6 +49,9 @@ pub struct Gateway {
     pub(crate) stopping: switchboard_runtime::CancellationToken,
     /// Open streams (and blocking waits) per client agent.
     streams: Arc<Mutex<HashMap<AgentId, usize>>>,
+    /// The context goals this replica opened per client, least recently used first, with how
+    /// often each was used.
+    contexts: Mutex<HashMap<AgentId, VecDeque<(GoalId, u32)>>>,
 }
 
 impl Gateway {
@@ -51,6 +63,7 @@ impl Gateway {
             store,
             registered: Mutex::new(HashSet::new()),
             streams: Arc::default(),
+            contexts: Mutex::default(),
             stopping: switchboard_runtime::CancellationToken::new(),
         }
     }
@@ -135,11 +148,126 @@ impl Gateway {
         })
     }
 
+    /// The goal of `caller`'s A2A context `context` (one Switchboard goal per context, so the
+    /// agent sees every task of one conversation come from the same goal): opened on first
+    /// use; the least recently used of the client's goals is closed past
+    /// [`CONTEXT_GOALS_PER_CLIENT`]. `None` when no goal can be had (the directory refuses, or
+    /// the id is held by another agent): the task is then made without one.
+    pub(crate) async fn context_goal(&self, caller: &AgentId, context: &str) -> Option<GoalId> {
+        let goal = context_goal_id(&self.config, caller, context);
+        let evicted = {
+            let mut contexts = self.contexts.lock().unwrap_or_else(PoisonError::into_inner);
+            let open = contexts.entry(caller.clone()).or_default();
+            if let Some(at) = open.iter().position(|(known, _)| *known == goal) {
+                let (_, uses) = open.remove(at).unwrap_or((goal, 0));
+                let uses = uses.wrapping_add(1);
+                open.push_back((goal, uses));
+                if uses % DRAIN_EVERY == 0 {
+                    self.drain_goal(caller, goal);
+                }
+                return Some(goal);
+            }
+            open.push_back((goal, 0));
+            if open.len() > CONTEXT_GOALS_PER_CLIENT {
+                open.pop_front().map(|(old, _)| old)
+            } else {
+                None
+            }
+        };
+        if let Some(old) = evicted {
+            self.close_goal(caller, old).await;
+        }
+        let open = GoalOpenRequest {
+            goal_id: Some(goal),
+            kind: None,
+        };
+        let subject = RegistryOp::GoalOpen.subject(caller);
+        match self
+            .request::<_, serde_json::Value>(caller, &subject, &open, "opening the context's goal")
+            .await
+        {
+            Ok(_) => Some(goal),
+            Err(err) => {
+                tracing::warn!(client = %caller, %goal, error = %err, "task made without a context goal");
+                let mut contexts = self.contexts.lock().unwrap_or_else(PoisonError::into_inner);
+                if let Some(open) = contexts.get_mut(caller) {
+                    open.retain(|(known, _)| *known != goal);
+                }
+                None
+            }
+        }
+    }
+
+    /// Acknowledges what piled up in a context goal (the task service's `task_update`
+    /// messages: the client follows its tasks by their events, so nobody reads them), in the
+    /// background, so a busy context never reaches the goal's cap of 64.
+    fn drain_goal(&self, caller: &AgentId, goal: GoalId) {
+        let client = self.client.clone();
+        let caller = caller.clone();
+        tokio::spawn(async move {
+            let fetch = FetchRequest {
+                goal_id: goal,
+                max: Some(64),
+                ..Default::default()
+            };
+            let fetched: Result<FetchReply, _> = request_json(
+                &client,
+                &subject::inbox_fetch(&caller),
+                &fetch,
+                SERVICE_TIMEOUT,
+            )
+            .await;
+            let Some(last) = fetched
+                .ok()
+                .and_then(|reply| reply.messages.last().map(|m| m.seq))
+            else {
+                return;
+            };
+            let ack = AckRequest {
+                goal_id: goal,
+                through: Some(last),
+                ..Default::default()
+            };
+            let acked: Result<serde_json::Value, _> =
+                request_json(&client, &subject::inbox_ack(&caller), &ack, SERVICE_TIMEOUT).await;
+            if let Err(err) = acked {
+                tracing::debug!(client = %caller, %goal, error = %err, "context goal not drained");
+            }
+        });
+    }
+
+    async fn close_goal(&self, caller: &AgentId, goal: GoalId) {
+        let close = GoalCloseRequest { goal_id: goal };
+        let subject = RegistryOp::GoalClose.subject(caller);
+        if let Err(err) = self
+            .request::<_, serde_json::Value>(caller, &subject, &close, "closing a context's goal")
+            .await
+        {
+            tracing::debug!(client = %caller, %goal, error = %err, "context goal not closed");
+        }
+    }
+
     fn lock_registered(&self) -> std::sync::MutexGuard<'_, HashSet<AgentId>> {
         self.registered
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
     }
+}
+
+/// The goal id of `caller`'s context `context`: the same on every replica and after a
+/// restart, and not guessable by an agent (keyed with the client's token hash from the
+/// config), so no agent can take a client's context goal first.
+pub fn context_goal_id(config: &GatewayConfig, caller: &AgentId, context: &str) -> GoalId {
+    let key = config
+        .clients
+        .iter()
+        .find(|client| caller.as_str().strip_prefix(CLIENT_PREFIX) == Some(client.name.as_str()))
+        .map_or("", |client| client.sha256.as_str());
+    let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, key.as_bytes());
+    let tag = ring::hmac::sign(&key, format!("{caller}\0{context}").as_bytes());
+    let mut bytes = [0u8; 16];
+    bytes.copy_from_slice(&tag.as_ref()[..16]);
+    GoalId::from(uuid::Builder::from_custom_bytes(bytes).into_uuid())
 }
 
 /// One open stream of a client; dropping it frees the slot.

@@ -169,6 +169,7 @@ impl Gateway {
                 .put_push_config(&id, caller, config, crate::push::MAX_CONFIGS_PER_TASK)
                 .await?;
         }
+        let from_goal_id = self.context_goal(caller, &context).await;
         let mut metadata = Map::new();
         metadata.insert(CONTEXT_KEY.to_owned(), Value::String(context));
         metadata.insert(
@@ -181,6 +182,7 @@ impl Gateway {
             parts,
             metadata,
             task_id: Some(id),
+            from_goal_id,
             ..Default::default()
         };
         let _: TaskReply = self
