@@ -19,7 +19,9 @@ use switchboard_client::{Agent, ClientError, Goal, TaskOutcome};
 use switchboard_proto::task::{
     CreateTask, ListRole, ListTasks, TaskAction, TaskEvent, TaskOp, TaskRecord, TaskRequestOp,
 };
-use switchboard_proto::{AgentStatus, ErrorKind, InboxMessage, MessageKind, Part, TaskState};
+use switchboard_proto::{
+    AgentId, AgentStatus, ErrorKind, InboxMessage, MessageKind, Part, TaskState,
+};
 use switchboard_testkit::assert_eventually;
 use switchboard_tests::{
     Fabric, agent_with, assert_no_more, card, next, raw, start_tasks, start_tasks_in_process,
@@ -1214,7 +1216,7 @@ async fn bad_input_gets_a_typed_error() {
 }
 
 #[tokio::test]
-async fn listings_filter_by_role_and_state_and_page() {
+async fn listings_filter_by_role_state_and_peer_and_page_both_ways() {
     let fabric = Fabric::start().await;
     let p = pair(&fabric).await;
     let mut ids = Vec::new();
@@ -1244,6 +1246,7 @@ async fn listings_filter_by_role_and_state_and_page() {
         parent: None,
         limit,
         cursor,
+        ..ListTasks::default()
     };
     let ids_of = |tasks: &[TaskRecord]| tasks.iter().map(|t| t.task_id).collect::<Vec<_>>();
     let accepted = p
@@ -1289,6 +1292,74 @@ async fn listings_filter_by_role_and_state_and_page() {
         pages,
         vec![ids[0..2].to_vec(), ids[2..4].to_vec(), ids[4..5].to_vec()]
     );
+    // Newest first pages backwards; the total counts every page.
+    let mut newest = Vec::new();
+    let mut cursor = None;
+    loop {
+        let page = p
+            .boss
+            .list_tasks(&ListTasks {
+                newest_first: true,
+                ..list(ListRole::Requester, None, Some(2), cursor)
+            })
+            .await
+            .unwrap();
+        assert_eq!(page.total, Some(5), "every page tells the total");
+        newest.extend(ids_of(&page.tasks));
+        match page.next_cursor {
+            Some(next) => cursor = Some(next),
+            None => break,
+        }
+    }
+    assert_eq!(newest, ids.iter().rev().copied().collect::<Vec<_>>());
+    let accepted_total = p
+        .worker
+        .list_tasks(&list(
+            ListRole::Assignee,
+            Some(TaskState::Accepted),
+            Some(1),
+            None,
+        ))
+        .await
+        .unwrap();
+    assert_eq!(accepted_total.tasks.len(), 1);
+    assert_eq!(
+        accepted_total.total,
+        Some(2),
+        "a state filter is counted record by record"
+    );
+
+    // One peer's tasks: a third agent's task for the worker is not the boss's.
+    let third = fabric.agent("third").await;
+    let _goal = third.open_goal().await.unwrap();
+    let from_third = third
+        .give_task("worker", "mine")
+        .await
+        .unwrap()
+        .task
+        .task_id;
+    let with_boss = p
+        .worker
+        .list_tasks(&ListTasks {
+            peer: Some(AgentId::parse("boss").unwrap()),
+            ..list(ListRole::Any, None, None, None)
+        })
+        .await
+        .unwrap();
+    let mut expected = ids.clone();
+    expected.push(back);
+    assert_eq!(ids_of(&with_boss.tasks), expected);
+    assert_eq!(with_boss.total, Some(6));
+    let with_third = p
+        .worker
+        .list_tasks(&ListTasks {
+            peer: Some(AgentId::parse("third").unwrap()),
+            ..list(ListRole::Assignee, None, None, None)
+        })
+        .await
+        .unwrap();
+    assert_eq!(ids_of(&with_third.tasks), vec![from_third]);
+
     let stranger = fabric.agent("stranger").await;
     assert!(
         stranger

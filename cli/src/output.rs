@@ -420,6 +420,11 @@ fn task_list(value: &Value) -> Option<String> {
             .collect();
         table(&["TASK", "STATE", "FROM → TO", "MESSAGE"], &rows)
     };
+    if let Some(total) = value.get("total").and_then(Value::as_u64)
+        && !tasks.is_empty()
+    {
+        out.push_str(&format!("\n{} of {total}", tasks.len()));
+    }
     if let Some(cursor) = value.get("next_cursor").and_then(Value::as_str) {
         out.push_str(&format!("\n(more: --cursor {cursor})"));
     }

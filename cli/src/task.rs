@@ -78,6 +78,12 @@ enum TaskCommand {
         /// `next_cursor` of the previous page.
         #[arg(long)]
         cursor: Option<uuid::Uuid>,
+        /// Only tasks with this agent on the other side.
+        #[arg(long, value_name = "AGENT_ID")]
+        peer: Option<String>,
+        /// Newest first (the cursor then pages backwards).
+        #[arg(long)]
+        newest_first: bool,
     },
     /// Cancel a task you asked for (its open subtasks are canceled too).
     #[command(
@@ -213,6 +219,8 @@ pub async fn run(args: TaskArgs) -> anyhow::Result<serde_json::Value> {
             parent,
             limit,
             cursor,
+            peer,
+            newest_first,
         } => {
             let request = ListTasks {
                 role: parse_enum::<ListRole>("role", &role)?,
@@ -223,6 +231,11 @@ pub async fn run(args: TaskArgs) -> anyhow::Result<serde_json::Value> {
                 parent,
                 limit,
                 cursor,
+                peer: peer
+                    .as_deref()
+                    .map(switchboard_proto::AgentId::parse)
+                    .transpose()?,
+                newest_first,
             };
             crate::nats::request_json(url, &subject(TaskRequestOp::List), &request).await
         }

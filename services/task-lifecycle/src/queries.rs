@@ -1,5 +1,5 @@
-//! Reading tasks: get (one task) and list (the caller's tasks by role and state, or a task's
-//! children), for the parties only.
+//! Reading tasks: get (one task) and list (the caller's tasks by role, state and other party,
+//! or a task's children; oldest or newest first; with the total), for the parties only.
 //!
 //! A task is visible to its requester, its assignee and the parties of its ancestors (who
 //! handed down the work). The index a listing reads is only a hint: each record says who its
@@ -7,8 +7,8 @@
 
 use switchboard_proto::AgentId;
 use switchboard_proto::task::{
-    LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX, ListRole, ListTasks, TaskAction, TaskList, TaskRecord,
-    TaskReply,
+    LIST_COUNT_MAX, LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX, ListRole, ListTasks, TaskAction, TaskList,
+    TaskRecord, TaskReply,
 };
 use switchboard_runtime::store::StoreError;
 use uuid::Uuid;
@@ -53,8 +53,8 @@ impl Tasks {
         })
     }
 
-    /// list: the caller's tasks by role and state, or a task's children, oldest first, paged
-    /// by task id.
+    /// list: the caller's tasks by role, state and other party, or a task's children, oldest
+    /// (or newest) first, paged by task id, with how many match in all.
     pub async fn list(&self, caller: &AgentId, request: ListTasks) -> Result<TaskList, TaskError> {
         let limit = request.limit.unwrap_or(LIST_LIMIT_DEFAULT);
         if limit == 0 || limit > LIST_LIMIT_MAX {
@@ -67,50 +67,54 @@ impl Tasks {
                 children
             }
             None => {
-                let mut ids = Vec::new();
-                if matches!(request.role, ListRole::Requester | ListRole::Any) {
-                    ids.extend(self.store.ids(Side::Requester, caller).await?);
+                let ids = self.ids_of(caller, request.role, false).await?;
+                match &request.peer {
+                    // The pair's tasks: the caller's side of the index against the peer's
+                    // other side, without reading a record.
+                    Some(peer) => {
+                        let theirs = self.ids_of(peer, request.role, true).await?;
+                        ids.into_iter()
+                            .filter(|id| theirs.binary_search(id).is_ok())
+                            .collect()
+                    }
+                    None => ids,
                 }
-                if matches!(request.role, ListRole::Assignee | ListRole::Any) {
-                    ids.extend(self.store.ids(Side::Assignee, caller).await?);
-                }
-                ids.sort_unstable();
-                ids.dedup();
-                ids
             }
         };
+        if request.newest_first {
+            ids.reverse();
+        }
+        // Without a state filter the index's count is the total; with one, the candidates are
+        // read one by one (at most LIST_COUNT_MAX of them).
+        let total = match request.state {
+            None => Some(ids.len() as u64),
+            Some(_) if ids.len() <= LIST_COUNT_MAX => {
+                let mut count = 0;
+                for id in &ids {
+                    if self.listed(caller, &request, id).await?.is_some() {
+                        count += 1;
+                    }
+                }
+                Some(count)
+            }
+            Some(_) => None,
+        };
         if let Some(cursor) = request.cursor {
-            ids.retain(|id| *id > cursor);
+            ids.retain(|id| {
+                if request.newest_first {
+                    *id < cursor
+                } else {
+                    *id > cursor
+                }
+            });
         }
         let mut tasks = Vec::new();
         let mut next_cursor = None;
         for (i, id) in ids.iter().enumerate() {
-            let stored = match self.store.find(id).await {
-                Ok(Some(stored)) => stored,
-                Ok(None) => continue,
-                Err(StoreError::Corrupt(key)) => {
-                    // One bad record must not fail every listing.
-                    tracing::warn!(%key, "undecodable task record skipped");
-                    continue;
-                }
-                Err(err) => return Err(err.into()),
-            };
-            // An index entry is only a hint: the record says who the parties are (children
-            // were checked through their parent above).
-            let listed = match request.parent {
-                Some(parent) => stored.task.parent == Some(parent),
-                None => stored.task.is_party(caller),
-            };
-            if !listed {
+            let Some(task) = self.listed(caller, &request, id).await? else {
                 continue;
-            }
-            if request
-                .state
-                .is_some_and(|state| state != stored.task.state)
-            {
-                continue;
-            }
-            tasks.push(stored.task);
+            };
+            tasks.push(task);
             if tasks.len() == limit {
                 if i + 1 < ids.len() {
                     next_cursor = Some(*id);
@@ -118,6 +122,68 @@ impl Tasks {
                 break;
             }
         }
-        Ok(TaskList { tasks, next_cursor })
+        Ok(TaskList {
+            tasks,
+            next_cursor,
+            total,
+        })
+    }
+
+    /// The ids the index holds for `agent` in `role` (its `other` side: the requester side
+    /// for an assignee role and back), sorted.
+    async fn ids_of(
+        &self,
+        agent: &AgentId,
+        role: ListRole,
+        other: bool,
+    ) -> Result<Vec<Uuid>, TaskError> {
+        let (mine, theirs) = (Side::Requester, Side::Assignee);
+        let (requester_side, assignee_side) = if other {
+            (theirs, mine)
+        } else {
+            (mine, theirs)
+        };
+        let mut ids = Vec::new();
+        if matches!(role, ListRole::Requester | ListRole::Any) {
+            ids.extend(self.store.ids(requester_side, agent).await?);
+        }
+        if matches!(role, ListRole::Assignee | ListRole::Any) {
+            ids.extend(self.store.ids(assignee_side, agent).await?);
+        }
+        ids.sort_unstable();
+        ids.dedup();
+        Ok(ids)
+    }
+
+    /// The task `id` when the listing shows it: the record exists, the caller (and the peer)
+    /// are its parties (or it is a child of the listed parent), in the state asked for.
+    async fn listed(
+        &self,
+        caller: &AgentId,
+        request: &ListTasks,
+        id: &Uuid,
+    ) -> Result<Option<TaskRecord>, TaskError> {
+        let stored = match self.store.find(id).await {
+            Ok(Some(stored)) => stored,
+            Ok(None) => return Ok(None),
+            Err(StoreError::Corrupt(key)) => {
+                // One bad record must not fail every listing.
+                tracing::warn!(%key, "undecodable task record skipped");
+                return Ok(None);
+            }
+            Err(err) => return Err(err.into()),
+        };
+        // An index entry is only a hint: the record says who the parties are (children
+        // were checked through their parent).
+        let task = stored.task;
+        let parties = match request.parent {
+            Some(parent) => task.parent == Some(parent),
+            None => {
+                task.is_party(caller)
+                    && request.peer.as_ref().is_none_or(|peer| task.is_party(peer))
+            }
+        };
+        let state = request.state.is_none_or(|state| state == task.state);
+        Ok((parties && state).then_some(task))
     }
 }

@@ -19,7 +19,7 @@ async fn serves_from_env_config_and_stops_on_sigterm() {
     )
     .await;
     let body = service.request_json("agent.task.list.solo", "").await;
-    assert_eq!(body, serde_json::json!({"tasks": []}));
+    assert_eq!(body, serde_json::json!({"tasks": [], "total": 0}));
     service.stops_cleanly().await;
 }
 

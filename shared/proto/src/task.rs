@@ -358,12 +358,21 @@ pub struct ListTasks {
     /// `next_cursor` of the previous page.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cursor: Option<Uuid>,
+    /// Only tasks whose other party is this agent (the assignee of a task the caller asked
+    /// for, the requester of one it was given).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peer: Option<AgentId>,
+    /// Newest first (default: oldest first); the cursor pages in the same order.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub newest_first: bool,
 }
 
 /// Default page size of `list`.
 pub const LIST_LIMIT_DEFAULT: usize = 50;
 /// Largest page size of `list`.
 pub const LIST_LIMIT_MAX: usize = 200;
+/// Most candidate tasks `list` reads one by one to count the matches of a `state` filter.
+pub const LIST_COUNT_MAX: usize = 1_000;
 
 /// One change in a task's life, as kept in its record.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -496,11 +505,15 @@ pub struct TaskReply {
 /// The reply to `list`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TaskList {
-    /// Tasks, oldest first.
+    /// Tasks, oldest first (newest first when asked).
     pub tasks: Vec<TaskRecord>,
     /// Pass as `cursor` for the next page; absent on the last page.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_cursor: Option<Uuid>,
+    /// How many tasks match on all pages. Counted record by record when a `state` is asked
+    /// for (absent past [`LIST_COUNT_MAX`] candidates); otherwise from the task index.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total: Option<u64>,
 }
 
 /// Published on `agent.task.events.<task_id>` for the creation (`op` absent) and every
