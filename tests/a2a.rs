@@ -132,10 +132,12 @@ async fn send_get_list_and_cancel_go_through_the_task_service() {
         .iter()
         .filter_map(|t| t["id"].as_str())
         .collect();
-    assert!(
-        ids.contains(&first.as_str()) && ids.contains(&second.as_str()),
-        "{listed}"
+    assert_eq!(
+        ids,
+        [second.as_str(), first.as_str()],
+        "newest first: {listed}"
     );
+    assert_eq!(listed["totalSize"], 2);
     assert_eq!(listed["nextPageToken"], "");
     assert!(
         listed["tasks"][0].get("artifacts").is_none(),

@@ -374,6 +374,8 @@ impl Gateway {
             parent: None,
             limit: Some(page),
             cursor,
+            peer: Some(agent.clone()),
+            newest_first: true,
         };
         let listed: TaskList = self
             .request(
@@ -387,7 +389,6 @@ impl Gateway {
         let tasks: Vec<Task> = listed
             .tasks
             .iter()
-            .filter(|record| record.assignee == *agent)
             .filter(|record| {
                 request
                     .context_id
@@ -402,8 +403,14 @@ impl Gateway {
                 task
             })
             .collect();
+        // The task service counts the pair's tasks (by state when asked, up to its counting
+        // limit); a context filter is applied here, so its total is what this page shows.
+        let total = match (&request.context_id, listed.total) {
+            (None, Some(total)) => usize::try_from(total).unwrap_or(usize::MAX),
+            _ => tasks.len(),
+        };
         Ok(ListTasksResponse {
-            total_size: i32::try_from(tasks.len()).unwrap_or(i32::MAX),
+            total_size: i32::try_from(total).unwrap_or(i32::MAX),
             page_size: i32::try_from(page).unwrap_or(i32::MAX),
             next_page_token: listed
                 .next_cursor
