@@ -37,7 +37,8 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
 # ---- run -----------------------------------------------------------------------------------
 FROM debian:bookworm-slim
 
-# ca-certificates: TLS to NATS (tls:// URLs) and to an https OTLP collector. (DL3008: as above.)
+# ca-certificates: TLS to NATS (tls:// URLs), to an https OTLP collector, and from the A2A
+# gateway to https webhooks and remote agents. (DL3008: as above.)
 # hadolint ignore=DL3008
 RUN apt-get update \
     && apt-get install -y --no-install-recommends ca-certificates \

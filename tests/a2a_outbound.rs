@@ -23,12 +23,18 @@ use uuid::Uuid;
 /// The fabric (offline after 1.5 s without heartbeats) and a gateway that refreshes remote
 /// cards every second.
 async fn fabric_and_gateway() -> (Fabric, Replica) {
+    fabric_and_gateway_trusting(None).await
+}
+
+/// [`fabric_and_gateway`], the gateway trusting the CA in `ca_file` too.
+async fn fabric_and_gateway_trusting(ca_file: Option<std::path::PathBuf>) -> (Fabric, Replica) {
     let fabric = Fabric::start_directory_with(fast_offline(1_500)).await;
     let config = GatewayConfig {
         listen: SocketAddr::from(([127, 0, 0, 1], free_port())),
         remote_refresh_ms: 1_000,
         remote_heartbeat_ms: 300,
         remote_timeout_ms: 20_000,
+        ca_file,
         ..Default::default()
     };
     let (gateway, Handle::Listening(_)) = Service::Gateway(config)
@@ -43,8 +49,13 @@ async fn fabric_and_gateway() -> (Fabric, Replica) {
 /// `switchboard a2a add <card_url> --as <id>`, then waits until the agent is online with a
 /// live goal (a gateway replica carries it).
 async fn add(fabric: &Fabric, card_url: &str, id: &str) {
+    add_trusting(fabric, card_url, id, &[]).await;
+}
+
+/// [`add`], trusting `roots` beside the system's.
+async fn add_trusting(fabric: &Fabric, card_url: &str, id: &str, roots: &[reqwest::Certificate]) {
     let js = async_nats::jetstream::new(fabric.nats.client().await);
-    let http = a2a_gateway::remote::http_client();
+    let http = a2a_gateway::remote::http_client(roots).unwrap();
     let added = a2a_gateway::remote::add(&js, &http, card_url, Some(id))
         .await
         .unwrap();
@@ -204,6 +215,36 @@ async fn a_remote_that_goes_away_is_offline_and_its_messages_wait_for_it() {
     assert_eq!(done.result.as_deref(), Some("echo: later"));
 }
 
+#[tokio::test]
+async fn a_remote_agent_over_https_is_checked_against_the_trusted_roots() {
+    let dir = tempfile::tempdir().unwrap();
+    let python = PythonAgent::start_tls(dir.path()).await;
+    let ca = dir.path().join("ca.pem");
+    let (fabric, _gateway) = fabric_and_gateway_trusting(Some(ca.clone())).await;
+    // Its CA is not a system root: without it the card is refused, never read unverified.
+    let js = async_nats::jetstream::new(fabric.nats.client().await);
+    let untrusting = a2a_gateway::remote::http_client(&[]).unwrap();
+    let refused =
+        a2a_gateway::remote::add(&js, &untrusting, &python.card_url(), Some("py-tls")).await;
+    assert!(
+        matches!(
+            refused,
+            Err(a2a_gateway::remote::RemoteError::Unreachable { .. })
+        ),
+        "{refused:?}"
+    );
+    // Trusted (`--ca-file`, the gateway's `ca_file`): added, carried, answered over TLS.
+    let roots = a2a_gateway::outbound::read_roots(&ca).unwrap();
+    add_trusting(&fabric, &python.card_url(), "py-tls", &roots).await;
+    let me = fabric.agent("tls-caller").await;
+    let _goal = me.open_goal().await.unwrap();
+    let answer = me
+        .call("py-tls", "over tls", Duration::from_secs(20))
+        .await
+        .unwrap();
+    assert_eq!(answer.body, "echo: over tls");
+}
+
 /// An HTTP server that serves a valid card (its JSON-RPC interface on itself) and answers
 /// every JSON-RPC request with `answer`; returns its card URL and how many posts it got.
 async fn hostile_remote(
@@ -287,7 +328,7 @@ async fn a_hostile_remote_gets_an_error_reply_not_a_crash() {
     }
     // Its card may not send the gateway to another origin, nor may an id shadow an agent.
     let js = async_nats::jetstream::new(fabric.nats.client().await);
-    let http = a2a_gateway::remote::http_client();
+    let http = a2a_gateway::remote::http_client(&[]).unwrap();
     let (card_url, _) = hostile_remote(b"{}").await;
     let taken = a2a_gateway::remote::add(&js, &http, &card_url, Some("caller")).await;
     assert!(

@@ -113,7 +113,7 @@ async fn a_clients_trace_runs_through_the_gateway_into_the_task_service() {
     let js = async_nats::jetstream::new(a2a.fabric.nats.client().await);
     a2a_gateway::remote::add(
         &js,
-        &a2a_gateway::remote::http_client(),
+        &a2a_gateway::remote::http_client(&[]).unwrap(),
         &python.card_url(),
         Some("py-trace"),
     )

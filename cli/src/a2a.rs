@@ -40,6 +40,10 @@ enum A2aCommand {
         /// Its agent id on the fabric (default: made from the card's name).
         #[arg(long = "as", value_name = "AGENT_ID")]
         as_id: Option<String>,
+        /// A PEM file of extra CA certificates to trust for an https card (the gateway's
+        /// `ca_file`); the system's roots are always trusted.
+        #[arg(long, value_name = "PEM")]
+        ca_file: Option<std::path::PathBuf>,
     },
     /// The remote agents carried, with their card URLs and status.
     List,
@@ -54,8 +58,19 @@ enum A2aCommand {
 pub async fn run(args: A2aArgs, json: bool) -> ExitCode {
     let result = match args.command {
         A2aCommand::Token { name } => return token(&name),
-        A2aCommand::Add { card_url, as_id } => {
-            add(&args.nats_url, &card_url, as_id.as_deref(), json).await
+        A2aCommand::Add {
+            card_url,
+            as_id,
+            ca_file,
+        } => {
+            add(
+                &args.nats_url,
+                &card_url,
+                as_id.as_deref(),
+                ca_file.as_deref(),
+                json,
+            )
+            .await
         }
         A2aCommand::List => list(&args.nats_url, json).await,
         A2aCommand::Remove { agent_id } => remove(&args.nats_url, &agent_id, json).await,
@@ -73,11 +88,17 @@ async fn add(
     nats_url: &str,
     card_url: &str,
     as_id: Option<&str>,
+    ca_file: Option<&std::path::Path>,
     json: bool,
 ) -> anyhow::Result<()> {
+    let roots = match ca_file {
+        Some(path) => a2a_gateway::outbound::read_roots(path)
+            .map_err(|err| anyhow::anyhow!("{}: {err}", path.display()))?,
+        None => Vec::new(),
+    };
     let client = crate::nats::connect(nats_url).await?;
     let js = async_nats::jetstream::new(client);
-    let http = a2a_gateway::remote::http_client();
+    let http = a2a_gateway::remote::http_client(&roots)?;
     let added = a2a_gateway::remote::add(&js, &http, card_url, as_id).await?;
     if json {
         println!("{}", serde_json::to_string_pretty(&added)?);

@@ -274,6 +274,7 @@ pub fn state(task: &Value) -> &str {
 pub struct PythonAgent {
     child: tokio::process::Child,
     pub port: u16,
+    tls: bool,
 }
 
 impl PythonAgent {
@@ -284,9 +285,23 @@ impl PythonAgent {
 
     /// Starts it on `port` (again, after [`PythonAgent::stop`]).
     pub async fn start_on(port: u16) -> Self {
-        let child = tokio::process::Command::new(switchboard_testkit::python_bin())
+        Self::spawn(port, None).await
+    }
+
+    /// Starts it serving https with a CA of its own, written to `dir/ca.pem`.
+    pub async fn start_tls(dir: &std::path::Path) -> Self {
+        Self::spawn(free_port(), Some(dir)).await
+    }
+
+    async fn spawn(port: u16, tls: Option<&std::path::Path>) -> Self {
+        let mut command = tokio::process::Command::new(switchboard_testkit::python_bin());
+        command
             .arg(switchboard_testkit::workspace_root().join("tests/python/a2a_echo_server.py"))
-            .args(["--port", &port.to_string()])
+            .args(["--port", &port.to_string()]);
+        if let Some(dir) = tls {
+            command.arg("--tls").arg(dir);
+        }
+        let child = command
             .kill_on_drop(true)
             .spawn()
             .expect("cannot start tests/python/a2a_echo_server.py");
@@ -296,12 +311,20 @@ impl PythonAgent {
         })
         .await;
         assert!(ready, "the a2a-sdk reference agent did not start on {port}");
-        Self { child, port }
+        Self {
+            child,
+            port,
+            tls: tls.is_some(),
+        }
     }
 
     /// Its card's URL.
     pub fn card_url(&self) -> String {
-        format!("http://127.0.0.1:{}/.well-known/agent-card.json", self.port)
+        let scheme = if self.tls { "https" } else { "http" };
+        format!(
+            "{scheme}://127.0.0.1:{}/.well-known/agent-card.json",
+            self.port
+        )
     }
 
     /// Its address.

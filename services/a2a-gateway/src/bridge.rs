@@ -147,7 +147,12 @@ async fn carry(
     pauses: Paused,
     stop: CancellationToken,
 ) {
-    let http = remote::http_client();
+    let http = match remote::http_client(&gateway.roots) {
+        Ok(http) => http,
+        Err(err) => {
+            return tracing::error!(agent_id = %record.agent_id, error = %err, "remote agent not carried");
+        }
+    };
     let mut pause = Duration::from_secs(1);
     while !stop.is_cancelled() {
         match session(&gateway, &http, &record, &pauses, &stop, &mut pause).await {

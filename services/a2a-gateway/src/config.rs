@@ -47,6 +47,9 @@ pub struct GatewayConfig {
     /// Whether push-notification webhooks may point at loopback, private or link-local
     /// addresses (off: such a URL is refused; on for a laptop or a test).
     pub push_allow_private: bool,
+    /// A PEM file of extra CA certificates trusted for remote agents and webhooks over https
+    /// (a private CA); the platform's roots are always trusted.
+    pub ca_file: Option<std::path::PathBuf>,
     /// How often the card of each remote agent (`switchboard a2a add`) is fetched again, in
     /// milliseconds; a card that cannot be fetched takes the agent offline until it can.
     pub remote_refresh_ms: u64,
@@ -72,6 +75,7 @@ impl Default for GatewayConfig {
             max_body_bytes: 1024 * 1024,
             max_streams_per_client: 32,
             push_allow_private: false,
+            ca_file: None,
             remote_refresh_ms: 60_000,
             remote_heartbeat_ms: 10_000,
             remote_timeout_ms: 300_000,

@@ -42,6 +42,8 @@ pub struct Gateway {
     pub(crate) client: Client,
     pub(crate) config: GatewayConfig,
     pub(crate) store: Store,
+    /// Extra CA certificates (`ca_file`) the HTTP clients trust beside the platform's.
+    pub(crate) roots: Vec<reqwest::Certificate>,
     /// The client agents registered by this replica (registration is idempotent; this only
     /// saves a request per call).
     registered: Mutex<HashSet<AgentId>>,
@@ -55,12 +57,18 @@ pub struct Gateway {
 }
 
 impl Gateway {
-    /// A gateway over `client`.
-    pub fn new(client: Client, config: GatewayConfig, store: Store) -> Self {
+    /// A gateway over `client`; its HTTP clients trust `roots` beside the platform's.
+    pub fn new(
+        client: Client,
+        config: GatewayConfig,
+        store: Store,
+        roots: Vec<reqwest::Certificate>,
+    ) -> Self {
         Self {
             client,
             config,
             store,
+            roots,
             registered: Mutex::new(HashSet::new()),
             streams: Arc::default(),
             contexts: Mutex::default(),

@@ -108,7 +108,14 @@ pub async fn start(
     }
     let view = RegistryView::new(js.clone(), agents, goals);
     let store = store::Store::new(events, view.clone(), push);
-    let gateway = Arc::new(Gateway::new(client.clone(), config, store));
+    let roots = match &config.ca_file {
+        None => Vec::new(),
+        Some(path) => outbound::read_roots(path).map_err(|message| StartError::Certificates {
+            path: path.display().to_string(),
+            message,
+        })?,
+    };
+    let gateway = Arc::new(Gateway::new(client.clone(), config, store, roots));
     let micro = micro::start(client, SPEC, Vec::new(), &runtime.requests).await?;
     tracing::info!(
         address = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(),

@@ -112,28 +112,20 @@ pub(crate) async fn checked(
     Ok(config)
 }
 
-/// Whether the gateway may POST to `url`: `http`, and (unless private targets are allowed)
-/// every address the host resolves to is a public one. Returns the host and the address to
+/// Whether the gateway may POST to `url`: `http` or `https`, and (unless private targets are
+/// allowed) every address the host resolves to is a public one. Returns the host and the address to
 /// connect to, so the POST goes where the check looked (no second lookup to rebind).
 pub(crate) async fn allowed_target(url: &str, allow_private: bool) -> Result<Target, GatewayError> {
     let bad = |why: &str| GatewayError::InvalidParams(format!("webhook URL refused: {why}"));
     let parsed = reqwest::Url::parse(url).map_err(|_| bad("not a URL"))?;
-    match parsed.scheme() {
-        "http" => {}
-        // Refused rather than accepted and never delivered: this build's HTTP client has no
-        // TLS (docs/a2a.md, "Push notifications").
-        "https" => {
-            return Err(bad(
-                "https webhooks are not supported by this build yet; use http to a TLS proxy",
-            ));
-        }
-        _ => return Err(bad("only http")),
+    if !matches!(parsed.scheme(), "http" | "https") {
+        return Err(bad("only http and https"));
     }
     if !parsed.username().is_empty() || parsed.password().is_some() {
         return Err(bad("no credentials in the URL; use authentication"));
     }
     let host = parsed.host_str().ok_or_else(|| bad("no host"))?;
-    let port = parsed.port_or_known_default().unwrap_or(80);
+    let port = parsed.port_or_known_default().unwrap_or(443);
     let bare = host.trim_start_matches('[').trim_end_matches(']');
     let addresses: Vec<SocketAddr> = match bare.parse::<IpAddr>() {
         Ok(ip) => vec![SocketAddr::new(ip, port)],
@@ -467,7 +459,13 @@ impl Gateway {
             }
         };
         // Connect to the address just checked, not to whatever a second lookup says.
-        let client = webhook_client(Some(&target));
+        let client = match webhook_client(Some(&target), &self.roots) {
+            Ok(client) => client,
+            Err(err) => {
+                tracing::error!(url = %config.url, error = %err, "no HTTP client for webhooks; will retry");
+                return false;
+            }
+        };
         let mut request = client
             .post(&config.url)
             .header("Content-Type", "application/a2a+json")
@@ -500,15 +498,17 @@ impl Gateway {
 }
 
 /// The HTTP client a webhook is posted with: bounded time, no redirects (a redirect could
-/// point anywhere, past the address check), pinned to the checked address.
-fn webhook_client(target: Option<&Target>) -> reqwest::Client {
-    let mut builder = reqwest::Client::builder()
-        .timeout(WEBHOOK_TIMEOUT)
-        .redirect(reqwest::redirect::Policy::none());
+/// point anywhere, past the address check), pinned to the checked address, TLS with the
+/// platform's roots plus `roots`.
+fn webhook_client(
+    target: Option<&Target>,
+    roots: &[reqwest::Certificate],
+) -> Result<reqwest::Client, reqwest::Error> {
+    let mut builder = crate::outbound::http_builder(roots).timeout(WEBHOOK_TIMEOUT);
     if let Some(target) = target {
         builder = builder.resolve(&target.host, target.address);
     }
-    builder.build().unwrap_or_default()
+    builder.build()
 }
 
 #[cfg(test)]
@@ -563,6 +563,12 @@ mod tests {
         );
         assert!(
             allowed_target("https://93.184.216.34/hook", false)
+                .await
+                .is_ok(),
+            "https webhooks are posted over TLS"
+        );
+        assert!(
+            allowed_target("ftp://93.184.216.34/hook", false)
                 .await
                 .is_err()
         );

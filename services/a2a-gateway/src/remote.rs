@@ -91,37 +91,31 @@ pub enum RemoteError {
     /// As many remote agents as allowed are carried already.
     #[error("{MAX_REMOTES} remote agents are carried already; remove one first")]
     TooMany,
+    /// The HTTP client could not be built (its TLS setup).
+    #[error("the HTTP client: {0}")]
+    Client(String),
     /// Reading or writing the `a2a_remotes` bucket failed.
     #[error("the remote-agent bucket: {0}")]
     Store(String),
 }
 
-/// The HTTP client the gateway reaches remote agents with: no redirects (a redirect could
-/// leave the checked origin), bounded connect time.
-pub fn http_client() -> reqwest::Client {
-    reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .connect_timeout(Duration::from_secs(5))
+/// The HTTP client the gateway reaches remote agents with ([`crate::outbound::http_builder`]:
+/// TLS with the platform's roots plus `extra_roots`, no redirects).
+pub fn http_client(extra_roots: &[reqwest::Certificate]) -> Result<reqwest::Client, RemoteError> {
+    crate::outbound::http_builder(extra_roots)
         .build()
-        .unwrap_or_default()
+        .map_err(|err| RemoteError::Client(err.to_string()))
 }
 
-/// Checks a card URL: http with a host and no credentials (this build's HTTP client has no
-/// TLS; put a TLS proxy in front of an https agent).
+/// Checks a card URL: http or https, with a host and no credentials.
 pub fn check_card_url(url: &str) -> Result<reqwest::Url, RemoteError> {
     let bad = |why| RemoteError::BadUrl {
         url: url.to_owned(),
         why,
     };
     let parsed = reqwest::Url::parse(url).map_err(|_| bad("not a URL"))?;
-    match parsed.scheme() {
-        "http" => {}
-        "https" => {
-            return Err(bad(
-                "https is not supported by this build; use an http proxy",
-            ));
-        }
-        _ => return Err(bad("only http")),
+    if !matches!(parsed.scheme(), "http" | "https") {
+        return Err(bad("only http and https"));
     }
     if parsed.host_str().is_none_or(str::is_empty) {
         return Err(bad("no host"));
@@ -490,14 +484,10 @@ mod tests {
     }
 
     #[test]
-    fn card_urls_are_http_without_credentials() {
+    fn card_urls_are_http_or_https_without_credentials() {
         assert!(check_card_url("http://agent.example/card.json").is_ok());
-        for bad in [
-            "ftp://x/card",
-            "http://u:p@x/card",
-            "https://x/card",
-            "card.json",
-        ] {
+        assert!(check_card_url("https://agent.example/card.json").is_ok());
+        for bad in ["ftp://x/card", "http://u:p@x/card", "card.json"] {
             assert!(check_card_url(bad).is_err(), "{bad}");
         }
     }

@@ -37,6 +37,15 @@ pub enum ConnectError {
     },
 }
 
+/// Makes ring the process's rustls crypto provider (idempotent). reqwest is built without a
+/// provider of its own (the workspace compiles one TLS stack, the one async-nats uses), so
+/// every HTTP client — the OTLP exporter, the A2A gateway's webhooks and remote agents — needs
+/// it installed before it is built.
+pub fn install_crypto_provider() {
+    // An error only says a provider is installed already.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
 /// Connects to NATS as `name` (shown by `nats server report connections` and in server logs).
 pub async fn connect(config: &NatsConfig, name: &str) -> Result<Client, ConnectError> {
     if config.urls.is_empty() {

@@ -305,6 +305,14 @@ pub enum StartError {
     /// The micro service could not start.
     #[error(transparent)]
     Micro(#[from] micro::MicroError),
+    /// A file of CA certificates (the A2A gateway's `ca_file`) could not be read.
+    #[error("reading CA certificates from {path}: {message}")]
+    Certificates {
+        /// The file.
+        path: String,
+        /// Why (missing, not PEM, no certificate in it).
+        message: String,
+    },
     /// An HTTP listener (the A2A gateway's) could not bind its address.
     #[error("listening on {address}: {message}")]
     Listen {

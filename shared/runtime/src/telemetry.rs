@@ -81,6 +81,7 @@ pub fn init(
     config: &TelemetryConfig,
 ) -> Result<TelemetryGuard, TelemetryError> {
     global::set_text_map_propagator(TraceContextPropagator::new());
+    crate::nats::install_crypto_provider();
 
     let filter = match std::env::var("RUST_LOG") {
         Ok(directives) if !directives.is_empty() => directives,
