@@ -143,9 +143,9 @@ impl Gateway {
         text: String,
         parts: Vec<switchboard_proto::Part>,
     ) -> Result<(), GatewayError> {
-        let context = match request.message.context_id.as_deref() {
-            None | Some("") => switchboard_proto::new_id().to_string(),
-            Some(context) if context.len() <= MAX_ID_BYTES => context.to_owned(),
+        let (context, continued) = match request.message.context_id.as_deref() {
+            None | Some("") => (switchboard_proto::new_id().to_string(), false),
+            Some(context) if context.len() <= MAX_ID_BYTES => (context.to_owned(), true),
             Some(_) => {
                 return Err(GatewayError::InvalidParams(format!(
                     "contextId is longer than {MAX_ID_BYTES} bytes"
@@ -169,7 +169,14 @@ impl Gateway {
                 .put_push_config(&id, caller, config, crate::push::MAX_CONFIGS_PER_TASK)
                 .await?;
         }
-        let from_goal_id = self.context_goal(caller, &context).await;
+        // A context the client names has a goal; a fresh one gets it when the client comes
+        // back with it (a goal per one-off message would cost an open and, past the LRU
+        // bound, a close per message).
+        let from_goal_id = if continued {
+            self.context_goal(caller, &context).await
+        } else {
+            None
+        };
         let mut metadata = Map::new();
         metadata.insert(CONTEXT_KEY.to_owned(), Value::String(context));
         metadata.insert(
