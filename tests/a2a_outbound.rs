@@ -153,6 +153,25 @@ async fn a_switchboard_agent_calls_tasks_and_messages_an_a2a_sdk_agent() {
     assert_eq!(question.as_deref(), Some("which colour?"));
     let mut metadata = serde_json::Map::new();
     metadata.insert("task_id".into(), json!(task.task_id.to_string()));
+    // Another agent that learnt the task id cannot answer the question for the requester:
+    // its message is carried as an ordinary one, and the task still waits.
+    let intruder = fabric.agent("intruder").await;
+    let _intruder_goal = intruder.open_goal().await.unwrap();
+    intruder
+        .send(SendRequest {
+            to: Some("py-echo".into()),
+            message: Some("red".into()),
+            metadata: metadata.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert_eq!(
+        me.get_task(task.task_id).await.unwrap().state,
+        TaskState::InputRequired,
+        "only the requester's answer resumes the task"
+    );
     me.send(SendRequest {
         to: Some("py-echo".into()),
         message: Some("blue".into()),
@@ -250,6 +269,20 @@ async fn a_remote_agent_over_https_is_checked_against_the_trusted_roots() {
 async fn hostile_remote(
     answer: &'static [u8],
 ) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    hostile_remote_with(200, answer).await
+}
+
+/// [`hostile_remote`] answering every JSON-RPC request with HTTP `status`.
+async fn hostile_status_remote(
+    status: u16,
+) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    hostile_remote_with(status, b"busy").await
+}
+
+async fn hostile_remote_with(
+    status: u16,
+    answer: &'static [u8],
+) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -275,14 +308,14 @@ async fn hostile_remote(
                 let mut request = vec![0u8; 65_536];
                 let read = socket.read(&mut request).await.unwrap_or(0);
                 let head = String::from_utf8_lossy(&request[..read]);
-                let body: Vec<u8> = if head.starts_with("GET") {
-                    card.into_bytes()
+                let (status, body): (u16, Vec<u8>) = if head.starts_with("GET") {
+                    (200, card.into_bytes())
                 } else {
                     counted.fetch_add(1, Ordering::SeqCst);
-                    answer.to_vec()
+                    (status, answer.to_vec())
                 };
                 let header = format!(
-                    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                    "HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
                     body.len()
                 );
                 let _ = socket.write_all(header.as_bytes()).await;
@@ -326,6 +359,20 @@ async fn a_hostile_remote_gets_an_error_reply_not_a_crash() {
             "{id}: sent once, not retried"
         );
     }
+    // A remote whose card answers but whose JSON-RPC endpoint is overloaded (503): the call
+    // is tried 5 times, then answered as given up, never left for the dead letters.
+    let (card_url, posts) = hostile_status_remote(503).await;
+    add(&fabric, &card_url, "overloaded").await;
+    let answer = me
+        .call("overloaded", "hello", Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert!(
+        answer.body.contains("HTTP 503"),
+        "given up with the reason: {}",
+        answer.body
+    );
+    assert_eq!(posts.load(std::sync::atomic::Ordering::SeqCst), 5);
     // Its card may not send the gateway to another origin, nor may an id shadow an agent.
     let js = async_nats::jetstream::new(fabric.nats.client().await);
     let http = a2a_gateway::remote::http_client(&[]).unwrap();
@@ -355,5 +402,8 @@ async fn a_hostile_remote_gets_an_error_reply_not_a_crash() {
             .collect::<Vec<_>>(),
     )
     .unwrap();
-    assert_eq!(value, json!(["not-json", "rpc-error", "wrong-shape"]));
+    assert_eq!(
+        value,
+        json!(["not-json", "overloaded", "rpc-error", "wrong-shape"])
+    );
 }

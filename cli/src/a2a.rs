@@ -35,7 +35,8 @@ enum A2aCommand {
         after_help = "Example:\n  switchboard a2a add http://10.0.0.7:8000/.well-known/agent-card.json --as translator\n  # then: switchboard call --as me translator 'bonjour?'"
     )]
     Add {
-        /// Where the agent's card is (http; the JSON-RPC interface must be on the same origin).
+        /// Where the agent's card is (http or https; the JSON-RPC interface must be on the same
+        /// origin).
         card_url: String,
         /// Its agent id on the fabric (default: made from the card's name).
         #[arg(long = "as", value_name = "AGENT_ID")]
@@ -103,20 +104,25 @@ async fn add(
     if json {
         println!("{}", serde_json::to_string_pretty(&added)?);
     } else {
+        // The name, URL and skills come from the remote's card: no control characters
+        // (terminal escapes) reach the operator's terminal.
+        let printable =
+            |text: &str| -> String { text.chars().filter(|c| !c.is_control()).collect() };
+        let skills: Vec<String> = added.skills.iter().map(|skill| printable(skill)).collect();
         println!(
             "added `{}` ({}): JSON-RPC {}, {}; skills: {}",
             added.remote.agent_id,
-            added.name,
-            added.jsonrpc_url,
+            printable(&added.name),
+            printable(&added.jsonrpc_url),
             if added.streaming {
                 "streaming"
             } else {
                 "not streaming"
             },
-            if added.skills.is_empty() {
+            if skills.is_empty() {
                 "none".to_owned()
             } else {
-                added.skills.join(", ")
+                skills.join(", ")
             }
         );
         println!("a gateway replica registers it within a few seconds");

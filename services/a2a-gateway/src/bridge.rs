@@ -8,7 +8,8 @@
 //! its inbox until it can.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_nats::jetstream;
@@ -18,9 +19,10 @@ use switchboard_proto::registry::{GoalOpenRequest, HeartbeatRequest};
 use switchboard_proto::subject::RegistryOp;
 use switchboard_runtime::CancellationToken;
 use switchboard_runtime::lease::Lease;
+use switchboard_runtime::request::request_json;
 
 use crate::carrier::Carrier;
-use crate::gateway::Gateway;
+use crate::gateway::{Gateway, SERVICE_TIMEOUT};
 use crate::outbound::RemoteClient;
 use crate::remote::{self, RemoteAgent};
 use crate::store::Paused;
@@ -39,13 +41,17 @@ pub(crate) async fn run(
     js: jetstream::Context,
     shutdown: CancellationToken,
 ) {
-    let (remotes, leases) = match (
+    let buckets = (
         remote::bucket(&js).await,
         js.get_key_value(switchboard_proto::A2A_LEASES_BUCKET).await,
-    ) {
-        (Ok(remotes), Ok(leases)) => (remotes, leases),
-        (Err(err), _) => return tracing::error!(error = %err, "remote agents not carried"),
-        (_, Err(err)) => return tracing::error!(error = %err, "remote agents not carried"),
+        js.get_key_value(switchboard_proto::A2A_PAUSED_BUCKET).await,
+    );
+    let (remotes, leases, paused) = match buckets {
+        (Ok(remotes), Ok(leases), Ok(paused)) => (remotes, leases, Paused::new(paused)),
+        (Err(err), _, _) => return tracing::error!(error = %err, "remote agents not carried"),
+        (_, Err(err), _) | (_, _, Err(err)) => {
+            return tracing::error!(error = %err, "remote agents not carried");
+        }
     };
     let holder = switchboard_proto::new_id().to_string();
     let mut carried: HashMap<AgentId, Carried> = HashMap::new();
@@ -56,6 +62,20 @@ pub(crate) async fn run(
             () = shutdown.cancelled() => break,
             _ = ticker.tick() => {}
         }
+        // Renew first, whatever the listing does: a lease lapses only when this replica
+        // stops renewing it. Stopping runs beside the loop, never holding up a renewal.
+        let mut lost = Vec::new();
+        for (id, held) in &mut carried {
+            if !held.lease.renew().await {
+                lost.push(id.clone());
+            }
+        }
+        for id in lost {
+            tracing::warn!(agent_id = %id, "remote agent's lease lost; another replica carries it");
+            if let Some(held) = carried.remove(&id) {
+                tokio::spawn(held.stop(None));
+            }
+        }
         let wanted = match remote::list(&remotes).await {
             Ok(wanted) => wanted,
             Err(err) => {
@@ -63,7 +83,8 @@ pub(crate) async fn run(
                 continue;
             }
         };
-        // Give up what was removed or changed (a changed record starts afresh below).
+        // Give up what was removed (and deregister it: its open work fails over to nobody)
+        // or changed (a changed record starts afresh below).
         let gone: Vec<AgentId> = carried
             .iter()
             .filter(|(id, held)| {
@@ -74,30 +95,24 @@ pub(crate) async fn run(
             .map(|(id, _)| id.clone())
             .collect();
         for id in gone {
+            let removed = !wanted.iter().any(|w| w.agent_id == id);
             if let Some(held) = carried.remove(&id) {
-                held.stop().await;
+                tokio::spawn(held.stop(removed.then(|| Arc::clone(&gateway))));
             }
         }
         for record in wanted {
             let id = record.agent_id.clone();
-            if let Some(held) = carried.get_mut(&id) {
-                if !held.lease.renew().await {
-                    tracing::warn!(agent_id = %id, "remote agent's lease lost; another replica carries it");
-                    if let Some(held) = carried.remove(&id) {
-                        held.stop().await;
-                    }
-                }
+            if carried.contains_key(&id) {
                 continue;
             }
             let mut lease = Lease::new(leases.clone(), id.as_str(), holder.clone());
             if lease.acquire().await {
                 tracing::info!(agent_id = %id, card_url = %record.card_url, "carrying remote agent");
                 let stop = shutdown.child_token();
-                let pauses = Paused::new(remotes.clone());
                 let task = tokio::spawn(carry(
                     Arc::clone(&gateway),
                     record.clone(),
-                    pauses,
+                    paused.clone(),
                     stop.clone(),
                 ));
                 carried.insert(
@@ -112,9 +127,7 @@ pub(crate) async fn run(
             }
         }
     }
-    for (_, held) in carried.drain() {
-        held.stop().await;
-    }
+    futures::future::join_all(carried.into_values().map(|held| held.stop(None))).await;
 }
 
 /// A remote agent this replica carries.
@@ -126,8 +139,10 @@ struct Carried {
 }
 
 impl Carried {
-    /// Stops carrying (bounded wait) and gives the lease up so another replica can take it.
-    async fn stop(mut self) {
+    /// Stops carrying (bounded wait), deregisters the agent when `deregister` says (it was
+    /// removed: `switchboard a2a remove`), and gives the lease up so another replica can take
+    /// it.
+    async fn stop(mut self, deregister: Option<Arc<Gateway>>) {
         self.stop.cancel();
         if tokio::time::timeout(Duration::from_secs(10), &mut self.task)
             .await
@@ -135,12 +150,69 @@ impl Carried {
         {
             self.task.abort();
         }
+        if let Some(gateway) = deregister {
+            let id = &self.record.agent_id;
+            let deregistered: Result<Value, _> = request_json(
+                &gateway.client,
+                &RegistryOp::Deregister.subject(id),
+                &serde_json::json!({}),
+                SERVICE_TIMEOUT,
+            )
+            .await;
+            match deregistered {
+                Ok(_) => tracing::info!(agent_id = %id, "remote agent removed and deregistered"),
+                Err(err) => {
+                    tracing::warn!(agent_id = %id, error = %err, "removed remote agent not deregistered")
+                }
+            }
+        }
         self.lease.release().await;
     }
 }
 
-/// Carries one remote agent until `stop`: a session while its card can be fetched, a pause
-/// (doubling to 30 s) after it cannot.
+/// How often one message may fail to reach a remote that answers its card (5xx, 429, reset)
+/// before it is given up with a clear answer: below the inbox's 10 hand-outs, so a message is
+/// never moved to the dead letters unanswered.
+const MAX_ATTEMPTS: u32 = 5;
+
+/// What outlives one session of a carried agent: how often each message failed to reach the
+/// remote, and whether the last session carried anything (then the pause before the next
+/// starts short again).
+#[derive(Debug, Default)]
+pub(crate) struct Attempts {
+    failed: Mutex<HashMap<u64, u32>>,
+    pub(crate) carried: AtomicBool,
+}
+
+impl Attempts {
+    /// Counts a failure of message `seq`; true when it was the last one allowed.
+    pub(crate) fn failed(&self, seq: u64) -> bool {
+        let mut failed = self.failed.lock().unwrap_or_else(PoisonError::into_inner);
+        let count = failed.entry(seq).or_default();
+        *count += 1;
+        *count >= MAX_ATTEMPTS
+    }
+
+    /// Whether message `seq` has one attempt left.
+    pub(crate) fn last(&self, seq: u64) -> bool {
+        let failed = self.failed.lock().unwrap_or_else(PoisonError::into_inner);
+        failed
+            .get(&seq)
+            .is_some_and(|count| count + 1 >= MAX_ATTEMPTS)
+    }
+
+    pub(crate) fn done(&self, seq: u64) {
+        self.failed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&seq);
+        self.carried.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Carries one remote agent until `stop`: a session while its card can be fetched and its
+/// messages reach it, a pause after each session that ends otherwise (1 s after one that
+/// carried a message, else doubling to 30 s).
 async fn carry(
     gateway: Arc<Gateway>,
     record: RemoteAgent,
@@ -153,14 +225,18 @@ async fn carry(
             return tracing::error!(agent_id = %record.agent_id, error = %err, "remote agent not carried");
         }
     };
+    let attempts = Arc::new(Attempts::default());
     let mut pause = Duration::from_secs(1);
     while !stop.is_cancelled() {
-        match session(&gateway, &http, &record, &pauses, &stop, &mut pause).await {
+        match session(&gateway, &http, &record, &pauses, &attempts, &stop).await {
             Ok(()) => return,
             Err(err) => tracing::warn!(
                 agent_id = %record.agent_id, error = %err,
                 "remote agent unreachable; its messages wait in its inbox"
             ),
+        }
+        if attempts.carried.swap(false, Ordering::Relaxed) {
+            pause = Duration::from_secs(1);
         }
         tokio::select! {
             () = stop.cancelled() => return,
@@ -177,8 +253,8 @@ async fn session(
     http: &reqwest::Client,
     record: &RemoteAgent,
     pauses: &Paused,
+    attempts: &Arc<Attempts>,
     stop: &CancellationToken,
-    pause: &mut Duration,
 ) -> Result<(), String> {
     let card = remote::fetch_card(http, &record.card_url)
         .await
@@ -188,12 +264,14 @@ async fn session(
     let carrier = Carrier {
         gateway: Arc::clone(gateway),
         agent: id.clone(),
+        card_url: record.card_url.clone(),
         goal: record.goal_id,
         client: RemoteClient::new(http.clone(), url),
         streaming: card.capabilities.streaming == Some(true),
         pauses: pauses.clone(),
+        attempts: Arc::clone(attempts),
     };
-    carrier.register(&card, &record.card_url).await?;
+    carrier.register(&card).await?;
     carrier
         .fabric::<Value>(
             &RegistryOp::GoalOpen.subject(id),
@@ -202,17 +280,17 @@ async fn session(
                 kind: None,
             },
         )
-        .await?;
-    *pause = Duration::from_secs(1);
+        .await
+        .map_err(|failure| failure.to_string())?;
     // Heartbeats and card refreshes run beside the inbox loop (never cancelling a fetch,
     // which would count as a hand-out of its messages); a card that cannot be fetched ends
-    // the session.
-    let lost = stop.child_token();
-    let keep_alive = keep_alive(&carrier, http, record, lost.clone());
-    let serve = carrier.serve(&lost);
+    // the session, and so does the inbox loop when a message cannot reach the remote.
+    let ended = stop.child_token();
+    let keep_alive = keep_alive(&carrier, http, record, ended.clone());
+    let serve = carrier.serve(&ended);
     let (reason, ()) = tokio::join!(keep_alive, async {
         serve.await;
-        lost.cancel();
+        ended.cancel();
     });
     if stop.is_cancelled() {
         return Ok(());
@@ -220,13 +298,14 @@ async fn session(
     Err(reason)
 }
 
-/// Heartbeats every `remote_heartbeat_ms` and refreshes the card every `remote_refresh_ms` until `lost`;
-/// returns why it stopped (a card that cannot be fetched, or the remote unreachable).
+/// Heartbeats every `remote_heartbeat_ms` and refreshes the card every `remote_refresh_ms`
+/// until `ended`; returns why the session ended (a card that cannot be fetched, or the inbox
+/// loop giving up: the remote or the fabric unreachable).
 async fn keep_alive(
     carrier: &Carrier,
     http: &reqwest::Client,
     record: &RemoteAgent,
-    lost: CancellationToken,
+    ended: CancellationToken,
 ) -> String {
     let mut heartbeat = tokio::time::interval(Duration::from_millis(
         carrier.gateway.config.remote_heartbeat_ms,
@@ -236,7 +315,9 @@ async fn keep_alive(
         tokio::time::interval_at(tokio::time::Instant::now() + refresh_every, refresh_every);
     loop {
         tokio::select! {
-            () = lost.cancelled() => return "the remote agent stopped answering".to_owned(),
+            () = ended.cancelled() => {
+                return "a message could not reach the remote agent, or the inbox service".to_owned();
+            }
             _ = heartbeat.tick() => {
                 let beat = HeartbeatRequest::default();
                 if let Err(err) = carrier
@@ -248,15 +329,35 @@ async fn keep_alive(
             }
             _ = refresh.tick() => match remote::fetch_card(http, &record.card_url).await {
                 Ok(card) => {
-                    if let Err(err) = carrier.register(&card, &record.card_url).await {
+                    if let Err(err) = carrier.register(&card).await {
                         tracing::warn!(agent_id = %carrier.agent, error = %err, "card not refreshed");
                     }
                 }
                 Err(err) => {
-                    lost.cancel();
+                    ended.cancel();
                     return err.to_string();
                 }
             },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_message_has_five_attempts() {
+        let attempts = Attempts::default();
+        for _ in 1..MAX_ATTEMPTS {
+            assert!(!attempts.failed(7));
+        }
+        assert!(
+            attempts.last(7),
+            "four failed: the fifth attempt is the last"
+        );
+        assert!(attempts.failed(7));
+        attempts.done(7);
+        assert!(!attempts.last(7));
     }
 }

@@ -11,7 +11,7 @@
 //!   an ordinary message `in_reply_to` it.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use a2a::{Message, Part as A2aPart, Role, SendMessageRequest};
@@ -20,14 +20,16 @@ use serde::Serialize;
 use serde_json::Value;
 use switchboard_proto::call::ReplyRequest;
 use switchboard_proto::inbox::{AckRequest, FetchReply, FetchRequest, FetchedMessage};
+use switchboard_proto::registry::LookupReply;
 use switchboard_proto::send::SendRequest;
 use switchboard_proto::subject::{self, RegistryOp};
 use switchboard_proto::task::{TaskAction, TaskOp, TaskReply, TaskRequestOp};
 use switchboard_proto::{AgentId, GoalId, InboxMessage, MessageKind, TaskState};
 use switchboard_runtime::CancellationToken;
-use switchboard_runtime::request::request_json;
+use switchboard_runtime::request::{RequestFailure, request_json};
 use tracing::Instrument;
 
+use crate::bridge::Attempts;
 use crate::gateway::{Gateway, SERVICE_TIMEOUT};
 use crate::outbound::{OutboundError, Outcome, RemoteClient, fit};
 use crate::remote;
@@ -40,10 +42,22 @@ const FETCH_WAIT_MS: i64 = 5_000;
 pub(crate) struct Carrier {
     pub(crate) gateway: Arc<Gateway>,
     pub(crate) agent: AgentId,
+    pub(crate) card_url: String,
     pub(crate) goal: GoalId,
     pub(crate) client: RemoteClient,
     pub(crate) streaming: bool,
     pub(crate) pauses: Paused,
+    pub(crate) attempts: Arc<Attempts>,
+}
+
+/// A failed request to a service, as the carrier sees it: a refusal is final, anything else
+/// (no responders, a timeout) means the fabric is away and the message is carried again.
+fn away(failure: RequestFailure) -> OutboundError {
+    OutboundError::Unreachable(format!("the fabric: {failure}"))
+}
+
+fn refused(failure: &RequestFailure) -> bool {
+    matches!(failure, RequestFailure::Service(_))
 }
 
 impl Carrier {
@@ -52,30 +66,45 @@ impl Carrier {
         &self,
         subject: &str,
         body: &impl Serialize,
-    ) -> Result<Resp, String> {
-        request_json(&self.gateway.client, subject, body, SERVICE_TIMEOUT)
-            .await
-            .map_err(|failure| failure.to_string())
+    ) -> Result<Resp, RequestFailure> {
+        request_json(&self.gateway.client, subject, body, SERVICE_TIMEOUT).await
     }
 
-    pub(crate) async fn register(
-        &self,
-        card: &a2a::AgentCard,
-        card_url: &str,
-    ) -> Result<(), String> {
-        let ours = remote::fabric_card(&self.agent, card, card_url);
+    /// Registers the agent with a card made from `card`, unless the id is now held by an
+    /// agent that is not this remote (registered after `a2a add`): its card is never
+    /// overwritten.
+    pub(crate) async fn register(&self, card: &a2a::AgentCard) -> Result<(), String> {
+        let lookup = serde_json::json!({ "agent_id": self.agent });
+        let found: Result<LookupReply, _> = self
+            .fabric(&RegistryOp::Lookup.subject(&self.agent), &lookup)
+            .await;
+        if let Ok(found) = found
+            && found
+                .card
+                .metadata
+                .get(remote::CARD_URL_KEY)
+                .and_then(Value::as_str)
+                != Some(self.card_url.as_str())
+        {
+            return Err(format!(
+                "`{}` is registered by an agent that is not this remote; not carried",
+                self.agent
+            ));
+        }
+        let ours = remote::fabric_card(&self.agent, card, &self.card_url);
         self.fabric::<Value>(&RegistryOp::Register.subject(&self.agent), &ours)
             .await
             .map(|_| ())
+            .map_err(|failure| failure.to_string())
     }
 
     /// Reads the inbox in batches of `remote_concurrency`, carries each batch at once, and
-    /// acknowledges it with the next fetch; returns when `lost` or the remote is unreachable.
-    pub(crate) async fn serve(&self, lost: &CancellationToken) {
+    /// acknowledges it with the next fetch; returns when `ended` or the remote is unreachable.
+    pub(crate) async fn serve(&self, ended: &CancellationToken) {
         let max = self.gateway.config.remote_concurrency;
         let mut done: Option<u64> = None;
         let mut failures = 0;
-        while !lost.is_cancelled() {
+        while !ended.is_cancelled() {
             let fetch = FetchRequest {
                 goal_id: self.goal,
                 max: Some(max),
@@ -94,7 +123,8 @@ impl Carrier {
                     tracing::warn!(agent_id = %self.agent, error = %err, "inbox fetch failed");
                     failures += 1;
                     if failures >= 5 {
-                        lost.cancel();
+                        self.ack(done).await;
+                        ended.cancel();
                         return;
                     }
                     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -114,7 +144,7 @@ impl Carrier {
                 if let Err(err) = result {
                     tracing::warn!(agent_id = %self.agent, error = %err, "remote agent unreachable mid-batch");
                     self.ack(through).await;
-                    lost.cancel();
+                    ended.cancel();
                     return;
                 }
                 through = Some(fetched.seq);
@@ -140,7 +170,8 @@ impl Carrier {
     }
 
     /// Carries one message in a span continuing its sender's trace; `Err` only when the
-    /// remote could not be reached (the message stays in the inbox).
+    /// remote (or the fabric) could not be reached and the message has attempts left (it
+    /// stays in the inbox). On its last attempt a message is answered as given up.
     async fn carry_traced(&self, fetched: &FetchedMessage) -> Result<(), OutboundError> {
         let message = &fetched.message;
         let span = tracing::info_span!(
@@ -162,27 +193,33 @@ impl Carrier {
             }
         }
         switchboard_runtime::telemetry::set_parent_from(&span, Some(&headers));
-        self.carry(message).instrument(span).await.or_else(|err| {
-            if err.is_transient() {
-                Err(err)
-            } else {
-                // A refusal or a broken answer is the remote's final word: reported where
-                // the message came from, never retried.
-                tracing::info!(agent_id = %self.agent, error = %err, "remote agent refused a message");
+        let last = self.attempts.last(fetched.seq);
+        match self.carry(message, last).instrument(span).await {
+            Ok(()) => {
+                self.attempts.done(fetched.seq);
                 Ok(())
             }
-        })
+            Err(err) if err.is_transient() && !self.attempts.failed(fetched.seq) => Err(err),
+            Err(err) => {
+                // A refusal or a broken answer is the remote's final word (reported where
+                // the message came from); so is the last attempt.
+                tracing::info!(agent_id = %self.agent, error = %err, "message given up");
+                self.attempts.done(fetched.seq);
+                Ok(())
+            }
+        }
     }
 
-    async fn carry(&self, message: &InboxMessage) -> Result<(), OutboundError> {
+    /// `last`: this is the message's last attempt, so an unreachable remote is final too.
+    async fn carry(&self, message: &InboxMessage, last: bool) -> Result<(), OutboundError> {
         match message.kind {
-            MessageKind::Request => self.call(message).await,
-            MessageKind::Task => self.task(message).await,
+            MessageKind::Request => self.call(message, last).await,
+            MessageKind::Task => self.task(message, last).await,
             MessageKind::Message | MessageKind::Notify => {
                 if let Some(paused) = self.paused_answered(message).await {
-                    return self.resume(message, paused).await;
+                    return self.resume(message, paused, last).await;
                 }
-                self.message(message).await
+                self.message(message, last).await
             }
             MessageKind::Response | MessageKind::TaskUpdate => {
                 tracing::debug!(agent_id = %self.agent, kind = ?message.kind, "nothing to carry");
@@ -191,13 +228,19 @@ impl Carrier {
         }
     }
 
-    /// A call: the remote's answer is the reply (its failure, a reply saying so).
-    async fn call(&self, message: &InboxMessage) -> Result<(), OutboundError> {
+    /// A call: the remote's answer is the reply (its failure, a reply saying so). A call
+    /// whose caller stopped waiting is not sent.
+    async fn call(&self, message: &InboxMessage, last: bool) -> Result<(), OutboundError> {
         let Some(correlation_id) = message.correlation_id else {
             return Ok(());
         };
+        let left = call_time_left(message);
+        if left.is_some_and(|left| left.is_zero()) {
+            tracing::info!(agent_id = %self.agent, %correlation_id, "call past its deadline; not sent");
+            return Ok(());
+        }
         let request = self.request(message, None);
-        let answer = match self.exchange(&request, None).await {
+        let answer = match self.exchange(&request, None, left).await {
             Ok(outcome) => match outcome.state {
                 Some(
                     a2a::TaskState::Failed | a2a::TaskState::Rejected | a2a::TaskState::Canceled,
@@ -207,7 +250,7 @@ impl Carrier {
                 )),
                 _ => outcome.answer(),
             },
-            Err(err) if err.is_transient() => return Err(err),
+            Err(err) if err.is_transient() && !last => return Err(err),
             Err(err) => fit(format!("the remote agent did not answer: {err}")),
         };
         let reply = ReplyRequest {
@@ -215,22 +258,26 @@ impl Carrier {
             message: Some(answer),
             parts: Vec::new(),
         };
-        if let Err(err) = self
+        match self
             .fabric::<Value>(&subject::reply(&self.agent), &reply)
             .await
         {
-            tracing::info!(agent_id = %self.agent, %correlation_id, error = %err, "call answer not taken");
+            Ok(_) => Ok(()),
+            Err(failure) if !refused(&failure) => Err(away(failure)),
+            Err(failure) => {
+                tracing::info!(agent_id = %self.agent, %correlation_id, error = %failure, "call answer not taken");
+                Ok(())
+            }
         }
-        Ok(())
     }
 
     /// A plain message: sent; what the remote answers goes back to the sender.
-    async fn message(&self, message: &InboxMessage) -> Result<(), OutboundError> {
+    async fn message(&self, message: &InboxMessage, last: bool) -> Result<(), OutboundError> {
         let request = self.request(message, None);
-        let answer = match self.exchange(&request, None).await {
+        let answer = match self.exchange(&request, None, None).await {
             Ok(outcome) => outcome.answer(),
-            Err(err) if err.is_transient() => return Err(err),
-            Err(err) => fit(format!("the remote agent refused the message: {err}")),
+            Err(err) if err.is_transient() && !last => return Err(err),
+            Err(err) => fit(format!("the remote agent did not take the message: {err}")),
         };
         let send = SendRequest {
             to: Some(message.from_agent_id.to_string()),
@@ -240,17 +287,21 @@ impl Carrier {
             from_goal_id: Some(self.goal),
             ..Default::default()
         };
-        if let Err(err) = self
+        match self
             .fabric::<Value>(&subject::send(&self.agent), &send)
             .await
         {
-            tracing::info!(agent_id = %self.agent, error = %err, "answer not delivered to the sender");
+            Ok(_) => Ok(()),
+            Err(failure) if !refused(&failure) => Err(away(failure)),
+            Err(failure) => {
+                tracing::info!(agent_id = %self.agent, error = %failure, "answer not delivered to the sender");
+                Ok(())
+            }
         }
-        Ok(())
     }
 
     /// A task: accepted, started, carried to the remote, settled by its outcome.
-    async fn task(&self, message: &InboxMessage) -> Result<(), OutboundError> {
+    async fn task(&self, message: &InboxMessage, last: bool) -> Result<(), OutboundError> {
         let Some(task) = &message.task else {
             return Ok(());
         };
@@ -261,21 +312,24 @@ impl Carrier {
         };
         // Taken already: carried before, and the remote could not be reached or this gateway
         // stopped before the end; carried again unless it moved on since.
-        if let Err(err) = self.op(TaskOp::Accept, accept).await {
-            let get = TaskAction {
-                task_id: Some(task.id),
-                ..Default::default()
-            };
-            let reply: Result<TaskReply, String> = self
-                .fabric(&TaskRequestOp::Get.subject(&self.agent), &get)
-                .await;
-            let ours = reply.as_ref().is_ok_and(|reply| {
-                reply.task.assignee == self.agent
-                    && matches!(reply.task.state, TaskState::Accepted | TaskState::Working)
-            });
-            if !ours {
-                tracing::info!(agent_id = %self.agent, task_id = %task.id, error = %err, "task not taken");
-                return Ok(());
+        match self.op(TaskOp::Accept, accept).await {
+            Ok(_) => {}
+            Err(failure) if !refused(&failure) => return Err(away(failure)),
+            Err(refusal) => {
+                let get = TaskAction {
+                    task_id: Some(task.id),
+                    ..Default::default()
+                };
+                let reply: TaskReply = self
+                    .fabric(&TaskRequestOp::Get.subject(&self.agent), &get)
+                    .await
+                    .map_err(away)?;
+                let ours = reply.task.assignee == self.agent
+                    && matches!(reply.task.state, TaskState::Accepted | TaskState::Working);
+                if !ours {
+                    tracing::info!(agent_id = %self.agent, task_id = %task.id, error = %refusal, "task not taken");
+                    return Ok(());
+                }
             }
         }
         let start = TaskAction {
@@ -283,9 +337,13 @@ impl Carrier {
             ..Default::default()
         };
         // Refused when it is working already (carried again): that is where it should be.
-        let _ = self.op(TaskOp::Start, start).await;
+        if let Err(failure) = self.op(TaskOp::Start, start).await
+            && !refused(&failure)
+        {
+            return Err(away(failure));
+        }
         let request = self.request(message, None);
-        self.run_task(task.id, &request).await
+        self.run_task(task.id, &request, last).await
     }
 
     /// Sends `request` for Switchboard task `task_id` and settles the task by the outcome.
@@ -293,32 +351,32 @@ impl Carrier {
         &self,
         task_id: uuid::Uuid,
         request: &SendMessageRequest,
+        last: bool,
     ) -> Result<(), OutboundError> {
-        let outcome = match self.exchange(request, Some(task_id)).await {
-            Ok(outcome) => outcome,
-            Err(err) if err.is_transient() => return Err(err),
-            Err(err) => {
-                let fail = TaskAction {
-                    task_id: Some(task_id),
-                    message: Some(fit(err.to_string())),
-                    ..Default::default()
-                };
-                let _ = self.op(TaskOp::Fail, fail).await;
-                return Ok(());
-            }
-        };
         let action = |message: String, parts| TaskAction {
             task_id: Some(task_id),
             message: Some(message),
             parts,
             ..Default::default()
         };
-        let result = match outcome.state {
+        let outcome = match self.exchange(request, Some(task_id), None).await {
+            Ok(outcome) => outcome,
+            Err(err) if err.is_transient() && !last => return Err(err),
+            Err(err) => {
+                return self
+                    .settle(TaskOp::Fail, action(fit(err.to_string()), Vec::new()))
+                    .await;
+            }
+        };
+        match outcome.state {
             Some(a2a::TaskState::InputRequired | a2a::TaskState::AuthRequired) => {
-                if let Some((remote_task_id, context_id)) = outcome.remote_task.clone() {
+                if let (Some((remote_task_id, context_id)), Some(requester)) =
+                    (outcome.remote_task.clone(), self.requester(task_id).await?)
+                {
                     let paused = PausedTask {
                         remote_task_id,
                         context_id,
+                        requester,
                     };
                     self.pauses.put(&task_id, &paused).await;
                 }
@@ -327,33 +385,66 @@ impl Carrier {
                     .clone()
                     .map(fit)
                     .unwrap_or_else(|| outcome.answer());
-                self.op(TaskOp::InputRequired, action(question, Vec::new()))
+                self.settle(TaskOp::InputRequired, action(question, Vec::new()))
                     .await
             }
             Some(a2a::TaskState::Failed | a2a::TaskState::Rejected | a2a::TaskState::Canceled) => {
-                self.op(TaskOp::Fail, action(outcome.answer(), Vec::new()))
+                self.settle(TaskOp::Fail, action(outcome.answer(), Vec::new()))
                     .await
             }
             Some(a2a::TaskState::Completed) | None => {
-                self.op(
-                    TaskOp::Complete,
-                    action(outcome.answer(), outcome.parts.clone()),
-                )
-                .await
+                let complete = action(outcome.answer(), outcome.parts.clone());
+                match self.op(TaskOp::Complete, complete).await {
+                    Ok(_) => Ok(()),
+                    Err(failure) if !refused(&failure) => Err(away(failure)),
+                    // Refused (an answer the task service will not store, a task canceled
+                    // meanwhile): the task fails with why, rather than staying at work.
+                    Err(refusal) => {
+                        let reason = fit(format!("the remote's answer was not taken: {refusal}"));
+                        self.settle(TaskOp::Fail, action(reason, Vec::new())).await
+                    }
+                }
             }
             Some(other) => {
                 let reason = format!("the remote task stopped in state {other:?} before its end");
-                self.op(TaskOp::Fail, action(reason, Vec::new())).await
+                self.settle(TaskOp::Fail, action(reason, Vec::new())).await
             }
-        };
-        if let Err(err) = result {
-            tracing::info!(agent_id = %self.agent, %task_id, error = %err, "task not settled");
         }
-        Ok(())
     }
 
-    /// The paused task `message` answers (a message in reply to a task's question carries
-    /// `metadata.task_id`).
+    /// A transition that ends this carrying of the task: refused is logged (the task moved
+    /// on meanwhile), the fabric away is carried again.
+    async fn settle(&self, op: TaskOp, action: TaskAction) -> Result<(), OutboundError> {
+        let task_id = action.task_id;
+        match self.op(op, action).await {
+            Ok(_) => Ok(()),
+            Err(failure) if !refused(&failure) => Err(away(failure)),
+            Err(refusal) => {
+                tracing::info!(agent_id = %self.agent, ?task_id, error = %refusal, "task not settled");
+                Ok(())
+            }
+        }
+    }
+
+    /// The requester of task `task_id` (who alone may answer its question).
+    async fn requester(&self, task_id: uuid::Uuid) -> Result<Option<AgentId>, OutboundError> {
+        let get = TaskAction {
+            task_id: Some(task_id),
+            ..Default::default()
+        };
+        match self
+            .fabric::<TaskReply>(&TaskRequestOp::Get.subject(&self.agent), &get)
+            .await
+        {
+            Ok(reply) => Ok(Some(reply.task.requester)),
+            Err(failure) if !refused(&failure) => Err(away(failure)),
+            Err(_) => Ok(None),
+        }
+    }
+
+    /// The paused task `message` answers: it names the task (`metadata.task_id`, as the
+    /// requester's answer does) and comes from that task's requester; anyone else's message
+    /// naming it is an ordinary message.
     async fn paused_answered(&self, message: &InboxMessage) -> Option<(uuid::Uuid, PausedTask)> {
         let task_id = message
             .metadata
@@ -361,42 +452,47 @@ impl Carrier {
             .as_str()?
             .parse::<uuid::Uuid>()
             .ok()?;
-        Some((task_id, self.pauses.get(&task_id).await?))
+        let paused = self.pauses.get(&task_id).await?;
+        (paused.requester == message.from_agent_id).then_some((task_id, paused))
     }
 
-    /// The requester's answer goes into the paused remote task, which then runs on.
+    /// The requester's answer goes into the paused remote task, which then runs on; the pause
+    /// is forgotten once that run is over (a run that could not reach the remote keeps it, so
+    /// the answer is carried again as an answer).
     async fn resume(
         &self,
         message: &InboxMessage,
         (task_id, paused): (uuid::Uuid, PausedTask),
+        last: bool,
     ) -> Result<(), OutboundError> {
-        let _ = self
-            .op(
-                TaskOp::Start,
-                TaskAction {
-                    task_id: Some(task_id),
-                    ..Default::default()
-                },
-            )
-            .await;
+        let start = TaskAction {
+            task_id: Some(task_id),
+            ..Default::default()
+        };
+        if let Err(failure) = self.op(TaskOp::Start, start).await
+            && !refused(&failure)
+        {
+            return Err(away(failure));
+        }
         let request = self.request(message, Some(&paused));
+        self.run_task(task_id, &request, last).await?;
         self.pauses.delete(&task_id).await;
-        self.run_task(task_id, &request).await
+        Ok(())
     }
 
-    async fn op(&self, op: TaskOp, action: TaskAction) -> Result<Value, String> {
+    async fn op(&self, op: TaskOp, action: TaskAction) -> Result<Value, RequestFailure> {
         self.fabric(&TaskRequestOp::Transition(op).subject(&self.agent), &action)
             .await
     }
 
-    /// The A2A request carrying `message`: its text and parts, the sender's goal as the
-    /// context (one remote context per conversation), or the paused task it continues.
+    /// The A2A request carrying `message`: its text and parts, in the remote context of its
+    /// sender's conversation, or the paused task it continues.
     fn request(&self, message: &InboxMessage, paused: Option<&PausedTask>) -> SendMessageRequest {
         let mut parts = vec![A2aPart::text(message.body.clone())];
         parts.extend(crate::mapping::outbound(&message.parts));
         let mut a2a_message = Message::new(Role::User, parts);
         a2a_message.message_id = message.id.unwrap_or_default().to_string();
-        a2a_message.context_id = Some(message.from_goal_id.to_string());
+        a2a_message.context_id = Some(remote_context(message));
         if let Some(paused) = paused {
             a2a_message.task_id = Some(paused.remote_task_id.clone());
             a2a_message.context_id = Some(paused.context_id.clone());
@@ -415,26 +511,79 @@ impl Carrier {
         }
     }
 
-    /// [`RemoteClient::exchange`] with this agent's settings; a status note of a working
-    /// remote task becomes progress of Switchboard task `task` when set.
+    /// [`RemoteClient::exchange`] with this agent's settings, bounded by `left` when set (a
+    /// call's time); a status note of a working remote task becomes progress of Switchboard
+    /// task `task` when set, at most one a second.
     async fn exchange(
         &self,
         request: &SendMessageRequest,
         task: Option<uuid::Uuid>,
+        left: Option<Duration>,
     ) -> Result<Outcome, OutboundError> {
-        let timeout = Duration::from_millis(self.gateway.config.remote_timeout_ms);
+        let configured = Duration::from_millis(self.gateway.config.remote_timeout_ms);
+        let timeout = left.map_or(configured, |left| left.min(configured));
+        let noted = Mutex::new(None::<tokio::time::Instant>);
+        let noted = &noted;
         let progress = |note: String| async move {
-            if let Some(task_id) = task {
-                let progress = TaskAction {
-                    task_id: Some(task_id),
-                    message: Some(fit(note)),
-                    ..Default::default()
-                };
-                let _ = self.op(TaskOp::Progress, progress).await;
+            let Some(task_id) = task else { return };
+            {
+                let mut last = noted.lock().unwrap_or_else(PoisonError::into_inner);
+                let now = tokio::time::Instant::now();
+                if last.is_some_and(|at| now.duration_since(at) < Duration::from_secs(1)) {
+                    return;
+                }
+                *last = Some(now);
             }
+            let progress = TaskAction {
+                task_id: Some(task_id),
+                message: Some(fit(note)),
+                ..Default::default()
+            };
+            let _ = self.op(TaskOp::Progress, progress).await;
         };
         self.client
             .exchange(request, self.streaming, timeout, progress)
             .await
+    }
+}
+
+/// The time a call has left (its request carries `metadata.call_deadline`); `None` when it
+/// names none.
+fn call_time_left(message: &InboxMessage) -> Option<Duration> {
+    let deadline = message.metadata.get("call_deadline")?.as_str()?;
+    let deadline =
+        time::OffsetDateTime::parse(deadline, &time::format_description::well_known::Rfc3339)
+            .ok()?;
+    let left = deadline - switchboard_proto::timestamp::now();
+    Some(left.try_into().unwrap_or(Duration::ZERO))
+}
+
+/// The remote context of a conversation: one per sender and sending goal (a goal id alone
+/// could be reused by another agent after its goal closed), as a UUID.
+fn remote_context(message: &InboxMessage) -> String {
+    let digest = ring::digest::digest(
+        &ring::digest::SHA256,
+        format!("{}\0{}", message.from_agent_id, message.from_goal_id).as_bytes(),
+    );
+    let mut bytes = [0u8; 16];
+    bytes.copy_from_slice(&digest.as_ref()[..16]);
+    uuid::Builder::from_custom_bytes(bytes)
+        .into_uuid()
+        .to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn contexts_differ_by_sender_for_one_goal_id() {
+        let Ok(a) = AgentId::parse("a") else { panic!() };
+        let Ok(b) = AgentId::parse("b") else { panic!() };
+        let goal = GoalId::default();
+        let from_a = InboxMessage::new(a.clone(), goal, b.clone(), "x");
+        let from_b = InboxMessage::new(b, goal, a, "x");
+        assert_ne!(remote_context(&from_a), remote_context(&from_b));
+        assert_eq!(remote_context(&from_a), remote_context(&from_a.clone()));
     }
 }

@@ -83,6 +83,7 @@ pub async fn start(
     let goals = resources::ensure_bucket(&js, resources::goals_bucket(settings)).await?;
     let push = resources::ensure_bucket(&js, resources::a2a_push_bucket(settings)).await?;
     resources::ensure_bucket(&js, resources::a2a_remotes_bucket(settings)).await?;
+    resources::ensure_bucket(&js, resources::a2a_paused_bucket(settings)).await?;
     resources::ensure_bucket(
         &js,
         resources::a2a_leases_bucket(settings, bridge::LEASE_TTL),

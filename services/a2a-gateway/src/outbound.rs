@@ -16,7 +16,7 @@ use a2a::{
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use crate::remote::bounded_body;
+use crate::remote::{BodyError, bounded_body};
 
 /// Largest answer (a whole JSON-RPC response, or one streamed event) read from a remote.
 pub const MAX_ANSWER_BYTES: usize = 4 * 1024 * 1024;
@@ -61,6 +61,8 @@ pub struct Outcome {
     pub status_text: Option<String>,
     /// The remote task's id and context id, when it made a task.
     pub remote_task: Option<(String, String)>,
+    /// The size of `parts` as JSON.
+    parts_bytes: usize,
 }
 
 impl Outcome {
@@ -94,9 +96,28 @@ pub enum OutboundError {
         /// Its message.
         message: String,
     },
+    /// The remote answered an HTTP error status other than 5xx and 429.
+    #[error("the remote agent answered HTTP {0}")]
+    Http(u16),
+    /// The remote took longer than the exchange may take: final (sending again would make
+    /// it do the work again).
+    #[error("the remote agent did not answer within {0:?}")]
+    TimedOut(Duration),
     /// The remote answered something that is not A2A.
     #[error("the remote agent answered outside the protocol: {0}")]
     Protocol(String),
+}
+
+impl OutboundError {
+    /// A transport error: a timeout is final ([`OutboundError::TimedOut`]), anything else
+    /// (refused connection, reset, TLS) may pass.
+    fn transport(err: &reqwest::Error, timeout: Duration) -> Self {
+        if err.is_timeout() {
+            Self::TimedOut(timeout)
+        } else {
+            Self::Unreachable(err.to_string())
+        }
+    }
 }
 
 impl OutboundError {
@@ -147,16 +168,13 @@ impl RemoteClient {
         let response = request
             .send()
             .await
-            .map_err(|err| OutboundError::Unreachable(err.to_string()))?;
+            .map_err(|err| OutboundError::transport(&err, timeout))?;
         let status = response.status();
         if status.is_server_error() || status == reqwest::StatusCode::TOO_MANY_REQUESTS {
             return Err(OutboundError::Unreachable(format!("HTTP {status}")));
         }
         if !status.is_success() {
-            return Err(OutboundError::Refused {
-                code: i64::from(status.as_u16()),
-                message: format!("HTTP {status}"),
-            });
+            return Err(OutboundError::Http(status.as_u16()));
         }
         Ok(response)
     }
@@ -171,7 +189,12 @@ impl RemoteClient {
         let response = self.post(method, params, timeout).await?;
         let body = bounded_body(response, MAX_ANSWER_BYTES)
             .await
-            .map_err(OutboundError::Unreachable)?;
+            .map_err(|err| match err {
+                BodyError::Read(err) => OutboundError::transport(&err, timeout),
+                BodyError::TooLarge(limit) => {
+                    OutboundError::Protocol(format!("an answer larger than {limit} bytes"))
+                }
+            })?;
         result(&body)
     }
 
@@ -203,6 +226,8 @@ impl RemoteClient {
         Ok(EventStream {
             response,
             buffer: Vec::new(),
+            scanned: 0,
+            timeout,
         })
     }
 
@@ -248,16 +273,14 @@ impl RemoteClient {
                 return Err(OutboundError::Protocol("a task without an id".to_owned()));
             };
             if tokio::time::Instant::now() >= deadline {
-                return Err(OutboundError::Refused {
-                    code: 0,
-                    message: format!("no answer within {timeout:?}"),
-                });
+                return Err(OutboundError::TimedOut(timeout));
             }
             tokio::time::sleep(POLL_EVERY).await;
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
             let task = self.get_task(&remote_task, left.max(POLL_EVERY)).await?;
             outcome.text.clear();
             outcome.parts.clear();
+            outcome.parts_bytes = 0;
             absorb(&mut outcome, StreamResponse::Task(task));
         }
         Ok(outcome)
@@ -303,19 +326,27 @@ fn trace_context() -> Vec<(&'static str, String)> {
 pub struct EventStream {
     response: reqwest::Response,
     buffer: Vec<u8>,
+    /// How much of `buffer` holds no event boundary (each chunk is searched once).
+    scanned: usize,
+    timeout: Duration,
 }
 
 impl EventStream {
     /// The next event; `None` when the remote ends the stream.
     pub async fn next(&mut self) -> Option<Result<StreamResponse, OutboundError>> {
         loop {
-            if let Some((end, skip)) = event_boundary(&self.buffer) {
+            // A boundary may straddle the last chunk's end: look from 3 bytes before it.
+            let from = self.scanned.saturating_sub(3);
+            if let Some((end, skip)) = event_boundary(&self.buffer[from..]) {
+                let (end, skip) = (from + end, skip);
                 let event: Vec<u8> = self.buffer.drain(..end + skip).take(end).collect();
+                self.scanned = 0;
                 match event_data(&event) {
                     Some(data) => return Some(result(&data)),
                     None => continue,
                 }
             }
+            self.scanned = self.buffer.len();
             match self.response.chunk().await {
                 Ok(Some(chunk)) => {
                     if self.buffer.len() + chunk.len() > MAX_ANSWER_BYTES {
@@ -330,7 +361,7 @@ impl EventStream {
                     let rest = std::mem::take(&mut self.buffer);
                     return event_data(&rest).map(|data| result(&data));
                 }
-                Err(err) => return Some(Err(OutboundError::Unreachable(err.to_string()))),
+                Err(err) => return Some(Err(OutboundError::transport(&err, self.timeout))),
             }
         }
     }
@@ -417,24 +448,36 @@ fn absorb(outcome: &mut Outcome, event: StreamResponse) -> Option<String> {
 }
 
 /// Adds `parts` to the answer: text joined, data and url parts carried, inline bytes named.
+/// Adds `parts` to the answer: text joined, data and url parts carried, inline bytes named.
+/// The fabric's limits bound it, whatever the remote sends: text past 64 KiB and parts past
+/// 16 or 32 KiB (as JSON) are left out.
 fn collect(outcome: &mut Outcome, parts: &[A2aPart]) {
+    const PARTS_MAX: usize = 16;
+    const PARTS_BYTES_MAX: usize = 32 * 1024;
     for part in parts {
-        match &part.content {
-            PartContent::Text(text) => outcome.text.push(text.clone()),
-            PartContent::Data(data) if outcome.parts.len() < 16 => {
-                outcome
-                    .parts
-                    .push(switchboard_proto::Part::Data { data: data.clone() });
+        let carried = match &part.content {
+            PartContent::Text(text) => {
+                let held: usize = outcome.text.iter().map(String::len).sum();
+                if held <= switchboard_proto::MAX_BODY_BYTES {
+                    outcome.text.push(text.clone());
+                }
+                continue;
             }
-            PartContent::Url(url) if outcome.parts.len() < 16 => {
-                outcome.parts.push(switchboard_proto::Part::File {
-                    uri: url.clone(),
-                    mime: part.media_type.clone(),
-                    name: part.filename.clone(),
-                });
+            PartContent::Raw(_) => {
+                outcome.text.push("[inline bytes not carried]".to_owned());
+                continue;
             }
-            PartContent::Raw(_) => outcome.text.push("[inline bytes not carried]".to_owned()),
-            _ => {}
+            PartContent::Data(data) => switchboard_proto::Part::Data { data: data.clone() },
+            PartContent::Url(url) => switchboard_proto::Part::File {
+                uri: url.clone(),
+                mime: part.media_type.clone(),
+                name: part.filename.clone(),
+            },
+        };
+        let size = serde_json::to_vec(&carried).map_or(usize::MAX, |json| json.len());
+        if outcome.parts.len() < PARTS_MAX && outcome.parts_bytes + size <= PARTS_BYTES_MAX {
+            outcome.parts_bytes += size;
+            outcome.parts.push(carried);
         }
     }
 }

@@ -136,15 +136,24 @@ fn origin(url: &reqwest::Url) -> String {
     )
 }
 
+/// Why a response body was not read.
+#[derive(Debug)]
+pub(crate) enum BodyError {
+    /// Reading it failed (connection, timeout).
+    Read(reqwest::Error),
+    /// It is larger than the limit.
+    TooLarge(usize),
+}
+
 /// Reads a response body of at most `limit` bytes.
 pub(crate) async fn bounded_body(
     mut response: reqwest::Response,
     limit: usize,
-) -> Result<Vec<u8>, String> {
+) -> Result<Vec<u8>, BodyError> {
     let mut body = Vec::new();
-    while let Some(chunk) = response.chunk().await.map_err(|err| err.to_string())? {
+    while let Some(chunk) = response.chunk().await.map_err(BodyError::Read)? {
         if body.len() + chunk.len() > limit {
-            return Err(format!("the answer is larger than {limit} bytes"));
+            return Err(BodyError::TooLarge(limit));
         }
         body.extend_from_slice(&chunk);
     }
@@ -168,10 +177,13 @@ pub async fn fetch_card(http: &reqwest::Client, url: &str) -> Result<A2aCard, Re
     let body = tokio::time::timeout(CARD_TIMEOUT, bounded_body(response, MAX_CARD_BYTES))
         .await
         .map_err(|_| unreachable(format!("the card took over {CARD_TIMEOUT:?}")))?
-        .map_err(unreachable)?;
+        .map_err(|err| match err {
+            BodyError::Read(err) => unreachable(err.to_string()),
+            BodyError::TooLarge(limit) => unreachable(format!("a card larger than {limit} bytes")),
+        })?;
     serde_json::from_slice(&body).map_err(|err| RemoteError::NotACard {
         url: url.to_owned(),
-        message: err.to_string(),
+        message: printable(&err.to_string(), 300),
     })
 }
 
@@ -198,7 +210,9 @@ pub fn jsonrpc_url(card: &A2aCard, card_url: &str) -> Result<String, RemoteError
             seen: card
                 .supported_interfaces
                 .iter()
+                .take(8)
                 .map(|i| format!("{} {} {}", i.protocol_binding, i.protocol_version, i.url))
+                .map(|seen| printable(&seen, 200))
                 .collect::<Vec<_>>()
                 .join(", "),
         })
@@ -264,7 +278,23 @@ pub fn fabric_card(agent_id: &AgentId, card: &A2aCard, card_url: &str) -> AgentC
         "a2a_version".to_owned(),
         Value::String(bounded(&card.version, 64)),
     );
+    // The directory takes cards of at most 16 KiB: the last skills give way until it fits
+    // (with room for JSON escaping the byte counts above do not see).
+    let fits = |card: &AgentCard| {
+        serde_json::to_vec(card)
+            .is_ok_and(|json| json.len() + 1024 <= switchboard_proto::MAX_CARD_BYTES)
+    };
+    while !fits(&ours) && ours.skills.pop().is_some() {
+        ours.capabilities.pop();
+    }
     ours
+}
+
+/// Remote text fit for an error message on a terminal: no control characters (escape
+/// sequences), at most `max` bytes.
+fn printable(text: &str, max: usize) -> String {
+    let clean: String = text.chars().filter(|c| !c.is_control()).collect();
+    bounded(&clean, max)
 }
 
 /// At most `max` bytes of `text`, cut at a character boundary (a remote's card is not trusted
@@ -302,8 +332,7 @@ pub async fn list(remotes: &jetstream::kv::Store) -> Result<Vec<RemoteAgent>, Re
         .await
         .map_err(|err| RemoteError::Store(err.to_string()))?;
     let mut agents = Vec::with_capacity(keys.len());
-    // Agent ids have no dot; other keys (`paused.<task_id>`) are the bridge's.
-    for key in keys.into_iter().filter(|key| !key.contains('.')) {
+    for key in keys {
         let Some(value) = remotes
             .get(&key)
             .await
@@ -379,7 +408,7 @@ pub async fn add(
         None => agent_id_from_name(&card.name).ok_or_else(|| {
             RemoteError::BadId(format!(
                 "the card's name `{}` makes no agent id; give one with --as",
-                card.name
+                printable(&card.name, 80)
             ))
         })?,
     };
@@ -516,6 +545,21 @@ mod tests {
         remote.description = "é".repeat(5_000);
         let ours = fabric_card(&id, &remote, "http://h/card");
         assert!(ours.description.len() <= 1_000);
+        // 64 skills of 1,000-byte descriptions do not fit a directory card: some give way.
+        let mut big = remote.clone();
+        big.skills = (0..64)
+            .map(|n| {
+                let mut skill = remote.skills[0].clone();
+                skill.id = format!("s{n}");
+                skill.description = "d".repeat(1_000);
+                skill
+            })
+            .collect();
+        let fitted = fabric_card(&id, &big, "http://h/card");
+        let size = serde_json::to_vec(&fitted).map_or(usize::MAX, |json| json.len());
+        assert!(size <= switchboard_proto::MAX_CARD_BYTES, "{size}");
+        assert!(!fitted.skills.is_empty() && fitted.skills.len() < 64);
+        assert_eq!(fitted.skills.len(), fitted.capabilities.len());
         assert_eq!(ours.capabilities, ["echo"]);
         assert_eq!(ours.skills[0].examples, ["say hi"]);
         assert_eq!(ours.metadata[CARD_URL_KEY], "http://h/card");

@@ -220,10 +220,6 @@ pub async fn events_stream(js: &jetstream::Context) -> Result<stream::Stream, St
         .map_err(|err| err.to_string())
 }
 
-/// Key prefix, in `a2a_remotes`, of a Switchboard task waiting on a remote task's question
-/// (agent ids have no dot, so these keys never name an agent).
-const PAUSED_PREFIX: &str = "paused.";
-
 /// A paused task: a Switchboard task whose remote task asked a question.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct PausedTask {
@@ -231,6 +227,8 @@ pub struct PausedTask {
     pub remote_task_id: String,
     /// Its context id.
     pub context_id: String,
+    /// The Switchboard task's requester: only its answer resumes the task.
+    pub requester: AgentId,
 }
 
 /// The remote tasks that asked a question, by the Switchboard task they carry: when the
@@ -239,18 +237,14 @@ pub struct PausedTask {
 pub struct Paused(jetstream::kv::Store);
 
 impl Paused {
-    /// Paused tasks kept in `remotes` (the `a2a_remotes` bucket).
-    pub fn new(remotes: jetstream::kv::Store) -> Self {
-        Self(remotes)
+    /// Paused tasks kept in `bucket` (`a2a_paused`).
+    pub fn new(bucket: jetstream::kv::Store) -> Self {
+        Self(bucket)
     }
 
     /// The remote task Switchboard task `task_id` waits on, if any.
     pub async fn get(&self, task_id: &Uuid) -> Option<PausedTask> {
-        let value = self
-            .0
-            .get(format!("{PAUSED_PREFIX}{task_id}"))
-            .await
-            .ok()??;
+        let value = self.0.get(task_id.to_string()).await.ok()??;
         serde_json::from_slice(&value).ok()
     }
 
@@ -260,18 +254,14 @@ impl Paused {
         let Ok(value) = serde_json::to_vec(paused) else {
             return;
         };
-        if let Err(err) = self
-            .0
-            .put(format!("{PAUSED_PREFIX}{task_id}"), value.into())
-            .await
-        {
+        if let Err(err) = self.0.put(task_id.to_string(), value.into()).await {
             tracing::warn!(%task_id, error = %err, "paused remote task not recorded");
         }
     }
 
     /// Forgets `task_id`'s pause.
     pub async fn delete(&self, task_id: &Uuid) {
-        if let Err(err) = self.0.purge(format!("{PAUSED_PREFIX}{task_id}")).await {
+        if let Err(err) = self.0.purge(task_id.to_string()).await {
             tracing::debug!(%task_id, error = %err, "paused remote task not forgotten");
         }
     }

@@ -286,6 +286,20 @@ pub fn a2a_remotes_bucket(config: &JetStreamConfig) -> kv::Config {
     }
 }
 
+/// `a2a_paused`: Switchboard tasks waiting on a remote A2A task's question, one key per task,
+/// kept as long as tasks are.
+pub fn a2a_paused_bucket(config: &JetStreamConfig) -> kv::Config {
+    kv::Config {
+        bucket: switchboard_proto::A2A_PAUSED_BUCKET.to_owned(),
+        description: "Switchboard A2A gateway paused remote tasks".to_owned(),
+        history: 1,
+        max_age: Duration::from_secs(config.tasks_max_age_secs),
+        num_replicas: config.replicas,
+        storage: stream::StorageType::File,
+        ..Default::default()
+    }
+}
+
 /// `a2a_leases`: which gateway replica reads which remote agent's inbox, one key per agent
 /// that expires `ttl` after its last renewal.
 pub fn a2a_leases_bucket(config: &JetStreamConfig, ttl: Duration) -> kv::Config {
