@@ -225,6 +225,55 @@ async fn replies_are_for_the_callee_only_and_delivered_exactly_once() {
 }
 
 #[tokio::test]
+async fn a_sub_call_of_a_call_with_2_s_left_times_out_by_2_s() {
+    let fabric = Fabric::start().await;
+    let (a, _a_goal) = fabric.agent_with_goal("a").await;
+    let (b, b_goal) = fabric.agent_with_goal("b").await;
+    let (_c, _c_goal) = fabric.agent_with_goal("c").await;
+    // A gives B 2 s; C never answers.
+    let parent = a
+        .call_parked("b", "ask c for me", Duration::from_secs(2))
+        .await
+        .unwrap();
+    let request = next(&b_goal).await;
+    let serving = request.correlation_id.unwrap();
+    assert_eq!(serving, parent.correlation_id);
+    // A parked sub-call asking for 300 s is cut to what the parent has left, and says so.
+    let parked = switchboard_client::serving(serving, async {
+        b.call_parked("c", "park this", Duration::from_secs(300))
+            .await
+    })
+    .await
+    .unwrap();
+    assert!(parked.clamped, "the reply says the deadline was cut");
+    assert_eq!(parked.deadline, parent.deadline);
+    // A waiting sub-call asking for 30 s times out with the parent, by 2 s.
+    let started = std::time::Instant::now();
+    let err = switchboard_client::serving(serving, async {
+        b.call("c", "answer me", Duration::from_secs(30)).await
+    })
+    .await
+    .unwrap_err();
+    let waited = started.elapsed();
+    assert_eq!(err.kind(), Some(ErrorKind::Timeout), "{err}");
+    assert!(waited < Duration::from_millis(2_500), "waited {waited:?}");
+    assert!(err.to_string().contains("parent call had left"), "{err}");
+    // Once the parent has run out, a sub-call is refused outright.
+    let late = switchboard_client::serving(serving, async {
+        b.call("c", "too late", Duration::from_secs(30)).await
+    })
+    .await
+    .unwrap_err();
+    assert_eq!(late.kind(), Some(ErrorKind::Expired), "{late}");
+    // Without a parent nothing is cut.
+    let free = a
+        .call_parked("c", "no parent", Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert!(!free.clamped);
+}
+
+#[tokio::test]
 async fn a_b_a_is_refused_as_a_cycle() {
     let fabric = Fabric::start().await;
     let (a, _a_goal) = fabric.agent_with_goal("a").await;

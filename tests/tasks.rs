@@ -882,6 +882,67 @@ async fn depth_and_open_children_are_capped() {
 }
 
 #[tokio::test]
+async fn a_subtask_never_outlives_its_parents_deadline() {
+    let fabric = Fabric::start().await;
+    let p = pair(&fabric).await;
+    let (_b, _b_goal) = fabric.agent_with_goal("agent-b").await;
+    let parent = p
+        .boss
+        .create_task(CreateTask {
+            to: Some("worker".into()),
+            message: Some("within 2 s".into()),
+            deadline_in_ms: Some(2_000),
+            ..CreateTask::default()
+        })
+        .await
+        .unwrap()
+        .task;
+    next(&p.worker_goal).await;
+    p.worker.accept_task(parent.task_id).await.unwrap();
+    // A subtask asking for an hour gets the parent's deadline, and the reply says so.
+    let child = p
+        .worker
+        .create_task(CreateTask {
+            to: Some("agent-b".into()),
+            message: Some("take your time".into()),
+            parent_task_id: Some(parent.task_id),
+            deadline_in_ms: Some(3_600_000),
+            ..CreateTask::default()
+        })
+        .await
+        .unwrap();
+    assert!(child.deadline_clamped);
+    assert_eq!(child.task.deadline, parent.deadline);
+    // One asking for less keeps its own; one asking for none gets the parent's.
+    let sooner = p
+        .worker
+        .create_task(CreateTask {
+            to: Some("agent-b".into()),
+            message: Some("quick".into()),
+            parent_task_id: Some(parent.task_id),
+            deadline_in_ms: Some(500),
+            ..CreateTask::default()
+        })
+        .await
+        .unwrap();
+    assert!(!sooner.deadline_clamped);
+    let unbounded = p
+        .worker
+        .spawn_subtask(parent.task_id, "agent-b", "no deadline asked")
+        .await
+        .unwrap();
+    assert!(unbounded.deadline_clamped);
+    assert_eq!(unbounded.task.deadline, parent.deadline);
+    // Once the parent has run out, no subtask is taken.
+    tokio::time::sleep(Duration::from_millis(2_100)).await;
+    let late = p
+        .worker
+        .spawn_subtask(parent.task_id, "agent-b", "too late")
+        .await;
+    assert_eq!(kind(late), ErrorKind::Expired);
+}
+
+#[tokio::test]
 async fn ending_a_parent_cancels_every_open_descendant_and_tells_each_assignee() {
     let fabric = Fabric::start().await;
     let p = pair(&fabric).await;
@@ -912,10 +973,27 @@ async fn ending_a_parent_cancels_every_open_descendant_and_tells_each_assignee()
     next(&c_goal).await;
     c.reject_task(finished.task_id, "nope").await.unwrap();
 
-    p.boss
+    let canceled = p
+        .boss
         .cancel_task(root, Some("no longer needed"))
         .await
         .unwrap();
+    // The cancel reports the tree: every descendant, parents first, as the end left it.
+    let tree: Vec<(Uuid, Uuid, TaskState)> = canceled
+        .descendants
+        .iter()
+        .map(|d| (d.task_id, d.parent, d.state))
+        .collect();
+    assert_eq!(tree.len(), 3, "{tree:?}");
+    assert_eq!(tree[0], (level2.task_id, root, TaskState::Canceled));
+    let mut rest = tree[1..].to_vec();
+    rest.sort_by_key(|(id, _, _)| *id);
+    let mut expected = vec![
+        (level3.task_id, level2.task_id, TaskState::Canceled),
+        (finished.task_id, level2.task_id, TaskState::Rejected),
+    ];
+    expected.sort_by_key(|(id, _, _)| *id);
+    assert_eq!(rest, expected);
     for (agent, id) in [(&p.boss, level2.task_id), (&p.boss, level3.task_id)] {
         let task = agent.get_task(id).await.unwrap();
         assert_eq!(task.state, TaskState::Canceled, "{id}");

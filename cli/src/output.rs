@@ -90,6 +90,22 @@ pub fn render(view: View, value: &Value) -> String {
             if value.get("duplicate").and_then(Value::as_bool) == Some(true) {
                 text.push_str("\n  (a retry: already done)");
             }
+            if value.get("deadline_clamped").and_then(Value::as_bool) == Some(true) {
+                text.push_str("\n  (deadline cut to the parent task's)");
+            }
+            for descendant in value
+                .get("descendants")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                text.push_str(&format!(
+                    "\n  subtask {} (of {}): {}",
+                    s(descendant, "task_id"),
+                    s(descendant, "parent"),
+                    s(descendant, "state")
+                ));
+            }
             text
         }),
         View::TaskList => task_list(value),
@@ -318,9 +334,14 @@ fn delivery(value: &Value) -> Option<String> {
 }
 
 fn call(value: &Value) -> Option<String> {
+    let clamped = if value.get("clamped").and_then(Value::as_bool) == Some(true) {
+        " (its deadline was cut to the parent call's)"
+    } else {
+        ""
+    };
     if let Some(body) = value.get("body").and_then(Value::as_str) {
         return Some(format!(
-            "{} answered (call {}):\n{body}",
+            "{} answered (call {}{clamped}):\n{body}",
             s(value, "from_agent_id"),
             s(value, "correlation_id")
         ));
@@ -328,8 +349,8 @@ fn call(value: &Value) -> Option<String> {
     let id = s(value, "correlation_id");
     (!id.is_empty()).then(|| {
         format!(
-            "call {id} parked (deadline {}): the answer, or a timeout notice, lands in the \
-             calling goal's inbox",
+            "call {id} parked (deadline {}{clamped}): the answer, or a timeout notice, lands in \
+             the calling goal's inbox",
             s(value, "deadline")
         )
     })

@@ -93,8 +93,10 @@ impl SwitchboardMcp {
     #[tool(
         description = "Consult another agent and wait for its answer (a correlated call): \
                        returns the answer text, or an error with kind timeout, cycle, \
-                       depth_exceeded or unreachable. Use it when you need the answer before \
-                       you can go on; the other agent answers with reply_to_peer."
+                       depth_exceeded, expired or unreachable. Use it when you need the answer \
+                       before you can go on; the other agent answers with reply_to_peer. A call \
+                       made while you answer another agent's call never outlives that call: \
+                       its timeout is cut to what is left (clamped: true says so)."
     )]
     async fn talk_to_agent(&self, Parameters(params): Parameters<TalkParams>) -> CallToolResult {
         let timeout = Duration::from_millis(params.timeout_ms.unwrap_or(30_000));
@@ -235,7 +237,8 @@ impl SwitchboardMcp {
                        working: omit agent to spawn a copy of yourself, or name an expert agent. \
                        The subagent's result returns to your inbox as a task_update. Returns \
                        the subtask record; its task_id is the handle for subagent_status. \
-                       Subtasks nest at most 3 deep, with at most 8 open per task."
+                       Subtasks nest at most 3 deep, with at most 8 open per task, and never \
+                       outlive your task's deadline (deadline_clamped: true when it was cut)."
     )]
     async fn spawn_subagent(&self, Parameters(params): Parameters<SpawnParams>) -> CallToolResult {
         let task = CreateTask {
@@ -283,8 +286,9 @@ impl SwitchboardMcp {
 
     #[tool(
         description = "Cancel a task you created (its open subtasks are canceled too; the \
-                       assignee is told). Returns the task record, or task_terminal if it \
-                       already ended."
+                       assignee is told). Returns the task record and descendants: every \
+                       subtask with the state the cancel left it in, so you know what was \
+                       stopped; or task_terminal if it already ended."
     )]
     async fn cancel_task(&self, Parameters(params): Parameters<CancelParams>) -> CallToolResult {
         outcome(

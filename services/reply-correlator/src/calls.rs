@@ -144,6 +144,25 @@ impl Correlator {
             .map_err(CorrelatorError::Chain)?;
 
         let now = timestamp::now();
+        // `timeout_ms` is clamped to `max_timeout_ms` above; still never an overflow.
+        let own = timestamp::checked_after(now, timeout_ms).unwrap_or(now);
+        // A call made while serving one never outlives it: its deadline is the earlier of its
+        // own and the parent's, and one whose parent has run out is not made.
+        let (deadline, clamped) = match &parent {
+            Some(parent) if parent.deadline < own => (parent.deadline, true),
+            _ => (own, false),
+        };
+        if deadline <= now {
+            return Err(CorrelatorError::ParentExpired {
+                parent: request.parent_correlation_id.unwrap_or_default(),
+                deadline,
+            });
+        }
+        let timeout_ms = if clamped {
+            duration_ms(deadline - now)
+        } else {
+            timeout_ms
+        };
         let correlation_id = new_id();
         let record = PendingCall {
             correlation_id,
@@ -158,8 +177,7 @@ impl Correlator {
             answered_via: None,
             claimed_at: None,
             created_at: now,
-            // `timeout_ms` is clamped to `max_timeout_ms` above; still never an overflow.
-            deadline: timestamp::checked_after(now, timeout_ms).unwrap_or(now),
+            deadline,
         };
         // Counted once the call is indexed (one count, not one before and one after): a call
         // past the cap, or racing others past it, steps back.
@@ -223,13 +241,33 @@ impl Correlator {
                 correlation_id,
                 delivered_to: report.delivered_to,
                 deadline: record.deadline,
+                clamped,
             }));
         };
         // The `opened` event is stored while the call waits, not before: it is sent at once,
         // and its ack is awaited before an answer is taken, so the trail still has it before
         // the `answered` event (whose replica publishes it only once the answer is taken).
-        self.wait_for_answer(stored, answers, &mut local, timeout_ms, opened)
+        match self
+            .wait_for_answer(stored, answers, &mut local, timeout_ms, opened)
             .await
+        {
+            Ok(CallOutcome::Answered(mut answer)) => {
+                answer.clamped = clamped;
+                Ok(CallOutcome::Answered(answer))
+            }
+            Err(CorrelatorError::Timeout {
+                callee,
+                timeout_ms,
+                correlation_id,
+                ..
+            }) => Err(CorrelatorError::Timeout {
+                callee,
+                timeout_ms,
+                correlation_id,
+                clamped,
+            }),
+            other => other,
+        }
     }
 
     async fn deliver_request(
@@ -370,6 +408,7 @@ impl Correlator {
             callee: call.callee.clone(),
             timeout_ms,
             correlation_id: call.correlation_id,
+            clamped: false,
         })
     }
 
@@ -511,6 +550,7 @@ impl Correlator {
                 body: body.to_owned(),
                 parts: request.parts.clone(),
                 answered_at: timestamp::now(),
+                clamped: false,
             };
             if self.hand_over_here(&answer).await {
                 return Ok(AnswerRoute::Caller);

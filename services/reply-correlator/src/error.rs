@@ -62,14 +62,30 @@ pub enum CorrelatorError {
     #[error("{0}")]
     DeliverRequest(String),
     /// A waiting call's deadline passed without an answer.
-    #[error("no answer from `{callee}` within {timeout_ms} ms (call {correlation_id})")]
+    #[error(
+        "no answer from `{callee}` within {timeout_ms} ms (call {correlation_id}){}",
+        if *.clamped { "; its time was cut to what the parent call had left" } else { "" }
+    )]
     Timeout {
         /// The callee.
         callee: AgentId,
-        /// The call's timeout.
+        /// The call's timeout (after clamping).
         timeout_ms: u64,
         /// The call.
         correlation_id: Uuid,
+        /// Whether the timeout was cut to the parent call's deadline.
+        clamped: bool,
+    },
+    /// A call made while serving a call whose deadline has passed.
+    #[error(
+        "the parent call {parent} ran out at {}: a call made while serving it cannot outlive it",
+        timestamp::format(*.deadline)
+    )]
+    ParentExpired {
+        /// The parent call.
+        parent: Uuid,
+        /// Its deadline.
+        deadline: OffsetDateTime,
     },
     /// A reply names no call.
     #[error("`correlation_id` is required: the call you are answering")]
@@ -129,7 +145,7 @@ impl CorrelatorError {
             | Self::PublishToInbox(_) => ErrorKind::Unavailable,
             Self::Timeout { .. } => ErrorKind::Timeout,
             Self::NotCallee { .. } => ErrorKind::NotCallee,
-            Self::Expired { .. } => ErrorKind::Expired,
+            Self::Expired { .. } | Self::ParentExpired { .. } => ErrorKind::Expired,
             Self::AnswerInProgress(_) | Self::Contention(_) => ErrorKind::Conflict,
             Self::EncodeAnswer(_) => ErrorKind::Internal,
             Self::Store(store) => store.kind(),

@@ -121,6 +121,25 @@ impl Tasks {
         {
             return Err(TaskError::DeadlinePassed { at });
         }
+        // A subtask never outlives its parent: its deadline is the earlier of its own and the
+        // parent's (a parent that ran out takes no more subtasks).
+        let mut deadline = deadline;
+        let mut deadline_clamped = false;
+        if let Some(parent_id) = parent_id
+            && let Some(parent) = self.store.find(&parent_id).await?
+            && let Some(limit) = parent.task.deadline
+        {
+            if limit <= now {
+                return Err(TaskError::ParentDeadlinePassed {
+                    parent: parent_id,
+                    at: limit,
+                });
+            }
+            if deadline.is_none_or(|own| own > limit) {
+                deadline = Some(limit);
+                deadline_clamped = true;
+            }
+        }
         if let Some(goal) = &request.from_goal_id {
             self.check_goal(caller, goal).await?;
         }
@@ -207,6 +226,8 @@ impl Tasks {
             task: stored.task,
             delivered_to,
             duplicate: false,
+            deadline_clamped,
+            descendants: Vec::new(),
         })
     }
 
@@ -234,6 +255,8 @@ impl Tasks {
             task: existing,
             delivered_to,
             duplicate: true,
+            deadline_clamped: false,
+            descendants: Vec::new(),
         })
     }
 

@@ -52,6 +52,17 @@ pub enum TaskError {
         /// The deadline.
         at: OffsetDateTime,
     },
+    /// A spawn under a parent task whose deadline has passed.
+    #[error(
+        "parent task {parent} ran out at {}: a subtask cannot outlive it",
+        timestamp::format(*.at)
+    )]
+    ParentDeadlinePassed {
+        /// The parent task.
+        parent: Uuid,
+        /// Its deadline.
+        at: OffsetDateTime,
+    },
     /// The requester is not registered.
     #[error("`{0}` is not registered; register before creating tasks")]
     NotRegistered(AgentId),
@@ -227,7 +238,9 @@ impl TaskError {
             Self::Gate(reply) => reply.kind(),
             Self::TaskForSelf => ErrorKind::SelfSend,
             Self::UnknownAssignee(_) | Self::NoLiveGoals(_) => ErrorKind::Unreachable,
-            Self::DeadlinePassed { .. } | Self::DeadlineExpired { .. } => ErrorKind::Expired,
+            Self::DeadlinePassed { .. }
+            | Self::DeadlineExpired { .. }
+            | Self::ParentDeadlinePassed { .. } => ErrorKind::Expired,
             Self::NotRegistered(_) => ErrorKind::NotRegistered,
             Self::AclDenied { .. } | Self::NotAllowedFrom { .. } => ErrorKind::AclDenied,
             Self::BeingCreated(_)

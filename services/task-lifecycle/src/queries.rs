@@ -28,6 +28,8 @@ impl Tasks {
             task,
             delivered_to: Vec::new(),
             duplicate: false,
+            deadline_clamped: false,
+            descendants: Vec::new(),
         })
     }
 

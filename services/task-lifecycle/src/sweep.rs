@@ -11,7 +11,9 @@
 use std::collections::VecDeque;
 
 use switchboard_proto::TaskState;
-use switchboard_proto::task::{self as rules, DEADLINE_EXPIRED, TaskOp, TaskRecord, TaskRole};
+use switchboard_proto::task::{
+    self as rules, DEADLINE_EXPIRED, DescendantState, TaskOp, TaskRecord, TaskRole,
+};
 use switchboard_runtime::store::StoreError;
 use time::OffsetDateTime;
 use uuid::Uuid;
@@ -65,6 +67,7 @@ impl Tasks {
                 continue;
             }
             if let Some(parent_id) = stored.task.parent
+                && !stored.task.state.is_terminal()
                 && let Some(parent) = self.store.find(&parent_id).await?
                 && parent.task.state.is_terminal()
             {
@@ -102,21 +105,30 @@ impl Tasks {
     }
 
     /// Cancels every open descendant of a task that ended, breadth first; each assignee and
-    /// requester is told like any other transition.
-    pub(crate) async fn cascade(&self, ended: &TaskRecord) {
+    /// requester is told like any other transition. Returns every descendant with the state
+    /// it is left in (canceled now, or the end it had reached), parents before children.
+    pub(crate) async fn cascade(&self, ended: &TaskRecord) -> Vec<DescendantState> {
         let mut queue: VecDeque<(Uuid, Uuid, TaskState)> = ended
             .children
             .iter()
             .map(|child| (*child, ended.task_id, ended.state))
             .collect();
+        let mut descendants = Vec::new();
         while let Some((id, parent, parent_state)) = queue.pop_front() {
             match self.cancel_by_system(&id, parent, parent_state).await {
-                Ok(Some(child)) => queue.extend(
-                    child
-                        .children
-                        .iter()
-                        .map(|grandchild| (*grandchild, child.task_id, child.state)),
-                ),
+                Ok(Some(child)) => {
+                    descendants.push(DescendantState {
+                        task_id: child.task_id,
+                        parent,
+                        state: child.state,
+                    });
+                    queue.extend(
+                        child
+                            .children
+                            .iter()
+                            .map(|grandchild| (*grandchild, child.task_id, child.state)),
+                    );
+                }
                 Ok(None) => {}
                 Err(err) => {
                     // The sweep's orphan check finishes it later.
@@ -124,9 +136,11 @@ impl Tasks {
                 }
             }
         }
+        descendants
     }
 
-    /// Cancels one task because its parent ended; `Ok(None)` when it had ended already.
+    /// Cancels one task because its parent ended and returns it; one that had ended already is
+    /// returned as it is. `Ok(None)`: gone, or not really that parent's child.
     async fn cancel_by_system(
         &self,
         id: &Uuid,
@@ -143,7 +157,7 @@ impl Tasks {
                 return Ok(None);
             }
             let Ok(next) = rules::apply(stored.task.state, TaskOp::Cancel, TaskRole::System) else {
-                return Ok(None);
+                return Ok(Some(stored.task));
             };
             let reason = format!("parent task {parent} ended ({})", parent_state.as_str());
             let mut updated = stored.task.clone();

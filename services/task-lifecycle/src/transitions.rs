@@ -90,6 +90,8 @@ impl Tasks {
                     task: stored.task,
                     delivered_to: Vec::new(),
                     duplicate: true,
+                    deadline_clamped: false,
+                    descendants: Vec::new(),
                 });
             }
             let now = timestamp::now();
@@ -141,13 +143,17 @@ impl Tasks {
                 parts: request.parts.clone(),
             };
             if let Some(done) = self.commit(&stored, updated, &change).await? {
-                if done.task.state.is_terminal() {
-                    self.cascade(&done.task).await;
-                }
+                let descendants = if done.task.state.is_terminal() {
+                    self.cascade(&done.task).await
+                } else {
+                    Vec::new()
+                };
                 return Ok(TaskReply {
                     task: done.task,
                     delivered_to: Vec::new(),
                     duplicate: false,
+                    deadline_clamped: false,
+                    descendants,
                 });
             }
             // Another writer won: decide again on what it wrote. This accept's reservation

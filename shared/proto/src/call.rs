@@ -58,6 +58,10 @@ pub struct CallParked {
     /// When the call times out.
     #[serde(with = "time::serde::rfc3339")]
     pub deadline: OffsetDateTime,
+    /// True when the deadline was cut to the parent call's (a call made while serving one
+    /// never outlives it); omitted when false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub clamped: bool,
 }
 
 /// Reply to a waiting call: the callee's answer.
@@ -75,6 +79,9 @@ pub struct CallAnswer {
     /// When it was answered.
     #[serde(with = "time::serde::rfc3339")]
     pub answered_at: OffsetDateTime,
+    /// True when the call's deadline had been cut to its parent call's; omitted when false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub clamped: bool,
 }
 
 /// Body of `agent.reply.<agent_id>` (reply_to_peer): no target, only the correlation.

@@ -489,11 +489,30 @@ impl TaskRecord {
     }
 }
 
+/// A descendant of a task that ended, as the end left it (`cancel` reports each one).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DescendantState {
+    /// The subtask.
+    pub task_id: Uuid,
+    /// Its parent.
+    pub parent: Uuid,
+    /// Its state now: `canceled` by the cascade, or the end it had reached before.
+    pub state: TaskState,
+}
+
 /// The reply to every task op but `list`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TaskReply {
     /// The task after the op.
     pub task: TaskRecord,
+    /// True when a spawn's deadline was cut to its parent task's (a subtask never outlives
+    /// its parent); omitted when false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub deadline_clamped: bool,
+    /// An op that ended the task: every descendant and the state the end left it in (the
+    /// cascade cancels the open ones), parents before children; omitted when none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub descendants: Vec<DescendantState>,
     /// The goals the `kind: task` message reached (create, spawn).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub delivered_to: Vec<GoalId>,
