@@ -17,7 +17,8 @@ use serde_json::json;
 use switchboard_client::Goal;
 use switchboard_proto::send::SendRequest;
 use switchboard_proto::{
-    AgentId, ErrorKind, GoalId, INBOX_STREAM, MAX_BODY_BYTES, MessageKind, Part, subject,
+    AgentId, ErrorKind, GoalId, INBOX_STREAM, InboxMessage, MAX_BODY_BYTES, MessageKind, Part,
+    subject,
 };
 use switchboard_runtime::publish::{PublishFailure, Published};
 use switchboard_tests::{Fabric, Service, agent_with, card, raw, runtime, start_fanout};
@@ -302,6 +303,76 @@ async fn sixty_five_messages_leave_exactly_the_newest_sixty_four_in_order() {
     }
     let want: Vec<String> = (1..65).map(|i| format!("m{i:02}")).collect();
     assert_eq!(drain_bodies(&goal).await, want);
+}
+
+#[tokio::test]
+async fn seventy_unread_messages_tell_six_senders_and_the_reader() {
+    let fabric = Fabric::start().await;
+    let (first, first_goal) = fabric.agent_with_goal("first").await;
+    let (second, second_goal) = fabric.agent_with_goal("second").await;
+    let (_reader, goal) = fabric.agent_with_goal("reader").await;
+    // Read once, so the goal starts empty and read; then 70 unread arrive, alternately from
+    // the two senders: the 6 oldest are removed, 3 of each.
+    let mut ids = Vec::new();
+    for i in 0..70 {
+        let sender = if i % 2 == 0 { &first } else { &second };
+        let report = sender
+            .send_to_peer("reader", &format!("m{i:02}"))
+            .await
+            .unwrap();
+        assert_eq!(
+            report.delivered_to,
+            vec![goal.id()],
+            "message {i} is stored"
+        );
+        ids.push(report.message_id.unwrap());
+    }
+    // Each sender gets a notice per removed message, in reply to it, in the goal it sent from.
+    for (sender_goal, removed) in [
+        (&first_goal, vec![ids[0], ids[2], ids[4]]),
+        (&second_goal, vec![ids[1], ids[3], ids[5]]),
+    ] {
+        let notices: Vec<InboxMessage> = sender_goal
+            .drain()
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|m| m.kind == MessageKind::Notify)
+            .collect();
+        let answered: Vec<_> = notices.iter().filter_map(|m| m.in_reply_to).collect();
+        assert_eq!(answered, removed);
+        for notice in &notices {
+            assert_eq!(notice.metadata["reason"], "expired_unread");
+            assert_eq!(notice.metadata["goal_id"], json!(goal.id().to_string()));
+            assert_eq!(notice.from_agent_id.as_str(), "reader");
+        }
+    }
+    // The reader learns it with its next fetch (once), and keeps the newest 64.
+    let fetched = goal.fetch(64, Duration::ZERO, None).await.unwrap();
+    let expired = fetched
+        .expired_unread
+        .expect("the fetch reports what was removed");
+    assert_eq!(expired.count, 6);
+    assert_eq!(expired.ids, ids[..6].to_vec());
+    assert_eq!(fetched.messages.len(), 64);
+    assert_eq!(fetched.messages[0].message.body, "m06");
+    let again = goal.fetch(64, Duration::ZERO, None).await.unwrap();
+    assert_eq!(again.expired_unread, None, "reported once");
+    // A read message makes room silently: no notice, nothing reported.
+    let last = again.messages.last().unwrap().seq;
+    goal.fetch(1, Duration::ZERO, Some(last)).await.unwrap();
+    first.send_to_peer("reader", "one more").await.unwrap();
+    assert!(
+        first_goal.drain().await.unwrap().is_empty(),
+        "no notice for a message that was read"
+    );
+    assert_eq!(
+        goal.fetch(64, Duration::ZERO, None)
+            .await
+            .unwrap()
+            .expired_unread,
+        None
+    );
 }
 
 /// Delegates to JetStream, except that publishes to one goal fail.

@@ -162,6 +162,7 @@ impl SwitchboardMcp {
         };
         let through = page.messages.last().map(|m| m.seq);
         let more = page.unread.saturating_sub(page.messages.len() as u64);
+        let expired = page.expired_unread.clone();
         let messages: Vec<InboxMessage> = page.messages.into_iter().map(|m| m.message).collect();
         self.remember_requests(&messages);
         let mut text =
@@ -169,6 +170,14 @@ impl SwitchboardMcp {
         if more > 0 {
             text.push_str(&format!(
                 "\n({more} more unread message(s): call check_inbox again to read them)"
+            ));
+        }
+        // Said to the model, so it knows it missed something (each sender was told too).
+        if let Some(expired) = expired {
+            text.push_str(&format!(
+                "\n({} message(s) to you were removed unread because your inbox was full; \
+                 their senders were told)",
+                expired.count
             ));
         }
         if let Some(through) = through

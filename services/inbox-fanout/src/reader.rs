@@ -19,8 +19,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use switchboard_proto::inbox::{
-    AckOp, AckReply, AckRequest, CursorRecord, FETCH_DEFAULT, FETCH_MAX, FETCH_WAIT_MAX_MS,
-    FetchReply, FetchRequest, FetchedMessage, INBOX_MAX_DELIVER, TRACE_HEADER_MAX_CHARS, owned_by,
+    AckOp, AckReply, AckRequest, CursorRecord, ExpiredUnread, FETCH_DEFAULT, FETCH_MAX,
+    FETCH_WAIT_MAX_MS, FetchReply, FetchRequest, FetchedMessage, INBOX_MAX_DELIVER,
+    TRACE_HEADER_MAX_CHARS, owned_by,
 };
 use switchboard_proto::{AgentId, GoalId, HEADER_TRACEPARENT, HEADER_TRACESTATE, InboxMessage};
 use switchboard_runtime::CancellationToken;
@@ -247,6 +248,15 @@ impl Reader {
                 }
                 changed |= record.advance(through);
             }
+            // What was removed unread since the last fetch: reported (and, but for a peek,
+            // cleared with this fetch's write).
+            let expired = if request.peek {
+                record.clone().take_expired()
+            } else {
+                let expired = record.take_expired();
+                changed |= expired.is_some();
+                expired
+            };
             // Reading past messages still being handled (`after`): only what was handed out.
             let from = match request.after {
                 Some(after) if after > record.cursor => {
@@ -314,11 +324,15 @@ impl Reader {
                 continue;
             }
             let Some(waiting) = waiter.as_mut() else {
-                return Ok(reply(goal, &record, messages, &unread));
+                return Ok(reply(goal, &record, messages, &unread, expired));
             };
             let now = Instant::now();
-            if !messages.is_empty() || now >= deadline || self.stopping.is_cancelled() {
-                return Ok(reply(goal, &record, messages, &unread));
+            if !messages.is_empty()
+                || expired.is_some()
+                || now >= deadline
+                || self.stopping.is_cancelled()
+            {
+                return Ok(reply(goal, &record, messages, &unread, expired));
             }
             known = Some((record, revision));
             // Nothing unread: wait for a store notice, the deadline, the next re-read (a few
@@ -458,11 +472,13 @@ fn reply(
     record: &CursorRecord,
     messages: Vec<FetchedMessage>,
     unread: &Unread,
+    expired_unread: Option<ExpiredUnread>,
 ) -> FetchReply {
     FetchReply {
         goal_id: goal,
         cursor: record.cursor,
         unread: unread.total.max(messages.len() as u64),
         messages,
+        expired_unread,
     }
 }

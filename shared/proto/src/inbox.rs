@@ -8,6 +8,7 @@
 //! fetch — moves the cursor, and only forward.
 
 use serde::{Deserialize, Serialize};
+use uuid::Uuid;
 
 use crate::ids::{AgentId, GoalId};
 use crate::message::InboxMessage;
@@ -92,6 +93,10 @@ pub struct FetchReply {
     /// `messages.len()` means fetch again after acking.
     #[serde(default)]
     pub unread: u64,
+    /// Messages removed unread since the previous fetch (the goal was full); omitted when
+    /// none. Each one's sender was told with a `kind: notify` (`reason: expired_unread`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expired_unread: Option<ExpiredUnread>,
 }
 
 /// `agent.inbox.ack.<agent_id>`: move a goal's cursor, or reject one message.
@@ -184,6 +189,29 @@ pub struct CursorRecord {
     /// How many times `head` was handed out without the cursor passing it.
     #[serde(default, skip_serializing_if = "is_zero_u32")]
     pub head_deliveries: u32,
+    /// Messages removed unread since the owner's last fetch (the goal was full): the next
+    /// fetch reports them and clears the count.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub expired_unread: u64,
+    /// Their message ids, the newest [`EXPIRED_IDS_KEPT`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub expired_ids: Vec<Uuid>,
+}
+
+/// How many ids of messages removed unread a cursor keeps for its owner's next fetch.
+pub const EXPIRED_IDS_KEPT: usize = 16;
+
+/// `metadata.reason` of the notice a sender gets when its message was removed unread.
+pub const EXPIRED_UNREAD: &str = "expired_unread";
+
+/// Messages of a goal removed before its owner read them (the goal was full: each new
+/// message past the cap removes the oldest), as a fetch reports them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExpiredUnread {
+    /// How many, since the previous fetch.
+    pub count: u64,
+    /// Their message ids, the newest [`EXPIRED_IDS_KEPT`].
+    pub ids: Vec<Uuid>,
 }
 
 #[allow(clippy::trivially_copy_pass_by_ref)]
@@ -206,7 +234,27 @@ impl CursorRecord {
             handed: cursor,
             head: 0,
             head_deliveries: 0,
+            expired_unread: 0,
+            expired_ids: Vec::new(),
         }
+    }
+
+    /// Records that message `id` was removed unread.
+    pub fn expired(&mut self, id: Option<Uuid>) {
+        self.expired_unread = self.expired_unread.saturating_add(1);
+        if let Some(id) = id {
+            self.expired_ids.push(id);
+            let over = self.expired_ids.len().saturating_sub(EXPIRED_IDS_KEPT);
+            self.expired_ids.drain(..over);
+        }
+    }
+
+    /// Takes what expired since the last fetch (clearing it); `None` when nothing did.
+    pub fn take_expired(&mut self) -> Option<ExpiredUnread> {
+        (self.expired_unread > 0).then(|| ExpiredUnread {
+            count: std::mem::take(&mut self.expired_unread),
+            ids: std::mem::take(&mut self.expired_ids),
+        })
     }
 
     /// Moves the cursor through `through` (never back). Returns whether it moved.

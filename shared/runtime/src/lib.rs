@@ -17,6 +17,7 @@
 //! - [`publish`]: JetStream publish with trace context, `Nats-Msg-Id` and retries.
 //! - [`request`]: JSON requests to services with trace context and typed error replies.
 //! - [`resources`]: JetStream streams and KV buckets, declared once and applied idempotently.
+//! - [`room`]: room in a full goal inbox: the oldest message goes, its sender is told.
 //! - [`embedded`]: the local nats-server `switchboard up` starts, and where to find the binary.
 //! - [`store`]: the error type of a service's JetStream-backed state.
 //! - [`permissions`]: the NATS accounts and NKeys that isolate agents (`switchboard nats-config`).
@@ -38,6 +39,7 @@ pub mod publish;
 pub mod registry_view;
 pub mod request;
 pub mod resources;
+pub mod room;
 pub mod service;
 pub mod shutdown;
 pub mod store;

@@ -111,12 +111,27 @@ async fn retry_after(
     let started = tokio::time::Instant::now();
     let mut pause = RETRY_PAUSE;
     let mut attempts = 1;
+    let mut room_made = 0;
     let mut outcome = first;
     loop {
         let failed = match outcome {
             Ok(stored) => return Ok(stored),
             Err(failed) => failed,
         };
+        // A full goal inbox: its oldest message goes (its sender told if it was unread), then
+        // this one is stored in its place. A few rounds at most: racing publishers share it.
+        if crate::room::is_full(&failed.message)
+            && room_made < 3
+            && crate::room::goal_of(subject).is_some()
+        {
+            room_made += 1;
+            if let Err(err) = crate::room::make_room(js, subject, true).await {
+                tracing::warn!(%subject, error = %err, "could not make room in a full inbox");
+            }
+            attempts += 1;
+            outcome = acked(send(js, subject, msg_id, &payload).await).await;
+            continue;
+        }
         if failed.permanent || started.elapsed() + pause > PUBLISH_RETRY_BUDGET {
             return Err(PublishFailure {
                 subject: subject.to_owned(),

@@ -125,8 +125,11 @@ pub fn inbox_stream(config: &JetStreamConfig) -> stream::Config {
             destination: INBOX_STORED_TEMPLATE.to_owned(),
             headers_only: true,
         }),
+        // A full goal refuses the next message instead of dropping its oldest unseen: the
+        // publisher then removes the oldest itself and tells its sender (`room.rs`).
         max_messages_per_subject: INBOX_CAP_PER_GOAL,
-        discard: stream::DiscardPolicy::Old,
+        discard: stream::DiscardPolicy::New,
+        discard_new_per_subject: true,
         duplicate_window: Duration::from_secs(config.duplicate_window_secs),
         max_age: Duration::from_secs(config.inbox_max_age_secs),
         // A body of 64 KiB plus the envelope fits; a runaway payload does not.

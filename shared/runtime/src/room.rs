@@ -1,0 +1,191 @@
+//! Room in a full goal inbox (docs/protocol.md, "The inbox cap"). `AGENT_INBOX` keeps at most
+//! 64 messages per goal and refuses the 65th (`discard_new_per_subject`) instead of dropping
+//! the oldest unseen, so the publisher removes the goal's oldest message itself and knows which
+//! one went. When the goal's owner had not read it, the message's sender gets a `kind: notify`
+//! in its goal (`metadata.reason: "expired_unread"`, `in_reply_to` the message) and the goal's
+//! cursor counts it for the owner's next fetch. Every publish into an inbox goes through
+//! [`crate::publish`], which calls [`make_room`] when the stream refuses one as full.
+
+use async_nats::jetstream;
+use bytes::Bytes;
+use serde_json::{Map, Value};
+use switchboard_proto::inbox::{CursorRecord, EXPIRED_UNREAD, cursor_key};
+use switchboard_proto::{GoalId, InboxMessage, MessageKind, subject, timestamp};
+
+use crate::telemetry;
+
+/// Whether a publish error says the goal's inbox is full.
+pub fn is_full(error: &str) -> bool {
+    error.contains("maximum messages per subject exceeded")
+}
+
+/// The goal an inbox subject (`agent.inbox.<goal_id>`) belongs to.
+pub fn goal_of(inbox_subject: &str) -> Option<GoalId> {
+    let goal = inbox_subject.strip_prefix(subject::INBOX_SUBJECT_PREFIX)?;
+    GoalId::parse(goal.strip_prefix('.')?).ok()
+}
+
+/// Removes the oldest message of the full inbox `inbox_subject`. If its goal's owner had not
+/// read it, counts it on the goal's cursor and, when `notify`, tells its sender (a notice that
+/// itself finds a full inbox makes room there without a further notice).
+pub async fn make_room(
+    js: &jetstream::Context,
+    inbox_subject: &str,
+    notify: bool,
+) -> Result<(), String> {
+    let goal =
+        goal_of(inbox_subject).ok_or_else(|| format!("{inbox_subject} is not a goal inbox"))?;
+    let stream = js
+        .get_stream_no_info(switchboard_proto::INBOX_STREAM)
+        .await
+        .map_err(|err| err.to_string())?;
+    let oldest = stream
+        .direct_get_next_for_subject(inbox_subject, None)
+        .await
+        .map_err(|err| err.to_string())?;
+    // Another publisher made room first: nothing to do, the retry decides.
+    if !stream
+        .delete_message(oldest.sequence)
+        .await
+        .unwrap_or(false)
+    {
+        return Ok(());
+    }
+    let message: Option<InboxMessage> = serde_json::from_slice(&oldest.payload).ok();
+    let Some(owner) = count_unread(js, &goal, oldest.sequence, &message).await? else {
+        return Ok(());
+    };
+    tracing::info!(goal_id = %goal, seq = oldest.sequence, "a full goal inbox dropped its oldest unread message");
+    if let Some(message) = message
+        && notify
+        && !is_expiry_notice(&message)
+    {
+        notify_sender(js, &goal, &owner, &message).await;
+    }
+    Ok(())
+}
+
+/// Counts message `seq` as removed unread on `goal`'s cursor when the owner had not read it;
+/// returns the owner then (`None`: it had been read, or the goal has closed).
+async fn count_unread(
+    js: &jetstream::Context,
+    goal: &GoalId,
+    seq: u64,
+    message: &Option<InboxMessage>,
+) -> Result<Option<switchboard_proto::AgentId>, String> {
+    let cursors = js
+        .get_key_value(switchboard_proto::CURSORS_BUCKET)
+        .await
+        .map_err(|err| err.to_string())?;
+    let key = cursor_key(goal);
+    for _ in 0..5 {
+        let Some(entry) = cursors.entry(&key).await.map_err(|err| err.to_string())? else {
+            return Ok(None);
+        };
+        let Ok(mut record) = serde_json::from_slice::<CursorRecord>(&entry.value) else {
+            return Ok(None);
+        };
+        if seq <= record.cursor {
+            return Ok(None);
+        }
+        record.expired(message.as_ref().and_then(|message| message.id));
+        let value = serde_json::to_vec(&record).map_err(|err| err.to_string())?;
+        if cursors
+            .update(&key, value.into(), entry.revision)
+            .await
+            .is_ok()
+        {
+            return Ok(Some(record.agent_id));
+        }
+    }
+    Err(format!("the cursor of goal {goal} keeps changing"))
+}
+
+/// Whether `message` is itself a notice that a message expired (never notified about again).
+fn is_expiry_notice(message: &InboxMessage) -> bool {
+    message.kind == MessageKind::Notify
+        && message.metadata.get("reason").and_then(Value::as_str) == Some(EXPIRED_UNREAD)
+}
+
+/// Tells the sender of `message` (in the goal it sent from) that it was removed unread from
+/// `goal` of `owner`. Best effort: a failure is logged.
+async fn notify_sender(
+    js: &jetstream::Context,
+    goal: &GoalId,
+    owner: &switchboard_proto::AgentId,
+    message: &InboxMessage,
+) {
+    let id = message.id.map(|id| id.to_string()).unwrap_or_default();
+    let mut notice = InboxMessage::new(
+        owner.clone(),
+        *goal,
+        message.from_agent_id.clone(),
+        format!(
+            "your message {id} to `{owner}` was removed unread: goal {goal} held {} unread \
+             messages, its most",
+            switchboard_proto::INBOX_CAP_PER_GOAL
+        ),
+    );
+    notice.id = Some(switchboard_proto::new_id());
+    notice.kind = MessageKind::Notify;
+    notice.in_reply_to = message.id;
+    notice.correlation_id = message.correlation_id;
+    notice.sent_at = timestamp::now();
+    let mut metadata = Map::new();
+    metadata.insert(
+        "reason".to_owned(),
+        Value::String(EXPIRED_UNREAD.to_owned()),
+    );
+    metadata.insert("goal_id".to_owned(), Value::String(goal.to_string()));
+    metadata.insert(
+        "switchboard".to_owned(),
+        Value::String(EXPIRED_UNREAD.to_owned()),
+    );
+    notice.metadata = metadata;
+    let Ok(payload) = serde_json::to_vec(&notice) else {
+        return;
+    };
+    let payload = Bytes::from(payload);
+    let target = subject::inbox(&message.from_goal_id);
+    let msg_id = format!("expired:{id}:{goal}");
+    for _ in 0..2 {
+        let mut headers = telemetry::traced_headers();
+        headers.insert(switchboard_proto::HEADER_MSG_ID, msg_id.as_str());
+        let sent = match js
+            .publish_with_headers(target.clone(), headers, payload.clone())
+            .await
+        {
+            Ok(ack) => ack.await.map(|_| ()).map_err(|err| err.to_string()),
+            Err(err) => Err(err.to_string()),
+        };
+        match sent {
+            Ok(()) => return,
+            Err(err) if is_full(&err) => {
+                if let Err(err) = Box::pin(make_room(js, &target, false)).await {
+                    tracing::warn!(error = %err, "no room for an expiry notice");
+                    return;
+                }
+            }
+            Err(err) => {
+                tracing::warn!(error = %err, "expiry notice not stored");
+                return;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_goal_inboxes_have_a_goal() {
+        let goal = GoalId::default();
+        assert_eq!(goal_of(&subject::inbox(&goal)), Some(goal));
+        assert_eq!(goal_of("agent.inbox.fetch.alice"), None);
+        assert_eq!(goal_of("agent.inboxes.x"), None);
+        assert!(is_full(
+            "maximum messages per subject exceeded (code 503, 10077)"
+        ));
+    }
+}
