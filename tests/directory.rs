@@ -19,7 +19,7 @@ use switchboard_proto::registry::{
 use switchboard_proto::subject::{RegistryEvent, RegistryOp};
 use switchboard_proto::{
     AgentId, AgentStatus, CONSUMER_META_AGENT, CURSORS_BUCKET, ErrorKind, GoalId, GoalKind,
-    HEADER_MSG_ID, INBOX_STREAM, InboxMessage, inbox::CursorRecord, inbox_consumer, subject,
+    INBOX_STREAM, InboxMessage, inbox::CursorRecord, inbox_consumer, subject,
 };
 use switchboard_testkit::{NatsServer, assert_eventually};
 use switchboard_tests::{
@@ -229,18 +229,13 @@ async fn publish_inbox(
         body,
     );
     message.id = Some(switchboard_proto::new_id());
-    let mut headers = async_nats::HeaderMap::new();
-    headers.insert(
-        HEADER_MSG_ID,
-        format!("{}:{goal}", message.id.unwrap()).as_str(),
-    );
-    js.publish_with_headers(
-        subject::inbox(&goal),
-        headers,
+    // As the services publish: a full inbox makes room (runtime::room).
+    switchboard_runtime::publish::publish_durable(
+        js,
+        &subject::inbox(&goal),
+        &format!("{}:{goal}", message.id.unwrap()),
         serde_json::to_vec(&message).unwrap().into(),
     )
-    .await
-    .unwrap()
     .await
     .unwrap();
     message
@@ -476,6 +471,7 @@ async fn list_peers_pages_in_id_order_within_a_byte_budget() {
         .peers_page(&PeersRequest {
             after: Some("big-11".into()),
             limit: None,
+            ..Default::default()
         })
         .await
         .unwrap();
@@ -486,6 +482,7 @@ async fn list_peers_pages_in_id_order_within_a_byte_budget() {
         .peers_page(&PeersRequest {
             after: Some("peer-099".into()),
             limit: Some(5_000),
+            ..Default::default()
         })
         .await
         .unwrap();
@@ -495,6 +492,7 @@ async fn list_peers_pages_in_id_order_within_a_byte_budget() {
         .peers_page(&PeersRequest {
             after: None,
             limit: Some(0),
+            ..Default::default()
         })
         .await
         .unwrap();
@@ -948,10 +946,14 @@ async fn micro_discovery_lists_every_endpoint() {
         .iter()
         .map(|op| op.endpoint_subject())
         .collect();
-    // The service-only endpoint task-lifecycle reports task load to.
+    // The service-only endpoints: task load (from task-lifecycle) and skill routing.
     want.insert(format!(
         "{}.>",
         switchboard_proto::subject::REGISTRY_TASKS_PREFIX
+    ));
+    want.insert(format!(
+        "{}.>",
+        switchboard_proto::subject::REGISTRY_ROUTE_PREFIX
     ));
     assert_eq!(subjects, want);
     assert!(
@@ -1138,4 +1140,116 @@ async fn a_half_finished_close_can_be_retried() {
     // Now it is really gone.
     let err = agent.close_goal(goal.id()).await.unwrap_err();
     assert_eq!(err.kind(), Some(ErrorKind::NotFound));
+}
+
+#[tokio::test]
+async fn skill_routing_spreads_work_and_passes_over_an_agent_at_its_cap() {
+    let fabric = switchboard_tests::Fabric::start().await;
+    let url = fabric.url();
+    let translator = |id: &str, cap: u32| {
+        let mut card = card(id);
+        card.capabilities = vec!["translate".into()];
+        card.max_concurrent_tasks = cap;
+        card
+    };
+    let mut goals = Vec::new();
+    let mut agents = Vec::new();
+    for n in 1..=4 {
+        let agent = agent_with(&url, translator(&format!("translator-{n}"), 3), LONG).await;
+        goals.push(agent.open_goal().await.unwrap().id());
+        agents.push(agent);
+    }
+    let full = agent_with(&url, translator("translator-full", 1), LONG).await;
+    let _full_goal = full.open_goal().await.unwrap();
+    let (boss, _boss_goal) = fabric.agent_with_goal("boss").await;
+    // One translator takes a task and is at its cap (the directory marks it busy).
+    let taken = boss
+        .give_task("translator-full", "one at a time")
+        .await
+        .unwrap()
+        .task
+        .task_id;
+    full.accept_task(taken).await.unwrap();
+    assert_eventually!(Duration::from_secs(10), async {
+        boss.lookup("translator-full")
+            .await
+            .is_ok_and(|found| found.status == AgentStatus::Busy)
+    });
+
+    // 100 tasks for whoever translates: the four below their cap share them evenly.
+    let mut counts = std::collections::HashMap::<String, usize>::new();
+    for i in 0..100 {
+        let reply = boss
+            .create_task(switchboard_proto::task::CreateTask {
+                to: Some("skill:translate".into()),
+                message: Some(format!("text {i}")),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        *counts.entry(reply.task.assignee.to_string()).or_default() += 1;
+    }
+    assert!(!counts.contains_key("translator-full"), "{counts:?}");
+    for n in 1..=4 {
+        let got = counts.get(&format!("translator-{n}")).copied().unwrap_or(0);
+        assert!(
+            (20..=30).contains(&got),
+            "translator-{n} got {got}: {counts:?}"
+        );
+    }
+    // A message and a call by skill go to one idle translator, named in the reply.
+    let sent = boss
+        .send(switchboard_proto::send::SendRequest {
+            to: Some("skill:translate".into()),
+            message: Some("bonjour".into()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let routed = sent.routed_to.expect("the report names the agent");
+    assert!(routed.as_str().starts_with("translator-") && routed.as_str() != "translator-full");
+    assert_eq!(sent.delivered_to.len(), 1);
+    let parked = boss
+        .call_parked("skill:translate", "hola?", Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert!(
+        goals.contains(&parked.delivered_to[0]),
+        "an idle translator's goal"
+    );
+    // Nobody fits: an unreachable reason, an error for a task.
+    let none = boss.send_to_peer("skill:cook", "dinner?").await.unwrap();
+    assert!(none.delivered_to.is_empty());
+    assert!(
+        none.unreachable_reasons[0].contains("no reachable agent has skill `cook`"),
+        "{none:?}"
+    );
+    let refused = boss
+        .create_task(switchboard_proto::task::CreateTask {
+            to: Some("skill:cook".into()),
+            message: Some("dinner".into()),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(refused.kind(), Some(ErrorKind::Unreachable), "{refused}");
+    // list_peers by skill: the five translators, nobody else.
+    let listed = boss
+        .peers_page(&PeersRequest {
+            skill: Some("translate".into()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let ids: Vec<&str> = listed.peers.iter().map(|p| p.agent_id.as_str()).collect();
+    assert_eq!(
+        ids,
+        [
+            "translator-1",
+            "translator-2",
+            "translator-3",
+            "translator-4",
+            "translator-full"
+        ]
+    );
 }

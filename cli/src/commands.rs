@@ -75,7 +75,11 @@ pub(crate) async fn peers(
     after: Option<String>,
     limit: Option<u32>,
 ) -> anyhow::Result<Value> {
-    let request = PeersRequest { after, limit };
+    let request = PeersRequest {
+        after,
+        limit,
+        skill: None,
+    };
     registry_request(nats_url, RegistryOp::Peers, as_agent, &request).await
 }
 

@@ -20,12 +20,16 @@ pub struct ListPeersParams {
     /// Most peers in the answer (default 100, at most 1000).
     #[serde(default)]
     pub limit: Option<u32>,
+    /// Only agents whose card lists this skill, e.g. "translate".
+    #[serde(default)]
+    pub skill: Option<String>,
 }
 
 /// `send_to_peer` parameters.
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct SendParams {
-    /// The peer's agent id from list_peers, or "*" to broadcast to every peer you may reach.
+    /// The peer's agent id from list_peers, "skill:<name>" for one agent that has the skill,
+    /// or "*" to broadcast to every peer you may reach.
     pub to: String,
     /// The message text.
     pub message: String,
@@ -42,7 +46,8 @@ pub struct SendParams {
 /// `talk_to_agent` parameters.
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct TalkParams {
-    /// The agent id to consult (from list_peers).
+    /// The agent id to consult (from list_peers), or "skill:<name>" for one agent that has
+    /// the skill.
     pub to: String,
     /// Your question or request.
     pub message: String,
@@ -66,7 +71,8 @@ pub struct ReplyParams {
 /// `create_task` parameters.
 #[derive(Debug, Deserialize, JsonSchema)]
 pub struct CreateTaskParams {
-    /// The agent id that should do the task (from list_peers).
+    /// The agent id that should do the task (from list_peers), or "skill:<name>" for the
+    /// least loaded agent that has the skill and room for it.
     pub to: String,
     /// What to do: a complete, self-contained description.
     pub message: String,

@@ -58,7 +58,10 @@ impl SwitchboardMcp {
                        capabilities, status (idle/busy/offline) and whether you may reach them. \
                        Call this before send_to_peer, talk_to_agent or create_task to find the \
                        right agent id. Peers come in pages in id order; when the answer has \
-                       `next`, call again with `after` set to it for more."
+                       `next`, call again with `after` set to it for more. Give `skill` to list \
+                       only the agents that can do one thing; or skip the choice and address \
+                       work to `skill:<name>` (send_to_peer, talk_to_agent, create_task): the \
+                       fabric picks an idle, least loaded agent with that skill."
     )]
     async fn list_peers(&self, Parameters(params): Parameters<ListPeersParams>) -> CallToolResult {
         outcome(
@@ -66,6 +69,7 @@ impl SwitchboardMcp {
                 .peers_page(&switchboard_proto::registry::PeersRequest {
                     after: params.after,
                     limit: params.limit,
+                    skill: params.skill,
                 })
                 .await,
         )

@@ -1,14 +1,15 @@
-//! The directory's endpoint table: one endpoint per [`RegistryOp`] plus task load, each
+//! The directory's endpoint table: one endpoint per [`RegistryOp`] plus task load and skill
+//! routing (services only), each
 //! decoding its request and handing it to [`Registry`] (the rules are in [`crate::registry`]
 //! and [`crate::goals`]); errors become error replies through [`crate::error`].
 
 use std::sync::Arc;
 
 use switchboard_proto::registry::{
-    GoalCloseRequest, GoalOpenRequest, HeartbeatRequest, LookupRequest, PeersRequest,
+    GoalCloseRequest, GoalOpenRequest, HeartbeatRequest, LookupRequest, PeersRequest, RouteRequest,
     TaskLoadReport,
 };
-use switchboard_proto::subject::{REGISTRY_TASKS_PREFIX, RegistryOp};
+use switchboard_proto::subject::{REGISTRY_ROUTE_PREFIX, REGISTRY_TASKS_PREFIX, RegistryOp};
 use switchboard_proto::{ErrorReply, GoalId};
 use switchboard_runtime::micro::{AgentRequest, Endpoint};
 
@@ -43,6 +44,15 @@ pub(crate) fn endpoints(registry: Arc<Registry>) -> Vec<Endpoint> {
         .into_iter()
         .map(|op| endpoint(op, Arc::clone(&registry)))
         .collect();
+    let routing = Arc::clone(&registry);
+    endpoints.push(Endpoint::agent(
+        "route",
+        REGISTRY_ROUTE_PREFIX.to_owned(),
+        move |req: AgentRequest<RouteRequest>| {
+            let registry = Arc::clone(&routing);
+            async move { Ok::<_, ErrorReply>(registry.route(&req.caller, &req.body).await?) }
+        },
+    ));
     endpoints.push(Endpoint::agent(
         "task_load",
         REGISTRY_TASKS_PREFIX.to_owned(),

@@ -58,6 +58,14 @@ pub enum DirectoryError {
         /// The contended key.
         key: String,
     },
+    /// No agent fits a `skill:<name>` message.
+    #[error("no reachable agent has skill `{skill}`{why}")]
+    NoSkill {
+        /// The skill asked for.
+        skill: String,
+        /// Why those that list it do not fit, when some do (`: 2 at their task cap`).
+        why: String,
+    },
     /// A JetStream/KV call failed.
     #[error("{step}: {message}")]
     Store {
@@ -98,6 +106,7 @@ impl DirectoryError {
             Self::UnknownAgent(_) | Self::UnknownGoal { .. } => ErrorKind::NotFound,
             Self::GoalOwnedElsewhere { .. } | Self::Contention { .. } => ErrorKind::Conflict,
             Self::TooManyGoals { .. } => ErrorKind::TooManyGoals,
+            Self::NoSkill { .. } => ErrorKind::Unreachable,
             Self::Store { .. } => ErrorKind::Unavailable,
             Self::CorruptRecord { .. } => ErrorKind::Internal,
         }

@@ -8,13 +8,15 @@
 //! Layout: `config.rs` (the `[directory]` section), `error.rs` (errors → stable kinds),
 //! `endpoints.rs` (the endpoint table), `registry.rs` (the registry rules: register,
 //! heartbeat, peers, lookup, offline sweep), `goals.rs` (the goal rules: open, close),
-//! `store.rs` (the KV and JetStream reads and writes), this file (`start`/`run`).
+//! `routing.rs` (skill routing), `store.rs` (the KV and JetStream reads and writes), this
+//! file (`start`/`run`).
 
 pub mod config;
 mod endpoints;
 pub mod error;
 mod goals;
 pub mod registry;
+mod routing;
 mod store;
 
 use std::sync::Arc;

@@ -25,7 +25,7 @@ use crate::store::{Cas, RegistryStore};
 
 /// How long list_peers waits for the registry view to catch up with KV before it reads KV
 /// itself (the view is normally a few milliseconds behind at most).
-const VIEW_CATCH_UP: Duration = Duration::from_millis(500);
+pub(crate) const VIEW_CATCH_UP: Duration = Duration::from_millis(500);
 
 /// The directory's handle on its state.
 #[derive(Debug)]
@@ -35,6 +35,8 @@ pub struct Registry {
     /// The most live goals one agent may hold.
     pub(crate) max_goals_per_agent: usize,
     pub(crate) view: RegistryView,
+    /// Turns of the round-robin among equally good agents for a skill.
+    pub(crate) route_turn: std::sync::atomic::AtomicUsize,
 }
 
 impl Registry {
@@ -53,6 +55,7 @@ impl Registry {
             heartbeat_timeout: Duration::from_millis(config.heartbeat_timeout_ms),
             max_goals_per_agent: usize::try_from(config.max_goals_per_agent).unwrap_or(usize::MAX),
             view,
+            route_turn: std::sync::atomic::AtomicUsize::new(0),
         }
     }
 
@@ -292,11 +295,20 @@ impl Registry {
             .unwrap_or(PEERS_PAGE_DEFAULT)
             .clamp(1, PEERS_PAGE_MAX) as usize;
         let after = request.after.as_deref();
+        let skill = request
+            .skill
+            .as_deref()
+            .map(switchboard_proto::send::check_skill)
+            .transpose()
+            .map_err(|err| DirectoryError::InvalidCard(err.error.message))?;
+        let has =
+            move |record: &AgentRecord| skill.is_none_or(|skill| record.card.has_skill(skill));
         let page = if self.view.caught_up(VIEW_CATCH_UP).await? {
             self.view.with(|view| {
                 let me = view.record(caller.as_str())?;
                 let candidates = view
                     .records_after(after)
+                    .filter(|(record, _)| has(record))
                     .map(|(record, _)| (record, view.has_goal(record.card.agent_id.as_str())));
                 Some(peers_page(&me.card, candidates, limit))
             })
@@ -312,6 +324,7 @@ impl Registry {
                         .iter()
                         .filter(|(record, _)| {
                             after.is_none_or(|after| record.card.agent_id.as_str() > after)
+                                && has(record)
                         })
                         .map(|(record, _)| {
                             (record, with_goals.contains(record.card.agent_id.as_str()))

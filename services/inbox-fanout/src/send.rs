@@ -18,6 +18,7 @@ use switchboard_proto::{
 };
 use switchboard_runtime::micro::AgentRequest;
 use switchboard_runtime::publish::{PublishFailure, Published, publish_all, publish_refusal};
+use switchboard_runtime::request::route_by_skill;
 
 use crate::config::FanoutConfig;
 use crate::error::FanoutError;
@@ -142,6 +143,20 @@ impl Fanout {
                 match peer {
                     None => report.unreachable_reasons.push(unknown_agent(&to)),
                     Some(peer) => self.plan(&me, &request, peer, &mut report, &mut planned),
+                }
+            }
+            Target::Skill(skill) => {
+                match route_by_skill(&self.js.client(), caller, &skill, false).await {
+                    Ok(agent) => match self.view.resolve(&agent).await? {
+                        None => report
+                            .unreachable_reasons
+                            .push(unknown_agent(agent.as_str())),
+                        Some(peer) => {
+                            report.routed_to = Some(agent);
+                            self.plan(&me, &request, peer, &mut report, &mut planned);
+                        }
+                    },
+                    Err(reason) => report.unreachable_reasons.push(reason),
                 }
             }
             Target::Broadcast => {

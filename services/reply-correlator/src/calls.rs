@@ -26,7 +26,7 @@ use switchboard_proto::send::{
 use switchboard_proto::{
     AgentId, ErrorKind, GoalId, InboxMessage, MessageKind, new_id, subject, timestamp,
 };
-use switchboard_runtime::request::{RequestFailure, request_json};
+use switchboard_runtime::request::{RequestFailure, request_json, route_by_skill};
 use tokio::sync::mpsc;
 
 use crate::correlator::{Correlator, HANDOVER_TIMEOUT, Held, LocalAnswer, Taken, WaitingGuard};
@@ -110,11 +110,17 @@ impl Correlator {
             ..SendRequest::default()
         };
         let (target, body) = check_gates(caller, &probe).map_err(CorrelatorError::Gate)?;
-        let Target::Peer(to) = target else {
-            return Err(CorrelatorError::Broadcast);
-        };
-        let Ok(callee) = AgentId::parse(&to) else {
-            return Err(CorrelatorError::Unreachable(unknown_agent(&to)));
+        let callee = match target {
+            Target::Broadcast => return Err(CorrelatorError::Broadcast),
+            Target::Peer(to) => match AgentId::parse(&to) {
+                Ok(callee) => callee,
+                Err(_) => return Err(CorrelatorError::Unreachable(unknown_agent(&to))),
+            },
+            // One agent with the skill, picked by the directory; the call is then an ordinary
+            // call to it (its chain, cycle and depth rules included).
+            Target::Skill(skill) => route_by_skill(&self.client, caller, &skill, false)
+                .await
+                .map_err(CorrelatorError::Unreachable)?,
         };
         // The goal the answer (or a timeout notice) goes to must be the caller's own: a call
         // naming another agent's goal would deliver into that goal's inbox.

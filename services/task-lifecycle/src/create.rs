@@ -15,6 +15,7 @@ use switchboard_proto::task::{CreateTask, TaskRecord, TaskRefusal, TaskReply};
 use switchboard_proto::{
     AgentId, ErrorKind, GoalId, InboxMessage, MessageKind, TaskState, acl, new_id, timestamp,
 };
+use switchboard_runtime::request::route_by_skill;
 use switchboard_runtime::store::StoreError;
 use time::OffsetDateTime;
 use uuid::Uuid;
@@ -89,6 +90,10 @@ impl Tasks {
             Target::Peer(to) => {
                 AgentId::parse(&to).map_err(|_| TaskError::UnknownAssignee(to.clone()))?
             }
+            // One agent with the skill below its task cap, picked by the directory.
+            Target::Skill(skill) => route_by_skill(&self.js.client(), caller, &skill, true)
+                .await
+                .map_err(TaskError::NoSkill)?,
         };
         let callback = request.callback.clone().map(serde_json::Value::Object);
         let metadata = serde_json::Value::Object(request.metadata.clone());

@@ -63,6 +63,9 @@ pub enum TaskError {
         /// Its deadline.
         at: OffsetDateTime,
     },
+    /// No agent fits a `skill:<name>` task (or the directory could not say).
+    #[error("{0}")]
+    NoSkill(String),
     /// The requester is not registered.
     #[error("`{0}` is not registered; register before creating tasks")]
     NotRegistered(AgentId),
@@ -237,7 +240,9 @@ impl TaskError {
             | Self::BadLimit => ErrorKind::BadRequest,
             Self::Gate(reply) => reply.kind(),
             Self::TaskForSelf => ErrorKind::SelfSend,
-            Self::UnknownAssignee(_) | Self::NoLiveGoals(_) => ErrorKind::Unreachable,
+            Self::UnknownAssignee(_) | Self::NoLiveGoals(_) | Self::NoSkill(_) => {
+                ErrorKind::Unreachable
+            }
             Self::DeadlinePassed { .. }
             | Self::DeadlineExpired { .. }
             | Self::ParentDeadlinePassed { .. } => ErrorKind::Expired,

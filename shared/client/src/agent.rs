@@ -211,6 +211,7 @@ impl Agent {
             .peers_page(&PeersRequest {
                 after: None,
                 limit: Some(PEERS_PAGE_MAX),
+                skill: None,
             })
             .await?;
         while let Some(after) = all.next.take() {
@@ -218,6 +219,7 @@ impl Agent {
                 .peers_page(&PeersRequest {
                     after: Some(after),
                     limit: Some(PEERS_PAGE_MAX),
+                    skill: None,
                 })
                 .await?;
             all.peers.extend(page.peers);

@@ -47,6 +47,11 @@ pub const MAX_OPEN_CALLS_PER_AGENT: usize = 10;
 pub const BROADCAST_CAP_DEFAULT: usize = 64;
 /// The `to` value that means "every peer I may reach".
 pub const BROADCAST_TARGET: &str = "*";
+/// `to: "skill:<name>"` (send, call, task create) asks the directory for one reachable agent
+/// whose card lists the skill: idle before busy, fewest current tasks, then round-robin.
+pub const SKILL_TARGET_PREFIX: &str = "skill:";
+/// Longest skill name in a `skill:` target.
+pub const SKILL_NAME_MAX: usize = 64;
 
 /// Stream holding every goal inbox (`agent.inbox.>`).
 pub const INBOX_STREAM: &str = "AGENT_INBOX";

@@ -283,6 +283,37 @@ pub struct PeersRequest {
     /// Most peers to return (default [`PEERS_PAGE_DEFAULT`], at most [`PEERS_PAGE_MAX`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limit: Option<u32>,
+    /// Only peers whose card lists this skill (a capability or a skill id).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skill: Option<String>,
+}
+
+/// Body of `_SB.registry.route.<agent_id>` (services only): pick one agent with `skill` for
+/// a message, call or task from that agent.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteRequest {
+    /// The skill, as in `skill:<name>`.
+    pub skill: String,
+    /// For a task: agents at their `max_concurrent_tasks` are skipped.
+    #[serde(default)]
+    pub task: bool,
+}
+
+/// Reply to a route request: the agent picked.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RouteReply {
+    /// An agent that lists the skill, is reachable from the asker (ACL both ways, a live
+    /// goal, not offline) and, for a task, below its cap: idle before busy, fewest current
+    /// tasks, then round-robin.
+    pub agent_id: AgentId,
+}
+
+impl AgentCard {
+    /// Whether the card lists `skill`: as a capability or as a skill's id.
+    pub fn has_skill(&self, skill: &str) -> bool {
+        self.capabilities.iter().any(|c| c == skill) || self.skills.iter().any(|s| s.id == skill)
+    }
 }
 
 /// Reply to `peers` (list_peers): one page of peers in agent-id order.

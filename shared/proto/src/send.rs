@@ -11,7 +11,10 @@ use uuid::Uuid;
 use crate::error::{ErrorKind, ErrorReply};
 use crate::ids::{AgentId, GoalId};
 use crate::message::{Callback, MessageKind, Part};
-use crate::names::{BROADCAST_TARGET, DEFAULT_TTL, MAX_BODY_BYTES, MIN_BODY_CHARS};
+use crate::names::{
+    BROADCAST_TARGET, DEFAULT_TTL, MAX_BODY_BYTES, MIN_BODY_CHARS, SKILL_NAME_MAX,
+    SKILL_TARGET_PREFIX,
+};
 
 /// Body of `agent.send.<agent_id>`.
 ///
@@ -76,6 +79,9 @@ pub struct DeliveryReport {
     pub delivered_to: Vec<GoalId>,
     /// Why a target (or a goal) did not get it.
     pub unreachable_reasons: Vec<String>,
+    /// The agent a `skill:<name>` send was routed to; omitted for a send by name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub routed_to: Option<AgentId>,
 }
 
 /// Who a send is for, once the first four gates passed.
@@ -85,6 +91,8 @@ pub enum Target {
     Peer(String),
     /// Every peer the sender may reach.
     Broadcast,
+    /// One reachable agent with this skill, picked by the directory (`skill:<name>`).
+    Skill(String),
 }
 
 /// Gates 1–4 of the seed, in order. Returns the target and the body.
@@ -132,10 +140,31 @@ pub fn check_gates<'a>(
     }
     let target = if to == BROADCAST_TARGET {
         Target::Broadcast
+    } else if let Some(skill) = to.strip_prefix(SKILL_TARGET_PREFIX) {
+        Target::Skill(check_skill(skill)?.to_owned())
     } else {
         Target::Peer(to.to_owned())
     };
     Ok((target, body))
+}
+
+/// A skill name from a `skill:<name>` target or a `list_peers` filter: 1 to
+/// [`SKILL_NAME_MAX`] characters, none of them a space or a control character.
+pub fn check_skill(skill: &str) -> Result<&str, ErrorReply> {
+    let skill = skill.trim();
+    let ok = !skill.is_empty()
+        && skill.chars().count() <= SKILL_NAME_MAX
+        && !skill.chars().any(|c| c.is_whitespace() || c.is_control());
+    if ok {
+        Ok(skill)
+    } else {
+        Err(ErrorReply::new(
+            ErrorKind::BadRequest,
+            format!(
+                "a skill is 1 to {SKILL_NAME_MAX} characters without spaces, as `skill:translate`"
+            ),
+        ))
+    }
 }
 
 /// A body that names its sender must name the subject's identity: a spoofed `from_agent_id`
@@ -414,10 +443,38 @@ mod tests {
         assert!(
             serde_json::from_value::<SendRequest>(json!({"to": "x", "mesage": "typo"})).is_err()
         );
+        let Ok(me) = AgentId::parse("me") else {
+            panic!("valid id")
+        };
+        let skill = |to: &str| {
+            let request = SendRequest {
+                to: Some(to.into()),
+                message: Some("hi".into()),
+                ..SendRequest::default()
+            };
+            check_gates(&me, &request).map(|(target, _)| target)
+        };
+        assert_eq!(
+            skill("skill:translate").ok(),
+            Some(Target::Skill("translate".into()))
+        );
+        assert_eq!(skill("skill: fr ").ok(), Some(Target::Skill("fr".into())));
+        for bad in [
+            "skill:",
+            "skill:two words",
+            &format!("skill:{}", "x".repeat(65)),
+        ] {
+            assert_eq!(
+                skill(bad).err().map(|err| err.kind()),
+                Some(ErrorKind::BadRequest),
+                "{bad}"
+            );
+        }
         let report = DeliveryReport {
             message_id: None,
             delivered_to: vec![],
             unreachable_reasons: vec!["unknown agent_id `ghost`".into()],
+            routed_to: None,
         };
         assert_eq!(
             serde_json::to_value(&report).unwrap(),

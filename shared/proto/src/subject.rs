@@ -222,6 +222,15 @@ pub fn registry_tasks(agent: &AgentId) -> String {
     format!("{REGISTRY_TASKS_PREFIX}.{agent}")
 }
 
+/// Prefix of the directory's skill routing (services only): `_SB.registry.route.<agent_id>`
+/// with a [`crate::registry::RouteRequest`], answered for that agent.
+pub const REGISTRY_ROUTE_PREFIX: &str = "_SB.registry.route";
+
+/// `_SB.registry.route.<agent_id>`: which agent with a skill `agent`'s message goes to.
+pub fn registry_route(agent: &AgentId) -> String {
+    format!("{REGISTRY_ROUTE_PREFIX}.{agent}")
+}
+
 /// Prefix of task requests: `agent.task.<op>.<agent_id>` ([`crate::task::TaskRequestOp`]).
 pub const TASK_PREFIX: &str = "agent.task";
 /// Prefix of task events: `agent.task.events.<task_id>`.

@@ -184,3 +184,34 @@ where
         }
     }
 }
+
+/// How long the directory may take to pick an agent for a skill.
+const ROUTE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The agent the directory picks for `caller`'s `skill:<name>` message, call or (with `task`)
+/// task: `_SB.registry.route.<caller>`. `Err` is the reason to report as unreachable (none
+/// fits, or the directory did not answer).
+pub async fn route_by_skill(
+    client: &Client,
+    caller: &switchboard_proto::AgentId,
+    skill: &str,
+    task: bool,
+) -> Result<switchboard_proto::AgentId, String> {
+    let request = switchboard_proto::registry::RouteRequest {
+        skill: skill.to_owned(),
+        task,
+    };
+    let subject = switchboard_proto::subject::registry_route(caller);
+    match request_json::<_, switchboard_proto::registry::RouteReply>(
+        client,
+        &subject,
+        &request,
+        ROUTE_TIMEOUT,
+    )
+    .await
+    {
+        Ok(reply) => Ok(reply.agent_id),
+        Err(RequestFailure::Service(reply)) => Err(reply.error.message),
+        Err(failure) => Err(format!("skill `{skill}` could not be routed: {failure}")),
+    }
+}

@@ -52,13 +52,23 @@ pub async fn make_room(
         return Ok(());
     }
     let message: Option<InboxMessage> = serde_json::from_slice(&oldest.payload).ok();
-    let Some(owner) = count_unread(js, &goal, oldest.sequence, &message).await? else {
+    let cursors = js
+        .get_key_value(switchboard_proto::CURSORS_BUCKET)
+        .await
+        .map_err(|err| err.to_string())?;
+    let Some(owner) = count_unread(&cursors, &goal, oldest.sequence, &message).await? else {
         return Ok(());
     };
     tracing::info!(goal_id = %goal, seq = oldest.sequence, "a full goal inbox dropped its oldest unread message");
+    // The sender is told in the goal it sent from, while that goal is open (a closed one's
+    // inbox is read by nobody).
     if let Some(message) = message
         && notify
         && !is_expiry_notice(&message)
+        && cursors
+            .get(cursor_key(&message.from_goal_id))
+            .await
+            .is_ok_and(|entry| entry.is_some())
     {
         notify_sender(js, &goal, &owner, &message).await;
     }
@@ -68,15 +78,11 @@ pub async fn make_room(
 /// Counts message `seq` as removed unread on `goal`'s cursor when the owner had not read it;
 /// returns the owner then (`None`: it had been read, or the goal has closed).
 async fn count_unread(
-    js: &jetstream::Context,
+    cursors: &jetstream::kv::Store,
     goal: &GoalId,
     seq: u64,
     message: &Option<InboxMessage>,
 ) -> Result<Option<switchboard_proto::AgentId>, String> {
-    let cursors = js
-        .get_key_value(switchboard_proto::CURSORS_BUCKET)
-        .await
-        .map_err(|err| err.to_string())?;
     let key = cursor_key(goal);
     for _ in 0..5 {
         let Some(entry) = cursors.entry(&key).await.map_err(|err| err.to_string())? else {
