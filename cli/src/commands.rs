@@ -74,11 +74,12 @@ pub(crate) async fn peers(
     as_agent: &str,
     after: Option<String>,
     limit: Option<u32>,
+    skill: Option<String>,
 ) -> anyhow::Result<Value> {
     let request = PeersRequest {
         after,
         limit,
-        skill: None,
+        skill,
     };
     registry_request(nats_url, RegistryOp::Peers, as_agent, &request).await
 }

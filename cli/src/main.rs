@@ -137,6 +137,10 @@ enum Command {
         /// Most peers in the page (default 100, at most 1000).
         #[arg(long)]
         limit: Option<u32>,
+        /// Only agents whose card lists this skill (send, call or task to `skill:<name>` to
+        /// let the fabric pick one).
+        #[arg(long)]
+        skill: Option<String>,
         /// NATS URL.
         #[arg(long, env = "NATS_URL", default_value = DEFAULT_NATS_URL)]
         nats_url: String,
@@ -387,8 +391,9 @@ async fn main() -> ExitCode {
             as_agent,
             after,
             limit,
+            skill,
             nats_url,
-        } => commands::peers(&nats_url, &as_agent, after, limit).await,
+        } => commands::peers(&nats_url, &as_agent, after, limit, skill).await,
         Command::Agents { nats_url } => commands::agents(&nats_url).await,
         Command::Send {
             as_agent,

@@ -18,7 +18,7 @@ use futures::StreamExt;
 use serde::Serialize;
 use switchboard_proto::call::{
     AnswerRoute, CallAnswer, CallEventKind, CallParked, CallRequest, CallState, PendingCall,
-    PendingCalls, ReplyAck, ReplyRequest, clamp_timeout, derive_chain,
+    ReplyAck, ReplyRequest, clamp_timeout, derive_chain,
 };
 use switchboard_proto::send::{
     DeliveryReport, SendRequest, Target, check_content_fits, check_gates, unknown_agent,
@@ -583,23 +583,5 @@ impl Correlator {
         message.parts = request.parts.clone();
         self.to_caller_inbox(call, &message, "response").await?;
         Ok(AnswerRoute::Inbox)
-    }
-
-    /// The caller's open outgoing and incoming calls.
-    pub async fn pending(&self, agent: &AgentId) -> Result<PendingCalls, CorrelatorError> {
-        let now = timestamp::now();
-        let open = |calls: Vec<CallEntry>| -> Vec<PendingCall> {
-            let mut open: Vec<PendingCall> = calls
-                .into_iter()
-                .map(|s| s.call)
-                .filter(|c| c.state == CallState::Open && c.deadline > now)
-                .collect();
-            open.sort_by_key(|c| c.created_at);
-            open
-        };
-        Ok(PendingCalls {
-            outgoing: open(self.store.outgoing(agent).await?),
-            incoming: open(self.store.incoming(agent).await?),
-        })
     }
 }

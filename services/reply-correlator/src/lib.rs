@@ -7,8 +7,8 @@
 //! timeouts resolve exactly once across replicas and restarts.
 //!
 //! Layout: `config.rs` (`[reply_correlator]`), `error.rs` (errors → stable kinds),
-//! `endpoints.rs` (the endpoint table), `calls.rs` (the call, reply and pending rules),
-//! `sweep.rs` (the call timeout sweep), `correlator.rs` (the correlator and the waiting calls
+//! `endpoints.rs` (the endpoint table), `calls.rs` (the call and reply rules, budgets
+//! included), `sweep.rs` (the call timeout sweep and the pending listing), `correlator.rs` (the correlator and the waiting calls
 //! it holds), `store.rs` (the calls bucket and its open-call index), this file
 //! (`start`/`run`).
 

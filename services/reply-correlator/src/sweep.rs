@@ -1,16 +1,20 @@
-//! The call timeout sweep, and what follows a call's expiry wherever it is noticed.
+//! The call timeout sweep, what follows a call's expiry wherever it is noticed, and the
+//! listing of the calls still open (`pending`).
 //!
 //! Every replica sweeps on its own timer: each open call past its deadline is expired with
 //! compare-and-set, so across replicas exactly one expires it and tells a parked caller. A
 //! reply that finds its call past the deadline expires it the same way ([`crate::calls`]); a
 //! waiting caller's own replica answers it `timeout` when its wait ends.
 
-use switchboard_proto::call::{CallEventKind, CallState, PendingCall};
-use switchboard_proto::{ErrorReply, GoalId, InboxMessage, MessageKind, new_id, timestamp};
+use switchboard_proto::call::{CallEventKind, CallState, PendingCall, PendingCalls};
+use switchboard_proto::{
+    AgentId, ErrorReply, GoalId, InboxMessage, MessageKind, new_id, timestamp,
+};
 use time::OffsetDateTime;
 
 use crate::Correlator;
 use crate::error::CorrelatorError;
+use crate::store::CallEntry;
 
 impl Correlator {
     /// One deadline sweep: every open call past its deadline is expired with compare-and-set,
@@ -67,5 +71,23 @@ impl Correlator {
             let err = ErrorReply::from(err);
             tracing::error!(correlation_id = %call.correlation_id, error = %err, "timeout notice not delivered");
         }
+    }
+
+    /// The caller's open outgoing and incoming calls.
+    pub async fn pending(&self, agent: &AgentId) -> Result<PendingCalls, CorrelatorError> {
+        let now = timestamp::now();
+        let open = |calls: Vec<CallEntry>| -> Vec<PendingCall> {
+            let mut open: Vec<PendingCall> = calls
+                .into_iter()
+                .map(|s| s.call)
+                .filter(|c| c.state == CallState::Open && c.deadline > now)
+                .collect();
+            open.sort_by_key(|c| c.created_at);
+            open
+        };
+        Ok(PendingCalls {
+            outgoing: open(self.store.outgoing(agent).await?),
+            incoming: open(self.store.incoming(agent).await?),
+        })
     }
 }
