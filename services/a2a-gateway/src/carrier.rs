@@ -183,16 +183,11 @@ impl Carrier {
             switchboard.from_agent_id = %message.from_agent_id,
             switchboard.kind = ?message.kind,
         );
-        let mut headers = async_nats::HeaderMap::new();
-        for (name, value) in [
-            (switchboard_proto::HEADER_TRACEPARENT, &fetched.traceparent),
-            (switchboard_proto::HEADER_TRACESTATE, &fetched.tracestate),
-        ] {
-            if let Some(value) = value {
-                headers.insert(name, switchboard_runtime::headers::safe_value(value));
-            }
-        }
-        switchboard_runtime::telemetry::set_parent_from(&span, Some(&headers));
+        switchboard_runtime::telemetry::set_parent_from_text(
+            &span,
+            fetched.traceparent.as_deref(),
+            fetched.tracestate.as_deref(),
+        );
         let last = self.attempts.last(fetched.seq);
         match self.carry(message, last).instrument(span).await {
             Ok(()) => {

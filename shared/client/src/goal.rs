@@ -206,20 +206,11 @@ impl Delivery {
             switchboard.to_agent_id = %message.to_agent_id,
             switchboard.kind = ?message.kind,
         );
-        let mut headers = async_nats::HeaderMap::new();
-        if let Some(traceparent) = &self.traceparent {
-            headers.insert(
-                switchboard_proto::HEADER_TRACEPARENT,
-                switchboard_runtime::headers::safe_value(traceparent),
-            );
-        }
-        if let Some(tracestate) = &self.tracestate {
-            headers.insert(
-                switchboard_proto::HEADER_TRACESTATE,
-                switchboard_runtime::headers::safe_value(tracestate),
-            );
-        }
-        switchboard_runtime::telemetry::set_parent_from(&span, Some(&headers));
+        switchboard_runtime::telemetry::set_parent_from_text(
+            &span,
+            self.traceparent.as_deref(),
+            self.tracestate.as_deref(),
+        );
         span
     }
 

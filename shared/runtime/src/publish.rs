@@ -87,6 +87,10 @@ async fn acked(sent: Result<PublishAckFuture, Failed>) -> Result<Published, Fail
     })
 }
 
+/// How many times one publish makes room in a full goal inbox before it gives up (publishers
+/// racing for the same goal may each lose a few rounds).
+const ROOM_ROUNDS: u32 = 32;
+
 /// Publishes `payload` to `subject` with `Nats-Msg-Id: msg_id` and waits for the stream's ack.
 /// A transient failure is retried with the same id for up to [`PUBLISH_RETRY_BUDGET`]; a
 /// permanent one (too large, a failed expectation) is returned at once.
@@ -112,6 +116,7 @@ async fn retry_after(
     let mut pause = RETRY_PAUSE;
     let mut attempts = 1;
     let mut room_made = 0;
+    let mut last_room = None;
     let mut outcome = first;
     loop {
         let failed = match outcome {
@@ -121,12 +126,22 @@ async fn retry_after(
         // A full goal inbox: its oldest message goes (its sender told if it was unread), then
         // this one is stored in its place. A few rounds at most: racing publishers share it.
         if crate::room::is_full(&failed.message)
-            && room_made < 3
+            && room_made < ROOM_ROUNDS
             && crate::room::goal_of(subject).is_some()
         {
             room_made += 1;
-            if let Err(err) = crate::room::make_room(js, subject, true).await {
-                tracing::warn!(%subject, error = %err, "could not make room in a full inbox");
+            // Read messages go first; only when a purge found none to remove and the inbox is
+            // still full does an unread one go (a racing publisher's purge may have made room).
+            let evict = last_room == Some(crate::room::Room::Purged(0));
+            match crate::room::make_room(js, subject, evict, true).await {
+                Ok(room) => last_room = Some(room),
+                Err(err) => {
+                    tracing::warn!(%subject, error = %err, "could not make room in a full inbox");
+                }
+            }
+            // Publishers racing for one goal's room take turns: a short, growing pause.
+            if room_made > 1 {
+                tokio::time::sleep(Duration::from_millis(u64::from(room_made))).await;
             }
             attempts += 1;
             outcome = acked(send(js, subject, msg_id, &payload).await).await;

@@ -25,20 +25,55 @@ pub fn goal_of(inbox_subject: &str) -> Option<GoalId> {
     GoalId::parse(goal.strip_prefix('.')?).ok()
 }
 
-/// Removes the oldest message of the full inbox `inbox_subject`. If its goal's owner had not
-/// read it, counts it on the goal's cursor and, when `notify`, tells its sender (a notice that
-/// itself finds a full inbox makes room there without a further notice).
+/// What [`make_room`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Room {
+    /// Read messages were purged (this many; 0: none was left to purge).
+    Purged(u64),
+    /// The oldest unread message was removed.
+    Evicted,
+}
+
+/// Makes room in the full inbox `inbox_subject`. The goal's read messages go first, all at
+/// once (one purge of what its cursor has passed: a reader that keeps up pays this once per
+/// 64 messages, not per message). Only with `evict` (the publisher found the inbox still full
+/// after a purge that found nothing: every message is unread) does the oldest unread message
+/// go; it is counted on the goal's cursor and, when `notify`, its sender is told (a notice
+/// that itself finds a full inbox makes room there without a further notice).
 pub async fn make_room(
     js: &jetstream::Context,
     inbox_subject: &str,
+    evict: bool,
     notify: bool,
-) -> Result<(), String> {
+) -> Result<Room, String> {
     let goal =
         goal_of(inbox_subject).ok_or_else(|| format!("{inbox_subject} is not a goal inbox"))?;
     let stream = js
         .get_stream_no_info(switchboard_proto::INBOX_STREAM)
         .await
         .map_err(|err| err.to_string())?;
+    let cursors = js
+        .get_key_value(switchboard_proto::CURSORS_BUCKET)
+        .await
+        .map_err(|err| err.to_string())?;
+    let cursor = match cursors.get(cursor_key(&goal)).await {
+        Ok(Some(value)) => serde_json::from_slice::<CursorRecord>(&value)
+            .map(|record| record.cursor)
+            .unwrap_or(0),
+        _ => 0,
+    };
+    if !evict {
+        if cursor == 0 {
+            return Ok(Room::Purged(0));
+        }
+        let purged = stream
+            .purge()
+            .filter(inbox_subject)
+            .sequence(cursor.saturating_add(1))
+            .await
+            .map_err(|err| err.to_string())?;
+        return Ok(Room::Purged(purged.purged));
+    }
     let oldest = stream
         .direct_get_next_for_subject(inbox_subject, None)
         .await
@@ -49,15 +84,11 @@ pub async fn make_room(
         .await
         .unwrap_or(false)
     {
-        return Ok(());
+        return Ok(Room::Evicted);
     }
     let message: Option<InboxMessage> = serde_json::from_slice(&oldest.payload).ok();
-    let cursors = js
-        .get_key_value(switchboard_proto::CURSORS_BUCKET)
-        .await
-        .map_err(|err| err.to_string())?;
     let Some(owner) = count_unread(&cursors, &goal, oldest.sequence, &message).await? else {
-        return Ok(());
+        return Ok(Room::Evicted);
     };
     tracing::info!(goal_id = %goal, seq = oldest.sequence, "a full goal inbox dropped its oldest unread message");
     // The sender is told in the goal it sent from, while that goal is open (a closed one's
@@ -72,7 +103,7 @@ pub async fn make_room(
     {
         notify_sender(js, &goal, &owner, &message).await;
     }
-    Ok(())
+    Ok(Room::Evicted)
 }
 
 /// Counts message `seq` as removed unread on `goal`'s cursor when the owner had not read it;
@@ -167,7 +198,12 @@ async fn notify_sender(
         match sent {
             Ok(()) => return,
             Err(err) if is_full(&err) => {
-                if let Err(err) = Box::pin(make_room(js, &target, false)).await {
+                let purged = Box::pin(make_room(js, &target, false, false)).await;
+                let made = match purged {
+                    Ok(Room::Purged(0)) => Box::pin(make_room(js, &target, true, false)).await,
+                    other => other,
+                };
+                if let Err(err) = made {
                     tracing::warn!(error = %err, "no room for an expiry notice");
                     return;
                 }

@@ -200,6 +200,26 @@ pub fn traced_headers() -> HeaderMap {
     headers
 }
 
+/// Makes `span` a child of a W3C trace context given as text, as a fetched inbox message
+/// carries it (`traceparent`, `tracestate`); no-op when there is none. Each value is made
+/// header-safe first.
+pub fn set_parent_from_text(
+    span: &tracing::Span,
+    traceparent: Option<&str>,
+    tracestate: Option<&str>,
+) {
+    let mut headers = HeaderMap::new();
+    for (name, value) in [
+        (switchboard_proto::HEADER_TRACEPARENT, traceparent),
+        (switchboard_proto::HEADER_TRACESTATE, tracestate),
+    ] {
+        if let Some(value) = value {
+            headers.insert(name, crate::headers::safe_value(value));
+        }
+    }
+    set_parent_from(span, Some(&headers));
+}
+
 /// Makes `span` a child of the trace context in `headers` (no-op when there is none).
 pub fn set_parent_from(span: &tracing::Span, headers: Option<&HeaderMap>) {
     let parent = extract(headers);
