@@ -63,13 +63,16 @@ pub async fn make_room(
         _ => 0,
     };
     if !evict {
-        if cursor == 0 {
+        // Read, and seen by every consumer of the stream (the audit's): a message the audit
+        // has not recorded yet is never purged.
+        let through = cursor.min(consumers_floor(&stream).await?);
+        if through == 0 {
             return Ok(Room::Purged(0));
         }
         let purged = stream
             .purge()
             .filter(inbox_subject)
-            .sequence(cursor.saturating_add(1))
+            .sequence(through.saturating_add(1))
             .await
             .map_err(|err| err.to_string())?;
         return Ok(Room::Purged(purged.purged));
@@ -78,6 +81,12 @@ pub async fn make_room(
         .direct_get_next_for_subject(inbox_subject, None)
         .await
         .map_err(|err| err.to_string())?;
+    // A read message (one the audit still holds back from the purge) goes without a word, as
+    // the stream's own limit used to drop it.
+    if oldest.sequence <= cursor {
+        let _ = stream.delete_message(oldest.sequence).await;
+        return Ok(Room::Evicted);
+    }
     // Another publisher made room first: nothing to do, the retry decides.
     if !stream
         .delete_message(oldest.sequence)
@@ -104,6 +113,22 @@ pub async fn make_room(
         notify_sender(js, &goal, &owner, &message).await;
     }
     Ok(Room::Evicted)
+}
+
+/// The lowest sequence every durable consumer of the inbox stream has acknowledged through
+/// (`u64::MAX` when it has none).
+async fn consumers_floor(stream: &jetstream::stream::Stream<()>) -> Result<u64, String> {
+    use futures::TryStreamExt;
+    let consumers: Vec<_> = stream
+        .consumers()
+        .try_collect()
+        .await
+        .map_err(|err| err.to_string())?;
+    Ok(consumers
+        .iter()
+        .map(|info| info.ack_floor.stream_sequence)
+        .min()
+        .unwrap_or(u64::MAX))
 }
 
 /// Counts message `seq` as removed unread on `goal`'s cursor when the owner had not read it;
