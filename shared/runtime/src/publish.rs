@@ -132,7 +132,12 @@ async fn retry_after(
             room_made += 1;
             // Read messages go first; only when a purge found none to remove and the inbox is
             // still full does an unread one go (a racing publisher's purge may have made room).
-            let evict = last_room == Some(crate::room::Room::Purged(0));
+            // Once a purge found nothing, the goal is full of messages it cannot purge: every
+            // further round evicts.
+            let evict = matches!(
+                last_room,
+                Some(crate::room::Room::Purged(0) | crate::room::Room::Evicted)
+            );
             match crate::room::make_room(js, subject, evict, true).await {
                 Ok(room) => last_room = Some(room),
                 Err(err) => {

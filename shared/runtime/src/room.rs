@@ -77,22 +77,29 @@ pub async fn make_room(
             .map_err(|err| err.to_string())?;
         return Ok(Room::Purged(purged.purged));
     }
-    let oldest = stream
-        .direct_get_next_for_subject(inbox_subject, None)
-        .await
-        .map_err(|err| err.to_string())?;
+    // The oldest message this publisher removes itself: publishers racing for one full goal
+    // each take the next one, so every publish makes its own room.
+    let mut removed = None;
+    for _ in 0..16 {
+        let oldest = stream
+            .direct_get_next_for_subject(inbox_subject, None)
+            .await
+            .map_err(|err| err.to_string())?;
+        if stream
+            .delete_message(oldest.sequence)
+            .await
+            .unwrap_or(false)
+        {
+            removed = Some(oldest);
+            break;
+        }
+    }
+    let Some(oldest) = removed else {
+        return Ok(Room::Evicted);
+    };
     // A read message (one the audit still holds back from the purge) goes without a word, as
     // the stream's own limit used to drop it.
     if oldest.sequence <= cursor {
-        let _ = stream.delete_message(oldest.sequence).await;
-        return Ok(Room::Evicted);
-    }
-    // Another publisher made room first: nothing to do, the retry decides.
-    if !stream
-        .delete_message(oldest.sequence)
-        .await
-        .unwrap_or(false)
-    {
         return Ok(Room::Evicted);
     }
     let message: Option<InboxMessage> = serde_json::from_slice(&oldest.payload).ok();
