@@ -130,16 +130,20 @@ pub async fn reading_rows(
     let (mut raw_time, mut ours_time, mut read) = (Duration::ZERO, Duration::ZERO, 0usize);
     let mut committed = None;
     for _ in 0..rounds {
-        let mut acks = Vec::new();
-        for _ in 0..FETCH_MAX {
-            acks.push(
-                js.publish(goal.subject().to_owned(), payload.clone())
-                    .await
-                    .unwrap(),
-            );
-        }
-        for ack in acks {
-            ack.await.unwrap();
+        // Published as the services publish (untimed): a full goal makes room by purging
+        // what the last round read.
+        let batch: Vec<(String, String, Bytes)> = (0..FETCH_MAX)
+            .map(|_| {
+                let id = switchboard_proto::new_id();
+                (
+                    goal.subject().to_owned(),
+                    format!("{id}:{}", goal.id()),
+                    payload.clone(),
+                )
+            })
+            .collect();
+        for stored in switchboard_runtime::publish::publish_all(js, &batch).await {
+            stored.unwrap();
         }
         let started = Instant::now();
         // A pull can come back short (even empty) right after the publishes are acked; the
@@ -378,7 +382,7 @@ pub async fn cluster_rows(report: &mut Report, ops: usize, goals: usize) {
     let js = jetstream::new(client.clone());
     let sender = Arc::new(agent(&urls[1], "r3-sender").await);
     let receiver = agent(&urls[2], "r3-receiver").await;
-    let goal = receiver.open_goal().await.unwrap();
+    let _goal = receiver.open_goal().await.unwrap();
     let message = InboxMessage::new(
         sender.id().clone(),
         GoalId::new(),
@@ -386,9 +390,11 @@ pub async fn cluster_rows(report: &mut Report, ops: usize, goals: usize) {
         "x".repeat(256),
     );
     let payload = Bytes::from(serde_json::to_vec(&message).unwrap());
-    let subject = goal.subject().to_owned();
     let raw = measure(ops, 1, OPEN_IN_FLIGHT, move || {
-        let (js, subject, payload) = (js.clone(), subject.clone(), payload.clone());
+        let (js, payload) = (js.clone(), payload.clone());
+        // A goal subject of its own per publish: the stream refuses a 65th message on one
+        // goal (the services make room; a raw publish does not).
+        let subject = switchboard_proto::subject::inbox(&GoalId::new());
         async move {
             let publish = jetstream::message::PublishMessage::build()
                 .payload(payload)
