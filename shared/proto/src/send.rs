@@ -462,6 +462,8 @@ mod tests {
         for bad in [
             "skill:",
             "skill:two words",
+            "skill:tr\r\nNats-Msg-Id: x",
+            "skill:a\u{0}b",
             &format!("skill:{}", "x".repeat(65)),
         ] {
             assert_eq!(
