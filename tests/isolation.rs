@@ -441,6 +441,8 @@ async fn every_attack_fails_under_the_generated_config() {
         "$JS.API.CONSUMER.MSG.NEXT.AGENT_AUDIT.audit-inbox",
         "$JS.API.INFO",
         "$JS.ACK.AGENT_AUDIT.audit-inbox.1.1.1.1.0",
+        // Skill routing is for the services: an agent cannot ask the directory to pick.
+        "_SB.registry.route.mallory",
     ] {
         evil.publish(api.to_owned(), "".into()).await.unwrap();
         violation(&mut errors, &format!("Publish to \"{api}\"")).await;
