@@ -708,6 +708,7 @@ async fn retention_drops_old_records_from_the_stream_and_the_index() {
 /// Publishes a well-formed record for `id` chained on the stream's last record, as a second
 /// writer would (the moment a lease changes hands); retries until its expected sequence holds.
 async fn append_as_another_writer(js: &jetstream::Context, id: &str) -> u64 {
+    let writer = switchboard_proto::subject::audit_records_of(&switchboard_proto::new_id());
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     loop {
         assert!(
@@ -751,10 +752,7 @@ async fn append_as_another_writer(js: &jetstream::Context, id: &str) -> u64 {
             .headers(headers)
             .message_id(id)
             .expected_last_sequence(last);
-        match js
-            .send_publish(switchboard_proto::subject::AUDIT_RECORDS, publish)
-            .await
-        {
+        match js.send_publish(writer.clone(), publish).await {
             Ok(ack) => match ack.await {
                 Ok(ack) => return ack.sequence,
                 Err(_) => continue,

@@ -443,6 +443,9 @@ async fn every_attack_fails_under_the_generated_config() {
         "$JS.ACK.AGENT_AUDIT.audit-inbox.1.1.1.1.0",
         // Skill routing is for the services: an agent cannot ask the directory to pick.
         "_SB.registry.route.mallory",
+        // Appending to the audit trail, on the old subject or as a writer of its own.
+        "_SB.audit.records",
+        "_SB.audit.records.mallory",
     ] {
         evil.publish(api.to_owned(), "".into()).await.unwrap();
         violation(&mut errors, &format!("Publish to \"{api}\"")).await;

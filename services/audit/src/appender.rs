@@ -4,8 +4,10 @@
 //! Durable pull consumers on `AGENT_INBOX` and `AGENT_EVENTS` (explicit ack) feed one
 //! appender per replica. The appender turns each source message into a record, chains it on
 //! the record it sent before (each body names the hash of the record before it; the body's
-//! SHA-256 travels in the `Switchboard-Audit-Hash` header), and publishes it with
-//! `Nats-Expected-Last-Sequence` = the sequence it must follow and `Nats-Msg-Id` = its event id.
+//! SHA-256 travels in the `Switchboard-Audit-Hash` header), and publishes it on its own subject
+//! `_SB.audit.records.<writer>` with `Nats-Expected-Last-Sequence` = the sequence it must
+//! follow, `Nats-Msg-Id` = its event id, and, when the record before it is its own,
+//! `Nats-Expected-Last-Subject-Sequence` = that record's sequence.
 //! The chain fixes every record's sequence in advance, so the appender does not wait for the
 //! stream's acks of the records before: up to a window of publishes are in flight. Their acks
 //! are read in order; stored records go to the indexer (`indexer.rs`) in batches, and a source
@@ -104,6 +106,7 @@ pub(crate) async fn write(
     ));
     let mut appender = Appender {
         trail: Arc::clone(&trail),
+        subject: switchboard_proto::subject::audit_records_of(&switchboard_proto::new_id()),
         window: (batch * WINDOW_BATCHES).min(4_000),
         batch,
         tail: head.clone(),
@@ -180,6 +183,8 @@ struct Sent {
 /// keeps up to `window` publishes in flight.
 struct Appender {
     trail: Arc<Trail>,
+    /// `_SB.audit.records.<writer>`: this appender's own subject, new each time it starts.
+    subject: String,
     window: usize,
     batch: usize,
     /// The last record sent (the head when nothing is in flight).
@@ -236,13 +241,13 @@ impl Appender {
             .headers(headers)
             .message_id(&record.id)
             .expected_last_sequence(self.tail.seq);
-        if let Some(last_id) = &self.tail.msg_id {
-            publish = publish.expected_last_message_id(last_id);
+        if self.tail.subject.as_deref() == Some(self.subject.as_str()) {
+            publish = publish.expected_last_subject_sequence(self.tail.seq);
         }
         let ack = match self
             .trail
             .js
-            .send_publish(switchboard_proto::subject::AUDIT_RECORDS, publish)
+            .send_publish(self.subject.clone(), publish)
             .await
         {
             Ok(future) => future.into_future(),
@@ -252,7 +257,7 @@ impl Appender {
         self.tail = Head {
             seq: self.tail.seq + 1,
             hash: hash.clone(),
-            msg_id: Some(record.id.clone()),
+            subject: Some(self.subject.clone()),
         };
         self.sent.push_back(Sent {
             source: Source { record, message },
@@ -279,7 +284,7 @@ impl Appender {
             Ok(ack) if !ack.duplicate && ack.sequence == front.seq && front.seq == head.seq + 1 => {
                 head.seq = front.seq;
                 head.hash = front.hash.clone();
-                head.msg_id = Some(front.source.record.id.clone());
+                head.subject = Some(self.subject.clone());
                 self.fruitless = 0;
                 self.stored.push(Committed {
                     entry: AuditEntry {

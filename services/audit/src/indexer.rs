@@ -87,12 +87,7 @@ impl Trail {
         let mut last = None;
         read_range(&self.stream, head.seq + 1, |stored| {
             let hash = stored_hash(&stored);
-            let msg_id = stored
-                .headers
-                .as_ref()
-                .and_then(|h| h.get(async_nats::header::NATS_MESSAGE_ID))
-                .map(|id| id.as_str().to_owned());
-            last = Some((stored.seq, hash.clone(), msg_id));
+            last = Some((stored.seq, hash.clone(), stored.subject.clone()));
             let record: AuditRecord = match serde_json::from_slice(&stored.payload) {
                 Ok(record) => record,
                 Err(err) => {
@@ -118,8 +113,12 @@ impl Trail {
         self.index
             .insert(&batch)
             .map_err(AuditError::CatchUpIndex)?;
-        if let Some((seq, hash, msg_id)) = last {
-            *head = Head { seq, hash, msg_id };
+        if let Some((seq, hash, subject)) = last {
+            *head = Head {
+                seq,
+                hash,
+                subject: Some(subject),
+            };
         }
         self.mark_indexed(head.seq);
         if let Ok(state) = store::stream_state(&self.stream).await {
@@ -132,7 +131,7 @@ impl Trail {
                 *head = Head {
                     seq: state.last_sequence,
                     hash: GENESIS_HASH.to_owned(),
-                    msg_id: None,
+                    subject: None,
                 };
             }
         }

@@ -25,6 +25,8 @@ const READ_TIMEOUT: Duration = Duration::from_secs(120);
 pub struct StoredMessage {
     /// Where it is in the stream: an audit record's place in the chain, a source's position.
     pub seq: u64,
+    /// The subject it was stored on (a record: its writer's `_SB.audit.records.<writer>`).
+    pub subject: String,
     /// The headers it was stored with (`Switchboard-Audit-Hash` on a record, trace context).
     pub headers: Option<HeaderMap>,
     /// The stored bytes: a record's JSON, or the source message the record is made from.
@@ -83,6 +85,7 @@ pub async fn read_range(
             }
             each(StoredMessage {
                 seq,
+                subject: message.subject.to_string(),
                 headers: message.headers.clone(),
                 payload: message.payload.clone(),
             })?;

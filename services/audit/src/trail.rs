@@ -24,28 +24,30 @@ use crate::index::Index;
 pub(crate) struct Head {
     pub(crate) seq: u64,
     pub(crate) hash: String,
-    /// Its `Nats-Msg-Id`, when known: the next record is published with it as
-    /// `Nats-Expected-Last-Msg-Id` besides the expected sequence. The sequence alone would let
-    /// a pipelined record follow another writer's record that took the place of one of ours
-    /// whose publish failed; the id says which record it must follow.
-    pub(crate) msg_id: Option<String>,
+    /// Its subject, when known. When it is the appender's own subject, the next record is
+    /// published with that subject's expected last sequence besides the stream's: the
+    /// sequence alone would let a pipelined record follow another writer's record that took
+    /// the place of one of ours whose publish failed. (`Nats-Expected-Last-Msg-Id` would say
+    /// the same, but nats-server 2.15 re-checks it on replicas against state a restarted
+    /// replica does not have, and stops the stream there with a write error.)
+    pub(crate) subject: Option<String>,
 }
 
 impl Head {
     /// The index's last row (the index has no gap below it), or the start of the stream. Its
-    /// message id is left unknown: the next record is checked by sequence only, which is safe
+    /// subject is left unknown: the next record is checked by sequence only, which is safe
     /// for the first record published after the head was read.
     pub(crate) fn of_index(index: &Index) -> Result<Self, AuditError> {
         Ok(match index.head().map_err(AuditError::CatchUpIndex)? {
             Some((seq, hash)) => Self {
                 seq,
                 hash,
-                msg_id: None,
+                subject: None,
             },
             None => Self {
                 seq: 0,
                 hash: GENESIS_HASH.to_owned(),
-                msg_id: None,
+                subject: None,
             },
         })
     }

@@ -251,8 +251,17 @@ pub fn call_events(event: CallEventKind, correlation_id: &Uuid) -> String {
 
 /// Prefix of the audit queries: `agent.audit.<op>` ([`crate::audit::AuditOp`]).
 pub const AUDIT_PREFIX: &str = "agent.audit";
-/// The one subject of `AGENT_AUDIT` (services only).
+/// The subject of `AGENT_AUDIT` written before writers had their own (services only).
 pub const AUDIT_RECORDS: &str = "_SB.audit.records";
+/// The records of every audit writer: `_SB.audit.records.<writer_id>` (services only).
+pub const AUDIT_RECORDS_ALL: &str = "_SB.audit.records.*";
+
+/// `_SB.audit.records.<writer_id>`: where one audit writer appends. A record whose
+/// predecessor is the writer's own is published with that subject's expected last sequence,
+/// so it can only follow the very record it names as its predecessor.
+pub fn audit_records_of(writer: &Uuid) -> String {
+    format!("{AUDIT_RECORDS}.{writer}")
+}
 /// Prefix of refusal events: `agent.refusals.<service>.<agent_id>`.
 pub const REFUSALS_PREFIX: &str = "agent.refusals";
 

@@ -333,15 +333,18 @@ pub fn tasks_index_stream(config: &JetStreamConfig) -> stream::Config {
     }
 }
 
-/// `AGENT_AUDIT`: the append-only trail, one subject, written only by the audit service with
-/// an expected last sequence (so the hash chain has one order). Retention by age and size
+/// `AGENT_AUDIT`: the append-only trail, one subject per writer, written only by the audit
+/// service with an expected last sequence (so the hash chain has one order). Retention by age and size
 /// (`jetstream.audit_max_age_secs`, `audit_max_bytes`; 0 = unlimited); deletes and purges are
 /// denied.
 pub fn audit_stream(config: &JetStreamConfig) -> stream::Config {
     stream::Config {
         name: switchboard_proto::AUDIT_STREAM.to_owned(),
         description: Some("Switchboard audit trail (hash-chained)".to_owned()),
-        subjects: vec![subject::AUDIT_RECORDS.to_owned()],
+        subjects: vec![
+            subject::AUDIT_RECORDS.to_owned(),
+            subject::AUDIT_RECORDS_ALL.to_owned(),
+        ],
         max_age: Duration::from_secs(config.audit_max_age_secs),
         max_bytes: if config.audit_max_bytes == 0 {
             -1
