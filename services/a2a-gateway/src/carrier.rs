@@ -216,7 +216,7 @@ impl Carrier {
                 }
                 self.message(message, last).await
             }
-            MessageKind::Response | MessageKind::TaskUpdate => {
+            MessageKind::Response | MessageKind::TaskUpdate | MessageKind::Receipt => {
                 tracing::debug!(agent_id = %self.agent, kind = ?message.kind, "nothing to carry");
                 Ok(())
             }

@@ -44,6 +44,13 @@ pub enum FanoutError {
     /// The goal's cursor kept changing under this request.
     #[error("the cursor of goal {0} kept changing; retry")]
     Contention(GoalId),
+    /// No message with receipts of the caller has this id (unknown, aged out after 7 days,
+    /// sent without `receipt`, or another agent's: answered alike).
+    #[error("no message {0} of yours with receipts (send with `receipt` to follow one)")]
+    NoReceipt(uuid::Uuid),
+    /// Reading the receipt records failed.
+    #[error("reading receipt records: {0}")]
+    Receipts(String),
     /// Reading or writing the inbox or a cursor failed.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -61,6 +68,8 @@ impl FanoutError {
             Self::NotYourGoal(_) => ErrorKind::InvalidGoalId,
             Self::BadRead(_) => ErrorKind::BadRequest,
             Self::Contention(_) => ErrorKind::Conflict,
+            Self::NoReceipt(_) => ErrorKind::NotFound,
+            Self::Receipts(_) => ErrorKind::Unavailable,
             Self::Store(store) => store.kind(),
         }
     }

@@ -11,7 +11,8 @@
 //! any number of replicas serve in queue group `inbox-fanout`.
 //!
 //! Layout: `config.rs` (`[inbox_fanout]`), `error.rs` (errors → kinds), `endpoints.rs` (every
-//! endpoint: send, fetch, ack), `send.rs` (the send handler), `reader.rs` (fetch/ack rules),
+//! endpoint: send, send status, fetch, ack), `send.rs` (the send handler), `reader.rs`
+//! (fetch/ack rules), `receipts.rs` (delivered/read receipts and the status request),
 //! `store.rs` (cursors, batched reads, dead letters), `wake.rs` (waking held fetches), this
 //! file (`start`/`run`); the registry view is `switchboard_runtime::registry_view`.
 
@@ -19,6 +20,7 @@ pub mod config;
 mod endpoints;
 pub mod error;
 pub mod reader;
+pub mod receipts;
 pub mod send;
 pub mod store;
 pub mod wake;
@@ -34,6 +36,7 @@ use switchboard_runtime::{CancellationToken, RuntimeConfig, resources};
 
 pub use config::FanoutConfig;
 pub use reader::Reader;
+pub use receipts::Receipts;
 pub use send::{Fanout, InboxPublisher, JetStreamPublisher};
 use store::InboxStore;
 pub use switchboard_runtime::registry_view::RegistryView;
@@ -94,6 +97,10 @@ pub async fn start_with(
         })?;
     let cursors =
         resources::ensure_bucket(&js, resources::cursors_bucket(&runtime.jetstream)).await?;
+    let receipts = Receipts::new(
+        js.clone(),
+        resources::ensure_bucket(&js, resources::receipts_bucket(&runtime.jetstream)).await?,
+    );
     // Subscribed before the endpoints, so no store notice is missed by a fetch held later.
     let notices =
         client
@@ -107,12 +114,24 @@ pub async fn start_with(
     let wake = WakeHub::default();
     let stopping = CancellationToken::new();
     let store = InboxStore::new(js.clone(), cursors, inbox);
-    let reader = Arc::new(Reader::new(store.clone(), wake.clone(), stopping.clone()));
-    let fanout = Arc::new(Fanout::new(view.clone(), publisher, store, js, config));
+    let reader = Arc::new(Reader::new(
+        store.clone(),
+        wake.clone(),
+        receipts.clone(),
+        stopping.clone(),
+    ));
+    let fanout = Arc::new(Fanout::new(
+        view.clone(),
+        publisher,
+        store,
+        receipts.clone(),
+        js,
+        config,
+    ));
     let running = micro::start(
         client,
         SPEC,
-        endpoints::endpoints(fanout, reader),
+        endpoints::endpoints(fanout, reader, receipts),
         &runtime.requests,
     )
     .await?;

@@ -23,11 +23,13 @@ use switchboard_proto::inbox::{
     FETCH_WAIT_MAX_MS, FetchReply, FetchRequest, FetchedMessage, INBOX_MAX_DELIVER,
     TRACE_HEADER_MAX_CHARS, owned_by,
 };
+use switchboard_proto::receipt::{PendingRead, ReceiptState};
 use switchboard_proto::{AgentId, GoalId, HEADER_TRACEPARENT, HEADER_TRACESTATE, InboxMessage};
 use switchboard_runtime::CancellationToken;
 use tokio::time::Instant;
 
 use crate::error::FanoutError;
+use crate::receipts::Receipts;
 use crate::store::{Cas, InboxStore, StoredMessage, Unread};
 use crate::wake::{SAFETY_REREAD, WakeHub};
 
@@ -50,6 +52,7 @@ const AFTER_WAKE: [Duration; 6] = [
 pub struct Reader {
     store: InboxStore,
     wake: WakeHub,
+    receipts: Receipts,
     stopping: CancellationToken,
     /// Fetches each agent has held open on this replica right now.
     held: Arc<Mutex<HashMap<AgentId, usize>>>,
@@ -143,11 +146,18 @@ fn fetched(stored: &StoredMessage) -> Option<FetchedMessage> {
 }
 
 impl Reader {
-    /// Wires the store and the wake hub; held fetches end when `stopping` is cancelled.
-    pub fn new(store: InboxStore, wake: WakeHub, stopping: CancellationToken) -> Self {
+    /// Wires the store, the wake hub and the receipts; held fetches end when `stopping` is
+    /// cancelled.
+    pub fn new(
+        store: InboxStore,
+        wake: WakeHub,
+        receipts: Receipts,
+        stopping: CancellationToken,
+    ) -> Self {
         Self {
             store,
             wake,
+            receipts,
             stopping,
             held: Arc::default(),
         }
@@ -248,6 +258,9 @@ impl Reader {
                 }
                 changed |= record.advance(through);
             }
+            // `read` receipts the cursor passed (taken on this attempt's record, so a lost
+            // compare-and-set takes them again from the fresh one).
+            let reads = record.reads_due();
             // What was removed unread since the last fetch: reported (and, but for a peek,
             // cleared with this fetch's write).
             let expired = if request.peek {
@@ -300,9 +313,17 @@ impl Reader {
                     self.store
                         .dead_letter(&goal, head.clone(), &reason, deliveries)
                         .await?;
+                    leader.forget_read(head.seq);
                     leader.advance(head.seq);
-                    self.cas(&goal, &leader, leader_revision, &mut attempts)
-                        .await?;
+                    let reads = leader.reads_due();
+                    if self
+                        .cas(&goal, &leader, leader_revision, &mut attempts)
+                        .await?
+                    {
+                        self.receipts
+                            .tell(caller, &goal, &reads, ReceiptState::Read)
+                            .await;
+                    }
                 } else {
                     // The replica read lags the leader: read again shortly.
                     self.conflict(&goal, &mut attempts).await?;
@@ -310,8 +331,16 @@ impl Reader {
                 continue;
             }
             let past_head = from > record.cursor;
+            let handed_before = record.handed;
             let messages = self.hand_out(&mut record, &unread, request.peek, past_head);
             changed |= !messages.is_empty() && !request.peek;
+            // Receipts of messages handed out for the first time: `delivered` now, `read`
+            // owed on the cursor until it passes them.
+            let delivered = if request.peek {
+                Vec::new()
+            } else {
+                first_hand_outs(&mut record, &messages, handed_before)
+            };
             if changed {
                 match self.store.put_cursor(&goal, &record, revision).await? {
                     Cas::Done(written) => revision = written,
@@ -320,6 +349,13 @@ impl Reader {
                         continue;
                     }
                 }
+                // Stored before the reply, so the reader's ack (and its `read`) comes after.
+                self.receipts
+                    .tell(caller, &goal, &delivered, ReceiptState::Delivered)
+                    .await;
+                self.receipts
+                    .tell(caller, &goal, &reads, ReceiptState::Read)
+                    .await;
             } else if from_recent {
                 continue;
             }
@@ -365,18 +401,20 @@ impl Reader {
         messages
     }
 
-    /// Writes `record` or fails the request after too many conflicts.
+    /// Writes `record`, or counts a conflict (failing the request after too many). Returns
+    /// whether it was written.
     async fn cas(
         &self,
         goal: &GoalId,
         record: &CursorRecord,
         revision: u64,
         attempts: &mut u32,
-    ) -> Result<(), FanoutError> {
+    ) -> Result<bool, FanoutError> {
         if self.store.put_cursor(goal, record, revision).await? == Cas::Conflict {
             self.conflict(goal, attempts).await?;
+            return Ok(false);
         }
-        Ok(())
+        Ok(true)
     }
 
     /// Counts a lost compare-and-set and backs off before the caller reads again.
@@ -454,9 +492,15 @@ impl Reader {
                 } else {
                     tracing::debug!(goal_id = %goal, seq, "rejected sequence is not a stored message of the goal; no letter");
                 }
+                // Rejected, not read: no `read` receipt for it.
+                record.forget_read(*seq);
             }
             record.advance(through);
+            let reads = record.reads_due();
             if let Cas::Done(_) = self.store.put_cursor(&goal, &record, revision).await? {
+                self.receipts
+                    .tell(caller, &goal, &reads, ReceiptState::Read)
+                    .await;
                 return Ok(AckReply {
                     goal_id: goal,
                     cursor: record.cursor,
@@ -465,6 +509,25 @@ impl Reader {
             self.conflict(&goal, &mut attempts).await?;
         }
     }
+}
+
+/// The receipts owed for `messages` handed out for the first time (above `handed_before`):
+/// returned, to send `delivered` now, and owed on `record` until the cursor passes them.
+fn first_hand_outs(
+    record: &mut CursorRecord,
+    messages: &[FetchedMessage],
+    handed_before: u64,
+) -> Vec<PendingRead> {
+    let mut delivered = Vec::new();
+    for fetched in messages.iter().filter(|m| m.seq > handed_before) {
+        let Some(pending) = switchboard_runtime::receipts::owed(&fetched.message, fetched.seq)
+        else {
+            continue;
+        };
+        record.owe_read(pending.clone());
+        delivered.push(pending);
+    }
+    delivered
 }
 
 fn reply(

@@ -22,6 +22,7 @@ use switchboard_runtime::request::route_by_skill;
 
 use crate::config::FanoutConfig;
 use crate::error::FanoutError;
+use crate::receipts::Receipts;
 use crate::store::InboxStore;
 use switchboard_runtime::registry_view::{Peer, RegistryView};
 
@@ -54,6 +55,7 @@ pub struct Fanout {
     view: RegistryView,
     publisher: Arc<dyn InboxPublisher>,
     store: InboxStore,
+    receipts: Receipts,
     js: jetstream::Context,
     config: FanoutConfig,
     backlog_checked: Mutex<HashMap<GoalId, Instant>>,
@@ -79,6 +81,7 @@ impl Fanout {
         view: RegistryView,
         publisher: Arc<dyn InboxPublisher>,
         store: InboxStore,
+        receipts: Receipts,
         js: jetstream::Context,
         config: FanoutConfig,
     ) -> Self {
@@ -86,6 +89,7 @@ impl Fanout {
             view,
             publisher,
             store,
+            receipts,
             js,
             config,
             backlog_checked: Mutex::default(),
@@ -258,6 +262,7 @@ impl Fanout {
                 task: None,
                 callback: request.callback.clone(),
                 metadata: request.metadata.clone(),
+                receipt: request.receipt,
             };
             let payload =
                 serde_json::to_vec(&message).map_err(|err| FanoutError::Encode(err.to_string()))?;
@@ -279,7 +284,18 @@ impl Fanout {
                 owners.push((to.clone(), goal));
             }
         }
-        let results = self.publisher.publish_all(&batch).await;
+        // The receipt record is written beside the publishes, not after them: a receipted
+        // send costs about what a plain one does. A copy that then fails is taken out again.
+        let results = if request.receipt.is_some() {
+            let (results, ()) = tokio::join!(
+                self.publisher.publish_all(&batch),
+                self.receipts.stored(message_id, caller, &owners)
+            );
+            results
+        } else {
+            self.publisher.publish_all(&batch).await
+        };
+        let mut failed = Vec::new();
         for ((to, goal), result) in owners.into_iter().zip(results) {
             match result {
                 Ok(_) => {
@@ -287,6 +303,7 @@ impl Fanout {
                     self.check_backlog(goal);
                 }
                 Err(err) => {
+                    failed.push(goal);
                     tracing::warn!(%goal, agent_id = %to, error = %err, "delivery to a goal failed");
                     report.unreachable_reasons.push(format!(
                         "delivery to goal `{goal}` of `{to}` failed: {}",
@@ -294,6 +311,9 @@ impl Fanout {
                     ));
                 }
             }
+        }
+        if request.receipt.is_some() && !failed.is_empty() {
+            self.receipts.not_stored(message_id, caller, &failed).await;
         }
         tracing::debug!(
             %message_id,

@@ -107,6 +107,8 @@ impl Correlator {
             to: request.to.clone(),
             message: request.message.clone(),
             from_agent_id: request.from_agent_id.clone(),
+            from_goal_id: request.from_goal_id,
+            receipt: request.receipt,
             ..SendRequest::default()
         };
         let (target, body) = check_gates(caller, &probe).map_err(CorrelatorError::Gate)?;
@@ -304,6 +306,7 @@ impl Correlator {
             in_reply_to: request.in_reply_to,
             parts: request.parts.clone(),
             metadata,
+            receipt: request.receipt,
             ..SendRequest::default()
         };
         request_json(

@@ -75,6 +75,8 @@ impl Tasks {
             },
             message: request.message.clone(),
             from_agent_id: request.from_agent_id.clone(),
+            from_goal_id: request.from_goal_id,
+            receipt: request.receipt,
             ..SendRequest::default()
         };
         let (target, body) = check_gates(caller, &probe).map_err(|err| {
@@ -206,6 +208,7 @@ impl Tasks {
             reason: None,
             message_id: new_id(),
             in_reply_to: request.in_reply_to,
+            receipt: request.receipt,
             transitions: 0,
             history: Vec::new(),
             created_at: now,
@@ -281,8 +284,25 @@ impl Tasks {
         message.task = Some(task_ref(task));
         message.callback = task.callback.clone();
         message.metadata = task.metadata.clone();
-        self.publish_to(goals, &message, &format!("task:{}", task.task_id))
-            .await
+        message.receipt = task.receipt;
+        let delivered = self
+            .publish_to(goals, &message, &format!("task:{}", task.task_id))
+            .await;
+        if task.receipt.is_some() {
+            let copies: Vec<(AgentId, GoalId)> = delivered
+                .iter()
+                .map(|goal| (task.assignee.clone(), *goal))
+                .collect();
+            switchboard_runtime::receipts::advance_logged(
+                &self.receipts,
+                task.message_id,
+                &task.requester,
+                &copies,
+                switchboard_proto::receipt::ReceiptState::Stored,
+            )
+            .await;
+        }
+        delivered
     }
 
     /// A goal named in a request must be a live goal of the caller (updates go there).

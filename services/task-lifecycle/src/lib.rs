@@ -77,6 +77,7 @@ pub async fn start(
     let agents = resources::ensure_bucket(&js, resources::registry_bucket(settings)).await?;
     let goals = resources::ensure_bucket(&js, resources::goals_bucket(settings)).await?;
     let tasks = resources::ensure_bucket(&js, resources::tasks_bucket(settings)).await?;
+    let receipts = resources::ensure_bucket(&js, resources::receipts_bucket(settings)).await?;
     resources::ensure_stream(&js, resources::tasks_index_stream(settings)).await?;
     let index = js
         .get_stream(switchboard_proto::TASKS_INDEX_STREAM)
@@ -89,6 +90,7 @@ pub async fn start(
     let tasks = Arc::new(Tasks::new(
         client.clone(),
         store::TaskStore::new(js, tasks, index, agents, goals),
+        receipts,
         config,
     ));
     let running = micro::start(

@@ -28,6 +28,8 @@ pub struct Tasks {
     pub(crate) client: Client,
     pub(crate) js: jetstream::Context,
     pub(crate) store: TaskStore,
+    /// KV `agent_receipts`: a task created with `receipt` records its message there.
+    pub(crate) receipts: jetstream::kv::Store,
     pub(crate) config: TaskConfig,
     pub(crate) sweeps: std::sync::atomic::AtomicU64,
     /// One lock per assignee whose active set this replica is changing: requests on one
@@ -38,11 +40,17 @@ pub struct Tasks {
 
 impl Tasks {
     /// Wires the parts together.
-    pub fn new(client: Client, store: TaskStore, config: TaskConfig) -> Self {
+    pub fn new(
+        client: Client,
+        store: TaskStore,
+        receipts: jetstream::kv::Store,
+        config: TaskConfig,
+    ) -> Self {
         Self {
             js: jetstream::new(client.clone()),
             client,
             store,
+            receipts,
             config,
             sweeps: std::sync::atomic::AtomicU64::new(0),
             load_locks: std::sync::Mutex::new(HashMap::new()),

@@ -359,6 +359,21 @@ impl Agent {
         .map_err(ClientError::from)
     }
 
+    /// Where a message this agent sent with `receipt` is, per receiving goal (`stored`,
+    /// `delivered`, `read`, `expired_unread`); `not_found` for any other message id.
+    pub async fn send_status(
+        &self,
+        message_id: uuid::Uuid,
+    ) -> Result<switchboard_proto::receipt::SendStatusReply, ClientError> {
+        request(
+            &self.nats,
+            subject::send_status(self.id()),
+            &switchboard_proto::receipt::SendStatusRequest { message_id },
+            self.options.request_timeout,
+        )
+        .await
+    }
+
     /// Open calls this agent made and must answer.
     pub async fn pending_calls(&self) -> Result<PendingCalls, ClientError> {
         request(

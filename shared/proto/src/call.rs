@@ -46,6 +46,10 @@ pub struct CallRequest {
     /// The caller, if the body names one: it must be the subject's identity.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub from_agent_id: Option<String>,
+    /// Receipts for the request message, back in `from_goal_id` (required with it):
+    /// `delivered`, or `read` (see [`crate::receipt`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub receipt: Option<crate::receipt::ReceiptLevel>,
 }
 
 /// Reply to a parked call.

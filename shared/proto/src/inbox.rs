@@ -12,6 +12,7 @@ use uuid::Uuid;
 
 use crate::ids::{AgentId, GoalId};
 use crate::message::InboxMessage;
+use crate::receipt::{PENDING_READS_MAX, PendingRead};
 
 /// Most messages one fetch returns (`max`): a goal's whole inbox (its cap).
 pub const FETCH_MAX: u32 = crate::names::INBOX_CAP_PER_GOAL.unsigned_abs() as u32;
@@ -196,6 +197,10 @@ pub struct CursorRecord {
     /// Their message ids, the newest [`EXPIRED_IDS_KEPT`].
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub expired_ids: Vec<Uuid>,
+    /// `read` receipts owed: messages handed out whose senders asked for `read`, until the
+    /// cursor passes them (at most [`PENDING_READS_MAX`], oldest dropped).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pending_reads: Vec<PendingRead>,
 }
 
 /// How many ids of messages removed unread a cursor keeps for its owner's next fetch.
@@ -236,7 +241,34 @@ impl CursorRecord {
             head_deliveries: 0,
             expired_unread: 0,
             expired_ids: Vec::new(),
+            pending_reads: Vec::new(),
         }
+    }
+
+    /// Owes a `read` receipt for a message just handed out (once per sequence).
+    pub fn owe_read(&mut self, pending: PendingRead) {
+        if self.pending_reads.iter().any(|p| p.seq == pending.seq) {
+            return;
+        }
+        self.pending_reads.push(pending);
+        let over = self.pending_reads.len().saturating_sub(PENDING_READS_MAX);
+        self.pending_reads.drain(..over);
+    }
+
+    /// Forgets the receipt owed for `seq` (the message was dead-lettered or removed unread:
+    /// never read).
+    pub fn forget_read(&mut self, seq: u64) {
+        self.pending_reads.retain(|p| p.seq != seq);
+    }
+
+    /// Takes the `read` receipts the cursor has passed: they are due now.
+    pub fn reads_due(&mut self) -> Vec<PendingRead> {
+        let cursor = self.cursor;
+        let (due, owed) = std::mem::take(&mut self.pending_reads)
+            .into_iter()
+            .partition(|p| p.seq <= cursor);
+        self.pending_reads = owed;
+        due
     }
 
     /// Records that message `id` was removed unread.

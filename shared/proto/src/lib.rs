@@ -19,6 +19,7 @@
 //! - [`send`]: send_to_peer request/report and the pure gate and anti-loop rules.
 //! - [`call`]: correlated calls, the pending-call record, chain/cycle/depth rules.
 //! - [`task`]: the task state machine (who may do what, legal transitions).
+//! - [`receipt`]: delivered/read receipts, their KV record and the status request.
 //! - [`audit`]: audit records, refusal events and the audit queries.
 //! - [`error`]: `ErrorKind` and the `{"error":{code,kind,message}}` reply.
 
@@ -30,6 +31,7 @@ pub mod ids;
 pub mod inbox;
 pub mod message;
 pub mod names;
+pub mod receipt;
 pub mod registry;
 pub mod send;
 pub mod subject;

@@ -58,6 +58,10 @@ pub struct InboxMessage {
     /// Free-form JSON object; a call's request carries `call_chain` and `call_deadline` here.
     #[serde(default, skip_serializing_if = "Map::is_empty")]
     pub metadata: Map<String, Value>,
+    /// The receipts its sender asked for: the inbox service tells `from_goal_id` when this
+    /// copy is delivered (and read).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub receipt: Option<crate::receipt::ReceiptLevel>,
 }
 
 impl InboxMessage {
@@ -80,6 +84,7 @@ impl InboxMessage {
             task: None,
             callback: None,
             metadata: Map::new(),
+            receipt: None,
         }
     }
 }
@@ -105,6 +110,9 @@ pub enum MessageKind {
     Task,
     /// A task's state changed.
     TaskUpdate,
+    /// Where a message the receiver sent with `receipt` is (`delivered`, `read`): written by
+    /// the inbox service only (an agent's send of this kind is refused).
+    Receipt,
 }
 
 impl MessageKind {

@@ -66,6 +66,10 @@ pub const GOALS_BUCKET: &str = "agent_goals";
 /// KV bucket of goal cursors (ARCHITECTURE.md §4a), key = goal id, value a
 /// [`crate::inbox::CursorRecord`].
 pub const CURSORS_BUCKET: &str = "agent_cursors";
+/// KV bucket of receipt records (message id → each receiving goal's state), written by the
+/// services that deliver a message sent with `receipt`; read only by its sender's status
+/// request.
+pub const RECEIPTS_BUCKET: &str = "agent_receipts";
 /// KV bucket of calls (records, kept after they end until the bucket's max age).
 pub const CALLS_BUCKET: &str = "agent_calls";
 /// Stream indexing open calls by caller and callee (one message per open call and side,

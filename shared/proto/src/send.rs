@@ -15,6 +15,7 @@ use crate::names::{
     BROADCAST_TARGET, DEFAULT_TTL, MAX_BODY_BYTES, MIN_BODY_CHARS, SKILL_NAME_MAX,
     SKILL_TARGET_PREFIX,
 };
+use crate::receipt::ReceiptLevel;
 
 /// Body of `agent.send.<agent_id>`.
 ///
@@ -66,6 +67,10 @@ pub struct SendRequest {
     /// (`sender_mismatch` otherwise). The identity always comes from the subject.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub from_agent_id: Option<String>,
+    /// Receipts to get back in `from_goal_id` (required with it): `delivered`, or `read`
+    /// (delivered, then read). See [`crate::receipt`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub receipt: Option<ReceiptLevel>,
 }
 
 /// Reply to a send: which goals got the message, and why others did not.
@@ -122,6 +127,14 @@ pub fn check_gates<'a>(
             format!("`{caller}` cannot send to itself"),
         ));
     }
+    if request.kind == Some(MessageKind::Receipt) {
+        return Err(ErrorReply::new(
+            ErrorKind::BadRequest,
+            "`kind: receipt` is written by the inbox service only; ask for receipts with \
+             `receipt: \"delivered\"` or `\"read\"`",
+        ));
+    }
+    check_receipt(request.receipt, request.from_goal_id)?;
     let body = request.message.as_deref().unwrap_or("");
     if body.trim().chars().count() < MIN_BODY_CHARS {
         return Err(ErrorReply::new(
@@ -146,6 +159,21 @@ pub fn check_gates<'a>(
         Target::Peer(to.to_owned())
     };
     Ok((target, body))
+}
+
+/// A request's `receipt`: receipts go to the goal the sender names, so asking for them
+/// without `from_goal_id` is `bad_request` (there would be nowhere to tell).
+pub fn check_receipt(
+    receipt: Option<ReceiptLevel>,
+    from_goal: Option<GoalId>,
+) -> Result<(), ErrorReply> {
+    if receipt.is_some() && from_goal.is_none() {
+        return Err(ErrorReply::new(
+            ErrorKind::BadRequest,
+            "`receipt` needs `from_goal_id`: receipts arrive in the goal you send from",
+        ));
+    }
+    Ok(())
 }
 
 /// A skill name from a `skill:<name>` target or a `list_peers` filter: 1 to

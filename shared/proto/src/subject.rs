@@ -185,6 +185,14 @@ pub fn send(agent: &AgentId) -> String {
     format!("{SEND_PREFIX}.{agent}")
 }
 
+/// Prefix of the receipt status request: `agent.send.status.<agent_id>`.
+pub const SEND_STATUS_PREFIX: &str = "agent.send.status";
+
+/// `agent.send.status.<agent_id>`: where a message the caller sent with `receipt` is.
+pub fn send_status(agent: &AgentId) -> String {
+    format!("{SEND_STATUS_PREFIX}.{agent}")
+}
+
 /// Prefix of call requests.
 pub const CALL_PREFIX: &str = "agent.call";
 /// Prefix of replies.
@@ -416,6 +424,10 @@ pub fn agent_endpoints() -> Vec<AgentEndpoint> {
         .map(|op| AgentEndpoint::by_caller(op.prefix(), ANSWER_WITHIN_MS))
         .collect();
     all.push(AgentEndpoint::by_caller(SEND_PREFIX, ANSWER_WITHIN_MS));
+    all.push(AgentEndpoint::by_caller(
+        SEND_STATUS_PREFIX,
+        ANSWER_WITHIN_MS,
+    ));
     all.push(AgentEndpoint::by_caller(
         CALL_PREFIX,
         crate::names::CALL_TIMEOUT_MAX_MS + ANSWER_WITHIN_MS,

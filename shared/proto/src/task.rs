@@ -298,6 +298,10 @@ pub struct CreateTask {
     /// The requester, if the body names one: it must be the subject's identity.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub from_agent_id: Option<String>,
+    /// Receipts for the request message, back in `from_goal_id` (required with it):
+    /// `delivered`, or `read` (see [`crate::receipt`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub receipt: Option<crate::receipt::ReceiptLevel>,
 }
 
 /// `accept`, `reject`, `start`, `progress`, `input_required`, `complete`, `fail`, `cancel`, `get`.
@@ -451,6 +455,9 @@ pub struct TaskRecord {
     /// The message that prompted the task.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub in_reply_to: Option<Uuid>,
+    /// The receipts the requester asked for on the task message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub receipt: Option<crate::receipt::ReceiptLevel>,
     /// Transitions so far (the event sequence number of the next one).
     pub transitions: u32,
     /// The latest transitions (at most [`HISTORY_KEPT`]).
@@ -663,6 +670,7 @@ mod tests {
             reason: None,
             message_id: Uuid::nil(),
             in_reply_to: None,
+            receipt: None,
             transitions: 0,
             history: Vec::new(),
             created_at: now,

@@ -18,6 +18,7 @@
 //! - [`request`]: JSON requests to services with trace context and typed error replies.
 //! - [`resources`]: JetStream streams and KV buckets, declared once and applied idempotently.
 //! - [`room`]: room in a full goal inbox: the oldest message goes, its sender is told.
+//! - [`receipts`]: receipt records (`agent_receipts`) and the `kind: receipt` messages.
 //! - [`embedded`]: the local nats-server `switchboard up` starts, and where to find the binary.
 //! - [`store`]: the error type of a service's JetStream-backed state.
 //! - [`permissions`]: the NATS accounts and NKeys that isolate agents (`switchboard nats-config`).
@@ -36,6 +37,7 @@ pub mod micro;
 pub mod nats;
 pub mod permissions;
 pub mod publish;
+pub mod receipts;
 pub mod registry_view;
 pub mod request;
 pub mod resources;

@@ -215,6 +215,20 @@ pub fn cursors_bucket(config: &JetStreamConfig) -> kv::Config {
     }
 }
 
+/// `agent_receipts`: one [`ReceiptRecord`](switchboard_proto::receipt::ReceiptRecord) per
+/// message sent with `receipt`, key = message id, moved by compare-and-set; kept 7 days.
+pub fn receipts_bucket(config: &JetStreamConfig) -> kv::Config {
+    kv::Config {
+        bucket: switchboard_proto::RECEIPTS_BUCKET.to_owned(),
+        description: "Switchboard message receipts".to_owned(),
+        history: 1,
+        max_age: Duration::from_secs(switchboard_proto::receipt::RECEIPT_RECORD_TTL_SECS),
+        num_replicas: config.replicas,
+        storage: stream::StorageType::File,
+        ..Default::default()
+    }
+}
+
 /// `agent_calls`: call records, key = `call.<correlation_id>`. Records stay after they are
 /// answered or expired (so a retried or late reply gets the right answer) and age out after
 /// `max_age`. Open calls are indexed in [`calls_open_stream`].

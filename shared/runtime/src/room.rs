@@ -106,6 +106,20 @@ pub async fn make_room(
     let Some(owner) = count_unread(&cursors, &goal, oldest.sequence, &message).await? else {
         return Ok(Room::Evicted);
     };
+    // A receipted message's status says it went unread.
+    if let Some(message) = &message
+        && let Some(pending) = crate::receipts::owed(message, oldest.sequence)
+        && let Ok(receipts) = crate::receipts::bucket(js).await
+    {
+        crate::receipts::advance_logged(
+            &receipts,
+            pending.id,
+            &pending.to_agent,
+            &[(owner.clone(), goal)],
+            switchboard_proto::receipt::ReceiptState::ExpiredUnread,
+        )
+        .await;
+    }
     tracing::info!(goal_id = %goal, seq = oldest.sequence, "a full goal inbox dropped its oldest unread message");
     // The sender is told in the goal it sent from, while that goal is open (a closed one's
     // inbox is read by nobody).
@@ -162,6 +176,8 @@ async fn count_unread(
         }
         owner = Some(record.agent_id.clone());
         record.expired(message.as_ref().and_then(|message| message.id));
+        // Never read: no `read` receipt is owed for it any more.
+        record.forget_read(seq);
         let value = serde_json::to_vec(&record).map_err(|err| err.to_string())?;
         if cursors
             .update(&key, value.into(), entry.revision)
@@ -177,10 +193,13 @@ async fn count_unread(
     Ok(owner)
 }
 
-/// Whether `message` is itself a notice that a message expired (never notified about again).
+/// Whether `message` is itself a notice that a message expired, or a receipt: the service's
+/// own words about other messages, never notified about again (no notice loops between two
+/// goals that both stopped reading).
 fn is_expiry_notice(message: &InboxMessage) -> bool {
-    message.kind == MessageKind::Notify
-        && message.metadata.get("reason").and_then(Value::as_str) == Some(EXPIRED_UNREAD)
+    message.kind == MessageKind::Receipt
+        || (message.kind == MessageKind::Notify
+            && message.metadata.get("reason").and_then(Value::as_str) == Some(EXPIRED_UNREAD))
 }
 
 /// Tells the sender of `message` (in the goal it sent from) that it was removed unread from

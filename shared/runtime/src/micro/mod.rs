@@ -13,19 +13,14 @@
 //! already received are still answered, and in-flight handlers get the grace period to finish.
 
 use std::collections::{BTreeMap, HashMap};
-use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_nats::service::ServiceExt;
 use async_nats::{Client, Message};
-use bytes::Bytes;
 use futures::FutureExt;
 use futures::StreamExt;
-use futures::future::BoxFuture;
-use serde::Serialize;
-use serde::de::DeserializeOwned;
 use switchboard_proto::subject::{caller_from_subject, is_reply_inbox};
 use switchboard_proto::{
     AgentId, ErrorKind, ErrorReply, HEADER_SERVICE_ERROR, HEADER_SERVICE_ERROR_CODE,
@@ -47,161 +42,10 @@ pub struct ServiceSpec {
     pub description: &'static str,
 }
 
-/// A decoded request to an agent-facing endpoint.
-#[derive(Debug, Clone)]
-pub struct AgentRequest<T> {
-    /// The caller, from the subject's last token.
-    pub caller: AgentId,
-    /// The body decoded from a JSON object (empty reads as `{}`); a bad one is `bad_request`.
-    pub body: T,
-    /// The full request subject, caller token included, e.g. `agent.send.writer`.
-    pub subject: String,
-    /// Request headers (trace context among them).
-    pub headers: Option<async_nats::HeaderMap>,
-}
+mod endpoint;
 
-type Handler = Arc<dyn Fn(Message) -> BoxFuture<'static, Result<Bytes, ErrorReply>> + Send + Sync>;
-
-/// One endpoint: a name, the subject it subscribes to, and its handler.
-pub struct Endpoint {
-    name: String,
-    subject: String,
-    handler: Handler,
-    /// Requests draw from the replica's shared bucket (see [`Endpoint::shared_budget`]).
-    shared_budget: bool,
-}
-
-impl std::fmt::Debug for Endpoint {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Endpoint")
-            .field("name", &self.name)
-            .field("subject", &self.subject)
-            .finish_non_exhaustive()
-    }
-}
-
-/// Decodes a JSON body, which must be an object; an empty (or all-whitespace) body reads as
-/// `{}`. (serde would also read a struct from a JSON array, field by field in order: `[]` or
-/// `[null, "daemon"]` must not pass for a request.)
-pub fn decode<T: DeserializeOwned>(payload: &[u8]) -> Result<T, ErrorReply> {
-    let first = payload.iter().find(|byte| !byte.is_ascii_whitespace());
-    let payload = match first {
-        None => b"{}".as_slice(),
-        Some(b'{') => payload,
-        Some(_) => {
-            return Err(ErrorReply::new(
-                ErrorKind::BadRequest,
-                "invalid request body: it must be a JSON object",
-            ));
-        }
-    };
-    serde_json::from_slice(payload).map_err(|err| {
-        ErrorReply::new(
-            ErrorKind::BadRequest,
-            format!("invalid request body: {err}"),
-        )
-    })
-}
-
-fn encode<T: Serialize>(value: &T) -> Result<Bytes, ErrorReply> {
-    serde_json::to_vec(value).map(Bytes::from).map_err(|err| {
-        ErrorReply::new(
-            ErrorKind::Internal,
-            format!("encoding the reply failed: {err}"),
-        )
-    })
-}
-
-impl Endpoint {
-    /// Makes an endpoint whose subject names no caller (the audit queries) draw every request
-    /// from one bucket per replica, so a loop of expensive queries is bounded too. Agent
-    /// endpoints always draw from their caller's own bucket.
-    pub fn shared_budget(mut self) -> Self {
-        self.shared_budget = true;
-        self
-    }
-
-    /// An agent-facing endpoint on `<prefix>.>`: the caller is the subject tail after `prefix`
-    /// (a malformed tail is answered with `invalid_agent_id` before the body is read).
-    pub fn agent<Req, Resp, F, Fut>(name: &str, prefix: String, handler: F) -> Self
-    where
-        Req: DeserializeOwned + Send + 'static,
-        Resp: Serialize + 'static,
-        F: Fn(AgentRequest<Req>) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<Resp, ErrorReply>> + Send + 'static,
-    {
-        let subject = switchboard_proto::subject::below(&prefix);
-        let handler = Arc::new(handler);
-        Self {
-            name: name.to_owned(),
-            subject,
-            shared_budget: false,
-            handler: Arc::new(move |message: Message| {
-                let handler = Arc::clone(&handler);
-                let prefix = prefix.clone();
-                async move {
-                    let caller =
-                        caller_from_subject(message.subject.as_str(), &prefix).map_err(|err| {
-                            ErrorReply::new(ErrorKind::InvalidAgentId, err.to_string())
-                        })?;
-                    let body = decode::<Req>(&message.payload)?;
-                    let reply = handler(AgentRequest {
-                        caller,
-                        body,
-                        subject: message.subject.to_string(),
-                        headers: message.headers,
-                    })
-                    .await?;
-                    encode(&reply)
-                }
-                .boxed()
-            }),
-        }
-    }
-
-    /// An endpoint that takes the whole request message (to stream several messages to its
-    /// reply subject before the final reply, which is what it returns).
-    pub fn raw<F, Fut>(name: &str, subject: String, handler: F) -> Self
-    where
-        F: Fn(Message) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<Bytes, ErrorReply>> + Send + 'static,
-    {
-        let handler = Arc::new(handler);
-        Self {
-            name: name.to_owned(),
-            subject,
-            shared_budget: false,
-            handler: Arc::new(move |message: Message| {
-                let handler = Arc::clone(&handler);
-                async move { handler(message).await }.boxed()
-            }),
-        }
-    }
-
-    /// An endpoint without caller identity on exactly `subject`.
-    pub fn json<Req, Resp, F, Fut>(name: &str, subject: String, handler: F) -> Self
-    where
-        Req: DeserializeOwned + Send + 'static,
-        Resp: Serialize + 'static,
-        F: Fn(Req) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<Resp, ErrorReply>> + Send + 'static,
-    {
-        let handler = Arc::new(handler);
-        Self {
-            name: name.to_owned(),
-            subject,
-            shared_budget: false,
-            handler: Arc::new(move |message: Message| {
-                let handler = Arc::clone(&handler);
-                async move {
-                    let body = decode::<Req>(&message.payload)?;
-                    encode(&handler(body).await?)
-                }
-                .boxed()
-            }),
-        }
-    }
-}
+use endpoint::Handler;
+pub use endpoint::{AgentRequest, Endpoint, decode};
 
 /// The service could not start.
 #[derive(Debug, thiserror::Error)]
@@ -232,7 +76,12 @@ type ErrorCounts = Arc<Mutex<HashMap<String, BTreeMap<&'static str, u64>>>>;
 pub struct Running {
     name: &'static str,
     service: async_nats::service::Service,
-    endpoints: Vec<(async_nats::service::endpoint::Endpoint, Handler, String)>,
+    endpoints: Vec<(
+        async_nats::service::endpoint::Endpoint,
+        Handler,
+        String,
+        Vec<String>,
+    )>,
 }
 
 impl std::fmt::Debug for Running {
@@ -275,9 +124,11 @@ pub async fn start(
 
     let mut subscribed = Vec::with_capacity(endpoints.len());
     for endpoint in endpoints {
-        let stream = service
-            .endpoint_builder()
-            .name(&endpoint.name)
+        let mut builder = service.endpoint_builder().name(&endpoint.name);
+        if endpoint.nested {
+            builder = builder.queue_group(format!("{}.{}", spec.name, endpoint.name));
+        }
+        let stream = builder
             .add(endpoint.subject.as_str())
             .await
             .map_err(|source| MicroError::Endpoint {
@@ -297,7 +148,7 @@ pub async fn start(
                 prefix: endpoint.subject.strip_suffix(".>").map(str::to_owned),
             },
         );
-        subscribed.push((stream, handler, endpoint.name));
+        subscribed.push((stream, handler, endpoint.name, endpoint.except));
     }
     // Ready means the server has registered every endpoint subscription (a real round trip;
     // `flush` alone does not wait for the server).
@@ -465,7 +316,7 @@ impl Running {
     pub async fn run(self, shutdown: CancellationToken, grace: Duration) {
         let tracker = TaskTracker::new();
         let mut loops = Vec::new();
-        for (mut stream, handler, endpoint) in self.endpoints {
+        for (mut stream, handler, endpoint, except) in self.endpoints {
             let tracker = tracker.clone();
             let shutdown = shutdown.clone();
             let service = self.name;
@@ -487,6 +338,13 @@ impl Running {
                         }
                     };
                     let Some(request) = next else { break };
+                    let subject = request.message.subject.as_str();
+                    if except
+                        .iter()
+                        .any(|prefix| subject.starts_with(prefix.as_str()))
+                    {
+                        continue;
+                    }
                     tracker.spawn(handle(
                         request,
                         Arc::clone(&handler),

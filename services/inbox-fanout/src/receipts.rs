@@ -1,0 +1,89 @@
+//! Receipts (docs/protocol.md "Receipts"): the sender of a message with `receipt` learns, per
+//! receiving goal, when the goal's reader was first handed it (`delivered`) and when the goal's
+//! cursor passed it (`read`), as `kind: receipt` messages in the goal it sent from; and
+//! `agent.send.status.<agent_id>` answers where each copy is.
+//!
+//! Rules:
+//! - only the sender may ask about a message: any other caller, and an unknown id, get
+//!   `not_found` alike;
+//! - each receipt is stored once per (message, goal, state) whatever the retries, and a state
+//!   never moves back;
+//! - a receipt is never itself receipted, and a full sender goal makes room for it like for
+//!   any message (its removal tells nobody).
+
+use async_nats::jetstream::{self, kv};
+use futures::future::join_all;
+use switchboard_proto::receipt::{
+    PendingRead, ReceiptLevel, ReceiptState, SendStatusReply, SendStatusRequest,
+};
+use switchboard_proto::{AgentId, GoalId};
+use switchboard_runtime::receipts;
+use uuid::Uuid;
+
+use crate::error::FanoutError;
+
+/// The receipt side of the inbox service: records and receipt messages.
+#[derive(Debug, Clone)]
+pub struct Receipts {
+    js: jetstream::Context,
+    kv: kv::Store,
+}
+
+impl Receipts {
+    /// Receipts written through `js` into the `agent_receipts` bucket `kv`.
+    pub fn new(js: jetstream::Context, kv: kv::Store) -> Self {
+        Self { js, kv }
+    }
+
+    /// Records message `id` from `sender` as stored in each of `goals` (receiving agent, goal).
+    pub(crate) async fn stored(&self, id: Uuid, sender: &AgentId, goals: &[(AgentId, GoalId)]) {
+        receipts::advance_logged(&self.kv, id, sender, goals, ReceiptState::Stored).await;
+    }
+
+    /// Drops `goals` from message `id`'s record: their copies were never stored.
+    pub(crate) async fn not_stored(&self, id: Uuid, sender: &AgentId, goals: &[GoalId]) {
+        if let Err(err) = receipts::forget(&self.kv, id, sender, goals).await {
+            tracing::warn!(message_id = %id, error = %err, "receipt record keeps goals that were never stored");
+        }
+    }
+
+    /// Tells each sender in `owed` that `reader`'s `goal` got to `state` with its message, and
+    /// records it: all at once, awaited, so a `delivered` is stored before the fetch that
+    /// caused it is answered (and so before any `read` of the same message).
+    pub(crate) async fn tell(
+        &self,
+        reader: &AgentId,
+        goal: &GoalId,
+        owed: &[PendingRead],
+        state: ReceiptState,
+    ) {
+        let copy = [(reader.clone(), *goal)];
+        join_all(owed.iter().map(|pending| async {
+            let record =
+                receipts::advance_logged(&self.kv, pending.id, &pending.to_agent, &copy, state);
+            // A sender that asked only for `delivered` is not told of the read (its record
+            // still says so).
+            let told = state != ReceiptState::Read || pending.level == ReceiptLevel::Read;
+            let message = async {
+                if told {
+                    receipts::tell(&self.js, reader, goal, pending, state).await;
+                }
+            };
+            tokio::join!(record, message);
+        }))
+        .await;
+    }
+
+    /// `agent.send.status.<caller>`: every receiving goal's state of a message `caller` sent
+    /// with `receipt`.
+    pub async fn status(
+        &self,
+        caller: &AgentId,
+        request: &SendStatusRequest,
+    ) -> Result<SendStatusReply, FanoutError> {
+        receipts::status(&self.kv, caller, request.message_id)
+            .await
+            .map_err(FanoutError::Receipts)?
+            .ok_or(FanoutError::NoReceipt(request.message_id))
+    }
+}

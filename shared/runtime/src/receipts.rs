@@ -1,0 +1,216 @@
+//! Receipts (see [`switchboard_proto::receipt`]): the record each receipted message keeps in KV
+//! `agent_receipts`, and the `kind: receipt` messages that tell its sender. Shared by every
+//! service that stores a message with `receipt` (send, call, task create: the record starts
+//! at `stored`) and by the inbox reader (which moves it to `delivered` and `read`), and by the
+//! room-maker (`expired_unread`).
+//!
+//! Every update is an upsert by compare-and-set that only moves a goal's state forward, so
+//! the record's writers need no order among themselves: a `delivered` that lands before the
+//! sender's `stored` keeps `delivered`.
+
+use async_nats::jetstream::{self, kv};
+use bytes::Bytes;
+use serde_json::{Map, Value};
+use switchboard_proto::receipt::{
+    PendingRead, RECEIPT_MARK, ReceiptRecord, ReceiptState, SendStatusReply,
+};
+use switchboard_proto::{AgentId, GoalId, InboxMessage, MessageKind, subject, timestamp};
+use uuid::Uuid;
+
+use crate::publish::publish_durable;
+
+/// Compare-and-set attempts of one receipt record update before it gives up (logged).
+const CAS_ATTEMPTS: u32 = 16;
+
+/// Opens `agent_receipts` (created by the services at start-up, see
+/// [`crate::resources::receipts_bucket`]).
+pub async fn bucket(js: &jetstream::Context) -> Result<kv::Store, String> {
+    js.get_key_value(switchboard_proto::RECEIPTS_BUCKET)
+        .await
+        .map_err(|err| err.to_string())
+}
+
+/// Moves each of `goals` (receiving agent, goal) of message `id`, sent by `sender`, to
+/// `state` in its record, creating the record when it is the first word about the message.
+pub async fn advance(
+    kv: &kv::Store,
+    id: Uuid,
+    sender: &AgentId,
+    goals: &[(AgentId, GoalId)],
+    state: ReceiptState,
+) -> Result<(), String> {
+    let at = timestamp::now();
+    update(kv, id, sender, |record| {
+        let mut changed = false;
+        for (agent, goal) in goals {
+            changed |= record.advance(*goal, agent, state, at);
+        }
+        changed
+    })
+    .await
+}
+
+/// Drops `goals` from message `id`'s record: copies recorded as `stored` before their publish
+/// failed (the sender's report names them unreachable).
+pub async fn forget(
+    kv: &kv::Store,
+    id: Uuid,
+    sender: &AgentId,
+    goals: &[GoalId],
+) -> Result<(), String> {
+    update(kv, id, sender, |record| {
+        let before = record.goals.len();
+        record.goals.retain(|g| !goals.contains(&g.goal_id));
+        record.goals.len() != before
+    })
+    .await
+}
+
+/// Applies `change` to message `id`'s record (a new one when there is none) by
+/// compare-and-set; `change` returns whether it changed anything.
+async fn update(
+    kv: &kv::Store,
+    id: Uuid,
+    sender: &AgentId,
+    mut change: impl FnMut(&mut ReceiptRecord) -> bool,
+) -> Result<(), String> {
+    let key = id.to_string();
+    for attempt in 1..=CAS_ATTEMPTS {
+        let entry = kv.entry(&key).await.map_err(|err| err.to_string())?;
+        let (mut record, revision) = match entry {
+            Some(entry) if entry.operation == kv::Operation::Put => {
+                let record: ReceiptRecord =
+                    serde_json::from_slice(&entry.value).map_err(|err| err.to_string())?;
+                (record, Some(entry.revision))
+            }
+            _ => (
+                ReceiptRecord {
+                    sender: sender.clone(),
+                    goals: Vec::new(),
+                },
+                None,
+            ),
+        };
+        if record.sender != *sender {
+            // A message id another sender chose first: its record is not this sender's to move.
+            return Err(format!("receipt record {id} belongs to another sender"));
+        }
+        if !change(&mut record) {
+            return Ok(());
+        }
+        let value = Bytes::from(serde_json::to_vec(&record).map_err(|err| err.to_string())?);
+        let written = match revision {
+            Some(revision) => kv.update(&key, value, revision).await.is_ok(),
+            None => kv.create(&key, value).await.is_ok(),
+        };
+        if written {
+            return Ok(());
+        }
+        crate::store::cas_backoff(attempt).await;
+    }
+    Err(format!("receipt record {id}: its goals keep changing"))
+}
+
+/// [`advance`], logged instead of returned: a receipt record is what the status request
+/// reads, never a reason to fail the delivery it describes.
+pub async fn advance_logged(
+    kv: &kv::Store,
+    id: Uuid,
+    sender: &AgentId,
+    goals: &[(AgentId, GoalId)],
+    state: ReceiptState,
+) {
+    if let Err(err) = advance(kv, id, sender, goals, state).await {
+        tracing::warn!(message_id = %id, state = state.as_str(), error = %err, "receipt record not updated");
+    }
+}
+
+/// What `caller` may learn about message `id`: its record, when `caller` sent it (`None`
+/// otherwise, so a message id learnt elsewhere opens nothing).
+pub async fn status(
+    kv: &kv::Store,
+    caller: &AgentId,
+    id: Uuid,
+) -> Result<Option<SendStatusReply>, String> {
+    let Some(value): Option<Bytes> = kv
+        .get(id.to_string())
+        .await
+        .map_err(|err| err.to_string())?
+    else {
+        return Ok(None);
+    };
+    let record: ReceiptRecord = serde_json::from_slice(&value).map_err(|err| err.to_string())?;
+    Ok((record.sender == *caller).then_some(SendStatusReply {
+        message_id: id,
+        goals: record.goals,
+    }))
+}
+
+/// The receipt for `pending` (a message `reader` was handed in `goal`), now in `state`: a
+/// `kind: receipt` message to the sender's goal, `in_reply_to` the message, with `goal_id`,
+/// `state` and `at` in its metadata. Stored once per (message, goal, state) whatever the
+/// retries (`Nats-Msg-Id`), and never itself receipted.
+pub async fn tell(
+    js: &jetstream::Context,
+    reader: &AgentId,
+    goal: &GoalId,
+    pending: &PendingRead,
+    state: ReceiptState,
+) {
+    let at = timestamp::now();
+    let mut receipt = InboxMessage::new(
+        reader.clone(),
+        *goal,
+        pending.to_agent.clone(),
+        format!(
+            "your message {} to `{reader}` was {} (goal {goal})",
+            pending.id,
+            state.as_str().replace('_', " ")
+        ),
+    );
+    receipt.id = Some(switchboard_proto::new_id());
+    receipt.kind = MessageKind::Receipt;
+    receipt.in_reply_to = Some(pending.id);
+    receipt.correlation_id = pending.correlation_id;
+    receipt.sent_at = at;
+    let mut metadata = Map::new();
+    metadata.insert(
+        "switchboard".to_owned(),
+        Value::String(RECEIPT_MARK.to_owned()),
+    );
+    metadata.insert("goal_id".to_owned(), Value::String(goal.to_string()));
+    metadata.insert("state".to_owned(), Value::String(state.as_str().to_owned()));
+    metadata.insert("at".to_owned(), Value::String(timestamp::format(at)));
+    receipt.metadata = metadata;
+    let Ok(payload) = serde_json::to_vec(&receipt) else {
+        return;
+    };
+    let msg_id = format!("receipt:{}:{goal}:{}", pending.id, state.as_str());
+    if let Err(err) = publish_durable(
+        js,
+        &subject::inbox(&pending.to_goal),
+        &msg_id,
+        Bytes::from(payload),
+    )
+    .await
+    {
+        tracing::warn!(message_id = %pending.id, error = %err, "receipt not stored");
+    }
+}
+
+/// The receipt owed for `message` at `seq` when it asks for one (and is not itself a
+/// receipt): who to tell, and where.
+pub fn owed(message: &InboxMessage, seq: u64) -> Option<PendingRead> {
+    let level = message.receipt?;
+    if message.kind == MessageKind::Receipt {
+        return None;
+    }
+    Some(PendingRead {
+        seq,
+        id: message.id?,
+        to_agent: message.from_agent_id.clone(),
+        to_goal: message.from_goal_id,
+        correlation_id: message.correlation_id,
+        level,
+    })
+}

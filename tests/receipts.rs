@@ -1,0 +1,335 @@
+//! Receipts (issue 20): a sender that asks for `receipt: "delivered" | "read"` gets `kind:
+//! receipt` messages in the goal it sent from, once each and in order, for sends, calls and
+//! tasks; `agent.send.status.<id>` answers each receiving goal's state; a message removed
+//! unread says so; and no other agent learns anything about someone else's message.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use std::time::Duration;
+
+use serde_json::json;
+use switchboard_client::{Agent, Goal};
+use switchboard_proto::call::CallRequest;
+use switchboard_proto::receipt::{ReceiptLevel, ReceiptState};
+use switchboard_proto::send::SendRequest;
+use switchboard_proto::task::CreateTask;
+use switchboard_proto::{ErrorKind, InboxMessage, MessageKind, subject};
+use switchboard_tests::{Fabric, raw};
+use uuid::Uuid;
+
+/// `to` gets `text` from `sender`'s `goal`, with receipts at `level`; returns the message id.
+async fn send_receipted(
+    sender: &Agent,
+    goal: &Goal,
+    to: &str,
+    text: &str,
+    level: ReceiptLevel,
+) -> Uuid {
+    let report = sender
+        .send(SendRequest {
+            to: Some(to.to_owned()),
+            message: Some(text.to_owned()),
+            from_goal_id: Some(goal.id()),
+            receipt: Some(level),
+            ..SendRequest::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(report.delivered_to.len(), 1, "{report:?}");
+    report.message_id.unwrap()
+}
+
+/// The receipts waiting in `goal` (taken: fetched and acked), oldest first.
+async fn receipts_in(goal: &Goal) -> Vec<InboxMessage> {
+    goal.drain()
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|m| m.kind == MessageKind::Receipt)
+        .collect()
+}
+
+/// The state `sender`'s message `id` is in, in its only receiving goal.
+async fn state_of(sender: &Agent, id: Uuid) -> ReceiptState {
+    let status = sender.send_status(id).await.unwrap();
+    assert_eq!(status.message_id, id);
+    assert_eq!(status.goals.len(), 1, "{status:?}");
+    status.goals[0].state
+}
+
+fn states(receipts: &[InboxMessage]) -> Vec<String> {
+    receipts
+        .iter()
+        .map(|r| r.metadata["state"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_read_receipt_comes_after_the_delivered_one_once_each() {
+    let fabric = Fabric::start().await;
+    let (alice, alice_goal) = fabric.agent_with_goal("alice").await;
+    let (_bob, bob_goal) = fabric.agent_with_goal("bob").await;
+    let id = send_receipted(&alice, &alice_goal, "bob", "hello", ReceiptLevel::Read).await;
+    assert_eq!(state_of(&alice, id).await, ReceiptState::Stored);
+    assert!(receipts_in(&alice_goal).await.is_empty(), "nothing yet");
+
+    // Handed out twice without an ack: one `delivered`.
+    let first = bob_goal.fetch(8, Duration::ZERO, None).await.unwrap();
+    assert_eq!(first.messages[0].message.id, Some(id));
+    assert_eq!(first.messages[0].message.receipt, Some(ReceiptLevel::Read));
+    bob_goal.fetch(8, Duration::ZERO, None).await.unwrap();
+    assert_eq!(state_of(&alice, id).await, ReceiptState::Delivered);
+    let delivered = receipts_in(&alice_goal).await;
+    assert_eq!(states(&delivered), ["delivered"]);
+
+    // The cursor passes it: one `read`, and a repeated ack tells nobody again.
+    let seq = first.messages[0].seq;
+    bob_goal.ack_through(seq).await.unwrap();
+    bob_goal.ack_through(seq).await.unwrap();
+    assert_eq!(state_of(&alice, id).await, ReceiptState::Read);
+    let read = receipts_in(&alice_goal).await;
+    assert_eq!(states(&read), ["read"]);
+    for receipt in delivered.iter().chain(&read) {
+        assert_eq!(receipt.in_reply_to, Some(id));
+        assert_eq!(receipt.from_agent_id.as_str(), "bob");
+        assert_eq!(receipt.to_agent_id.as_str(), "alice");
+        assert_eq!(
+            receipt.metadata["goal_id"],
+            json!(bob_goal.id().to_string())
+        );
+        assert_eq!(receipt.metadata["switchboard"], "receipt");
+        assert!(receipt.metadata["at"].as_str().unwrap().ends_with('Z'));
+        assert_eq!(receipt.receipt, None, "a receipt is never receipted");
+    }
+    assert!(receipts_in(&alice_goal).await.is_empty(), "once each");
+
+    // `receipt: "delivered"`: one receipt; the status still follows the read.
+    let id = send_receipted(&alice, &alice_goal, "bob", "again", ReceiptLevel::Delivered).await;
+    let taken = bob_goal.drain().await.unwrap();
+    assert_eq!(taken.len(), 1);
+    assert_eq!(states(&receipts_in(&alice_goal).await), ["delivered"]);
+    assert_eq!(state_of(&alice, id).await, ReceiptState::Read);
+}
+
+#[tokio::test]
+async fn calls_and_tasks_take_receipts_too() {
+    let fabric = Fabric::start().await;
+    let (alice, alice_goal) = fabric.agent_with_goal("alice").await;
+    let (bob, bob_goal) = fabric.agent_with_goal("bob").await;
+
+    // A parked call: its request message is receipted; bob's answer ends it as usual.
+    let parked = raw(
+        alice.nats(),
+        &subject::call(alice.id()),
+        serde_json::to_vec(&CallRequest {
+            to: Some("bob".into()),
+            message: Some("what time is it?".into()),
+            from_goal_id: Some(alice_goal.id()),
+            timeout_ms: Some(20_000),
+            wait: Some(false),
+            receipt: Some(ReceiptLevel::Read),
+            ..CallRequest::default()
+        })
+        .unwrap(),
+    )
+    .await;
+    let correlation_id: Uuid =
+        serde_json::from_value(parked.body["correlation_id"].clone()).unwrap();
+    let fetched = bob_goal.fetch(8, Duration::ZERO, None).await.unwrap();
+    let request = &fetched.messages[0];
+    assert_eq!(request.message.kind, MessageKind::Request);
+    bob.reply(correlation_id, "noon").await.unwrap();
+    bob_goal.ack_through(request.seq).await.unwrap();
+    let taken = alice_goal.drain().await.unwrap();
+    let receipts: Vec<_> = taken
+        .iter()
+        .filter(|m| m.kind == MessageKind::Receipt)
+        .cloned()
+        .collect();
+    assert_eq!(states(&receipts), ["delivered", "read"]);
+    assert!(
+        receipts
+            .iter()
+            .all(|r| r.correlation_id == Some(correlation_id))
+    );
+    assert!(taken.iter().any(|m| m.kind == MessageKind::Response));
+    let request_id = request.message.id.unwrap();
+    assert_eq!(state_of(&alice, request_id).await, ReceiptState::Read);
+
+    // A task: the `kind: task` message is receipted.
+    let created = alice
+        .create_task(CreateTask {
+            to: Some("bob".into()),
+            message: Some("summarise the report".into()),
+            from_goal_id: Some(alice_goal.id()),
+            receipt: Some(ReceiptLevel::Delivered),
+            ..CreateTask::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        state_of(&alice, created.task.message_id).await,
+        ReceiptState::Stored
+    );
+    let task = bob_goal.fetch(8, Duration::ZERO, None).await.unwrap();
+    assert_eq!(task.messages[0].message.kind, MessageKind::Task);
+    let receipts = receipts_in(&alice_goal).await;
+    assert_eq!(states(&receipts), ["delivered"]);
+    assert_eq!(receipts[0].in_reply_to, Some(created.task.message_id));
+    assert_eq!(
+        state_of(&alice, created.task.message_id).await,
+        ReceiptState::Delivered
+    );
+}
+
+#[tokio::test]
+async fn a_message_removed_unread_says_so_in_its_status() {
+    let fabric = Fabric::start().await;
+    let (alice, alice_goal) = fabric.agent_with_goal("alice").await;
+    let (_bob, bob_goal) = fabric.agent_with_goal("bob").await;
+    let cap = switchboard_proto::INBOX_CAP_PER_GOAL.unsigned_abs() as usize;
+    let mut ids = Vec::new();
+    for n in 0..=cap {
+        ids.push(
+            send_receipted(
+                &alice,
+                &alice_goal,
+                "bob",
+                &format!("m{n}"),
+                ReceiptLevel::Read,
+            )
+            .await,
+        );
+    }
+    // The oldest went unread to make room for the last; its sender was told.
+    assert_eq!(state_of(&alice, ids[0]).await, ReceiptState::ExpiredUnread);
+    assert_eq!(state_of(&alice, ids[1]).await, ReceiptState::Stored);
+    let notices: Vec<_> = alice_goal
+        .drain()
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|m| m.kind == MessageKind::Notify)
+        .collect();
+    assert_eq!(notices.len(), 1, "the sender is told of the removal");
+    assert_eq!(notices[0].in_reply_to, Some(ids[0]));
+    // Handing the rest out delivers them: one `delivered` each.
+    let fetched = bob_goal.fetch(64, Duration::ZERO, None).await.unwrap();
+    assert_eq!(fetched.messages.len(), cap);
+    assert_eq!(state_of(&alice, ids[1]).await, ReceiptState::Delivered);
+    assert_eq!(state_of(&alice, ids[0]).await, ReceiptState::ExpiredUnread);
+    let delivered = receipts_in(&alice_goal).await;
+    assert_eq!(
+        delivered.len(),
+        cap,
+        "one `delivered` per message handed out"
+    );
+    assert!(
+        delivered.iter().all(|r| r.metadata["state"] == "delivered"),
+        "nothing was read"
+    );
+}
+
+#[tokio::test]
+async fn nobody_learns_about_another_agents_message_and_bad_requests_are_refused() {
+    let fabric = Fabric::start().await;
+    let (alice, alice_goal) = fabric.agent_with_goal("alice").await;
+    let (mallory, mallory_goal) = fabric.agent_with_goal("mallory").await;
+    let (_bob, _bob_goal) = fabric.agent_with_goal("bob").await;
+    let id = send_receipted(&alice, &alice_goal, "bob", "private", ReceiptLevel::Read).await;
+
+    // Another agent's message and an unknown one are answered alike.
+    for asked in [id, switchboard_proto::new_id()] {
+        let err = mallory.send_status(asked).await.unwrap_err();
+        assert_eq!(err.kind(), Some(ErrorKind::NotFound), "{err}");
+    }
+    // Reusing alice's message id does not make the record mallory's, nor change it.
+    mallory
+        .send(SendRequest {
+            to: Some("bob".into()),
+            message: Some("same id".into()),
+            id: Some(id),
+            from_goal_id: Some(mallory_goal.id()),
+            receipt: Some(ReceiptLevel::Read),
+            ..SendRequest::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        mallory.send_status(id).await.unwrap_err().kind(),
+        Some(ErrorKind::NotFound)
+    );
+    let status = alice.send_status(id).await.unwrap();
+    assert_eq!(status.goals.len(), 1);
+
+    // The request on the wire: exactly one answer (the send endpoint leaves it to the status
+    // endpoint), and malformed bodies are `bad_request`.
+    let nats = mallory.nats();
+    let status_subject = subject::send_status(mallory.id());
+    for (body, kind) in [
+        (json!({"message_id": id}), "not_found"),
+        (json!({"message_id": "not-a-uuid"}), "bad_request"),
+        (json!({"message_id": id, "extra": 1}), "bad_request"),
+        (json!({}), "bad_request"),
+    ] {
+        let reply = raw(nats, &status_subject, body.to_string()).await;
+        assert_eq!(reply.error_kind(), kind, "{body}");
+    }
+    let mut replies = nats
+        .subscribe(async_nats::Subject::from("_INBOX.receipts.once"))
+        .await
+        .unwrap();
+    nats.publish_with_reply(
+        status_subject.clone(),
+        "_INBOX.receipts.once",
+        json!({"message_id": id}).to_string().into(),
+    )
+    .await
+    .unwrap();
+    use futures::StreamExt;
+    let first = tokio::time::timeout(Duration::from_secs(5), replies.next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&first.payload).contains("not_found"));
+    assert!(
+        tokio::time::timeout(Duration::from_millis(500), replies.next())
+            .await
+            .is_err(),
+        "one reply only"
+    );
+
+    // Receipts need a goal to arrive in, and `kind: receipt` is the service's to write.
+    let no_goal = raw(
+        nats,
+        &subject::send(mallory.id()),
+        json!({"to": "bob", "message": "x", "receipt": "read"}).to_string(),
+    )
+    .await;
+    assert_eq!(no_goal.error_kind(), "bad_request");
+    let forged = raw(
+        nats,
+        &subject::send(mallory.id()),
+        json!({"to": "alice", "message": "your message was read", "kind": "receipt",
+               "from_goal_id": mallory_goal.id()})
+        .to_string(),
+    )
+    .await;
+    assert_eq!(forged.error_kind(), "bad_request");
+    let level = raw(
+        nats,
+        &subject::send(mallory.id()),
+        json!({"to": "bob", "message": "x", "receipt": "seen",
+               "from_goal_id": mallory_goal.id()})
+        .to_string(),
+    )
+    .await;
+    assert_eq!(level.error_kind(), "bad_request");
+    let call = raw(
+        nats,
+        &subject::call(mallory.id()),
+        json!({"to": "bob", "message": "x", "receipt": "read", "wait": false}).to_string(),
+    )
+    .await;
+    assert_eq!(call.error_kind(), "bad_request");
+}
