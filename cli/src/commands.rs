@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 use switchboard_client::proto::call::{CallRequest, ReplyRequest};
+use switchboard_client::proto::receipt::{ReceiptLevel, SendStatusRequest};
 use switchboard_client::proto::registry::{
     GoalCloseRequest, GoalKind, GoalOpenRequest, LookupRequest, PeersRequest,
 };
@@ -105,16 +106,44 @@ pub(crate) async fn send(
     to: String,
     message: String,
     correlation_id: Option<Uuid>,
+    goal: Option<&str>,
+    receipt: Option<ReceiptLevel>,
 ) -> anyhow::Result<Value> {
     let request = SendRequest {
         to: Some(to),
         message: Some(message),
         id: Some(switchboard_client::proto::new_id()),
         correlation_id,
+        from_goal_id: goal.map(GoalId::parse).transpose()?,
+        receipt,
         ..SendRequest::default()
     };
     let agent = AgentId::parse(as_agent)?;
     request_with_retry(nats_url, &subject::send(&agent), &request).await
+}
+
+/// `--receipt`: `delivered` or `read`.
+pub(crate) fn receipt_level(text: &str) -> Result<ReceiptLevel, String> {
+    match text {
+        "delivered" => Ok(ReceiptLevel::Delivered),
+        "read" => Ok(ReceiptLevel::Read),
+        other => Err(format!("`{other}`: give `delivered` or `read`")),
+    }
+}
+
+/// `switchboard status`: where a message the agent sent with `--receipt` is.
+pub(crate) async fn send_status(
+    nats_url: &str,
+    as_agent: &str,
+    message_id: Uuid,
+) -> anyhow::Result<Value> {
+    let agent = AgentId::parse(as_agent)?;
+    request_json(
+        nats_url,
+        &subject::send_status(&agent),
+        &SendStatusRequest { message_id },
+    )
+    .await
 }
 
 /// `switchboard call`: a correlated call that waits for the answer, or (`park`) returns the

@@ -168,7 +168,7 @@ enum Command {
     },
     /// send_to_peer as an agent (it must be registered); prints the delivery report.
     #[command(
-        after_help = "Examples:\n  switchboard send --as writer --to researcher \"draft ready\"\n  switchboard send --as herald --to '*' \"standup in 5\"   # broadcast"
+        after_help = "Examples:\n  switchboard send --as writer --to researcher \"draft ready\"\n  switchboard send --as herald --to '*' \"standup in 5\"   # broadcast\n  switchboard send --as writer --to researcher \"draft ready\" --goal 0193a1b2-0000-7000-8000-000000000001 --receipt read\n  switchboard status --as writer <message_id>   # stored, delivered, read or expired_unread"
     )]
     Send {
         /// The sending agent.
@@ -182,6 +182,12 @@ enum Command {
         /// A correlation id to carry (UUID).
         #[arg(long)]
         correlation_id: Option<uuid::Uuid>,
+        /// The sending goal (one of the agent's live goals): answers and receipts land there.
+        #[arg(long)]
+        goal: Option<String>,
+        /// Receipts back in --goal: `delivered`, or `read` (delivered, then read).
+        #[arg(long, value_parser = commands::receipt_level)]
+        receipt: Option<switchboard_client::proto::receipt::ReceiptLevel>,
         /// NATS URL.
         #[arg(long, env = "NATS_URL", default_value = DEFAULT_NATS_URL)]
         nats_url: String,
@@ -224,6 +230,21 @@ enum Command {
         correlation_id: uuid::Uuid,
         /// The answer.
         message: String,
+        /// NATS URL.
+        #[arg(long, env = "NATS_URL", default_value = DEFAULT_NATS_URL)]
+        nats_url: String,
+    },
+    /// Where a message sent with --receipt is, per receiving goal: stored, delivered, read or
+    /// expired_unread.
+    #[command(
+        after_help = "Example:\n  switchboard status --as writer 0193a1b2-0000-7000-8000-0000000000aa"
+    )]
+    Status {
+        /// The agent that sent it (only the sender may ask).
+        #[arg(long = "as", value_name = "AGENT")]
+        as_agent: String,
+        /// The message id the delivery report named.
+        message_id: uuid::Uuid,
         /// NATS URL.
         #[arg(long, env = "NATS_URL", default_value = DEFAULT_NATS_URL)]
         nats_url: String,
@@ -400,8 +421,26 @@ async fn main() -> ExitCode {
             to,
             message,
             correlation_id,
+            goal,
+            receipt,
             nats_url,
-        } => commands::send(&nats_url, &as_agent, to, message, correlation_id).await,
+        } => {
+            commands::send(
+                &nats_url,
+                &as_agent,
+                to,
+                message,
+                correlation_id,
+                goal.as_deref(),
+                receipt,
+            )
+            .await
+        }
+        Command::Status {
+            as_agent,
+            message_id,
+            nats_url,
+        } => commands::send_status(&nats_url, &as_agent, message_id).await,
         Command::Inbox(args) => return inbox::run(args, json).await,
         Command::Task(args) => task::run(args).await,
         Command::Thread { id, nats_url } => audit::thread(&nats_url, id).await,
@@ -464,6 +503,7 @@ fn view_of(command: &Command) -> View {
         Command::Call { .. } => View::Call,
         Command::Reply { .. } => View::ReplyAck,
         Command::Pending { .. } => View::Pending,
+        Command::Status { .. } => View::SendStatus,
         Command::Task(args) => args.view(),
         Command::Thread { .. } | Command::History(_) => View::Records,
         Command::Audit(args) => args.view(),

@@ -32,6 +32,8 @@ pub enum View {
     ReplyAck,
     /// Open calls, outgoing and incoming.
     Pending,
+    /// Where a receipted message is, per receiving goal.
+    SendStatus,
     /// A task (a `TaskReply` or a `TaskRecord`).
     Task,
     /// A page of tasks.
@@ -81,6 +83,7 @@ pub fn render(view: View, value: &Value) -> String {
         View::Call => call(value),
         View::ReplyAck => reply_ack(value),
         View::Pending => pending(value),
+        View::SendStatus => send_status(value),
         View::Task => task(value.get("task").unwrap_or(value)).map(|mut text| {
             if let Some(goals) = value.get("delivered_to").and_then(Value::as_array)
                 && !goals.is_empty()
@@ -329,6 +332,21 @@ fn delivery(value: &Value) -> Option<String> {
     }
     for reason in list(value, "unreachable_reasons") {
         out.push_str(&format!("\n  not delivered: {reason}"));
+    }
+    Some(out)
+}
+
+fn send_status(value: &Value) -> Option<String> {
+    let goals = value.get("goals")?.as_array()?;
+    let mut out = format!("message {}:", s(value, "message_id"));
+    for goal in goals {
+        out.push_str(&format!(
+            "\n  {} of {}: {} (at {})",
+            s(goal, "goal_id"),
+            s(goal, "agent_id"),
+            s(goal, "state"),
+            s(goal, "at")
+        ));
     }
     Some(out)
 }

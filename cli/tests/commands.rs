@@ -101,6 +101,71 @@ async fn an_agents_whole_life_from_the_command_line() {
     assert_eq!(out, "", "taken once");
     assert!(err.contains("took 0 message(s)"), "{err}");
 
+    // Receipts: beta sends from a goal of its own and follows the message until it is read.
+    let (ok, beta_goal, err) = json(&["goal", "open", "--as", "beta", "--nats-url", url]).await;
+    assert!(ok, "{err}");
+    let beta_goal = beta_goal["goal_id"].as_str().unwrap().to_owned();
+    let (ok, sent, err) = json(&[
+        "send",
+        "--as",
+        "beta",
+        "--to",
+        "alpha",
+        "read me",
+        "--goal",
+        &beta_goal,
+        "--receipt",
+        "read",
+        "--nats-url",
+        url,
+    ])
+    .await;
+    assert!(ok, "{err}");
+    let message_id = sent["message_id"].as_str().unwrap().to_owned();
+    let status = [
+        "status",
+        "--as",
+        "beta",
+        message_id.as_str(),
+        "--nats-url",
+        url,
+    ];
+    let (ok, out, err) = text(&status).await;
+    assert!(ok, "{err}");
+    assert!(out.starts_with(&format!("message {message_id}:")), "{out}");
+    assert!(out.contains(&format!("{goal} of alpha: stored")), "{out}");
+    let take = [
+        "inbox",
+        "--as",
+        "alpha",
+        "--goal",
+        &goal,
+        "--take",
+        "--nats-url",
+        url,
+    ];
+    let (ok, _, err) = text(&take).await;
+    assert!(ok, "{err}");
+    let (ok, out, _) = text(&status).await;
+    assert!(
+        ok && out.contains(&format!("{goal} of alpha: read")),
+        "{out}"
+    );
+    let (ok, _, err) = text(&[
+        "send",
+        "--as",
+        "beta",
+        "--to",
+        "alpha",
+        "x",
+        "--receipt",
+        "seen",
+        "--nats-url",
+        url,
+    ])
+    .await;
+    assert!(!ok && err.contains("give `delivered` or `read`"), "{err}");
+
     // A task, every step of the assignee from the command line.
     let (ok, created, err) = json(&[
         "task",

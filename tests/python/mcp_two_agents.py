@@ -38,6 +38,7 @@ SEED_TOOLS = {
     "subagent_status",
     "cancel_task",
     "pending_requests",
+    "message_status",
 }
 INBOX = "switchboard://inbox"
 
@@ -157,7 +158,29 @@ async def main(binary, nats_url, key_dir=None):
         expect(not error and "4, says bob" in answer, f"talk_to_agent: {answer}")
         report["answer"] = json.loads(answer)
 
-        # 5. Errors carry kinds.
+        # 5. Receipts: alice asks for "read"; bob's check_inbox puts the message in front of
+        # the model, and alice learns it was delivered, then read.
+        error, sent = await call(a, "send_to_peer", {
+            "to": "mcp-bob", "message": "did you read this?", "receipt": "read"})
+        expect(not error, f"send_to_peer with receipt: {sent}")
+        message_id = json.loads(sent)["message_id"]
+        error, status = await call(a, "message_status", {"message_id": message_id})
+        expect(not error and json.loads(status)["goals"][0]["state"] == "stored", status)
+        error, read = await call(b, "check_inbox")
+        expect(not error and "did you read this?" in read, read)
+        error, status = await call(a, "message_status", {"message_id": message_id})
+        expect(not error and json.loads(status)["goals"][0]["state"] == "read", status)
+        error, receipts = await call(a, "check_inbox")
+        expect(not error and receipts.count('kind="receipt"') == 2, receipts)
+        expect(receipts.index("was delivered") < receipts.index("was read"), receipts)
+        report["receipts"] = receipts
+        error, bad = await call(a, "send_to_peer", {
+            "to": "mcp-bob", "message": "x", "receipt": "seen"})
+        expect(error, f"an unknown receipt level is a tool error: {bad}")
+        error, other = await call(b, "message_status", {"message_id": message_id})
+        expect(error and json.loads(other)["error"]["kind"] == "not_found", other)
+
+        # 6. Errors carry kinds.
         error, unknown = await call(a, "send_to_peer", {"to": "nobody-here", "message": "hi"})
         report["unknown_peer"] = {"is_error": error, "result": json.loads(unknown)}
         error, nothing = await call(b, "reply_to_peer", {"message": "to no one"})

@@ -4,6 +4,7 @@
 
 use schemars::JsonSchema;
 use serde::Deserialize;
+use switchboard_client::proto::receipt::ReceiptLevel;
 use switchboard_client::proto::task::{TaskOp, TaskRole};
 use uuid::Uuid;
 
@@ -41,6 +42,11 @@ pub struct SendParams {
     #[serde(default)]
     #[schemars(with = "Option<String>")]
     pub correlation_id: Option<Uuid>,
+    /// "delivered" or "read" (optional): kind="receipt" messages in your check_inbox tell you
+    /// when the peer's session received it and when it read it; message_status asks any time.
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub receipt: Option<ReceiptLevel>,
 }
 
 /// `talk_to_agent` parameters.
@@ -54,6 +60,11 @@ pub struct TalkParams {
     /// How long to wait for the answer, in milliseconds (default 30000, at most 300000).
     #[serde(default)]
     pub timeout_ms: Option<u64>,
+    /// "delivered" or "read" (optional): receipts in your check_inbox while you wait, so you
+    /// can tell a slow answer from a question nobody has read yet.
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub receipt: Option<ReceiptLevel>,
 }
 
 /// `reply_to_peer` parameters.
@@ -79,6 +90,20 @@ pub struct CreateTaskParams {
     /// Fail the task if it is not finished within this many milliseconds (optional).
     #[serde(default)]
     pub deadline_in_ms: Option<u64>,
+    /// "delivered" or "read" (optional): receipts in your check_inbox when the assignee's
+    /// session receives and reads the task.
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub receipt: Option<ReceiptLevel>,
+}
+
+/// `message_status` parameters.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct MessageStatusParams {
+    /// The message id: `message_id` of send_to_peer's report, or `message_id` of the task
+    /// create_task returned.
+    #[schemars(with = "String")]
+    pub message_id: Uuid,
 }
 
 /// `update_task` parameters.

@@ -8,6 +8,7 @@ use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{CallToolResult, ContentBlock};
 use rmcp::{tool, tool_router};
 use switchboard_client::proto::InboxMessage;
+use switchboard_client::proto::call::CallRequest;
 use switchboard_client::proto::inbox::FETCH_MAX;
 use switchboard_client::proto::send::SendRequest;
 use switchboard_client::proto::task::{CreateTask, TaskAction, TaskOp};
@@ -15,8 +16,9 @@ use switchboard_client::{ClientError, TaskOutcome, render_peer_messages_block, s
 
 use super::SwitchboardMcp;
 use super::params::{
-    CancelParams, CompleteParams, CreateTaskParams, ListPeersParams, NoParams, ReplyParams,
-    SendParams, SpawnParams, StatusParams, TalkParams, UpdateTaskParams, update_actions,
+    CancelParams, CompleteParams, CreateTaskParams, ListPeersParams, MessageStatusParams, NoParams,
+    ReplyParams, SendParams, SpawnParams, StatusParams, TalkParams, UpdateTaskParams,
+    update_actions,
 };
 
 /// A successful tool result: the service's reply as pretty JSON.
@@ -89,9 +91,25 @@ impl SwitchboardMcp {
             in_reply_to: params.in_reply_to,
             correlation_id: params.correlation_id,
             from_goal_id: Some(self.goal.id()),
+            receipt: params.receipt,
             ..SendRequest::default()
         };
         outcome(self.agent.send(request).await)
+    }
+
+    #[tool(
+        description = "Where a message you sent with receipt=\"delivered\" or \"read\" is, for \
+                       each session of the receiver: stored (not picked up yet), delivered \
+                       (received, not read yet), read, or expired_unread (dropped unread: its \
+                       inbox was full). Use it before sending a reminder or giving up on an \
+                       answer; the kind=\"receipt\" messages in check_inbox say the same as it \
+                       happens."
+    )]
+    async fn message_status(
+        &self,
+        Parameters(params): Parameters<MessageStatusParams>,
+    ) -> CallToolResult {
+        outcome(self.agent.send_status(params.message_id).await)
     }
 
     #[tool(
@@ -103,8 +121,14 @@ impl SwitchboardMcp {
                        its timeout is cut to what is left (clamped: true says so)."
     )]
     async fn talk_to_agent(&self, Parameters(params): Parameters<TalkParams>) -> CallToolResult {
-        let timeout = Duration::from_millis(params.timeout_ms.unwrap_or(30_000));
-        let call = self.agent.call(&params.to, &params.message, timeout);
+        let call = self.agent.call_with(CallRequest {
+            to: Some(params.to),
+            message: Some(params.message),
+            timeout_ms: Some(params.timeout_ms.unwrap_or(30_000)),
+            from_goal_id: Some(self.goal.id()),
+            receipt: params.receipt,
+            ..CallRequest::default()
+        });
         // A call made while a request to us is open continues that request's chain, so the
         // correlator can refuse cycles (A asks B, B asks A) and over-deep chains.
         let result = match self.last_unanswered() {
@@ -152,7 +176,9 @@ impl SwitchboardMcp {
         description = "Read the new messages in your inbox (and take them: each is shown once). \
                        Returns a # PEER MESSAGES block of <peer-message> elements with the \
                        sender, time and, where present, correlation_id, kind (request, \
-                       response, notify, task, task_update) and task_id. Answer kind=\"request\" \
+                       response, notify, task, task_update, receipt) and task_id. A \
+                       kind=\"receipt\" says a message you sent with receipt was delivered to \
+                       or read by its peer (metadata.state). Answer kind=\"request\" \
                        with reply_to_peer; act on kind=\"task\" with update_task."
     )]
     async fn check_inbox(&self, _: Parameters<NoParams>) -> CallToolResult {
@@ -207,6 +233,7 @@ impl SwitchboardMcp {
             message: Some(params.message),
             deadline_in_ms: params.deadline_in_ms,
             from_goal_id: Some(self.goal.id()),
+            receipt: params.receipt,
             ..CreateTask::default()
         };
         outcome(self.agent.create_task(task).await)

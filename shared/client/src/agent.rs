@@ -296,7 +296,25 @@ impl Agent {
         message: &str,
         timeout: Duration,
     ) -> Result<CallAnswer, ClientError> {
-        let body = self.call_request(to, message, timeout, true);
+        self.call_with(self.call_request(to, message, timeout, true))
+            .await
+    }
+
+    /// [`Agent::call`] with every option of the request (e.g. `receipt`, `parts`): waits for
+    /// the answer. `from_goal_id` defaults to the goal opened most recently, the chain to
+    /// the call being served ([`crate::serving`]).
+    pub async fn call_with(&self, mut body: CallRequest) -> Result<CallAnswer, ClientError> {
+        body.wait = Some(true);
+        if body.from_goal_id.is_none() {
+            body.from_goal_id = self.current_goal.lock().ok().and_then(|goal| *goal);
+        }
+        if body.parent_correlation_id.is_none() {
+            body.parent_correlation_id = crate::serving::current();
+        }
+        let timeout = Duration::from_millis(
+            body.timeout_ms
+                .unwrap_or(switchboard_proto::CALL_TIMEOUT_DEFAULT_MS),
+        );
         let wait = timeout + self.options.request_timeout;
         request(&self.nats, subject::call(self.id()), &body, wait).await
     }
