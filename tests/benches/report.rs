@@ -12,7 +12,7 @@
 //! 4. a call's round trip (`Agent::call`, the callee's runtime answering) beside raw
 //!    request/reply, then a blocking A2A `SendMessage` through the gateway beside the native
 //!    task round trip and the official Python SDK's server ([`report_a2a`]);
-//! 5. send_to_peer and list_peers with 10 registered agents, then with `BENCH_AGENTS`
+//! 5. send_to_peer and list_peers with 20 registered agents, then with `BENCH_AGENTS`
 //!    (default 10,000);
 //! 6. audit ingest beside a raw JetStream consumer reading and acking the same backlog;
 //! 7. each service's resident memory (`VmRSS`) after all of that;
@@ -30,6 +30,7 @@
 
 mod report_a2a;
 mod report_inbox;
+mod report_receipts;
 
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -46,7 +47,9 @@ use switchboard_proto::{
 use switchboard_runtime::publish::publish_all;
 use switchboard_testkit::NatsServer;
 use switchboard_testkit::process::ServiceProcess;
-use switchboard_tests::bench::{Sample, fill_inbox, measure, ms, ops_from_env, percentile};
+use switchboard_tests::bench::{
+    Sample, fill_inbox, keep_reading, measure, ms, ops_from_env, percentile,
+};
 use switchboard_tests::{card, service_bin};
 
 const IN_FLIGHT: usize = 64;
@@ -169,7 +172,7 @@ fn size_label(size: usize) -> String {
 #[tokio::main]
 async fn main() {
     let ops = ops_from_env(400);
-    let agents_total = bench_agents().max(10);
+    let agents_total = bench_agents().max(20);
     let started = Instant::now();
     let nats = NatsServer::start().await;
     let url = nats.url();
@@ -212,24 +215,30 @@ async fn main() {
     };
     report.row("request/reply", "raw NATS request/reply (256 B)", raw_rr);
 
-    // send_to_peer beside raw JetStream publishes of the same message to each goal.
+    // send_to_peer beside raw JetStream publishes of the same message to each goal. Each goal
+    // is read by a reader that keeps up, as a running agent's is, so the rows measure a
+    // send, not the removal of unread messages from a full goal (a row of its own below).
     let sender = Arc::new(agent(&url, "bench-sender").await);
     let mut receivers = Vec::new();
+    let mut keepers = Vec::new();
+    let taken = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     for goals in [1usize, 8] {
         let receiver = agent(&url, &format!("bench-receiver-{goals}")).await;
-        let mut handles = Vec::new();
+        let mut ids = Vec::new();
         for _ in 0..goals {
-            handles.push(receiver.open_goal().await.unwrap());
+            let goal = receiver.open_goal().await.unwrap();
+            ids.push(goal.id());
+            keepers.push(keep_reading(goal, Arc::clone(&taken)));
         }
-        receivers.push((goals, receiver, handles));
+        receivers.push((goals, receiver, ids));
     }
     let mut one_goal = Vec::new();
     for size in [256usize, 16 * 1024] {
         let label = size_label(size);
         let body = "x".repeat(size);
         let mut by_goals = Vec::new();
-        for (goals, receiver, handles) in &receivers {
-            let ids: Vec<GoalId> = handles.iter().map(|goal| goal.id()).collect();
+        for (goals, receiver, ids) in &receivers {
+            let ids = ids.clone();
             let message = InboxMessage::new(
                 AgentId::parse("bench-sender").unwrap(),
                 GoalId::new(),
@@ -299,6 +308,10 @@ async fn main() {
         );
         one_goal.push(ours1);
     }
+    // The readers keep reading for the rest of the run (the scale rows send to
+    // bench-receiver-1 too).
+    drop(keepers);
+    full_goal_row(&mut report, &url, &js, ops, raw_rr).await;
     wait_until_audited(&js).await;
     report_inbox::reading_rows(&mut report, &url, &js, ops, raw_rr, one_goal[0]).await;
 
@@ -347,17 +360,21 @@ async fn main() {
         4.0,
         false,
     );
+    wait_until_audited(&js).await;
+    report_receipts::receipt_rows(&mut report, &url, ops).await;
 
-    // send and list_peers with 10 registered agents, then with `agents_total`.
-    let registered = 8; // sender, two receivers, callee, caller, the inbox rows' two, and the next one
+    // send and list_peers with 20 registered agents, then with `agents_total`.
+    // sender, two receivers, the full-goal row's two, callee, caller, the inbox rows' two, the
+    // receipt rows' two, and the next one
+    let registered = 12;
     let lister = Arc::new(agent(&url, "bench-lister").await);
-    register_fillers(&client, 0, 10 - registered).await;
+    register_fillers(&client, 0, 20 - registered).await;
     wait_until_audited(&js).await;
     let (send_small, list_small) = scale_point(&sender, &lister, ops).await;
-    report.row("10 agents", "send_to_peer 256 B, 1 goal", send_small);
-    report.row("10 agents", "list_peers (first page)", list_small);
+    report.row("20 agents", "send_to_peer 256 B, 1 goal", send_small);
+    report.row("20 agents", "list_peers (first page)", list_small);
     let fill_started = Instant::now();
-    register_fillers(&client, 10 - registered, agents_total - registered).await;
+    register_fillers(&client, 20 - registered, agents_total - registered).await;
     let fill = fill_started.elapsed();
     wait_until_audited(&js).await;
     let (send_large, list_large) = scale_point(&sender, &lister, ops).await;
@@ -391,11 +408,11 @@ async fn main() {
         "registering them (64 register requests in flight)",
         format!(
             "{:.0} registrations/s",
-            (agents_total - 10) as f64 / fill.as_secs_f64()
+            (agents_total - 20) as f64 / fill.as_secs_f64()
         ),
     );
     report.ratio(
-        &format!("send p50 with {agents_total} agents / with 10"),
+        &format!("send p50 with {agents_total} agents / with 20"),
         send_large.p50.as_secs_f64() / send_small.p50.as_secs_f64(),
         1.2,
         false,
@@ -480,6 +497,58 @@ async fn main() {
 }
 
 /// Registers `from..to` filler agents with raw register requests, 64 in flight.
+/// A send into a goal nobody reads, once it is full: each send removes the oldest unread
+/// message and tells its sender (docs/protocol.md, "The inbox cap"). The goal is filled first,
+/// so every measured send takes that path.
+async fn full_goal_row(
+    report: &mut Report,
+    url: &str,
+    js: &jetstream::Context,
+    ops: usize,
+    raw_rr: Sample,
+) {
+    let sender = Arc::new(agent(url, "bench-full-sender").await);
+    // The sender's notices are read (one per removed message), so its own goal stays open.
+    let sender_goal = sender.open_goal().await.unwrap();
+    let notices = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let keeper = keep_reading(sender_goal, Arc::clone(&notices));
+    let receiver = agent(url, "bench-full-receiver").await;
+    let _unread = receiver.open_goal().await.unwrap();
+    let body = "x".repeat(256);
+    for _ in 0..switchboard_proto::INBOX_CAP_PER_GOAL {
+        sender
+            .send_to_peer("bench-full-receiver", &body)
+            .await
+            .unwrap();
+    }
+    wait_until_audited(js).await;
+    let full = measure(ops, 1, 8, move || {
+        let (sender, body) = (Arc::clone(&sender), body.clone());
+        async move {
+            let report = sender
+                .send_to_peer("bench-full-receiver", &body)
+                .await
+                .unwrap();
+            assert_eq!(report.delivered_to.len(), 1, "{report:?}");
+        }
+    })
+    .await;
+    keeper.abort();
+    report.row(
+        "send 256 B to a full goal nobody reads",
+        "send_to_peer (the oldest unread goes, its sender is told)",
+        full,
+    );
+    report.note_row(
+        "send 256 B to a full goal nobody reads",
+        "p50 / raw request/reply p50",
+        format!(
+            "{:.1}× (the price of telling the sender; a goal whose reader keeps up never pays it)",
+            full.p50.as_secs_f64() / raw_rr.p50.as_secs_f64()
+        ),
+    );
+}
+
 async fn register_fillers(client: &async_nats::Client, from: usize, to: usize) {
     futures::stream::iter(from..to)
         .map(|n| {

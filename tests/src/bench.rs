@@ -104,3 +104,26 @@ pub async fn fill_inbox(js: &async_nats::jetstream::Context, count: usize, body:
         ack.await.unwrap();
     }
 }
+
+/// A reader that keeps up with `goal`, as a running agent does: each fetch waits for messages
+/// and acknowledges the page before it. Runs until the returned task is aborted, and counts
+/// the messages it took in `taken`.
+pub fn keep_reading(
+    goal: switchboard_client::Goal,
+    taken: Arc<std::sync::atomic::AtomicUsize>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut last = None;
+        loop {
+            match goal.fetch(64, Duration::from_secs(5), last).await {
+                Ok(page) => {
+                    if let Some(seq) = page.messages.last().map(|m| m.seq) {
+                        last = Some(seq);
+                    }
+                    taken.fetch_add(page.messages.len(), std::sync::atomic::Ordering::Relaxed);
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
+        }
+    })
+}

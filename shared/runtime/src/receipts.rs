@@ -40,7 +40,10 @@ pub async fn advance(
     state: ReceiptState,
 ) -> Result<(), String> {
     let at = timestamp::now();
-    update(kv, id, sender, |record| {
+    // `stored` is the first word about a message (its sender writes it while publishing it):
+    // try to create the record before reading it, one round trip instead of two.
+    let fresh = state == ReceiptState::Stored;
+    update(kv, id, sender, fresh, |record| {
         let mut changed = false;
         for (agent, goal) in goals {
             changed |= record.advance(*goal, agent, state, at);
@@ -58,7 +61,7 @@ pub async fn forget(
     sender: &AgentId,
     goals: &[GoalId],
 ) -> Result<(), String> {
-    update(kv, id, sender, |record| {
+    update(kv, id, sender, false, |record| {
         let before = record.goals.len();
         record.goals.retain(|g| !goals.contains(&g.goal_id));
         record.goals.len() != before
@@ -67,16 +70,22 @@ pub async fn forget(
 }
 
 /// Applies `change` to message `id`'s record (a new one when there is none) by
-/// compare-and-set; `change` returns whether it changed anything.
+/// compare-and-set; `change` returns whether it changed anything. With `fresh`, the first
+/// attempt creates the record without reading it first (it is most likely not there yet).
 async fn update(
     kv: &kv::Store,
     id: Uuid,
     sender: &AgentId,
+    fresh: bool,
     mut change: impl FnMut(&mut ReceiptRecord) -> bool,
 ) -> Result<(), String> {
     let key = id.to_string();
     for attempt in 1..=CAS_ATTEMPTS {
-        let entry = kv.entry(&key).await.map_err(|err| err.to_string())?;
+        let entry = if fresh && attempt == 1 {
+            None
+        } else {
+            kv.entry(&key).await.map_err(|err| err.to_string())?
+        };
         let (mut record, revision) = match entry {
             Some(entry) if entry.operation == kv::Operation::Put => {
                 let record: ReceiptRecord =
@@ -106,7 +115,10 @@ async fn update(
         if written {
             return Ok(());
         }
-        crate::store::cas_backoff(attempt).await;
+        // A lost create is a record someone else wrote a moment ago: read it at once.
+        if revision.is_some() {
+            crate::store::cas_backoff(attempt).await;
+        }
     }
     Err(format!("receipt record {id}: its goals keep changing"))
 }
