@@ -57,6 +57,23 @@ async fn state_of(sender: &Agent, id: Uuid) -> ReceiptState {
     status.goals[0].state
 }
 
+/// Waits (at most 5 s) for `sender`'s message `id` to be in state `want`: the record follows
+/// the receipt messages a moment behind them.
+async fn reaches(sender: &Agent, id: Uuid, want: ReceiptState) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let state = state_of(sender, id).await;
+        if state == want {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "message {id} stayed {state:?}, not {want:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 fn states(receipts: &[InboxMessage]) -> Vec<String> {
     receipts
         .iter()
@@ -70,7 +87,7 @@ async fn a_read_receipt_comes_after_the_delivered_one_once_each() {
     let (alice, alice_goal) = fabric.agent_with_goal("alice").await;
     let (_bob, bob_goal) = fabric.agent_with_goal("bob").await;
     let id = send_receipted(&alice, &alice_goal, "bob", "hello", ReceiptLevel::Read).await;
-    assert_eq!(state_of(&alice, id).await, ReceiptState::Stored);
+    reaches(&alice, id, ReceiptState::Stored).await;
     assert!(receipts_in(&alice_goal).await.is_empty(), "nothing yet");
 
     // Handed out twice without an ack: one `delivered`.
@@ -78,7 +95,7 @@ async fn a_read_receipt_comes_after_the_delivered_one_once_each() {
     assert_eq!(first.messages[0].message.id, Some(id));
     assert_eq!(first.messages[0].message.receipt, Some(ReceiptLevel::Read));
     bob_goal.fetch(8, Duration::ZERO, None).await.unwrap();
-    assert_eq!(state_of(&alice, id).await, ReceiptState::Delivered);
+    reaches(&alice, id, ReceiptState::Delivered).await;
     let delivered = receipts_in(&alice_goal).await;
     assert_eq!(states(&delivered), ["delivered"]);
 
@@ -86,7 +103,7 @@ async fn a_read_receipt_comes_after_the_delivered_one_once_each() {
     let seq = first.messages[0].seq;
     bob_goal.ack_through(seq).await.unwrap();
     bob_goal.ack_through(seq).await.unwrap();
-    assert_eq!(state_of(&alice, id).await, ReceiptState::Read);
+    reaches(&alice, id, ReceiptState::Read).await;
     let read = receipts_in(&alice_goal).await;
     assert_eq!(states(&read), ["read"]);
     for receipt in delivered.iter().chain(&read) {
@@ -108,7 +125,7 @@ async fn a_read_receipt_comes_after_the_delivered_one_once_each() {
     let taken = bob_goal.drain().await.unwrap();
     assert_eq!(taken.len(), 1);
     assert_eq!(states(&receipts_in(&alice_goal).await), ["delivered"]);
-    assert_eq!(state_of(&alice, id).await, ReceiptState::Read);
+    reaches(&alice, id, ReceiptState::Read).await;
 }
 
 #[tokio::test]
@@ -154,7 +171,7 @@ async fn calls_and_tasks_take_receipts_too() {
     );
     assert!(taken.iter().any(|m| m.kind == MessageKind::Response));
     let request_id = request.message.id.unwrap();
-    assert_eq!(state_of(&alice, request_id).await, ReceiptState::Read);
+    reaches(&alice, request_id, ReceiptState::Read).await;
 
     // A task: the `kind: task` message is receipted.
     let created = alice
@@ -167,19 +184,13 @@ async fn calls_and_tasks_take_receipts_too() {
         })
         .await
         .unwrap();
-    assert_eq!(
-        state_of(&alice, created.task.message_id).await,
-        ReceiptState::Stored
-    );
+    reaches(&alice, created.task.message_id, ReceiptState::Stored).await;
     let task = bob_goal.fetch(8, Duration::ZERO, None).await.unwrap();
     assert_eq!(task.messages[0].message.kind, MessageKind::Task);
     let receipts = receipts_in(&alice_goal).await;
     assert_eq!(states(&receipts), ["delivered"]);
     assert_eq!(receipts[0].in_reply_to, Some(created.task.message_id));
-    assert_eq!(
-        state_of(&alice, created.task.message_id).await,
-        ReceiptState::Delivered
-    );
+    reaches(&alice, created.task.message_id, ReceiptState::Delivered).await;
 }
 
 #[tokio::test]
@@ -202,8 +213,8 @@ async fn a_message_removed_unread_says_so_in_its_status() {
         );
     }
     // The oldest went unread to make room for the last; its sender was told.
-    assert_eq!(state_of(&alice, ids[0]).await, ReceiptState::ExpiredUnread);
-    assert_eq!(state_of(&alice, ids[1]).await, ReceiptState::Stored);
+    reaches(&alice, ids[0], ReceiptState::ExpiredUnread).await;
+    reaches(&alice, ids[1], ReceiptState::Stored).await;
     let notices: Vec<_> = alice_goal
         .drain()
         .await
@@ -216,8 +227,8 @@ async fn a_message_removed_unread_says_so_in_its_status() {
     // Handing the rest out delivers them: one `delivered` each.
     let fetched = bob_goal.fetch(64, Duration::ZERO, None).await.unwrap();
     assert_eq!(fetched.messages.len(), cap);
-    assert_eq!(state_of(&alice, ids[1]).await, ReceiptState::Delivered);
-    assert_eq!(state_of(&alice, ids[0]).await, ReceiptState::ExpiredUnread);
+    reaches(&alice, ids[1], ReceiptState::Delivered).await;
+    reaches(&alice, ids[0], ReceiptState::ExpiredUnread).await;
     let delivered = receipts_in(&alice_goal).await;
     assert_eq!(
         delivered.len(),

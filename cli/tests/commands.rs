@@ -146,11 +146,18 @@ async fn an_agents_whole_life_from_the_command_line() {
     ];
     let (ok, _, err) = text(&take).await;
     assert!(ok, "{err}");
-    let (ok, out, _) = text(&status).await;
-    assert!(
-        ok && out.contains(&format!("{goal} of alpha: read")),
-        "{out}"
-    );
+    // The record follows the receipts a moment behind them.
+    let mut out = String::new();
+    for _ in 0..50 {
+        let (ok, now, _) = text(&status).await;
+        assert!(ok, "{now}");
+        out = now;
+        if out.contains(&format!("{goal} of alpha: read")) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(out.contains(&format!("{goal} of alpha: read")), "{out}");
     let (ok, _, err) = text(&[
         "send",
         "--as",

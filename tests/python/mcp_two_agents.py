@@ -168,7 +168,11 @@ async def main(binary, nats_url, key_dir=None):
         expect(not error and json.loads(status)["goals"][0]["state"] == "stored", status)
         error, read = await call(b, "check_inbox")
         expect(not error and "did you read this?" in read, read)
-        error, status = await call(a, "message_status", {"message_id": message_id})
+        for _ in range(50):  # the record follows the receipts a moment behind them
+            error, status = await call(a, "message_status", {"message_id": message_id})
+            if not error and json.loads(status)["goals"][0]["state"] == "read":
+                break
+            await asyncio.sleep(0.05)
         expect(not error and json.loads(status)["goals"][0]["state"] == "read", status)
         error, receipts = await call(a, "check_inbox")
         expect(not error and receipts.count('kind="receipt"') == 2, receipts)

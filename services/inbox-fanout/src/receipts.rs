@@ -48,8 +48,10 @@ impl Receipts {
     }
 
     /// Tells each sender in `owed` that `reader`'s `goal` got to `state` with its message, and
-    /// records it: all at once, awaited, so a `delivered` is stored before the fetch that
-    /// caused it is answered (and so before any `read` of the same message).
+    /// records it. The receipt messages are awaited, so a `delivered` is stored before the
+    /// fetch that caused it is answered (and so before any `read` of the same message); the
+    /// records are written off the request's path (a state only moves forward, so their order
+    /// does not matter), so a reader's fetch or ack costs one publish per receipt.
     pub(crate) async fn tell(
         &self,
         reader: &AgentId,
@@ -57,20 +59,32 @@ impl Receipts {
         owed: &[PendingRead],
         state: ReceiptState,
     ) {
+        if owed.is_empty() {
+            return;
+        }
         let copy = [(reader.clone(), *goal)];
-        join_all(owed.iter().map(|pending| async {
-            let record =
-                receipts::advance_logged(&self.kv, pending.id, &pending.to_agent, &copy, state);
-            // A sender that asked only for `delivered` is not told of the read (its record
-            // still says so).
-            let told = state != ReceiptState::Read || pending.level == ReceiptLevel::Read;
-            let message = async {
-                if told {
-                    receipts::tell(&self.js, reader, goal, pending, state).await;
-                }
-            };
-            tokio::join!(record, message);
-        }))
+        let records: Vec<(Uuid, AgentId)> = owed
+            .iter()
+            .map(|pending| (pending.id, pending.to_agent.clone()))
+            .collect();
+        let kv = self.kv.clone();
+        tokio::spawn(async move {
+            join_all(
+                records
+                    .iter()
+                    .map(|(id, sender)| receipts::advance_logged(&kv, *id, sender, &copy, state)),
+            )
+            .await;
+        });
+        // A sender that asked only for `delivered` is not told of the read (its record still
+        // says so).
+        join_all(
+            owed.iter()
+                .filter(|pending| {
+                    state != ReceiptState::Read || pending.level == ReceiptLevel::Read
+                })
+                .map(|pending| receipts::tell(&self.js, reader, goal, pending, state)),
+        )
         .await;
     }
 
