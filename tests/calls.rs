@@ -533,6 +533,7 @@ async fn racing_replies_deliver_one_answer_and_oversized_ones_do_not_consume_the
         correlation_id: Some(cid),
         message: Some(huge.clone()),
         parts: vec![switchboard_proto::Part::Text { text: huge }],
+        ..Default::default()
     };
     let client = fabric.nats.client().await;
     let raw_reply = raw(

@@ -251,7 +251,7 @@ impl Carrier {
         let reply = ReplyRequest {
             correlation_id: Some(correlation_id),
             message: Some(answer),
-            parts: Vec::new(),
+            ..ReplyRequest::default()
         };
         match self
             .fabric::<Value>(&subject::reply(&self.agent), &reply)

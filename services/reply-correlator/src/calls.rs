@@ -1,4 +1,4 @@
-//! The call rules: call, reply and pending.
+//! The call rules: making a call and waiting for its answer (answering it is `answers.rs`).
 //!
 //! A call is recorded (open, with its deadline) *before* its request is delivered, so an
 //! answer can never arrive for a call nobody knows. The request itself goes through
@@ -17,29 +17,21 @@ use bytes::Bytes;
 use futures::StreamExt;
 use serde::Serialize;
 use switchboard_proto::call::{
-    AnswerRoute, CallAnswer, CallEventKind, CallParked, CallRequest, CallState, PendingCall,
-    ReplyAck, ReplyRequest, clamp_timeout, derive_chain,
+    CallAnswer, CallEventKind, CallParked, CallPart, CallRequest, CallState, PendingCall,
+    clamp_timeout, derive_chain,
 };
-use switchboard_proto::send::{
-    DeliveryReport, SendRequest, Target, check_content_fits, check_gates, unknown_agent,
-};
-use switchboard_proto::{
-    AgentId, ErrorKind, GoalId, InboxMessage, MessageKind, new_id, subject, timestamp,
-};
+use switchboard_proto::send::{DeliveryReport, SendRequest, Target, check_gates, unknown_agent};
+use switchboard_proto::{AgentId, ErrorKind, GoalId, MessageKind, new_id, subject, timestamp};
 use switchboard_runtime::request::{RequestFailure, request_json, route_by_skill};
 use tokio::sync::mpsc;
 
 use crate::correlator::{Correlator, HANDOVER_TIMEOUT, Held, LocalAnswer, Taken, WaitingGuard};
 use crate::error::CorrelatorError;
+use crate::parts::PartForwarder;
 use crate::store::CallEntry;
 
 /// How long a delivery to the fan-out may take.
 const DELIVERY_TIMEOUT: Duration = Duration::from_secs(10);
-/// Compare-and-set retries on one call.
-const CAS_ATTEMPTS: usize = 8;
-/// A claim younger than this is a delivery in progress, not a failed one: a second reply
-/// must not deliver again.
-const CLAIM_IN_PROGRESS: time::Duration = time::Duration::seconds(10);
 
 /// The reply to a call: the answer (wait) or where it will land (park).
 #[derive(Debug, Serialize)]
@@ -57,13 +49,16 @@ fn duration_ms(d: time::Duration) -> u64 {
 
 impl Correlator {
     /// talk_to_agent / call_agent. Refusals by a rule are published as `refused` events.
+    /// A waiting call that asked for `stream` gets its answer's parts on `reply` (the
+    /// request's reply subject) before the final answer.
     pub async fn call(
         &self,
         caller: &AgentId,
         request: CallRequest,
+        reply: Option<async_nats::Subject>,
     ) -> Result<CallOutcome, CorrelatorError> {
         let to = request.to.clone();
-        let result = self.make_call(caller, request).await;
+        let result = self.make_call(caller, request, reply).await;
         if let Err(err) = &result
             && matches!(
                 err.kind(),
@@ -89,6 +84,9 @@ impl Correlator {
                 claimed_at: None,
                 created_at: now,
                 deadline: now,
+                stream: false,
+                streamed: Vec::new(),
+                answer: None,
             };
             let reason = err.to_string();
             self.emit(CallEventKind::Refused, &refused, Some(&reason))
@@ -101,6 +99,7 @@ impl Correlator {
         &self,
         caller: &AgentId,
         request: CallRequest,
+        reply: Option<async_nats::Subject>,
     ) -> Result<CallOutcome, CorrelatorError> {
         // The send gates, reused: `to`, not self, non-empty message, size.
         let probe = SendRequest {
@@ -148,8 +147,16 @@ impl Correlator {
                 Some(parent.call)
             }
         };
-        let chain = derive_chain(caller, &callee, parent.as_ref(), self.config.depth_limit)
-            .map_err(CorrelatorError::Chain)?;
+        // Asking back (a question to the agent whose call this one serves, `in_reply_to` its
+        // request) is no cycle; it keeps the depth rule and the parent's deadline.
+        let chain = derive_chain(
+            caller,
+            &callee,
+            parent.as_ref(),
+            self.config.depth_limit,
+            request.in_reply_to,
+        )
+        .map_err(CorrelatorError::Chain)?;
 
         let now = timestamp::now();
         // `timeout_ms` is clamped to `max_timeout_ms` above; still never an overflow.
@@ -186,6 +193,9 @@ impl Correlator {
             claimed_at: None,
             created_at: now,
             deadline,
+            stream: request.stream && request.wait.unwrap_or(true),
+            streamed: Vec::new(),
+            answer: None,
         };
         // Counted once the call is indexed (one count, not one before and one after): a call
         // past the cap, or racing others past it, steps back.
@@ -255,8 +265,9 @@ impl Correlator {
         // The `opened` event is stored while the call waits, not before: it is sent at once,
         // and its ack is awaited before an answer is taken, so the trail still has it before
         // the `answered` event (whose replica publishes it only once the answer is taken).
+        let forward = PartForwarder::new(self.client.clone(), reply.filter(|_| record.stream));
         match self
-            .wait_for_answer(stored, answers, &mut local, timeout_ms, opened)
+            .wait_for_answer(stored, answers, &mut local, timeout_ms, opened, forward)
             .await
         {
             Ok(CallOutcome::Answered(mut answer)) => {
@@ -330,6 +341,7 @@ impl Correlator {
         local: &mut mpsc::Receiver<LocalAnswer>,
         timeout_ms: u64,
         opened: impl Future<Output = ()>,
+        mut forward: PartForwarder,
     ) -> Result<CallOutcome, CorrelatorError> {
         let call = &stored.call;
         let left = call.deadline - timestamp::now();
@@ -349,6 +361,15 @@ impl Correlator {
                 Some(handed) = local.recv() => (handed.answer, Taken::Here(handed.taken)),
                 message = answers.next() => {
                     let Some(message) = message else { break };
+                    // A part of a streamed answer (from this call's callee only).
+                    if let Ok(part) = serde_json::from_slice::<CallPart>(&message.payload) {
+                        if part.correlation_id == call.correlation_id
+                            && part.from_agent_id == call.callee
+                        {
+                            forward.take(part).await;
+                        }
+                        continue;
+                    }
                     match serde_json::from_slice::<CallAnswer>(&message.payload) {
                         // Only services publish here, but an answer is taken only if it is
                         // this call's and comes from its callee: nothing else can end a call.
@@ -395,6 +416,8 @@ impl Correlator {
             if !opened_stored {
                 (&mut opened).await;
             }
+            // Every part goes to the caller before the final answer.
+            forward.complete(&self.store, call, answer.streamed).await;
             match taken {
                 Taken::Here(taken) => {
                     let _ = taken.send(());
@@ -419,172 +442,5 @@ impl Correlator {
             correlation_id: call.correlation_id,
             clamped: false,
         })
-    }
-
-    /// reply_to_peer: answers the call named by `correlation_id`; only its callee may.
-    pub async fn reply(
-        &self,
-        callee: &AgentId,
-        request: ReplyRequest,
-    ) -> Result<ReplyAck, CorrelatorError> {
-        let Some(correlation_id) = request.correlation_id else {
-            return Err(CorrelatorError::MissingCorrelationId);
-        };
-        // The message gates of a send (non-empty, ≤ 64 KiB), with the caller as a stand-in
-        // target so gates 1–2 pass.
-        let probe = SendRequest {
-            to: Some("_".to_owned()),
-            message: request.message.clone(),
-            ..SendRequest::default()
-        };
-        let (_, body) = check_gates(callee, &probe).map_err(CorrelatorError::Gate)?;
-        // An answer that could not be stored must be refused before the call is claimed.
-        check_content_fits("the answer with its parts", body, &request.parts, &[])
-            .map_err(CorrelatorError::Gate)?;
-        // A call this replica holds is claimed on the revision it stored first (no read); if
-        // it changed since, the claim fails and the call is read as usual.
-        let mut held = self
-            .waiting
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(&correlation_id)
-            .map(|held| held.stored.clone());
-        for _ in 0..CAS_ATTEMPTS {
-            let found = match held.take() {
-                Some(stored) => Some(stored),
-                None => self.store.find(&correlation_id).await?,
-            };
-            let Some(stored) = found else {
-                return Err(CorrelatorError::UnknownCall(correlation_id));
-            };
-            let call = &stored.call;
-            if call.callee != *callee {
-                return Err(CorrelatorError::NotCallee {
-                    callee: call.callee.clone(),
-                    correlation_id,
-                });
-            }
-            let expired = || CorrelatorError::Expired {
-                correlation_id,
-                deadline: call.deadline,
-            };
-            match (call.state, call.answered_via) {
-                (CallState::Expired, _) => {
-                    self.emit(CallEventKind::LateAnswer, call, Some(body)).await;
-                    return Err(expired());
-                }
-                (CallState::Answered, Some(via)) => {
-                    return Ok(ReplyAck {
-                        correlation_id,
-                        delivered: via,
-                        duplicate: true,
-                    });
-                }
-                (CallState::Answered, None)
-                    if call
-                        .claimed_at
-                        .is_some_and(|at| timestamp::now() - at < CLAIM_IN_PROGRESS) =>
-                {
-                    // Another reply claimed it a moment ago and is delivering right now.
-                    return Err(CorrelatorError::AnswerInProgress(correlation_id));
-                }
-                (CallState::Answered, None) => {
-                    // Claimed by an attempt that did not finish delivering: claim it anew
-                    // (so concurrent retries cannot both deliver), then deliver again (an
-                    // inbox copy is de-duplicated by its message id).
-                    let Some(reclaimed) = self
-                        .store
-                        .transition(&stored, CallState::Answered, None)
-                        .await?
-                    else {
-                        continue;
-                    };
-                    let via = self.deliver_answer(call, callee, body, &request).await?;
-                    self.store
-                        .transition(&reclaimed, CallState::Answered, Some(via))
-                        .await?;
-                    return Ok(ReplyAck {
-                        correlation_id,
-                        delivered: via,
-                        duplicate: false,
-                    });
-                }
-                (CallState::Open, _) if call.deadline <= timestamp::now() => {
-                    if self.store.end(&stored, CallState::Expired).await?.is_some() {
-                        self.on_expired(call).await;
-                        return Err(expired());
-                    }
-                }
-                (CallState::Open, _) => {
-                    // Claim it; the winner delivers, exactly once (and takes the call out of
-                    // the open-call index meanwhile).
-                    if let Some(claimed) = self
-                        .store
-                        .transition(&stored, CallState::Answered, None)
-                        .await?
-                    {
-                        let (via, ()) = tokio::join!(
-                            self.deliver_answer(call, callee, body, &request),
-                            self.store.unindex(&correlation_id)
-                        );
-                        let via = via?;
-                        self.store
-                            .transition(&claimed, CallState::Answered, Some(via))
-                            .await?;
-                        tracing::info!(%correlation_id, ?via, "call answered");
-                        self.emit(CallEventKind::Answered, call, Some(body)).await;
-                        return Ok(ReplyAck {
-                            correlation_id,
-                            delivered: via,
-                            duplicate: false,
-                        });
-                    }
-                }
-            }
-        }
-        Err(CorrelatorError::Contention(correlation_id))
-    }
-
-    async fn deliver_answer(
-        &self,
-        call: &PendingCall,
-        callee: &AgentId,
-        body: &str,
-        request: &ReplyRequest,
-    ) -> Result<AnswerRoute, CorrelatorError> {
-        if call.wait {
-            let answer = CallAnswer {
-                correlation_id: call.correlation_id,
-                from_agent_id: callee.clone(),
-                body: body.to_owned(),
-                parts: request.parts.clone(),
-                answered_at: timestamp::now(),
-                clamped: false,
-            };
-            if self.hand_over_here(&answer).await {
-                return Ok(AnswerRoute::Caller);
-            }
-            let payload = serde_json::to_vec(&answer)
-                .map_err(|err| CorrelatorError::EncodeAnswer(err.to_string()))?;
-            let handed = tokio::time::timeout(
-                HANDOVER_TIMEOUT,
-                self.client
-                    .request(subject::call_answer(&call.correlation_id), payload.into()),
-            )
-            .await;
-            if matches!(handed, Ok(Ok(_))) {
-                return Ok(AnswerRoute::Caller);
-            }
-            tracing::info!(correlation_id = %call.correlation_id, "no waiting caller took the answer; delivering it to the inbox");
-        }
-        let mut message =
-            InboxMessage::new(callee.clone(), GoalId::new(), call.caller.clone(), body);
-        message.id = Some(new_id());
-        message.kind = MessageKind::Response;
-        message.correlation_id = Some(call.correlation_id);
-        message.in_reply_to = Some(call.request_id);
-        message.parts = request.parts.clone();
-        self.to_caller_inbox(call, &message, "response").await?;
-        Ok(AnswerRoute::Inbox)
     }
 }

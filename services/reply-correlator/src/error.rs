@@ -118,6 +118,22 @@ pub enum CorrelatorError {
     /// Compare-and-set on the call kept losing to concurrent writers.
     #[error("call {0} keeps changing; retry")]
     Contention(Uuid),
+    /// A partial reply named a part number past the next one.
+    #[error("part {got} of call {correlation_id} is out of order: the next part is {next}")]
+    PartOutOfOrder {
+        /// The call.
+        correlation_id: Uuid,
+        /// The number the reply named.
+        got: u32,
+        /// The number the call takes next.
+        next: u32,
+    },
+    /// A streamed answer past its limits (parts, or the joined text's size).
+    #[error("{0}")]
+    StreamTooLong(String),
+    /// A partial reply to a call already answered (the final reply ends a call).
+    #[error("call {0} is answered already: no more parts")]
+    AnsweredAlready(Uuid),
     /// Encoding the answer for the hand-over failed (a bug).
     #[error("{0}")]
     EncodeAnswer(String),
@@ -134,7 +150,11 @@ impl CorrelatorError {
     pub fn kind(&self) -> ErrorKind {
         match self {
             Self::Gate(reply) | Self::Chain(reply) | Self::FanoutRefused(reply) => reply.kind(),
-            Self::Broadcast | Self::MissingCorrelationId => ErrorKind::BadRequest,
+            Self::Broadcast | Self::MissingCorrelationId | Self::PartOutOfOrder { .. } => {
+                ErrorKind::BadRequest
+            }
+            Self::StreamTooLong(_) => ErrorKind::BodyTooLarge,
+            Self::AnsweredAlready(_) => ErrorKind::Conflict,
             Self::Unreachable(_) => ErrorKind::Unreachable,
             Self::NotYourGoal { .. } => ErrorKind::InvalidGoalId,
             Self::UnknownParent(_) | Self::UnknownCall(_) => ErrorKind::NotFound,

@@ -1,22 +1,26 @@
 //! # reply-correlator
 //!
 //! Correlated calls for Switchboard (ARCHITECTURE.md §3, §5, §6): `agent.call.<id>` makes a call
-//! that waits for the answer or parks, `agent.reply.<id>` answers by correlation id only,
-//! `agent.calls.pending.<id>` lists open calls. Pending calls live in the `agent_calls` KV
+//! that waits for the answer or parks, `agent.reply.<id>` answers by correlation id only (in
+//! parts, `partial: true`, before the final reply), `agent.calls.pending.<id>` lists open
+//! calls, `agent.calls.parts.<id>` reads a streamed call's parts back. Pending calls live in the `agent_calls` KV
 //! bucket with their deadline; every state change is a compare-and-set, so answers and
 //! timeouts resolve exactly once across replicas and restarts.
 //!
 //! Layout: `config.rs` (`[reply_correlator]`), `error.rs` (errors → stable kinds),
-//! `endpoints.rs` (the endpoint table), `calls.rs` (the call and reply rules, budgets
-//! included), `sweep.rs` (the call timeout sweep and the pending listing), `correlator.rs` (the correlator and the waiting calls
-//! it holds), `store.rs` (the calls bucket and its open-call index), this file
+//! `endpoints.rs` (the endpoint table), `calls.rs` (making a call and waiting, budgets
+//! included), `answers.rs` (the reply rules: claiming a call and delivering its answer), `parts.rs` (streamed answers: partial replies, forwarding them in order, reading
+//! them back), `sweep.rs` (the call timeout sweep and the pending listing), `correlator.rs`
+//! (the correlator and the waiting calls it holds), `store.rs` (the calls bucket and its open-call index), this file
 //! (`start`/`run`).
 
+mod answers;
 pub mod calls;
 pub mod config;
 mod correlator;
 mod endpoints;
 pub mod error;
+mod parts;
 pub mod store;
 mod sweep;
 

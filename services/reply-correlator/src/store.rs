@@ -23,7 +23,7 @@
 use async_nats::jetstream::{self, kv, stream};
 use bytes::Bytes;
 use switchboard_proto::call::{
-    AnswerRoute, CallState, PendingCall, call_key, incoming_key, outgoing_key,
+    AnswerRoute, CallAnswer, CallState, PendingCall, call_key, incoming_key, outgoing_key,
 };
 use switchboard_proto::subject::CALLS_OPEN_INDEX;
 use switchboard_proto::{AgentId, GoalId, timestamp};
@@ -260,6 +260,31 @@ impl CallStore {
         if state == CallState::Answered && via.is_none() {
             call.claimed_at = Some(timestamp::now());
         }
+        self.replace(stored, call).await
+    }
+
+    /// Records the delivered answer of a claimed call (where it went, and for a streamed call
+    /// the answer itself).
+    pub async fn answered(
+        &self,
+        claimed: &CallEntry,
+        via: AnswerRoute,
+        answer: Option<CallAnswer>,
+    ) -> Result<Option<CallEntry>, StoreError> {
+        let mut call = claimed.call.clone();
+        call.state = CallState::Answered;
+        call.answered_via = Some(via);
+        call.answer = answer;
+        self.replace(claimed, call).await
+    }
+
+    /// Writes `call` over `stored` by compare-and-set: `None` when the record changed since
+    /// it was read.
+    pub async fn replace(
+        &self,
+        stored: &CallEntry,
+        call: PendingCall,
+    ) -> Result<Option<CallEntry>, StoreError> {
         match self
             .calls
             .update(

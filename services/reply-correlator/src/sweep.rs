@@ -79,7 +79,7 @@ impl Correlator {
         let open = |calls: Vec<CallEntry>| -> Vec<PendingCall> {
             let mut open: Vec<PendingCall> = calls
                 .into_iter()
-                .map(|s| s.call)
+                .map(|s| s.call.summary())
                 .filter(|c| c.state == CallState::Open && c.deadline > now)
                 .collect();
             open.sort_by_key(|c| c.created_at);

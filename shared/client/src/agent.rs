@@ -377,6 +377,33 @@ impl Agent {
         .map_err(ClientError::from)
     }
 
+    /// A partial reply to the call `correlation_id`: part `part` (1, 2, 3…) of a streamed
+    /// answer. The call stays open until [`Agent::reply`] sends the final part. Retried like a
+    /// reply: the number makes a repeat a duplicate, never a second part.
+    pub async fn reply_part(
+        &self,
+        correlation_id: Uuid,
+        part: u32,
+        message: &str,
+    ) -> Result<ReplyAck, ClientError> {
+        let body = ReplyRequest {
+            correlation_id: Some(correlation_id),
+            message: Some(message.to_owned()),
+            partial: true,
+            part: Some(part),
+            ..ReplyRequest::default()
+        };
+        request_json_retrying(
+            &self.nats,
+            &subject::reply(self.id()),
+            &body,
+            self.options.request_timeout,
+            self.options.send_retries,
+        )
+        .await
+        .map_err(ClientError::from)
+    }
+
     /// Where a message this agent sent with `receipt` is, per receiving goal (`stored`,
     /// `delivered`, `read`, `expired_unread`); `not_found` for any other message id.
     pub async fn send_status(
@@ -390,6 +417,11 @@ impl Agent {
             self.options.request_timeout,
         )
         .await
+    }
+
+    /// How long a request waits for its reply ([`AgentOptions::request_timeout`]).
+    pub(crate) fn request_timeout(&self) -> Duration {
+        self.options.request_timeout
     }
 
     /// Open calls this agent made and must answer.

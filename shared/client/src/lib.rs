@@ -19,7 +19,8 @@
 //! ```
 //!
 //! Layout: `agent.rs` (identity, registry calls, heartbeat), `goal.rs` (inbox reading),
-//! `tasks.rs` (task ops and the worker loop), `render.rs` (the `<peer-message>` block),
+//! `stream.rs` (streamed calls), `tasks.rs` (task ops and the worker loop), `render.rs` (the
+//! `<peer-message>` block),
 //! `admin.rs` (operator views), `audit.rs` (trail queries), `dlq.rs` (dead letters), `error.rs`.
 
 mod admin;
@@ -30,6 +31,7 @@ mod error;
 mod goal;
 mod render;
 mod serving;
+mod stream;
 mod tasks;
 
 pub use admin::{AgentListing, list_agents};
@@ -40,5 +42,6 @@ pub use error::ClientError;
 pub use goal::{Delivery, Goal};
 pub use render::render_peer_messages_block;
 pub use serving::{current as serving_call, serving};
+pub use stream::{CallEvent, call_streamed_on};
 pub use switchboard_proto as proto;
 pub use tasks::TaskOutcome;

@@ -50,6 +50,11 @@ pub struct CallRequest {
     /// `delivered`, or `read` (see [`crate::receipt`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub receipt: Option<crate::receipt::ReceiptLevel>,
+    /// Stream the answer: a callee's partial replies reach a waiting caller as they come (on
+    /// its reply subject, each a [`CallPart`], before the final [`CallAnswer`]). Without it a
+    /// waiting caller gets only the final answer, whose `body` joins every part anyway.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub stream: bool,
 }
 
 /// Reply to a parked call.
@@ -86,6 +91,83 @@ pub struct CallAnswer {
     /// True when the call's deadline had been cut to its parent call's; omitted when false.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub clamped: bool,
+    /// How many partial replies came before this final one (their text starts `body`);
+    /// omitted when none.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub streamed: u32,
+}
+
+#[allow(clippy::trivially_copy_pass_by_ref)]
+fn is_zero(value: &u32) -> bool {
+    *value == 0
+}
+
+/// Most partial replies one call takes before its final one.
+pub const CALL_PARTS_MAX: u32 = 256;
+
+/// One partial reply of a streamed answer, as a waiting caller gets it on its reply subject
+/// (and [`CallParts`] returns it): in order of `part`, 1, 2, 3…, before the final answer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CallPart {
+    /// The call it belongs to.
+    pub correlation_id: Uuid,
+    /// Who answers.
+    pub from_agent_id: AgentId,
+    /// Its number: 1 for the first part.
+    pub part: u32,
+    /// Its text; the final answer's `body` is every part's text joined, then the final's.
+    pub body: String,
+    /// Structured content of this part.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub parts: Vec<Part>,
+    /// Always true: tells a part from the final answer on the same reply subject.
+    pub partial: bool,
+    /// When the callee sent it.
+    #[serde(with = "time::serde::rfc3339")]
+    pub at: OffsetDateTime,
+}
+
+/// A partial reply as the call record keeps it (the durable copy a caller that missed it
+/// reads back with [`CallPartsRequest`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StreamedPart {
+    /// Its number, from 1.
+    pub part: u32,
+    /// Its text.
+    pub body: String,
+    /// Its structured content.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub parts: Vec<Part>,
+    /// When it was taken.
+    #[serde(with = "time::serde::rfc3339")]
+    pub at: OffsetDateTime,
+}
+
+/// `agent.calls.parts.<agent_id>`: the partial replies (and the final answer, once there is
+/// one) of a streamed call the caller made, after part `after`: what a caller that lost its
+/// connection mid-call reads back.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CallPartsRequest {
+    /// The call (one the caller made).
+    pub correlation_id: Uuid,
+    /// Parts after this number (0, the default: every part).
+    #[serde(default)]
+    pub after: u32,
+}
+
+/// Reply to [`CallPartsRequest`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CallParts {
+    /// The call.
+    pub correlation_id: Uuid,
+    /// Open, answered or expired.
+    pub state: CallState,
+    /// The parts after `after`, in order.
+    pub parts: Vec<CallPart>,
+    /// The final answer, once the call is answered (streamed calls keep it for this).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer: Option<CallAnswer>,
 }
 
 /// Body of `agent.reply.<agent_id>` (reply_to_peer): no target, only the correlation.
@@ -101,6 +183,14 @@ pub struct ReplyRequest {
     /// Structured content of the answer.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub parts: Vec<Part>,
+    /// A partial reply: the call stays open and the caller gets this part now; a final reply
+    /// (without `partial`) ends the call.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub partial: bool,
+    /// The part's number (1, 2, 3…), so a retried part is taken once: a number already taken
+    /// is a duplicate, one past the next is `bad_request`. Omitted: the next number.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub part: Option<u32>,
 }
 
 /// Where an answer went.
@@ -123,6 +213,9 @@ pub struct ReplyAck {
     /// True when this reply was a retry of one already delivered (nothing sent again).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub duplicate: bool,
+    /// A partial reply's number, as taken.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub part: Option<u32>,
 }
 
 /// Lifecycle of a pending call.
@@ -175,9 +268,34 @@ pub struct PendingCall {
     /// When the call expires: `created_at` plus the clamped `timeout_ms`.
     #[serde(with = "time::serde::rfc3339")]
     pub deadline: OffsetDateTime,
+    /// The waiting caller asked for the answer streamed ([`CallRequest::stream`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub stream: bool,
+    /// The partial replies taken so far, in order (omitted from listings).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub streamed: Vec<StreamedPart>,
+    /// The final answer of a streamed call, kept for a caller that missed it
+    /// ([`CallPartsRequest`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer: Option<CallAnswer>,
 }
 
 impl PendingCall {
+    /// The text every partial reply so far adds up to (the final answer's body starts with it).
+    pub fn streamed_text(&self) -> String {
+        self.streamed
+            .iter()
+            .map(|part| part.body.as_str())
+            .collect()
+    }
+
+    /// The record as a listing shows it: without the streamed text.
+    pub fn summary(mut self) -> Self {
+        self.streamed.clear();
+        self.answer = None;
+        self
+    }
+
     /// Depth of the call: how many agents are before the callee.
     pub fn depth(&self) -> usize {
         self.chain.len()
@@ -268,15 +386,31 @@ pub fn clamp_timeout(requested_ms: Option<u64>, default_ms: u64, max_ms: u64) ->
     requested_ms.unwrap_or(default_ms).min(max_ms).max(1)
 }
 
+/// Whether a call to `callee` made while serving `parent` asks back: it goes to the parent's
+/// caller and is `in_reply_to` the parent's request (the message the callee is answering).
+pub fn asks_back(
+    parent: Option<&PendingCall>,
+    callee: &AgentId,
+    in_reply_to: Option<Uuid>,
+) -> bool {
+    parent.is_some_and(|parent| parent.caller == *callee && in_reply_to == Some(parent.request_id))
+}
+
 /// Derives a new call's chain from the call being served (if any) and checks the cycle and
 /// depth rules: the callee must not be in the chain (nor be the caller), and the depth
 /// (agents before the callee) must stay below `depth_limit`.
+///
+/// One exception to the cycle rule: asking back ([`asks_back`]). A callee may put a question
+/// to the agent whose call it is serving, inside that call; it is still bound by the depth
+/// rule and the parent's deadline, so a back-and-forth ends.
 pub fn derive_chain(
     caller: &AgentId,
     callee: &AgentId,
     parent: Option<&PendingCall>,
     depth_limit: usize,
+    in_reply_to: Option<Uuid>,
 ) -> Result<Vec<AgentId>, ErrorReply> {
+    let asks_back = asks_back(parent, callee, in_reply_to);
     let mut chain = match parent {
         Some(parent) => {
             if parent.callee != *caller {
@@ -294,7 +428,7 @@ pub fn derive_chain(
         }
         None => vec![caller.clone()],
     };
-    if chain.contains(callee) {
+    if chain.contains(callee) && !asks_back {
         chain.push(callee.clone());
         let path: Vec<&str> = chain.iter().map(AgentId::as_str).collect();
         return Err(ErrorReply::new(
@@ -342,7 +476,32 @@ mod tests {
             claimed_at: None,
             created_at: OffsetDateTime::UNIX_EPOCH,
             deadline: OffsetDateTime::UNIX_EPOCH,
+            stream: false,
+            streamed: Vec::new(),
+            answer: None,
         }
+    }
+
+    #[test]
+    fn asking_back_in_reply_to_the_call_is_no_cycle_but_keeps_the_depth() {
+        let p = parent(&["a"], "b");
+        // b, serving a's call, asks a a question in reply to that call's request.
+        assert_eq!(
+            derive_chain(&id("b"), &id("a"), Some(&p), 5, Some(p.request_id)).unwrap(),
+            vec![id("a"), id("b")]
+        );
+        // In reply to anything else it is the cycle it always was.
+        let other = Some(Uuid::now_v7());
+        let err = derive_chain(&id("b"), &id("a"), Some(&p), 5, other).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Cycle);
+        // Only the parent's caller: a → b → c, c asking a back is a cycle.
+        let p = parent(&["a", "b"], "c");
+        let err = derive_chain(&id("c"), &id("a"), Some(&p), 5, Some(p.request_id)).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Cycle);
+        // And the depth rule holds for a question too.
+        let p = parent(&["a", "b"], "c");
+        let err = derive_chain(&id("c"), &id("b"), Some(&p), 3, Some(p.request_id)).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::DepthExceeded);
     }
 
     #[test]
@@ -361,12 +520,12 @@ mod tests {
     #[test]
     fn chains_grow_from_the_parent() {
         assert_eq!(
-            derive_chain(&id("a"), &id("b"), None, 5).unwrap(),
+            derive_chain(&id("a"), &id("b"), None, 5, None).unwrap(),
             vec![id("a")]
         );
         let p = parent(&["a"], "b");
         assert_eq!(
-            derive_chain(&id("b"), &id("c"), Some(&p), 5).unwrap(),
+            derive_chain(&id("b"), &id("c"), Some(&p), 5, None).unwrap(),
             vec![id("a"), id("b")]
         );
     }
@@ -374,7 +533,7 @@ mod tests {
     #[test]
     fn a_b_a_is_a_cycle_naming_the_chain() {
         let p = parent(&["a"], "b");
-        let err = derive_chain(&id("b"), &id("a"), Some(&p), 5).unwrap_err();
+        let err = derive_chain(&id("b"), &id("a"), Some(&p), 5, None).unwrap_err();
         assert_eq!(err.kind(), ErrorKind::Cycle);
         assert!(
             err.error.message.contains("a → b → a"),
@@ -387,11 +546,13 @@ mod tests {
     fn the_fifth_hop_is_refused() {
         // a→b→c→d→e is fine (depth 4); e→f would be depth 5.
         let p = parent(&["a", "b", "c", "d"], "e");
-        let err = derive_chain(&id("e"), &id("f"), Some(&p), 5).unwrap_err();
+        let err = derive_chain(&id("e"), &id("f"), Some(&p), 5, None).unwrap_err();
         assert_eq!(err.kind(), ErrorKind::DepthExceeded);
         let p = parent(&["a", "b", "c"], "d");
         assert_eq!(
-            derive_chain(&id("d"), &id("e"), Some(&p), 5).unwrap().len(),
+            derive_chain(&id("d"), &id("e"), Some(&p), 5, None)
+                .unwrap()
+                .len(),
             4
         );
     }
@@ -399,7 +560,7 @@ mod tests {
     #[test]
     fn only_the_callee_of_the_parent_may_extend_it() {
         let p = parent(&["a"], "b");
-        let err = derive_chain(&id("mallory"), &id("c"), Some(&p), 5).unwrap_err();
+        let err = derive_chain(&id("mallory"), &id("c"), Some(&p), 5, None).unwrap_err();
         assert_eq!(err.kind(), ErrorKind::IdentityMismatch);
     }
 

@@ -221,6 +221,15 @@ pub fn calls_pending(agent: &AgentId) -> String {
     format!("{CALLS_PENDING_PREFIX}.{agent}")
 }
 
+/// Prefix of the streamed-call read-back: `agent.calls.parts.<agent_id>`.
+pub const CALLS_PARTS_PREFIX: &str = "agent.calls.parts";
+
+/// `agent.calls.parts.<agent_id>`: the parts (and final answer) of a streamed call the caller
+/// made.
+pub fn calls_parts(agent: &AgentId) -> String {
+    format!("{CALLS_PARTS_PREFIX}.{agent}")
+}
+
 /// Prefix of the directory's task-load endpoint (services only):
 /// `_SB.registry.tasks.<agent_id>` with a [`crate::registry::TaskLoadReport`].
 pub const REGISTRY_TASKS_PREFIX: &str = "_SB.registry.tasks";
@@ -435,6 +444,10 @@ pub fn agent_endpoints() -> Vec<AgentEndpoint> {
     all.push(AgentEndpoint::by_caller(REPLY_PREFIX, ANSWER_WITHIN_MS));
     all.push(AgentEndpoint::by_caller(
         CALLS_PENDING_PREFIX,
+        ANSWER_WITHIN_MS,
+    ));
+    all.push(AgentEndpoint::by_caller(
+        CALLS_PARTS_PREFIX,
         ANSWER_WITHIN_MS,
     ));
     all.push(AgentEndpoint::by_caller(

@@ -156,6 +156,9 @@ fn pending_call(callee: AgentId, chain: Vec<AgentId>) -> PendingCall {
         claimed_at: None,
         created_at: now,
         deadline: now,
+        stream: false,
+        streamed: Vec::new(),
+        answer: None,
     }
 }
 
@@ -311,15 +314,21 @@ proptest! {
         callee in small_id(),
         parent in prop::option::of((small_id(), prop::collection::vec(small_id(), 0..6))),
         limit in 1usize..7,
+        answering_parent in any::<bool>(),
     ) {
         let parent = parent.map(|(parent_callee, chain)| pending_call(parent_callee, chain));
-        let got = derive_chain(&caller, &callee, parent.as_ref(), limit);
+        // In reply to the parent's request, or to nothing.
+        let in_reply_to = parent.as_ref().filter(|_| answering_parent).map(|p| p.request_id);
+        let got = derive_chain(&caller, &callee, parent.as_ref(), limit, in_reply_to);
         let model = match &parent {
             Some(parent) if parent.callee != caller => Err(ErrorKind::IdentityMismatch),
             _ => {
                 let mut chain = parent.as_ref().map(|p| p.chain.clone()).unwrap_or_default();
                 chain.push(caller.clone());
-                if chain.contains(&callee) {
+                // Asking back: to the parent's caller, in reply to the parent's request.
+                let asks_back = answering_parent
+                    && parent.as_ref().is_some_and(|p| p.caller == callee);
+                if chain.contains(&callee) && !asks_back {
                     Err(ErrorKind::Cycle)
                 } else if chain.len() >= limit {
                     Err(ErrorKind::DepthExceeded)

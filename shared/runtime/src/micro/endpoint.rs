@@ -24,6 +24,10 @@ pub struct AgentRequest<T> {
     pub subject: String,
     /// Request headers (trace context among them).
     pub headers: Option<async_nats::HeaderMap>,
+    /// Where the reply goes: a reply inbox (the scaffold runs no request with another). An
+    /// endpoint that answers in several messages (a streamed call's parts) publishes the
+    /// earlier ones here itself.
+    pub reply: Option<async_nats::Subject>,
 }
 
 pub(super) type Handler =
@@ -142,6 +146,7 @@ impl Endpoint {
                         body,
                         subject: message.subject.to_string(),
                         headers: message.headers,
+                        reply: message.reply,
                     })
                     .await?;
                     encode(&reply)

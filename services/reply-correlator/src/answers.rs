@@ -1,0 +1,245 @@
+//! Answering a call: `agent.reply.<callee>` claims the call by compare-and-set and delivers
+//! the answer exactly once, to the waiting caller or into the caller goal's inbox; a partial
+//! reply goes to [`crate::parts`] instead. The final answer joins the text of every part sent
+//! before it.
+
+use std::sync::PoisonError;
+
+use switchboard_proto::call::{
+    AnswerRoute, CallAnswer, CallEventKind, CallState, PendingCall, ReplyAck, ReplyRequest,
+};
+use switchboard_proto::send::{SendRequest, check_content_fits, check_gates};
+use switchboard_proto::{
+    AgentId, GoalId, InboxMessage, MAX_BODY_BYTES, MessageKind, new_id, subject, timestamp,
+};
+
+use crate::correlator::{Correlator, HANDOVER_TIMEOUT};
+use crate::error::CorrelatorError;
+
+/// Compare-and-set retries on one call.
+const CAS_ATTEMPTS: usize = 8;
+/// A claim younger than this is a delivery in progress, not a failed one: a second reply
+/// must not deliver again.
+const CLAIM_IN_PROGRESS: time::Duration = time::Duration::seconds(10);
+
+impl Correlator {
+    /// reply_to_peer: answers the call named by `correlation_id`; only its callee may.
+    pub async fn reply(
+        &self,
+        callee: &AgentId,
+        request: ReplyRequest,
+    ) -> Result<ReplyAck, CorrelatorError> {
+        let Some(correlation_id) = request.correlation_id else {
+            return Err(CorrelatorError::MissingCorrelationId);
+        };
+        // The message gates of a send (non-empty, ≤ 64 KiB), with the caller as a stand-in
+        // target so gates 1–2 pass.
+        let probe = SendRequest {
+            to: Some("_".to_owned()),
+            message: request.message.clone(),
+            ..SendRequest::default()
+        };
+        let (_, body) = check_gates(callee, &probe).map_err(CorrelatorError::Gate)?;
+        // An answer that could not be stored must be refused before the call is claimed.
+        check_content_fits("the answer with its parts", body, &request.parts, &[])
+            .map_err(CorrelatorError::Gate)?;
+        if request.partial {
+            return self
+                .reply_part(callee, correlation_id, body, &request)
+                .await;
+        }
+        // A call this replica holds is claimed on the revision it stored first (no read); if
+        // it changed since, the claim fails and the call is read as usual.
+        let mut held = self
+            .waiting
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&correlation_id)
+            .map(|held| held.stored.clone());
+        for _ in 0..CAS_ATTEMPTS {
+            let found = match held.take() {
+                Some(stored) => Some(stored),
+                None => self.store.find(&correlation_id).await?,
+            };
+            let Some(stored) = found else {
+                return Err(CorrelatorError::UnknownCall(correlation_id));
+            };
+            let call = &stored.call;
+            if call.callee != *callee {
+                return Err(CorrelatorError::NotCallee {
+                    callee: call.callee.clone(),
+                    correlation_id,
+                });
+            }
+            let expired = || CorrelatorError::Expired {
+                correlation_id,
+                deadline: call.deadline,
+            };
+            match (call.state, call.answered_via) {
+                (CallState::Expired, _) => {
+                    self.emit(CallEventKind::LateAnswer, call, Some(body)).await;
+                    return Err(expired());
+                }
+                (CallState::Answered, Some(via)) => {
+                    return Ok(ReplyAck {
+                        correlation_id,
+                        delivered: via,
+                        duplicate: true,
+                        part: None,
+                    });
+                }
+                (CallState::Answered, None)
+                    if call
+                        .claimed_at
+                        .is_some_and(|at| timestamp::now() - at < CLAIM_IN_PROGRESS) =>
+                {
+                    // Another reply claimed it a moment ago and is delivering right now.
+                    return Err(CorrelatorError::AnswerInProgress(correlation_id));
+                }
+                (CallState::Answered, None) => {
+                    // Claimed by an attempt that did not finish delivering: claim it anew
+                    // (so concurrent retries cannot both deliver), then deliver again (an
+                    // inbox copy is de-duplicated by its message id).
+                    let Some(reclaimed) = self
+                        .store
+                        .transition(&stored, CallState::Answered, None)
+                        .await?
+                    else {
+                        continue;
+                    };
+                    let via = self.deliver_answer(call, callee, body, &request).await?;
+                    self.store
+                        .answered(
+                            &reclaimed,
+                            via,
+                            self.kept_answer(call, callee, body, &request),
+                        )
+                        .await?;
+                    return Ok(ReplyAck {
+                        correlation_id,
+                        delivered: via,
+                        duplicate: false,
+                        part: None,
+                    });
+                }
+                (CallState::Open, _) if call.deadline <= timestamp::now() => {
+                    if self.store.end(&stored, CallState::Expired).await?.is_some() {
+                        self.on_expired(call).await;
+                        return Err(expired());
+                    }
+                }
+                (CallState::Open, _) => {
+                    if call.streamed_text().len() + body.len() > MAX_BODY_BYTES {
+                        return Err(CorrelatorError::StreamTooLong(format!(
+                            "the streamed answer with this final reply would be over                              {MAX_BODY_BYTES} bytes (64 KiB): send a shorter final reply"
+                        )));
+                    }
+                    // Claim it; the winner delivers, exactly once (and takes the call out of
+                    // the open-call index meanwhile).
+                    if let Some(claimed) = self
+                        .store
+                        .transition(&stored, CallState::Answered, None)
+                        .await?
+                    {
+                        let (via, ()) = tokio::join!(
+                            self.deliver_answer(call, callee, body, &request),
+                            self.store.unindex(&correlation_id)
+                        );
+                        let via = via?;
+                        self.store
+                            .answered(
+                                &claimed,
+                                via,
+                                self.kept_answer(call, callee, body, &request),
+                            )
+                            .await?;
+                        tracing::info!(%correlation_id, ?via, "call answered");
+                        self.emit(CallEventKind::Answered, call, Some(body)).await;
+                        return Ok(ReplyAck {
+                            correlation_id,
+                            delivered: via,
+                            duplicate: false,
+                            part: None,
+                        });
+                    }
+                }
+            }
+        }
+        Err(CorrelatorError::Contention(correlation_id))
+    }
+
+    /// The final answer: every part's text so far, then the final reply's.
+    fn final_answer(
+        call: &PendingCall,
+        callee: &AgentId,
+        body: &str,
+        request: &ReplyRequest,
+    ) -> CallAnswer {
+        CallAnswer {
+            correlation_id: call.correlation_id,
+            from_agent_id: callee.clone(),
+            body: call.streamed_text() + body,
+            parts: request.parts.clone(),
+            answered_at: timestamp::now(),
+            clamped: false,
+            streamed: u32::try_from(call.streamed.len()).unwrap_or(u32::MAX),
+        }
+    }
+
+    /// The final answer a streamed call keeps on its record (for `agent.calls.parts`).
+    fn kept_answer(
+        &self,
+        call: &PendingCall,
+        callee: &AgentId,
+        body: &str,
+        request: &ReplyRequest,
+    ) -> Option<CallAnswer> {
+        (call.stream || !call.streamed.is_empty())
+            .then(|| Self::final_answer(call, callee, body, request))
+    }
+
+    async fn deliver_answer(
+        &self,
+        call: &PendingCall,
+        callee: &AgentId,
+        body: &str,
+        request: &ReplyRequest,
+    ) -> Result<AnswerRoute, CorrelatorError> {
+        let answer = Self::final_answer(call, callee, body, request);
+        if call.wait {
+            if self.hand_over_here(&answer).await {
+                return Ok(AnswerRoute::Caller);
+            }
+            let payload = serde_json::to_vec(&answer)
+                .map_err(|err| CorrelatorError::EncodeAnswer(err.to_string()))?;
+            let handed = tokio::time::timeout(
+                HANDOVER_TIMEOUT,
+                self.client
+                    .request(subject::call_answer(&call.correlation_id), payload.into()),
+            )
+            .await;
+            if matches!(handed, Ok(Ok(_))) {
+                return Ok(AnswerRoute::Caller);
+            }
+            tracing::info!(correlation_id = %call.correlation_id, "no waiting caller took the answer; delivering it to the inbox");
+        }
+        let mut message = InboxMessage::new(
+            callee.clone(),
+            GoalId::new(),
+            call.caller.clone(),
+            answer.body,
+        );
+        message.id = Some(new_id());
+        message.kind = MessageKind::Response;
+        message.correlation_id = Some(call.correlation_id);
+        message.in_reply_to = Some(call.request_id);
+        message.parts = request.parts.clone();
+        if answer.streamed > 0 {
+            message
+                .metadata
+                .insert("streamed".to_owned(), answer.streamed.into());
+        }
+        self.to_caller_inbox(call, &message, "response").await?;
+        Ok(AnswerRoute::Inbox)
+    }
+}

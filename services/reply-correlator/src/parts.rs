@@ -1,0 +1,298 @@
+//! Streamed answers (issue 20): a callee answers in parts, `agent.reply.<id>` with
+//! `partial: true`, then a final reply that ends the call.
+//!
+//! Rules:
+//! - parts are numbered 1, 2, 3… by the call record's compare-and-set, so replicas taking parts
+//!   of one call concurrently agree on the order; a part naming a number already taken is a
+//!   duplicate (nothing sent again), one past the next is `bad_request`;
+//! - every part is kept on the call record before it is sent (at most [`CALL_PARTS_MAX`], and
+//!   the whole answer at most 64 KiB), so nothing a callee was told was taken can be lost: a
+//!   waiting caller that missed one gets it read back, and `agent.calls.parts.<caller>` returns
+//!   them to a caller that lost its connection;
+//! - a waiting caller that asked for `stream` gets each part on its reply subject, in order,
+//!   before the final answer; a parked caller gets each as a `kind: response` message with
+//!   `metadata.part`; the final answer's `body` is every part's text joined, then the final's;
+//! - only the call's callee sends parts, only while the call is open, and only its caller reads
+//!   them back (anyone else is answered `not_found`, as for an unknown call).
+
+use std::collections::BTreeMap;
+
+use async_nats::Subject;
+use serde_json::{Map, Value};
+use switchboard_proto::call::{
+    AnswerRoute, CALL_PARTS_MAX, CallPart, CallParts, CallPartsRequest, CallState, PendingCall,
+    ReplyAck, ReplyRequest, StreamedPart,
+};
+use switchboard_proto::{
+    AgentId, GoalId, InboxMessage, MAX_BODY_BYTES, MessageKind, new_id, subject, timestamp,
+};
+use uuid::Uuid;
+
+use crate::correlator::Correlator;
+use crate::error::CorrelatorError;
+use crate::store::CallStore;
+
+/// Compare-and-set retries of one part on its call.
+const CAS_ATTEMPTS: usize = 8;
+
+fn to_wire(call: &PendingCall, part: &StreamedPart) -> CallPart {
+    CallPart {
+        correlation_id: call.correlation_id,
+        from_agent_id: call.callee.clone(),
+        part: part.part,
+        body: part.body.clone(),
+        parts: part.parts.clone(),
+        partial: true,
+        at: part.at,
+    }
+}
+
+/// Where a call's answers go: straight to a waiting caller, or into the caller goal's inbox.
+fn route(call: &PendingCall) -> AnswerRoute {
+    if call.wait {
+        AnswerRoute::Caller
+    } else {
+        AnswerRoute::Inbox
+    }
+}
+
+impl Correlator {
+    /// A partial reply from `callee` (already through the message gates): numbered and kept on
+    /// the call record, then sent to the caller.
+    pub(crate) async fn reply_part(
+        &self,
+        callee: &AgentId,
+        correlation_id: Uuid,
+        body: &str,
+        request: &ReplyRequest,
+    ) -> Result<ReplyAck, CorrelatorError> {
+        for _ in 0..CAS_ATTEMPTS {
+            let Some(stored) = self.store.find(&correlation_id).await? else {
+                return Err(CorrelatorError::UnknownCall(correlation_id));
+            };
+            let call = &stored.call;
+            if call.callee != *callee {
+                return Err(CorrelatorError::NotCallee {
+                    callee: call.callee.clone(),
+                    correlation_id,
+                });
+            }
+            let expired = || CorrelatorError::Expired {
+                correlation_id,
+                deadline: call.deadline,
+            };
+            match call.state {
+                CallState::Answered => {
+                    return Err(CorrelatorError::AnsweredAlready(correlation_id));
+                }
+                CallState::Expired => return Err(expired()),
+                CallState::Open if call.deadline <= timestamp::now() => {
+                    if self.store.end(&stored, CallState::Expired).await?.is_some() {
+                        self.on_expired(call).await;
+                    }
+                    return Err(expired());
+                }
+                CallState::Open => {}
+            }
+            let next = u32::try_from(call.streamed.len())
+                .unwrap_or(u32::MAX)
+                .saturating_add(1);
+            match request.part {
+                Some(part) if part < next => {
+                    return Ok(ReplyAck {
+                        correlation_id,
+                        delivered: route(call),
+                        duplicate: true,
+                        part: Some(part),
+                    });
+                }
+                Some(part) if part > next => {
+                    return Err(CorrelatorError::PartOutOfOrder {
+                        correlation_id,
+                        got: part,
+                        next,
+                    });
+                }
+                _ => {}
+            }
+            if next > CALL_PARTS_MAX {
+                return Err(CorrelatorError::StreamTooLong(format!(
+                    "call {correlation_id} took {CALL_PARTS_MAX} parts, its most: end it with a \
+                     final reply"
+                )));
+            }
+            let total = call.streamed_text().len() + body.len();
+            if total > MAX_BODY_BYTES {
+                return Err(CorrelatorError::StreamTooLong(format!(
+                    "the streamed answer would be {total} bytes; the whole answer may be at most \
+                     {MAX_BODY_BYTES} bytes (64 KiB)"
+                )));
+            }
+            let taken = StreamedPart {
+                part: next,
+                body: body.to_owned(),
+                parts: request.parts.clone(),
+                at: timestamp::now(),
+            };
+            let mut updated = call.clone();
+            updated.streamed.push(taken.clone());
+            if self.store.replace(&stored, updated).await?.is_none() {
+                continue;
+            }
+            let via = self.deliver_part(call, &to_wire(call, &taken)).await?;
+            tracing::debug!(%correlation_id, part = next, ?via, "call part taken");
+            return Ok(ReplyAck {
+                correlation_id,
+                delivered: via,
+                duplicate: false,
+                part: Some(next),
+            });
+        }
+        Err(CorrelatorError::Contention(correlation_id))
+    }
+
+    /// Sends a part: to the replica holding a waiting caller (which forwards it in order), or
+    /// into a parked caller's goal as `kind: response` with `metadata.part`.
+    async fn deliver_part(
+        &self,
+        call: &PendingCall,
+        part: &CallPart,
+    ) -> Result<AnswerRoute, CorrelatorError> {
+        if call.wait {
+            let payload = serde_json::to_vec(part)
+                .map_err(|err| CorrelatorError::EncodeAnswer(err.to_string()))?;
+            // At most once on the wire; the record is the durable copy the waiting replica
+            // reads back when one is missing.
+            if let Err(err) = self
+                .client
+                .publish(subject::call_answer(&call.correlation_id), payload.into())
+                .await
+            {
+                tracing::warn!(correlation_id = %call.correlation_id, part = part.part, error = %err, "call part not sent; the caller reads it back");
+            }
+            return Ok(AnswerRoute::Caller);
+        }
+        let mut message = InboxMessage::new(
+            call.callee.clone(),
+            GoalId::new(),
+            call.caller.clone(),
+            part.body.as_str(),
+        );
+        message.id = Some(new_id());
+        message.kind = MessageKind::Response;
+        message.correlation_id = Some(call.correlation_id);
+        message.in_reply_to = Some(call.request_id);
+        message.parts = part.parts.clone();
+        let mut metadata = Map::new();
+        metadata.insert("part".to_owned(), Value::from(part.part));
+        metadata.insert("partial".to_owned(), Value::Bool(true));
+        message.metadata = metadata;
+        self.to_caller_inbox(call, &message, &format!("part{}", part.part))
+            .await?;
+        Ok(AnswerRoute::Inbox)
+    }
+
+    /// `agent.calls.parts.<caller>`: the parts after `after` of a call `caller` made, and its
+    /// final answer once there is one (kept for streamed calls).
+    pub async fn parts(
+        &self,
+        caller: &AgentId,
+        request: &CallPartsRequest,
+    ) -> Result<CallParts, CorrelatorError> {
+        let id = request.correlation_id;
+        let Some(stored) = self.store.find(&id).await? else {
+            return Err(CorrelatorError::UnknownCall(id));
+        };
+        let call = stored.call;
+        if call.caller != *caller {
+            // Another agent's call reads as no call at all.
+            return Err(CorrelatorError::UnknownCall(id));
+        }
+        Ok(CallParts {
+            correlation_id: id,
+            state: call.state,
+            parts: call
+                .streamed
+                .iter()
+                .filter(|part| part.part > request.after)
+                .map(|part| to_wire(&call, part))
+                .collect(),
+            answer: call.answer.clone(),
+        })
+    }
+}
+
+/// Forwards a streamed call's parts to its waiting caller's reply subject, in order, whatever
+/// order they arrive in from the replicas that took them.
+pub(crate) struct PartForwarder {
+    client: async_nats::Client,
+    /// The caller's reply subject; `None` when it did not ask for `stream` (parts are then
+    /// only joined into the final answer).
+    reply: Option<Subject>,
+    /// The number of the next part to forward.
+    next: u32,
+    /// Parts that arrived before the ones ahead of them.
+    early: BTreeMap<u32, CallPart>,
+}
+
+impl PartForwarder {
+    /// A forwarder to `reply` (or none).
+    pub(crate) fn new(client: async_nats::Client, reply: Option<Subject>) -> Self {
+        Self {
+            client,
+            reply,
+            next: 1,
+            early: BTreeMap::new(),
+        }
+    }
+
+    /// Takes a part that arrived; forwards it and any held behind it.
+    pub(crate) async fn take(&mut self, part: CallPart) {
+        if self.reply.is_none() || part.part < self.next {
+            return;
+        }
+        self.early.insert(part.part, part);
+        self.flush().await;
+    }
+
+    /// Before the final answer of a call that had `streamed` parts: forwards every part not
+    /// forwarded yet, read back from the call record when it did not arrive.
+    pub(crate) async fn complete(&mut self, store: &CallStore, call: &PendingCall, streamed: u32) {
+        if self.reply.is_none() || self.next > streamed {
+            return;
+        }
+        match store.find(&call.correlation_id).await {
+            Ok(Some(stored)) => {
+                for part in &stored.call.streamed {
+                    if part.part >= self.next {
+                        self.early
+                            .entry(part.part)
+                            .or_insert_with(|| to_wire(&stored.call, part));
+                    }
+                }
+            }
+            Ok(None) => {}
+            Err(err) => {
+                tracing::warn!(correlation_id = %call.correlation_id, error = %err, "missing call parts not read back; the caller can ask agent.calls.parts");
+            }
+        }
+        self.flush().await;
+    }
+
+    async fn flush(&mut self) {
+        let Some(reply) = self.reply.clone() else {
+            return;
+        };
+        while let Some(part) = self.early.remove(&self.next) {
+            match serde_json::to_vec(&part) {
+                Ok(payload) => {
+                    if let Err(err) = self.client.publish(reply.clone(), payload.into()).await {
+                        tracing::warn!(part = part.part, error = %err, "call part not forwarded");
+                    }
+                }
+                Err(err) => tracing::warn!(error = %err, "call part not encodable"),
+            }
+            self.next += 1;
+        }
+    }
+}

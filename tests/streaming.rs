@@ -1,0 +1,267 @@
+//! Streamed calls (issue 20): a callee answers in parts, then a final reply that ends the call.
+//! A waiting caller gets the parts in order as they come; a parked caller gets them as `kind:
+//! response` messages; a caller that lost its connection reads back the ones it missed; a
+//! callee may ask its caller a question inside the call; and only the callee sends parts, only
+//! the caller reads them back.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use std::time::Duration;
+
+use futures::StreamExt;
+use serde_json::json;
+use switchboard_client::{Agent, CallEvent, Goal};
+use switchboard_proto::call::{CallPart, CallParts, CallRequest};
+use switchboard_proto::{ErrorKind, InboxMessage, MessageKind, subject};
+use switchboard_tests::{Fabric, raw};
+use uuid::Uuid;
+
+/// The next `kind: request` in `goal` (waits up to 10 s).
+async fn next_request(goal: &Goal) -> InboxMessage {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        assert!(tokio::time::Instant::now() < deadline, "no request came");
+        if let Some(delivery) = goal.recv(Duration::from_secs(1)).await.unwrap() {
+            let message = delivery.ack().await.unwrap();
+            if message.kind == MessageKind::Request {
+                return message;
+            }
+        }
+    }
+}
+
+fn question(to: &str, text: &str) -> CallRequest {
+    CallRequest {
+        to: Some(to.to_owned()),
+        message: Some(text.to_owned()),
+        timeout_ms: Some(20_000),
+        ..CallRequest::default()
+    }
+}
+
+#[tokio::test]
+async fn parts_arrive_in_order_and_the_final_answer_ends_the_call() {
+    let fabric = Fabric::start().await;
+    let (alice, _alice_goal) = fabric.agent_with_goal("alice").await;
+    let (bob, bob_goal) = fabric.agent_with_goal("bob").await;
+    let (mallory, _) = fabric.agent_with_goal("mallory").await;
+    let mut stream = Box::pin(
+        alice
+            .call_streamed(question("bob", "tell me a story"))
+            .await
+            .unwrap(),
+    );
+    let request = next_request(&bob_goal).await;
+    let call = request.correlation_id.unwrap();
+
+    // Part 1 reaches alice before part 2 is even sent.
+    let ack = bob.reply_part(call, 1, "Once upon a time, ").await.unwrap();
+    assert_eq!(ack.part, Some(1));
+    let Some(Ok(CallEvent::Part(first))) = stream.next().await else {
+        panic!("the first part first")
+    };
+    assert_eq!((first.part, first.body.as_str()), (1, "Once upon a time, "));
+    assert!(first.partial);
+    // A retried part is taken once; a part out of order and a part from anyone else are
+    // refused.
+    assert!(bob.reply_part(call, 1, "again").await.unwrap().duplicate);
+    let skipped = bob.reply_part(call, 3, "too soon").await.unwrap_err();
+    assert_eq!(skipped.kind(), Some(ErrorKind::BadRequest), "{skipped}");
+    let intruder = mallory.reply_part(call, 2, "the end").await.unwrap_err();
+    assert_eq!(intruder.kind(), Some(ErrorKind::NotCallee), "{intruder}");
+    bob.reply_part(call, 2, "a fabric carried ").await.unwrap();
+    bob.reply(call, "every word.").await.unwrap();
+
+    let mut rest = Vec::new();
+    while let Some(item) = stream.next().await {
+        rest.push(item.unwrap());
+    }
+    let [CallEvent::Part(second), CallEvent::Answer(answer)] = rest.as_slice() else {
+        panic!("part 2, then the answer: {rest:?}")
+    };
+    assert_eq!(
+        (second.part, second.body.as_str()),
+        (2, "a fabric carried ")
+    );
+    assert_eq!(
+        answer.body,
+        "Once upon a time, a fabric carried every word."
+    );
+    assert_eq!(answer.streamed, 2);
+    // The final reply ended the call: no more parts.
+    let late = bob.reply_part(call, 3, "epilogue").await.unwrap_err();
+    assert_eq!(late.kind(), Some(ErrorKind::Conflict), "{late}");
+
+    // A caller that did not ask for the stream gets one answer with everything joined.
+    let plain = {
+        let alice = &alice;
+        async move {
+            alice
+                .call("bob", "again, all at once", Duration::from_secs(20))
+                .await
+        }
+    };
+    let answering = async {
+        let request = next_request(&bob_goal).await;
+        let call = request.correlation_id.unwrap();
+        bob.reply_part(call, 1, "one, ").await.unwrap();
+        bob.reply(call, "two.").await.unwrap();
+    };
+    let (answer, ()) = tokio::join!(plain, answering);
+    let answer = answer.unwrap();
+    assert_eq!((answer.body.as_str(), answer.streamed), ("one, two.", 1));
+}
+
+#[tokio::test]
+async fn a_parked_caller_and_a_caller_that_lost_its_connection_see_every_part() {
+    let fabric = Fabric::start().await;
+    let (alice, alice_goal) = fabric.agent_with_goal("alice").await;
+    let (bob, bob_goal) = fabric.agent_with_goal("bob").await;
+    let (mallory, _) = fabric.agent_with_goal("mallory").await;
+
+    // Parked: every part lands in the calling goal, then the joined answer.
+    let parked = alice
+        .call_parked("bob", "list three colours", Duration::from_secs(20))
+        .await
+        .unwrap();
+    let call = next_request(&bob_goal).await.correlation_id.unwrap();
+    assert_eq!(call, parked.correlation_id);
+    bob.reply_part(call, 1, "red, ").await.unwrap();
+    bob.reply_part(call, 2, "green, ").await.unwrap();
+    bob.reply(call, "blue").await.unwrap();
+    let responses: Vec<InboxMessage> = alice_goal
+        .drain()
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|m| m.kind == MessageKind::Response && m.correlation_id == Some(call))
+        .collect();
+    let seen: Vec<(Option<u64>, &str)> = responses
+        .iter()
+        .map(|m| {
+            (
+                m.metadata.get("part").and_then(|p| p.as_u64()),
+                m.body.as_str(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            (Some(1), "red, "),
+            (Some(2), "green, "),
+            (None, "red, green, blue")
+        ]
+    );
+    assert_eq!(responses[0].metadata["partial"], json!(true));
+    assert_eq!(responses[2].metadata["streamed"], json!(2));
+
+    // A waiting caller whose connection went away after part 1 reads back the rest.
+    let nats = alice.nats();
+    let inbox = nats.new_inbox();
+    let mut replies = nats.subscribe(inbox.clone()).await.unwrap();
+    let mut streamed = question("bob", "count to four");
+    streamed.stream = true;
+    streamed.wait = Some(true);
+    nats.publish_with_reply(
+        subject::call(alice.id()),
+        inbox,
+        serde_json::to_vec(&streamed).unwrap().into(),
+    )
+    .await
+    .unwrap();
+    let call = next_request(&bob_goal).await.correlation_id.unwrap();
+    bob.reply_part(call, 1, "one ").await.unwrap();
+    let first = tokio::time::timeout(Duration::from_secs(5), replies.next())
+        .await
+        .unwrap()
+        .unwrap();
+    let first: CallPart = serde_json::from_slice(&first.payload).unwrap();
+    assert_eq!(first.part, 1);
+    replies.unsubscribe().await.unwrap();
+    bob.reply_part(call, 2, "two ").await.unwrap();
+    bob.reply_part(call, 3, "three ").await.unwrap();
+    bob.reply(call, "four").await.unwrap();
+    let parts_subject = subject::calls_parts(alice.id());
+    let back = raw(
+        nats,
+        &parts_subject,
+        json!({"correlation_id": call, "after": 1}).to_string(),
+    )
+    .await;
+    let back: CallParts = serde_json::from_value(back.body).unwrap();
+    let numbers: Vec<u32> = back.parts.iter().map(|p| p.part).collect();
+    assert_eq!(numbers, [2, 3]);
+    assert_eq!(back.answer.unwrap().body, "one two three four");
+
+    // Only the caller reads them back; bad bodies are `bad_request`.
+    let intruder = raw(
+        mallory.nats(),
+        &subject::calls_parts(mallory.id()),
+        json!({"correlation_id": call}).to_string(),
+    )
+    .await;
+    assert_eq!(intruder.error_kind(), "not_found");
+    for body in [
+        json!({}),
+        json!({"correlation_id": "nope"}),
+        json!({"correlation_id": call, "after": -1}),
+        json!({"correlation_id": call, "extra": true}),
+    ] {
+        let reply = raw(nats, &parts_subject, body.to_string()).await;
+        assert_eq!(reply.error_kind(), "bad_request", "{body}");
+    }
+}
+
+/// Bob, serving `call` (whose request is `request_id`), asks alice a question inside it.
+async fn ask_back(bob: &Agent, call: Uuid, request_id: Uuid) -> Result<String, String> {
+    bob.call_with(CallRequest {
+        to: Some("alice".into()),
+        message: Some("which city?".into()),
+        timeout_ms: Some(60_000),
+        parent_correlation_id: Some(call),
+        in_reply_to: Some(request_id),
+        ..CallRequest::default()
+    })
+    .await
+    .map(|answer| answer.body)
+    .map_err(|err| format!("{:?}: {err}", err.kind()))
+}
+
+#[tokio::test]
+async fn a_callee_asks_its_caller_back_within_the_call() {
+    let fabric = Fabric::start().await;
+    let (alice, alice_goal) = fabric.agent_with_goal("alice").await;
+    let (bob, bob_goal) = fabric.agent_with_goal("bob").await;
+    let asking = alice.call("bob", "book me a train", Duration::from_secs(20));
+    let serving = async {
+        let request = next_request(&bob_goal).await;
+        let call = request.correlation_id.unwrap();
+        let request_id = request.id.unwrap();
+        // A call back to alice that is not a question about this call is a cycle, as ever.
+        let cycle = bob
+            .call_with(CallRequest {
+                parent_correlation_id: Some(call),
+                ..question("alice", "unrelated")
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(cycle.kind(), Some(ErrorKind::Cycle), "{cycle}");
+        // The question: in reply to alice's request; its deadline is cut to the call's.
+        let question = ask_back(&bob, call, request_id);
+        let answering = async {
+            let asked = next_request(&alice_goal).await;
+            assert_eq!(asked.in_reply_to, Some(request_id));
+            assert_eq!(asked.from_agent_id.as_str(), "bob");
+            alice
+                .reply(asked.correlation_id.unwrap(), "Lisbon")
+                .await
+                .unwrap();
+        };
+        let (city, ()) = tokio::join!(question, answering);
+        let city = city.unwrap();
+        bob.reply(call, &format!("booked to {city}")).await.unwrap();
+    };
+    let (answer, ()) = tokio::join!(asking, serving);
+    assert_eq!(answer.unwrap().body, "booked to Lisbon");
+}
