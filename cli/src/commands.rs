@@ -19,7 +19,9 @@ use switchboard_client::proto::{AgentId, GoalId};
 use uuid::Uuid;
 
 use crate::card::CardArgs;
-use crate::nats::{request_json, request_json_within, request_with_retry};
+use crate::nats::{request_json, request_with_retry};
+use futures::StreamExt;
+use switchboard_client::CallEvent;
 
 /// `switchboard register`: the agent's card, sent as the agent (also a heartbeat).
 pub(crate) async fn register(
@@ -167,10 +169,23 @@ pub(crate) async fn call(
         wait: Some(!park),
         ..CallRequest::default()
     };
-    // A waiting call may take up to its timeout (max 300 s), plus a margin.
-    let wait =
-        Duration::from_millis(timeout_ms.unwrap_or(30_000).min(300_000)) + Duration::from_secs(10);
-    request_json_within(nats_url, &subject::call(&agent), &request, wait).await
+    if park {
+        return request_json(nats_url, &subject::call(&agent), &request).await;
+    }
+    // Waiting: the answer streams; each part is printed to stderr as it comes (`[part N]`),
+    // and the whole answer is the command's output.
+    let client = crate::nats::connect_as(nats_url, Some(&agent)).await?;
+    let mut events = Box::pin(
+        switchboard_client::call_streamed_on(&client, &agent, request, Duration::from_secs(10))
+            .await?,
+    );
+    while let Some(event) = events.next().await {
+        match event? {
+            CallEvent::Part(part) => eprintln!("[part {}] {}", part.part, part.body),
+            CallEvent::Answer(answer) => return Ok(serde_json::to_value(answer)?),
+        }
+    }
+    anyhow::bail!("the call ended without an answer")
 }
 
 /// `switchboard reply`: reply_to_peer, answering the call `correlation_id`.

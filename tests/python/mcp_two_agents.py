@@ -158,6 +158,30 @@ async def main(binary, nats_url, key_dir=None):
         expect(not error and "4, says bob" in answer, f"talk_to_agent: {answer}")
         report["answer"] = json.loads(answer)
 
+        # 4b. A streamed answer: bob answers in two parts; alice's host hears the first as a
+        # progress notification, and the result is the whole answer.
+        progress = []
+
+        async def on_progress(value, total, message):
+            progress.append((value, message))
+
+        asking = asyncio.create_task(a.call_tool(
+            "talk_to_agent", {"to": "mcp-bob", "message": "spell it out", "timeout_ms": 20000},
+            progress_callback=on_progress))
+        await bob.wait_for("log")
+        error, request = await call(b, "check_inbox")
+        expect(not error and "spell it out" in request, request)
+        error, ack = await call(b, "reply_to_peer", {"message": "part one, ", "partial": True})
+        expect(not error and json.loads(ack)["part"] == 1, f"partial reply: {ack}")
+        error, ack = await call(b, "reply_to_peer", {"message": "the end"})
+        expect(not error, f"final reply: {ack}")
+        result = await asking
+        answer = json.loads(text_of(result))
+        expect(not result.is_error and answer["body"] == "part one, the end", f"{answer}")
+        expect(answer["streamed"] == 1, f"{answer}")
+        expect(progress == [(1, "part one, ")], f"progress: {progress}")
+        report["streamed"] = answer
+
         # 5. Receipts: alice asks for "read"; bob's check_inbox puts the message in front of
         # the model, and alice learns it was delivered, then read.
         error, sent = await call(a, "send_to_peer", {

@@ -137,15 +137,21 @@ pub struct SwitchboardMcp {
     /// Correlation ids of requests `check_inbox` showed that wait for an answer, oldest
     /// first: `reply_to_peer` without a target answers the last one.
     unanswered: Arc<Mutex<Vec<Unanswered>>>,
+    /// Partial replies sent per request being answered in parts (their next number).
+    parts: Arc<Mutex<std::collections::HashMap<Uuid, u32>>>,
     /// Whether the host subscribed to [`INBOX_RESOURCE`](resources::INBOX_RESOURCE).
     subscribed: Arc<std::sync::atomic::AtomicBool>,
     tool_router: ToolRouter<Self>,
 }
 
 /// A request shown by `check_inbox` that waits for this agent's answer.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Unanswered {
     correlation_id: Uuid,
+    /// Who asked, and the request message's id: a `talk_to_agent` back to them is a
+    /// question inside their call (`in_reply_to` the request), not a cycle.
+    from: switchboard_client::proto::AgentId,
+    request_id: Option<Uuid>,
     /// The caller stops waiting then (the correlator's `call_deadline`); after it an answer is
     /// refused `expired`, so the request is no longer "the one to answer".
     deadline: Option<time::OffsetDateTime>,
@@ -166,6 +172,8 @@ impl Unanswered {
             });
         Some(Self {
             correlation_id: message.correlation_id?,
+            from: message.from_agent_id.clone(),
+            request_id: message.id,
             deadline,
         })
     }
@@ -182,6 +190,7 @@ impl SwitchboardMcp {
             agent,
             goal,
             unanswered: Arc::new(Mutex::new(Vec::new())),
+            parts: Arc::default(),
             subscribed: Arc::new(std::sync::atomic::AtomicBool::new(false)),
             tool_router: Self::tool_router(),
         }
@@ -190,12 +199,39 @@ impl SwitchboardMcp {
     /// The most recent request shown, not answered, whose caller still waits (requests past
     /// their deadline are forgotten).
     fn last_unanswered(&self) -> Option<Uuid> {
+        self.last_request().map(|request| request.correlation_id)
+    }
+
+    /// [`Self::last_unanswered`], whole.
+    fn last_request(&self) -> Option<Unanswered> {
         let mut list = self.unanswered.lock().ok()?;
         list.retain(Unanswered::open);
-        list.last().map(|request| request.correlation_id)
+        list.last().cloned()
+    }
+
+    /// The number of the next part of the answer to `correlation_id` (1 for the first).
+    fn next_part(&self, correlation_id: Uuid) -> u32 {
+        let Ok(mut parts) = self.parts.lock() else {
+            return 1;
+        };
+        let next = parts.entry(correlation_id).or_insert(0);
+        *next += 1;
+        *next
+    }
+
+    /// Takes back the number [`Self::next_part`] gave to a part that was not taken.
+    fn part_not_sent(&self, correlation_id: Uuid) {
+        if let Ok(mut parts) = self.parts.lock()
+            && let Some(next) = parts.get_mut(&correlation_id)
+        {
+            *next = next.saturating_sub(1);
+        }
     }
 
     fn answered(&self, correlation_id: Uuid) {
+        if let Ok(mut parts) = self.parts.lock() {
+            parts.remove(&correlation_id);
+        }
         if let Ok(mut list) = self.unanswered.lock() {
             list.retain(|request| request.correlation_id != correlation_id);
         }

@@ -77,6 +77,10 @@ pub struct ReplyParams {
     #[serde(default)]
     #[schemars(with = "Option<String>")]
     pub correlation_id: Option<Uuid>,
+    /// true: this is part of your answer, sent now; the request stays open and you send more
+    /// (the last one without partial ends it). For long answers the asker can start on.
+    #[serde(default)]
+    pub partial: bool,
 }
 
 /// `create_task` parameters.

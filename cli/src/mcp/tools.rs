@@ -4,15 +4,20 @@
 
 use std::time::Duration;
 
+use futures::StreamExt;
 use rmcp::handler::server::wrapper::Parameters;
+use rmcp::model::ProgressNotificationParam;
 use rmcp::model::{CallToolResult, ContentBlock};
+use rmcp::service::{RequestContext, RoleServer};
 use rmcp::{tool, tool_router};
 use switchboard_client::proto::InboxMessage;
 use switchboard_client::proto::call::CallRequest;
 use switchboard_client::proto::inbox::FETCH_MAX;
 use switchboard_client::proto::send::SendRequest;
 use switchboard_client::proto::task::{CreateTask, TaskAction, TaskOp};
-use switchboard_client::{ClientError, TaskOutcome, render_peer_messages_block, serving};
+use switchboard_client::{
+    CallEvent, ClientError, TaskOutcome, render_peer_messages_block, serving,
+};
 
 use super::SwitchboardMcp;
 use super::params::{
@@ -114,25 +119,63 @@ impl SwitchboardMcp {
 
     #[tool(
         description = "Consult another agent and wait for its answer (a correlated call): \
-                       returns the answer text, or an error with kind timeout, cycle, \
-                       depth_exceeded, expired or unreachable. Use it when you need the answer \
-                       before you can go on; the other agent answers with reply_to_peer. A call \
-                       made while you answer another agent's call never outlives that call: \
-                       its timeout is cut to what is left (clamped: true says so)."
+                       returns the answer text (the whole of it when the agent answers in \
+                       parts; each part is reported as progress while you wait), or an error \
+                       with kind timeout, cycle, depth_exceeded, expired or unreachable. Use it \
+                       when you need the answer before you can go on; the other agent answers \
+                       with reply_to_peer. While you answer another agent's request you may ask \
+                       that agent a question back with this tool (it is part of its call, not \
+                       a cycle). A call made while you answer another agent's call never \
+                       outlives that call: its timeout is cut to what is left (clamped: true \
+                       says so)."
     )]
-    async fn talk_to_agent(&self, Parameters(params): Parameters<TalkParams>) -> CallToolResult {
-        let call = self.agent.call_with(CallRequest {
+    async fn talk_to_agent(
+        &self,
+        Parameters(params): Parameters<TalkParams>,
+        context: RequestContext<RoleServer>,
+    ) -> CallToolResult {
+        // A call made while a request to us is open continues that request's chain, so the
+        // correlator can refuse cycles (A asks B, B asks A) and over-deep chains; one to the
+        // agent that asked is a question back inside its call.
+        let serving_request = self.last_request();
+        let in_reply_to = serving_request
+            .as_ref()
+            .filter(|request| request.from.as_str() == params.to.trim())
+            .and_then(|request| request.request_id);
+        let request = CallRequest {
             to: Some(params.to),
             message: Some(params.message),
             timeout_ms: Some(params.timeout_ms.unwrap_or(30_000)),
             from_goal_id: Some(self.goal.id()),
             receipt: params.receipt,
+            in_reply_to,
             ..CallRequest::default()
-        });
-        // A call made while a request to us is open continues that request's chain, so the
-        // correlator can refuse cycles (A asks B, B asks A) and over-deep chains.
-        let result = match self.last_unanswered() {
-            Some(parent) => serving(parent, call).await,
+        };
+        let progress = context.meta.get_progress_token();
+        let call = async {
+            let mut events = Box::pin(self.agent.call_streamed(request).await?);
+            while let Some(event) = events.next().await {
+                match event? {
+                    CallEvent::Part(part) => {
+                        if let Some(token) = &progress {
+                            let note =
+                                ProgressNotificationParam::new(token.clone(), f64::from(part.part))
+                                    .with_message(part.body);
+                            if let Err(err) = context.peer.notify_progress(note).await {
+                                tracing::debug!(error = %err, "progress notification not sent");
+                            }
+                        }
+                    }
+                    CallEvent::Answer(answer) => return Ok(answer),
+                }
+            }
+            Err(ClientError::Request {
+                subject: switchboard_client::proto::subject::CALL_PREFIX.to_owned(),
+                message: "the call ended without an answer".to_owned(),
+            })
+        };
+        let result = match serving_request {
+            Some(parent) => serving(parent.correlation_id, call).await,
             None => call.await,
         };
         outcome(result)
@@ -141,7 +184,9 @@ impl SwitchboardMcp {
     #[tool(
         description = "Answer a peer that asked you something (a message with kind=\"request\" \
                        in check_inbox). No target needed: without correlation_id it answers the \
-                       most recent request you have not answered yet. Returns the service's \
+                       most recent request you have not answered yet. With partial=true it \
+                       sends part of a long answer now and keeps the request open; the next \
+                       reply_to_peer without partial ends it. Returns the service's \
                        acknowledgement, or an error (e.g. expired when the caller stopped \
                        waiting)."
     )]
@@ -162,6 +207,14 @@ impl SwitchboardMcp {
                 Err(err) => return failure(&err),
             },
         };
+        if params.partial {
+            let part = self.next_part(target);
+            let result = self.agent.reply_part(target, part, &params.message).await;
+            if result.is_err() {
+                self.part_not_sent(target);
+            }
+            return outcome(result);
+        }
         let result = self.agent.reply(target, &params.message).await;
         if result.is_ok()
             || matches!(&result, Err(err) if err.kind().is_some_and(|kind| kind.is_refusal()
