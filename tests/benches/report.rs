@@ -7,10 +7,12 @@
 //! 1. starts a nats-server (JetStream, file storage) and the five services as real processes
 //!    (the workspace's binaries, `target/<profile>/<service>`), so their memory can be read;
 //! 2. raw NATS request/reply (a plain echo subscriber) and raw JetStream publish-ack;
-//! 3. send_to_peer with 256 B and 16 KiB bodies to an agent with 1 and with 8 live goals,
-//!    beside the same `InboxMessage` published raw to each goal (acks awaited together);
+//! 3. send_to_peer with 256 B and 16 KiB bodies to an agent with 1 and with 8 live goals
+//!    (each read by a reader that keeps up), beside the same `InboxMessage` published raw to
+//!    each goal (acks awaited together); a send to a full goal nobody reads;
 //! 4. a call's round trip (`Agent::call`, the callee's runtime answering) beside raw
-//!    request/reply, then a blocking A2A `SendMessage` through the gateway beside the native
+//!    request/reply; a send with `receipt: "read"` beside one without ([`report_receipts`]);
+//!    a streamed call's first part beside the plain call ([`report_streaming`]); a blocking A2A `SendMessage` through the gateway beside the native
 //!    task round trip and the official Python SDK's server ([`report_a2a`]);
 //! 5. send_to_peer and list_peers with 20 registered agents, then with `BENCH_AGENTS`
 //!    (default 10,000);
@@ -31,6 +33,7 @@
 mod report_a2a;
 mod report_inbox;
 mod report_receipts;
+mod report_streaming;
 
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -362,11 +365,13 @@ async fn main() {
     );
     wait_until_audited(&js).await;
     report_receipts::receipt_rows(&mut report, &url, ops).await;
+    wait_until_audited(&js).await;
+    report_streaming::streaming_rows(&mut report, &url, ops, call).await;
 
     // send and list_peers with 20 registered agents, then with `agents_total`.
     // sender, two receivers, the full-goal row's two, callee, caller, the inbox rows' two, the
-    // receipt rows' two, and the next one
-    let registered = 12;
+    // receipt rows' two, the streamed-call rows' two, and the next one
+    let registered = 14;
     let lister = Arc::new(agent(&url, "bench-lister").await);
     register_fillers(&client, 0, 20 - registered).await;
     wait_until_audited(&js).await;
