@@ -190,11 +190,15 @@ async fn agents_on_different_nodes_keep_every_message_through_a_node_restart() {
     .await;
     assert!(outcome.is_ok(), "the call resolved");
     // ... and no call is left open: each was answered, expired or refused, once. (`unavailable`
-    // means retry, and a stream may still be electing its leader right after the restart.)
+    // and a timed-out request mean retry: a stream may still be electing its leader right after
+    // the restart, and a listing waits for it.)
     let mut pending = alice.pending_calls().await;
     for _ in 0..50 {
         match &pending {
-            Err(err) if err.kind() == Some(switchboard_proto::ErrorKind::Unavailable) => {
+            Err(err)
+                if err.kind() == Some(switchboard_proto::ErrorKind::Unavailable)
+                    || matches!(err, switchboard_client::ClientError::Timeout { .. }) =>
+            {
                 tokio::time::sleep(Duration::from_millis(200)).await;
                 pending = alice.pending_calls().await;
             }

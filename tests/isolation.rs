@@ -394,6 +394,47 @@ async fn every_attack_fails_under_the_generated_config() {
         .unwrap()
         .unwrap();
     assert_eq!(answer.ack().await.unwrap().body, "Isolation");
+    // A streamed answer: every part and the final answer come back through the import.
+    use futures::StreamExt;
+    let streamed = async {
+        let mut events = Box::pin(
+            alice
+                .call_streamed(switchboard_proto::call::CallRequest {
+                    to: Some("bob".into()),
+                    message: Some("in parts, please".into()),
+                    timeout_ms: Some(30_000),
+                    ..Default::default()
+                })
+                .await
+                .unwrap(),
+        );
+        let mut got = Vec::new();
+        while let Some(event) = events.next().await {
+            got.push(event.unwrap());
+        }
+        got
+    };
+    let answering = async {
+        let request = bob_goal
+            .recv(Duration::from_secs(10))
+            .await
+            .unwrap()
+            .unwrap();
+        let call = request.ack().await.unwrap().correlation_id.unwrap();
+        bob.reply_part(call, 1, "one, ").await.unwrap();
+        bob.reply_part(call, 2, "two, ").await.unwrap();
+        bob.reply(call, "three").await.unwrap();
+    };
+    let (got, ()) = tokio::time::timeout(Duration::from_secs(10), async {
+        tokio::join!(streamed, answering)
+    })
+    .await
+    .expect("parts and the answer pass the import at once, not after the call's timeout");
+    assert_eq!(got.len(), 3, "{got:?}");
+    let Some(switchboard_client::CallEvent::Answer(whole)) = got.last() else {
+        panic!("the answer last: {got:?}")
+    };
+    assert_eq!(whole.body, "one, two, three");
     let task = alice.give_task("bob", "check the sources").await.unwrap();
     let task_id = task.task.task_id;
     bob.accept_task(task_id).await.unwrap();

@@ -246,8 +246,29 @@ async fn nobody_learns_about_another_agents_message_and_bad_requests_are_refused
     let fabric = Fabric::start().await;
     let (alice, alice_goal) = fabric.agent_with_goal("alice").await;
     let (mallory, mallory_goal) = fabric.agent_with_goal("mallory").await;
-    let (_bob, _bob_goal) = fabric.agent_with_goal("bob").await;
+    let (_bob, bob_goal) = fabric.agent_with_goal("bob").await;
     let id = send_receipted(&alice, &alice_goal, "bob", "private", ReceiptLevel::Read).await;
+
+    // A goal closed since the send gets no receipt (its id may belong to someone else now).
+    let gone = alice.open_goal().await.unwrap();
+    let gone_id = gone.id();
+    let late = send_receipted(&alice, &gone, "bob", "then I left", ReceiptLevel::Read).await;
+    gone.close().await.unwrap();
+    let fetched = bob_goal.fetch(8, Duration::ZERO, None).await.unwrap();
+    assert!(fetched.messages.iter().any(|m| m.message.id == Some(late)));
+    reaches(&alice, late, ReceiptState::Delivered).await;
+    let js = async_nats::jetstream::new(alice.nats().clone());
+    let inbox = js
+        .get_stream(switchboard_proto::INBOX_STREAM)
+        .await
+        .unwrap();
+    assert!(
+        inbox
+            .get_last_raw_message_by_subject(&subject::inbox(&gone_id))
+            .await
+            .is_err(),
+        "nothing was written into the closed goal"
+    );
 
     // Another agent's message and an unknown one are answered alike.
     for asked in [id, switchboard_proto::new_id()] {

@@ -67,6 +67,8 @@ async fn parts_arrive_in_order_and_the_final_answer_ends_the_call() {
     assert!(bob.reply_part(call, 1, "again").await.unwrap().duplicate);
     let skipped = bob.reply_part(call, 3, "too soon").await.unwrap_err();
     assert_eq!(skipped.kind(), Some(ErrorKind::BadRequest), "{skipped}");
+    let zero = bob.reply_part(call, 0, "nothing").await.unwrap_err();
+    assert_eq!(zero.kind(), Some(ErrorKind::BadRequest), "{zero}");
     let intruder = mallory.reply_part(call, 2, "the end").await.unwrap_err();
     assert_eq!(intruder.kind(), Some(ErrorKind::NotCallee), "{intruder}");
     bob.reply_part(call, 2, "a fabric carried ").await.unwrap();
@@ -88,9 +90,11 @@ async fn parts_arrive_in_order_and_the_final_answer_ends_the_call() {
         "Once upon a time, a fabric carried every word."
     );
     assert_eq!(answer.streamed, 2);
-    // The final reply ended the call: no more parts.
+    // The final reply ended the call: no more parts (a retry of one taken is still a
+    // duplicate).
     let late = bob.reply_part(call, 3, "epilogue").await.unwrap_err();
     assert_eq!(late.kind(), Some(ErrorKind::Conflict), "{late}");
+    assert!(bob.reply_part(call, 2, "again").await.unwrap().duplicate);
 
     // A caller that did not ask for the stream gets one answer with everything joined.
     let plain = {
@@ -155,6 +159,30 @@ async fn a_parked_caller_and_a_caller_that_lost_its_connection_see_every_part() 
     );
     assert_eq!(responses[0].metadata["partial"], json!(true));
     assert_eq!(responses[2].metadata["streamed"], json!(2));
+
+    // A callee cannot flood a parked caller's goal with parts: 16 reach it, the rest stay on
+    // the record, and the final response joins all 40.
+    let parked = alice
+        .call_parked("bob", "forty words", Duration::from_secs(20))
+        .await
+        .unwrap();
+    let call = next_request(&bob_goal).await.correlation_id.unwrap();
+    assert_eq!(call, parked.correlation_id);
+    for part in 1..=40 {
+        bob.reply_part(call, part, "w ").await.unwrap();
+    }
+    bob.reply(call, "end").await.unwrap();
+    let taken = alice_goal.drain().await.unwrap();
+    let parts = taken
+        .iter()
+        .filter(|m| m.correlation_id == Some(call) && m.metadata.contains_key("part"))
+        .count();
+    assert_eq!(parts, 16);
+    let last = taken
+        .iter()
+        .rfind(|m| m.correlation_id == Some(call))
+        .unwrap();
+    assert_eq!(last.body, format!("{}end", "w ".repeat(40)));
 
     // A waiting caller whose connection went away after part 1 reads back the rest.
     let nats = alice.nats();

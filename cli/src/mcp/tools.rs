@@ -210,7 +210,11 @@ impl SwitchboardMcp {
         if params.partial {
             let part = self.next_part(target);
             let result = self.agent.reply_part(target, part, &params.message).await;
-            if result.is_err() {
+            // Only a part refused outright gives its number back; one that may have been
+            // taken (a timeout) keeps it, so the next part cannot be mistaken for its retry.
+            if matches!(&result, Err(err) if err.kind().is_some_and(|kind| kind.is_refusal()
+                || kind == switchboard_client::proto::ErrorKind::BadRequest))
+            {
                 self.part_not_sent(target);
             }
             return outcome(result);

@@ -100,6 +100,7 @@ pub async fn start_with(
     let receipts = Receipts::new(
         js.clone(),
         resources::ensure_bucket(&js, resources::receipts_bucket(&runtime.jetstream)).await?,
+        cursors.clone(),
     );
     // Subscribed before the endpoints, so no store notice is missed by a fetch held later.
     let notices =

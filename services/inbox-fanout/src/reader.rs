@@ -245,6 +245,11 @@ impl Reader {
                 None => self.owned(caller, &goal).await?,
             };
             let mut changed = false;
+            // Every re-read from the leader comes before any change to the record, so none is
+            // lost with the record it replaces.
+            if request.after.is_some_and(|after| after > record.handed) {
+                (record, revision) = self.owned_from_leader(caller, &goal).await?;
+            }
             if let Some(through) = request.ack_through {
                 if through > record.handed {
                     (record, revision) = self.owned_from_leader(caller, &goal).await?;
@@ -273,9 +278,6 @@ impl Reader {
             // Reading past messages still being handled (`after`): only what was handed out.
             let from = match request.after {
                 Some(after) if after > record.cursor => {
-                    if after > record.handed {
-                        (record, revision) = self.owned_from_leader(caller, &goal).await?;
-                    }
                     if after > record.handed {
                         return Err(FanoutError::BadRead(format!(
                             "after is {after}, but goal {goal} was handed messages only through {}",

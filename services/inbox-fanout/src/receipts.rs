@@ -9,13 +9,18 @@
 //! - each receipt is stored once per (message, goal, state) whatever the retries, and a state
 //!   never moves back;
 //! - a receipt is never itself receipted, and a full sender goal makes room for it like for
-//!   any message (its removal tells nobody).
+//!   any message (its removal tells nobody);
+//! - a receipt goes only to a goal its sender still owns: one closed since the send (whose id
+//!   someone else may have opened since) is told nothing.
 
 use async_nats::jetstream::{self, kv};
 use futures::future::join_all;
+use std::collections::HashMap;
 use switchboard_proto::receipt::{
     PendingRead, ReceiptLevel, ReceiptState, SendStatusReply, SendStatusRequest,
 };
+
+use switchboard_proto::inbox::{CursorRecord, cursor_key};
 use switchboard_proto::{AgentId, GoalId};
 use switchboard_runtime::receipts;
 use uuid::Uuid;
@@ -27,12 +32,29 @@ use crate::error::FanoutError;
 pub struct Receipts {
     js: jetstream::Context,
     kv: kv::Store,
+    /// `agent_cursors`: whether a sender still owns the goal its receipts go to.
+    cursors: kv::Store,
 }
 
 impl Receipts {
-    /// Receipts written through `js` into the `agent_receipts` bucket `kv`.
-    pub fn new(js: jetstream::Context, kv: kv::Store) -> Self {
-        Self { js, kv }
+    /// Receipts written through `js` into the `agent_receipts` bucket `kv`, told only to goals
+    /// their senders still own (by their cursors in `cursors`).
+    pub fn new(js: jetstream::Context, kv: kv::Store, cursors: kv::Store) -> Self {
+        Self { js, kv, cursors }
+    }
+
+    /// Whether `agent` still owns `goal`: a goal closed since the send (and perhaps opened
+    /// again by someone else under the same id) gets no receipt.
+    async fn still_owns(&self, agent: &AgentId, goal: &GoalId) -> bool {
+        match self.cursors.get(cursor_key(goal)).await {
+            Ok(Some(value)) => serde_json::from_slice::<CursorRecord>(&value)
+                .is_ok_and(|record| record.agent_id == *agent),
+            Ok(None) => false,
+            Err(err) => {
+                tracing::warn!(goal_id = %goal, error = %err, "receipt not sent: the sender's goal could not be checked");
+                false
+            }
+        }
     }
 
     /// Records message `id` from `sender` as stored in each of `goals` (receiving agent, goal).
@@ -77,15 +99,26 @@ impl Receipts {
             .await;
         });
         // A sender that asked only for `delivered` is not told of the read (its record still
-        // says so).
-        join_all(
-            owed.iter()
-                .filter(|pending| {
-                    state != ReceiptState::Read || pending.level == ReceiptLevel::Read
-                })
-                .map(|pending| receipts::tell(&self.js, reader, goal, pending, state)),
-        )
-        .await;
+        // says so), and one that no longer owns the goal it sent from is told nothing.
+        let mut owned: HashMap<GoalId, bool> = HashMap::new();
+        let mut told = Vec::new();
+        for pending in owed {
+            if state == ReceiptState::Read && pending.level != ReceiptLevel::Read {
+                continue;
+            }
+            let owns = match owned.get(&pending.to_goal) {
+                Some(owns) => *owns,
+                None => {
+                    let owns = self.still_owns(&pending.to_agent, &pending.to_goal).await;
+                    owned.insert(pending.to_goal, owns);
+                    owns
+                }
+            };
+            if owns {
+                told.push(receipts::tell(&self.js, reader, goal, pending, state));
+            }
+        }
+        join_all(told).await;
     }
 
     /// `agent.send.status.<caller>`: every receiving goal's state of a message `caller` sent

@@ -9,9 +9,7 @@ use switchboard_proto::call::{
     AnswerRoute, CallAnswer, CallEventKind, CallState, PendingCall, ReplyAck, ReplyRequest,
 };
 use switchboard_proto::send::{SendRequest, check_content_fits, check_gates};
-use switchboard_proto::{
-    AgentId, GoalId, InboxMessage, MAX_BODY_BYTES, MessageKind, new_id, subject, timestamp,
-};
+use switchboard_proto::{AgentId, GoalId, InboxMessage, MessageKind, new_id, subject, timestamp};
 
 use crate::correlator::{Correlator, HANDOVER_TIMEOUT};
 use crate::error::CorrelatorError;
@@ -129,10 +127,17 @@ impl Correlator {
                     }
                 }
                 (CallState::Open, _) => {
-                    if call.streamed_text().len() + body.len() > MAX_BODY_BYTES {
-                        return Err(CorrelatorError::StreamTooLong(format!(
-                            "the streamed answer with this final reply would be over                              {MAX_BODY_BYTES} bytes (64 KiB): send a shorter final reply"
-                        )));
+                    // The whole answer (every part, then this reply) must fit a message: it
+                    // may be written into an inbox.
+                    if !call.streamed.is_empty() {
+                        let joined = call.streamed_text() + body;
+                        check_content_fits(
+                            "the streamed answer with this final reply",
+                            &joined,
+                            &request.parts,
+                            &[],
+                        )
+                        .map_err(CorrelatorError::Gate)?;
                     }
                     // Claim it; the winner delivers, exactly once (and takes the call out of
                     // the open-call index meanwhile).

@@ -416,8 +416,6 @@ impl Correlator {
             if !opened_stored {
                 (&mut opened).await;
             }
-            // Every part goes to the caller before the final answer.
-            forward.complete(&self.store, call, answer.streamed).await;
             match taken {
                 Taken::Here(taken) => {
                     let _ = taken.send(());
@@ -430,6 +428,9 @@ impl Correlator {
                 }
                 Taken::Nats(None) => {}
             }
+            // Taken first (the answering replica waits only so long before it falls back to
+            // the inbox), then every part goes to the caller before the final answer.
+            forward.complete(&self.store, call, answer.streamed).await;
             return Ok(CallOutcome::Answered(answer));
         }
         if !opened_stored {

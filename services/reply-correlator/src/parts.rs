@@ -47,6 +47,20 @@ fn to_wire(call: &PendingCall, part: &StreamedPart) -> CallPart {
     }
 }
 
+/// A part's size as the call record stores it.
+fn encoded_len(part: &StreamedPart) -> usize {
+    serde_json::to_vec(part).map_or(usize::MAX, |bytes| bytes.len())
+}
+
+/// What the parts taken so far weigh, encoded.
+pub(crate) fn streamed_bytes(parts: &[StreamedPart]) -> usize {
+    parts.iter().map(encoded_len).fold(0, usize::saturating_add)
+}
+
+/// Parts a parked caller gets in its goal's inbox; later ones are on the record only
+/// (`agent.calls.parts`), and the final response carries the whole answer.
+const PARKED_PARTS_IN_INBOX: u32 = 16;
+
 /// Where a call's answers go: straight to a waiting caller, or into the caller goal's inbox.
 fn route(call: &PendingCall) -> AnswerRoute {
     if call.wait {
@@ -81,6 +95,27 @@ impl Correlator {
                 correlation_id,
                 deadline: call.deadline,
             };
+            let taken = u32::try_from(call.streamed.len()).unwrap_or(u32::MAX);
+            let next = taken.saturating_add(1);
+            match request.part {
+                // A retry of a part already taken is a duplicate, also after the final reply.
+                Some(part) if part >= 1 && part <= taken => {
+                    return Ok(ReplyAck {
+                        correlation_id,
+                        delivered: route(call),
+                        duplicate: true,
+                        part: Some(part),
+                    });
+                }
+                Some(part) if part == 0 || part > next => {
+                    return Err(CorrelatorError::PartOutOfOrder {
+                        correlation_id,
+                        got: part,
+                        next,
+                    });
+                }
+                _ => {}
+            }
             match call.state {
                 CallState::Answered => {
                     return Err(CorrelatorError::AnsweredAlready(correlation_id));
@@ -94,38 +129,10 @@ impl Correlator {
                 }
                 CallState::Open => {}
             }
-            let next = u32::try_from(call.streamed.len())
-                .unwrap_or(u32::MAX)
-                .saturating_add(1);
-            match request.part {
-                Some(part) if part < next => {
-                    return Ok(ReplyAck {
-                        correlation_id,
-                        delivered: route(call),
-                        duplicate: true,
-                        part: Some(part),
-                    });
-                }
-                Some(part) if part > next => {
-                    return Err(CorrelatorError::PartOutOfOrder {
-                        correlation_id,
-                        got: part,
-                        next,
-                    });
-                }
-                _ => {}
-            }
             if next > CALL_PARTS_MAX {
                 return Err(CorrelatorError::StreamTooLong(format!(
                     "call {correlation_id} took {CALL_PARTS_MAX} parts, its most: end it with a \
                      final reply"
-                )));
-            }
-            let total = call.streamed_text().len() + body.len();
-            if total > MAX_BODY_BYTES {
-                return Err(CorrelatorError::StreamTooLong(format!(
-                    "the streamed answer would be {total} bytes; the whole answer may be at most \
-                     {MAX_BODY_BYTES} bytes (64 KiB)"
                 )));
             }
             let taken = StreamedPart {
@@ -134,6 +141,15 @@ impl Correlator {
                 parts: request.parts.clone(),
                 at: timestamp::now(),
             };
+            // Counted as stored (text escaped, structured parts included), so the record and
+            // the final answer stay within what a message may carry.
+            let total = streamed_bytes(&call.streamed).saturating_add(encoded_len(&taken));
+            if total > MAX_BODY_BYTES {
+                return Err(CorrelatorError::StreamTooLong(format!(
+                    "the streamed answer would be {total} bytes encoded; the whole answer may be \
+                     at most {MAX_BODY_BYTES} bytes (64 KiB)"
+                )));
+            }
             let mut updated = call.clone();
             updated.streamed.push(taken.clone());
             if self.store.replace(&stored, updated).await?.is_none() {
@@ -172,6 +188,9 @@ impl Correlator {
             }
             return Ok(AnswerRoute::Caller);
         }
+        if part.part > PARKED_PARTS_IN_INBOX {
+            return Ok(AnswerRoute::Inbox);
+        }
         let mut message = InboxMessage::new(
             call.callee.clone(),
             GoalId::new(),
@@ -187,8 +206,27 @@ impl Correlator {
         metadata.insert("part".to_owned(), Value::from(part.part));
         metadata.insert("partial".to_owned(), Value::Bool(true));
         message.metadata = metadata;
-        self.to_caller_inbox(call, &message, &format!("part{}", part.part))
-            .await?;
+        // Never at the cost of another message: a part that finds the caller's goal full is
+        // left on the record (the final response joins it anyway).
+        let payload = serde_json::to_vec(&message)
+            .map_err(|err| CorrelatorError::EncodeAnswer(err.to_string()))?;
+        let msg_id = format!(
+            "part{}:{}:{}",
+            part.part, call.correlation_id, call.caller_goal
+        );
+        let mut headers = switchboard_runtime::telemetry::traced_headers();
+        headers.insert(switchboard_proto::HEADER_MSG_ID, msg_id.as_str());
+        let stored = match self
+            .js
+            .publish_with_headers(subject::inbox(&call.caller_goal), headers, payload.into())
+            .await
+        {
+            Ok(ack) => ack.await.map(|_| ()).map_err(|err| err.to_string()),
+            Err(err) => Err(err.to_string()),
+        };
+        if let Err(err) = stored {
+            tracing::info!(correlation_id = %call.correlation_id, part = part.part, error = %err, "call part not put in the caller's inbox; it is on the call record");
+        }
         Ok(AnswerRoute::Inbox)
     }
 
@@ -248,7 +286,11 @@ impl PartForwarder {
 
     /// Takes a part that arrived; forwards it and any held behind it.
     pub(crate) async fn take(&mut self, part: CallPart) {
-        if self.reply.is_none() || part.part < self.next {
+        if self.reply.is_none()
+            || part.part < self.next
+            || part.part > CALL_PARTS_MAX
+            || self.early.len() >= CALL_PARTS_MAX as usize
+        {
             return;
         }
         self.early.insert(part.part, part);
@@ -263,11 +305,10 @@ impl PartForwarder {
         }
         match store.find(&call.correlation_id).await {
             Ok(Some(stored)) => {
+                // The record's copy is the one the callee was told was taken.
                 for part in &stored.call.streamed {
                     if part.part >= self.next {
-                        self.early
-                            .entry(part.part)
-                            .or_insert_with(|| to_wire(&stored.call, part));
+                        self.early.insert(part.part, to_wire(&stored.call, part));
                     }
                 }
             }

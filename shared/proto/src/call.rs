@@ -386,14 +386,18 @@ pub fn clamp_timeout(requested_ms: Option<u64>, default_ms: u64, max_ms: u64) ->
     requested_ms.unwrap_or(default_ms).min(max_ms).max(1)
 }
 
-/// Whether a call to `callee` made while serving `parent` asks back: it goes to the parent's
-/// caller and is `in_reply_to` the parent's request (the message the callee is answering).
+/// Whether a call to `callee` made while serving `parent` asks back: the parent is still open,
+/// and the call goes to its caller `in_reply_to` its request (the message being answered).
 pub fn asks_back(
     parent: Option<&PendingCall>,
     callee: &AgentId,
     in_reply_to: Option<Uuid>,
 ) -> bool {
-    parent.is_some_and(|parent| parent.caller == *callee && in_reply_to == Some(parent.request_id))
+    parent.is_some_and(|parent| {
+        parent.state == CallState::Open
+            && parent.caller == *callee
+            && in_reply_to == Some(parent.request_id)
+    })
 }
 
 /// Derives a new call's chain from the call being served (if any) and checks the cycle and

@@ -48,8 +48,9 @@ impl ReceiptState {
     }
 }
 
-/// `metadata.switchboard` of a receipt message, so a reader can tell the service's receipts
-/// from anything an agent wrote.
+/// `metadata.switchboard` of a receipt message. Informational: what makes a receipt genuine is
+/// its `kind`, which only the inbox service writes (an agent's send of `kind: receipt` is
+/// refused).
 pub const RECEIPT_MARK: &str = "receipt";
 
 /// Most receiving goals one receipt record follows: a broadcast past it keeps the first ones.
@@ -57,6 +58,9 @@ pub const RECEIPT_GOALS_MAX: usize = 256;
 
 /// How long a receipt record is kept (KV `agent_receipts` max age), seconds: 7 days.
 pub const RECEIPT_RECORD_TTL_SECS: u64 = 7 * 24 * 3600;
+
+/// Most bytes KV `agent_receipts` holds (256 MiB).
+pub const RECEIPTS_MAX_BYTES: i64 = 256 * 1024 * 1024;
 
 /// One receiving goal's state, in a receipt record and a status reply.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -381,7 +381,8 @@ pub struct AgentEndpoint {
     pub prefix: String,
     /// Whether the subject ends with the caller's id (every request but the audit queries).
     pub by_caller: bool,
-    /// Whether the service may answer more than once (audit export chunks).
+    /// Whether the service may answer more than once (audit export chunks, a streamed call's
+    /// parts).
     pub streamed: bool,
     /// How long the service may take to answer, in ms: the longest a request may be held
     /// (a waiting call's maximum timeout, a long-poll fetch), plus a margin.
@@ -437,10 +438,14 @@ pub fn agent_endpoints() -> Vec<AgentEndpoint> {
         SEND_STATUS_PREFIX,
         ANSWER_WITHIN_MS,
     ));
-    all.push(AgentEndpoint::by_caller(
-        CALL_PREFIX,
-        crate::names::CALL_TIMEOUT_MAX_MS + ANSWER_WITHIN_MS,
-    ));
+    // A call may answer several times: a streamed answer's parts, then the answer.
+    all.push(AgentEndpoint {
+        streamed: true,
+        ..AgentEndpoint::by_caller(
+            CALL_PREFIX,
+            crate::names::CALL_TIMEOUT_MAX_MS + ANSWER_WITHIN_MS,
+        )
+    });
     all.push(AgentEndpoint::by_caller(REPLY_PREFIX, ANSWER_WITHIN_MS));
     all.push(AgentEndpoint::by_caller(
         CALLS_PENDING_PREFIX,

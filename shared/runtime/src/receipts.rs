@@ -160,8 +160,8 @@ pub async fn status(
 
 /// The receipt for `pending` (a message `reader` was handed in `goal`), now in `state`: a
 /// `kind: receipt` message to the sender's goal, `in_reply_to` the message, with `goal_id`,
-/// `state` and `at` in its metadata. Stored once per (message, goal, state) whatever the
-/// retries (`Nats-Msg-Id`), and never itself receipted.
+/// `state` and `at` in its metadata. Stored once per (copy, state) whatever the retries
+/// (`Nats-Msg-Id: receipt:<sequence>:<state>`), and never itself receipted.
 pub async fn tell(
     js: &jetstream::Context,
     reader: &AgentId,
@@ -197,7 +197,9 @@ pub async fn tell(
     let Ok(payload) = serde_json::to_vec(&receipt) else {
         return;
     };
-    let msg_id = format!("receipt:{}:{goal}:{}", pending.id, state.as_str());
+    // Keyed on the copy's stream sequence, not the message id a sender may choose: another
+    // sender reusing an id cannot make this receipt a duplicate of its own.
+    let msg_id = format!("receipt:{}:{}", pending.seq, state.as_str());
     if let Err(err) = publish_durable(
         js,
         &subject::inbox(&pending.to_goal),

@@ -216,12 +216,16 @@ pub fn cursors_bucket(config: &JetStreamConfig) -> kv::Config {
 }
 
 /// `agent_receipts`: one [`ReceiptRecord`](switchboard_proto::receipt::ReceiptRecord) per
-/// message sent with `receipt`, key = message id, moved by compare-and-set; kept 7 days.
+/// message sent with `receipt`, key = message id, moved by compare-and-set; kept 7 days and
+/// at most [`RECEIPTS_MAX_BYTES`](switchboard_proto::receipt::RECEIPTS_MAX_BYTES) (a sender
+/// cannot grow it without bound: once full, new records are refused, logged, until old ones
+/// age out).
 pub fn receipts_bucket(config: &JetStreamConfig) -> kv::Config {
     kv::Config {
         bucket: switchboard_proto::RECEIPTS_BUCKET.to_owned(),
         description: "Switchboard message receipts".to_owned(),
         history: 1,
+        max_bytes: switchboard_proto::receipt::RECEIPTS_MAX_BYTES,
         max_age: Duration::from_secs(switchboard_proto::receipt::RECEIPT_RECORD_TTL_SECS),
         num_replicas: config.replicas,
         storage: stream::StorageType::File,
