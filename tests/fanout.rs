@@ -710,3 +710,52 @@ async fn restarting_the_fanout_mid_stream_loses_no_acknowledged_message() {
     );
     replacement.stop().await;
 }
+
+/// A durable consumer someone made on `AGENT_INBOX` for one goal (an operator's tool, a test
+/// harness) holds back only that goal's purges: another goal whose reader keeps up still has
+/// its read messages purged, not removed one by one as if unread.
+#[tokio::test]
+async fn a_consumer_of_one_goal_does_not_hold_back_another_goals_purge() {
+    use async_nats::jetstream::consumer;
+    let fabric = Fabric::start().await;
+    let (sender, _sender_goal) = fabric.agent_with_goal("sender").await;
+    let (_reader, goal) = fabric.agent_with_goal("reader").await;
+    let js = async_nats::jetstream::new(fabric.nats.client().await);
+    let inbox = js
+        .get_stream(switchboard_proto::INBOX_STREAM)
+        .await
+        .unwrap();
+    inbox
+        .create_consumer(consumer::pull::Config {
+            durable_name: Some("someone-elses-tool".into()),
+            filter_subject: subject::inbox(&switchboard_proto::GoalId::new()),
+            ack_policy: consumer::AckPolicy::Explicit,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let cap = switchboard_proto::INBOX_CAP_PER_GOAL.unsigned_abs() as usize;
+    for n in 0..cap {
+        sender
+            .send_to_peer("reader", &format!("m{n}"))
+            .await
+            .unwrap();
+    }
+    let page = goal.fetch(64, Duration::ZERO, None).await.unwrap();
+    assert_eq!(page.messages.len(), cap);
+    goal.ack_through(page.messages.last().unwrap().seq)
+        .await
+        .unwrap();
+    // The goal is full of read messages: the next send purges them all at once.
+    sender.send_to_peer("reader", "one more").await.unwrap();
+    use futures::StreamExt;
+    let stored = inbox
+        .info_with_subjects(goal.subject())
+        .await
+        .unwrap()
+        .next()
+        .await
+        .map(|entry| entry.unwrap().1)
+        .unwrap_or(0);
+    assert_eq!(stored, 1, "the read messages were purged, not kept");
+}

@@ -65,7 +65,7 @@ pub async fn make_room(
     if !evict {
         // Read, and seen by every consumer of the stream (the audit's): a message the audit
         // has not recorded yet is never purged.
-        let through = cursor.min(consumers_floor(&stream).await?);
+        let through = cursor.min(consumers_floor(&stream, inbox_subject).await?);
         if through == 0 {
             return Ok(Room::Purged(0));
         }
@@ -136,9 +136,14 @@ pub async fn make_room(
     Ok(Room::Evicted)
 }
 
-/// The lowest sequence every durable consumer of the inbox stream has acknowledged through
-/// (`u64::MAX` when it has none).
-async fn consumers_floor(stream: &jetstream::stream::Stream<()>) -> Result<u64, String> {
+/// The lowest sequence every durable consumer of the inbox stream that reads `inbox_subject`
+/// has acknowledged through (`u64::MAX` when none does). A consumer filtered to other
+/// subjects never reads this goal's messages: its floor would hold this goal's purge back
+/// forever (one filtered to a single goal would stop every other goal's purges).
+async fn consumers_floor(
+    stream: &jetstream::stream::Stream<()>,
+    inbox_subject: &str,
+) -> Result<u64, String> {
     use futures::TryStreamExt;
     let consumers: Vec<_> = stream
         .consumers()
@@ -147,9 +152,34 @@ async fn consumers_floor(stream: &jetstream::stream::Stream<()>) -> Result<u64, 
         .map_err(|err| err.to_string())?;
     Ok(consumers
         .iter()
+        .filter(|info| reads(&info.config, inbox_subject))
         .map(|info| info.ack_floor.stream_sequence)
         .min()
         .unwrap_or(u64::MAX))
+}
+
+/// Whether a consumer with `config` is delivered messages on `subject`.
+fn reads(config: &jetstream::consumer::Config, subject: &str) -> bool {
+    let filters: Vec<&str> = std::iter::once(config.filter_subject.as_str())
+        .filter(|filter| !filter.is_empty())
+        .chain(config.filter_subjects.iter().map(String::as_str))
+        .collect();
+    filters.is_empty() || filters.iter().any(|filter| matches(filter, subject))
+}
+
+/// NATS subject matching: `*` is one token, `>` the rest (one token or more).
+fn matches(filter: &str, subject: &str) -> bool {
+    let mut wanted = filter.split('.');
+    let mut got = subject.split('.');
+    loop {
+        match (wanted.next(), got.next()) {
+            (Some(">"), Some(_)) => return true,
+            (Some("*"), Some(_)) => {}
+            (Some(token), Some(actual)) if token == actual => {}
+            (None, None) => return true,
+            _ => return false,
+        }
+    }
 }
 
 /// Counts message `seq` as removed unread on `goal`'s cursor when the owner had not read it;
@@ -277,6 +307,35 @@ async fn notify_sender(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_consumers_that_read_the_goal_hold_its_purge_back() {
+        let goal = "agent.inbox.0193a1b2-0000-7000-8000-000000000001";
+        for filter in ["", "agent.inbox.>", "agent.inbox.*", ">", goal] {
+            let config = jetstream::consumer::Config {
+                filter_subject: filter.to_owned(),
+                ..Default::default()
+            };
+            assert!(reads(&config, goal), "{filter:?}");
+        }
+        for filter in [
+            "agent.inbox.0193a1b2-0000-7000-8000-000000000002",
+            "agent.events.>",
+            "agent.inbox",
+            "agent.inbox.*.x",
+        ] {
+            let config = jetstream::consumer::Config {
+                filter_subject: filter.to_owned(),
+                ..Default::default()
+            };
+            assert!(!reads(&config, goal), "{filter:?}");
+        }
+        let several = jetstream::consumer::Config {
+            filter_subjects: vec!["agent.events.>".to_owned(), goal.to_owned()],
+            ..Default::default()
+        };
+        assert!(reads(&several, goal));
+    }
 
     #[test]
     fn only_goal_inboxes_have_a_goal() {
