@@ -201,6 +201,15 @@ pub async fn reading_rows(
         0.5,
         true,
     );
+    // Gone with the rows it measured: a durable consumer of the inbox stream is one more floor
+    // the services' purges consider.
+    drop(raw_reader);
+    js.get_stream(INBOX_STREAM)
+        .await
+        .unwrap()
+        .delete_consumer("bench-backlog-raw")
+        .await
+        .unwrap();
 }
 
 /// Registers `agents` filler agents `goal-filler-<n>` (64 requests in flight).
