@@ -361,15 +361,21 @@ impl Agent {
         correlation_id: Uuid,
         message: &str,
     ) -> Result<ReplyAck, ClientError> {
-        let body = ReplyRequest {
+        self.send_reply(&ReplyRequest {
             correlation_id: Some(correlation_id),
             message: Some(message.to_owned()),
             ..ReplyRequest::default()
-        };
+        })
+        .await
+    }
+
+    /// Sends a reply (whole or partial), retried and hedged: both are taken once however
+    /// many copies arrive.
+    async fn send_reply(&self, body: &ReplyRequest) -> Result<ReplyAck, ClientError> {
         request_json_retrying(
             &self.nats,
             &subject::reply(self.id()),
-            &body,
+            body,
             self.options.request_timeout,
             self.options.send_retries,
         )
@@ -386,22 +392,14 @@ impl Agent {
         part: u32,
         message: &str,
     ) -> Result<ReplyAck, ClientError> {
-        let body = ReplyRequest {
+        self.send_reply(&ReplyRequest {
             correlation_id: Some(correlation_id),
             message: Some(message.to_owned()),
             partial: true,
             part: Some(part),
             ..ReplyRequest::default()
-        };
-        request_json_retrying(
-            &self.nats,
-            &subject::reply(self.id()),
-            &body,
-            self.options.request_timeout,
-            self.options.send_retries,
-        )
+        })
         .await
-        .map_err(ClientError::from)
     }
 
     /// Where a message this agent sent with `receipt` is, per receiving goal (`stored`,
