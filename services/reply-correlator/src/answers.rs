@@ -3,15 +3,13 @@
 //! reply goes to [`crate::parts`] instead. The final answer joins the text of every part sent
 //! before it.
 
-use std::sync::PoisonError;
-
 use switchboard_proto::call::{
     AnswerRoute, CallAnswer, CallEventKind, CallState, PendingCall, ReplyAck, ReplyRequest,
 };
 use switchboard_proto::send::{SendRequest, check_content_fits, check_gates};
 use switchboard_proto::{AgentId, GoalId, InboxMessage, MessageKind, new_id, subject, timestamp};
 
-use crate::correlator::{Correlator, HANDOVER_TIMEOUT};
+use crate::correlator::{Correlator, HANDOVER_TIMEOUT, check_callee, expired};
 use crate::error::CorrelatorError;
 
 /// Compare-and-set retries on one call.
@@ -48,12 +46,7 @@ impl Correlator {
         }
         // A call this replica holds is claimed on the revision it stored first (no read); if
         // it changed since, the claim fails and the call is read as usual.
-        let mut held = self
-            .waiting
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(&correlation_id)
-            .map(|held| held.stored.clone());
+        let mut held = self.held_record(&correlation_id);
         for _ in 0..CAS_ATTEMPTS {
             let found = match held.take() {
                 Some(stored) => Some(stored),
@@ -63,20 +56,11 @@ impl Correlator {
                 return Err(CorrelatorError::UnknownCall(correlation_id));
             };
             let call = &stored.call;
-            if call.callee != *callee {
-                return Err(CorrelatorError::NotCallee {
-                    callee: call.callee.clone(),
-                    correlation_id,
-                });
-            }
-            let expired = || CorrelatorError::Expired {
-                correlation_id,
-                deadline: call.deadline,
-            };
+            check_callee(call, callee)?;
             match (call.state, call.answered_via) {
                 (CallState::Expired, _) => {
                     self.emit(CallEventKind::LateAnswer, call, Some(body)).await;
-                    return Err(expired());
+                    return Err(expired(call));
                 }
                 (CallState::Answered, Some(via)) => {
                     return Ok(ReplyAck {
@@ -123,7 +107,7 @@ impl Correlator {
                 (CallState::Open, _) if call.deadline <= timestamp::now() => {
                     if self.store.end(&stored, CallState::Expired).await?.is_some() {
                         self.on_expired(call).await;
-                        return Err(expired());
+                        return Err(expired(call));
                     }
                 }
                 (CallState::Open, _) => {

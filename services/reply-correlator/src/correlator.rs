@@ -10,7 +10,7 @@ use std::time::Duration;
 use async_nats::Client;
 use async_nats::jetstream;
 use switchboard_proto::call::{CallAnswer, CallEvent, CallEventKind, PendingCall};
-use switchboard_proto::{InboxMessage, new_id, subject, timestamp};
+use switchboard_proto::{AgentId, InboxMessage, new_id, subject, timestamp};
 use switchboard_runtime::publish::{publish_event, publish_json};
 use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
@@ -145,5 +145,50 @@ impl Correlator {
         .await
         .map(|_| ())
         .map_err(|err| CorrelatorError::PublishToInbox(err.to_string()))
+    }
+}
+
+/// Refuses an answer or a part of one to `call` from anyone but its callee (`not_callee`).
+pub(crate) fn check_callee(call: &PendingCall, callee: &AgentId) -> Result<(), CorrelatorError> {
+    if call.callee == *callee {
+        Ok(())
+    } else {
+        Err(CorrelatorError::NotCallee {
+            callee: call.callee.clone(),
+            correlation_id: call.correlation_id,
+        })
+    }
+}
+
+/// The refusal of an answer to `call` after its deadline (`expired`).
+pub(crate) fn expired(call: &PendingCall) -> CorrelatorError {
+    CorrelatorError::Expired {
+        correlation_id: call.correlation_id,
+        deadline: call.deadline,
+    }
+}
+
+impl Correlator {
+    /// The record of a call this replica holds, as it last wrote or read it: a compare-and-set
+    /// may start from it without reading the bucket (it fails, and the caller reads, when the
+    /// record changed since).
+    pub(crate) fn held_record(&self, correlation_id: &Uuid) -> Option<CallEntry> {
+        self.waiting
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(correlation_id)
+            .map(|held| held.stored.clone())
+    }
+
+    /// Remembers `stored` as the latest record of a call this replica holds.
+    pub(crate) fn hold_record(&self, stored: &CallEntry) {
+        if let Some(held) = self
+            .waiting
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get_mut(&stored.call.correlation_id)
+        {
+            held.stored = stored.clone();
+        }
     }
 }

@@ -28,7 +28,7 @@ use switchboard_proto::{
 };
 use uuid::Uuid;
 
-use crate::correlator::Correlator;
+use crate::correlator::{Correlator, check_callee, expired};
 use crate::error::CorrelatorError;
 use crate::store::CallStore;
 
@@ -80,23 +80,30 @@ impl Correlator {
         body: &str,
         request: &ReplyRequest,
     ) -> Result<ReplyAck, CorrelatorError> {
+        // A call this replica holds starts from the record it wrote last (no read).
+        let mut held = self.held_record(&correlation_id);
         for _ in 0..CAS_ATTEMPTS {
-            let Some(stored) = self.store.find(&correlation_id).await? else {
+            let from_held = held.is_some();
+            let found = match held.take() {
+                Some(stored) => Some(stored),
+                None => self.store.find(&correlation_id).await?,
+            };
+            let Some(stored) = found else {
                 return Err(CorrelatorError::UnknownCall(correlation_id));
             };
             let call = &stored.call;
-            if call.callee != *callee {
-                return Err(CorrelatorError::NotCallee {
-                    callee: call.callee.clone(),
-                    correlation_id,
-                });
-            }
-            let expired = || CorrelatorError::Expired {
-                correlation_id,
-                deadline: call.deadline,
-            };
+            check_callee(call, callee)?;
             let taken = u32::try_from(call.streamed.len()).unwrap_or(u32::MAX);
             let next = taken.saturating_add(1);
+            // A refusal is decided on a record read now, never on the one held (another
+            // replica may have taken parts, or the answer, since).
+            let refusing = request.part.is_some_and(|part| part == 0 || part > next)
+                || call.state != CallState::Open
+                || call.deadline <= timestamp::now()
+                || next > CALL_PARTS_MAX;
+            if from_held && refusing {
+                continue;
+            }
             match request.part {
                 // A retry of a part already taken is a duplicate, also after the final reply.
                 Some(part) if part >= 1 && part <= taken => {
@@ -120,12 +127,12 @@ impl Correlator {
                 CallState::Answered => {
                     return Err(CorrelatorError::AnsweredAlready(correlation_id));
                 }
-                CallState::Expired => return Err(expired()),
+                CallState::Expired => return Err(expired(call)),
                 CallState::Open if call.deadline <= timestamp::now() => {
                     if self.store.end(&stored, CallState::Expired).await?.is_some() {
                         self.on_expired(call).await;
                     }
-                    return Err(expired());
+                    return Err(expired(call));
                 }
                 CallState::Open => {}
             }
@@ -152,9 +159,10 @@ impl Correlator {
             }
             let mut updated = call.clone();
             updated.streamed.push(taken.clone());
-            if self.store.replace(&stored, updated).await?.is_none() {
+            let Some(written) = self.store.replace(&stored, updated).await? else {
                 continue;
-            }
+            };
+            self.hold_record(&written);
             let via = self.deliver_part(call, &to_wire(call, &taken)).await?;
             tracing::debug!(%correlation_id, part = next, ?via, "call part taken");
             return Ok(ReplyAck {
