@@ -48,13 +48,7 @@ impl Correlator {
         // it changed since, the claim fails and the call is read as usual.
         let mut held = self.held_record(&correlation_id);
         for _ in 0..CAS_ATTEMPTS {
-            let found = match held.take() {
-                Some(stored) => Some(stored),
-                None => self.store.find(&correlation_id).await?,
-            };
-            let Some(stored) = found else {
-                return Err(CorrelatorError::UnknownCall(correlation_id));
-            };
+            let stored = self.record_of(held.take(), correlation_id).await?;
             let call = &stored.call;
             check_callee(call, callee)?;
             match (call.state, call.answered_via) {

@@ -180,6 +180,19 @@ impl Correlator {
             .map(|held| held.stored.clone())
     }
 
+    /// The call's record: `held` when given, else read now (`not_found` when there is none).
+    pub(crate) async fn record_of(
+        &self,
+        held: Option<CallEntry>,
+        correlation_id: Uuid,
+    ) -> Result<CallEntry, CorrelatorError> {
+        let found = match held {
+            Some(stored) => Some(stored),
+            None => self.store.find(&correlation_id).await?,
+        };
+        found.ok_or(CorrelatorError::UnknownCall(correlation_id))
+    }
+
     /// Remembers `stored` as the latest record of a call this replica holds.
     pub(crate) fn hold_record(&self, stored: &CallEntry) {
         if let Some(held) = self

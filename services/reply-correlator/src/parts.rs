@@ -84,13 +84,7 @@ impl Correlator {
         let mut held = self.held_record(&correlation_id);
         for _ in 0..CAS_ATTEMPTS {
             let from_held = held.is_some();
-            let found = match held.take() {
-                Some(stored) => Some(stored),
-                None => self.store.find(&correlation_id).await?,
-            };
-            let Some(stored) = found else {
-                return Err(CorrelatorError::UnknownCall(correlation_id));
-            };
+            let stored = self.record_of(held.take(), correlation_id).await?;
             let call = &stored.call;
             check_callee(call, callee)?;
             let taken = u32::try_from(call.streamed.len()).unwrap_or(u32::MAX);
