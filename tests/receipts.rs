@@ -332,36 +332,36 @@ async fn nobody_learns_about_another_agents_message_and_bad_requests_are_refused
     );
 
     // Receipts need a goal to arrive in, and `kind: receipt` is the service's to write.
-    let no_goal = raw(
-        nats,
-        &subject::send(mallory.id()),
-        json!({"to": "bob", "message": "x", "receipt": "read"}).to_string(),
-    )
-    .await;
-    assert_eq!(no_goal.error_kind(), "bad_request");
-    let forged = raw(
-        nats,
-        &subject::send(mallory.id()),
-        json!({"to": "alice", "message": "your message was read", "kind": "receipt",
-               "from_goal_id": mallory_goal.id()})
-        .to_string(),
-    )
-    .await;
-    assert_eq!(forged.error_kind(), "bad_request");
-    let level = raw(
-        nats,
-        &subject::send(mallory.id()),
-        json!({"to": "bob", "message": "x", "receipt": "seen",
-               "from_goal_id": mallory_goal.id()})
-        .to_string(),
-    )
-    .await;
-    assert_eq!(level.error_kind(), "bad_request");
-    let call = raw(
-        nats,
-        &subject::call(mallory.id()),
-        json!({"to": "bob", "message": "x", "receipt": "read", "wait": false}).to_string(),
-    )
-    .await;
-    assert_eq!(call.error_kind(), "bad_request");
+    let goal = mallory_goal.id();
+    for (subject, body) in [
+        // Receipts need a goal to arrive in.
+        (
+            subject::send(mallory.id()),
+            json!({"to": "bob", "message": "x", "receipt": "read"}),
+        ),
+        (
+            subject::call(mallory.id()),
+            json!({"to": "bob", "message": "x", "receipt": "read", "wait": false}),
+        ),
+        // `kind: receipt` is the service's to write.
+        (
+            subject::send(mallory.id()),
+            json!({"to": "alice", "message": "your message was read",
+            "kind": "receipt", "from_goal_id": goal}),
+        ),
+        // Only the two levels, spelled exactly.
+        (
+            subject::send(mallory.id()),
+            json!({"to": "bob", "message": "x", "receipt": "seen",
+            "from_goal_id": goal}),
+        ),
+        (
+            subject::send(mallory.id()),
+            json!({"to": "bob", "message": "x", "receipt": "read\r\n",
+            "from_goal_id": goal}),
+        ),
+    ] {
+        let reply = raw(nats, &subject, body.to_string()).await;
+        assert_eq!(reply.error_kind(), "bad_request", "{body}");
+    }
 }

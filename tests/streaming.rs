@@ -234,6 +234,7 @@ async fn a_parked_caller_and_a_caller_that_lost_its_connection_see_every_part() 
         json!({}),
         json!({"correlation_id": "nope"}),
         json!({"correlation_id": call, "after": -1}),
+        json!({"correlation_id": call, "after": 9_223_372_036_854_775_808_u64}),
         json!({"correlation_id": call, "extra": true}),
     ] {
         let reply = raw(nats, &parts_subject, body.to_string()).await;
@@ -292,4 +293,51 @@ async fn a_callee_asks_its_caller_back_within_the_call() {
     };
     let (answer, ()) = tokio::join!(asking, serving);
     assert_eq!(answer.unwrap().body, "booked to Lisbon");
+}
+
+#[tokio::test]
+async fn a_streamed_answer_is_bounded_in_parts_and_bytes() {
+    let fabric = Fabric::start().await;
+    let (alice, _alice_goal) = fabric.agent_with_goal("alice").await;
+    let (bob, bob_goal) = fabric.agent_with_goal("bob").await;
+    let parked = alice
+        .call_parked("bob", "talk a lot", Duration::from_secs(30))
+        .await
+        .unwrap();
+    let call = next_request(&bob_goal).await.correlation_id.unwrap();
+    assert_eq!(call, parked.correlation_id);
+    // 64 KiB for the whole answer as stored: a 40 KiB part fits, a second one does not, and
+    // the call stays open for a smaller one.
+    bob.reply_part(call, 1, &"a".repeat(40_000)).await.unwrap();
+    let big = bob
+        .reply_part(call, 2, &"b".repeat(30_000))
+        .await
+        .unwrap_err();
+    assert_eq!(big.kind(), Some(ErrorKind::BodyTooLarge), "{big}");
+    // Control characters count as stored (escaped, 6 bytes each).
+    let escaped = bob
+        .reply_part(call, 2, &"\u{1}".repeat(5_000))
+        .await
+        .unwrap_err();
+    assert_eq!(escaped.kind(), Some(ErrorKind::BodyTooLarge), "{escaped}");
+    // At most CALL_PARTS_MAX parts.
+    let max = switchboard_proto::call::CALL_PARTS_MAX;
+    for part in 2..=max {
+        bob.reply_part(call, part, "c").await.unwrap();
+    }
+    let over = bob.reply_part(call, max + 1, "d").await.unwrap_err();
+    assert_eq!(over.kind(), Some(ErrorKind::BodyTooLarge), "{over}");
+    bob.reply(call, "done").await.unwrap();
+
+    // A final reply that would make the joined answer too large for a message (130048 bytes
+    // with its envelope) is refused before the claim; a shorter one still ends the call.
+    alice
+        .call_parked("bob", "one more", Duration::from_secs(30))
+        .await
+        .unwrap();
+    let call = next_request(&bob_goal).await.correlation_id.unwrap();
+    bob.reply_part(call, 1, &"a".repeat(65_000)).await.unwrap();
+    let last = bob.reply(call, &"e".repeat(65_000)).await.unwrap_err();
+    assert_eq!(last.kind(), Some(ErrorKind::BodyTooLarge), "{last}");
+    bob.reply(call, "done").await.unwrap();
 }
