@@ -333,30 +333,38 @@ async fn a_chain_of_six_is_refused_at_the_depth_limit() {
 }
 
 #[tokio::test]
-async fn the_eleventh_open_call_is_refused_until_one_resolves() {
+async fn the_call_past_the_open_call_cap_is_refused_until_one_resolves() {
     let fabric = Fabric::start().await;
     let (callee, callee_goal) = fabric.agent_with_goal("busy").await;
     let (caller, _goal) = fabric.agent_with_goal("eager").await;
-    for i in 0..10 {
+    let cap = switchboard_proto::MAX_OPEN_CALLS_PER_AGENT;
+    assert!(cap >= 64, "an orchestrator has 32 calls out and more");
+    for i in 0..cap {
         caller
             .call_parked("busy", &format!("q{i}"), LONG)
             .await
             .unwrap();
     }
     assert_eq!(
-        kind(caller.call_parked("busy", "q10", LONG).await),
+        kind(caller.call_parked("busy", "one more", LONG).await),
         ErrorKind::TooManyCalls
     );
     let pending = caller.pending_calls().await.unwrap();
-    assert_eq!(pending.outgoing.len(), 10);
-    assert_eq!(callee.pending_calls().await.unwrap().incoming.len(), 10);
+    assert_eq!(pending.outgoing.len(), cap);
+    assert_eq!(callee.pending_calls().await.unwrap().incoming.len(), cap);
     let first = next(&callee_goal).await;
     callee
         .reply(first.correlation_id.unwrap(), "done")
         .await
         .unwrap();
-    assert_eq!(caller.pending_calls().await.unwrap().outgoing.len(), 9);
-    caller.call_parked("busy", "q10 again", LONG).await.unwrap();
+    assert_eq!(
+        caller.pending_calls().await.unwrap().outgoing.len(),
+        cap - 1
+    );
+    caller
+        .call_parked("busy", "one more again", LONG)
+        .await
+        .unwrap();
 }
 
 #[tokio::test]

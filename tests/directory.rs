@@ -136,6 +136,7 @@ async fn goals_open_and_close() {
         .open_goal_with(GoalOpenRequest {
             goal_id: Some(chosen),
             kind: Some(GoalKind::Daemon),
+            overflow: None,
         })
         .await
         .unwrap();
@@ -155,6 +156,7 @@ async fn goals_open_and_close() {
         .open_goal_with(GoalOpenRequest {
             goal_id: Some(chosen),
             kind: None,
+            overflow: None,
         })
         .await
         .unwrap();
@@ -197,6 +199,7 @@ async fn goals_open_and_close() {
         .open_goal_with(GoalOpenRequest {
             goal_id: Some(bg.id()),
             kind: None,
+            overflow: None,
         })
         .await
         .unwrap_err();
@@ -267,6 +270,7 @@ async fn buffer_on_demand_send_before_subscribe() {
         .open_goal_with(GoalOpenRequest {
             goal_id: Some(goal_id),
             kind: None,
+            overflow: None,
         })
         .await
         .unwrap();
@@ -302,14 +306,15 @@ async fn buffer_on_demand_send_before_subscribe() {
             .is_none()
     );
 
-    // The inbox keeps at most the newest 64 messages of a goal.
-    for i in 0..70 {
+    // The inbox keeps at most the newest 128 messages of a goal nobody reads.
+    let room = switchboard_proto::INBOX_STORED_PER_GOAL.unsigned_abs() as usize;
+    for i in 0..room + 6 {
         publish_inbox(&js, &agent, goal_id, &format!("flood {i}")).await;
     }
     let flood = goal.drain().await.unwrap();
-    assert_eq!(flood.len(), 64);
+    assert_eq!(flood.len(), room);
     assert_eq!(flood[0].body, "flood 6");
-    assert_eq!(flood[63].body, "flood 69");
+    assert_eq!(flood[room - 1].body, format!("flood {}", room + 5));
 }
 
 #[tokio::test]
@@ -661,6 +666,7 @@ async fn restart_of_directory_and_server_loses_nothing() {
         .open_goal_with(GoalOpenRequest {
             goal_id: Some(goal_id),
             kind: None,
+            overflow: None,
         })
         .await
         .unwrap();
@@ -1005,6 +1011,7 @@ async fn two_agents_racing_for_one_goal_id_never_both_win() {
         let request = GoalOpenRequest {
             goal_id: Some(goal_id),
             kind: None,
+            overflow: None,
         };
         let (ra, rb) = tokio::join!(a.open_goal_with(request.clone()), b.open_goal_with(request));
         let loser = match (ra, rb) {
@@ -1105,6 +1112,7 @@ async fn a_directory_replaces_v1_goal_consumers_with_cursors_at_their_ack_floor(
     let request = GoalOpenRequest {
         goal_id: Some(goal_id),
         kind: None,
+        overflow: None,
     };
     let refused = other.open_goal_with(request.clone()).await.unwrap_err();
     assert_eq!(refused.kind(), Some(ErrorKind::Conflict));

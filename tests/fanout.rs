@@ -290,34 +290,36 @@ async fn the_seed_gates_and_edge_cases() {
 }
 
 #[tokio::test]
-async fn sixty_five_messages_leave_exactly_the_newest_sixty_four_in_order() {
+async fn one_past_a_full_goal_leaves_exactly_the_newest_in_order() {
     let fabric = Fabric::start().await;
     let writer = fabric.agent("writer").await;
     let (_reader, goal) = fabric.agent_with_goal("reader").await;
-    for i in 0..65 {
+    let room = switchboard_proto::INBOX_STORED_PER_GOAL.unsigned_abs() as usize;
+    for i in 0..=room {
         let report = writer
-            .send_to_peer("reader", &format!("m{i:02}"))
+            .send_to_peer("reader", &format!("m{i:03}"))
             .await
             .unwrap();
         assert_eq!(report.delivered_to, vec![goal.id()]);
     }
-    let want: Vec<String> = (1..65).map(|i| format!("m{i:02}")).collect();
+    let want: Vec<String> = (1..=room).map(|i| format!("m{i:03}")).collect();
     assert_eq!(drain_bodies(&goal).await, want);
 }
 
 #[tokio::test]
-async fn seventy_unread_messages_tell_six_senders_and_the_reader() {
+async fn six_past_a_full_unread_goal_tell_six_senders_and_the_reader() {
     let fabric = Fabric::start().await;
     let (first, first_goal) = fabric.agent_with_goal("first").await;
     let (second, second_goal) = fabric.agent_with_goal("second").await;
     let (_reader, goal) = fabric.agent_with_goal("reader").await;
-    // Read once, so the goal starts empty and read; then 70 unread arrive, alternately from
-    // the two senders: the 6 oldest are removed, 3 of each.
+    // Nothing read: 128 (the goal's room) + 6 unread arrive, alternately from the two senders:
+    // the 6 oldest are removed, 3 of each.
+    let stored = switchboard_proto::INBOX_STORED_PER_GOAL.unsigned_abs() as usize;
     let mut ids = Vec::new();
-    for i in 0..70 {
+    for i in 0..stored + 6 {
         let sender = if i % 2 == 0 { &first } else { &second };
         let report = sender
-            .send_to_peer("reader", &format!("m{i:02}"))
+            .send_to_peer("reader", &format!("m{i:03}"))
             .await
             .unwrap();
         assert_eq!(
@@ -347,7 +349,7 @@ async fn seventy_unread_messages_tell_six_senders_and_the_reader() {
             assert_eq!(notice.from_agent_id.as_str(), "reader");
         }
     }
-    // The reader learns it with its next fetch (once), and keeps the newest 64.
+    // The reader learns it with its next fetch (once), and keeps the newest 128.
     let fetched = goal.fetch(64, Duration::ZERO, None).await.unwrap();
     let expired = fetched
         .expired_unread
@@ -355,7 +357,8 @@ async fn seventy_unread_messages_tell_six_senders_and_the_reader() {
     assert_eq!(expired.count, 6);
     assert_eq!(expired.ids, ids[..6].to_vec());
     assert_eq!(fetched.messages.len(), 64);
-    assert_eq!(fetched.messages[0].message.body, "m06");
+    assert_eq!(fetched.unread, stored as u64);
+    assert_eq!(fetched.messages[0].message.body, "m006");
     let again = goal.fetch(64, Duration::ZERO, None).await.unwrap();
     assert_eq!(again.expired_unread, None, "reported once");
     // A read message makes room silently: no notice, nothing reported.
@@ -394,6 +397,7 @@ impl inbox_fanout::InboxPublisher for FailOneGoal {
                         subject: subject.clone(),
                         attempts: 3,
                         last: "injected failure".into(),
+                        refused_full: false,
                     });
                 }
             }
@@ -734,18 +738,14 @@ async fn a_consumer_of_one_goal_does_not_hold_back_another_goals_purge() {
         })
         .await
         .unwrap();
-    let cap = switchboard_proto::INBOX_CAP_PER_GOAL.unsigned_abs() as usize;
-    for n in 0..cap {
+    let room = switchboard_proto::INBOX_STORED_PER_GOAL.unsigned_abs() as usize;
+    for n in 0..room {
         sender
             .send_to_peer("reader", &format!("m{n}"))
             .await
             .unwrap();
     }
-    let page = goal.fetch(64, Duration::ZERO, None).await.unwrap();
-    assert_eq!(page.messages.len(), cap);
-    goal.ack_through(page.messages.last().unwrap().seq)
-        .await
-        .unwrap();
+    assert_eq!(goal.drain().await.unwrap().len(), room, "read and acked");
     // The goal is full of read messages: the next send purges them all at once.
     sender.send_to_peer("reader", "one more").await.unwrap();
     use futures::StreamExt;

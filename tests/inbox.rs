@@ -570,6 +570,7 @@ async fn a_goal_id_claimed_after_its_close_hands_out_nothing_of_the_old_owner() 
         .open_goal_with(switchboard_proto::registry::GoalOpenRequest {
             goal_id: Some(goal_id),
             kind: None,
+            overflow: None,
         })
         .await
         .unwrap_err();
@@ -596,6 +597,7 @@ async fn a_goal_id_claimed_after_its_close_hands_out_nothing_of_the_old_owner() 
         .open_goal_with(switchboard_proto::registry::GoalOpenRequest {
             goal_id: Some(goal_id),
             kind: None,
+            overflow: None,
         })
         .await
         .unwrap();
@@ -658,4 +660,244 @@ async fn a_reader_holding_many_deliveries_gets_each_once() {
             .is_none()
     );
     assert!(goal.drain().await.unwrap().is_empty());
+}
+
+/// Issue 25: a reader that fetches up to 64 and acks with `ack_through` on its next fetch, as
+/// fast as it can, loses nothing to a 2,000-message burst from 4 senders: what it holds from
+/// its last fetch is not the cap's to evict. Every message is also in the audit trail.
+#[tokio::test]
+async fn a_reader_that_keeps_up_loses_nothing_to_a_burst_of_2000_from_4_senders() {
+    const SENDERS: usize = 4;
+    const EACH: usize = 500;
+    let fabric = Fabric::start().await;
+    let (_audit, _trail) =
+        switchboard_tests::start_audit(&fabric.url(), switchboard_tests::fast_audit()).await;
+    let nats = fabric.nats.client().await;
+    let (_reader, goal) = fabric.agent_with_goal("reader").await;
+    let mut senders = Vec::new();
+    for n in 0..SENDERS {
+        senders.push(fabric.agent_with_goal(&format!("sender-{n}")).await);
+    }
+    let reading = tokio::spawn(async move {
+        let mut got = Vec::new();
+        let mut evicted = 0;
+        let mut ack = None;
+        while got.len() < SENDERS * EACH {
+            let page = goal.fetch(64, Duration::from_secs(5), ack).await.unwrap();
+            evicted += page.expired_unread.map_or(0, |expired| expired.count);
+            if page.messages.is_empty() {
+                break;
+            }
+            ack = page.messages.last().map(|m| m.seq);
+            got.extend(page.messages.into_iter().map(|m| (m.seq, m.message.body)));
+            // Handling a page takes a moment (an agent's work), so the burst piles up behind
+            // what the reader holds.
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        if let Some(through) = ack {
+            goal.ack_through(through).await.unwrap();
+        }
+        (got, evicted)
+    });
+    let started = Instant::now();
+    futures::future::join_all(
+        senders
+            .iter()
+            .enumerate()
+            .map(|(n, (agent, _))| async move {
+                for i in 0..EACH {
+                    let report = agent
+                        .send_to_peer("reader", &format!("{n}:{i}"))
+                        .await
+                        .unwrap();
+                    assert_eq!(report.delivered_to.len(), 1, "{report:?}");
+                }
+            }),
+    )
+    .await;
+    let rate = (SENDERS * EACH) as f64 / started.elapsed().as_secs_f64();
+    let (got, evicted) = tokio::time::timeout(Duration::from_secs(60), reading)
+        .await
+        .expect("the reader got every message")
+        .unwrap();
+    assert_eq!(evicted, 0, "messages evicted at {rate:.0} messages/s");
+    let bodies: std::collections::BTreeSet<&str> =
+        got.iter().map(|(_, body)| body.as_str()).collect();
+    assert_eq!(got.len(), SENDERS * EACH, "each message handed out once");
+    assert_eq!(bodies.len(), SENDERS * EACH, "every message, none twice");
+    // No sender was told of a message removed unread.
+    for (_, sender_goal) in &senders {
+        assert_eq!(sender_goal.waiting().await.unwrap(), 0);
+    }
+    // Every message the reader got is in the audit trail.
+    let want: std::collections::BTreeSet<String> = got
+        .iter()
+        .map(|(seq, _)| format!("{INBOX_STREAM}:{seq}"))
+        .collect();
+    switchboard_testkit::assert_eventually!(
+        Duration::from_secs(30),
+        async {
+            let have: std::collections::BTreeSet<String> = switchboard_tests::audit_records(&nats)
+                .await
+                .into_iter()
+                .map(|entry| entry.record.id)
+                .collect();
+            want.is_subset(&have)
+        },
+        "every message of the burst is in the audit trail"
+    );
+}
+
+/// Issue 25: a goal opened with `overflow: refuse` never evicts: once full, a send or a call to
+/// it is answered `inbox_full` (429, with the micro error headers) and nothing is stored; once
+/// its reader acks, there is room again.
+#[tokio::test]
+async fn a_goal_that_refuses_overflow_answers_inbox_full_and_stores_nothing() {
+    use switchboard_proto::inbox::Overflow;
+    use switchboard_proto::registry::GoalOpenRequest;
+    let fabric = Fabric::start().await;
+    let (sender, _sender_goal) = fabric.agent_with_goal("sender").await;
+    let reader = fabric.agent("reader").await;
+    let goal = reader
+        .open_goal_with(GoalOpenRequest {
+            overflow: Some(Overflow::Refuse),
+            ..GoalOpenRequest::default()
+        })
+        .await
+        .unwrap();
+    let room = switchboard_proto::INBOX_STORED_PER_GOAL.unsigned_abs() as usize;
+    for i in 0..room {
+        sender
+            .send_to_peer("reader", &format!("m{i}"))
+            .await
+            .unwrap();
+    }
+    let stored = fabric.stored().await;
+    let refused = sender
+        .send_to_peer("reader", "one too many")
+        .await
+        .unwrap_err();
+    assert_eq!(
+        refused.kind(),
+        Some(switchboard_proto::ErrorKind::InboxFull),
+        "{refused}"
+    );
+    let reply = raw(
+        &fabric.nats.client().await,
+        &subject::send(&id("sender")),
+        json!({"to": "reader", "message": "raw, too many"}).to_string(),
+    )
+    .await;
+    assert_eq!(reply.error_kind(), "inbox_full", "{:?}", reply.body);
+    assert_eq!(reply.body["error"]["code"], 429);
+    let call = sender
+        .call("reader", "are you there?", Duration::from_secs(5))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        call.kind(),
+        Some(switchboard_proto::ErrorKind::InboxFull),
+        "{call}"
+    );
+    assert_eq!(fabric.stored().await, stored, "nothing more was stored");
+    // Nothing was evicted: the reader has every one, oldest first.
+    let page = goal.fetch(64, Duration::ZERO, None).await.unwrap();
+    assert_eq!(page.messages[0].message.body, "m0");
+    assert_eq!(page.unread, room as u64);
+    assert!(page.expired_unread.is_none());
+    goal.ack_through(page.messages.last().unwrap().seq)
+        .await
+        .unwrap();
+    sender.send_to_peer("reader", "now it fits").await.unwrap();
+}
+
+/// Issue 25: a waiting caller whose request is removed unread from the callee's full inbox
+/// learns it at once (`inbox_full`), not at its deadline.
+#[tokio::test]
+async fn a_waiting_call_whose_request_is_evicted_fails_within_a_second() {
+    let fabric = Fabric::start().await;
+    let (caller, _caller_goal) = fabric.agent_with_goal("caller").await;
+    let (flooder, _flooder_goal) = fabric.agent_with_goal("flooder").await;
+    let (_callee, callee_goal) = fabric.agent_with_goal("callee").await;
+    let call = tokio::spawn(async move {
+        let outcome = caller
+            .call("callee", "the oldest message", Duration::from_secs(30))
+            .await;
+        (outcome, Instant::now())
+    });
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            callee_goal.waiting().await.unwrap() == 1
+        })
+        .await,
+        "the call's request is stored"
+    );
+    // The callee never reads: the 129th message evicts the oldest, the call's request.
+    let room = switchboard_proto::INBOX_STORED_PER_GOAL.unsigned_abs() as usize;
+    for i in 0..room {
+        flooder
+            .send_to_peer("callee", &format!("m{i}"))
+            .await
+            .unwrap();
+    }
+    let evicted_at = Instant::now();
+    let (outcome, failed_at) = tokio::time::timeout(Duration::from_secs(5), call)
+        .await
+        .expect("the caller is told long before its 30 s deadline")
+        .unwrap();
+    let err = outcome.unwrap_err();
+    assert_eq!(
+        err.kind(),
+        Some(switchboard_proto::ErrorKind::InboxFull),
+        "{err}"
+    );
+    assert!(err.to_string().contains("full inbox"), "{err}");
+    assert!(
+        failed_at.saturating_duration_since(evicted_at) < Duration::from_secs(1),
+        "told {:?} after the eviction",
+        failed_at.saturating_duration_since(evicted_at)
+    );
+}
+
+/// Issue 25: what a reader holds from its last fetch is not the cap's to evict. A reader holds
+/// a full fetch of 64 while 64 more arrive: nothing goes. One more evicts the oldest message
+/// *not handed out yet*, and its sender is told.
+#[tokio::test]
+async fn messages_handed_out_are_not_evicted_the_oldest_waiting_one_is() {
+    let fabric = Fabric::start().await;
+    let (sender, sender_goal) = fabric.agent_with_goal("sender").await;
+    let (_reader, goal) = fabric.agent_with_goal("reader").await;
+    let cap = switchboard_proto::INBOX_CAP_PER_GOAL.unsigned_abs() as usize;
+    let mut ids = Vec::new();
+    for i in 0..2 * cap + 1 {
+        if i == cap {
+            let held = goal.fetch(64, Duration::ZERO, None).await.unwrap();
+            assert_eq!(held.messages.len(), cap);
+        }
+        let report = sender
+            .send_to_peer("reader", &format!("m{i:03}"))
+            .await
+            .unwrap();
+        ids.push(report.message_id.unwrap());
+    }
+    // What it held is all there (it was not acked: handed out again), and the fetch reports
+    // the one evicted: the oldest waiting one, m064, not m000.
+    let page = goal.fetch(64, Duration::ZERO, None).await.unwrap();
+    assert_eq!(page.messages[0].message.body, "m000");
+    let expired = page.expired_unread.expect("one evicted");
+    assert_eq!(expired.count, 1);
+    assert_eq!(expired.ids, vec![ids[cap]]);
+    // Acked with the next fetch, which hands out the rest, m065 on.
+    let through = page.messages[cap - 1].seq;
+    let next = goal.fetch(64, Duration::ZERO, Some(through)).await.unwrap();
+    let bodies: Vec<&str> = next
+        .messages
+        .iter()
+        .map(|m| m.message.body.as_str())
+        .collect();
+    assert_eq!(bodies.len(), cap);
+    assert_eq!(bodies[0], "m065");
+    let notices = sender_goal.drain().await.unwrap();
+    assert_eq!(notices.len(), 1);
+    assert_eq!(notices[0].in_reply_to, Some(ids[cap]));
 }

@@ -198,9 +198,9 @@ async fn a_message_removed_unread_says_so_in_its_status() {
     let fabric = Fabric::start().await;
     let (alice, alice_goal) = fabric.agent_with_goal("alice").await;
     let (_bob, bob_goal) = fabric.agent_with_goal("bob").await;
-    let cap = switchboard_proto::INBOX_CAP_PER_GOAL.unsigned_abs() as usize;
+    let room = switchboard_proto::INBOX_STORED_PER_GOAL.unsigned_abs() as usize;
     let mut ids = Vec::new();
-    for n in 0..=cap {
+    for n in 0..=room {
         ids.push(
             send_receipted(
                 &alice,
@@ -225,6 +225,7 @@ async fn a_message_removed_unread_says_so_in_its_status() {
     assert_eq!(notices.len(), 1, "the sender is told of the removal");
     assert_eq!(notices[0].in_reply_to, Some(ids[0]));
     // Handing the rest out delivers them: one `delivered` each.
+    let cap = switchboard_proto::inbox::FETCH_MAX as usize;
     let fetched = bob_goal.fetch(64, Duration::ZERO, None).await.unwrap();
     assert_eq!(fetched.messages.len(), cap);
     reaches(&alice, ids[1], ReceiptState::Delivered).await;

@@ -490,3 +490,92 @@ async fn each_service_stopped_and_killed_in_turn_loses_doubles_and_leaves_nothin
         }
     }
 }
+
+/// Issue 25: a call retried with the same `correlation_id` after the correlator replica
+/// holding it was killed (SIGKILL) is one call: the callee gets one request, the caller one
+/// answer, on the retry a new replica took.
+#[tokio::test]
+async fn a_call_retried_by_its_id_after_its_replica_was_killed_is_one_call() {
+    use switchboard_proto::call::{CallAnswer, CallRequest};
+    let nats = NatsServer::start().await;
+    let url = nats.url();
+    let _directory = start("directory", &url).await;
+    let _fanout = start("inbox-fanout", &url).await;
+    let first = start("reply-correlator", &url).await;
+    let connect = |id: &'static str| {
+        let url = url.clone();
+        async move {
+            let card = card(id);
+            let client = switchboard_client::agent_connect_options(&card.agent_id)
+                .connect(url.as_str())
+                .await
+                .unwrap();
+            Agent::connect_with(client, card, AgentOptions::default())
+                .await
+                .unwrap()
+        }
+    };
+    let caller = connect("caller").await;
+    let callee = connect("callee").await;
+    let callee_goal = callee.open_goal().await.unwrap();
+    let id = switchboard_proto::new_id();
+    let body = CallRequest {
+        to: Some("callee".into()),
+        message: Some("one question".into()),
+        timeout_ms: Some(20_000),
+        correlation_id: Some(id),
+        ..CallRequest::default()
+    };
+    let subject = switchboard_proto::subject::call(caller.id());
+    let payload = serde_json::to_vec(&body).unwrap();
+    // The first attempt: its replica is killed while it holds the call.
+    let lost = tokio::spawn({
+        let (nats, subject, payload) = (caller.nats().clone(), subject.clone(), payload.clone());
+        async move { nats.request(subject, payload.into()).await }
+    });
+    assert!(
+        switchboard_testkit::eventually(Duration::from_secs(10), || async {
+            callee_goal.waiting().await.unwrap() == 1
+        })
+        .await,
+        "the request reached the callee"
+    );
+    first.signal("KILL").await;
+    let _second = start("reply-correlator", &url).await;
+    // The retry, same id: the new replica joins the open call.
+    let retry = tokio::spawn({
+        let nats = caller.nats().clone();
+        async move { nats.request(subject, payload.into()).await }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let page = callee_goal.fetch(64, Duration::ZERO, None).await.unwrap();
+    assert_eq!(page.messages.len(), 1, "one request, not one per attempt");
+    let request = &page.messages[0].message;
+    assert_eq!(request.correlation_id, Some(id));
+    callee.reply(id, "one answer").await.unwrap();
+    let reply = tokio::time::timeout(Duration::from_secs(10), retry)
+        .await
+        .expect("the retry is answered")
+        .unwrap()
+        .unwrap();
+    let answer: CallAnswer = serde_json::from_slice(&reply.payload)
+        .unwrap_or_else(|err| panic!("{err}: {:?}", String::from_utf8_lossy(&reply.payload)));
+    assert_eq!(answer.correlation_id, id);
+    assert_eq!(answer.body, "one answer");
+    // The killed replica's caller request got nothing (its replica is gone).
+    assert!(
+        tokio::time::timeout(Duration::from_millis(200), lost)
+            .await
+            .ok()
+            .is_none_or(|outcome| outcome.unwrap().is_err()),
+        "the killed replica did not answer"
+    );
+    // And a retry after the answer is told the same answer, not a second call.
+    let again: CallAnswer = caller.call_with(body).await.unwrap();
+    assert_eq!(again.body, "one answer");
+    let page = callee_goal
+        .fetch(64, Duration::ZERO, Some(page.messages[0].seq))
+        .await
+        .unwrap();
+    assert!(page.messages.is_empty(), "no second request: {page:?}");
+}

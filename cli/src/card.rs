@@ -74,6 +74,12 @@ pub fn parse_goal_kind(text: &str) -> Result<GoalKind, String> {
         .map_err(|_| format!("unknown goal kind {text:?} (interactive, background or daemon)"))
 }
 
+/// `evict_oldest` or `refuse` (a goal's overflow policy).
+pub fn parse_overflow(text: &str) -> Result<switchboard_proto::inbox::Overflow, String> {
+    serde_json::from_value(serde_json::Value::String(text.to_owned()))
+        .map_err(|_| format!("unknown overflow policy {text:?} (evict_oldest or refuse)"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -117,5 +123,10 @@ mod tests {
         assert!(err.contains("/nonexistent/card.toml"), "{err}");
         assert_eq!(parse_goal_kind("daemon"), Ok(GoalKind::Daemon));
         assert!(parse_goal_kind("nap").is_err());
+        assert_eq!(
+            parse_overflow("refuse"),
+            Ok(switchboard_proto::inbox::Overflow::Refuse)
+        );
+        assert!(parse_overflow("drop").is_err());
     }
 }

@@ -50,11 +50,13 @@ pub(crate) async fn goal_open(
     nats_url: &str,
     as_agent: &str,
     kind: GoalKind,
+    overflow: Option<switchboard_proto::inbox::Overflow>,
     goal: Option<&str>,
 ) -> anyhow::Result<Value> {
     let request = GoalOpenRequest {
         goal_id: goal.map(GoalId::parse).transpose()?,
         kind: Some(kind),
+        overflow,
     };
     registry_request(nats_url, RegistryOp::GoalOpen, as_agent, &request).await
 }

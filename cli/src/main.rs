@@ -334,7 +334,7 @@ enum Command {
 enum GoalCommand {
     /// Open a goal; prints its inbox subject (read it with `switchboard inbox`).
     #[command(
-        after_help = "Examples:\n  switchboard goal open --as researcher\n  switchboard goal open --as researcher --kind daemon --json | jq -r .goal_id"
+        after_help = "Examples:\n  switchboard goal open --as researcher\n  switchboard goal open --as researcher --kind daemon --json | jq -r .goal_id\n  switchboard goal open --as auditor --overflow refuse"
     )]
     Open {
         /// The agent.
@@ -343,6 +343,11 @@ enum GoalCommand {
         /// interactive, background or daemon.
         #[arg(long, default_value = "interactive", value_parser = card::parse_goal_kind)]
         kind: switchboard_client::proto::registry::GoalKind,
+        /// What a message that finds the goal's inbox full does: evict_oldest (the oldest
+        /// message not yet handed out goes, its sender is told) or refuse (the sender gets
+        /// `inbox_full` and nothing is stored).
+        #[arg(long, value_parser = card::parse_overflow)]
+        overflow: Option<switchboard_client::proto::inbox::Overflow>,
         /// Re-open this goal (after a restart) instead of a new one.
         #[arg(long, value_name = "GOAL_ID")]
         goal: Option<String>,
@@ -396,10 +401,11 @@ async fn main() -> ExitCode {
                 GoalCommand::Open {
                     as_agent,
                     kind,
+                    overflow,
                     goal,
                     nats_url,
                 },
-        } => commands::goal_open(&nats_url, &as_agent, kind, goal.as_deref()).await,
+        } => commands::goal_open(&nats_url, &as_agent, kind, overflow, goal.as_deref()).await,
         Command::Goal {
             command:
                 GoalCommand::Close {

@@ -94,6 +94,7 @@ async fn serve(args: McpArgs) -> anyhow::Result<()> {
         .open_goal_with(GoalOpenRequest {
             goal_id: None,
             kind: Some(args.goal_kind),
+            overflow: None,
         })
         .await?;
     let server = SwitchboardMcp::new(Arc::new(agent), Arc::new(goal));

@@ -278,6 +278,7 @@ async fn session(
             &GoalOpenRequest {
                 goal_id: Some(record.goal_id),
                 kind: None,
+                overflow: None,
             },
         )
         .await

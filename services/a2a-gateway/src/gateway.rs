@@ -188,6 +188,7 @@ impl Gateway {
         let open = GoalOpenRequest {
             goal_id: Some(goal),
             kind: None,
+            overflow: None,
         };
         let subject = RegistryOp::GoalOpen.subject(caller);
         match self

@@ -25,6 +25,8 @@ struct RawGoalOpen {
     goal_id: Option<String>,
     #[serde(default)]
     kind: Option<switchboard_proto::GoalKind>,
+    #[serde(default)]
+    overflow: Option<switchboard_proto::inbox::Overflow>,
 }
 
 #[derive(serde::Deserialize)]
@@ -96,6 +98,7 @@ fn endpoint(op: RegistryOp, registry: Arc<Registry>) -> Endpoint {
                     let request = GoalOpenRequest {
                         goal_id,
                         kind: req.body.kind,
+                        overflow: req.body.overflow,
                     };
                     Ok::<_, ErrorReply>(registry.open_goal(&req.caller, request).await?)
                 }

@@ -5,7 +5,7 @@
 //! cursor names the goal's owner, which makes a goal id an address nobody else can read or
 //! claim. Live goals are capped per agent, so one agent cannot fill the cluster.
 
-use switchboard_proto::inbox::CursorRecord;
+use switchboard_proto::inbox::{CursorRecord, Overflow};
 use switchboard_proto::registry::{GoalCloseReply, GoalOpenReply, GoalOpenRequest};
 use switchboard_proto::subject::{self, RegistryEvent};
 use switchboard_proto::{AgentId, GoalId, GoalRecord, timestamp};
@@ -52,7 +52,8 @@ impl Registry {
         }
         // A goal id the caller chose may have been used before (its inbox may hold messages
         // stored after an earlier close); one minted here is new.
-        self.claim_cursor(caller, &goal_id, request.goal_id.is_some())
+        let overflow = request.overflow.unwrap_or_default();
+        self.claim_cursor(caller, &goal_id, request.goal_id.is_some(), overflow)
             .await?;
         if holders.is_empty() {
             let record = GoalRecord {
@@ -82,15 +83,16 @@ impl Registry {
         caller: &AgentId,
         goal_id: &GoalId,
         chosen: bool,
+        overflow: Overflow,
     ) -> Result<(), DirectoryError> {
         let start = if chosen {
             self.store.last_inbox_sequence(goal_id).await?
         } else {
             0
         };
-        self.store
-            .create_cursor(&CursorRecord::new(caller.clone(), start), goal_id)
-            .await
+        let mut cursor = CursorRecord::new(caller.clone(), start);
+        cursor.overflow = overflow;
+        self.store.create_cursor(&cursor, goal_id).await
     }
 
     /// goal.close: forget the goal, purge its inbox and delete its cursor. A close that failed

@@ -51,6 +51,13 @@ pub enum FanoutError {
     /// Reading the receipt records failed.
     #[error("reading receipt records: {0}")]
     Receipts(String),
+    /// Every goal the message was for is full and refuses new messages (`overflow: refuse`):
+    /// nothing was stored.
+    #[error("`{agent}`'s inbox is full and refuses new messages (nothing was stored); retry later")]
+    InboxFull {
+        /// The receiving agent.
+        agent: AgentId,
+    },
     /// Reading or writing the inbox or a cursor failed.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -70,6 +77,7 @@ impl FanoutError {
             Self::Contention(_) => ErrorKind::Conflict,
             Self::NoReceipt(_) => ErrorKind::NotFound,
             Self::Receipts(_) => ErrorKind::Unavailable,
+            Self::InboxFull { .. } => ErrorKind::InboxFull,
             Self::Store(store) => store.kind(),
         }
     }

@@ -63,6 +63,55 @@ pub struct Running {
     grace: std::time::Duration,
 }
 
+/// The send path on its own, for a service that delivers messages itself instead of asking
+/// the fan-out over NATS (the correlator delivers a call's request this way: the same gates,
+/// ACL, anti-loop and per-goal publishes, without the extra request and reply). Run
+/// [`RegistryView::watch`] on the view while it is used.
+#[derive(Debug, Clone)]
+pub struct SendPath {
+    /// The send rules, publishing to JetStream.
+    pub fanout: Arc<Fanout>,
+    /// Its registry view (fed by KV watches): also answers who owns a goal without a read.
+    pub view: RegistryView,
+}
+
+/// Applies what the send path needs and builds it (no endpoint is subscribed).
+pub async fn send_path(
+    client: &Client,
+    runtime: &RuntimeConfig,
+    config: FanoutConfig,
+) -> Result<SendPath, StartError> {
+    let js = jetstream::new(client.clone());
+    resources::ensure_stream(&js, resources::inbox_stream(&runtime.jetstream)).await?;
+    let agents =
+        resources::ensure_bucket(&js, resources::registry_bucket(&runtime.jetstream)).await?;
+    let goals = resources::ensure_bucket(&js, resources::goals_bucket(&runtime.jetstream)).await?;
+    let inbox = js
+        .get_stream(switchboard_proto::INBOX_STREAM)
+        .await
+        .map_err(|err| StartError::Stream {
+            stream: switchboard_proto::INBOX_STREAM,
+            message: err.to_string(),
+        })?;
+    let cursors =
+        resources::ensure_bucket(&js, resources::cursors_bucket(&runtime.jetstream)).await?;
+    let receipts = Receipts::new(
+        js.clone(),
+        resources::ensure_bucket(&js, resources::receipts_bucket(&runtime.jetstream)).await?,
+        cursors.clone(),
+    );
+    let view = RegistryView::new(js.clone(), agents, goals);
+    let fanout = Arc::new(Fanout::new(
+        view.clone(),
+        Arc::new(JetStreamPublisher(js.clone())),
+        InboxStore::new(js.clone(), cursors, inbox),
+        receipts,
+        js,
+        config,
+    ));
+    Ok(SendPath { fanout, view })
+}
+
 /// Applies the resources it needs, starts the registry view and subscribes the endpoints,
 /// publishing to JetStream.
 pub async fn start(

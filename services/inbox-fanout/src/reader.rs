@@ -31,7 +31,7 @@ use tokio::time::Instant;
 use crate::error::FanoutError;
 use crate::receipts::Receipts;
 use crate::store::{Cas, InboxStore, StoredMessage, Unread};
-use crate::wake::{SAFETY_REREAD, WakeHub};
+use crate::wake::{Notice, SAFETY_REREAD, WakeHub};
 
 /// How many compare-and-set attempts one request makes before answering `conflict`.
 const CAS_ATTEMPTS: u32 = 64;
@@ -238,6 +238,8 @@ impl Reader {
         // only the inbox, not the cursor again (a change by anyone else fails the write below,
         // which reads afresh).
         let mut known: Option<(CursorRecord, u64)> = None;
+        // The message a store notice carried, since the last read found nothing.
+        let mut woken: Option<Arc<Notice>> = None;
         loop {
             let from_recent = recent.is_some();
             let (mut record, mut revision) = match recent.take().or_else(|| known.take()) {
@@ -288,7 +290,17 @@ impl Reader {
                 }
                 _ => record.cursor,
             };
-            let unread = self.store.unread(&goal, from, max).await?;
+            // A notice whose message came right after `from` on this goal (nothing was stored
+            // for it in between) is all that is unread: no need to read it back.
+            let unread = match woken.take() {
+                Some(notice) if notice.message.seq > from && notice.last_on_goal <= from => {
+                    Unread {
+                        messages: vec![notice.message.clone()],
+                        total: 1,
+                    }
+                }
+                _ => self.store.unread(&goal, from, max).await?,
+            };
             if let Some(head) = unread.messages.first()
                 && from == record.cursor
                 && !request.peek
@@ -378,7 +390,10 @@ impl Reader {
             let pause = AFTER_WAKE.get(quick).copied().unwrap_or(SAFETY_REREAD);
             quick = quick.saturating_add(1);
             tokio::select! {
-                () = waiting.stored() => quick = 0,
+                notice = waiting.stored() => {
+                    quick = 0;
+                    woken = notice;
+                }
                 () = tokio::time::sleep_until(deadline.min(now + pause)) => {}
                 () = self.stopping.cancelled() => {}
             }

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use async_nats::jetstream;
 use bytes::Bytes;
 use futures::future::BoxFuture;
+use tracing::Instrument;
 use switchboard_proto::send::{
     DeliveryReport, SendRequest, Target, check_gates, next_hop, no_live_goals, unknown_agent,
 };
@@ -103,18 +104,65 @@ impl Fanout {
         &self,
         req: AgentRequest<SendRequest>,
     ) -> Result<DeliveryReport, ErrorReply> {
-        let report = self.send(&req.caller, req.body).await?;
+        self.send_recorded(&req.caller, req.body).await
+    }
+
+    /// [`Fanout::send`], then the peers it could not reach are published as refusals (as the
+    /// send endpoint does): what a service delivering for an agent in process calls.
+    pub async fn send_recorded(
+        &self,
+        caller: &AgentId,
+        request: SendRequest,
+    ) -> Result<DeliveryReport, ErrorReply> {
+        let report = self.send(caller, request).await?;
+        self.record_unreachable(caller, &report);
+        Ok(report)
+    }
+
+    /// [`Fanout::send_recorded`] run in another service's process (the correlator delivering
+    /// a call's request): in a span of its own, `inbox-fanout.send` as if the request had come
+    /// over NATS, so the stored copies' trace context names the send as their parent and a
+    /// call's trace keeps its shape.
+    pub async fn send_in_process(
+        &self,
+        caller: &AgentId,
+        request: SendRequest,
+    ) -> Result<DeliveryReport, ErrorReply> {
+        let span = tracing::info_span!(
+            "request",
+            otel.name = %format!("{}.send", crate::SPEC.name),
+            otel.kind = "internal",
+            messaging.system = "nats",
+            messaging.operation.type = "process",
+            messaging.operation.name = "send",
+            messaging.destination.name = %subject::send(caller),
+            switchboard.agent_id = %caller,
+            service = crate::SPEC.name,
+            endpoint = "send",
+            error.kind = tracing::field::Empty,
+        );
+        let outcome = self
+            .send_recorded(caller, request)
+            .instrument(span.clone())
+            .await;
+        if let Err(err) = &outcome {
+            span.record("error.kind", err.kind().as_str());
+        }
+        outcome
+    }
+
+    /// Publishes the peers a send could not reach as refusals, so the audit records them.
+    fn record_unreachable(&self, caller: &AgentId, report: &DeliveryReport) {
         if !report.unreachable_reasons.is_empty() {
             publish_refusal(
                 &self.js,
                 crate::SPEC.name,
-                &req.subject,
-                Some(&req.caller),
+                &subject::send(caller),
+                Some(caller),
                 ErrorKind::Unreachable,
                 &report.unreachable_reasons.join("; "),
             );
         }
-        Ok(report)
     }
 
     /// send_to_peer / broadcast for `caller`.
@@ -192,8 +240,18 @@ impl Fanout {
         }
         let message_id = request.id.unwrap_or_else(new_id);
         report.message_id = Some(message_id);
-        self.deliver(caller, &request, body, message_id, planned, &mut report)
+        let one_peer = (planned.len() == 1).then(|| planned[0].to.clone());
+        let refused_full = self
+            .deliver(caller, &request, body, message_id, planned, &mut report)
             .await?;
+        // A message to one peer that every goal refused as full is the sender's to back off
+        // from: an error it can act on, not a report that merely lists reasons.
+        if let Some(agent) = one_peer
+            && report.delivered_to.is_empty()
+            && refused_full
+        {
+            return Err(FanoutError::InboxFull { agent }.into());
+        }
         Ok(report)
     }
 
@@ -227,7 +285,8 @@ impl Fanout {
         });
     }
 
-    /// Builds every copy, publishes them all, and records per-goal outcomes.
+    /// Builds every copy, publishes them all, and records per-goal outcomes; true when some
+    /// goal refused its copy as full.
     async fn deliver(
         &self,
         caller: &AgentId,
@@ -236,7 +295,7 @@ impl Fanout {
         message_id: uuid::Uuid,
         planned: Vec<Planned>,
         report: &mut DeliveryReport,
-    ) -> Result<(), FanoutError> {
+    ) -> Result<bool, FanoutError> {
         let from_goal = request.from_goal_id.unwrap_or_default();
         let sent_at = timestamp::now();
         let mut batch = Vec::new();
@@ -296,11 +355,19 @@ impl Fanout {
             self.publisher.publish_all(&batch).await
         };
         let mut failed = Vec::new();
+        let mut refused_full = false;
         for ((to, goal), result) in owners.into_iter().zip(results) {
             match result {
                 Ok(_) => {
                     report.delivered_to.push(goal);
                     self.check_backlog(goal);
+                }
+                Err(err) if err.refused_full => {
+                    failed.push(goal);
+                    refused_full = true;
+                    report.unreachable_reasons.push(format!(
+                        "goal `{goal}` of `{to}` is full and refuses new messages (inbox_full)"
+                    ));
                 }
                 Err(err) => {
                     failed.push(goal);
@@ -321,7 +388,7 @@ impl Fanout {
             unreachable = report.unreachable_reasons.len(),
             "send done"
         );
-        Ok(())
+        Ok(refused_full)
     }
 
     /// At most once per interval per goal, off the reply path: warn when a goal's unread

@@ -113,7 +113,7 @@ const REPLY_FRAMING: usize = 32 * 1024;
 
 /// The headers a message was published with: a direct get adds `Nats-*` headers of its own
 /// (sequence, subject, time, pending), which a dead letter must not carry back on replay.
-fn published_headers(read: &HeaderMap) -> HeaderMap {
+pub(crate) fn published_headers(read: &HeaderMap) -> HeaderMap {
     let mut kept = HeaderMap::new();
     for (name, values) in read.iter() {
         let name: &str = name.as_ref();
@@ -334,6 +334,8 @@ impl InboxStore {
         headers.insert(HEADER_DLQ_CONSUMER, reader.as_str());
         headers.insert(HEADER_DLQ_DELIVERIES, deliveries.to_string().as_str());
         let letter = switchboard_proto::subject::dead_letter(goal);
+        let request: Option<switchboard_proto::InboxMessage> =
+            serde_json::from_slice(&message.payload).ok();
         self.js
             .publish_with_headers(letter, headers, message.payload)
             .await
@@ -341,6 +343,15 @@ impl InboxStore {
             .await
             .map_err(|err| StoreError::store("storing a dead letter", err))?;
         tracing::info!(goal_id = %goal, seq, %reason, deliveries, "inbox message moved to the dead letters");
+        // A waiting call whose request went to the dead letters ends now, not at its deadline.
+        if let Some(request) = request {
+            switchboard_runtime::room::call_dropped(
+                &self.js,
+                &request,
+                &format!("its request went to the dead letters ({reason})"),
+            )
+            .await;
+        }
         Ok(())
     }
 }

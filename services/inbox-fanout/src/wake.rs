@@ -1,7 +1,9 @@
-//! Waking held fetches: `AGENT_INBOX` republishes the headers of every stored message to
-//! `_SB.inbox.stored.<goal_id>`, every inbox-fanout replica subscribes to all of them (core
-//! NATS, no queue group), and a notice wakes the fetches this replica holds for that goal.
-//! Whichever replica a fetch landed on, it is answered within milliseconds of the store.
+//! Waking held fetches: `AGENT_INBOX` republishes every stored message (headers and payload)
+//! to `_SB.inbox.stored.<goal_id>`, every inbox-fanout replica subscribes to all of them (core
+//! NATS, no queue group), and a notice wakes the fetches this replica holds for that goal,
+//! handing them the message itself: a fetch that knows nothing else is unread answers with it
+//! without reading the stream again. Whichever replica a fetch landed on, it is answered
+//! within milliseconds of the store.
 //!
 //! A waiter subscribes *before* its fetch reads the inbox, so a message stored between the read
 //! and the wait still wakes it. A notice can be lost (a reconnect), so a held fetch also reads
@@ -15,6 +17,9 @@ use async_nats::Subscriber;
 use futures::StreamExt;
 use switchboard_proto::GoalId;
 use switchboard_proto::subject::INBOX_STORED_PREFIX;
+use switchboard_proto::{HEADER_LAST_SEQUENCE, HEADER_SEQUENCE};
+
+use crate::store::{StoredMessage, published_headers};
 use switchboard_runtime::CancellationToken;
 use tokio::sync::watch;
 
@@ -22,10 +27,21 @@ use tokio::sync::watch;
 /// fetch by at most this).
 pub const SAFETY_REREAD: Duration = Duration::from_secs(5);
 
-type Waiting = Arc<Mutex<HashMap<GoalId, watch::Sender<u64>>>>;
+/// A message as its store notice carried it.
+#[derive(Debug)]
+pub struct Notice {
+    /// The message, with the headers it was published with.
+    pub message: StoredMessage,
+    /// The sequence of the goal's message stored before it (0: none): when a fetch had nothing
+    /// unread after `n` and this is at most `n`, the message is all that is unread.
+    pub last_on_goal: u64,
+}
 
-/// The goals this replica holds fetches for, each with a channel carrying the sequence of the
-/// latest message stored for it.
+type Latest = Option<Arc<Notice>>;
+type Waiting = Arc<Mutex<HashMap<GoalId, watch::Sender<Latest>>>>;
+
+/// The goals this replica holds fetches for, each with a channel carrying the latest message
+/// stored for it.
 #[derive(Debug, Clone, Default)]
 pub struct WakeHub {
     waiting: Waiting,
@@ -37,14 +53,15 @@ pub struct Waiter {
     goal: GoalId,
     /// `None` only while dropping (it is dropped under the hub's lock, so the count the hub
     /// reads is exact when two waiters of one goal go at once).
-    receiver: Option<watch::Receiver<u64>>,
+    receiver: Option<watch::Receiver<Latest>>,
     waiting: Waiting,
 }
 
 impl Waiter {
     /// Resolves when a message for the goal is stored after this waiter registered (or since
-    /// the last call).
-    pub async fn stored(&mut self) {
+    /// the last call), with the latest such message (`None` when its notice did not carry one
+    /// whole).
+    pub async fn stored(&mut self) -> Latest {
         let Some(receiver) = self.receiver.as_mut() else {
             return std::future::pending().await;
         };
@@ -53,6 +70,7 @@ impl Waiter {
             // waiter exists; never resolve rather than spin.
             std::future::pending::<()>().await;
         }
+        receiver.borrow_and_update().clone()
     }
 }
 
@@ -75,7 +93,7 @@ impl WakeHub {
         let mut waiting = self.waiting.lock().unwrap_or_else(PoisonError::into_inner);
         let receiver = waiting
             .entry(goal)
-            .or_insert_with(|| watch::channel(0).0)
+            .or_insert_with(|| watch::channel(None).0)
             .subscribe();
         Waiter {
             goal,
@@ -93,7 +111,7 @@ impl WakeHub {
     }
 
     /// Wakes the fetches held for the goal named by a notice's subject.
-    fn notice(&self, subject: &str, seq: u64) {
+    fn notice(&self, subject: &str, notice: Latest) {
         let Some(goal) = subject
             .strip_prefix(INBOX_STORED_PREFIX)
             .and_then(|rest| rest.strip_prefix('.'))
@@ -103,7 +121,7 @@ impl WakeHub {
         };
         let waiting = self.waiting.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(sender) = waiting.get(&goal) {
-            sender.send_replace(seq);
+            sender.send_replace(notice);
         }
     }
 
@@ -120,13 +138,28 @@ impl WakeHub {
                 );
                 return;
             };
-            let seq = notice
-                .headers
-                .as_ref()
-                .and_then(|headers| headers.get(switchboard_proto::HEADER_SEQUENCE))
-                .and_then(|value| value.as_str().parse().ok())
-                .unwrap_or(u64::MAX);
-            self.notice(notice.subject.as_str(), seq);
+            let number = |name: &str| {
+                notice
+                    .headers
+                    .as_ref()
+                    .and_then(|headers| headers.get(name))
+                    .and_then(|value| value.as_str().parse::<u64>().ok())
+            };
+            // A notice without its sequences (a server that does not send them) only wakes.
+            let carried = match (number(HEADER_SEQUENCE), number(HEADER_LAST_SEQUENCE)) {
+                (Some(seq), Some(last_on_goal)) if !notice.payload.is_empty() => {
+                    Some(Arc::new(Notice {
+                        message: StoredMessage {
+                            seq,
+                            headers: published_headers(&notice.headers.clone().unwrap_or_default()),
+                            payload: notice.payload.clone(),
+                        },
+                        last_on_goal,
+                    }))
+                }
+                _ => None,
+            };
+            self.notice(notice.subject.as_str(), carried);
         }
     }
 }
@@ -144,8 +177,8 @@ mod tests {
         let mut second = hub.register(goal);
         let mut elsewhere = hub.register(other);
         assert_eq!(hub.goals_waiting(), 2);
-        hub.notice(&format!("{INBOX_STORED_PREFIX}.{goal}"), 7);
-        hub.notice(&format!("{INBOX_STORED_PREFIX}.not-a-goal"), 8);
+        hub.notice(&format!("{INBOX_STORED_PREFIX}.{goal}"), None);
+        hub.notice(&format!("{INBOX_STORED_PREFIX}.not-a-goal"), None);
         first.stored().await;
         second.stored().await;
         let idle = tokio::time::timeout(Duration::from_millis(20), elsewhere.stored()).await;
@@ -162,7 +195,7 @@ mod tests {
         let hub = WakeHub::default();
         let goal = GoalId::default();
         let mut waiter = hub.register(goal);
-        hub.notice(&format!("{INBOX_STORED_PREFIX}.{goal}"), 1);
+        hub.notice(&format!("{INBOX_STORED_PREFIX}.{goal}"), None);
         tokio::time::timeout(Duration::from_millis(100), waiter.stored())
             .await
             .unwrap();

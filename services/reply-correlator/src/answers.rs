@@ -137,7 +137,9 @@ impl Correlator {
                             )
                             .await?;
                         tracing::info!(%correlation_id, ?via, "call answered");
-                        self.emit(CallEventKind::Answered, call, Some(body)).await;
+                        // The trail's `answered` event is stored off the reply's path: the
+                        // call's state is committed, and the event only records it.
+                        self.emit_later(CallEventKind::Answered, call, Some(body));
                         return Ok(ReplyAck {
                             correlation_id,
                             delivered: via,
@@ -177,7 +179,9 @@ impl Correlator {
         body: &str,
         request: &ReplyRequest,
     ) -> Option<CallAnswer> {
-        (call.stream || !call.streamed.is_empty())
+        // A waiting call keeps it too: a caller that retries the call by its id (the replica
+        // that held it went away) is given the answer from the record.
+        (call.wait || call.stream || !call.streamed.is_empty())
             .then(|| Self::final_answer(call, callee, body, request))
     }
 

@@ -17,18 +17,18 @@ use bytes::Bytes;
 use futures::StreamExt;
 use serde::Serialize;
 use switchboard_proto::call::{
-    CallAnswer, CallEventKind, CallParked, CallPart, CallRequest, CallState, PendingCall,
-    clamp_timeout, derive_chain,
+    CallAnswer, CallDropped, CallEventKind, CallParked, CallPart, CallRequest, CallState,
+    PendingCall, clamp_timeout, derive_chain,
 };
 use switchboard_proto::send::{DeliveryReport, SendRequest, Target, check_gates, unknown_agent};
 use switchboard_proto::{AgentId, ErrorKind, GoalId, MessageKind, new_id, subject, timestamp};
-use switchboard_runtime::request::{RequestFailure, request_json, route_by_skill};
+use switchboard_runtime::request::route_by_skill;
 use tokio::sync::mpsc;
 
 use crate::correlator::{Correlator, HANDOVER_TIMEOUT, Held, LocalAnswer, Taken, WaitingGuard};
 use crate::error::CorrelatorError;
 use crate::parts::PartForwarder;
-use crate::store::CallEntry;
+use crate::store::{CallEntry, Created};
 
 /// How long a delivery to the fan-out may take.
 const DELIVERY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -126,7 +126,7 @@ impl Correlator {
         // The goal the answer (or a timeout notice) goes to must be the caller's own: a call
         // naming another agent's goal would deliver into that goal's inbox.
         if let Some(goal) = request.from_goal_id
-            && !self.store.owns_goal(caller, &goal).await?
+            && !self.send.view.owns_goal(caller, &goal).await?
         {
             return Err(CorrelatorError::NotYourGoal {
                 goal,
@@ -178,8 +178,8 @@ impl Correlator {
         } else {
             timeout_ms
         };
-        let correlation_id = new_id();
-        let record = PendingCall {
+        let correlation_id = request.correlation_id.unwrap_or_else(new_id);
+        let fresh = PendingCall {
             correlation_id,
             caller: caller.clone(),
             caller_goal: request.from_goal_id.unwrap_or_default(),
@@ -197,17 +197,57 @@ impl Correlator {
             streamed: Vec::new(),
             answer: None,
         };
-        // Counted once the call is indexed (one count, not one before and one after): a call
-        // past the cap, or racing others past it, steps back.
-        let (stored, open) = self.store.create(&record).await?;
-        if open > self.config.max_open_calls {
-            self.store.forget(&stored).await?;
-            return Err(CorrelatorError::TooManyCalls {
-                caller: caller.clone(),
-                cap: self.config.max_open_calls,
-            });
+        // A call the caller named may exist: then this request is a retry of it (or names
+        // another caller's call, which is refused) and joins it instead of opening another.
+        let existing = match request.correlation_id {
+            Some(id) => self.store.find(&id).await?,
+            None => None,
+        };
+        let stored = match existing {
+            Some(existing) => existing,
+            // Counted once the call is indexed (one count, not one before and one after): a
+            // call past the cap, or racing others past it, steps back.
+            None => match self.store.create(&fresh).await? {
+                Created::New(stored, open) => {
+                    if open > self.config.max_open_calls {
+                        self.store.forget(&stored).await?;
+                        return Err(CorrelatorError::TooManyCalls {
+                            caller: caller.clone(),
+                            cap: self.config.max_open_calls,
+                        });
+                    }
+                    stored
+                }
+                Created::Exists(existing) => existing,
+            },
+        };
+        let joined = stored.call.request_id != fresh.request_id;
+        if joined {
+            if stored.call.caller != *caller {
+                return Err(CorrelatorError::CallIdTaken(correlation_id));
+            }
+            match stored.call.state {
+                // Its first attempt may have died between the record and the index.
+                CallState::Open => self.store.reindex(&stored.call).await?,
+                // Answered already: the answer is on the record (kept for this), unless it
+                // went to the caller goal's inbox (a parked call, or no replica took it).
+                CallState::Answered => {
+                    return match (&stored.call.answer, stored.call.wait) {
+                        (Some(answer), true) => Ok(CallOutcome::Answered(answer.clone())),
+                        _ => Err(CorrelatorError::AnsweredToInbox(correlation_id)),
+                    };
+                }
+                CallState::Expired => {
+                    return Err(CorrelatorError::Timeout {
+                        callee: stored.call.callee.clone(),
+                        timeout_ms,
+                        correlation_id,
+                        clamped,
+                    });
+                }
+            }
         }
-
+        let record = stored.call.clone();
         // A waiting call listens for its answer before the request can be answered: on its
         // NATS subject (another replica claims it) and in process (this one does).
         let mut answers = if record.wait {
@@ -238,21 +278,31 @@ impl Correlator {
             }
         });
 
+        // A retry delivers the request again with the same message id: stored once (the
+        // duplicate window), so it reaches the callee even if the first attempt never did.
         let report = match self.deliver_request(&record, body, &request).await {
             Ok(report) => report,
             Err(err) => {
-                self.store.forget(&stored).await?;
+                if !joined {
+                    self.store.forget(&stored).await?;
+                }
                 return Err(err);
             }
         };
         if report.delivered_to.is_empty() {
-            self.store.forget(&stored).await?;
+            if !joined {
+                self.store.forget(&stored).await?;
+            }
             return Err(CorrelatorError::Unreachable(
                 report.unreachable_reasons.join("; "),
             ));
         }
         tracing::info!(%correlation_id, caller = %caller, callee = %callee, depth = chain.len(), timeout_ms, wait = record.wait, "call opened");
-        let opened = self.emit(CallEventKind::Opened, &record, None);
+        let opened = async {
+            if !joined {
+                self.emit(CallEventKind::Opened, &record, None).await;
+            }
+        };
         let Some(answers) = answers.as_mut() else {
             opened.await;
             return Ok(CallOutcome::Parked(CallParked {
@@ -320,18 +370,20 @@ impl Correlator {
             receipt: request.receipt,
             ..SendRequest::default()
         };
-        request_json(
-            &self.client,
-            &subject::send(&record.caller),
-            &send,
+        // In process, through the fan-out's send rules: no request to the fan-out and back.
+        match tokio::time::timeout(
             DELIVERY_TIMEOUT,
+            self.send.fanout.send_in_process(&record.caller, send),
         )
         .await
-        .map_err(|failure| match failure {
-            RequestFailure::Service(reply) => CorrelatorError::FanoutRefused(reply),
-            RequestFailure::NoResponders { .. } => CorrelatorError::FanoutNotRunning,
-            other => CorrelatorError::DeliverRequest(other.to_string()),
-        })
+        {
+            Ok(Ok(report)) => Ok(report),
+            Ok(Err(reply)) => Err(CorrelatorError::FanoutRefused(reply)),
+            Err(_) => Err(CorrelatorError::DeliverRequest(format!(
+                "delivering the request took more than {} s",
+                DELIVERY_TIMEOUT.as_secs()
+            ))),
+        }
     }
 
     async fn wait_for_answer(
@@ -361,6 +413,27 @@ impl Correlator {
                 Some(handed) = local.recv() => (handed.answer, Taken::Here(handed.taken)),
                 message = answers.next() => {
                     let Some(message) = message else { break };
+                    // The request will never be read (a full inbox removed it, its reader
+                    // rejected it or it went to the dead letters): end the call now.
+                    if let Ok(dropped) = serde_json::from_slice::<CallDropped>(&message.payload) {
+                        if dropped.correlation_id != call.correlation_id {
+                            continue;
+                        }
+                        if self.store.end(&stored, CallState::Expired).await?.is_some() {
+                            if !opened_stored {
+                                (&mut opened).await;
+                            }
+                            self.on_expired(call).await;
+                            let _ = answers.unsubscribe().await;
+                            return Err(CorrelatorError::RequestDropped {
+                                callee: call.callee.clone(),
+                                correlation_id: call.correlation_id,
+                                reason: dropped.dropped,
+                            });
+                        }
+                        // Answered meanwhile (the hand-over is on its way) or expired.
+                        continue;
+                    }
                     // A part of a streamed answer (from this call's callee only).
                     if let Ok(part) = serde_json::from_slice::<CallPart>(&message.payload) {
                         if part.correlation_id == call.correlation_id

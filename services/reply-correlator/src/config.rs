@@ -90,7 +90,7 @@ mod tests {
         assert_eq!(config.default_timeout_ms, 30_000);
         assert_eq!(config.max_timeout_ms, 300_000);
         assert_eq!(config.depth_limit, 5);
-        assert_eq!(config.max_open_calls, 10);
+        assert_eq!(config.max_open_calls, 64);
         assert!(config.validate().is_ok());
         assert!(config.validate_with(&RuntimeConfig::default()).is_ok());
     }

@@ -63,6 +63,21 @@ impl Drop for WaitingGuard<'_> {
     }
 }
 
+/// A call event and the subject it is stored under.
+fn call_event(event: CallEventKind, call: &PendingCall, body: Option<&str>) -> (String, CallEvent) {
+    let payload = CallEvent {
+        id: new_id(),
+        event,
+        correlation_id: call.correlation_id,
+        caller: call.caller.clone(),
+        callee: call.callee.clone(),
+        chain: call.chain.clone(),
+        at: timestamp::now(),
+        body: body.map(str::to_owned),
+    };
+    (subject::call_events(event, &call.correlation_id), payload)
+}
+
 /// The correlator.
 #[derive(Debug)]
 pub struct Correlator {
@@ -71,35 +86,46 @@ pub struct Correlator {
     pub(crate) store: CallStore,
     pub(crate) config: CorrelatorConfig,
     pub(crate) waiting: Waiting,
+    /// The fan-out's send rules, run in process to deliver a call's request, and their
+    /// registry view (which also answers goal ownership without a read).
+    pub(crate) send: inbox_fanout::SendPath,
+    /// Writes taken off a request's path (events), awaited when the replica stops.
+    pub(crate) background: tokio_util::task::TaskTracker,
 }
 
 impl Correlator {
     /// Wires the parts together.
-    pub fn new(client: Client, store: CallStore, config: CorrelatorConfig) -> Self {
+    pub fn new(
+        client: Client,
+        store: CallStore,
+        config: CorrelatorConfig,
+        send: inbox_fanout::SendPath,
+    ) -> Self {
         Self {
             js: jetstream::new(client.clone()),
             client,
             store,
             config,
             waiting: Waiting::default(),
+            send,
+            background: tokio_util::task::TaskTracker::new(),
         }
     }
 
     /// Publishes a call event into `AGENT_EVENTS` (retried with the same id; the call's state
     /// change is already committed, so a failure is logged, not returned).
     pub(crate) async fn emit(&self, event: CallEventKind, call: &PendingCall, body: Option<&str>) {
-        let payload = CallEvent {
-            id: new_id(),
-            event,
-            correlation_id: call.correlation_id,
-            caller: call.caller.clone(),
-            callee: call.callee.clone(),
-            chain: call.chain.clone(),
-            at: timestamp::now(),
-            body: body.map(str::to_owned),
-        };
-        let subject = subject::call_events(event, &call.correlation_id);
+        let (subject, payload) = call_event(event, call, body);
         publish_event(&self.js, &subject, &payload.id.to_string(), &payload).await;
+    }
+
+    /// [`Correlator::emit`] in the background, off the request's path.
+    pub(crate) fn emit_later(&self, event: CallEventKind, call: &PendingCall, body: Option<&str>) {
+        let (subject, payload) = call_event(event, call, body);
+        let js = self.js.clone();
+        self.background.spawn(async move {
+            publish_event(&js, &subject, &payload.id.to_string(), &payload).await;
+        });
     }
 
     /// Hands `answer` to its caller's wait when this replica holds it; true once the wait

@@ -76,6 +76,17 @@ pub enum CorrelatorError {
         /// Whether the timeout was cut to the parent call's deadline.
         clamped: bool,
     },
+    /// A waiting call's request left the callee's inbox unread (removed from a full inbox,
+    /// rejected, dead-lettered): no answer can come, so the call ends now, not at its deadline.
+    #[error("call {correlation_id} to `{callee}` ended unanswered: {reason}")]
+    RequestDropped {
+        /// The callee.
+        callee: AgentId,
+        /// The call.
+        correlation_id: Uuid,
+        /// What happened to the request.
+        reason: String,
+    },
     /// A call made while serving a call whose deadline has passed.
     #[error(
         "the parent call {parent} ran out at {}: a call made while serving it cannot outlive it",
@@ -134,6 +145,13 @@ pub enum CorrelatorError {
     /// A partial reply to a call already answered (the final reply ends a call).
     #[error("call {0} is answered already: no more parts")]
     AnsweredAlready(Uuid),
+    /// A retried call (by its id) that was answered into the caller goal's inbox: the
+    /// answer is there, as `kind: response` with this correlation id.
+    #[error("call {0} is answered: its answer is in your calling goal's inbox")]
+    AnsweredToInbox(Uuid),
+    /// The `correlation_id` a call named belongs to another caller's call.
+    #[error("call id {0} is taken by another call; choose a fresh id")]
+    CallIdTaken(Uuid),
     /// Encoding the answer for the hand-over failed (a bug).
     #[error("{0}")]
     EncodeAnswer(String),
@@ -154,7 +172,9 @@ impl CorrelatorError {
                 ErrorKind::BadRequest
             }
             Self::StreamTooLong(_) => ErrorKind::BodyTooLarge,
-            Self::AnsweredAlready(_) => ErrorKind::Conflict,
+            Self::AnsweredAlready(_) | Self::AnsweredToInbox(_) | Self::CallIdTaken(_) => {
+                ErrorKind::Conflict
+            }
             Self::Unreachable(_) => ErrorKind::Unreachable,
             Self::NotYourGoal { .. } => ErrorKind::InvalidGoalId,
             Self::UnknownParent(_) | Self::UnknownCall(_) => ErrorKind::NotFound,
@@ -164,6 +184,7 @@ impl CorrelatorError {
             | Self::DeliverRequest(_)
             | Self::PublishToInbox(_) => ErrorKind::Unavailable,
             Self::Timeout { .. } => ErrorKind::Timeout,
+            Self::RequestDropped { .. } => ErrorKind::InboxFull,
             Self::NotCallee { .. } => ErrorKind::NotCallee,
             Self::Expired { .. } | Self::ParentExpired { .. } => ErrorKind::Expired,
             Self::AnswerInProgress(_) | Self::Contention(_) => ErrorKind::Conflict,

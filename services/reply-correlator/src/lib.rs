@@ -64,7 +64,6 @@ pub async fn start(
     resources::ensure_stream(&js, resources::inbox_stream(&runtime.jetstream)).await?;
     resources::ensure_stream(&js, resources::events_stream(&runtime.jetstream)).await?;
     let calls = resources::ensure_bucket(&js, resources::calls_bucket(&runtime.jetstream)).await?;
-    let goals = resources::ensure_bucket(&js, resources::goals_bucket(&runtime.jetstream)).await?;
     resources::ensure_stream(&js, resources::calls_open_stream(&runtime.jetstream)).await?;
     let index = js
         .get_stream(switchboard_proto::CALLS_OPEN_STREAM)
@@ -74,10 +73,15 @@ pub async fn start(
             message: err.to_string(),
         })?;
     let sweep_every = Duration::from_millis(config.sweep_interval_ms.max(10));
+    // A call's request is delivered in process, through the fan-out's own send rules, not by
+    // a request to the fan-out (docs/protocol.md §9, "Order of checks", step 11).
+    let send =
+        inbox_fanout::send_path(client, runtime, inbox_fanout::FanoutConfig::default()).await?;
     let correlator = Arc::new(Correlator::new(
         client.clone(),
-        store::CallStore::new(js, calls, index, goals),
+        store::CallStore::new(js, calls, index),
         config,
+        send,
     ));
     let running = micro::start(
         client,
@@ -103,6 +107,7 @@ impl Running {
 
     /// Serves and sweeps deadlines until `shutdown`, then drains.
     pub async fn run(self, shutdown: CancellationToken) {
+        let watch = tokio::spawn(self.correlator.send.view.clone().watch(shutdown.clone()));
         let sweep = switchboard_runtime::service::sweep_periodically(
             "deadline sweep",
             self.sweep_every,
@@ -111,6 +116,10 @@ impl Running {
             |correlator, now| async move { correlator.sweep(now).await },
         );
         tokio::join!(sweep, self.running.run(shutdown, self.grace));
+        // Events written off the requests' paths are stored before the replica stops.
+        self.correlator.background.close();
+        self.correlator.background.wait().await;
+        let _ = watch.await;
     }
 }
 

@@ -26,9 +26,9 @@ use switchboard_proto::call::{
     AnswerRoute, CallAnswer, CallState, PendingCall, call_key, incoming_key, outgoing_key,
 };
 use switchboard_proto::subject::CALLS_OPEN_INDEX;
-use switchboard_proto::{AgentId, GoalId, timestamp};
+use switchboard_proto::{AgentId, timestamp};
 use switchboard_runtime::kv::stream_snapshot;
-use switchboard_runtime::publish::publish_all;
+use switchboard_runtime::publish::{publish_all, send_all};
 use switchboard_runtime::store::StoreError;
 use uuid::Uuid;
 
@@ -44,13 +44,35 @@ pub struct CallEntry {
     pub revision: u64,
 }
 
+/// A call's two open-call index entries, `(subject, Nats-Msg-Id, payload)`.
+fn index_entries(call: &PendingCall) -> Vec<(String, String, Bytes)> {
+    [
+        outgoing_key(&call.caller, &call.correlation_id),
+        incoming_key(&call.callee, &call.correlation_id),
+    ]
+    .into_iter()
+    .map(|key| {
+        let subject = CALLS_OPEN_INDEX.entry(&key);
+        (subject.clone(), subject, Bytes::new())
+    })
+    .collect()
+}
+
+/// What [`CallStore::create`] found.
+#[derive(Debug)]
+pub enum Created {
+    /// A new call, and how many open calls its caller has now (this one included).
+    New(CallEntry, usize),
+    /// The id was taken: the call already recorded under it.
+    Exists(CallEntry),
+}
+
 /// The calls bucket.
 #[derive(Debug, Clone)]
 pub struct CallStore {
     js: jetstream::Context,
     calls: kv::Store,
     index: stream::Stream,
-    goals: kv::Store,
 }
 
 fn encode(call: &PendingCall) -> Result<Bytes, StoreError> {
@@ -60,28 +82,9 @@ fn encode(call: &PendingCall) -> Result<Bytes, StoreError> {
 }
 
 impl CallStore {
-    /// Wraps the applied buckets and index stream (`goals` is the directory's `agent_goals`).
-    pub fn new(
-        js: jetstream::Context,
-        calls: kv::Store,
-        index: stream::Stream,
-        goals: kv::Store,
-    ) -> Self {
-        Self {
-            js,
-            calls,
-            index,
-            goals,
-        }
-    }
-
-    /// Whether `goal` is a live goal of `agent` (a parked call's answer and notices go there).
-    /// A miss is confirmed with the bucket's leader: a replica answering direct gets may not
-    /// have a goal opened a moment ago.
-    pub async fn owns_goal(&self, agent: &AgentId, goal: &GoalId) -> Result<bool, StoreError> {
-        switchboard_runtime::registry_view::owns_goal(&self.goals, agent, goal)
-            .await
-            .map_err(|err| StoreError::store("reading the goal", err))
+    /// Wraps the applied bucket and index stream.
+    pub fn new(js: jetstream::Context, calls: kv::Store, index: stream::Stream) -> Self {
+        Self { js, calls, index }
     }
 
     /// A call by correlation id.
@@ -149,9 +152,12 @@ impl CallStore {
         Ok(calls)
     }
 
-    /// How many open calls `agent` has made: the index entries, without reading the records
-    /// (an entry a crash left behind counts until the next sweep removes it).
-    pub async fn outgoing_count(&self, agent: &AgentId) -> Result<usize, StoreError> {
+    /// The index keys of the open calls `agent` has made, without reading the records (an
+    /// entry a crash left behind counts until the next sweep removes it).
+    pub async fn outgoing_keys(
+        &self,
+        agent: &AgentId,
+    ) -> Result<std::collections::HashSet<String>, StoreError> {
         Ok(stream_snapshot(
             &self.js,
             &self.index,
@@ -160,7 +166,19 @@ impl CallStore {
         )
         .await
         .map_err(|err| StoreError::store("counting calls", err))?
-        .len())
+        .into_iter()
+        .map(|entry| entry.key)
+        .collect())
+    }
+
+    /// Writes an open call's index entries again (a retry of a call whose first attempt may
+    /// have stored the record but not its entries; writing an entry that exists changes
+    /// nothing a reader sees).
+    pub async fn reindex(&self, call: &PendingCall) -> Result<(), StoreError> {
+        for indexed in publish_all(&self.js, &index_entries(call)).await {
+            indexed.map_err(|err| StoreError::store("indexing the call", err))?;
+        }
+        Ok(())
     }
 
     /// Open calls `agent` made.
@@ -178,38 +196,86 @@ impl CallStore {
         self.indexed("out.*.*").await
     }
 
-    /// Records a new open call: index keys first (both published at once), then the record,
-    /// while the caller's open calls are counted (its own entry included). Returns the stored
-    /// call and that count.
-    pub async fn create(&self, call: &PendingCall) -> Result<(CallEntry, usize), StoreError> {
+    /// Records a new open call in one round trip: its two index entries are sent first, then
+    /// the record right behind them on the same connection (so the server has the entries
+    /// before the record), while the caller's open calls are counted; the acks are awaited
+    /// together. Returns the stored call and that count (its own entry included), or the record
+    /// that already holds the id (a retry racing this one, or another caller's call: the
+    /// caller tells them apart; only this call's own index entries are taken back). An index
+    /// entry that could not be stored takes the new record back (`unavailable`): an open call
+    /// is never left unindexed by a failure (a crash in between is mended by the caller's
+    /// retry, which indexes a joined open call again: [`CallStore::reindex`]).
+    pub async fn create(&self, call: &PendingCall) -> Result<Created, StoreError> {
         let id = &call.correlation_id;
-        let entries: Vec<(String, String, Bytes)> = [
-            outgoing_key(&call.caller, id),
-            incoming_key(&call.callee, id),
-        ]
-        .into_iter()
-        .map(|key| {
-            let subject = CALLS_OPEN_INDEX.entry(&key);
-            (subject.clone(), subject, Bytes::new())
-        })
-        .collect();
-        for indexed in publish_all(&self.js, &entries).await {
-            indexed.map_err(|err| StoreError::store("indexing the call", err))?;
-        }
+        let entries = index_entries(call);
+        let index = send_all(&self.js, &entries).await;
         let record = async {
-            self.calls
+            match self
+                .calls
                 .create(call_key(id).as_str(), encode(call)?)
                 .await
-                .map_err(|err| StoreError::store("recording the call", err))
+            {
+                Ok(revision) => Ok(Some(revision)),
+                Err(err) if err.kind() == kv::CreateErrorKind::AlreadyExists => Ok(None),
+                Err(err) => Err(StoreError::store("recording the call", err)),
+            }
         };
-        let (revision, open) = tokio::try_join!(record, self.outgoing_count(&call.caller))?;
-        Ok((
-            CallEntry {
-                call: call.clone(),
-                revision,
-            },
-            open,
-        ))
+        let own = outgoing_key(&call.caller, id);
+        let (indexed, revision, open) =
+            tokio::join!(index.acked(), record, self.outgoing_keys(&call.caller));
+        let revision = revision?;
+        let indexed: Result<Vec<_>, _> = indexed.into_iter().collect();
+        if let Err(err) = indexed {
+            if revision.is_some() {
+                let _ = self.calls.purge(call_key(id).as_str()).await;
+            }
+            return Err(StoreError::store("indexing the call", err));
+        }
+        let open = open?;
+        if let Some(revision) = revision {
+            // Counted from the index; this call's own entry may not have been stored yet
+            // when it was read.
+            let count = open.len() + usize::from(!open.contains(&own));
+            return Ok(Created::New(
+                CallEntry {
+                    call: call.clone(),
+                    revision,
+                },
+                count,
+            ));
+        }
+        let existing = self.find(id).await?;
+        // Take back only the entries this attempt wrote that the existing call does not own.
+        let ours = existing.as_ref().is_none_or(|found| {
+            found.call.caller != call.caller || found.call.callee != call.callee
+        });
+        if ours {
+            let mut keys = Vec::new();
+            if existing
+                .as_ref()
+                .is_none_or(|found| found.call.caller != call.caller)
+            {
+                keys.push(outgoing_key(&call.caller, id));
+            }
+            if existing
+                .as_ref()
+                .is_none_or(|found| found.call.callee != call.callee)
+            {
+                keys.push(incoming_key(&call.callee, id));
+            }
+            for key in keys {
+                let subject = CALLS_OPEN_INDEX.entry(&key);
+                if let Err(err) = self.index.purge().filter(subject.as_str()).await {
+                    tracing::debug!(%subject, error = %err, "call index entry not removed");
+                }
+            }
+        }
+        existing.map(Created::Exists).ok_or_else(|| {
+            StoreError::store(
+                "recording the call",
+                "the call id was taken and released again meanwhile; retry",
+            )
+        })
     }
 
     /// Removes an ended call from the open-call index: one stream purge filtered to

@@ -16,7 +16,7 @@ use switchboard_proto::registry::{
 use switchboard_proto::send::{DeliveryReport, SendRequest};
 use switchboard_proto::subject::{self, RegistryOp};
 use switchboard_proto::{AgentCard, AgentId, GoalId, GoalKind};
-use switchboard_runtime::request::{request_json, request_json_retrying};
+use switchboard_runtime::request::{RequestFailure, request_json, request_json_retrying};
 use tokio_util::sync::{CancellationToken, DropGuard};
 use uuid::Uuid;
 
@@ -316,7 +316,35 @@ impl Agent {
                 .unwrap_or(switchboard_proto::CALL_TIMEOUT_DEFAULT_MS),
         );
         let wait = timeout + self.options.request_timeout;
-        request(&self.nats, subject::call(self.id()), &body, wait).await
+        self.call_retrying(body, wait).await
+    }
+
+    /// Sends a call request, named with a `correlation_id` minted before the first attempt, and
+    /// sends it again with the same id while no correlator answers (no responders, or no reply
+    /// within `wait`: the replica holding it went away): the correlator recognises the id, so
+    /// a retry is the same call — one request to the callee, one answer — and gets its outcome.
+    async fn call_retrying<Resp: DeserializeOwned>(
+        &self,
+        mut body: CallRequest,
+        wait: Duration,
+    ) -> Result<Resp, ClientError> {
+        body.correlation_id
+            .get_or_insert_with(switchboard_proto::new_id);
+        let subject = subject::call(self.id());
+        let mut pause = Duration::from_millis(100);
+        let mut attempt = 0;
+        loop {
+            match request_json(&self.nats, &subject, &body, wait).await {
+                Err(RequestFailure::NoResponders { .. } | RequestFailure::Timeout { .. })
+                    if attempt < self.options.send_retries =>
+                {
+                    attempt += 1;
+                    tokio::time::sleep(pause).await;
+                    pause *= 2;
+                }
+                outcome => return outcome.map_err(ClientError::from),
+            }
+        }
     }
 
     /// A parked call: returns at once; the answer (or a timeout notice) lands in the calling
@@ -328,13 +356,7 @@ impl Agent {
         timeout: Duration,
     ) -> Result<CallParked, ClientError> {
         let body = self.call_request(to, message, timeout, false);
-        request(
-            &self.nats,
-            subject::call(self.id()),
-            &body,
-            self.options.request_timeout,
-        )
-        .await
+        self.call_retrying(body, self.options.request_timeout).await
     }
 
     /// A call with every option (`wait` decides the reply type: use [`Agent::call`] or
@@ -453,6 +475,7 @@ impl Agent {
         self.open_goal_with(GoalOpenRequest {
             goal_id: None,
             kind: Some(kind),
+            overflow: None,
         })
         .await
     }

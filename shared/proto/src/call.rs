@@ -55,6 +55,12 @@ pub struct CallRequest {
     /// waiting caller gets only the final answer, whose `body` joins every part anyway.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub stream: bool,
+    /// The call's id, chosen by the caller so a retry is recognised: a request naming the id
+    /// of an open call *the same caller* made is that call (its request is delivered once, it
+    /// has one answer and one timeout notice), and the retry waits for (or is told) its
+    /// outcome. A fresh UUID v7 when absent. Another caller's id is `conflict`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub correlation_id: Option<Uuid>,
 }
 
 /// Reply to a parked call.
@@ -104,6 +110,19 @@ fn is_zero(value: &u32) -> bool {
 
 /// Most partial replies one call takes before its final one.
 pub const CALL_PARTS_MAX: u32 = 256;
+
+/// Sent (services only, on `_SB.calls.answer.<correlation_id>`) to the replica holding a
+/// waiting call when the call's request left the callee's inbox without being read: removed
+/// from a full inbox, rejected by its reader or moved to the dead letters. The waiting caller
+/// then fails at once with `dropped` as the reason, instead of at its deadline.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CallDropped {
+    /// The call whose request was dropped.
+    pub correlation_id: Uuid,
+    /// Why, in words for the caller (`removed unread from a full inbox`, …).
+    pub dropped: String,
+}
 
 /// One partial reply of a streamed answer, as a waiting caller gets it on its reply subject
 /// (and [`CallParts`] returns it): in order of `part`, 1, 2, 3…, before the final answer.

@@ -74,6 +74,9 @@ pub enum ErrorKind {
     /// The caller sent more requests than its budget allows; retry after a pause. Refused
     /// before any storage work.
     RateLimited,
+    /// The receiving goal is full and its owner chose `overflow: refuse` (nothing was stored:
+    /// back off and retry), or a waiting call's request was removed from a full inbox unread.
+    InboxFull,
     /// A kind this client version does not know yet.
     #[serde(other)]
     Unknown,
@@ -97,7 +100,7 @@ impl ErrorKind {
             Self::AtCapacity | Self::TooManyChildren => 429,
             Self::TaskTerminal | Self::IllegalTransition => 409,
             Self::Expired => 410,
-            Self::TooManyCalls | Self::TooManyGoals | Self::RateLimited => 429,
+            Self::TooManyCalls | Self::TooManyGoals | Self::RateLimited | Self::InboxFull => 429,
             Self::Timeout => 504,
             Self::IdentityMismatch | Self::SenderMismatch | Self::BadReplySubject => 403,
             Self::NotRegistered | Self::NotFound => 404,
@@ -155,6 +158,7 @@ impl ErrorKind {
             Self::BadReplySubject => "bad_reply_subject",
             Self::TooManyGoals => "too_many_goals",
             Self::RateLimited => "rate_limited",
+            Self::InboxFull => "inbox_full",
             Self::AtCapacity => "at_capacity",
             Self::TooManyChildren => "too_many_children",
             Self::Unknown => "unknown",
@@ -263,6 +267,7 @@ mod tests {
             ErrorKind::TooManyChildren,
             ErrorKind::SenderMismatch,
             ErrorKind::BadReplySubject,
+            ErrorKind::InboxFull,
         ] {
             assert_eq!(serde_json::to_value(kind).unwrap(), json!(kind.as_str()));
         }

@@ -201,6 +201,33 @@ pub struct CursorRecord {
     /// cursor passes them (at most [`PENDING_READS_MAX`], oldest dropped).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pending_reads: Vec<PendingRead>,
+    /// What a message that finds the goal full does (chosen at `goal.open`; absent =
+    /// `evict_oldest`).
+    #[serde(default, skip_serializing_if = "Overflow::is_default")]
+    pub overflow: Overflow,
+}
+
+/// What a full goal does with the next message (docs/protocol.md §8, "The inbox cap"). Either
+/// way a message already handed out to the goal's reader is not evicted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Overflow {
+    /// The oldest message not yet handed out goes (its sender gets an `expired_unread`
+    /// notice, the reader a count on its next fetch) and the new one is stored: the seed's
+    /// behaviour, right for a reader that wants the newest.
+    #[default]
+    EvictOldest,
+    /// Nothing is evicted: the new message is refused (`inbox_full`, 429, nothing stored), so
+    /// its sender learns at once and can back off. Right for a reader that must see everything.
+    Refuse,
+}
+
+impl Overflow {
+    /// True for `evict_oldest` (left off the wire).
+    #[allow(clippy::trivially_copy_pass_by_ref)]
+    pub fn is_default(&self) -> bool {
+        *self == Self::EvictOldest
+    }
 }
 
 /// How many ids of messages removed unread a cursor keeps for its owner's next fetch.
@@ -242,6 +269,7 @@ impl CursorRecord {
             expired_unread: 0,
             expired_ids: Vec::new(),
             pending_reads: Vec::new(),
+            overflow: Overflow::EvictOldest,
         }
     }
 

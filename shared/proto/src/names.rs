@@ -5,8 +5,15 @@
 pub const MIN_BODY_CHARS: usize = 1;
 /// Largest accepted message body, in UTF-8 bytes (64 KiB).
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
-/// How many messages a goal's inbox keeps; older ones are evicted first.
+/// The seed's inbox cap: the most messages one fetch hands out, and the room a goal always has
+/// for messages waiting beside one full fetch its reader holds ([`INBOX_STORED_PER_GOAL`]).
 pub const INBOX_CAP_PER_GOAL: i64 = 64;
+/// How many messages `AGENT_INBOX` stores per goal (`max_msgs_per_subject`): the cap plus one
+/// full fetch the reader holds and has not acknowledged yet. Messages handed out to the reader
+/// are never the cap's to evict (a full goal evicts the oldest message *not yet handed out*, or
+/// refuses under `overflow: refuse`), so a reader that fetches 64 and acks on its next fetch
+/// loses nothing to a burst of up to 64 messages while it works on a fetch.
+pub const INBOX_STORED_PER_GOAL: i64 = 2 * INBOX_CAP_PER_GOAL;
 
 /// Dead letters: messages given up on, each with its reason and where it came from.
 pub const DLQ_STREAM: &str = "AGENT_DLQ";
@@ -42,7 +49,7 @@ pub const CALL_TIMEOUT_DEFAULT_MS: u64 = 30_000;
 /// Largest call timeout, in milliseconds.
 pub const CALL_TIMEOUT_MAX_MS: u64 = 300_000;
 /// Open outgoing calls allowed per agent.
-pub const MAX_OPEN_CALLS_PER_AGENT: usize = 10;
+pub const MAX_OPEN_CALLS_PER_AGENT: usize = 64;
 /// Default cap on the number of peers a broadcast reaches.
 pub const BROADCAST_CAP_DEFAULT: usize = 64;
 /// The `to` value that means "every peer I may reach".
@@ -104,6 +111,10 @@ pub const HEADER_SERVICE_ERROR_CODE: &str = "Nats-Service-Error-Code";
 pub const NATS_HEADER_PREFIX: &str = "Nats-";
 /// Header of a stored message (as a direct get returns it): its stream sequence.
 pub const HEADER_SEQUENCE: &str = "Nats-Sequence";
+/// On a message a stream republishes: the sequence of the message stored before it *on the
+/// same subject* (0 when none). A held fetch whose goal had nothing after `n` and gets a notice
+/// whose last sequence is at most `n` knows the notice's message is all that is unread.
+pub const HEADER_LAST_SEQUENCE: &str = "Nats-Last-Sequence";
 /// Header of a stored message (as a direct get returns it): the subject it was stored under.
 pub const HEADER_SUBJECT: &str = "Nats-Subject";
 /// Header of a stored message (as a direct get returns it): when it was stored (RFC 3339).

@@ -219,6 +219,10 @@ pub struct GoalOpenRequest {
     /// What kind of run this is (default `interactive`); ignored when re-opening a goal.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<GoalKind>,
+    /// What a message that finds the goal's inbox full does (default `evict_oldest`); ignored
+    /// when re-opening a goal the caller holds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overflow: Option<crate::inbox::Overflow>,
 }
 
 /// Reply to `goal.open`: where the goal's messages are.

@@ -173,8 +173,10 @@ pub struct RequestBudget {
 impl Default for RequestBudget {
     fn default() -> Self {
         Self {
-            per_second: 500,
-            burst: 1_000,
+            // An agent serving 2,000 calls/s spends at most a fetch, a reply and an ack per
+            // call (fewer when fetches batch): 6,000 requests/s. A second of that is the burst.
+            per_second: 6_000,
+            burst: 6_000,
         }
     }
 }

@@ -29,6 +29,9 @@ pub struct PublishFailure {
     pub attempts: usize,
     /// Text of the last attempt's error; a permanent one (e.g. too large) stops the retries.
     pub last: String,
+    /// The target was a goal inbox that is full and whose owner chose `overflow: refuse`:
+    /// nothing was stored, and the sender should back off (`inbox_full`).
+    pub refused_full: bool,
 }
 
 /// What a successful publish stored.
@@ -139,6 +142,18 @@ async fn retry_after(
                 Some(crate::room::Room::Purged(0) | crate::room::Room::Evicted)
             );
             match crate::room::make_room(js, subject, evict, true).await {
+                Ok(crate::room::Room::Refused) => {
+                    return Err(PublishFailure {
+                        subject: subject.to_owned(),
+                        attempts,
+                        last: format!(
+                            "the goal's inbox is full ({} messages) and refuses new ones \
+                             (overflow: refuse)",
+                            switchboard_proto::INBOX_STORED_PER_GOAL
+                        ),
+                        refused_full: true,
+                    });
+                }
                 Ok(room) => last_room = Some(room),
                 Err(err) => {
                     tracing::warn!(%subject, error = %err, "could not make room in a full inbox");
@@ -157,6 +172,7 @@ async fn retry_after(
                 subject: subject.to_owned(),
                 attempts,
                 last: failed.message,
+                refused_full: false,
             });
         }
         tracing::warn!(%subject, attempt = attempts, error = %failed.message, "publish not acknowledged; retrying");
@@ -174,18 +190,52 @@ pub async fn publish_all(
     js: &jetstream::Context,
     messages: &[(String, String, Bytes)],
 ) -> Vec<Result<Published, PublishFailure>> {
-    let mut pending = Vec::with_capacity(messages.len());
+    send_all(js, messages).await.acked().await
+}
+
+/// Publishes sent (handed to the connection, in order) whose acks are not awaited yet: a
+/// caller can send something after them on the same connection — which the server then
+/// receives after them — before it waits for anything.
+pub struct Sent<'a> {
+    js: &'a jetstream::Context,
+    messages: &'a [(String, String, Bytes)],
+    first: Vec<Result<PublishAckFuture, Failed>>,
+}
+
+/// Sends every message of `messages` (subject, `Nats-Msg-Id`, payload) without waiting for
+/// an ack; [`Sent::acked`] then waits for them, retrying as [`publish_all`] does.
+pub async fn send_all<'a>(
+    js: &'a jetstream::Context,
+    messages: &'a [(String, String, Bytes)],
+) -> Sent<'a> {
+    let mut first = Vec::with_capacity(messages.len());
     for (subject, msg_id, payload) in messages {
-        pending.push(send(js, subject, msg_id, payload).await);
+        first.push(send(js, subject, msg_id, payload).await);
     }
-    let first = futures::future::join_all(pending.into_iter().map(acked)).await;
-    let outcomes = messages
-        .iter()
-        .zip(first)
-        .map(|((subject, msg_id, payload), outcome)| {
-            retry_after(js, subject, msg_id, payload.clone(), outcome)
-        });
-    futures::future::join_all(outcomes).await
+    Sent {
+        js,
+        messages,
+        first,
+    }
+}
+
+impl Sent<'_> {
+    /// The acks, each failed publish retried as [`publish_durable`] would; in input order.
+    pub async fn acked(self) -> Vec<Result<Published, PublishFailure>> {
+        let Self {
+            js,
+            messages,
+            first,
+        } = self;
+        let first = futures::future::join_all(first.into_iter().map(acked)).await;
+        let outcomes = messages
+            .iter()
+            .zip(first)
+            .map(|((subject, msg_id, payload), outcome)| {
+                retry_after(js, subject, msg_id, payload.clone(), outcome)
+            });
+        futures::future::join_all(outcomes).await
+    }
 }
 
 /// Encodes `value` as JSON and publishes it with [`publish_durable`].
@@ -199,6 +249,7 @@ pub async fn publish_json<T: serde::Serialize>(
         subject: subject.to_owned(),
         attempts: 0,
         last: format!("encoding: {err}"),
+        refused_full: false,
     })?;
     publish_durable(js, subject, msg_id, payload.into()).await
 }

@@ -8,7 +8,7 @@ use async_nats::jetstream::{self, kv, stream};
 use switchboard_proto::subject::{self, INBOX_ALL, INBOX_STORED_TEMPLATE, REGISTRY_EVENTS_ALL};
 use switchboard_proto::{
     CALLS_BUCKET, CALLS_OPEN_STREAM, CURSORS_BUCKET, EVENTS_STREAM, GOALS_BUCKET,
-    INBOX_CAP_PER_GOAL, INBOX_STREAM, MAX_INBOX_MESSAGE_BYTES, REGISTRY_BUCKET, TASKS_BUCKET,
+    INBOX_STORED_PER_GOAL, INBOX_STREAM, MAX_INBOX_MESSAGE_BYTES, REGISTRY_BUCKET, TASKS_BUCKET,
     TASKS_INDEX_STREAM,
 };
 
@@ -123,11 +123,13 @@ pub fn inbox_stream(config: &JetStreamConfig) -> stream::Config {
         republish: Some(stream::Republish {
             source: INBOX_ALL.to_owned(),
             destination: INBOX_STORED_TEMPLATE.to_owned(),
-            headers_only: true,
+            // The whole message: a held fetch answers with it instead of reading it back.
+            headers_only: false,
         }),
         // A full goal refuses the next message instead of dropping its oldest unseen: the
-        // publisher then removes the oldest itself and tells its sender (`room.rs`).
-        max_messages_per_subject: INBOX_CAP_PER_GOAL,
+        // publisher then removes the oldest not handed out itself and tells its sender, or
+        // refuses the message under the goal's `overflow: refuse` (`room.rs`).
+        max_messages_per_subject: INBOX_STORED_PER_GOAL,
         discard: stream::DiscardPolicy::New,
         discard_new_per_subject: true,
         duplicate_window: Duration::from_secs(config.duplicate_window_secs),

@@ -1,15 +1,17 @@
 //! Room in a full goal inbox (docs/protocol.md, "The inbox cap"). `AGENT_INBOX` keeps at most
-//! 64 messages per goal and refuses the 65th (`discard_new_per_subject`) instead of dropping
-//! the oldest unseen, so the publisher removes the goal's oldest message itself and knows which
-//! one went. When the goal's owner had not read it, the message's sender gets a `kind: notify`
+//! 128 messages per goal (`INBOX_STORED_PER_GOAL`) and refuses the next
+//! (`discard_new_per_subject`) instead of dropping the oldest unseen, so the publisher removes
+//! the goal's oldest message *not yet handed out* itself and knows which one went — or, when
+//! the goal's owner chose `overflow: refuse`, removes nothing and refuses the new one. When the goal's owner had not read it, the message's sender gets a `kind: notify`
 //! in its goal (`metadata.reason: "expired_unread"`, `in_reply_to` the message) and the goal's
 //! cursor counts it for the owner's next fetch. Every publish into an inbox goes through
 //! [`crate::publish`], which calls [`make_room`] when the stream refuses one as full.
 
 use async_nats::jetstream;
+use async_nats::jetstream::stream::DirectGetErrorKind;
 use bytes::Bytes;
 use serde_json::{Map, Value};
-use switchboard_proto::inbox::{CursorRecord, EXPIRED_UNREAD, cursor_key};
+use switchboard_proto::inbox::{CursorRecord, EXPIRED_UNREAD, Overflow, cursor_key};
 use switchboard_proto::{GoalId, InboxMessage, MessageKind, subject, timestamp};
 
 use crate::telemetry;
@@ -32,14 +34,19 @@ pub enum Room {
     Purged(u64),
     /// The oldest unread message was removed.
     Evicted,
+    /// The goal's owner chose `overflow: refuse`: nothing was removed, the new message must
+    /// not be stored.
+    Refused,
 }
 
 /// Makes room in the full inbox `inbox_subject`. The goal's read messages go first, all at
 /// once (one purge of what its cursor has passed: a reader that keeps up pays this once per
-/// 64 messages, not per message). Only with `evict` (the publisher found the inbox still full
-/// after a purge that found nothing: every message is unread) does the oldest unread message
-/// go; it is counted on the goal's cursor and, when `notify`, its sender is told (a notice
-/// that itself finds a full inbox makes room there without a further notice).
+/// 128 messages, not per message). Only with `evict` (the publisher found the inbox still full
+/// after a purge that found nothing) does one message go: the oldest read one a consumer held
+/// back from the purge, else the oldest not yet handed out, else the oldest — or, under the
+/// goal's `overflow: refuse`, none ([`Room::Refused`]). An unread one is counted on the goal's
+/// cursor and, when `notify`, its sender is told (a notice that itself finds a full inbox makes
+/// room there without a further notice).
 pub async fn make_room(
     js: &jetstream::Context,
     inbox_subject: &str,
@@ -56,12 +63,11 @@ pub async fn make_room(
         .get_key_value(switchboard_proto::CURSORS_BUCKET)
         .await
         .map_err(|err| err.to_string())?;
-    let cursor = match cursors.get(cursor_key(&goal)).await {
-        Ok(Some(value)) => serde_json::from_slice::<CursorRecord>(&value)
-            .map(|record| record.cursor)
-            .unwrap_or(0),
-        _ => 0,
+    let record = match cursors.get(cursor_key(&goal)).await {
+        Ok(Some(value)) => serde_json::from_slice::<CursorRecord>(&value).ok(),
+        _ => None,
     };
+    let cursor = record.as_ref().map_or(0, |record| record.cursor);
     if !evict {
         // Read, and seen by every consumer of the stream (the audit's): a message the audit
         // has not recorded yet is never purged.
@@ -77,20 +83,46 @@ pub async fn make_room(
             .map_err(|err| err.to_string())?;
         return Ok(Room::Purged(purged.purged));
     }
-    // The oldest message this publisher removes itself: publishers racing for one full goal
-    // each take the next one, so every publish makes its own room.
+    // Nothing left to purge: the goal's owner decides whether a message goes or the new one is
+    // refused.
+    if record
+        .as_ref()
+        .is_some_and(|record| record.overflow == Overflow::Refuse)
+    {
+        return Ok(Room::Refused);
+    }
+    // What goes, in this order: the oldest message the reader has read (one the purge kept for
+    // a consumer that has not seen it yet) — silently; else the oldest message not yet handed
+    // out — what the reader holds from its last fetch is its own until it acks, so a reader
+    // that keeps up loses nothing to a burst; only when every stored message has been handed
+    // out (a reader hoarding with `after`) does the oldest handed-out one go.
+    let handed = record
+        .as_ref()
+        .map_or(0, |record| record.handed.max(record.cursor));
     let mut removed = None;
     for _ in 0..16 {
         let oldest = stream
             .direct_get_next_for_subject(inbox_subject, None)
             .await
             .map_err(|err| err.to_string())?;
+        let victim = if oldest.sequence <= cursor || oldest.sequence > handed {
+            oldest
+        } else {
+            match stream
+                .direct_get_next_for_subject(inbox_subject, Some(handed.saturating_add(1)))
+                .await
+            {
+                Ok(waiting) => waiting,
+                Err(err) if err.kind() == DirectGetErrorKind::NotFound => oldest,
+                Err(err) => return Err(err.to_string()),
+            }
+        };
         if stream
-            .delete_message(oldest.sequence)
+            .delete_message(victim.sequence)
             .await
             .unwrap_or(false)
         {
-            removed = Some(oldest);
+            removed = Some(victim);
             break;
         }
     }
@@ -121,6 +153,14 @@ pub async fn make_room(
         .await;
     }
     tracing::info!(goal_id = %goal, seq = oldest.sequence, "a full goal inbox dropped its oldest unread message");
+    if let Some(message) = &message {
+        call_dropped(
+            js,
+            message,
+            &format!("its request was removed unread from a full inbox (goal {goal} of `{owner}`)"),
+        )
+        .await;
+    }
     // The sender is told in the goal it sent from, while that goal is open (a closed one's
     // inbox is read by nobody).
     if let Some(message) = message
@@ -134,6 +174,30 @@ pub async fn make_room(
         notify_sender(js, &goal, &owner, &message).await;
     }
     Ok(Room::Evicted)
+}
+
+/// When `message` is a call's request, tells the replica holding the call (if it is a waiting
+/// one) that the request will never be read, so the caller fails at once with `reason`
+/// (core NATS, best effort: a parked call still ends at its deadline).
+pub async fn call_dropped(js: &jetstream::Context, message: &InboxMessage, reason: &str) {
+    let (MessageKind::Request, Some(correlation_id)) = (message.kind, message.correlation_id)
+    else {
+        return;
+    };
+    let dropped = switchboard_proto::call::CallDropped {
+        correlation_id,
+        dropped: reason.to_owned(),
+    };
+    let Ok(payload) = serde_json::to_vec(&dropped) else {
+        return;
+    };
+    if let Err(err) = js
+        .client()
+        .publish(subject::call_answer(&correlation_id), payload.into())
+        .await
+    {
+        tracing::debug!(%correlation_id, error = %err, "dropped call request not told");
+    }
 }
 
 /// The lowest sequence every durable consumer of the inbox stream that reads `inbox_subject`
@@ -246,9 +310,9 @@ async fn notify_sender(
         *goal,
         message.from_agent_id.clone(),
         format!(
-            "your message {id} to `{owner}` was removed unread: goal {goal} held {} unread \
-             messages, its most",
-            switchboard_proto::INBOX_CAP_PER_GOAL
+            "your message {id} to `{owner}` was removed unread: goal {goal} was full ({} \
+             messages, none of them read)",
+            switchboard_proto::INBOX_STORED_PER_GOAL
         ),
     );
     notice.id = Some(switchboard_proto::new_id());
