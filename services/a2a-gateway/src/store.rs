@@ -121,7 +121,7 @@ impl Store {
                     .map(|_| ())
                     .map_err(|err| {
                         (
-                            err.kind() == kv::CreateErrorKind::AlreadyExists,
+                            switchboard_runtime::kv::already_exists(&err),
                             err.to_string(),
                         )
                     })
@@ -132,7 +132,7 @@ impl Store {
                     .map(|_| ())
                     .map_err(|err| {
                         (
-                            err.kind() == kv::UpdateErrorKind::WrongLastRevision,
+                            switchboard_runtime::kv::lost_revision(&err),
                             err.to_string(),
                         )
                     })

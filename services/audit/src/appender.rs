@@ -30,7 +30,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream;
-use async_nats::jetstream::context::{PublishError, PublishErrorKind};
+use async_nats::jetstream::context::PublishError;
 use async_nats::jetstream::message::PublishMessage;
 use async_nats::jetstream::publish::PublishAck;
 use bytes::Bytes;
@@ -301,7 +301,7 @@ impl Appender {
             }
             other => {
                 match other {
-                    Err(err) if err.kind() == PublishErrorKind::WrongLastSequence => {
+                    Err(err) if switchboard_runtime::kv::lost_expectation(&err) => {
                         tracing::debug!("another writer moved the audit stream; catching up");
                     }
                     Err(err) => {

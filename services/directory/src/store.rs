@@ -12,7 +12,7 @@ use std::collections::BTreeSet;
 
 use async_nats::jetstream::ErrorCode;
 use async_nats::jetstream::context::ConsumerInfoErrorKind;
-use async_nats::jetstream::kv::{self, CreateErrorKind, UpdateErrorKind};
+use async_nats::jetstream::kv;
 use async_nats::jetstream::stream::ConsumerErrorKind;
 use async_nats::jetstream::{self, stream};
 use bytes::Bytes;
@@ -110,12 +110,12 @@ impl RegistryStore {
         match revision {
             None => match self.agents.create(agent.as_str(), value).await {
                 Ok(_) => Ok(Cas::Done),
-                Err(err) if err.kind() == CreateErrorKind::AlreadyExists => Ok(Cas::Conflict),
+                Err(err) if switchboard_runtime::kv::already_exists(&err) => Ok(Cas::Conflict),
                 Err(err) => Err(DirectoryError::store("creating agent record", err)),
             },
             Some(revision) => match self.agents.update(agent.as_str(), value, revision).await {
                 Ok(_) => Ok(Cas::Done),
-                Err(err) if err.kind() == UpdateErrorKind::WrongLastRevision => Ok(Cas::Conflict),
+                Err(err) if switchboard_runtime::kv::lost_revision(&err) => Ok(Cas::Conflict),
                 Err(err) => Err(DirectoryError::store("updating agent record", err)),
             },
         }
@@ -296,7 +296,7 @@ impl RegistryStore {
         let key = cursor_key(goal_id);
         match self.cursors.create(key.as_str(), encode(record)?).await {
             Ok(_) => return Ok(()),
-            Err(err) if err.kind() == CreateErrorKind::AlreadyExists => {}
+            Err(err) if switchboard_runtime::kv::already_exists(&err) => {}
             Err(err) => return Err(DirectoryError::store("creating goal cursor", err)),
         }
         match self.cursor(goal_id).await? {
@@ -372,9 +372,7 @@ impl RegistryStore {
                 .await;
             let marker = match stored {
                 Ok(ack) => ack.sequence,
-                Err(err)
-                    if err.kind() == jetstream::context::PublishErrorKind::WrongLastSequence =>
-                {
+                Err(err) if switchboard_runtime::kv::lost_expectation(&err) => {
                     continue;
                 }
                 Err(err) => return Err(DirectoryError::store("deleting goal cursor", err)),

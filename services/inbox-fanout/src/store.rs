@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use async_nats::HeaderMap;
-use async_nats::jetstream::kv::{self, UpdateErrorKind};
+use async_nats::jetstream::kv;
 use async_nats::jetstream::{self, stream};
 use bytes::Bytes;
 use switchboard_proto::inbox::{CursorRecord, FETCH_REPLY_BYTES, cursor_key};
@@ -221,7 +221,7 @@ impl InboxStore {
                 self.recent.put(goal, record, revision);
                 Ok(Cas::Done(revision))
             }
-            Err(err) if err.kind() == UpdateErrorKind::WrongLastRevision => {
+            Err(err) if switchboard_runtime::kv::lost_revision(&err) => {
                 self.recent.forget(goal);
                 Ok(Cas::Conflict)
             }
