@@ -117,6 +117,36 @@ impl Correlator {
                         )
                         .map_err(CorrelatorError::Gate)?;
                     }
+                    // Held by this replica (its caller waits here): claimed and recorded as
+                    // answered to the caller in one write, then handed over in process.
+                    if self.holds(&correlation_id) {
+                        let answer = Self::final_answer(call, callee, body, &request);
+                        let Some(claimed) =
+                            self.store.answered_here(&stored, answer.clone()).await?
+                        else {
+                            continue;
+                        };
+                        let (handed, ()) = tokio::join!(
+                            self.hand_over_here(&answer),
+                            self.store.unindex(&correlation_id)
+                        );
+                        let via = if handed {
+                            AnswerRoute::Caller
+                        } else {
+                            // The wait ended meanwhile: the NATS way or the inbox, recorded.
+                            let via = self.deliver_answer(call, callee, body, &request).await?;
+                            self.store.answered(&claimed, via, Some(answer)).await?;
+                            via
+                        };
+                        tracing::info!(%correlation_id, ?via, "call answered");
+                        self.emit_later(CallEventKind::Answered, call, Some(body));
+                        return Ok(ReplyAck {
+                            correlation_id,
+                            delivered: via,
+                            duplicate: false,
+                            part: None,
+                        });
+                    }
                     // Claim it; the winner delivers, exactly once (and takes the call out of
                     // the open-call index meanwhile).
                     if let Some(claimed) = self

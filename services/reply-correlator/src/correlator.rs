@@ -195,6 +195,14 @@ pub(crate) fn expired(call: &PendingCall) -> CorrelatorError {
 }
 
 impl Correlator {
+    /// Whether this replica holds the waiting caller of the call.
+    pub(crate) fn holds(&self, correlation_id: &Uuid) -> bool {
+        self.waiting
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .contains_key(correlation_id)
+    }
+
     /// The record of a call this replica holds, as it last wrote or read it: a compare-and-set
     /// may start from it without reading the bucket (it fails, and the caller reads, when the
     /// record changed since).

@@ -216,7 +216,7 @@ impl CallStore {
                 .await
             {
                 Ok(revision) => Ok(Some(revision)),
-                Err(err) if err.kind() == kv::CreateErrorKind::AlreadyExists => Ok(None),
+                Err(err) if switchboard_runtime::kv::already_exists(&err) => Ok(None),
                 Err(err) => Err(StoreError::store("recording the call", err)),
             }
         };
@@ -344,6 +344,22 @@ impl CallStore {
         self.replace(claimed, call).await
     }
 
+    /// Claims an open call and records it answered to its waiting caller, in one write: what
+    /// a replica holding the caller does before it hands the answer over in process (should
+    /// the hand-over fail, the route is written again).
+    pub async fn answered_here(
+        &self,
+        stored: &CallEntry,
+        answer: CallAnswer,
+    ) -> Result<Option<CallEntry>, StoreError> {
+        let mut call = stored.call.clone();
+        call.state = CallState::Answered;
+        call.claimed_at = Some(timestamp::now());
+        call.answered_via = Some(AnswerRoute::Caller);
+        call.answer = Some(answer);
+        self.replace(stored, call).await
+    }
+
     /// Writes `call` over `stored` by compare-and-set: `None` when the record changed since
     /// it was read.
     pub async fn replace(
@@ -361,7 +377,7 @@ impl CallStore {
             .await
         {
             Ok(revision) => Ok(Some(CallEntry { call, revision })),
-            Err(err) if err.kind() == kv::UpdateErrorKind::WrongLastRevision => Ok(None),
+            Err(err) if switchboard_runtime::kv::lost_revision(&err) => Ok(None),
             Err(err) => Err(StoreError::store("updating the call", err)),
         }
     }
