@@ -32,6 +32,7 @@
 
 mod report_a2a;
 mod report_inbox;
+mod report_peers;
 mod report_receipts;
 mod report_streaming;
 
@@ -138,7 +139,7 @@ impl Report {
         self.targets.push(Target {
             what: what.to_owned(),
             measured: format!("{measured:.2} {unit}"),
-            limit: format!("≤ {limit:.0} {unit}"),
+            limit: format!("≤ {limit} {unit}"),
             met: measured <= limit,
         });
     }
@@ -175,6 +176,12 @@ fn size_label(size: usize) -> String {
 #[tokio::main]
 async fn main() {
     let ops = ops_from_env(400);
+    if std::env::var("BENCH_ONLY").as_deref() == Ok("cluster") {
+        let mut report = Report::default();
+        report_inbox::cluster_rows(&mut report, ops, report_inbox::bench_goals()).await;
+        println!("{}", render(&report, ops, 0, Duration::ZERO));
+        return;
+    }
     let agents_total = bench_agents().max(20);
     let started = Instant::now();
     let nats = NatsServer::start().await;
@@ -489,6 +496,10 @@ async fn main() {
         report.absolute(&format!("{service} RSS after the run"), rss, "MiB", 64.0);
     }
 
+    // The call beside Synadia's agent SDK and raw NATS, on a server of its own with the
+    // shipped defaults (issue 25).
+    report_peers::peer_rows(&mut report, ops).await;
+
     // Live goals at scale on this node, then a 3-node R3 cluster.
     let goals = report_inbox::bench_goals();
     let named: Vec<(&str, &ServiceProcess)> = SERVICES.iter().copied().zip(&services).collect();
@@ -522,7 +533,7 @@ async fn full_goal_row(
     let receiver = agent(url, "bench-full-receiver").await;
     let _unread = receiver.open_goal().await.unwrap();
     let body = "x".repeat(256);
-    for _ in 0..switchboard_proto::INBOX_CAP_PER_GOAL {
+    for _ in 0..switchboard_proto::INBOX_STORED_PER_GOAL {
         sender
             .send_to_peer("bench-full-receiver", &body)
             .await

@@ -366,7 +366,10 @@ pub async fn cluster_rows(report: &mut Report, ops: usize, goals: usize) {
         .collect();
     let urls = cluster.urls();
     let mut services = Vec::new();
-    for (n, service) in ["directory", "inbox-fanout"].into_iter().enumerate() {
+    for (n, service) in ["directory", "inbox-fanout", "reply-correlator"]
+        .into_iter()
+        .enumerate()
+    {
         services
             .push(ServiceProcess::start(&service_bin(service), service, &urls[n % 3], &env).await);
     }
@@ -434,7 +437,62 @@ pub async fn cluster_rows(report: &mut Report, ops: usize, goals: usize) {
         "send p50 / raw R3 publish p50",
         format!("{:.2}×", ours.p50.as_secs_f64() / raw.p50.as_secs_f64()),
     );
+    // A waiting call on the cluster (issue 25): every write on its path is paid three times,
+    // with an fsync each (`sync_interval: always`).
+    let call = cluster_call(&urls, ops).await;
+    report.row(group, "call (wait), 256 B, the callee long-polls", call);
+    report.ratio(
+        "3-node R3: call p50 / raw R3 publish p50",
+        call.p50.as_secs_f64() / raw.p50.as_secs_f64(),
+        3.0,
+        false,
+    );
     for service in services {
         service.terminate().await;
     }
+}
+
+/// Waiting calls on the cluster: the caller on node 0, the callee (reading its goal with held
+/// fetches and answering each request) on node 2.
+async fn cluster_call(urls: &[String], ops: usize) -> Sample {
+    let callee = Arc::new(agent(&urls[2], "r3-callee").await);
+    let goal = callee.open_goal().await.unwrap();
+    let answerer = Arc::clone(&callee);
+    let serving = tokio::spawn(async move {
+        loop {
+            let Ok(Some(delivery)) = goal.recv(Duration::from_secs(30)).await else {
+                continue;
+            };
+            let answerer = Arc::clone(&answerer);
+            tokio::spawn(async move {
+                let message = match delivery.ack().await {
+                    Ok(message) => message,
+                    Err(err) => {
+                        eprintln!("r3-callee: ack failed: {err}");
+                        return;
+                    }
+                };
+                if let Some(correlation_id) = message.correlation_id
+                    && let Err(err) = answerer.reply(correlation_id, &message.body).await
+                {
+                    eprintln!("r3-callee: reply failed: {err}");
+                }
+            });
+        }
+    });
+    let caller = Arc::new(agent(&urls[0], "r3-caller").await);
+    let _caller_goal = caller.open_goal().await.unwrap();
+    let sample = measure(ops, 1, 32, move || {
+        let caller = Arc::clone(&caller);
+        async move {
+            let answer = caller
+                .call("r3-callee", &"x".repeat(256), Duration::from_secs(30))
+                .await
+                .unwrap();
+            assert_eq!(answer.body.len(), 256);
+        }
+    })
+    .await;
+    serving.abort();
+    sample
 }

@@ -9,7 +9,6 @@ use std::time::{Duration, Instant};
 use async_nats::jetstream;
 use bytes::Bytes;
 use futures::future::BoxFuture;
-use tracing::Instrument;
 use switchboard_proto::send::{
     DeliveryReport, SendRequest, Target, check_gates, next_hop, no_live_goals, unknown_agent,
 };
@@ -20,6 +19,7 @@ use switchboard_proto::{
 use switchboard_runtime::micro::AgentRequest;
 use switchboard_runtime::publish::{PublishFailure, Published, publish_all, publish_refusal};
 use switchboard_runtime::request::route_by_skill;
+use tracing::Instrument;
 
 use crate::config::FanoutConfig;
 use crate::error::FanoutError;

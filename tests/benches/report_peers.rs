@@ -1,0 +1,140 @@
+//! Switchboard's call beside its closest peer and raw NATS, measured as a user would: nats-py
+//! agents (tests/python/bench_peers.py), the release services with the **shipped defaults** on
+//! a private nats-server of their own, Synadia's NATS agent SDK (PyPI `synadia-ai-agents` and
+//! `synadia-ai-agent-service`, pinned in tests/python/requirements.txt) and raw request/reply,
+//! all in one run: p50, p99, calls/s at 1 and 32 in flight, CPU per call summed over every
+//! process (nats-server, the five services, the Python agents; from `/proc`), and broker
+//! messages per call (a wiretap on `>`).
+
+use std::time::Duration;
+
+use serde::Deserialize;
+use switchboard_testkit::NatsServer;
+use switchboard_testkit::process::ServiceProcess;
+use switchboard_tests::bench::Sample;
+use switchboard_tests::service_bin;
+
+use crate::{Report, SERVICES};
+
+/// One path as the Python side measured it.
+#[derive(Debug, Deserialize)]
+struct PeerRow {
+    path: String,
+    p50_ms: f64,
+    p99_ms: f64,
+    per_sec_1: f64,
+    per_sec_32: f64,
+    cpu_ms_sequential: f64,
+    cpu_ms_32: f64,
+    broker_msgs: f64,
+}
+
+#[derive(Debug, Deserialize)]
+struct PeerRows {
+    rows: Vec<PeerRow>,
+}
+
+/// Runs the three paths and adds their rows and issue 25's targets to `report`.
+pub async fn peer_rows(report: &mut Report, ops: usize) {
+    let nats = NatsServer::start().await;
+    let url = nats.url();
+    let mut services = Vec::new();
+    for service in SERVICES {
+        // No settings: what a user runs.
+        services.push(ServiceProcess::start(&service_bin(service), service, &url, &[]).await);
+    }
+    let pids: Vec<String> = nats
+        .pid()
+        .into_iter()
+        .chain(services.iter().filter_map(ServiceProcess::pid))
+        .map(|pid| pid.to_string())
+        .collect();
+    let script = switchboard_testkit::workspace_root().join("tests/python/bench_peers.py");
+    let run = tokio::process::Command::new(switchboard_testkit::python_bin())
+        .arg(script)
+        .args(["--nats-url", &url, "--ops", &ops.to_string()])
+        .args(["--pids", &pids.join(",")])
+        .kill_on_drop(true)
+        .output();
+    let output = tokio::time::timeout(Duration::from_secs(1_800), run)
+        .await
+        .expect("the peer benchmark finished")
+        .expect("the peer benchmark ran");
+    assert!(
+        output.status.success(),
+        "bench_peers.py failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let measured: PeerRows = serde_json::from_slice(&output.stdout).unwrap_or_else(|err| {
+        panic!(
+            "bench_peers.py printed no report ({err}): {}",
+            String::from_utf8_lossy(&output.stdout)
+        )
+    });
+    for service in services {
+        service.terminate().await;
+    }
+    let find = |prefix: &str| {
+        measured
+            .rows
+            .iter()
+            .find(|row| row.path.starts_with(prefix))
+            .unwrap_or_else(|| panic!("no {prefix} row"))
+    };
+    let (raw, peer, ours) = (find("raw"), find("synadia"), find("switchboard"));
+    let group = "call vs peers (nats-py agents, shipped defaults)";
+    for row in [raw, peer, ours] {
+        report.row(
+            group,
+            &row.path,
+            Sample {
+                p50: Duration::from_secs_f64(row.p50_ms / 1e3),
+                p99: Duration::from_secs_f64(row.p99_ms / 1e3),
+                per_sec: row.per_sec_32,
+            },
+        );
+        report.note_row(
+            group,
+            &format!("{}: cost", row.path),
+            format!(
+                "{:.0} calls/s at 1 in flight, {:.0} at 32; CPU per call {:.2} ms sequential, \
+                 {:.2} ms at 32 in flight (every process); {:.1} broker messages per call",
+                row.per_sec_1,
+                row.per_sec_32,
+                row.cpu_ms_sequential,
+                row.cpu_ms_32,
+                row.broker_msgs
+            ),
+        );
+    }
+    report.ratio(
+        "call p50 / raw request/reply p50 (nats-py, shipped defaults)",
+        ours.p50_ms / raw.p50_ms,
+        3.5,
+        false,
+    );
+    report.ratio(
+        "call p50 / Synadia agent SDK prompt p50",
+        ours.p50_ms / peer.p50_ms,
+        2.0,
+        false,
+    );
+    report.ratio(
+        "call throughput at 32 in flight / raw request/reply's",
+        ours.per_sec_32 / raw.per_sec_32,
+        0.12,
+        true,
+    );
+    report.absolute(
+        "broker messages per call (wiretap on `>`)",
+        ours.broker_msgs,
+        "messages",
+        20.0,
+    );
+    report.absolute(
+        "CPU per call at 32 in flight, every process",
+        ours.cpu_ms_32,
+        "ms",
+        0.4,
+    );
+}
