@@ -967,3 +967,46 @@ async fn records_stored_while_the_index_fails_are_indexed_once_it_works_and_none
     );
     assert!(audit_verify(&nats).await.unwrap().ok);
 }
+
+/// Issue 25: with no traffic, the whole system (every service, the audit writing) sends only a
+/// few messages per second — its sweeps and the audit's lease — not the audit's former four
+/// stream-info polls a second with their replies and advisories (~18 messages/s).
+#[tokio::test]
+async fn an_idle_system_is_quiet_on_the_wire() {
+    let fabric = Fabric::start_all(
+        Default::default(),
+        reply_correlator::CorrelatorConfig::default(),
+        task_lifecycle::TaskConfig::default(),
+    )
+    .await;
+    let (_audit, _trail) = start_audit(&fabric.url(), audit::AuditConfig::default()).await;
+    let nats = fabric.nats.client().await;
+    // One exchange, so the audit has written and caught up once; then nothing.
+    let (sender, _sender_goal) = fabric.agent_with_goal("sender").await;
+    let (_reader, _reader_goal) = fabric.agent_with_goal("reader").await;
+    sender.send_to_peer("reader", "hello").await.unwrap();
+    caught_up(&nats).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let tap = fabric.nats.client().await;
+    let mut seen = tap.subscribe(">").await.unwrap();
+    use futures::StreamExt;
+    tap.flush().await.unwrap();
+    let window = Duration::from_secs(6);
+    let mut subjects: BTreeMap<String, usize> = BTreeMap::new();
+    let until = tokio::time::Instant::now() + window;
+    while let Ok(Some(message)) = tokio::time::timeout_at(until, seen.next()).await {
+        let subject = message.subject.to_string();
+        let kind = if subject.starts_with("_INBOX.") {
+            "_INBOX.*".to_owned()
+        } else {
+            subject
+        };
+        *subjects.entry(kind).or_default() += 1;
+    }
+    let total: usize = subjects.values().sum();
+    let per_second = total as f64 / window.as_secs_f64();
+    assert!(
+        per_second <= 8.0,
+        "{per_second:.1} messages/s with no traffic: {subjects:?}"
+    );
+}

@@ -118,6 +118,8 @@ pub(crate) async fn write(
     };
     let mut ticker = tokio::time::interval(catch_up_every);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // The tail at the last catch-up, and when it ran (none yet: the first tick runs one).
+    let mut caught_up_at = (u64::MAX, tokio::time::Instant::now());
     loop {
         if appender.shared.index_failed() {
             appender.recover(&mut head, Vec::new(), &shutdown).await;
@@ -136,11 +138,17 @@ pub(crate) async fn write(
             _ = ticker.tick() => {
                 // Between bursts only: the catch-up reads from the head, which must be where
                 // the last stored record is, and the index must hold everything before it.
-                if appender.sent.is_empty() && appender.drain().await {
+                // While the lease holds nobody else appends, so an idle writer catches up
+                // once after a burst and then only every `IDLE_CATCH_UP` (to drop index rows
+                // the stream aged out): an idle system stays quiet on the wire.
+                let idle = appender.tail.seq == caught_up_at.0
+                    && caught_up_at.1.elapsed() < IDLE_CATCH_UP;
+                if appender.sent.is_empty() && !idle && appender.drain().await {
                     if let Err(err) = trail.catch_up_locked(&mut head).await {
                         tracing::warn!(error = %err, "audit catch-up failed");
                     }
                     appender.tail = head.clone();
+                    caught_up_at = (appender.tail.seq, tokio::time::Instant::now());
                 }
             }
         }
@@ -160,6 +168,11 @@ pub(crate) async fn write(
     }
     Ok(())
 }
+
+/// How often an idle writer (nothing stored since its last catch-up) catches up anyway: it
+/// drops the index rows of records the stream has aged out, which is all there is to do while
+/// the lease holds.
+const IDLE_CATCH_UP: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// The ack of the oldest record in flight.
 async fn front_ack(sent: &mut VecDeque<Sent>) -> Result<PublishAck, PublishError> {
