@@ -733,3 +733,52 @@ async fn an_answer_claims_a_call_whose_record_changed_since_the_replica_stored_i
     );
     opened_before_answered(&fabric, 5).await;
 }
+
+/// Issue 25, hostile: a caller that names another caller's call id gets `conflict` and touches
+/// nothing of it (its index entries, its record, the callee's one request); the same id from
+/// the call's own caller is a retry of it.
+#[tokio::test]
+async fn another_callers_call_id_is_refused_and_the_call_is_untouched() {
+    use switchboard_proto::call::CallRequest;
+    let fabric = Fabric::start().await;
+    let (callee, callee_goal) = fabric.agent_with_goal("callee").await;
+    let (alice, _alice_goal) = fabric.agent_with_goal("alice").await;
+    let (mallory, _mallory_goal) = fabric.agent_with_goal("mallory").await;
+    let id = switchboard_proto::new_id();
+    let request = |message: &str| CallRequest {
+        to: Some("callee".into()),
+        message: Some(message.into()),
+        wait: Some(false),
+        timeout_ms: Some(30_000),
+        correlation_id: Some(id),
+        ..CallRequest::default()
+    };
+    let parked = alice
+        .call_parked_with(request("alice's question"))
+        .await
+        .unwrap();
+    assert_eq!(parked.correlation_id, id);
+    for to in ["callee", "alice"] {
+        let stolen = CallRequest {
+            to: Some(to.into()),
+            ..request("mallory's question")
+        };
+        let err = mallory.call_parked_with(stolen).await.unwrap_err();
+        assert_eq!(err.kind(), Some(ErrorKind::Conflict), "{err}");
+    }
+    // Alice's retry is the same call: still one request, still listed for both sides.
+    let again = alice
+        .call_parked_with(request("alice's question"))
+        .await
+        .unwrap();
+    assert_eq!(again.correlation_id, id);
+    let page = callee_goal.fetch(64, Duration::ZERO, None).await.unwrap();
+    assert_eq!(page.messages.len(), 1, "one request: {page:?}");
+    assert_eq!(page.messages[0].message.body, "alice's question");
+    assert_eq!(alice.pending_calls().await.unwrap().outgoing.len(), 1);
+    assert_eq!(callee.pending_calls().await.unwrap().incoming.len(), 1);
+    assert!(mallory.pending_calls().await.unwrap().outgoing.is_empty());
+    // And it is answered once, to alice.
+    let ack = callee.reply(id, "to alice").await.unwrap();
+    assert!(!ack.duplicate);
+}

@@ -30,6 +30,10 @@ use crate::error::CorrelatorError;
 use crate::parts::PartForwarder;
 use crate::store::{CallEntry, Created};
 
+/// A retried call (named by its `correlation_id`) re-delivers its request only while it is
+/// younger than this: half the streams' duplicate window, so the copy is stored once.
+const REDELIVER_WITHIN: time::Duration = time::Duration::seconds(60);
+
 /// How long a delivery to the fan-out may take.
 const DELIVERY_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -278,21 +282,30 @@ impl Correlator {
             }
         });
 
-        // A retry delivers the request again with the same message id: stored once (the
-        // duplicate window), so it reaches the callee even if the first attempt never did.
-        let report = match self.deliver_request(&record, body, &request).await {
-            Ok(report) => report,
-            Err(err) => {
-                if !joined {
+        // A retry delivers the request again with the same message id, so it reaches the callee
+        // even if the first attempt died before delivering it — but only while the stream's
+        // duplicate window (120 s) still stores it once: a call older than
+        // [`REDELIVER_WITHIN`] was delivered long ago (or its first attempt failed and
+        // forgot it), and a copy then would be a second request.
+        let redeliver = !joined || timestamp::now() - record.created_at < REDELIVER_WITHIN;
+        let report = if redeliver {
+            match self.deliver_request(&record, body, &request).await {
+                Ok(report) => report,
+                Err(err) if !joined => {
                     self.store.forget(&stored).await?;
+                    return Err(err);
                 }
-                return Err(err);
+                // The call exists and may have reached the callee: keep waiting for it.
+                Err(err) => {
+                    tracing::debug!(%correlation_id, error = %err, "a retried call's request was not delivered again");
+                    DeliveryReport::default()
+                }
             }
+        } else {
+            DeliveryReport::default()
         };
-        if report.delivered_to.is_empty() {
-            if !joined {
-                self.store.forget(&stored).await?;
-            }
+        if report.delivered_to.is_empty() && !joined {
+            self.store.forget(&stored).await?;
             return Err(CorrelatorError::Unreachable(
                 report.unreachable_reasons.join("; "),
             ));

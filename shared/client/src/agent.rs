@@ -359,6 +359,20 @@ impl Agent {
         self.call_retrying(body, self.options.request_timeout).await
     }
 
+    /// [`Agent::call_parked`] with every option of the request (a `correlation_id` of your own,
+    /// `receipt`, `parts`, …): parks; `from_goal_id` and the parent default as for
+    /// [`Agent::call_with`].
+    pub async fn call_parked_with(&self, mut body: CallRequest) -> Result<CallParked, ClientError> {
+        body.wait = Some(false);
+        if body.from_goal_id.is_none() {
+            body.from_goal_id = self.current_goal.lock().ok().and_then(|goal| *goal);
+        }
+        if body.parent_correlation_id.is_none() {
+            body.parent_correlation_id = crate::serving::current();
+        }
+        self.call_retrying(body, self.options.request_timeout).await
+    }
+
     /// A call with every option (`wait` decides the reply type: use [`Agent::call`] or
     /// [`Agent::call_parked`] unless you need the raw shape).
     fn call_request(&self, to: &str, message: &str, timeout: Duration, wait: bool) -> CallRequest {
