@@ -75,12 +75,17 @@ pub struct SendPath {
     pub view: RegistryView,
 }
 
-/// Applies what the send path needs and builds it (no endpoint is subscribed).
-pub async fn send_path(
-    client: &Client,
-    runtime: &RuntimeConfig,
-    config: FanoutConfig,
-) -> Result<SendPath, StartError> {
+/// The stores both the service and an embedded send path work on.
+struct Parts {
+    js: jetstream::Context,
+    view: RegistryView,
+    store: InboxStore,
+    receipts: Receipts,
+}
+
+/// Applies the inbox stream and the buckets the send rules and the reader use (whichever
+/// service starts first creates them; applying them again is a no-op) and wraps them.
+async fn parts(client: &Client, runtime: &RuntimeConfig) -> Result<Parts, StartError> {
     let js = jetstream::new(client.clone());
     resources::ensure_stream(&js, resources::inbox_stream(&runtime.jetstream)).await?;
     let agents =
@@ -100,11 +105,30 @@ pub async fn send_path(
         resources::ensure_bucket(&js, resources::receipts_bucket(&runtime.jetstream)).await?,
         cursors.clone(),
     );
-    let view = RegistryView::new(js.clone(), agents, goals);
+    Ok(Parts {
+        view: RegistryView::new(js.clone(), agents, goals),
+        store: InboxStore::new(js.clone(), cursors, inbox),
+        receipts,
+        js,
+    })
+}
+
+/// Applies what the send path needs and builds it (no endpoint is subscribed).
+pub async fn send_path(
+    client: &Client,
+    runtime: &RuntimeConfig,
+    config: FanoutConfig,
+) -> Result<SendPath, StartError> {
+    let Parts {
+        js,
+        view,
+        store,
+        receipts,
+    } = parts(client, runtime).await?;
     let fanout = Arc::new(Fanout::new(
         view.clone(),
         Arc::new(JetStreamPublisher(js.clone())),
-        InboxStore::new(js.clone(), cursors, inbox),
+        store,
         receipts,
         js,
         config,
@@ -130,27 +154,13 @@ pub async fn start_with(
     config: FanoutConfig,
     publisher: Arc<dyn InboxPublisher>,
 ) -> Result<Running, StartError> {
-    let js = jetstream::new(client.clone());
-    // Whichever service starts first creates these; applying them again is a no-op.
-    resources::ensure_stream(&js, resources::inbox_stream(&runtime.jetstream)).await?;
+    let Parts {
+        js,
+        view,
+        store,
+        receipts,
+    } = parts(client, runtime).await?;
     resources::ensure_stream(&js, resources::dlq_stream(&runtime.jetstream)).await?;
-    let agents =
-        resources::ensure_bucket(&js, resources::registry_bucket(&runtime.jetstream)).await?;
-    let goals = resources::ensure_bucket(&js, resources::goals_bucket(&runtime.jetstream)).await?;
-    let inbox = js
-        .get_stream(switchboard_proto::INBOX_STREAM)
-        .await
-        .map_err(|err| StartError::Stream {
-            stream: switchboard_proto::INBOX_STREAM,
-            message: err.to_string(),
-        })?;
-    let cursors =
-        resources::ensure_bucket(&js, resources::cursors_bucket(&runtime.jetstream)).await?;
-    let receipts = Receipts::new(
-        js.clone(),
-        resources::ensure_bucket(&js, resources::receipts_bucket(&runtime.jetstream)).await?,
-        cursors.clone(),
-    );
     // Subscribed before the endpoints, so no store notice is missed by a fetch held later.
     let notices =
         client
@@ -160,10 +170,8 @@ pub async fn start_with(
                 subject: INBOX_STORED_ALL,
                 message: err.to_string(),
             })?;
-    let view = RegistryView::new(js.clone(), agents, goals);
     let wake = WakeHub::default();
     let stopping = CancellationToken::new();
-    let store = InboxStore::new(js.clone(), cursors, inbox);
     let reader = Arc::new(Reader::new(
         store.clone(),
         wake.clone(),
