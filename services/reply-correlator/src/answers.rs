@@ -119,7 +119,9 @@ impl Correlator {
                     }
                     // Held by this replica (its caller waits here): claimed and recorded as
                     // answered to the caller in one write, then handed over in process.
-                    if self.holds(&correlation_id) {
+                    // Otherwise claimed, delivered (the index entry removed meanwhile), and
+                    // the route recorded. The winner delivers, exactly once.
+                    let via = if self.holds(&correlation_id) {
                         let answer = Self::final_answer(call, callee, body, &request);
                         let Some(claimed) =
                             self.store.answered_here(&stored, answer.clone()).await?
@@ -130,53 +132,41 @@ impl Correlator {
                             self.hand_over_here(&answer),
                             self.store.unindex(&correlation_id)
                         );
-                        let via = if handed {
+                        if handed {
                             AnswerRoute::Caller
                         } else {
                             // The wait ended meanwhile: the NATS way or the inbox, recorded.
                             let via = self.deliver_answer(call, callee, body, &request).await?;
                             self.store.answered(&claimed, via, Some(answer)).await?;
                             via
+                        }
+                    } else {
+                        let Some(claimed) = self
+                            .store
+                            .transition(&stored, CallState::Answered, None)
+                            .await?
+                        else {
+                            continue;
                         };
-                        tracing::info!(%correlation_id, ?via, "call answered");
-                        self.emit_later(CallEventKind::Answered, call, Some(body));
-                        return Ok(ReplyAck {
-                            correlation_id,
-                            delivered: via,
-                            duplicate: false,
-                            part: None,
-                        });
-                    }
-                    // Claim it; the winner delivers, exactly once (and takes the call out of
-                    // the open-call index meanwhile).
-                    if let Some(claimed) = self
-                        .store
-                        .transition(&stored, CallState::Answered, None)
-                        .await?
-                    {
                         let (via, ()) = tokio::join!(
                             self.deliver_answer(call, callee, body, &request),
                             self.store.unindex(&correlation_id)
                         );
                         let via = via?;
-                        self.store
-                            .answered(
-                                &claimed,
-                                via,
-                                self.kept_answer(call, callee, body, &request),
-                            )
-                            .await?;
-                        tracing::info!(%correlation_id, ?via, "call answered");
-                        // The trail's `answered` event is stored off the reply's path: the
-                        // call's state is committed, and the event only records it.
-                        self.emit_later(CallEventKind::Answered, call, Some(body));
-                        return Ok(ReplyAck {
-                            correlation_id,
-                            delivered: via,
-                            duplicate: false,
-                            part: None,
-                        });
-                    }
+                        let kept = self.kept_answer(call, callee, body, &request);
+                        self.store.answered(&claimed, via, kept).await?;
+                        via
+                    };
+                    tracing::info!(%correlation_id, ?via, "call answered");
+                    // The trail's `answered` event is stored off the reply's path: the call's
+                    // state is committed, and the event only records it.
+                    self.emit_later(CallEventKind::Answered, call, Some(body));
+                    return Ok(ReplyAck {
+                        correlation_id,
+                        delivered: via,
+                        duplicate: false,
+                        part: None,
+                    });
                 }
             }
         }
