@@ -423,6 +423,22 @@ async fn calls_that_cannot_be_made_are_typed_errors() {
             "empty_message",
         ),
         ("agent.calls.pending.a.b", "", "invalid_agent_id"),
+        // A call id the caller names (issue 25): a UUID, nothing else.
+        (
+            "agent.call.caller",
+            r#"{"to":"callee","message":"x","correlation_id":"nope"}"#,
+            "bad_request",
+        ),
+        (
+            "agent.call.caller",
+            r#"{"to":"callee","message":"x","correlation_id":9223372036854775807}"#,
+            "bad_request",
+        ),
+        (
+            "agent.call.caller",
+            "{\"to\":\"callee\",\"message\":\"x\",\"correlation_id\":\"a\r\nb\"}",
+            "bad_request",
+        ),
     ] {
         assert_eq!(
             raw(&client, subject, payload).await.error_kind(),

@@ -1261,3 +1261,33 @@ async fn skill_routing_spreads_work_and_passes_over_an_agent_at_its_cap() {
         ]
     );
 }
+
+/// Issue 25: `overflow` on goal.open takes the two policies and nothing else.
+#[tokio::test]
+async fn goal_open_refuses_an_unknown_overflow_policy() {
+    let nats = switchboard_testkit::NatsServer::start().await;
+    let _dir = start_directory(&nats.url(), DirectoryConfig::default()).await;
+    let client = nats.client().await;
+    let _agent = agent_with(&nats.url(), card("mallory"), Duration::from_secs(3600)).await;
+    for body in [
+        r#"{"overflow":"drop_newest"}"#,
+        r#"{"overflow":9223372036854775807}"#,
+        "{\"overflow\":\"refuse\\r\\nX-Injected: 1\"}",
+        r#"{"overflow":["refuse"]}"#,
+    ] {
+        let reply = raw(&client, "agent.registry.goal.open.mallory", body).await;
+        assert_eq!(
+            reply.error_kind(),
+            "bad_request",
+            "{body}: {:?}",
+            reply.body
+        );
+    }
+    let opened = raw(
+        &client,
+        "agent.registry.goal.open.mallory",
+        r#"{"overflow":"refuse"}"#,
+    )
+    .await;
+    assert!(opened.body["goal_id"].is_string(), "{:?}", opened.body);
+}
