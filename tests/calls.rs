@@ -798,3 +798,103 @@ async fn another_callers_call_id_is_refused_and_the_call_is_untouched() {
     let ack = callee.reply(id, "to alice").await.unwrap();
     assert!(!ack.duplicate);
 }
+
+#[tokio::test]
+async fn a_waiting_call_enters_the_open_call_index_only_once_it_lasts() {
+    let fabric = Fabric::start().await;
+    let (callee, callee_goal) = fabric.agent_with_goal("thinker").await;
+    let caller = std::sync::Arc::new(fabric.agent("asker").await);
+    let _goal = caller.open_goal().await.unwrap();
+    let js = async_nats::jetstream::new(fabric.nats.client().await);
+    let entries = || async {
+        let index = js.get_stream(switchboard_proto::CALLS_OPEN_STREAM).await;
+        index.unwrap().cached_info().state.messages
+    };
+    let asking = std::sync::Arc::clone(&caller);
+    let call = tokio::spawn(async move { asking.call("thinker", "a long one", LONG).await });
+    let request = next(&callee_goal).await;
+    // Young: held (and listed) by its replica, in no index.
+    assert_eq!(entries().await, 0);
+    assert_eq!(caller.pending_calls().await.unwrap().outgoing.len(), 1);
+    assert_eq!(callee.pending_calls().await.unwrap().incoming.len(), 1);
+    // Past 5 s: indexed (so the sweep would end it, should its replica stop).
+    assert_eventually!(
+        Duration::from_secs(10),
+        async { entries().await == 2 },
+        "a long waiting call was not indexed"
+    );
+    callee
+        .reply(request.correlation_id.unwrap(), "done at last")
+        .await
+        .unwrap();
+    assert_eq!(call.await.unwrap().unwrap().body, "done at last");
+    assert_eventually!(
+        Duration::from_secs(5),
+        async { entries().await == 0 },
+        "an answered call stayed in the index"
+    );
+    assert!(caller.pending_calls().await.unwrap().outgoing.is_empty());
+}
+
+#[tokio::test]
+async fn waiting_calls_past_the_cap_are_refused_until_one_ends() {
+    let fabric = Fabric::start().await;
+    let (callee, callee_goal) = fabric.agent_with_goal("busy").await;
+    let caller = std::sync::Arc::new(fabric.agent("eager").await);
+    let _goal = caller.open_goal().await.unwrap();
+    let cap = switchboard_proto::MAX_OPEN_CALLS_PER_AGENT;
+    let calls: Vec<_> = (0..cap)
+        .map(|i| {
+            let caller = std::sync::Arc::clone(&caller);
+            tokio::spawn(async move { caller.call("busy", &format!("q{i}"), LONG).await })
+        })
+        .collect();
+    let mut requests = Vec::new();
+    let mut acked = None;
+    while requests.len() < cap {
+        let page = callee_goal
+            .fetch(64, Duration::from_secs(5), acked)
+            .await
+            .unwrap();
+        assert!(
+            !page.messages.is_empty(),
+            "{} of {cap} requests",
+            requests.len()
+        );
+        acked = page.messages.last().map(|m| m.seq);
+        requests.extend(page.messages.into_iter().map(|m| m.message));
+    }
+    assert_eq!(
+        kind(caller.call("busy", "one more", LONG).await),
+        ErrorKind::TooManyCalls
+    );
+    callee
+        .reply(requests[0].correlation_id.unwrap(), "first done")
+        .await
+        .unwrap();
+    let more = std::sync::Arc::clone(&caller);
+    let another = tokio::spawn(async move { more.call("busy", "one more again", LONG).await });
+    let page = callee_goal
+        .fetch(64, Duration::from_secs(5), acked)
+        .await
+        .unwrap();
+    let last = page
+        .messages
+        .iter()
+        .find(|m| m.message.body == "one more again")
+        .expect("the call after one ended was made");
+    callee
+        .reply(last.message.correlation_id.unwrap(), "ok")
+        .await
+        .unwrap();
+    assert_eq!(another.await.unwrap().unwrap().body, "ok");
+    for request in &requests[1..] {
+        callee
+            .reply(request.correlation_id.unwrap(), "done")
+            .await
+            .unwrap();
+    }
+    for call in calls {
+        call.await.unwrap().unwrap();
+    }
+}

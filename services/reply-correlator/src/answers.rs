@@ -11,6 +11,7 @@ use switchboard_proto::{AgentId, GoalId, InboxMessage, MessageKind, new_id, subj
 
 use crate::correlator::{Correlator, HANDOVER_TIMEOUT, check_callee, expired};
 use crate::error::CorrelatorError;
+use crate::store::may_be_indexed;
 
 /// Compare-and-set retries on one call.
 const CAS_ATTEMPTS: usize = 8;
@@ -99,7 +100,13 @@ impl Correlator {
                     });
                 }
                 (CallState::Open, _) if call.deadline <= timestamp::now() => {
-                    if self.store.end(&stored, CallState::Expired).await?.is_some() {
+                    let indexed = may_be_indexed(call);
+                    if self
+                        .store
+                        .end(&stored, CallState::Expired, indexed)
+                        .await?
+                        .is_some()
+                    {
                         self.on_expired(call).await;
                         return Err(expired(call));
                     }
@@ -128,11 +135,9 @@ impl Correlator {
                         else {
                             continue;
                         };
-                        let (handed, ()) = tokio::join!(
-                            self.hand_over_here(&answer),
-                            self.store.unindex(&correlation_id)
-                        );
-                        if handed {
+                        // The wait this replica holds takes the call out of the index, if
+                        // it put it there.
+                        if self.hand_over_here(&answer).await {
                             AnswerRoute::Caller
                         } else {
                             // The wait ended meanwhile: the NATS way or the inbox, recorded.
@@ -148,9 +153,14 @@ impl Correlator {
                         else {
                             continue;
                         };
+                        let unindex = async {
+                            if may_be_indexed(call) {
+                                self.store.unindex(&correlation_id).await;
+                            }
+                        };
                         let (via, ()) = tokio::join!(
                             self.deliver_answer(call, callee, body, &request),
-                            self.store.unindex(&correlation_id)
+                            unindex
                         );
                         let via = via?;
                         let kept = self.kept_answer(call, callee, body, &request);

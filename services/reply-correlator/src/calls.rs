@@ -28,7 +28,7 @@ use tokio::sync::mpsc;
 use crate::correlator::{Correlator, HANDOVER_TIMEOUT, Held, LocalAnswer, Taken, WaitingGuard};
 use crate::error::CorrelatorError;
 use crate::parts::PartForwarder;
-use crate::store::{CallEntry, Created};
+use crate::store::{CallEntry, Created, INDEX_WAITING_AFTER};
 
 /// A retried call (named by its `correlation_id`) re-delivers its request only while it is
 /// younger than this: half the streams' duplicate window, so the copy is stored once.
@@ -201,29 +201,28 @@ impl Correlator {
             streamed: Vec::new(),
             answer: None,
         };
+        // A waiting call is counted by the replica that holds it, in memory; a parked one in
+        // the open-call index, once it is indexed (one count, not one before and one after): a
+        // call past the cap, or racing others past it, steps back.
+        let too_many = || CorrelatorError::TooManyCalls {
+            caller: caller.clone(),
+            cap: self.config.max_open_calls,
+        };
+        let _slot = match fresh.wait {
+            true => Some(self.waiting_slot(caller).ok_or_else(too_many)?),
+            false => None,
+        };
         // A call the caller named may exist: then this request is a retry of it (or names
         // another caller's call, which is refused) and joins it instead of opening another.
-        let existing = match request.correlation_id {
-            Some(id) => self.store.find(&id).await?,
-            None => None,
-        };
-        let stored = match existing {
-            Some(existing) => existing,
-            // Counted once the call is indexed (one count, not one before and one after): a
-            // call past the cap, or racing others past it, steps back.
-            None => match self.store.create(&fresh).await? {
-                Created::New(stored, open) => {
-                    if open > self.config.max_open_calls {
-                        self.store.forget(&stored).await?;
-                        return Err(CorrelatorError::TooManyCalls {
-                            caller: caller.clone(),
-                            cap: self.config.max_open_calls,
-                        });
-                    }
-                    stored
+        let stored = match self.store.create(&fresh).await? {
+            Created::New(stored, open) => {
+                if open > self.config.max_open_calls {
+                    self.store.forget(&stored).await?;
+                    return Err(too_many());
                 }
-                Created::Exists(existing) => existing,
-            },
+                stored
+            }
+            Created::Exists(existing) => existing,
         };
         let joined = stored.call.request_id != fresh.request_id;
         if joined {
@@ -329,8 +328,16 @@ impl Correlator {
         // and its ack is awaited before an answer is taken, so the trail still has it before
         // the `answered` event (whose replica publishes it only once the answer is taken).
         let forward = PartForwarder::new(self.client.clone(), reply.filter(|_| record.stream));
+        // A joined call was indexed again above; a new waiting call only if it lasts.
         match self
-            .wait_for_answer(stored, answers, &mut local, timeout_ms, opened, forward)
+            .wait_for_answer(
+                stored,
+                (answers, &mut local),
+                timeout_ms,
+                opened,
+                forward,
+                joined,
+            )
             .await
         {
             Ok(CallOutcome::Answered(mut answer)) => {
@@ -402,16 +409,25 @@ impl Correlator {
     async fn wait_for_answer(
         &self,
         stored: CallEntry,
-        answers: &mut async_nats::Subscriber,
-        local: &mut mpsc::Receiver<LocalAnswer>,
+        (answers, local): (
+            &mut async_nats::Subscriber,
+            &mut mpsc::Receiver<LocalAnswer>,
+        ),
         timeout_ms: u64,
         opened: impl Future<Output = ()>,
         mut forward: PartForwarder,
+        mut indexed: bool,
     ) -> Result<CallOutcome, CorrelatorError> {
         let call = &stored.call;
         let left = call.deadline - timestamp::now();
         let deadline = tokio::time::Instant::now()
             + Duration::from_millis(duration_ms(left.max(time::Duration::ZERO)));
+        // When this call, still waiting, enters the open-call index.
+        let index_at = tokio::time::Instant::now()
+            + Duration::from_millis(duration_ms(
+                (call.created_at + INDEX_WAITING_AFTER - timestamp::now())
+                    .max(time::Duration::ZERO),
+            ));
         let mut grace_until = None;
         tokio::pin!(opened);
         let mut opened_stored = false;
@@ -423,6 +439,13 @@ impl Correlator {
                     opened_stored = true;
                     continue;
                 }
+                () = tokio::time::sleep_until(index_at), if !indexed => {
+                    indexed = true;
+                    if let Err(err) = self.store.reindex(call).await {
+                        tracing::warn!(correlation_id = %call.correlation_id, error = %err, "a long waiting call was not indexed");
+                    }
+                    continue;
+                }
                 Some(handed) = local.recv() => (handed.answer, Taken::Here(handed.taken)),
                 message = answers.next() => {
                     let Some(message) = message else { break };
@@ -432,7 +455,7 @@ impl Correlator {
                         if dropped.correlation_id != call.correlation_id {
                             continue;
                         }
-                        if self.store.end(&stored, CallState::Expired).await?.is_some() {
+                        if self.store.end(&stored, CallState::Expired, indexed).await?.is_some() {
                             if !opened_stored {
                                 (&mut opened).await;
                             }
@@ -482,7 +505,7 @@ impl Correlator {
                     if grace_until.is_some() {
                         break;
                     }
-                    match self.store.end(&stored, CallState::Expired).await? {
+                    match self.store.end(&stored, CallState::Expired, indexed).await? {
                         Some(_) => break,
                         None => {
                             // Changed meanwhile: answered just now (its hand-over is on the
@@ -515,7 +538,14 @@ impl Correlator {
                 Taken::Nats(None) => {}
             }
             // Taken first (the answering replica waits only so long before it falls back to
-            // the inbox), then every part goes to the caller before the final answer.
+            // the inbox), then every part goes to the caller before the final answer. A call
+            // this replica indexed leaves the index off the answer's path.
+            if indexed {
+                let store = self.store.clone();
+                let id = call.correlation_id;
+                self.background
+                    .spawn(async move { store.unindex(&id).await });
+            }
             forward.complete(&self.store, call, answer.streamed).await;
             return Ok(CallOutcome::Answered(answer));
         }

@@ -15,7 +15,8 @@ pub struct CorrelatorConfig {
     pub max_timeout_ms: u64,
     /// Deepest call chain (agents before the callee) allowed.
     pub depth_limit: usize,
-    /// Open outgoing calls allowed per agent.
+    /// Open outgoing calls allowed per agent: parked ones across replicas (in the open-call
+    /// index), waiting ones per replica (counted in memory by the replica holding them).
     pub max_open_calls: usize,
     /// How often each replica looks for calls past their deadline, in milliseconds.
     pub sweep_interval_ms: u64,

@@ -40,6 +40,28 @@ pub(crate) struct Held {
 /// The waiting calls this replica holds, by correlation id.
 pub(crate) type Waiting = Mutex<HashMap<Uuid, Held>>;
 
+/// How many waiting calls each caller has on this replica: a waiting call is counted against
+/// `max_open_calls` here, in memory, not in the open-call index (docs/protocol.md section 9).
+pub(crate) type WaitingPerCaller = Mutex<HashMap<AgentId, usize>>;
+
+/// A caller's place among its waiting calls on this replica, given back when dropped.
+pub(crate) struct Slot<'a> {
+    counts: &'a WaitingPerCaller,
+    caller: AgentId,
+}
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        let mut counts = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(count) = counts.get_mut(&self.caller) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                counts.remove(&self.caller);
+            }
+        }
+    }
+}
+
 /// How the replica that handed an answer over is told it was taken.
 pub(crate) enum Taken {
     /// In process.
@@ -86,6 +108,8 @@ pub struct Correlator {
     pub(crate) store: CallStore,
     pub(crate) config: CorrelatorConfig,
     pub(crate) waiting: Waiting,
+    /// The waiting calls each caller has on this replica.
+    pub(crate) per_caller: WaitingPerCaller,
     /// The fan-out's send rules, run in process to deliver a call's request, and their
     /// registry view (which also answers goal ownership without a read).
     pub(crate) send: inbox_fanout::SendPath,
@@ -107,6 +131,7 @@ impl Correlator {
             store,
             config,
             waiting: Waiting::default(),
+            per_caller: WaitingPerCaller::default(),
             send,
             background: tokio_util::task::TaskTracker::new(),
         }
@@ -195,6 +220,36 @@ pub(crate) fn expired(call: &PendingCall) -> CorrelatorError {
 }
 
 impl Correlator {
+    /// A place for one more waiting call of `caller` on this replica, or `None` when it has
+    /// `max_open_calls` waiting here already.
+    pub(crate) fn waiting_slot(&self, caller: &AgentId) -> Option<Slot<'_>> {
+        let mut counts = self
+            .per_caller
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let count = counts.entry(caller.clone()).or_default();
+        if *count >= self.config.max_open_calls {
+            return None;
+        }
+        *count += 1;
+        Some(Slot {
+            counts: &self.per_caller,
+            caller: caller.clone(),
+        })
+    }
+
+    /// The waiting calls `agent` made or must answer that this replica holds (a young waiting
+    /// call is in no index: see [`crate::store::INDEX_WAITING_AFTER`]).
+    pub(crate) fn held_calls(&self, agent: &AgentId) -> Vec<CallEntry> {
+        self.waiting
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .values()
+            .filter(|held| held.stored.call.caller == *agent || held.stored.call.callee == *agent)
+            .map(|held| held.stored.clone())
+            .collect()
+    }
+
     /// Whether this replica holds the waiting caller of the call.
     pub(crate) fn holds(&self, correlation_id: &Uuid) -> bool {
         self.waiting

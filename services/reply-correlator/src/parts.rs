@@ -31,6 +31,7 @@ use uuid::Uuid;
 use crate::correlator::{Correlator, check_callee, expired};
 use crate::error::CorrelatorError;
 use crate::store::CallStore;
+use crate::store::may_be_indexed;
 
 /// Compare-and-set retries of one part on its call.
 const CAS_ATTEMPTS: usize = 8;
@@ -123,7 +124,12 @@ impl Correlator {
                 }
                 CallState::Expired => return Err(expired(call)),
                 CallState::Open if call.deadline <= timestamp::now() => {
-                    if self.store.end(&stored, CallState::Expired).await?.is_some() {
+                    if self
+                        .store
+                        .end(&stored, CallState::Expired, may_be_indexed(&stored.call))
+                        .await?
+                        .is_some()
+                    {
                         self.on_expired(call).await;
                     }
                     return Err(expired(call));

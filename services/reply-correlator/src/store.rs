@@ -9,9 +9,13 @@
 //!   caller's open calls, listing pending calls and the deadline sweep cost what is open, not
 //!   everything ever called.
 //!
-//! The index keys are written before the record and removed after the record leaves `open`,
-//! so a crash in between leaves at worst a stale index entry, which readers skip and the sweep
-//! removes; never an open call nobody sweeps.
+//! A parked call's index keys are written before its record and removed after the record
+//! leaves `open`, so a crash in between leaves at worst a stale index entry, which readers skip
+//! and the sweep removes; never a parked call nobody sweeps. A waiting call is held (and timed
+//! out) by the replica that took it, and indexed by that replica only once it has been open for
+//! [`INDEX_WAITING_AFTER`]: the short calls that make up most traffic never touch the index.
+//! Should that replica stop before, its caller — which got no reply — retries the call by its
+//! id, and the retry indexes it (docs/protocol.md section 9, "The open-call index").
 //!
 //! Index entries are removed with a subject-filtered stream purge, which is why the index is a
 //! plain stream and not KV keys: a KV delete/purge writes a marker as the subject's last
@@ -34,6 +38,19 @@ use uuid::Uuid;
 
 /// An index entry whose call record has not appeared after this long is a crash leftover.
 const ORPHAN_AFTER: time::Duration = time::Duration::seconds(30);
+
+/// A waiting call is indexed only once it has been open this long (by the replica holding
+/// it): most calls are answered sooner, and an unindexed waiting call costs no index write and
+/// no purge. Its own replica answers it `timeout` at its deadline; the index is for the sweep
+/// (should that replica stop) and the `pending` listing of a long call.
+pub const INDEX_WAITING_AFTER: time::Duration = time::Duration::seconds(5);
+
+/// Whether `call` may have open-call index entries: a parked call always has them, a waiting
+/// one once it was open for [`INDEX_WAITING_AFTER`] (less a second for clocks that differ
+/// between replicas), or when a retry joined it.
+pub fn may_be_indexed(call: &PendingCall) -> bool {
+    !call.wait || timestamp::now() - call.created_at >= INDEX_WAITING_AFTER - time::Duration::SECOND
+}
 
 /// A call record as read from (or written to) the bucket, with its revision.
 #[derive(Debug, Clone)]
@@ -205,21 +222,32 @@ impl CallStore {
     /// entry that could not be stored takes the new record back (`unavailable`): an open call
     /// is never left unindexed by a failure (a crash in between is mended by the caller's
     /// retry, which indexes a joined open call again: [`CallStore::reindex`]).
+    ///
+    /// A waiting call (`call.wait`) is only recorded: it is not indexed (see
+    /// [`INDEX_WAITING_AFTER`]) and not counted here (its replica counts its waiting calls),
+    /// so the count returned is 0.
     pub async fn create(&self, call: &PendingCall) -> Result<Created, StoreError> {
         let id = &call.correlation_id;
+        if call.wait {
+            return match self.record(call).await? {
+                Some(revision) => Ok(Created::New(
+                    CallEntry {
+                        call: call.clone(),
+                        revision,
+                    },
+                    0,
+                )),
+                None => self.find(id).await?.map(Created::Exists).ok_or_else(|| {
+                    StoreError::store(
+                        "recording the call",
+                        "the call id was taken and released again meanwhile; retry",
+                    )
+                }),
+            };
+        }
         let entries = index_entries(call);
         let index = send_all(&self.js, &entries).await;
-        let record = async {
-            match self
-                .calls
-                .create(call_key(id).as_str(), encode(call)?)
-                .await
-            {
-                Ok(revision) => Ok(Some(revision)),
-                Err(err) if switchboard_runtime::kv::already_exists(&err) => Ok(None),
-                Err(err) => Err(StoreError::store("recording the call", err)),
-            }
-        };
+        let record = self.record(call);
         let own = outgoing_key(&call.caller, id);
         let (indexed, revision, open) =
             tokio::join!(index.acked(), record, self.outgoing_keys(&call.caller));
@@ -278,6 +306,19 @@ impl CallStore {
         })
     }
 
+    /// Creates the call's record: its revision, or `None` when the id is taken.
+    async fn record(&self, call: &PendingCall) -> Result<Option<u64>, StoreError> {
+        match self
+            .calls
+            .create(call_key(&call.correlation_id).as_str(), encode(call)?)
+            .await
+        {
+            Ok(revision) => Ok(Some(revision)),
+            Err(err) if switchboard_runtime::kv::already_exists(&err) => Ok(None),
+            Err(err) => Err(StoreError::store("recording the call", err)),
+        }
+    }
+
     /// Removes an ended call from the open-call index: one stream purge filtered to
     /// `*.*.<id>` takes both entries, leaves no marker and needs no lookup (best effort:
     /// readers skip stale entries and the sweep removes them).
@@ -290,7 +331,9 @@ impl CallStore {
 
     /// Forgets a call that never started (its request could not be delivered).
     pub async fn forget(&self, stored: &CallEntry) -> Result<(), StoreError> {
-        self.unindex(&stored.call.correlation_id).await;
+        if may_be_indexed(&stored.call) {
+            self.unindex(&stored.call.correlation_id).await;
+        }
         self.calls
             .purge(call_key(&stored.call.correlation_id).as_str())
             .await
@@ -298,14 +341,15 @@ impl CallStore {
     }
 
     /// Ends an open call (`state` expired): [`CallStore::transition`], then the call leaves
-    /// the open-call index.
+    /// the open-call index when it is (or may be) in it.
     pub async fn end(
         &self,
         stored: &CallEntry,
         state: CallState,
+        indexed: bool,
     ) -> Result<Option<CallEntry>, StoreError> {
         let ended = self.transition(stored, state, None).await?;
-        if ended.is_some() {
+        if ended.is_some() && indexed {
             self.unindex(&stored.call.correlation_id).await;
         }
         Ok(ended)

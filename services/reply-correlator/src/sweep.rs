@@ -26,7 +26,7 @@ impl Correlator {
             if stored.call.state != CallState::Open || stored.call.deadline > now {
                 continue;
             }
-            match self.store.end(&stored, CallState::Expired).await {
+            match self.store.end(&stored, CallState::Expired, true).await {
                 Ok(Some(_)) => {
                     self.on_expired(&stored.call).await;
                     expired += 1;
@@ -85,9 +85,28 @@ impl Correlator {
             open.sort_by_key(|c| c.created_at);
             open
         };
+        // With the waiting calls this replica holds that are not indexed yet (a young one is
+        // in no index; another replica's young waiting calls are not listed here).
+        let (mut outgoing, mut incoming) = (
+            self.store.outgoing(agent).await?,
+            self.store.incoming(agent).await?,
+        );
+        for held in self.held_calls(agent) {
+            let listed = |calls: &[CallEntry]| {
+                calls
+                    .iter()
+                    .any(|c| c.call.correlation_id == held.call.correlation_id)
+            };
+            if held.call.caller == *agent && !listed(&outgoing) {
+                outgoing.push(held.clone());
+            }
+            if held.call.callee == *agent && !listed(&incoming) {
+                incoming.push(held);
+            }
+        }
         Ok(PendingCalls {
-            outgoing: open(self.store.outgoing(agent).await?),
-            incoming: open(self.store.incoming(agent).await?),
+            outgoing: open(outgoing),
+            incoming: open(incoming),
         })
     }
 }
