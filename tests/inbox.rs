@@ -901,3 +901,73 @@ async fn messages_handed_out_are_not_evicted_the_oldest_waiting_one_is() {
     assert_eq!(notices.len(), 1);
     assert_eq!(notices[0].in_reply_to, Some(ids[cap]));
 }
+
+#[tokio::test]
+async fn an_ack_on_a_held_fetch_is_kept_however_the_wait_ends() {
+    let fabric = Fabric::start().await;
+    let writer = fabric.agent("writer").await;
+    let (_reader, goal) = fabric.agent_with_goal("reader").await;
+    let client = fabric.nats.client().await;
+    for n in 0..3 {
+        writer
+            .send_to_peer("reader", &format!("m{n}"))
+            .await
+            .unwrap();
+    }
+    let first = fetch(&client, "reader", json!({"goal_id": goal.id(), "max": 1})).await;
+    let all = fetch(&client, "reader", json!({"goal_id": goal.id()})).await;
+    assert_eq!(bodies(&all), ["m0", "m1", "m2"]);
+    let (one, three) = (first.messages[0].seq, all.messages[2].seq);
+
+    // An ack without a wait is written at once.
+    let empty = fetch(
+        &client,
+        "reader",
+        json!({"goal_id": goal.id(), "ack_through": one, "max": 1, "wait_ms": 0}),
+    )
+    .await;
+    assert_eq!(empty.cursor, one);
+    // Nothing unread after the ack: the wait ends empty, and the ack stands.
+    let held = fetch(
+        &client,
+        "reader",
+        json!({"goal_id": goal.id(), "ack_through": three, "wait_ms": 300}),
+    )
+    .await;
+    assert!(held.messages.is_empty());
+    assert_eq!(held.cursor, three);
+    let peek = fetch(
+        &client,
+        "reader",
+        json!({"goal_id": goal.id(), "peek": true}),
+    )
+    .await;
+    assert_eq!(peek.cursor, three, "the held fetch's ack was not kept");
+
+    // Acked again while held, then a message arrives: one reply hands it out, past the ack.
+    let waiting = {
+        let client = client.clone();
+        let goal = goal.id();
+        tokio::spawn(async move {
+            fetch(
+                &client,
+                "reader",
+                json!({"goal_id": goal, "ack_through": three, "wait_ms": 10_000}),
+            )
+            .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    writer.send_to_peer("reader", "m3").await.unwrap();
+    let woken = waiting.await.unwrap();
+    assert_eq!(bodies(&woken), ["m3"]);
+    assert_eq!(woken.cursor, three);
+    let after = fetch(
+        &client,
+        "reader",
+        json!({"goal_id": goal.id(), "ack_through": woken.messages[0].seq, "wait_ms": 0}),
+    )
+    .await;
+    assert!(after.messages.is_empty(), "{after:?}");
+    assert_eq!(after.cursor, woken.messages[0].seq);
+}

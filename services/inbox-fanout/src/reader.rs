@@ -240,13 +240,16 @@ impl Reader {
         let mut known: Option<(CursorRecord, u64)> = None;
         // The message a store notice carried, since the last read found nothing.
         let mut woken: Option<Arc<Notice>> = None;
+        // A change to the cursor this held fetch has not written yet (its `ack_through` while
+        // nothing was unread): written with the hand-out that ends the wait, or at its end.
+        let mut unwritten = false;
         loop {
             let from_recent = recent.is_some();
             let (mut record, mut revision) = match recent.take().or_else(|| known.take()) {
                 Some(known) => known,
                 None => self.owned(caller, &goal).await?,
             };
-            let mut changed = false;
+            let mut changed = std::mem::take(&mut unwritten);
             // Every re-read from the leader comes before any change to the record, so none is
             // lost with the record it replaces.
             if request.after.is_some_and(|after| after > record.handed) {
@@ -355,7 +358,18 @@ impl Reader {
             } else {
                 first_hand_outs(&mut record, &messages, handed_before)
             };
-            if changed {
+            // A held fetch with nothing to hand out that only moved the cursor waits first: the
+            // write then goes with the hand-out a notice brings (one write per message, not
+            // two). Not with receipts due, which are told once the cursor is written.
+            let holds_on = waiter.is_some()
+                && messages.is_empty()
+                && expired.is_none()
+                && reads.is_empty()
+                && Instant::now() < deadline
+                && !self.stopping.is_cancelled();
+            if changed && holds_on {
+                unwritten = true;
+            } else if changed {
                 match self.store.put_cursor(&goal, &record, revision).await? {
                     Cas::Done(written) => revision = written,
                     Cas::Conflict => {
