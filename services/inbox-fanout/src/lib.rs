@@ -170,7 +170,7 @@ pub async fn start_with(
                 subject: INBOX_STORED_ALL,
                 message: err.to_string(),
             })?;
-    let wake = WakeHub::default();
+    let wake = WakeHub::new(client.statistics());
     let stopping = CancellationToken::new();
     let reader = Arc::new(Reader::new(
         store.clone(),

@@ -221,8 +221,15 @@ impl Reader {
         };
         let goal = request.goal_id;
         let deadline = Instant::now() + wait;
-        // Registered before the first read, so a message stored after it wakes this fetch.
-        let mut waiter = (!wait.is_zero()).then(|| self.wake.register(goal));
+        // Registered before the first read, so a message stored after it wakes this fetch; with
+        // the newest sequence this replica's notices named on the goal (if it knows it).
+        let (mut waiter, mut newest) = match wait.is_zero() {
+            true => (None, None),
+            false => {
+                let (waiter, newest) = self.wake.register(goal);
+                (Some(waiter), newest)
+            }
+        };
         // Index of the next quick re-read after a wake (none until a wake).
         let mut quick = AFTER_WAKE.len();
         let mut attempts = 0;
@@ -302,6 +309,12 @@ impl Reader {
                         total: 1,
                     }
                 }
+                // A held fetch's first read, when the notices say nothing was stored on the
+                // goal after `from`: nothing is unread (a message stored since wakes it).
+                _ if newest.is_some_and(|newest| newest <= from) => Unread {
+                    messages: Vec::new(),
+                    total: 0,
+                },
                 _ => self.store.unread(&goal, from, max).await?,
             };
             if let Some(head) = unread.messages.first()
@@ -403,6 +416,9 @@ impl Reader {
             // quick ones right after a notice, then the safety one) or the service stopping.
             let pause = AFTER_WAKE.get(quick).copied().unwrap_or(SAFETY_REREAD);
             quick = quick.saturating_add(1);
+            // Only the reads before the first wait trust the notices; every later one (after a
+            // notice, or the safety re-read) reads the stream.
+            newest = None;
             tokio::select! {
                 notice = waiting.stored() => {
                     quick = 0;

@@ -8,6 +8,11 @@
 //! A waiter subscribes *before* its fetch reads the inbox, so a message stored between the read
 //! and the wait still wakes it. A notice can be lost (a reconnect), so a held fetch also reads
 //! again every [`SAFETY_REREAD`] on its own.
+//!
+//! The hub also remembers the newest sequence each goal's notices named since its connection
+//! last (re)connected ([`WakeHub::register`] returns it): a held fetch whose cursor is already
+//! there has nothing unread and waits without reading the stream first. A reconnect forgets
+//! them all (notices may have been missed meanwhile); so does growing past [`LATEST_KEPT`].
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -27,6 +32,10 @@ use tokio::sync::watch;
 /// fetch by at most this).
 pub const SAFETY_REREAD: Duration = Duration::from_secs(5);
 
+/// Goals whose newest stored sequence the hub remembers, at most (about 40 bytes each); past
+/// it, it forgets them all and learns again from the next notices.
+pub const LATEST_KEPT: usize = 250_000;
+
 /// A message as its store notice carried it.
 #[derive(Debug)]
 pub struct Notice {
@@ -38,13 +47,26 @@ pub struct Notice {
 }
 
 type Latest = Option<Arc<Notice>>;
-type Waiting = Arc<Mutex<HashMap<GoalId, watch::Sender<Latest>>>>;
+
+/// What the hub knows, under one lock: a fetch registers and reads what was stored in one step,
+/// so every notice comes either before (and is known) or after (and wakes it).
+#[derive(Debug, Default)]
+struct Hub {
+    waiting: HashMap<GoalId, watch::Sender<Latest>>,
+    /// The newest sequence a notice named per goal, since the connection count `epoch`.
+    newest: HashMap<GoalId, u64>,
+    epoch: u64,
+}
+
+type Waiting = Arc<Mutex<Hub>>;
 
 /// The goals this replica holds fetches for, each with a channel carrying the latest message
-/// stored for it.
-#[derive(Debug, Clone, Default)]
+/// stored for it, and the newest sequence stored per goal (see the module docs).
+#[derive(Debug, Clone)]
 pub struct WakeHub {
     waiting: Waiting,
+    /// The connection's statistics: its `connects` count tells a reconnect.
+    stats: Arc<async_nats::Statistics>,
 }
 
 /// A held fetch's registration; dropping it forgets the goal when no other fetch waits on it.
@@ -76,30 +98,52 @@ impl Waiter {
 
 impl Drop for Waiter {
     fn drop(&mut self) {
-        let mut waiting = self.waiting.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut hub = self.waiting.lock().unwrap_or_else(PoisonError::into_inner);
         self.receiver = None;
-        if waiting
+        if hub
+            .waiting
             .get(&self.goal)
             .is_some_and(|sender| sender.receiver_count() == 0)
         {
-            waiting.remove(&self.goal);
+            hub.waiting.remove(&self.goal);
         }
     }
 }
 
 impl WakeHub {
-    /// Registers a fetch about to wait on `goal`.
-    pub fn register(&self, goal: GoalId) -> Waiter {
-        let mut waiting = self.waiting.lock().unwrap_or_else(PoisonError::into_inner);
-        let receiver = waiting
+    /// A hub for the notices of the connection whose statistics these are.
+    pub fn new(stats: Arc<async_nats::Statistics>) -> Self {
+        Self {
+            waiting: Waiting::default(),
+            stats,
+        }
+    }
+
+    fn connects(&self) -> u64 {
+        self.stats
+            .connects
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Registers a fetch about to wait on `goal`, with the newest sequence stored on it that
+    /// this hub knows of (`None`: unknown — no notice since the connection last connected).
+    pub fn register(&self, goal: GoalId) -> (Waiter, Option<u64>) {
+        let connects = self.connects();
+        let mut hub = self.waiting.lock().unwrap_or_else(PoisonError::into_inner);
+        let receiver = hub
+            .waiting
             .entry(goal)
             .or_insert_with(|| watch::channel(None).0)
             .subscribe();
-        Waiter {
+        let newest = (hub.epoch == connects)
+            .then(|| hub.newest.get(&goal).copied())
+            .flatten();
+        let waiter = Waiter {
             goal,
             receiver: Some(receiver),
             waiting: Arc::clone(&self.waiting),
-        }
+        };
+        (waiter, newest)
     }
 
     /// How many goals have a fetch held here (for tests and diagnostics).
@@ -107,11 +151,12 @@ impl WakeHub {
         self.waiting
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
+            .waiting
             .len()
     }
 
-    /// Wakes the fetches held for the goal named by a notice's subject.
-    fn notice(&self, subject: &str, notice: Latest) {
+    /// Records the sequence a notice named and wakes the fetches held for its goal.
+    fn notice(&self, subject: &str, seq: Option<u64>, notice: Latest) {
         let Some(goal) = subject
             .strip_prefix(INBOX_STORED_PREFIX)
             .and_then(|rest| rest.strip_prefix('.'))
@@ -119,8 +164,23 @@ impl WakeHub {
         else {
             return;
         };
-        let waiting = self.waiting.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(sender) = waiting.get(&goal) {
+        let connects = self.connects();
+        let mut hub = self.waiting.lock().unwrap_or_else(PoisonError::into_inner);
+        if hub.epoch != connects || hub.newest.len() >= LATEST_KEPT {
+            hub.newest.clear();
+            hub.epoch = connects;
+        }
+        match seq {
+            Some(seq) => {
+                let newest = hub.newest.entry(goal).or_default();
+                *newest = (*newest).max(seq);
+            }
+            // A notice without its sequence: what is newest on the goal is unknown again.
+            None => {
+                hub.newest.remove(&goal);
+            }
+        }
+        if let Some(sender) = hub.waiting.get(&goal) {
             sender.send_replace(notice);
         }
     }
@@ -146,7 +206,8 @@ impl WakeHub {
                     .and_then(|value| value.as_str().parse::<u64>().ok())
             };
             // A notice without its sequences (a server that does not send them) only wakes.
-            let carried = match (number(HEADER_SEQUENCE), number(HEADER_LAST_SEQUENCE)) {
+            let seq = number(HEADER_SEQUENCE);
+            let carried = match (seq, number(HEADER_LAST_SEQUENCE)) {
                 (Some(seq), Some(last_on_goal)) if !notice.payload.is_empty() => {
                     Some(Arc::new(Notice {
                         message: StoredMessage {
@@ -159,26 +220,54 @@ impl WakeHub {
                 }
                 _ => None,
             };
-            self.notice(notice.subject.as_str(), carried);
+            self.notice(notice.subject.as_str(), seq, carried);
         }
     }
+}
+
+#[cfg(test)]
+fn hub() -> WakeHub {
+    WakeHub::new(Arc::new(async_nats::Statistics::default()))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    #[test]
+    fn the_newest_sequence_is_known_until_a_reconnect() {
+        let hub = hub();
+        let goal = GoalId::default();
+        let subject = format!("{INBOX_STORED_PREFIX}.{goal}");
+        hub.notice(&subject, Some(9), None);
+        hub.notice(&subject, Some(4), None);
+        assert_eq!(hub.register(goal).1, Some(9));
+        assert_eq!(hub.register(GoalId::default()).1, None);
+        hub.stats
+            .connects
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        assert_eq!(
+            hub.register(goal).1,
+            None,
+            "a reconnect may have lost notices"
+        );
+        hub.notice(&subject, Some(12), None);
+        assert_eq!(hub.register(goal).1, Some(12));
+        hub.notice(&subject, None, None);
+        assert_eq!(hub.register(goal).1, None);
+    }
+
     #[tokio::test]
     async fn a_notice_wakes_the_waiters_of_its_goal_only_and_forgotten_goals_cost_nothing() {
-        let hub = WakeHub::default();
+        let hub = hub();
         let goal = GoalId::default();
         let other = GoalId::default();
-        let mut first = hub.register(goal);
-        let mut second = hub.register(goal);
-        let mut elsewhere = hub.register(other);
+        let (mut first, _) = hub.register(goal);
+        let (mut second, _) = hub.register(goal);
+        let (mut elsewhere, _) = hub.register(other);
         assert_eq!(hub.goals_waiting(), 2);
-        hub.notice(&format!("{INBOX_STORED_PREFIX}.{goal}"), None);
-        hub.notice(&format!("{INBOX_STORED_PREFIX}.not-a-goal"), None);
+        hub.notice(&format!("{INBOX_STORED_PREFIX}.{goal}"), Some(7), None);
+        hub.notice(&format!("{INBOX_STORED_PREFIX}.not-a-goal"), Some(8), None);
         first.stored().await;
         second.stored().await;
         let idle = tokio::time::timeout(Duration::from_millis(20), elsewhere.stored()).await;
@@ -192,10 +281,11 @@ mod tests {
 
     #[tokio::test]
     async fn a_notice_between_registering_and_waiting_is_not_lost() {
-        let hub = WakeHub::default();
+        let hub = hub();
         let goal = GoalId::default();
-        let mut waiter = hub.register(goal);
-        hub.notice(&format!("{INBOX_STORED_PREFIX}.{goal}"), None);
+        let (mut waiter, newest) = hub.register(goal);
+        assert_eq!(newest, None);
+        hub.notice(&format!("{INBOX_STORED_PREFIX}.{goal}"), Some(3), None);
         tokio::time::timeout(Duration::from_millis(100), waiter.stored())
             .await
             .unwrap();
@@ -208,10 +298,10 @@ mod race_tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn waiters_of_one_goal_dropping_at_once_leave_nothing_behind() {
-        let hub = WakeHub::default();
+        let hub = hub();
         for _ in 0..200 {
             let goal = GoalId::default();
-            let waiters: Vec<Waiter> = (0..8).map(|_| hub.register(goal)).collect();
+            let waiters: Vec<Waiter> = (0..8).map(|_| hub.register(goal).0).collect();
             let drops: Vec<_> = waiters
                 .into_iter()
                 .map(|waiter| tokio::spawn(async move { drop(waiter) }))
