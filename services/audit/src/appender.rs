@@ -6,12 +6,18 @@
 //! the record it sent before (each body names the hash of the record before it; the body's
 //! SHA-256 travels in the `Switchboard-Audit-Hash` header), and publishes it on its own subject
 //! `_SB.audit.records.<writer>` with `Nats-Expected-Last-Sequence` = the sequence it must
-//! follow, `Nats-Msg-Id` = its event id, and, when the record before it is its own,
-//! `Nats-Expected-Last-Subject-Sequence` = that record's sequence.
+//! follow, and, when the record before it is its own, `Nats-Expected-Last-Subject-Sequence` =
+//! that record's sequence (in a batch, on its first record: the server checks them against the
+//! stream before the batch); a record stored alone also carries `Nats-Msg-Id` = its event id.
 //! The chain fixes every record's sequence in advance, so the appender does not wait for the
-//! stream's acks of the records before: up to a window of publishes are in flight. Their acks
-//! are read in order; stored records go to the indexer (`indexer.rs`) in batches, and a source
-//! message is acknowledged only after its record is stored and indexed.
+//! stream's acks of the records before: up to a window of publishes are in flight. Records are
+//! stored in **atomic batches** (ADR-50, `allow_atomic` on `AGENT_AUDIT`): the records chained
+//! within [`LINGER`] of each other (at most `batch`) go as one batch, whose first message carries
+//! the expected-sequence headers and whose last commits it; the server stores all or none and
+//! sends one ack for the lot, where each record used to cost a publish and an ack (issue 25).
+//! A single record goes as a plain publish. Batch acks are read in order; stored records go to
+//! the indexer (`indexer.rs`) in batches, and a source message is acknowledged only after its
+//! record is stored and indexed.
 //!
 //! Exactly once: an event id already in the index is acknowledged without a second record; one
 //! whose record is on its way (published, not yet indexed) waits for it. The appender chains
@@ -57,6 +63,9 @@ const WINDOW_BATCHES: usize = 4;
 const INDEX_QUEUE: usize = 4;
 /// The pause after a recovery that could not reach the stream, before the appender goes on.
 const RECOVERY_PAUSE: Duration = Duration::from_millis(250);
+/// How long a chained record waits for others to be stored with it in one batch: the audit's
+/// lag grows by at most this, and a steady trickle of calls is stored in a few writes a second.
+const LINGER: Duration = Duration::from_millis(20);
 
 /// A source message waiting for its record.
 struct Source {
@@ -110,6 +119,9 @@ pub(crate) async fn write(
         window: (batch * WINDOW_BATCHES).min(4_000),
         batch,
         tail: head.clone(),
+        pending: Vec::new(),
+        flush_at: None,
+        in_flight: 0,
         sent: VecDeque::new(),
         stored: Vec::new(),
         jobs,
@@ -124,13 +136,15 @@ pub(crate) async fn write(
         if appender.shared.index_failed() {
             appender.recover(&mut head, Vec::new(), &shutdown).await;
         }
-        let room = appender.sent.len() < appender.window;
+        let room = appender.in_flight + appender.pending.len() < appender.window;
+        let flush_at = appender.flush_at;
         tokio::select! {
             biased;
             () = shutdown.cancelled() => break,
             acked = front_ack(&mut appender.sent), if !appender.sent.is_empty() => {
                 appender.settle(&mut head, acked, &shutdown).await;
             }
+            () = sleep_until(flush_at), if flush_at.is_some() => appender.flush().await,
             next = rx.recv(), if room => match next {
                 Some(source) => appender.offer(source).await,
                 None => break,
@@ -143,7 +157,8 @@ pub(crate) async fn write(
                 // the stream aged out): an idle system stays quiet on the wire.
                 let idle = appender.tail.seq == caught_up_at.0
                     && caught_up_at.1.elapsed() < IDLE_CATCH_UP;
-                if appender.sent.is_empty() && !idle && appender.drain().await {
+                let settled = appender.sent.is_empty() && appender.pending.is_empty();
+                if settled && !idle && appender.drain().await {
                     if let Err(err) = trail.catch_up_locked(&mut head).await {
                         tracing::warn!(error = %err, "audit catch-up failed");
                     }
@@ -153,8 +168,10 @@ pub(crate) async fn write(
             }
         }
     }
-    // Stopping: collect the acks of what was sent (their sources are acknowledged once
-    // indexed), so the index holds every record this replica stored before it lets go.
+    // Stopping: store what is chained, collect the acks of what was sent (their sources are
+    // acknowledged once indexed), so the index holds every record this replica stored before
+    // it lets go.
+    appender.flush().await;
     while !appender.sent.is_empty() {
         let acked = front_ack(&mut appender.sent).await;
         appender.settle(&mut head, acked, &shutdown).await;
@@ -174,7 +191,7 @@ pub(crate) async fn write(
 /// the lease holds.
 const IDLE_CATCH_UP: std::time::Duration = std::time::Duration::from_secs(30);
 
-/// The ack of the oldest record in flight.
+/// The ack of the oldest batch in flight.
 async fn front_ack(sent: &mut VecDeque<Sent>) -> Result<PublishAck, PublishError> {
     match sent.front_mut() {
         Some(front) => front.ack.as_mut().await,
@@ -182,14 +199,32 @@ async fn front_ack(sent: &mut VecDeque<Sent>) -> Result<PublishAck, PublishError
     }
 }
 
-/// A record published, waiting for the stream's ack.
-struct Sent {
+/// Sleeps until `at` (the caller polls it only when there is one).
+async fn sleep_until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+type AckFuture = Pin<Box<dyn Future<Output = Result<PublishAck, PublishError>> + Send>>;
+
+/// A record chained on the one before it, to be stored at `seq`.
+struct Chained {
     source: Source,
     /// The sequence it must be stored at.
     seq: u64,
     hash: String,
     body: Bytes,
-    ack: Pin<Box<dyn Future<Output = Result<PublishAck, PublishError>> + Send>>,
+    /// Whether the record before it is this appender's own (then its subject's last sequence
+    /// is checked too).
+    after_own: bool,
+}
+
+/// A batch of records published, waiting for the stream's ack of its last (the commit).
+struct Sent {
+    records: Vec<Chained>,
+    ack: AckFuture,
 }
 
 /// The writing replica's appender: chains each new source on the record sent before it and
@@ -200,9 +235,15 @@ struct Appender {
     subject: String,
     window: usize,
     batch: usize,
-    /// The last record sent (the head when nothing is in flight).
+    /// The last record chained (the head when nothing is in flight).
     tail: Head,
-    /// Records in flight, oldest first.
+    /// Records chained but not yet published: the next batch.
+    pending: Vec<Chained>,
+    /// When `pending` is published at the latest.
+    flush_at: Option<tokio::time::Instant>,
+    /// Records published and not yet settled.
+    in_flight: usize,
+    /// Batches in flight, oldest first.
     sent: VecDeque<Sent>,
     /// Records stored since the last job handed to the indexer.
     stored: Vec<Committed>,
@@ -225,15 +266,15 @@ impl Appender {
         }
         match self.trail.index.has(id) {
             Ok(true) => ack(&source.message).await,
-            Ok(false) => self.send(source).await,
+            Ok(false) => self.chain(source).await,
             Err(err) => {
                 tracing::error!(error = %err, id, "audit index unreadable; the source comes back later");
             }
         }
     }
 
-    /// Chains the source's record on the tail and publishes it.
-    async fn send(&mut self, source: Source) {
+    /// Chains the source's record on the tail; it is published with the next batch.
+    async fn chain(&mut self, source: Source) {
         let Source {
             mut record,
             message,
@@ -247,42 +288,120 @@ impl Appender {
             }
         };
         let hash = record::hash(&body);
-        let mut headers = switchboard_runtime::telemetry::traced_headers();
-        headers.insert(HEADER_AUDIT_HASH, hash.as_str());
-        let mut publish = PublishMessage::build()
-            .payload(body.clone())
-            .headers(headers)
-            .message_id(&record.id)
-            .expected_last_sequence(self.tail.seq);
-        if self.tail.subject.as_deref() == Some(self.subject.as_str()) {
-            publish = publish.expected_last_subject_sequence(self.tail.seq);
-        }
-        let ack = match self
-            .trail
-            .js
-            .send_publish(self.subject.clone(), publish)
-            .await
-        {
-            Ok(future) => future.into_future(),
-            Err(err) => futures::future::ready(Err(err)).boxed(),
-        };
+        let after_own = self.tail.subject.as_deref() == Some(self.subject.as_str());
         self.shared.on_way().insert(record.id.clone());
         self.tail = Head {
             seq: self.tail.seq + 1,
             hash: hash.clone(),
             subject: Some(self.subject.clone()),
         };
-        self.sent.push_back(Sent {
+        self.pending.push(Chained {
             source: Source { record, message },
             seq: self.tail.seq,
             hash,
             body,
-            ack,
+            after_own,
         });
+        if self.pending.len() >= self.batch {
+            self.flush().await;
+        } else if self.flush_at.is_none() {
+            self.flush_at = Some(tokio::time::Instant::now() + LINGER);
+        }
     }
 
-    /// Takes the oldest record's ack: stored where it was meant to go, it moves the head and
-    /// goes to the indexer; anything else (another writer moved the stream, a publish failed
+    /// Publishes the chained records: one as a plain publish, more as one atomic batch (the
+    /// first carries the expected-sequence headers and goes without a reply, the last commits
+    /// and is acknowledged for all).
+    async fn flush(&mut self) {
+        self.flush_at = None;
+        let records = std::mem::take(&mut self.pending);
+        let (Some(first), Some(last)) = (records.first(), records.last()) else {
+            return;
+        };
+        let expect = |mut headers: async_nats::HeaderMap| {
+            headers.insert(
+                async_nats::header::NATS_EXPECTED_LAST_SEQUENCE,
+                (first.seq - 1).to_string().as_str(),
+            );
+            if first.after_own {
+                headers.insert(
+                    async_nats::header::NATS_EXPECTED_LAST_SUBJECT_SEQUENCE,
+                    (first.seq - 1).to_string().as_str(),
+                );
+            }
+            headers
+        };
+        let headers_of = |record: &Chained| {
+            let mut headers = switchboard_runtime::telemetry::traced_headers();
+            headers.insert(HEADER_AUDIT_HASH, record.hash.as_str());
+            headers
+        };
+        let batch_id = switchboard_proto::new_id().to_string();
+        let in_batch = |mut headers: async_nats::HeaderMap, n: usize| {
+            headers.insert(async_nats::header::NATS_BATCH_ID, batch_id.as_str());
+            headers.insert(
+                async_nats::header::NATS_BATCH_SEQUENCE,
+                (n + 1).to_string().as_str(),
+            );
+            headers
+        };
+        let client = self.trail.js.client();
+        let mut failed = None;
+        let mut last_headers = headers_of(last);
+        if records.len() == 1 {
+            last_headers = expect(last_headers);
+        } else {
+            for (n, record) in records[..records.len() - 1].iter().enumerate() {
+                let mut headers = in_batch(headers_of(record), n);
+                if n == 0 {
+                    headers = expect(headers);
+                }
+                if let Err(err) = client
+                    .publish_with_headers(self.subject.clone(), headers, record.body.clone())
+                    .await
+                {
+                    failed = Some(err.to_string());
+                    break;
+                }
+            }
+            last_headers = in_batch(last_headers, records.len() - 1);
+            last_headers.insert(
+                async_nats::header::NATS_BATCH_COMMIT,
+                async_nats::header::NATS_BATCH_COMMIT_FINAL,
+            );
+        }
+        let mut publish = PublishMessage::build()
+            .payload(last.body.clone())
+            .headers(last_headers);
+        if records.len() == 1 {
+            publish = publish.message_id(&last.source.record.id);
+        }
+        let ack: AckFuture = match failed {
+            Some(err) => {
+                tracing::warn!(error = %err, "an audit batch was not sent");
+                // Not committed: the stream stores none of it (an abandoned batch).
+                futures::future::ready(Err(PublishError::with_source(
+                    async_nats::jetstream::context::PublishErrorKind::Other,
+                    err,
+                )))
+                .boxed()
+            }
+            None => match self
+                .trail
+                .js
+                .send_publish(self.subject.clone(), publish)
+                .await
+            {
+                Ok(future) => future.into_future(),
+                Err(err) => futures::future::ready(Err(err)).boxed(),
+            },
+        };
+        self.in_flight += records.len();
+        self.sent.push_back(Sent { records, ack });
+    }
+
+    /// Takes the oldest batch's ack: stored where it was meant to go, its records move the head
+    /// and go to the indexer; anything else (another writer moved the stream, a publish failed
     /// or timed out) starts a recovery.
     async fn settle(
         &mut self,
@@ -293,21 +412,28 @@ impl Appender {
         let Some(front) = self.sent.pop_front() else {
             return;
         };
+        self.in_flight -= front.records.len();
+        let (first, last) = match (front.records.first(), front.records.last()) {
+            (Some(first), Some(last)) => (first.seq, last.seq),
+            _ => return,
+        };
         match acked {
-            Ok(ack) if !ack.duplicate && ack.sequence == front.seq && front.seq == head.seq + 1 => {
-                head.seq = front.seq;
-                head.hash = front.hash.clone();
-                head.subject = Some(self.subject.clone());
+            Ok(ack) if !ack.duplicate && ack.sequence == last && first == head.seq + 1 => {
                 self.fruitless = 0;
-                self.stored.push(Committed {
-                    entry: AuditEntry {
-                        seq: front.seq,
-                        hash: front.hash,
-                        record: front.source.record,
-                    },
-                    body: front.body,
-                    message: front.source.message,
-                });
+                for record in front.records {
+                    head.seq = record.seq;
+                    head.hash = record.hash.clone();
+                    head.subject = Some(self.subject.clone());
+                    self.stored.push(Committed {
+                        entry: AuditEntry {
+                            seq: record.seq,
+                            hash: record.hash,
+                            record: record.source.record,
+                        },
+                        body: record.body,
+                        message: record.source.message,
+                    });
+                }
                 if self.stored.len() >= self.batch || self.sent.is_empty() {
                     self.hand_over().await;
                 }
@@ -323,11 +449,12 @@ impl Appender {
                     Ok(ack) => tracing::debug!(
                         duplicate = ack.duplicate,
                         sequence = ack.sequence,
-                        expected = front.seq,
-                        "an audit record was not stored where expected; catching up"
+                        expected = last,
+                        "an audit batch was not stored where expected; catching up"
                     ),
                 }
-                self.recover(head, vec![front.source], shutdown).await;
+                let sources = front.records.into_iter().map(|r| r.source).collect();
+                self.recover(head, sources, shutdown).await;
             }
         }
     }
@@ -404,13 +531,17 @@ impl Appender {
         }
     }
 
-    /// The sources of every record still in flight, once its ack (or its failure) arrived.
+    /// The sources of every record still in flight, once its batch's ack (or its failure)
+    /// arrived, then of the records chained but not published, in chain order.
     async fn in_flight_sources(&mut self) -> Vec<Source> {
-        let mut all = Vec::with_capacity(self.sent.len());
+        let mut all = Vec::with_capacity(self.in_flight + self.pending.len());
         while let Some(mut sent) = self.sent.pop_front() {
             let _ = sent.ack.as_mut().await;
-            all.push(sent.source);
+            all.extend(sent.records.into_iter().map(|r| r.source));
         }
+        self.in_flight = 0;
+        self.flush_at = None;
+        all.extend(self.pending.drain(..).map(|r| r.source));
         all
     }
 

@@ -377,6 +377,8 @@ pub fn audit_stream(config: &JetStreamConfig) -> stream::Config {
         num_replicas: config.replicas,
         storage: stream::StorageType::File,
         allow_direct: true,
+        // The appender stores records in atomic batches (ADR-50; services/audit/src/appender.rs).
+        allow_atomic_publish: true,
         ..Default::default()
     }
 }
