@@ -42,7 +42,16 @@ async fn caught_up(nats: &async_nats::Client) {
                 .collect();
             want.is_subset(&have)
         },
-        "the audit did not record every source message"
+        "the audit did not record every source message: {:?}",
+        {
+            let want = switchboard_tests::source_ids(nats).await;
+            let have: BTreeSet<String> = switchboard_tests::audit_records(nats)
+                .await
+                .into_iter()
+                .map(|e| e.record.id)
+                .collect();
+            want.difference(&have).cloned().collect::<Vec<_>>()
+        }
     );
 }
 

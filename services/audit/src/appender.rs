@@ -49,7 +49,7 @@ use tokio_util::sync::CancellationToken;
 use crate::error::AuditError;
 use crate::indexer::{Committed, IndexJob, Shared, index_stored};
 use crate::record;
-use crate::store::{self, ack};
+use crate::store;
 use crate::trail::{Head, IngestSettings, Trail};
 
 /// Recoveries in a row (each: collect, catch up, send again) without a record stored before
@@ -265,9 +265,10 @@ impl Appender {
             return;
         }
         match self.trail.index.has(id) {
-            Ok(true) => ack(&source.message).await,
+            Ok(true) => self.shared.ack_through(&source.message).await,
             Ok(false) => self.chain(source).await,
             Err(err) => {
+                self.shared.let_go(&source.message);
                 tracing::error!(error = %err, id, "audit index unreadable; the source comes back later");
             }
         }
@@ -283,6 +284,7 @@ impl Appender {
         let body = match serde_json::to_vec(&record) {
             Ok(body) => Bytes::from(body),
             Err(err) => {
+                self.shared.let_go(&message);
                 tracing::error!(error = %err, id = %record.id, "audit record not encodable");
                 return;
             }
@@ -504,6 +506,9 @@ impl Appender {
                     .store(false, std::sync::atomic::Ordering::Release);
             }
             Err(err) => {
+                for source in &waiting {
+                    self.shared.let_go(&source.message);
+                }
                 tracing::warn!(error = %err, count = waiting.len(), "audit stream unreadable; its sources come back after the ack wait");
                 self.shared.on_way().clear();
                 tokio::select! {
@@ -519,6 +524,9 @@ impl Appender {
         }
         self.fruitless += 1;
         if self.fruitless > APPEND_ATTEMPTS {
+            for source in &waiting {
+                self.shared.let_go(&source.message);
+            }
             tracing::error!(
                 count = waiting.len(),
                 "audit records not appended after {APPEND_ATTEMPTS} recoveries; their sources come back after the ack wait"

@@ -4,7 +4,7 @@
 //! appender stored, one transaction per batch on a blocking thread beside the appender, and
 //! only then acknowledges their sources.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,6 +17,9 @@ use crate::error::AuditError;
 use crate::store::{self, ack, read_range, stored_hash};
 use crate::trail::{Head, Trail};
 
+/// How long a source let go without a record holds the acknowledgements back: it comes back
+/// after the ack wait (seconds); one that has not after this was removed from its stream.
+const HOLE_GIVEN_UP: Duration = Duration::from_secs(300);
 /// Records indexed per transaction while catching up.
 const CATCH_UP_BATCH: usize = 500;
 /// How long a query on the writing replica waits for the index to reach the stream's end.
@@ -163,6 +166,19 @@ pub(crate) struct Shared {
     /// An insert failed: the indexer skips what follows (so the index has no gap) until the
     /// appender recovers by reading the stream from the index's last row.
     pub(crate) failed: std::sync::atomic::AtomicBool,
+    /// Per source stream, the sequences of sources let go without a stored record (they come
+    /// back after the ack wait). The consumers acknowledge everything up to the message acked
+    /// (`AckPolicy::All`), so no source at or above the lowest of them is acknowledged until
+    /// its record is stored.
+    holes: std::sync::Mutex<HashMap<String, BTreeMap<u64, std::time::Instant>>>,
+}
+
+/// Where a source message is in its stream, `None` when its reply subject does not say.
+pub(crate) fn position(message: &jetstream::Message) -> Option<(String, u64)> {
+    message
+        .info()
+        .ok()
+        .map(|info| (info.stream.to_owned(), info.stream_sequence))
 }
 
 impl Shared {
@@ -176,6 +192,87 @@ impl Shared {
     /// Whether an insert failed since the appender last recovered.
     pub(crate) fn index_failed(&self) -> bool {
         self.failed.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// The holes, without those older than [`HOLE_GIVEN_UP`] (their sources never came back:
+    /// removed from the source stream meanwhile).
+    fn holes(
+        &self,
+    ) -> std::sync::MutexGuard<'_, HashMap<String, BTreeMap<u64, std::time::Instant>>> {
+        let mut holes = self
+            .holes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for (stream, set) in holes.iter_mut() {
+            set.retain(|seq, since| {
+                let keep = since.elapsed() < HOLE_GIVEN_UP;
+                if !keep {
+                    tracing::warn!(%stream, seq, "a source let go without a record never came back; acknowledging past it");
+                }
+                keep
+            });
+        }
+        holes.retain(|_, set| !set.is_empty());
+        holes
+    }
+
+    /// Notes a source let go without a stored record.
+    pub(crate) fn let_go(&self, message: &jetstream::Message) {
+        if let Some((stream, seq)) = position(message) {
+            self.holes()
+                .entry(stream)
+                .or_default()
+                .insert(seq, std::time::Instant::now());
+        }
+    }
+
+    /// Acknowledges `message` — and with it every earlier message of its consumer — unless a
+    /// source let go without a record is among those.
+    pub(crate) async fn ack_through(&self, message: &jetstream::Message) {
+        let Some((stream, seq)) = position(message) else {
+            return;
+        };
+        let blocked = self
+            .holes()
+            .get(&stream)
+            .and_then(|holes| holes.keys().next().copied())
+            .is_some_and(|hole| hole <= seq);
+        if !blocked {
+            ack(message).await;
+        }
+    }
+
+    /// Acknowledges indexed sources: per source stream, the newest one below any hole (the
+    /// consumers acknowledge all before it), after the holes these fill are closed.
+    async fn ack_indexed(&self, rows: &[Committed]) {
+        let placed: Vec<(String, u64, &jetstream::Message)> = rows
+            .iter()
+            .filter_map(|row| position(&row.message).map(|(s, seq)| (s, seq, &row.message)))
+            .collect();
+        let mut newest: HashMap<&str, (u64, &jetstream::Message)> = HashMap::new();
+        {
+            let mut holes = self.holes();
+            for (stream, seq, _) in &placed {
+                if let Some(set) = holes.get_mut(stream) {
+                    set.remove(seq);
+                }
+            }
+            holes.retain(|_, set| !set.is_empty());
+            for (stream, seq, message) in &placed {
+                let below_holes = holes
+                    .get(stream)
+                    .and_then(|set| set.keys().next())
+                    .is_none_or(|hole| seq < hole);
+                let entry = newest.entry(stream.as_str()).or_insert((0, message));
+                if below_holes && *seq > entry.0 {
+                    *entry = (*seq, message);
+                }
+            }
+        }
+        newest.retain(|_, (seq, _)| *seq > 0);
+        for (_, message) in newest.into_values() {
+            self.ack_through(message).await;
+        }
     }
 }
 
@@ -232,8 +329,6 @@ pub(crate) async fn index_stored(
         if let Some(last) = rows.last() {
             trail.mark_indexed(last.entry.seq);
         }
-        for row in &rows {
-            ack(&row.message).await;
-        }
+        shared.ack_indexed(&rows).await;
     }
 }

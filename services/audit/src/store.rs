@@ -110,40 +110,83 @@ pub(crate) fn stored_hash(stored: &StoredMessage) -> String {
         .map_or_else(|| record::hash(&stored.payload), |h| h.as_str().to_owned())
 }
 
-/// Opens (creating it if needed) the durable pull consumer `consumer_name` on the source
-/// stream `stream_name`: explicit acks, redelivery after `ack_wait`, at most 8 × `batch`
+/// Opens the durable pull consumer a writer reads the source stream `stream_name` with:
+/// cumulative acks (`AckPolicy::All`: the indexer acknowledges the newest source of each stored
+/// batch, and with it every one before), redelivery after `ack_wait`, at most 8 × `batch`
 /// messages unacknowledged.
+///
+/// Each writer that starts takes a consumer of its own, `<family>-<n>`, created to start right
+/// after the lowest ack floor of the family's consumers (`<family>` itself is an older
+/// version's, with explicit acks), which it then deletes: everything not acknowledged is
+/// delivered again **in order**, so a cumulative ack never passes a source a writer that died
+/// had been given but not recorded (a redelivery would come after newer ones). Sources already
+/// recorded are recognised and acknowledged. The new consumer exists before the old ones go, so
+/// the inbox's audit floor (`shared/runtime/src/room.rs`) is never without one.
 pub(crate) async fn source_consumer(
     js: &jetstream::Context,
     stream_name: &str,
-    consumer_name: &str,
+    family: &str,
     ack_wait: Duration,
     batch: usize,
 ) -> Result<jetstream::consumer::PullConsumer, AuditError> {
+    let open_failed = |err: &dyn std::fmt::Display| AuditError::OpenSourceConsumer(err.to_string());
     let stream = js
         .get_stream(stream_name)
         .await
         .map_err(|err| AuditError::OpenSourceStream(err.to_string()))?;
-    stream
-        .get_or_create_consumer(
-            consumer_name,
-            pull::Config {
-                durable_name: Some(consumer_name.to_owned()),
-                description: Some("Switchboard audit: every message into AGENT_AUDIT".into()),
-                ack_policy: jetstream::consumer::AckPolicy::Explicit,
-                ack_wait,
-                max_ack_pending: i64::try_from(batch * 8).unwrap_or(i64::MAX),
-                deliver_policy: DeliverPolicy::All,
-                ..Default::default()
-            },
-        )
+    let named = |name: &str| {
+        name == family
+            || name
+                .strip_prefix(family)
+                .and_then(|rest| rest.strip_prefix('-'))
+                .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+    };
+    let mut older = Vec::new();
+    let mut floor: Option<u64> = None;
+    let mut infos = stream.consumers();
+    while let Some(info) = infos.next().await {
+        let info = info.map_err(|err| open_failed(&err))?;
+        if named(&info.name) {
+            let acked = info.ack_floor.stream_sequence;
+            floor = Some(floor.map_or(acked, |floor| floor.min(acked)));
+            older.push(info.name.clone());
+        }
+    }
+    let deliver_policy = match floor {
+        Some(floor) if floor > 0 => DeliverPolicy::ByStartSequence {
+            start_sequence: floor + 1,
+        },
+        _ => DeliverPolicy::All,
+    };
+    let stamp = time::OffsetDateTime::now_utc().unix_timestamp_nanos() / 1_000_000;
+    let mut name = format!("{family}-{stamp}");
+    if older.contains(&name) {
+        name = format!("{family}-{}", stamp + 1);
+    }
+    let consumer = stream
+        .create_consumer(pull::Config {
+            durable_name: Some(name.clone()),
+            description: Some("Switchboard audit: every message into AGENT_AUDIT".into()),
+            ack_policy: jetstream::consumer::AckPolicy::All,
+            ack_wait,
+            max_ack_pending: i64::try_from(batch * 8).unwrap_or(i64::MAX),
+            deliver_policy,
+            ..Default::default()
+        })
         .await
-        .map_err(|err| AuditError::OpenSourceConsumer(err.to_string()))
+        .map_err(|err| open_failed(&err))?;
+    for old in older {
+        if let Err(err) = stream.delete_consumer(&old).await {
+            tracing::warn!(consumer = %old, error = %err, "an earlier audit consumer was not deleted");
+        }
+    }
+    tracing::info!(consumer = %name, from = ?floor, "audit source consumer opened");
+    Ok(consumer)
 }
 
-/// Acknowledges a source whose record is stored. A plain ack (no server confirmation): if it
-/// is lost the source comes back and is recognised as recorded, so waiting would only slow
-/// the trail down.
+/// Acknowledges a source whose record is stored, and every earlier one of its consumer (see
+/// [`source_consumer`]). A plain ack (no server confirmation): if it is lost the sources come
+/// back and are recognised as recorded, so waiting would only slow the trail down.
 pub(crate) async fn ack(message: &jetstream::Message) {
     if let Err(err) = message.ack().await {
         tracing::debug!(error = %err, "source ack failed");
