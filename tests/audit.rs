@@ -1019,3 +1019,46 @@ async fn an_idle_system_is_quiet_on_the_wire() {
         "{per_second:.1} messages/s with no traffic: {subjects:?}"
     );
 }
+
+#[tokio::test]
+async fn streams_an_older_service_applied_without_atomic_batches_lose_nothing() {
+    let fabric = Fabric::start().await;
+    let (_audit, _trail) = start_audit(&fabric.url(), fast_audit()).await;
+    let nats = fabric.nats.client().await;
+    let (_echo, _serve) = fabric.answering("echo", |q| format!("re: {q}")).await;
+    let (caller, _goal) = fabric.agent_with_goal("caller").await;
+    caller.call("echo", "warm-up", WAIT).await.unwrap();
+    caught_up(&nats).await;
+    // What a service of an older version does during a rolling upgrade: apply the streams as
+    // it knows them, without `allow_atomic`.
+    let js = jetstream::new(nats.clone());
+    for name in [switchboard_proto::EVENTS_STREAM, AUDIT_STREAM] {
+        let mut config = js
+            .get_stream(name)
+            .await
+            .unwrap()
+            .cached_info()
+            .config
+            .clone();
+        config.allow_atomic_publish = false;
+        let updated = js.update_stream(config).await.unwrap();
+        assert!(!updated.config.allow_atomic_publish, "{name} still takes atomic batches");
+    }
+    let calls = 12;
+    let questions: Vec<String> = (0..calls).map(|n| format!("q{n}")).collect();
+    let asked: Vec<_> = questions
+        .iter()
+        .map(|question| caller.call("echo", question, WAIT))
+        .collect();
+    for answer in futures::future::join_all(asked).await {
+        answer.unwrap();
+    }
+    // Every call's events are stored (one at a time now), and the audit records them all.
+    let events: Vec<serde_json::Value> =
+        switchboard_tests::stored_json(&nats, "agent.calls.events.>").await;
+    let count = |kind: &str| events.iter().filter(|e| e["event"] == kind).count();
+    assert_eq!(count("opened"), calls + 1);
+    assert_eq!(count("answered"), calls + 1);
+    caught_up(&nats).await;
+    assert!(audit_verify(&nats).await.unwrap().ok);
+}

@@ -127,6 +127,7 @@ pub(crate) async fn write(
         jobs,
         shared,
         fruitless: 0,
+        atomic: true,
     };
     let mut ticker = tokio::time::interval(catch_up_every);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -251,6 +252,9 @@ struct Appender {
     shared: Arc<Shared>,
     /// Recoveries since a record was last stored.
     fruitless: usize,
+    /// Whether `AGENT_AUDIT` takes atomic batches (false once it refused one: a replica of an
+    /// older version applied the stream without `allow_atomic`; records then go one by one).
+    atomic: bool,
 }
 
 impl Appender {
@@ -317,6 +321,17 @@ impl Appender {
     async fn flush(&mut self) {
         self.flush_at = None;
         let records = std::mem::take(&mut self.pending);
+        if self.atomic {
+            self.publish(records).await;
+        } else {
+            for record in records {
+                self.publish(vec![record]).await;
+            }
+        }
+    }
+
+    /// Publishes `records` (chained in order) as one batch, or alone when there is one.
+    async fn publish(&mut self, records: Vec<Chained>) {
         let (Some(first), Some(last)) = (records.first(), records.last()) else {
             return;
         };
@@ -442,6 +457,12 @@ impl Appender {
             }
             other => {
                 match other {
+                    Err(err) if switchboard_runtime::batch::atomic_disabled(&err.to_string()) => {
+                        tracing::warn!(
+                            "AGENT_AUDIT refuses atomic batches (allow_atomic is off); storing records one by one"
+                        );
+                        self.atomic = false;
+                    }
                     Err(err) if switchboard_runtime::kv::lost_expectation(&err) => {
                         tracing::debug!("another writer moved the audit stream; catching up");
                     }

@@ -159,6 +159,8 @@ pub fn events_stream(config: &JetStreamConfig) -> stream::Config {
         max_age: Duration::from_secs(config.events_max_age_secs),
         num_replicas: config.replicas,
         storage: stream::StorageType::File,
+        // Call events are stored in atomic batches (ADR-50; shared/runtime/src/batch.rs).
+        allow_atomic_publish: true,
         ..Default::default()
     }
 }
