@@ -1042,7 +1042,10 @@ async fn streams_an_older_service_applied_without_atomic_batches_lose_nothing() 
             .clone();
         config.allow_atomic_publish = false;
         let updated = js.update_stream(config).await.unwrap();
-        assert!(!updated.config.allow_atomic_publish, "{name} still takes atomic batches");
+        assert!(
+            !updated.config.allow_atomic_publish,
+            "{name} still takes atomic batches"
+        );
     }
     let calls = 12;
     let questions: Vec<String> = (0..calls).map(|n| format!("q{n}")).collect();

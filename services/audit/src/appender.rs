@@ -40,7 +40,7 @@ use async_nats::jetstream::context::PublishError;
 use async_nats::jetstream::message::PublishMessage;
 use async_nats::jetstream::publish::PublishAck;
 use bytes::Bytes;
-use futures::{FutureExt, StreamExt};
+use futures::FutureExt;
 use switchboard_proto::audit::{AuditEntry, AuditRecord, HEADER_AUDIT_HASH};
 use switchboard_proto::{EVENTS_STREAM, INBOX_STREAM};
 use tokio::sync::{MutexGuard, mpsc, oneshot};
@@ -68,9 +68,11 @@ const RECOVERY_PAUSE: Duration = Duration::from_millis(250);
 const LINGER: Duration = Duration::from_millis(20);
 
 /// A source message waiting for its record.
-struct Source {
-    record: AuditRecord,
-    message: jetstream::Message,
+pub(crate) struct Source {
+    /// Its record, before it is chained.
+    pub(crate) record: AuditRecord,
+    /// The message, acknowledged once the record is stored and indexed.
+    pub(crate) message: jetstream::Message,
 }
 
 /// Feeds the appender from the durable consumers and runs it until `stop`; also catches up
@@ -99,7 +101,7 @@ pub(crate) async fn write(
         let tx = tx.clone();
         let stop = shutdown.clone();
         feeders.push(tokio::spawn(async move {
-            feed(consumer, tx, stop).await;
+            store::feed(consumer, tx, stop).await;
         }));
     }
     drop(tx);
@@ -583,53 +585,6 @@ impl Appender {
             match Head::of_index(&self.trail.index) {
                 Ok(read) => *head = read,
                 Err(err) => tracing::error!(error = %err, "audit index unreadable"),
-            }
-        }
-    }
-}
-
-/// Pulls a source consumer into the appender's channel.
-async fn feed(
-    consumer: jetstream::consumer::PullConsumer,
-    tx: mpsc::Sender<Source>,
-    stop: CancellationToken,
-) {
-    loop {
-        let mut messages = match consumer.messages().await {
-            Ok(messages) => messages,
-            Err(err) => {
-                tracing::warn!(error = %err, "audit consumer unavailable; retrying");
-                tokio::select! {
-                    () = stop.cancelled() => return,
-                    () = tokio::time::sleep(Duration::from_secs(1)) => continue,
-                }
-            }
-        };
-        loop {
-            let next = tokio::select! {
-                () = stop.cancelled() => return,
-                next = messages.next() => next,
-            };
-            let message = match next {
-                Some(Ok(message)) => message,
-                Some(Err(err)) => {
-                    tracing::debug!(error = %err, "audit consumer hiccup");
-                    continue;
-                }
-                None => break,
-            };
-            let Ok(info) = message.info() else {
-                continue;
-            };
-            let record = record::from_source(
-                info.stream,
-                info.stream_sequence,
-                info.published,
-                message.subject.as_str(),
-                &message.payload,
-            );
-            if tx.send(Source { record, message }).await.is_err() {
-                return;
             }
         }
     }

@@ -1,6 +1,6 @@
 //! The audit's JetStream reads and writes: reading a stream back in order (the index's
 //! catch-up, `verify`, tests), a stream's state, opening the durable consumers on the source
-//! streams and acknowledging their messages.
+//! streams, pulling them into the appender's channel and acknowledging their messages.
 //!
 //! Two JetStream calls live beside the logic they serve: the writer lease's KV calls in
 //! `lease.rs`, and publishing a chained record in `appender.rs` (its ack is a step of the
@@ -15,6 +15,10 @@ use bytes::Bytes;
 use futures::StreamExt;
 use switchboard_proto::audit::HEADER_AUDIT_HASH;
 
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::appender::Source;
 use crate::error::AuditError;
 use crate::record;
 
@@ -190,5 +194,52 @@ pub(crate) async fn source_consumer(
 pub(crate) async fn ack(message: &jetstream::Message) {
     if let Err(err) = message.ack().await {
         tracing::debug!(error = %err, "source ack failed");
+    }
+}
+
+/// Pulls a source consumer into the appender's channel.
+pub(crate) async fn feed(
+    consumer: jetstream::consumer::PullConsumer,
+    tx: mpsc::Sender<Source>,
+    stop: CancellationToken,
+) {
+    loop {
+        let mut messages = match consumer.messages().await {
+            Ok(messages) => messages,
+            Err(err) => {
+                tracing::warn!(error = %err, "audit consumer unavailable; retrying");
+                tokio::select! {
+                    () = stop.cancelled() => return,
+                    () = tokio::time::sleep(Duration::from_secs(1)) => continue,
+                }
+            }
+        };
+        loop {
+            let next = tokio::select! {
+                () = stop.cancelled() => return,
+                next = messages.next() => next,
+            };
+            let message = match next {
+                Some(Ok(message)) => message,
+                Some(Err(err)) => {
+                    tracing::debug!(error = %err, "audit consumer hiccup");
+                    continue;
+                }
+                None => break,
+            };
+            let Ok(info) = message.info() else {
+                continue;
+            };
+            let record = record::from_source(
+                info.stream,
+                info.stream_sequence,
+                info.published,
+                message.subject.as_str(),
+                &message.payload,
+            );
+            if tx.send(Source { record, message }).await.is_err() {
+                return;
+            }
+        }
     }
 }
