@@ -645,21 +645,28 @@ async fn wait_until_audited(js: &jetstream::Context) {
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         let mut idle = true;
-        for (stream, consumer) in [
-            (INBOX_STREAM, "audit-inbox"),
-            (switchboard_proto::EVENTS_STREAM, "audit-events"),
+        for (stream, family) in [
+            (INBOX_STREAM, "audit-inbox-"),
+            (switchboard_proto::EVENTS_STREAM, "audit-events-"),
         ] {
-            // Not there yet: the audit creates its consumers once it holds the writer lease,
-            // a moment after it answers PING.
-            let Ok(mut reader) = js
-                .get_consumer_from_stream::<consumer::pull::Config, _, _>(consumer, stream)
+            // Each audit writer opens consumers of its own, `audit-inbox-<n>` (services/audit
+            // README); not there yet: the audit creates them once it holds the writer lease, a
+            // moment after it answers PING.
+            let infos: Vec<_> = js
+                .get_stream(stream)
                 .await
-            else {
+                .unwrap()
+                .consumers()
+                .filter_map(|info| async move { info.ok() })
+                .filter(|info| std::future::ready(info.name.starts_with(family)))
+                .collect()
+                .await;
+            if infos.is_empty() {
                 idle = false;
-                continue;
-            };
-            let info = reader.info().await.unwrap();
-            idle &= info.num_pending == 0 && info.num_ack_pending == 0;
+            }
+            for info in infos {
+                idle &= info.num_pending == 0 && info.num_ack_pending == 0;
+            }
         }
         if idle {
             return;

@@ -271,7 +271,7 @@ impl Appender {
             return;
         }
         match self.trail.index.has(id) {
-            Ok(true) => self.shared.ack_through(&source.message).await,
+            Ok(true) => self.shared.ack_recorded(&source.message).await,
             Ok(false) => self.chain(source).await,
             Err(err) => {
                 self.shared.let_go(&source.message);

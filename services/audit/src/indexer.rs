@@ -216,28 +216,58 @@ impl Shared {
         holes
     }
 
-    /// Notes a source let go without a stored record.
+    /// Notes a source let go without a stored record (since when: the first time).
     pub(crate) fn let_go(&self, message: &jetstream::Message) {
         if let Some((stream, seq)) = position(message) {
             self.holes()
                 .entry(stream)
                 .or_default()
-                .insert(seq, std::time::Instant::now());
+                .entry(seq)
+                .or_insert_with(std::time::Instant::now);
         }
     }
 
+    /// The lowest sequence of `stream` a cumulative ack must not reach: a source let go
+    /// without a record, or one whose record is on its way (chained, not yet indexed).
+    fn ack_limit(&self, stream: &str) -> Option<u64> {
+        let hole = self
+            .holes()
+            .get(stream)
+            .and_then(|holes| holes.keys().next().copied());
+        let on_way = self
+            .on_way()
+            .iter()
+            .filter_map(|id| {
+                let (of, seq) = id.rsplit_once(':')?;
+                (of == stream).then(|| seq.parse::<u64>().ok()).flatten()
+            })
+            .min();
+        match (hole, on_way) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Acknowledges a source found already recorded (a redelivery): its own hole, if it had
+    /// one, is closed — its record exists — then [`Shared::ack_through`].
+    pub(crate) async fn ack_recorded(&self, message: &jetstream::Message) {
+        if let Some((stream, seq)) = position(message) {
+            let mut holes = self.holes();
+            if let Some(set) = holes.get_mut(&stream) {
+                set.remove(&seq);
+            }
+            holes.retain(|_, set| !set.is_empty());
+        }
+        self.ack_through(message).await;
+    }
+
     /// Acknowledges `message` — and with it every earlier message of its consumer — unless a
-    /// source let go without a record is among those.
+    /// source without a stored record (let go, or on its way) is among those.
     pub(crate) async fn ack_through(&self, message: &jetstream::Message) {
         let Some((stream, seq)) = position(message) else {
             return;
         };
-        let blocked = self
-            .holes()
-            .get(&stream)
-            .and_then(|holes| holes.keys().next().copied())
-            .is_some_and(|hole| hole <= seq);
-        if !blocked {
+        if self.ack_limit(&stream).is_none_or(|limit| seq < limit) {
             ack(message).await;
         }
     }
@@ -249,7 +279,6 @@ impl Shared {
             .iter()
             .filter_map(|row| position(&row.message).map(|(s, seq)| (s, seq, &row.message)))
             .collect();
-        let mut newest: HashMap<&str, (u64, &jetstream::Message)> = HashMap::new();
         {
             let mut holes = self.holes();
             for (stream, seq, _) in &placed {
@@ -258,20 +287,23 @@ impl Shared {
                 }
             }
             holes.retain(|_, set| !set.is_empty());
-            for (stream, seq, message) in &placed {
-                let below_holes = holes
-                    .get(stream)
-                    .and_then(|set| set.keys().next())
-                    .is_none_or(|hole| seq < hole);
-                let entry = newest.entry(stream.as_str()).or_insert((0, message));
-                if below_holes && *seq > entry.0 {
-                    *entry = (*seq, message);
-                }
+        }
+        let mut newest: HashMap<&str, (u64, &jetstream::Message)> = HashMap::new();
+        let mut limits: HashMap<&str, Option<u64>> = HashMap::new();
+        for (stream, seq, message) in &placed {
+            let limit = *limits
+                .entry(stream.as_str())
+                .or_insert_with(|| self.ack_limit(stream));
+            if limit.is_some_and(|limit| *seq >= limit) {
+                continue;
+            }
+            let entry = newest.entry(stream.as_str()).or_insert((*seq, message));
+            if *seq > entry.0 {
+                *entry = (*seq, message);
             }
         }
-        newest.retain(|_, (seq, _)| *seq > 0);
         for (_, message) in newest.into_values() {
-            self.ack_through(message).await;
+            ack(message).await;
         }
     }
 }

@@ -196,6 +196,10 @@ impl WakeHub {
                 tracing::warn!(
                     "the stored-message notices ended; held fetches now wait for their re-read"
                 );
+                // What the notices said is no longer kept up: forget it, for good.
+                let mut hub = self.waiting.lock().unwrap_or_else(PoisonError::into_inner);
+                hub.newest.clear();
+                hub.epoch = u64::MAX;
                 return;
             };
             let number = |name: &str| {

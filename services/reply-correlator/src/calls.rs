@@ -368,6 +368,17 @@ impl Correlator {
         }
     }
 
+    /// Indexes a waiting call in the background (see [`INDEX_WAITING_AFTER`]).
+    fn index_later(&self, call: &PendingCall) {
+        let store = self.store.clone();
+        let call = call.clone();
+        self.background.spawn(async move {
+            if let Err(err) = store.reindex(&call).await {
+                tracing::warn!(correlation_id = %call.correlation_id, error = %err, "a long waiting call was not indexed");
+            }
+        });
+    }
+
     async fn deliver_request(
         &self,
         record: &PendingCall,
@@ -449,15 +460,23 @@ impl Correlator {
                     continue;
                 }
                 () = tokio::time::sleep_until(index_at), if !indexed => {
+                    // In the background: the wait keeps taking answers meanwhile (a replier
+                    // waits only so long before it falls back to the inbox).
                     indexed = true;
-                    if let Err(err) = self.store.reindex(call).await {
-                        tracing::warn!(correlation_id = %call.correlation_id, error = %err, "a long waiting call was not indexed");
-                    }
+                    self.index_later(call);
                     continue;
                 }
                 Some(handed) = local.recv() => (handed.answer, Taken::Here(handed.taken)),
                 message = answers.next() => {
-                    let Some(message) = message else { break };
+                    let Some(message) = message else {
+                        // The subscription ended (the connection closed): the caller is
+                        // answered `timeout` below and will not retry, so the call must be
+                        // where the sweep finds it.
+                        if !indexed {
+                            self.index_later(call);
+                        }
+                        break;
+                    };
                     // The request will never be read (a full inbox removed it, its reader
                     // rejected it or it went to the dead letters): end the call now.
                     if let Ok(dropped) = serde_json::from_slice::<CallDropped>(&message.payload) {
@@ -531,9 +550,14 @@ impl Correlator {
             };
             // The `opened` event is stored before another replica's answer is taken: it
             // publishes `answered` only once it is. An answer taken here submits its event to
-            // this replica's batcher after `opened`, which stores them in order.
+            // this replica's batcher after `opened`, which stores them in order. The wait for
+            // it is bounded well inside the replier's hand-over timeout: past it, the replier
+            // would deliver the answer to the inbox as well.
             if !opened_stored && !matches!(taken, Taken::Here(_)) {
-                (&mut opened).await;
+                let waited = tokio::time::timeout(HANDOVER_TIMEOUT / 2, &mut opened).await;
+                if waited.is_err() {
+                    tracing::warn!(correlation_id = %call.correlation_id, "the opened event is not stored yet; taking the answer anyway");
+                }
             }
             match taken {
                 Taken::Here(taken) => {

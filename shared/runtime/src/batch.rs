@@ -28,7 +28,8 @@ use crate::telemetry;
 pub const LINGER: Duration = Duration::from_millis(5);
 /// Most events in one batch (the server's limit is 1,000).
 const MAX_BATCH: usize = 256;
-/// Attempts at one batch before its events are given up (logged).
+/// Attempts at one batch (within the publish retry budget) before its events are given up
+/// (logged).
 const ATTEMPTS: usize = 8;
 /// First pause between attempts (doubling).
 const RETRY_PAUSE: Duration = Duration::from_millis(50);
@@ -131,24 +132,45 @@ async fn store_batches(js: jetstream::Context, mut events: mpsc::Receiver<Event>
     }
 }
 
-/// Stores one batch, retrying it whole; true once stored.
+/// Stores one batch; true once stored. A batch that failed for want of a server (a timeout,
+/// no responders: a leader election, say) is sent again whole within
+/// [`crate::publish::PUBLISH_RETRY_BUDGET`]; one the stream refused for what it holds is
+/// stored one event at a time, so one bad event does not take the others with it.
 async fn store(js: &jetstream::Context, batch: &[Event]) -> bool {
+    let until = tokio::time::Instant::now() + crate::publish::PUBLISH_RETRY_BUDGET;
     let mut pause = RETRY_PAUSE;
     let mut last = String::new();
     for _ in 0..ATTEMPTS {
         match attempt(js, batch).await {
             Ok(()) => return true,
-            Err(err) if atomic_disabled(&err) => return one_by_one(js, batch).await,
             Err(err) if err.contains(DUPLICATE_IN_BATCH) || err.contains(DUPLICATE_TEXT) => {
                 return true;
             }
+            Err(err) if !transient(&err) => return one_by_one(js, batch).await,
             Err(err) => last = err,
+        }
+        if tokio::time::Instant::now() + pause > until {
+            break;
         }
         tokio::time::sleep(pause).await;
         pause *= 2;
     }
     tracing::error!(events = batch.len(), error = %last, "events lost after retries");
     false
+}
+
+/// Whether a failed attempt may succeed as it is a moment later (no server answered in time).
+fn transient(error: &str) -> bool {
+    let error = error.to_ascii_lowercase();
+    [
+        "timed out",
+        "timeout",
+        "no responders",
+        "disconnected",
+        "broken pipe",
+    ]
+    .iter()
+    .any(|transient| error.contains(transient))
 }
 
 /// Stores the events of a batch the stream refused as such one at a time (retried as any
