@@ -12,8 +12,9 @@
 //! The chain fixes every record's sequence in advance, so the appender does not wait for the
 //! stream's acks of the records before: up to a window of publishes are in flight. Records are
 //! stored in **atomic batches** (ADR-50, `allow_atomic` on `AGENT_AUDIT`): the records chained
-//! within [`LINGER`] of each other (at most `batch`) go as one batch, whose first message carries
-//! the expected-sequence headers and whose last commits it; the server stores all or none and
+//! close together (gaps under [`IDLE_GAP`], for at most [`LINGER`] and `batch` records) go as
+//! one batch, whose first message carries the expected-sequence headers and whose last commits
+//! it; the server stores all or none and
 //! sends one ack for the lot, where each record used to cost a publish and an ack (issue 25).
 //! A single record goes as a plain publish. Batch acks are read in order; stored records go to
 //! the indexer (`indexer.rs`) in batches, and a source message is acknowledged only after its
@@ -63,9 +64,12 @@ const WINDOW_BATCHES: usize = 4;
 const INDEX_QUEUE: usize = 4;
 /// The pause after a recovery that could not reach the stream, before the appender goes on.
 const RECOVERY_PAUSE: Duration = Duration::from_millis(250);
-/// How long a chained record waits for others to be stored with it in one batch: the audit's
-/// lag grows by at most this, and a steady trickle of calls is stored in a few writes a second.
+/// How long a chained record waits at most for others to be stored with it in one batch.
 const LINGER: Duration = Duration::from_millis(20);
+/// A batch goes once no source has come for this long: a burst is stored in few batches, and
+/// the audit floor — below which an inbox may purge read messages (`room.rs`) — is never held
+/// back for long by a batch waiting for company that is not coming.
+const IDLE_GAP: Duration = Duration::from_millis(2);
 
 /// A source message waiting for its record.
 pub(crate) struct Source {
@@ -123,6 +127,7 @@ pub(crate) async fn write(
         tail: head.clone(),
         pending: Vec::new(),
         flush_at: None,
+        batch_started: tokio::time::Instant::now(),
         in_flight: 0,
         sent: VecDeque::new(),
         stored: Vec::new(),
@@ -244,6 +249,8 @@ struct Appender {
     pending: Vec<Chained>,
     /// When `pending` is published at the latest.
     flush_at: Option<tokio::time::Instant>,
+    /// When the first record of `pending` was chained.
+    batch_started: tokio::time::Instant,
     /// Records published and not yet settled.
     in_flight: usize,
     /// Batches in flight, oldest first.
@@ -312,8 +319,12 @@ impl Appender {
         });
         if self.pending.len() >= self.batch {
             self.flush().await;
-        } else if self.flush_at.is_none() {
-            self.flush_at = Some(tokio::time::Instant::now() + LINGER);
+        } else {
+            let now = tokio::time::Instant::now();
+            if self.pending.len() == 1 {
+                self.batch_started = now;
+            }
+            self.flush_at = Some((self.batch_started + LINGER).min(now + IDLE_GAP));
         }
     }
 
