@@ -7,18 +7,14 @@
 //! SHA-256 travels in the `Switchboard-Audit-Hash` header), and publishes it on its own subject
 //! `_SB.audit.records.<writer>` with `Nats-Expected-Last-Sequence` = the sequence it must
 //! follow, and, when the record before it is its own, `Nats-Expected-Last-Subject-Sequence` =
-//! that record's sequence (in a batch, on its first record: the server checks them against the
-//! stream before the batch); a record stored alone also carries `Nats-Msg-Id` = its event id.
+//! that record's sequence, and `Nats-Msg-Id` = its event id.
 //! The chain fixes every record's sequence in advance, so the appender does not wait for the
-//! stream's acks of the records before: up to a window of publishes are in flight. Records are
-//! stored in **atomic batches** (ADR-50, `allow_atomic` on `AGENT_AUDIT`): the records chained
-//! close together (gaps under [`IDLE_GAP`], for at most [`LINGER`] and `batch` records) go as
-//! one batch, whose first message carries the expected-sequence headers and whose last commits
-//! it; the server stores all or none and
-//! sends one ack for the lot, where each record used to cost a publish and an ack (issue 25).
-//! A single record goes as a plain publish. Batch acks are read in order; stored records go to
-//! the indexer (`indexer.rs`) in batches, and a source message is acknowledged only after its
-//! record is stored and indexed.
+//! stream's acks of the records before: up to a window of publishes are in flight. Their acks
+//! are read in order; stored records go to the indexer (`indexer.rs`) in batches, and a source
+//! message is acknowledged only after its record is stored and indexed (one cumulative ack per
+//! indexed batch). Records are not stored as ADR-50 atomic batches: measured on nats-server
+//! 2.15, a batch costs the server about 1 ms of CPU more than its records published one by one
+//! (docs/performance.md, "The data path").
 //!
 //! Exactly once: an event id already in the index is acknowledged without a second record; one
 //! whose record is on its way (published, not yet indexed) waits for it. The appender chains
@@ -64,12 +60,6 @@ const WINDOW_BATCHES: usize = 4;
 const INDEX_QUEUE: usize = 4;
 /// The pause after a recovery that could not reach the stream, before the appender goes on.
 const RECOVERY_PAUSE: Duration = Duration::from_millis(250);
-/// How long a chained record waits at most for others to be stored with it in one batch.
-const LINGER: Duration = Duration::from_millis(20);
-/// A batch goes once no source has come for this long: a burst is stored in few batches, and
-/// the audit floor — below which an inbox may purge read messages (`room.rs`) — is never held
-/// back for long by a batch waiting for company that is not coming.
-const IDLE_GAP: Duration = Duration::from_millis(2);
 
 /// A source message waiting for its record.
 pub(crate) struct Source {
@@ -125,16 +115,12 @@ pub(crate) async fn write(
         window: (batch * WINDOW_BATCHES).min(4_000),
         batch,
         tail: head.clone(),
-        pending: Vec::new(),
-        flush_at: None,
-        batch_started: tokio::time::Instant::now(),
-        in_flight: 0,
+
         sent: VecDeque::new(),
         stored: Vec::new(),
         jobs,
         shared,
         fruitless: 0,
-        atomic: true,
     };
     let mut ticker = tokio::time::interval(catch_up_every);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -144,15 +130,13 @@ pub(crate) async fn write(
         if appender.shared.index_failed() {
             appender.recover(&mut head, Vec::new(), &shutdown).await;
         }
-        let room = appender.in_flight + appender.pending.len() < appender.window;
-        let flush_at = appender.flush_at;
+        let room = appender.sent.len() < appender.window;
         tokio::select! {
             biased;
             () = shutdown.cancelled() => break,
             acked = front_ack(&mut appender.sent), if !appender.sent.is_empty() => {
                 appender.settle(&mut head, acked, &shutdown).await;
             }
-            () = sleep_until(flush_at), if flush_at.is_some() => appender.flush().await,
             next = rx.recv(), if room => match next {
                 Some(source) => appender.offer(source).await,
                 None => break,
@@ -165,8 +149,7 @@ pub(crate) async fn write(
                 // the stream aged out): an idle system stays quiet on the wire.
                 let idle = appender.tail.seq == caught_up_at.0
                     && caught_up_at.1.elapsed() < IDLE_CATCH_UP;
-                let settled = appender.sent.is_empty() && appender.pending.is_empty();
-                if settled && !idle && appender.drain().await {
+                if appender.sent.is_empty() && !idle && appender.drain().await {
                     if let Err(err) = trail.catch_up_locked(&mut head).await {
                         tracing::warn!(error = %err, "audit catch-up failed");
                     }
@@ -176,10 +159,8 @@ pub(crate) async fn write(
             }
         }
     }
-    // Stopping: store what is chained, collect the acks of what was sent (their sources are
-    // acknowledged once indexed), so the index holds every record this replica stored before
-    // it lets go.
-    appender.flush().await;
+    // Stopping: collect the acks of what was sent (their sources are acknowledged once
+    // indexed), so the index holds every record this replica stored before it lets go.
     while !appender.sent.is_empty() {
         let acked = front_ack(&mut appender.sent).await;
         appender.settle(&mut head, acked, &shutdown).await;
@@ -199,18 +180,10 @@ pub(crate) async fn write(
 /// the lease holds.
 const IDLE_CATCH_UP: std::time::Duration = std::time::Duration::from_secs(30);
 
-/// The ack of the oldest batch in flight.
+/// The ack of the oldest record in flight.
 async fn front_ack(sent: &mut VecDeque<Sent>) -> Result<PublishAck, PublishError> {
     match sent.front_mut() {
         Some(front) => front.ack.as_mut().await,
-        None => std::future::pending().await,
-    }
-}
-
-/// Sleeps until `at` (the caller polls it only when there is one).
-async fn sleep_until(at: Option<tokio::time::Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
     }
 }
@@ -229,9 +202,9 @@ struct Chained {
     after_own: bool,
 }
 
-/// A batch of records published, waiting for the stream's ack of its last (the commit).
+/// A record published, waiting for the stream's ack.
 struct Sent {
-    records: Vec<Chained>,
+    record: Chained,
     ack: AckFuture,
 }
 
@@ -243,17 +216,9 @@ struct Appender {
     subject: String,
     window: usize,
     batch: usize,
-    /// The last record chained (the head when nothing is in flight).
+    /// The last record sent (the head when nothing is in flight).
     tail: Head,
-    /// Records chained but not yet published: the next batch.
-    pending: Vec<Chained>,
-    /// When `pending` is published at the latest.
-    flush_at: Option<tokio::time::Instant>,
-    /// When the first record of `pending` was chained.
-    batch_started: tokio::time::Instant,
-    /// Records published and not yet settled.
-    in_flight: usize,
-    /// Batches in flight, oldest first.
+    /// Records in flight, oldest first.
     sent: VecDeque<Sent>,
     /// Records stored since the last job handed to the indexer.
     stored: Vec<Committed>,
@@ -261,9 +226,6 @@ struct Appender {
     shared: Arc<Shared>,
     /// Recoveries since a record was last stored.
     fruitless: usize,
-    /// Whether `AGENT_AUDIT` takes atomic batches (false once it refused one: a replica of an
-    /// older version applied the stream without `allow_atomic`; records then go one by one).
-    atomic: bool,
 }
 
 impl Appender {
@@ -287,7 +249,7 @@ impl Appender {
         }
     }
 
-    /// Chains the source's record on the tail; it is published with the next batch.
+    /// Chains the source's record on the tail and publishes it.
     async fn chain(&mut self, source: Source) {
         let Source {
             mut record,
@@ -310,128 +272,43 @@ impl Appender {
             hash: hash.clone(),
             subject: Some(self.subject.clone()),
         };
-        self.pending.push(Chained {
+        let record = Chained {
             source: Source { record, message },
             seq: self.tail.seq,
             hash,
             body,
             after_own,
-        });
-        if self.pending.len() >= self.batch {
-            self.flush().await;
-        } else {
-            let now = tokio::time::Instant::now();
-            if self.pending.len() == 1 {
-                self.batch_started = now;
-            }
-            self.flush_at = Some((self.batch_started + LINGER).min(now + IDLE_GAP));
-        }
+        };
+        self.publish(record).await;
     }
 
-    /// Publishes the chained records: one as a plain publish, more as one atomic batch (the
-    /// first carries the expected-sequence headers and goes without a reply, the last commits
-    /// and is acknowledged for all).
-    async fn flush(&mut self) {
-        self.flush_at = None;
-        let records = std::mem::take(&mut self.pending);
-        if self.atomic {
-            self.publish(records).await;
-        } else {
-            for record in records {
-                self.publish(vec![record]).await;
-            }
-        }
-    }
-
-    /// Publishes `records` (chained in order) as one batch, or alone when there is one.
-    async fn publish(&mut self, records: Vec<Chained>) {
-        let (Some(first), Some(last)) = (records.first(), records.last()) else {
-            return;
-        };
-        let expect = |mut headers: async_nats::HeaderMap| {
-            headers.insert(
-                async_nats::header::NATS_EXPECTED_LAST_SEQUENCE,
-                (first.seq - 1).to_string().as_str(),
-            );
-            if first.after_own {
-                headers.insert(
-                    async_nats::header::NATS_EXPECTED_LAST_SUBJECT_SEQUENCE,
-                    (first.seq - 1).to_string().as_str(),
-                );
-            }
-            headers
-        };
-        let headers_of = |record: &Chained| {
-            let mut headers = switchboard_runtime::telemetry::traced_headers();
-            headers.insert(HEADER_AUDIT_HASH, record.hash.as_str());
-            headers
-        };
-        let batch_id = switchboard_proto::new_id().to_string();
-        let in_batch = |mut headers: async_nats::HeaderMap, n: usize| {
-            headers.insert(async_nats::header::NATS_BATCH_ID, batch_id.as_str());
-            headers.insert(
-                async_nats::header::NATS_BATCH_SEQUENCE,
-                (n + 1).to_string().as_str(),
-            );
-            headers
-        };
-        let client = self.trail.js.client();
-        let mut failed = None;
-        let mut last_headers = headers_of(last);
-        if records.len() == 1 {
-            last_headers = expect(last_headers);
-        } else {
-            for (n, record) in records[..records.len() - 1].iter().enumerate() {
-                let mut headers = in_batch(headers_of(record), n);
-                if n == 0 {
-                    headers = expect(headers);
-                }
-                if let Err(err) = client
-                    .publish_with_headers(self.subject.clone(), headers, record.body.clone())
-                    .await
-                {
-                    failed = Some(err.to_string());
-                    break;
-                }
-            }
-            last_headers = in_batch(last_headers, records.len() - 1);
-            last_headers.insert(
-                async_nats::header::NATS_BATCH_COMMIT,
-                async_nats::header::NATS_BATCH_COMMIT_FINAL,
-            );
-        }
+    /// Publishes a chained record with the headers that let the stream store it only where it
+    /// belongs (the expected last sequence, and subject sequence after this writer's own).
+    async fn publish(&mut self, record: Chained) {
+        let mut headers = switchboard_runtime::telemetry::traced_headers();
+        headers.insert(HEADER_AUDIT_HASH, record.hash.as_str());
         let mut publish = PublishMessage::build()
-            .payload(last.body.clone())
-            .headers(last_headers);
-        if records.len() == 1 {
-            publish = publish.message_id(&last.source.record.id);
+            .payload(record.body.clone())
+            .headers(headers)
+            .message_id(&record.source.record.id)
+            .expected_last_sequence(record.seq - 1);
+        if record.after_own {
+            publish = publish.expected_last_subject_sequence(record.seq - 1);
         }
-        let ack: AckFuture = match failed {
-            Some(err) => {
-                tracing::warn!(error = %err, "an audit batch was not sent");
-                // Not committed: the stream stores none of it (an abandoned batch).
-                futures::future::ready(Err(PublishError::with_source(
-                    async_nats::jetstream::context::PublishErrorKind::Other,
-                    err,
-                )))
-                .boxed()
-            }
-            None => match self
-                .trail
-                .js
-                .send_publish(self.subject.clone(), publish)
-                .await
-            {
-                Ok(future) => future.into_future(),
-                Err(err) => futures::future::ready(Err(err)).boxed(),
-            },
+        let ack: AckFuture = match self
+            .trail
+            .js
+            .send_publish(self.subject.clone(), publish)
+            .await
+        {
+            Ok(future) => future.into_future(),
+            Err(err) => futures::future::ready(Err(err)).boxed(),
         };
-        self.in_flight += records.len();
-        self.sent.push_back(Sent { records, ack });
+        self.sent.push_back(Sent { record, ack });
     }
 
-    /// Takes the oldest batch's ack: stored where it was meant to go, its records move the head
-    /// and go to the indexer; anything else (another writer moved the stream, a publish failed
+    /// Takes the oldest record's ack: stored where it was meant to go, it moves the head and
+    /// goes to the indexer; anything else (another writer moved the stream, a publish failed
     /// or timed out) starts a recovery.
     async fn settle(
         &mut self,
@@ -442,40 +319,30 @@ impl Appender {
         let Some(front) = self.sent.pop_front() else {
             return;
         };
-        self.in_flight -= front.records.len();
-        let (first, last) = match (front.records.first(), front.records.last()) {
-            (Some(first), Some(last)) => (first.seq, last.seq),
-            _ => return,
-        };
+        let record = front.record;
         match acked {
-            Ok(ack) if !ack.duplicate && ack.sequence == last && first == head.seq + 1 => {
+            Ok(ack)
+                if !ack.duplicate && ack.sequence == record.seq && record.seq == head.seq + 1 =>
+            {
+                head.seq = record.seq;
+                head.hash = record.hash.clone();
+                head.subject = Some(self.subject.clone());
                 self.fruitless = 0;
-                for record in front.records {
-                    head.seq = record.seq;
-                    head.hash = record.hash.clone();
-                    head.subject = Some(self.subject.clone());
-                    self.stored.push(Committed {
-                        entry: AuditEntry {
-                            seq: record.seq,
-                            hash: record.hash,
-                            record: record.source.record,
-                        },
-                        body: record.body,
-                        message: record.source.message,
-                    });
-                }
+                self.stored.push(Committed {
+                    entry: AuditEntry {
+                        seq: record.seq,
+                        hash: record.hash,
+                        record: record.source.record,
+                    },
+                    body: record.body,
+                    message: record.source.message,
+                });
                 if self.stored.len() >= self.batch || self.sent.is_empty() {
                     self.hand_over().await;
                 }
             }
             other => {
                 match other {
-                    Err(err) if switchboard_runtime::batch::atomic_disabled(&err.to_string()) => {
-                        tracing::warn!(
-                            "AGENT_AUDIT refuses atomic batches (allow_atomic is off); storing records one by one"
-                        );
-                        self.atomic = false;
-                    }
                     Err(err) if switchboard_runtime::kv::lost_expectation(&err) => {
                         tracing::debug!("another writer moved the audit stream; catching up");
                     }
@@ -485,12 +352,11 @@ impl Appender {
                     Ok(ack) => tracing::debug!(
                         duplicate = ack.duplicate,
                         sequence = ack.sequence,
-                        expected = last,
-                        "an audit batch was not stored where expected; catching up"
+                        expected = record.seq,
+                        "an audit record was not stored where expected; catching up"
                     ),
                 }
-                let sources = front.records.into_iter().map(|r| r.source).collect();
-                self.recover(head, sources, shutdown).await;
+                self.recover(head, vec![record.source], shutdown).await;
             }
         }
     }
@@ -573,17 +439,13 @@ impl Appender {
         }
     }
 
-    /// The sources of every record still in flight, once its batch's ack (or its failure)
-    /// arrived, then of the records chained but not published, in chain order.
+    /// The sources of every record still in flight, once its ack (or its failure) arrived.
     async fn in_flight_sources(&mut self) -> Vec<Source> {
-        let mut all = Vec::with_capacity(self.in_flight + self.pending.len());
+        let mut all = Vec::with_capacity(self.sent.len());
         while let Some(mut sent) = self.sent.pop_front() {
             let _ = sent.ack.as_mut().await;
-            all.extend(sent.records.into_iter().map(|r| r.source));
+            all.push(sent.record.source);
         }
-        self.in_flight = 0;
-        self.flush_at = None;
-        all.extend(self.pending.drain(..).map(|r| r.source));
         all
     }
 

@@ -310,18 +310,9 @@ impl Correlator {
             ));
         }
         tracing::info!(%correlation_id, caller = %caller, callee = %callee, depth = chain.len(), timeout_ms, wait = record.wait, "call opened");
-        // Submitted now, before the wait begins, so a reply taken in process (which can only
-        // reach the wait below) is submitted after it to the same batcher: stored in order.
-        let opened = match joined {
-            true => None,
-            false => Some(
-                self.submit_event(CallEventKind::Opened, &record, None, !record.wait)
-                    .await,
-            ),
-        };
-        let opened = async move {
-            if let Some(stored) = opened {
-                let _ = stored.await;
+        let opened = async {
+            if !joined {
+                self.emit(CallEventKind::Opened, &record, None).await;
             }
         };
         let Some(answers) = answers.as_mut() else {
@@ -333,9 +324,9 @@ impl Correlator {
                 clamped,
             }));
         };
-        // The `opened` event is stored while the call waits, not before: an answer handed over
-        // by another replica is taken only once it is stored, so the trail has it before that
-        // replica's `answered` event; one taken in process follows it through the batcher.
+        // The `opened` event is stored while the call waits, not before: it is sent at once,
+        // and its ack is awaited before an answer is taken, so the trail still has it before
+        // the `answered` event (whose replica publishes it only once the answer is taken).
         let forward = PartForwarder::new(self.client.clone(), reply.filter(|_| record.stream));
         // A joined call was indexed again above; a new waiting call only if it lasts.
         match self
@@ -548,12 +539,11 @@ impl Correlator {
                     }
                 }
             };
-            // The `opened` event is stored before another replica's answer is taken: it
-            // publishes `answered` only once it is. An answer taken here submits its event to
-            // this replica's batcher after `opened`, which stores them in order. The wait for
-            // it is bounded well inside the replier's hand-over timeout: past it, the replier
-            // would deliver the answer to the inbox as well.
-            if !opened_stored && !matches!(taken, Taken::Here(_)) {
+            // The `opened` event is stored before the answer is taken: the answering replica
+            // publishes `answered` only once it is. The wait for it is bounded well inside the
+            // replier's hand-over timeout: past it, the replier would deliver the answer to the
+            // inbox as well.
+            if !opened_stored {
                 let waited = tokio::time::timeout(HANDOVER_TIMEOUT / 2, &mut opened).await;
                 if waited.is_err() {
                     tracing::warn!(correlation_id = %call.correlation_id, "the opened event is not stored yet; taking the answer anyway");

@@ -11,8 +11,7 @@ use async_nats::Client;
 use async_nats::jetstream;
 use switchboard_proto::call::{CallAnswer, CallEvent, CallEventKind, PendingCall};
 use switchboard_proto::{AgentId, InboxMessage, new_id, subject, timestamp};
-use switchboard_runtime::batch::EventBatcher;
-use switchboard_runtime::publish::publish_json;
+use switchboard_runtime::publish::{publish_event, publish_json};
 use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
 
@@ -116,8 +115,6 @@ pub struct Correlator {
     pub(crate) send: inbox_fanout::SendPath,
     /// Writes taken off a request's path (events), awaited when the replica stops.
     pub(crate) background: tokio_util::task::TaskTracker,
-    /// Stores call events in atomic batches, in the order they are submitted.
-    pub(crate) events: EventBatcher,
 }
 
 impl Correlator {
@@ -128,11 +125,8 @@ impl Correlator {
         config: CorrelatorConfig,
         send: inbox_fanout::SendPath,
     ) -> Self {
-        let js = jetstream::new(client.clone());
-        let (events, _stores) = EventBatcher::start(js.clone());
         Self {
-            js,
-            events,
+            js: jetstream::new(client.clone()),
             client,
             store,
             config,
@@ -143,40 +137,19 @@ impl Correlator {
         }
     }
 
-    /// Stores a call event in `AGENT_EVENTS` and waits until it is (sent at once, with what
-    /// else is queued; retried with the same id — the call's state change is already
-    /// committed, so a failure is logged, not returned).
+    /// Publishes a call event into `AGENT_EVENTS` (retried with the same id; the call's state
+    /// change is already committed, so a failure is logged, not returned).
     pub(crate) async fn emit(&self, event: CallEventKind, call: &PendingCall, body: Option<&str>) {
-        let _ = self.submit_event(event, call, body, true).await.await;
-    }
-
-    /// Hands a call event to the batcher; the receiver says when it is stored. Not `urgent`, it
-    /// waits up to [`switchboard_runtime::batch::LINGER`] for others to share its batch.
-    pub(crate) async fn submit_event(
-        &self,
-        event: CallEventKind,
-        call: &PendingCall,
-        body: Option<&str>,
-        urgent: bool,
-    ) -> tokio::sync::oneshot::Receiver<bool> {
         let (subject, payload) = call_event(event, call, body);
-        let id = payload.id.to_string();
-        let encoded = serde_json::to_vec(&payload).unwrap_or_default();
-        self.events
-            .submit(subject, id, encoded.into(), urgent)
-            .await
+        publish_event(&self.js, &subject, &payload.id.to_string(), &payload).await;
     }
 
-    /// A call event stored off the request's path (awaited when the replica stops): sent at
-    /// once, with whatever events wait in the batcher (a call's `opened` among them), so the
-    /// trail has it before what its caller does next.
+    /// [`Correlator::emit`] in the background, off the request's path.
     pub(crate) fn emit_later(&self, event: CallEventKind, call: &PendingCall, body: Option<&str>) {
         let (subject, payload) = call_event(event, call, body);
-        let id = payload.id.to_string();
-        let encoded = serde_json::to_vec(&payload).unwrap_or_default();
-        let events = self.events.clone();
+        let js = self.js.clone();
         self.background.spawn(async move {
-            let _ = events.submit(subject, id, encoded.into(), true).await.await;
+            publish_event(&js, &subject, &payload.id.to_string(), &payload).await;
         });
     }
 

@@ -27,7 +27,6 @@
 //! - [`registry_view`]: the registry (agent records, live goals) kept in memory by KV watches,
 //!   for the fan-out's peer resolution and the directory's list_peers and offline sweep.
 
-pub mod batch;
 pub mod budget;
 pub mod config;
 pub mod embedded;

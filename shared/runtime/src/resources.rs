@@ -159,8 +159,6 @@ pub fn events_stream(config: &JetStreamConfig) -> stream::Config {
         max_age: Duration::from_secs(config.events_max_age_secs),
         num_replicas: config.replicas,
         storage: stream::StorageType::File,
-        // Call events are stored in atomic batches (ADR-50; shared/runtime/src/batch.rs).
-        allow_atomic_publish: true,
         ..Default::default()
     }
 }
@@ -379,8 +377,6 @@ pub fn audit_stream(config: &JetStreamConfig) -> stream::Config {
         num_replicas: config.replicas,
         storage: stream::StorageType::File,
         allow_direct: true,
-        // The appender stores records in atomic batches (ADR-50; services/audit/src/appender.rs).
-        allow_atomic_publish: true,
         ..Default::default()
     }
 }
