@@ -60,6 +60,10 @@ const WINDOW_BATCHES: usize = 4;
 const INDEX_QUEUE: usize = 4;
 /// The pause after a recovery that could not reach the stream, before the appender goes on.
 const RECOVERY_PAUSE: Duration = Duration::from_millis(250);
+/// How long stored records wait, once nothing is in flight, before they are indexed and their
+/// sources acknowledged: a trickle of calls shares an index transaction and an ack, and the
+/// audit floor (below which an inbox may purge read messages, `room.rs`) lags by no more.
+const INDEX_PAUSE: Duration = Duration::from_millis(3);
 
 /// A source message waiting for its record.
 pub(crate) struct Source {
@@ -118,6 +122,7 @@ pub(crate) async fn write(
 
         sent: VecDeque::new(),
         stored: Vec::new(),
+        hand_over_at: None,
         jobs,
         shared,
         fruitless: 0,
@@ -131,12 +136,14 @@ pub(crate) async fn write(
             appender.recover(&mut head, Vec::new(), &shutdown).await;
         }
         let room = appender.sent.len() < appender.window;
+        let hand_over_at = appender.hand_over_at;
         tokio::select! {
             biased;
             () = shutdown.cancelled() => break,
             acked = front_ack(&mut appender.sent), if !appender.sent.is_empty() => {
                 appender.settle(&mut head, acked, &shutdown).await;
             }
+            () = sleep_until(hand_over_at), if hand_over_at.is_some() => appender.hand_over().await,
             next = rx.recv(), if room => match next {
                 Some(source) => appender.offer(source).await,
                 None => break,
@@ -180,6 +187,14 @@ pub(crate) async fn write(
 /// the lease holds.
 const IDLE_CATCH_UP: std::time::Duration = std::time::Duration::from_secs(30);
 
+/// Sleeps until `at` (polled only when there is one).
+async fn sleep_until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
 /// The ack of the oldest record in flight.
 async fn front_ack(sent: &mut VecDeque<Sent>) -> Result<PublishAck, PublishError> {
     match sent.front_mut() {
@@ -222,6 +237,8 @@ struct Appender {
     sent: VecDeque<Sent>,
     /// Records stored since the last job handed to the indexer.
     stored: Vec<Committed>,
+    /// When `stored` goes to the indexer, once nothing is in flight.
+    hand_over_at: Option<tokio::time::Instant>,
     jobs: mpsc::Sender<IndexJob>,
     shared: Arc<Shared>,
     /// Recoveries since a record was last stored.
@@ -337,8 +354,12 @@ impl Appender {
                     body: record.body,
                     message: record.source.message,
                 });
-                if self.stored.len() >= self.batch || self.sent.is_empty() {
+                if self.stored.len() >= self.batch {
                     self.hand_over().await;
+                } else if self.sent.is_empty() && self.hand_over_at.is_none() {
+                    // Nothing more in flight: indexed (and acknowledged, with one cumulative
+                    // ack) after a short pause that lets a trickle of records share it.
+                    self.hand_over_at = Some(tokio::time::Instant::now() + INDEX_PAUSE);
                 }
             }
             other => {
@@ -363,6 +384,7 @@ impl Appender {
 
     /// Hands the records stored so far to the indexer.
     async fn hand_over(&mut self) {
+        self.hand_over_at = None;
         if self.stored.is_empty() {
             return;
         }
