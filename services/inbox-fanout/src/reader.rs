@@ -252,7 +252,19 @@ impl Reader {
         let mut unwritten = false;
         loop {
             let from_recent = recent.is_some();
-            let (mut record, mut revision) = match recent.take().or_else(|| known.take()) {
+            // A held fetch's record may have been overtaken while it waited — by the reader's
+            // own ack, most often, through this replica: start from the newer of the two, so
+            // the hand-out's compare-and-set does not lose to it.
+            let held =
+                known.take().map(
+                    |(held, held_revision)| match self.recent_owned(caller, &goal) {
+                        Some((newer, newer_revision)) if newer_revision > held_revision => {
+                            (newer, newer_revision)
+                        }
+                        _ => (held, held_revision),
+                    },
+                );
+            let (mut record, mut revision) = match recent.take().or(held) {
                 Some(known) => known,
                 None => self.owned(caller, &goal).await?,
             };
