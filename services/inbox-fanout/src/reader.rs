@@ -11,11 +11,11 @@
 //!   passing it moves to the dead letters and is skipped (bounded redelivery, no consumer);
 //! - a held fetch is woken by [`crate::wake`] on whichever replica holds it, and answered empty
 //!   when its wait ends or the service stops (reading is idempotent: the reader fetches again);
-//! - one agent holds at most [`HELD_FETCHES_PER_AGENT`] fetches open on a replica: past that a
+//! - one agent holds at most [`crate::wake::HELD_FETCHES_PER_AGENT`] fetches open on a replica: past that a
 //!   fetch is answered at once, as with `wait_ms: 0`.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use switchboard_proto::inbox::{
@@ -31,7 +31,8 @@ use tokio::time::Instant;
 use crate::error::FanoutError;
 use crate::receipts::Receipts;
 use crate::store::{Cas, InboxStore, StoredMessage, Unread};
-use crate::wake::{Notice, SAFETY_REREAD, WakeHub};
+pub use crate::wake::HELD_FETCHES_PER_AGENT;
+use crate::wake::{Hold, Notice, SAFETY_REREAD, WakeHub};
 
 /// How many compare-and-set attempts one request makes before answering `conflict`.
 const CAS_ATTEMPTS: u32 = 64;
@@ -56,45 +57,6 @@ pub struct Reader {
     stopping: CancellationToken,
     /// Fetches each agent has held open on this replica right now.
     held: Arc<Mutex<HashMap<AgentId, usize>>>,
-}
-
-/// The most fetches one agent may hold open at once on one replica (two per goal at the
-/// default goal cap): past it a fetch is answered at once, as if `wait_ms` were 0, so an agent
-/// cannot pile up held requests (each is a task and a wake registration for up to 30 s).
-pub const HELD_FETCHES_PER_AGENT: usize = 32;
-
-/// One held fetch, counted for its agent until dropped.
-struct Hold {
-    held: Arc<Mutex<HashMap<AgentId, usize>>>,
-    agent: AgentId,
-}
-
-impl Hold {
-    /// A hold for `agent`, or `None` when it holds [`HELD_FETCHES_PER_AGENT`] already.
-    fn take(held: &Arc<Mutex<HashMap<AgentId, usize>>>, agent: &AgentId) -> Option<Self> {
-        let mut counts = held.lock().unwrap_or_else(PoisonError::into_inner);
-        let count = counts.entry(agent.clone()).or_default();
-        if *count >= HELD_FETCHES_PER_AGENT {
-            return None;
-        }
-        *count += 1;
-        Some(Self {
-            held: Arc::clone(held),
-            agent: agent.clone(),
-        })
-    }
-}
-
-impl Drop for Hold {
-    fn drop(&mut self) {
-        let mut counts = self.held.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(count) = counts.get_mut(&self.agent) {
-            *count = count.saturating_sub(1);
-            if *count == 0 {
-                counts.remove(&self.agent);
-            }
-        }
-    }
 }
 
 /// A fetch's limits, checked.
