@@ -194,12 +194,29 @@ impl Drop for System {
 pub struct InterruptOnDrop(pub Option<u32>);
 
 impl Drop for InterruptOnDrop {
+    /// Interrupts the process and waits (at most 30 s) until it has exited: a test that ends
+    /// at once would let its temporary data directory go while `up` still stops its embedded
+    /// nats-server, and that server outlived the test run.
     fn drop(&mut self) {
         if let Some(pid) = self.0 {
             let _ = std::process::Command::new("kill")
                 .args(["-INT", &pid.to_string()])
                 .stderr(Stdio::null())
                 .status();
+            let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
+            while std::time::Instant::now() < until && running(pid) {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
         }
     }
+}
+
+/// Whether process `pid` still runs (a zombie, exited but not yet reaped, does not).
+fn running(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rsplit(')')
+            .next()
+            .and_then(|rest| rest.split_whitespace().next())
+            .is_some_and(|state| state != "Z" && state != "X")
+    })
 }
