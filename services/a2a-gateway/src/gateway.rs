@@ -6,7 +6,7 @@
 //! own subjects, so the services' ACLs, request budgets and the audit trail see who asked.
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use async_nats::Client;
@@ -50,7 +50,7 @@ pub struct Gateway {
     /// Cancelled when the gateway stops: open streams and blocking waits end with it.
     pub(crate) stopping: switchboard_runtime::CancellationToken,
     /// Open streams (and blocking waits) per client agent.
-    streams: Arc<Mutex<HashMap<AgentId, usize>>>,
+    streams: switchboard_runtime::places::Places<AgentId>,
     /// The context goals this replica opened per client, least recently used first, with how
     /// often each was used.
     contexts: Mutex<HashMap<AgentId, VecDeque<(GoalId, u32)>>>,
@@ -70,7 +70,7 @@ impl Gateway {
             store,
             roots,
             registered: Mutex::new(HashSet::new()),
-            streams: Arc::default(),
+            streams: Default::default(),
             contexts: Mutex::default(),
             stopping: switchboard_runtime::CancellationToken::new(),
         }
@@ -144,16 +144,8 @@ impl Gateway {
 
     /// [`Gateway::open_stream`], `None` past the cap.
     pub(crate) fn try_stream_slot(&self, caller: &AgentId) -> Option<StreamSlot> {
-        let mut streams = self.streams.lock().unwrap_or_else(PoisonError::into_inner);
-        let open = streams.entry(caller.clone()).or_default();
-        if *open >= self.config.max_streams_per_client {
-            return None;
-        }
-        *open += 1;
-        Some(StreamSlot {
-            streams: Arc::clone(&self.streams),
-            caller: caller.clone(),
-        })
+        self.streams
+            .take(caller, self.config.max_streams_per_client)
     }
 
     /// The goal of `caller`'s A2A context `context` (one Switchboard goal per context, so the
@@ -280,20 +272,4 @@ pub fn context_goal_id(config: &GatewayConfig, caller: &AgentId, context: &str) 
 }
 
 /// One open stream of a client; dropping it frees the slot.
-#[derive(Debug)]
-pub(crate) struct StreamSlot {
-    streams: Arc<Mutex<HashMap<AgentId, usize>>>,
-    caller: AgentId,
-}
-
-impl Drop for StreamSlot {
-    fn drop(&mut self) {
-        let mut streams = self.streams.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(open) = streams.get_mut(&self.caller) {
-            *open = open.saturating_sub(1);
-            if *open == 0 {
-                streams.remove(&self.caller);
-            }
-        }
-    }
-}
+pub(crate) type StreamSlot = switchboard_runtime::places::Place<AgentId>;

@@ -14,8 +14,7 @@
 //! - one agent holds at most [`crate::wake::HELD_FETCHES_PER_AGENT`] fetches open on a replica: past that a
 //!   fetch is answered at once, as with `wait_ms: 0`.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use switchboard_proto::inbox::{
@@ -32,7 +31,7 @@ use crate::error::FanoutError;
 use crate::receipts::Receipts;
 use crate::store::{Cas, InboxStore, StoredMessage, Unread};
 pub use crate::wake::HELD_FETCHES_PER_AGENT;
-use crate::wake::{Hold, Notice, SAFETY_REREAD, WakeHub};
+use crate::wake::{Notice, SAFETY_REREAD, WakeHub};
 
 /// How many compare-and-set attempts one request makes before answering `conflict`.
 const CAS_ATTEMPTS: u32 = 64;
@@ -56,7 +55,7 @@ pub struct Reader {
     receipts: Receipts,
     stopping: CancellationToken,
     /// Fetches each agent has held open on this replica right now.
-    held: Arc<Mutex<HashMap<AgentId, usize>>>,
+    held: switchboard_runtime::places::Places<AgentId>,
 }
 
 /// A fetch's limits, checked.
@@ -121,7 +120,7 @@ impl Reader {
             wake,
             receipts,
             stopping,
-            held: Arc::default(),
+            held: Default::default(),
         }
     }
 
@@ -175,7 +174,7 @@ impl Reader {
         let _hold = if wait.is_zero() {
             None
         } else {
-            let hold = Hold::take(&self.held, caller);
+            let hold = self.held.take(caller, HELD_FETCHES_PER_AGENT);
             if hold.is_none() {
                 wait = Duration::ZERO;
             }

@@ -1,4 +1,4 @@
-//! Held fetches: how many one agent may hold ([`Hold`]), and waking them. `AGENT_INBOX`
+//! Held fetches: how many one agent may hold ([`HELD_FETCHES_PER_AGENT`]), and waking them. `AGENT_INBOX`
 //! republishes every stored message (headers and payload) to `_SB.inbox.stored.<goal_id>`,
 //! every inbox-fanout replica subscribes to all of them (core NATS, no queue group), and a
 //! notice wakes the fetches this replica holds for that goal,
@@ -21,8 +21,8 @@ use std::time::Duration;
 
 use async_nats::Subscriber;
 use futures::StreamExt;
+use switchboard_proto::GoalId;
 use switchboard_proto::subject::INBOX_STORED_PREFIX;
-use switchboard_proto::{AgentId, GoalId};
 use switchboard_proto::{HEADER_LAST_SEQUENCE, HEADER_SEQUENCE};
 
 use crate::store::{StoredMessage, published_headers};
@@ -234,43 +234,6 @@ impl WakeHub {
 /// default goal cap): past it a fetch is answered at once, as if `wait_ms` were 0, so an agent
 /// cannot pile up held requests (each is a task and a wake registration for up to 30 s).
 pub const HELD_FETCHES_PER_AGENT: usize = 32;
-
-/// One held fetch, counted for its agent until dropped.
-pub(crate) struct Hold {
-    held: Arc<Mutex<HashMap<AgentId, usize>>>,
-    agent: AgentId,
-}
-
-impl Hold {
-    /// A hold for `agent`, or `None` when it holds [`HELD_FETCHES_PER_AGENT`] already.
-    pub(crate) fn take(
-        held: &Arc<Mutex<HashMap<AgentId, usize>>>,
-        agent: &AgentId,
-    ) -> Option<Self> {
-        let mut counts = held.lock().unwrap_or_else(PoisonError::into_inner);
-        let count = counts.entry(agent.clone()).or_default();
-        if *count >= HELD_FETCHES_PER_AGENT {
-            return None;
-        }
-        *count += 1;
-        Some(Self {
-            held: Arc::clone(held),
-            agent: agent.clone(),
-        })
-    }
-}
-
-impl Drop for Hold {
-    fn drop(&mut self) {
-        let mut counts = self.held.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(count) = counts.get_mut(&self.agent) {
-            *count = count.saturating_sub(1);
-            if *count == 0 {
-                counts.remove(&self.agent);
-            }
-        }
-    }
-}
 
 #[cfg(test)]
 fn hub() -> WakeHub {

@@ -40,27 +40,9 @@ pub(crate) struct Held {
 /// The waiting calls this replica holds, by correlation id.
 pub(crate) type Waiting = Mutex<HashMap<Uuid, Held>>;
 
-/// How many waiting calls each caller has on this replica: a waiting call is counted against
+/// A caller's place among its waiting calls on this replica: a waiting call is counted against
 /// `max_open_calls` here, in memory, not in the open-call index (docs/protocol.md section 9).
-pub(crate) type WaitingPerCaller = Mutex<HashMap<AgentId, usize>>;
-
-/// A caller's place among its waiting calls on this replica, given back when dropped.
-pub(crate) struct Slot<'a> {
-    counts: &'a WaitingPerCaller,
-    caller: AgentId,
-}
-
-impl Drop for Slot<'_> {
-    fn drop(&mut self) {
-        let mut counts = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(count) = counts.get_mut(&self.caller) {
-            *count = count.saturating_sub(1);
-            if *count == 0 {
-                counts.remove(&self.caller);
-            }
-        }
-    }
-}
+pub(crate) type Slot = switchboard_runtime::places::Place<AgentId>;
 
 /// How the replica that handed an answer over is told it was taken.
 pub(crate) enum Taken {
@@ -109,7 +91,7 @@ pub struct Correlator {
     pub(crate) config: CorrelatorConfig,
     pub(crate) waiting: Waiting,
     /// The waiting calls each caller has on this replica.
-    pub(crate) per_caller: WaitingPerCaller,
+    pub(crate) per_caller: switchboard_runtime::places::Places<AgentId>,
     /// The fan-out's send rules, run in process to deliver a call's request, and their
     /// registry view (which also answers goal ownership without a read).
     pub(crate) send: inbox_fanout::SendPath,
@@ -131,7 +113,7 @@ impl Correlator {
             store,
             config,
             waiting: Waiting::default(),
-            per_caller: WaitingPerCaller::default(),
+            per_caller: Default::default(),
             send,
             background: tokio_util::task::TaskTracker::new(),
         }
@@ -222,20 +204,8 @@ pub(crate) fn expired(call: &PendingCall) -> CorrelatorError {
 impl Correlator {
     /// A place for one more waiting call of `caller` on this replica, or `None` when it has
     /// `max_open_calls` waiting here already.
-    pub(crate) fn waiting_slot(&self, caller: &AgentId) -> Option<Slot<'_>> {
-        let mut counts = self
-            .per_caller
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        let count = counts.entry(caller.clone()).or_default();
-        if *count >= self.config.max_open_calls {
-            return None;
-        }
-        *count += 1;
-        Some(Slot {
-            counts: &self.per_caller,
-            caller: caller.clone(),
-        })
+    pub(crate) fn waiting_slot(&self, caller: &AgentId) -> Option<Slot> {
+        self.per_caller.take(caller, self.config.max_open_calls)
     }
 
     /// The waiting calls `agent` made or must answer that this replica holds (a young waiting

@@ -22,6 +22,7 @@
 //! - [`embedded`]: the local nats-server `switchboard up` starts, and where to find the binary.
 //! - [`store`]: the error type of a service's JetStream-backed state.
 //! - [`permissions`]: the NATS accounts and NKeys that isolate agents (`switchboard nats-config`).
+//! - [`places`]: a bounded number of places per agent, each freed when its guard drops.
 //! - [`lease`]: a lease on one KV key (one writer among replicas), renewed or lost.
 //! - [`kv`]: KV reads the services need beyond async-nats (a consistent snapshot of a bucket).
 //! - [`registry_view`]: the registry (agent records, live goals) kept in memory by KV watches,
@@ -36,6 +37,7 @@ pub mod lease;
 pub mod micro;
 pub mod nats;
 pub mod permissions;
+pub mod places;
 pub mod publish;
 pub mod receipts;
 pub mod registry_view;
