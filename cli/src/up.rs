@@ -1,5 +1,6 @@
 //! `switchboard up`: the embedded default.
 
+use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -182,6 +183,8 @@ async fn serve(args: UpArgs, services: &mut Services, otlp: Option<&str>) -> any
     if let Some(server) = embedded {
         server.stop(Duration::from_secs(10)).await;
     }
-    println!("Switchboard stopped.");
+    // Not `println!`: whoever read the banner may be gone (a closed pipe), and stopping is
+    // done whatever becomes of this line.
+    let _ = writeln!(std::io::stdout(), "Switchboard stopped.");
     Ok(())
 }
