@@ -625,7 +625,7 @@ async fn a_goal_id_claimed_after_its_close_hands_out_nothing_of_the_old_owner() 
 
 /// A reader that handles several messages at once: each is handed out once while it is held
 /// (a fetch from the cursor would return them all again), acks in any order leave nothing
-/// unread, and one given back comes first again.
+/// unread, and those given back come first again, however far past the cursor.
 #[tokio::test]
 async fn a_reader_holding_many_deliveries_gets_each_once() {
     let fabric = Fabric::start().await;
@@ -644,15 +644,23 @@ async fn a_reader_holding_many_deliveries_gets_each_once() {
     let bodies: Vec<String> = held.iter().map(|d| d.message.body.clone()).collect();
     let expected: Vec<String> = (0..40).map(|n| format!("m{n}")).collect();
     assert_eq!(bodies, expected, "each once, in order, while all are held");
-    // One is given back (dropped unacknowledged) while the rest are acked, newest first.
-    let dropped = held.remove(5);
-    drop(dropped);
+    // Two are given back (dropped unacknowledged) while the rest are still held — one further
+    // past the cursor than a fetch reads at once — and both come back before anything else.
+    let far = held.remove(30);
+    let near = held.remove(5);
+    drop(far);
+    drop(near);
+    let first = goal.recv(Duration::from_secs(2)).await.unwrap().unwrap();
+    assert_eq!(first.message.body, "m5");
+    let second = goal.recv(Duration::from_secs(2)).await.unwrap();
+    let second = second.expect("m30, given back past what one fetch from the cursor reads");
+    assert_eq!(second.message.body, "m30");
+    // The rest are acked, newest first, the given-back ones last: nothing is left unread.
     for delivery in held.into_iter().rev() {
         delivery.ack().await.unwrap();
     }
-    let again = goal.recv(Duration::from_secs(2)).await.unwrap().unwrap();
-    assert_eq!(again.message.body, "m5");
-    again.ack().await.unwrap();
+    second.ack().await.unwrap();
+    first.ack().await.unwrap();
     assert!(
         goal.recv(Duration::from_millis(300))
             .await

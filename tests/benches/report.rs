@@ -335,7 +335,10 @@ async fn main() {
             };
             let answerer = Arc::clone(&answerer);
             tokio::spawn(async move {
-                let message = delivery.ack().await.unwrap();
+                // An ack that failed gave the request back: the next `recv` hands it out again.
+                let Ok(message) = delivery.ack().await else {
+                    return;
+                };
                 if message.kind == MessageKind::Request {
                     answerer
                         .reply(message.correlation_id.unwrap(), &message.body)

@@ -33,7 +33,8 @@ struct ReaderState {
     /// Messages fetched and not handed out yet, oldest first.
     ahead: VecDeque<FetchedMessage>,
     /// Set when a handed-out message was given back: what is ahead is dropped and the next
-    /// `recv` fetches from the cursor (not before the instant, if one was given).
+    /// `recv` waits until the instant, if one was given, before it reads the given-back
+    /// messages again (see [`ReaderState::read_after`]).
     refetch: Option<Option<tokio::time::Instant>>,
     /// Sequences given back and not handled since: an ack never moves the cursor past one of
     /// them (acks are cumulative), so a later message acknowledged first cannot lose it.
@@ -69,6 +70,23 @@ impl ReaderState {
     fn passed(&mut self, cursor: u64) {
         self.given_back.retain(|seq| *seq > cursor);
         self.ahead.retain(|fetched| fetched.seq > cursor);
+    }
+
+    /// Where the next fetch reads from (`after`; `None`: from the cursor). Messages given back
+    /// and not handed out again come first: read from just before the oldest one past
+    /// `fetched_through` — a read from the cursor returns only the first few of a reader's many
+    /// held messages, and one given back further on would never come back, holding the cursor
+    /// below it for good. Otherwise, with messages in flight, after the last one handed out.
+    fn read_after(&self, fetched_through: u64) -> Option<u64> {
+        let next_given_back = self
+            .given_back
+            .range(fetched_through.saturating_add(1)..)
+            .find(|seq| !self.in_flight.contains(seq));
+        match next_given_back {
+            Some(seq) => Some(seq.saturating_sub(1)),
+            None if !self.in_flight.is_empty() => Some(self.handed),
+            None => None,
+        }
     }
 
     /// What an ack of `seq` may move the cursor through. Acks are cumulative (through N
@@ -376,9 +394,8 @@ impl Goal {
                 None => None,
             }
         };
-        // Given back: read from the cursor again; otherwise, with messages in flight, read
-        // after the last one handed out.
-        let mut from_cursor = not_before.is_some();
+        // The newest sequence this call fetched (a given-back one past it is read next).
+        let mut fetched_through = 0;
         if let Some(Some(not_before)) = not_before {
             tokio::time::sleep_until(not_before.min(deadline)).await;
         }
@@ -386,10 +403,7 @@ impl Goal {
             if let Some(next) = self.next_ahead() {
                 return Ok(Some(next));
             }
-            let after = {
-                let state = state(&self.state);
-                (!from_cursor && !state.in_flight.is_empty()).then_some(state.handed)
-            };
+            let after = state(&self.state).read_after(fetched_through);
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
             let reply = self
                 .fetch_with(FetchRequest {
@@ -406,6 +420,9 @@ impl Goal {
                 })
                 .await?;
             let fetched_any = !reply.messages.is_empty();
+            if let Some(last) = reply.messages.last() {
+                fetched_through = fetched_through.max(last.seq);
+            }
             {
                 let mut state = state(&self.state);
                 state.passed(reply.cursor);
@@ -418,7 +435,6 @@ impl Goal {
             if !fetched_any || tokio::time::Instant::now() >= deadline {
                 return Ok(None);
             }
-            from_cursor = false;
         }
     }
 
@@ -539,5 +555,27 @@ mod tests {
         state.passed(11);
         state.handing(12);
         assert_eq!(state.ack_through(12), 12);
+    }
+
+    #[test]
+    fn given_back_messages_are_read_from_where_they_are_however_many_are_held() {
+        let mut state = ReaderState::default();
+        for seq in 1..=40 {
+            state.handing(seq);
+        }
+        state.give_back(6, None);
+        state.give_back(31, None);
+        // From just before the oldest given back, then from just before the next one past what
+        // was fetched, then on after the last one handed out.
+        assert_eq!(state.read_after(0), Some(5));
+        assert_eq!(state.read_after(21), Some(30));
+        assert_eq!(state.read_after(31), Some(40));
+        // One handed out again is not read again; the other still is, by a later `recv`.
+        state.handing(6);
+        assert_eq!(state.read_after(0), Some(30));
+        state.handing(31);
+        assert_eq!(state.read_after(0), Some(40));
+        // Nothing held and nothing given back: from the cursor.
+        assert_eq!(ReaderState::default().read_after(0), None);
     }
 }
