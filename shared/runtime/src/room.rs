@@ -135,7 +135,11 @@ pub async fn make_room(
         return Ok(Room::Evicted);
     }
     let message: Option<InboxMessage> = serde_json::from_slice(&oldest.payload).ok();
-    let Some(owner) = count_unread(&cursors, &goal, oldest.sequence, &message).await? else {
+    // Chosen as not handed out yet: a fetch that handed it out meanwhile (its cursor write
+    // came first) gave it to the reader, who has it — not removed unread.
+    let unhanded = oldest.sequence > handed;
+    let Some(owner) = count_unread(&cursors, &goal, oldest.sequence, unhanded, &message).await?
+    else {
         return Ok(Room::Evicted);
     };
     // A receipted message's status says it went unread.
@@ -247,13 +251,17 @@ fn matches(filter: &str, subject: &str) -> bool {
 }
 
 /// Counts message `seq` as removed unread on `goal`'s cursor when the owner had not read it;
-/// returns the owner then (`None`: it had been read, or the goal has closed). When racing
+/// returns the owner then (`None`: it had been read, handed out since it was chosen as
+/// `unhanded`, or the goal has closed). The compare-and-set orders this against a fetch
+/// handing it out: whichever writes the cursor first wins (a fetch that loses reads the stream
+/// again and no longer finds it). When racing
 /// writers win every compare-and-set, the count is left short but the owner is returned, so
 /// the sender is still told.
 async fn count_unread(
     cursors: &jetstream::kv::Store,
     goal: &GoalId,
     seq: u64,
+    unhanded: bool,
     message: &Option<InboxMessage>,
 ) -> Result<Option<switchboard_proto::AgentId>, String> {
     let key = cursor_key(goal);
@@ -265,7 +273,7 @@ async fn count_unread(
         let Ok(mut record) = serde_json::from_slice::<CursorRecord>(&entry.value) else {
             return Ok(None);
         };
-        if seq <= record.cursor {
+        if seq <= record.cursor || (unhanded && seq <= record.handed) {
             return Ok(None);
         }
         owner = Some(record.agent_id.clone());
