@@ -12,7 +12,7 @@
 use std::time::{Duration, Instant};
 
 use async_nats::Client;
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use serde_json::{Value, json};
 use switchboard_client::dlq_list;
 use switchboard_proto::inbox::{FetchReply, INBOX_MAX_DELIVER};
@@ -978,4 +978,76 @@ async fn an_ack_on_a_held_fetch_is_kept_however_the_wait_ends() {
     .await;
     assert!(after.messages.is_empty(), "{after:?}");
     assert_eq!(after.cursor, woken.messages[0].seq);
+}
+
+/// Issue 25: a held fetch costs no read of the inbox stream while the store notices show
+/// nothing new for its goal, and a message stored while it waits is handed out from the
+/// notice itself, without reading it back. (Counted on the wire: the direct gets the fan-out
+/// sends for this goal's fetches, told apart by their batch size.)
+#[tokio::test]
+async fn a_held_fetch_reads_the_inbox_only_when_something_may_be_there() {
+    const BATCH: u32 = 57;
+    let fabric = Fabric::start().await;
+    let writer = fabric.agent("writer").await;
+    let (_reader, goal) = fabric.agent_with_goal("reader").await;
+    writer.send_to_peer("reader", "first").await.unwrap();
+    let first = goal.fetch(BATCH, Duration::ZERO, None).await.unwrap();
+    let seq = first.messages[0].seq;
+
+    let watcher = fabric.nats.client().await;
+    let mut reads = watcher
+        .subscribe(format!("$JS.API.DIRECT.GET.{INBOX_STREAM}"))
+        .await
+        .unwrap();
+    watcher.flush().await.unwrap();
+    let count = |reads: &mut async_nats::Subscriber| {
+        let mut ours = 0;
+        while let Some(Some(read)) = reads.next().now_or_never() {
+            let request: Value = serde_json::from_slice(&read.payload).unwrap();
+            if request["batch"] == BATCH {
+                ours += 1;
+            }
+        }
+        ours
+    };
+
+    // Nothing new: one read, when the wait ends (none before it).
+    let held = goal
+        .fetch(BATCH, Duration::from_millis(600), Some(seq))
+        .await
+        .unwrap();
+    assert!(held.messages.is_empty());
+    watcher.flush().await.unwrap();
+    assert_eq!(
+        count(&mut reads),
+        1,
+        "read before the wait as well as at its end"
+    );
+
+    // A message stored while the fetch waits: handed out without any read.
+    let waiting = {
+        let goal_id = goal.id();
+        let client = fabric.nats.client().await;
+        tokio::spawn(async move {
+            fetch(
+                &client,
+                "reader",
+                json!({"goal_id": goal_id, "max": BATCH, "wait_ms": 10_000}),
+            )
+            .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The first wait's end read happened before this one started.
+    watcher.flush().await.unwrap();
+    let before = count(&mut reads);
+    writer.send_to_peer("reader", "second").await.unwrap();
+    let woken = waiting.await.unwrap();
+    assert_eq!(bodies(&woken), ["second"]);
+    watcher.flush().await.unwrap();
+    assert_eq!(
+        before + count(&mut reads),
+        0,
+        "the held fetch read the inbox stream"
+    );
 }

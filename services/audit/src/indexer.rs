@@ -219,12 +219,25 @@ impl Shared {
     /// Notes a source let go without a stored record (since when: the first time).
     pub(crate) fn let_go(&self, message: &jetstream::Message) {
         if let Some((stream, seq)) = position(message) {
-            self.holes()
-                .entry(stream)
-                .or_default()
-                .entry(seq)
-                .or_insert_with(std::time::Instant::now);
+            self.hole(stream, seq);
         }
+    }
+
+    fn hole(&self, stream: String, seq: u64) {
+        self.holes()
+            .entry(stream)
+            .or_default()
+            .entry(seq)
+            .or_insert_with(std::time::Instant::now);
+    }
+
+    /// A source's record exists after all: its hole, if it had one, is closed.
+    fn close_hole(&self, stream: &str, seq: u64) {
+        let mut holes = self.holes();
+        if let Some(set) = holes.get_mut(stream) {
+            set.remove(&seq);
+        }
+        holes.retain(|_, set| !set.is_empty());
     }
 
     /// The lowest sequence of `stream` a cumulative ack must not reach: a source let go
@@ -252,11 +265,7 @@ impl Shared {
     /// one, is closed — its record exists — then [`Shared::ack_through`].
     pub(crate) async fn ack_recorded(&self, message: &jetstream::Message) {
         if let Some((stream, seq)) = position(message) {
-            let mut holes = self.holes();
-            if let Some(set) = holes.get_mut(&stream) {
-                set.remove(&seq);
-            }
-            holes.retain(|_, set| !set.is_empty());
+            self.close_hole(&stream, seq);
         }
         self.ack_through(message).await;
     }
@@ -279,14 +288,8 @@ impl Shared {
             .iter()
             .filter_map(|row| position(&row.message).map(|(s, seq)| (s, seq, &row.message)))
             .collect();
-        {
-            let mut holes = self.holes();
-            for (stream, seq, _) in &placed {
-                if let Some(set) = holes.get_mut(stream) {
-                    set.remove(seq);
-                }
-            }
-            holes.retain(|_, set| !set.is_empty());
+        for (stream, seq, _) in &placed {
+            self.close_hole(stream, *seq);
         }
         let mut newest: HashMap<&str, (u64, &jetstream::Message)> = HashMap::new();
         let mut limits: HashMap<&str, Option<u64>> = HashMap::new();
@@ -362,5 +365,51 @@ pub(crate) async fn index_stored(
             trail.mark_indexed(last.entry.seq);
         }
         shared.ack_indexed(&rows).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use super::{HOLE_GIVEN_UP, Shared};
+
+    #[test]
+    fn a_cumulative_ack_stops_below_every_source_without_a_stored_record() {
+        let shared = Shared::default();
+        assert_eq!(shared.ack_limit("AGENT_INBOX"), None);
+        // A record on its way (chained, not indexed) and a source let go: the lower one bounds
+        // the acks of its own stream only.
+        shared.on_way().insert("AGENT_INBOX:7".to_owned());
+        shared.hole("AGENT_INBOX".to_owned(), 12);
+        shared.hole("AGENT_EVENTS".to_owned(), 3);
+        assert_eq!(shared.ack_limit("AGENT_INBOX"), Some(7));
+        assert_eq!(shared.ack_limit("AGENT_EVENTS"), Some(3));
+        assert_eq!(shared.ack_limit("AGENT_TASKS"), None);
+        // Indexed: the hole then limits; filled, nothing does.
+        shared.on_way().remove("AGENT_INBOX:7");
+        assert_eq!(shared.ack_limit("AGENT_INBOX"), Some(12));
+        shared.close_hole("AGENT_INBOX", 12);
+        assert_eq!(shared.ack_limit("AGENT_INBOX"), None);
+        assert_eq!(shared.ack_limit("AGENT_EVENTS"), Some(3));
+        // A hole let go again keeps the time it first opened.
+        shared.hole("AGENT_EVENTS".to_owned(), 3);
+        assert_eq!(shared.holes()["AGENT_EVENTS"].len(), 1);
+    }
+
+    #[test]
+    fn a_hole_whose_source_never_comes_back_is_given_up() {
+        let shared = Shared::default();
+        let long_ago = Instant::now()
+            .checked_sub(HOLE_GIVEN_UP + Duration::from_secs(1))
+            .expect("the clock is past the give-up time");
+        shared
+            .holes()
+            .entry("AGENT_INBOX".to_owned())
+            .or_default()
+            .insert(5, long_ago);
+        shared.hole("AGENT_INBOX".to_owned(), 9);
+        // The old one no longer holds acks back; the young one does.
+        assert_eq!(shared.ack_limit("AGENT_INBOX"), Some(9));
     }
 }
