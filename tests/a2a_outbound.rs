@@ -407,3 +407,71 @@ async fn a_hostile_remote_gets_an_error_reply_not_a_crash() {
         json!(["not-json", "overloaded", "rpc-error", "wrong-shape"])
     );
 }
+
+/// CPU time this process (the gateway runs in it) has used so far, from `/proc/self/stat`.
+fn process_cpu() -> Duration {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
+    // The fields after the command name (which may hold spaces) end with `)`.
+    let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..].split(' ').collect();
+    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+    // utime and stime count USER_HZ ticks, 100 a second in procfs on every Linux.
+    Duration::from_millis(ticks * 10)
+}
+
+/// Issue 26, item 2: a remote's answer of 4 MB of empty text parts costs the gateway time
+/// linear in its size (it was quadratic: 13.8 s of CPU), decoded off the async runtime, so two
+/// at once hold up no other request.
+#[tokio::test]
+async fn a_flood_of_empty_parts_from_a_remote_holds_up_no_one() {
+    let (fabric, _gateway) = fabric_and_gateway().await;
+    let me = std::sync::Arc::new(fabric.agent("caller").await);
+    let _goal = me.open_goal().await.unwrap();
+    let head = br#"{"jsonrpc":"2.0","id":1,"result":{"message":{"messageId":"m","role":"ROLE_AGENT","parts":["#;
+    let tail = br#"{"text":"the end"}]}}}"#;
+    let part = br#"{"text":""},"#;
+    let mut body = head.to_vec();
+    while body.len() + part.len() + tail.len() < a2a_gateway::outbound::MAX_ANSWER_BYTES {
+        body.extend_from_slice(part);
+    }
+    body.extend_from_slice(tail);
+    let (card_url, posts) = hostile_remote(Box::leak(body.into_boxed_slice())).await;
+    add(&fabric, &card_url, "flood").await;
+
+    let looker = fabric.agent("looker").await;
+    let cpu_before = process_cpu();
+    let started = std::time::Instant::now();
+    let calls: Vec<_> = (0..2)
+        .map(|n| {
+            let me = std::sync::Arc::clone(&me);
+            tokio::spawn(async move {
+                me.call("flood", &format!("hello {n}"), Duration::from_secs(30))
+                    .await
+            })
+        })
+        .collect();
+    // Another agent's requests stay quick while both answers are decoded.
+    let mut slowest = Duration::ZERO;
+    while !calls.iter().all(tokio::task::JoinHandle::is_finished) {
+        let asked = std::time::Instant::now();
+        looker.lookup("caller").await.unwrap();
+        slowest = slowest.max(asked.elapsed());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for call in calls {
+        let answer = call.await.unwrap().unwrap();
+        assert!(!answer.body.is_empty());
+        assert!(answer.body.len() <= switchboard_proto::MAX_BODY_BYTES);
+    }
+    let (took, cpu) = (started.elapsed(), process_cpu() - cpu_before);
+    assert_eq!(posts.load(std::sync::atomic::Ordering::SeqCst), 2);
+    assert!(
+        slowest < Duration::from_millis(500),
+        "a lookup waited {slowest:?} behind the remote's answers"
+    );
+    eprintln!("two 4 MB answers: {cpu:?} of CPU in {took:?}; slowest lookup {slowest:?}");
+    // Everything in this process (the gateway, the agents, the hostile server), debug build.
+    assert!(
+        cpu < Duration::from_millis(500),
+        "two 4 MB answers cost {cpu:?} of CPU in {took:?}"
+    );
+}

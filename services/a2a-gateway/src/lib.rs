@@ -20,9 +20,10 @@
 //! streams), `push.rs` (webhooks), `mapping.rs` (Switchboard ↔ A2A states, parts and tasks),
 //! `store.rs` (agent records, task events, webhook configs and paused remote tasks in
 //! JetStream), `remote.rs` (remote agents: record, card checks), `outbound.rs` (the A2A
-//! client), `bridge.rs` (leases and sessions of remote agents), `carrier.rs` (carrying a remote
+//! client), `answer.rs` (what a remote answers, decoded lean and bounded), `bridge.rs` (leases and sessions of remote agents), `carrier.rs` (carrying a remote
 //! agent's inbox to it).
 
+pub mod answer;
 pub mod auth;
 pub mod bridge;
 pub mod cards;
