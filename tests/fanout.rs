@@ -130,7 +130,7 @@ async fn every_live_goal_gets_exactly_one_copy_with_the_fields_passed_through() 
         .to_owned();
     assert_eq!(
         msg_id,
-        format!("{}:{}", wire["id"].as_str().unwrap(), goals[0].id())
+        format!("writer:{}:{}", wire["id"].as_str().unwrap(), goals[0].id())
     );
 }
 
@@ -667,6 +667,45 @@ async fn a_retried_send_is_stored_once() {
     for goal in &goals {
         assert_eq!(drain_bodies(goal).await, vec!["exactly once"]);
     }
+}
+
+/// Issue 26, item 5: an id is its sender's. Mallory, who learned the id alice will use, sends
+/// with it first; alice's message is still stored, and the reader gets both.
+#[tokio::test]
+async fn another_senders_id_sent_first_does_not_suppress_a_message() {
+    let fabric = Fabric::start().await;
+    let alice = fabric.agent("alice").await;
+    let mallory = fabric.agent("mallory").await;
+    let (_reader, goal) = fabric.agent_with_goal("reader").await;
+    let id = uuid::Uuid::now_v7();
+    let impostor = mallory
+        .send(SendRequest {
+            id: Some(id),
+            ..send("reader", "from the impostor")
+        })
+        .await
+        .unwrap();
+    assert_eq!(impostor.delivered_to, [goal.id()]);
+    let real = alice
+        .send(SendRequest {
+            id: Some(id),
+            ..send("reader", "the real one")
+        })
+        .await
+        .unwrap();
+    assert_eq!(real.delivered_to, [goal.id()]);
+    let mut got = Vec::new();
+    while let Some(delivery) = goal.recv(Duration::from_millis(300)).await.unwrap() {
+        let message = delivery.ack().await.unwrap();
+        got.push((message.from_agent_id.to_string(), message.body));
+    }
+    assert_eq!(
+        got,
+        [
+            ("mallory".to_owned(), "from the impostor".to_owned()),
+            ("alice".to_owned(), "the real one".to_owned())
+        ]
+    );
 }
 
 #[tokio::test]

@@ -335,9 +335,11 @@ impl Fanout {
             }
             let payload = Bytes::from(payload);
             for goal in goals {
+                // The sender is part of the key: another agent that learned this id first
+                // cannot make this message a "duplicate" of its own (docs/protocol.md §7).
                 batch.push((
                     subject::inbox(&goal),
-                    format!("{message_id}:{goal}"),
+                    format!("{caller}:{message_id}:{goal}"),
                     payload.clone(),
                 ));
                 owners.push((to.clone(), goal));
