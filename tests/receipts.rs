@@ -366,3 +366,74 @@ async fn nobody_learns_about_another_agents_message_and_bad_requests_are_refused
         assert_eq!(reply.error_kind(), "bad_request", "{body}");
     }
 }
+
+/// Issue 26, item 6: a goal id its owner closed and another agent opened again gets nothing
+/// meant for the first owner — not the answer of a parked call, not a task's update, not the
+/// `expired_unread` notice of a message removed unread from a full goal.
+#[tokio::test]
+async fn a_goal_id_opened_again_by_another_agent_gets_none_of_the_first_owners_notices() {
+    let fabric = Fabric::start().await;
+    let mallory = fabric.agent("mallory").await;
+    let alice = fabric.agent("alice").await;
+    let writer = fabric.agent("writer").await;
+    let (bob, bob_goal) = fabric.agent_with_goal("bob").await;
+    let goal = mallory.open_goal().await.unwrap();
+    let goal_id = goal.id();
+    let parked = mallory
+        .call_parked("bob", "answer me later", Duration::from_secs(60))
+        .await
+        .unwrap();
+    let task = mallory.give_task("bob", "work on this").await.unwrap();
+    // bob reads both now, then mallory sends one more he will not read.
+    for _ in 0..2 {
+        bob_goal
+            .recv(Duration::from_secs(5))
+            .await
+            .unwrap()
+            .unwrap()
+            .ack()
+            .await
+            .unwrap();
+    }
+    mallory.send_to_peer("bob", "never read").await.unwrap();
+    goal.close().await.unwrap();
+    let claimed = alice
+        .open_goal_with(switchboard_proto::registry::GoalOpenRequest {
+            goal_id: Some(goal_id),
+            kind: None,
+            overflow: None,
+        })
+        .await
+        .unwrap();
+
+    // The parked call's answer, the task's updates, and the notice of "never read" removed
+    // unread by 128 newer messages: all for mallory's goal id, none to alice.
+    bob.reply(parked.correlation_id, "the answer")
+        .await
+        .unwrap();
+    bob.accept_task(task.task.task_id).await.unwrap();
+    bob.start_task(task.task.task_id).await.unwrap();
+    bob.complete_task(
+        task.task.task_id,
+        switchboard_client::TaskOutcome::text("done"),
+    )
+    .await
+    .unwrap();
+    for n in 0..switchboard_proto::INBOX_STORED_PER_GOAL {
+        writer.send_to_peer("bob", &format!("w{n}")).await.unwrap();
+    }
+    let kept = bob_goal.drain().await.unwrap();
+    assert!(
+        kept.iter().all(|message| message.body != "never read"),
+        "the unread message was removed"
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let got = claimed.drain().await.unwrap();
+    assert!(
+        got.is_empty(),
+        "alice got mallory's: {:?}",
+        got.iter()
+            .map(|message| (message.kind, message.body.as_str()))
+            .collect::<Vec<_>>()
+    );
+}

@@ -161,13 +161,19 @@ impl Correlator {
         )
     }
 
-    /// Publishes to the caller goal's inbox, de-duplicated per call and purpose.
+    /// Publishes to the caller goal's inbox, de-duplicated per call and purpose — while that
+    /// goal is still the caller's: a goal id closed and opened again by another agent gets
+    /// nothing of the caller's (the answer stays on the call's record).
     pub(crate) async fn to_caller_inbox(
         &self,
         call: &PendingCall,
         message: &InboxMessage,
         purpose: &str,
     ) -> Result<(), CorrelatorError> {
+        if !self.caller_owns_goal(call).await {
+            tracing::info!(correlation_id = %call.correlation_id, goal_id = %call.caller_goal, %purpose, "the caller goal is no longer the caller's; nothing written to it");
+            return Ok(());
+        }
         let msg_id = format!("{purpose}:{}:{}", call.correlation_id, call.caller_goal);
         publish_json(
             &self.js,
@@ -178,6 +184,18 @@ impl Correlator {
         .await
         .map(|_| ())
         .map_err(|err| CorrelatorError::PublishToInbox(err.to_string()))
+    }
+}
+
+impl Correlator {
+    /// Whether the call's caller goal is still a live goal of its caller (an error reading
+    /// it counts as yes: the write goes ahead rather than lose the answer).
+    pub(crate) async fn caller_owns_goal(&self, call: &PendingCall) -> bool {
+        self.send
+            .view
+            .owns_goal(&call.caller, &call.caller_goal)
+            .await
+            .unwrap_or(true)
     }
 }
 

@@ -215,7 +215,11 @@ impl Correlator {
         metadata.insert("partial".to_owned(), Value::Bool(true));
         message.metadata = metadata;
         // Never at the cost of another message: a part that finds the caller's goal full is
-        // left on the record (the final response joins it anyway).
+        // left on the record (the final response joins it anyway); nor into a goal id that is
+        // no longer the caller's.
+        if !self.caller_owns_goal(call).await {
+            return Ok(AnswerRoute::Inbox);
+        }
         let payload = serde_json::to_vec(&message)
             .map_err(|err| CorrelatorError::EncodeAnswer(err.to_string()))?;
         let msg_id = format!(

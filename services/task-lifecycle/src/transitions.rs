@@ -319,8 +319,17 @@ impl Tasks {
         }
     }
 
-    /// `goal` if given, else every live goal of `agent`.
+    /// `goal` while it is still a live goal of `agent`, else every live goal of `agent`: a
+    /// goal id closed and opened again by another agent gets nothing of `agent`'s.
     async fn goals_or_all(&self, agent: &AgentId, goal: Option<GoalId>) -> Vec<GoalId> {
+        let goal = match goal {
+            Some(goal) => match self.store.owns_goal(agent, &goal).await {
+                Ok(false) => None,
+                // Ours, or not known for now: the write goes ahead rather than lose it.
+                Ok(true) | Err(_) => Some(goal),
+            },
+            None => None,
+        };
         match goal {
             Some(goal) => vec![goal],
             None => self.store.live_goals(agent).await.unwrap_or_else(|err| {

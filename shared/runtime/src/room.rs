@@ -165,15 +165,13 @@ pub async fn make_room(
         )
         .await;
     }
-    // The sender is told in the goal it sent from, while that goal is open (a closed one's
-    // inbox is read by nobody).
+    // The sender is told in the goal it sent from, while that goal is open and still the
+    // sender's (a closed one's inbox is read by nobody; one closed and reopened under the same
+    // id by another agent is that agent's, and the notice is none of its business).
     if let Some(message) = message
         && notify
         && !is_expiry_notice(&message)
-        && cursors
-            .get(cursor_key(&message.from_goal_id))
-            .await
-            .is_ok_and(|entry| entry.is_some())
+        && still_owned(&cursors, &message.from_goal_id, &message.from_agent_id).await
     {
         notify_sender(js, &goal, &owner, &message).await;
     }
@@ -293,6 +291,20 @@ async fn count_unread(
     // unread and its sender is still told.
     tracing::warn!(goal_id = %goal, seq, "removed unread message not counted for the reader: its cursor keeps changing");
     Ok(owner)
+}
+
+/// Whether `goal` is open and its cursor record names `owner` (goal ids are addresses, not
+/// secrets: a closed one can be opened again by anyone).
+async fn still_owned(
+    cursors: &jetstream::kv::Store,
+    goal: &GoalId,
+    owner: &switchboard_proto::AgentId,
+) -> bool {
+    match cursors.get(cursor_key(goal)).await {
+        Ok(Some(value)) => serde_json::from_slice::<CursorRecord>(&value)
+            .is_ok_and(|record| record.agent_id == *owner),
+        _ => false,
+    }
 }
 
 /// Whether `message` is itself a notice that a message expired, or a receipt: the service's
