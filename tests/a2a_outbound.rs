@@ -475,3 +475,40 @@ async fn a_flood_of_empty_parts_from_a_remote_holds_up_no_one() {
         "two 4 MB answers cost {cpu:?} of CPU in {took:?}"
     );
 }
+
+/// Issue 26, item 1: a remote that answers everything cannot be made to loop at another
+/// agent's cost. Alice sends more than her goal holds to an echo remote and reads nothing: the
+/// echoes evict each other unread, and the notices that says so — the fabric's own word to the
+/// remote's goal — are not carried to the remote; each echo comes back with the hop budget its
+/// message arrived with. The remote is posted each message once, and then nothing.
+#[tokio::test]
+async fn an_echo_remote_and_an_agent_that_does_not_read_do_not_loop() {
+    let (fabric, _gateway) = fabric_and_gateway().await;
+    let alice = fabric.agent("alice").await;
+    let goal = alice.open_goal().await.unwrap();
+    let (card_url, posts) = hostile_remote(
+        br#"{"jsonrpc":"2.0","id":1,"result":{"message":{"messageId":"e","role":"ROLE_AGENT","parts":[{"text":"echo"}]}}}"#,
+    )
+    .await;
+    add(&fabric, &card_url, "echo").await;
+    let stored = usize::try_from(switchboard_proto::INBOX_STORED_PER_GOAL).unwrap();
+    let sent = stored + 12;
+    for n in 0..sent {
+        alice.send_to_peer("echo", &format!("m{n}")).await.unwrap();
+    }
+    let count = || posts.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(
+        eventually(Duration::from_secs(30), || async { count() >= sent }).await,
+        "the remote got {} of {sent}",
+        count()
+    );
+    // Long enough for a loop to show: the carrier polls its inbox continuously.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(count(), sent, "the remote was posted more than it was sent");
+    // Alice holds the newest echoes, each an answer with the budget her message had left.
+    let kept = goal.drain().await.unwrap();
+    assert_eq!(kept.len(), stored);
+    assert!(kept.iter().all(|message| message.body == "echo"
+        && message.in_reply_to.is_some()
+        && message.ttl == Some(1)));
+}

@@ -210,6 +210,13 @@ impl Carrier {
         match message.kind {
             MessageKind::Request => self.call(message, last).await,
             MessageKind::Task => self.task(message, last).await,
+            // What a service wrote (a notice that a message went unread, a call's timeout)
+            // has no hop budget: it is the fabric's own word to this agent, never carried off
+            // the fabric — a remote that answered it would start a loop at someone's cost.
+            MessageKind::Message | MessageKind::Notify if message.ttl.is_none() => {
+                tracing::debug!(agent_id = %self.agent, kind = ?message.kind, "a service notice; not carried");
+                Ok(())
+            }
             MessageKind::Message | MessageKind::Notify => {
                 if let Some(paused) = self.paused_answered(message).await {
                     return self.resume(message, paused, last).await;
@@ -266,7 +273,9 @@ impl Carrier {
         }
     }
 
-    /// A plain message: sent; what the remote answers goes back to the sender.
+    /// A plain message: sent; what the remote answers goes back to the sender, as an answer
+    /// does (docs/protocol.md §8, "Answering the sender"): `in_reply_to` the message and with
+    /// the hop budget it arrived with, so a remote that answers everything runs out of hops.
     async fn message(&self, message: &InboxMessage, last: bool) -> Result<(), OutboundError> {
         let request = self.request(message, None);
         let answer = match self.exchange(&request, None, None).await {
@@ -280,6 +289,7 @@ impl Carrier {
             in_reply_to: message.id,
             correlation_id: message.correlation_id,
             from_goal_id: Some(self.goal),
+            ttl: message.ttl,
             ..Default::default()
         };
         match self
