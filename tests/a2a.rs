@@ -872,3 +872,116 @@ async fn the_official_sdk_resumes_after_a_restart_sets_webhooks_and_answers_ques
     assert_eq!(answered["result"], "in French");
     worker.await.unwrap();
 }
+
+/// A webhook that takes the connection and the request and never answers.
+async fn hanging_webhook() -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use tokio::io::AsyncReadExt;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/hook", listener.local_addr().unwrap());
+    let taken = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = std::sync::Arc::clone(&taken);
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            tokio::spawn(async move {
+                let mut sink = vec![0u8; 65_536];
+                while stream.read(&mut sink).await.is_ok_and(|read| read > 0) {}
+            });
+        }
+    });
+    (url, taken)
+}
+
+/// Issue 26, item 4: one client's hanging webhooks delay only its own pushes — another
+/// client's push goes out at once — and a webhook given with a message whose task the task
+/// service refuses is not kept.
+#[tokio::test]
+async fn a_clients_hanging_webhooks_do_not_delay_anothers_push() {
+    let a2a = A2a::start().await;
+    let (hanging, taken) = hanging_webhook().await;
+    // "other" starts 8 tasks whose webhooks hang: some 30 events to push, 4 of them posted at
+    // once (its lane), the rest held or coming back later.
+    for n in 0..8 {
+        let reply = a2a
+            .rpc_as(
+                OTHER_TOKEN,
+                "echo",
+                "SendMessage",
+                json!({
+                    "message": message(&format!("hang {n}"), None),
+                    "configuration": {
+                        "returnImmediately": true,
+                        "taskPushNotificationConfig": {"url": hanging},
+                    },
+                }),
+            )
+            .await;
+        assert!(reply["result"]["task"].is_object(), "{reply}");
+    }
+    assert!(
+        switchboard_testkit::eventually(Duration::from_secs(10), || async {
+            taken.load(std::sync::atomic::Ordering::SeqCst) >= 4
+        })
+        .await,
+        "only {} POSTs reached the hanging webhook",
+        taken.load(std::sync::atomic::Ordering::SeqCst)
+    );
+    // planner's task and its webhook: the first event arrives promptly.
+    let (url, received) = http::webhook_sink(0).await;
+    let started = std::time::Instant::now();
+    let reply = a2a
+        .rpc(
+            "echo",
+            "SendMessage",
+            json!({
+                "message": message("quick", None),
+                "configuration": {
+                    "returnImmediately": true,
+                    "taskPushNotificationConfig": {"url": url},
+                },
+            }),
+        )
+        .await;
+    assert!(reply["result"]["task"].is_object(), "{reply}");
+    assert!(
+        switchboard_testkit::eventually(Duration::from_secs(10), || async {
+            !received.lock().unwrap().is_empty()
+        })
+        .await
+    );
+    let waited = started.elapsed();
+    assert!(
+        waited < Duration::from_secs(1),
+        "planner's push waited {waited:?} behind other's hanging webhooks"
+    );
+
+    // A task the task service refuses (its agent has no live goal) leaves no webhook behind.
+    let _idle = a2a.fabric.agent("idle").await;
+    let js = async_nats::jetstream::new(a2a.fabric.nats.client().await);
+    let bucket = js
+        .get_key_value(switchboard_proto::A2A_PUSH_BUCKET)
+        .await
+        .unwrap();
+    let count = || async {
+        use futures::StreamExt;
+        bucket.keys().await.unwrap().count().await
+    };
+    let before = count().await;
+    for n in 0..5 {
+        let reply = a2a
+            .rpc(
+                "idle",
+                "SendMessage",
+                json!({
+                    "message": message(&format!("refused {n}"), None),
+                    "configuration": {
+                        "returnImmediately": true,
+                        "taskPushNotificationConfig": {"url": url},
+                    },
+                }),
+            )
+            .await;
+        assert!(reply["error"].is_object(), "refused: {reply}");
+    }
+    assert_eq!(count().await, before, "a refused task's webhook was kept");
+}

@@ -5,7 +5,9 @@
 //! The configs are in the KV bucket `a2a_push`, one key per task. Deliveries come from one
 //! durable consumer on `AGENT_EVENTS` shared by every replica: an event is acknowledged when
 //! every webhook of its task answered 2xx, and otherwise redelivered with backoff, so a
-//! webhook that is down, or a gateway replica that dies mid-delivery, loses nothing.
+//! webhook that is down, or a gateway replica that dies mid-delivery, loses nothing. Each
+//! client has its own lane per replica (a few POSTs at once, a bounded number of events held,
+//! 5 s per POST), so one client's slow or hanging webhooks delay only its own pushes.
 //!
 //! A webhook URL is where the gateway writes, so it is checked like any caller-chosen target:
 //! `http` only (this build's HTTP client has no TLS), no redirects followed, and no loopback, private, link-local or otherwise
@@ -43,16 +45,25 @@ const MAX_URL_BYTES: usize = 2048;
 const MAX_SECRET_BYTES: usize = 512;
 /// The longest config id, in bytes (`[A-Za-z0-9._-]`).
 const MAX_ID_BYTES: usize = 64;
-/// How long a webhook may take to answer.
-const WEBHOOK_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a webhook may take to answer: a webhook takes a POST and answers; one that
+/// hangs is failed fast and tried again later, holding only its own client's lane.
+const WEBHOOK_TIMEOUT: Duration = Duration::from_secs(5);
 /// Redelivery delays of an event whose webhook failed, by attempt; after the last it is given
 /// up (logged).
 const BACKOFF_SECS: [u64; 6] = [1, 2, 5, 10, 30, 60];
 /// How long one delivery may take before JetStream hands the event to another replica: every
 /// webhook of a task (at most 8), two POSTs each, at their timeout.
-const DELIVERY_WITHIN: Duration = Duration::from_secs(8 * 2 * 10 + 20);
-/// Deliveries in flight per replica.
-const IN_FLIGHT: usize = 16;
+const DELIVERY_WITHIN: Duration = Duration::from_secs(8 * 2 * 5 + 20);
+/// Events in delivery per replica, every client's together.
+const IN_FLIGHT: usize = 256;
+/// Events one client holds in delivery per replica (posting or waiting to): past it, the
+/// client's next event comes back after [`HELD_BACKOFF`], so a client whose webhooks hang
+/// never holds the places other clients' events need.
+const HELD_PER_CLIENT: usize = 32;
+/// Events of one client posted at once per replica.
+const POSTING_PER_CLIENT: usize = 4;
+/// When an event of a client that holds its share comes back.
+const HELD_BACKOFF: Duration = Duration::from_secs(2);
 
 /// Checks a webhook config a client sent, and completes it (its id, its task).
 pub(crate) async fn checked(
@@ -323,6 +334,7 @@ impl Gateway {
             .map_err(|err| err.to_string())?;
         let mut messages = consumer.messages().await.map_err(|err| err.to_string())?;
         let slots = Arc::new(tokio::sync::Semaphore::new(IN_FLIGHT));
+        let lanes = Lanes::default();
         loop {
             let next = tokio::select! {
                 () = shutdown.cancelled() => return Ok(()),
@@ -332,54 +344,68 @@ impl Gateway {
                 return Err("the event consumer ended".to_owned());
             };
             let message = message.map_err(|err| err.to_string())?;
+            let event = match serde_json::from_slice::<TaskEvent>(&message.payload) {
+                Ok(event)
+                    if event
+                        .requester
+                        .as_str()
+                        .starts_with(crate::gateway::CLIENT_PREFIX) =>
+                {
+                    event
+                }
+                // Not a client's task (most events), or not an event: nothing to push.
+                _ => {
+                    tokio::spawn(
+                        async move { ack_logged(&message, jetstream::AckKind::Ack).await },
+                    );
+                    continue;
+                }
+            };
+            let Some(lane) = lanes.enter(event.requester.as_str()) else {
+                tokio::spawn(async move {
+                    let later = jetstream::AckKind::Nak(Some(HELD_BACKOFF));
+                    ack_logged(&message, later).await;
+                });
+                continue;
+            };
             let Ok(slot) = Arc::clone(&slots).acquire_owned().await else {
                 return Ok(());
             };
             let gateway = Arc::clone(self);
             tokio::spawn(async move {
                 let _slot = slot;
-                gateway.deliver(message).await;
+                let Ok(_posting) = lane.posting.acquire().await else {
+                    return;
+                };
+                // It may have waited for its client's lane: its ack time starts now.
+                let _ = message.ack_with(jetstream::AckKind::Progress).await;
+                gateway.deliver(message, &event).await;
             });
         }
     }
 
     /// One event: to every webhook of its task, then acknowledged; or redelivered later.
-    async fn deliver(&self, message: jetstream::Message) {
+    async fn deliver(&self, message: jetstream::Message, event: &TaskEvent) {
         let seq = message.info().map(|info| info.stream_sequence).unwrap_or(0);
-        let done = match serde_json::from_slice::<TaskEvent>(&message.payload) {
-            Ok(event)
-                if event
-                    .requester
-                    .as_str()
-                    .starts_with(crate::gateway::CLIENT_PREFIX) =>
-            {
-                self.push(&event, seq).await
-            }
-            // Not a client's task (most events), or not an event: nothing to push.
-            _ => true,
-        };
+        let done = self.push(event, seq).await;
         let attempt = message
             .info()
             .map(|info| usize::try_from(info.delivered).unwrap_or(usize::MAX))
             .unwrap_or(1);
         let ack = if done {
-            message.ack().await
+            jetstream::AckKind::Ack
         } else if attempt > BACKOFF_SECS.len() {
             tracing::warn!(
                 seq,
                 attempts = attempt,
                 "push event given up: a webhook kept failing"
             );
-            message.ack_with(jetstream::AckKind::Term).await
+            jetstream::AckKind::Term
         } else {
             let delay = BACKOFF_SECS[attempt.saturating_sub(1).min(BACKOFF_SECS.len() - 1)];
-            message
-                .ack_with(jetstream::AckKind::Nak(Some(Duration::from_secs(delay))))
-                .await
+            jetstream::AckKind::Nak(Some(Duration::from_secs(delay)))
         };
-        if let Err(err) = ack {
-            tracing::debug!(error = %err, seq, "push event not acknowledged");
-        }
+        ack_logged(&message, ack).await;
     }
 
     /// POSTs the event to its task's webhooks; `false` when one of them must be retried.
@@ -494,6 +520,51 @@ impl Gateway {
                 false
             }
         }
+    }
+}
+
+/// Acknowledges (or gives back) an event; a failure is logged (the event comes back).
+async fn ack_logged(message: &jetstream::Message, kind: jetstream::AckKind) {
+    if let Err(err) = message.ack_with(kind).await {
+        tracing::debug!(error = %err, "push event not acknowledged");
+    }
+}
+
+/// Each client's share of a replica's push deliveries: at most [`HELD_PER_CLIENT`] events
+/// held and [`POSTING_PER_CLIENT`] posted at once, so one client's hanging webhooks delay only
+/// that client's pushes.
+#[derive(Default)]
+struct Lanes {
+    held: switchboard_runtime::places::Places<String>,
+    posting: std::sync::Mutex<HashMap<String, Arc<tokio::sync::Semaphore>>>,
+}
+
+/// One event's place in its client's lane.
+struct Lane {
+    _held: switchboard_runtime::places::Place<String>,
+    posting: Arc<tokio::sync::Semaphore>,
+}
+
+impl Lanes {
+    /// A place for an event of `client`, or `None` when the client holds its share.
+    fn enter(&self, client: &str) -> Option<Lane> {
+        let client = client.to_owned();
+        let held = self.held.take(&client, HELD_PER_CLIENT)?;
+        let mut posting = self
+            .posting
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // Clients that hold nothing any more are forgotten (their lanes are idle).
+        if posting.len() > 1_024 {
+            posting.retain(|client, _| self.held.held(client) > 0);
+        }
+        let lane = posting
+            .entry(client)
+            .or_insert_with(|| Arc::new(tokio::sync::Semaphore::new(POSTING_PER_CLIENT)));
+        Some(Lane {
+            _held: held,
+            posting: Arc::clone(lane),
+        })
     }
 }
 

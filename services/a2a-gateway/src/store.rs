@@ -103,6 +103,17 @@ impl Store {
         .await
     }
 
+    /// Removes every webhook of a task that was never made (its creation was refused).
+    pub async fn forget_push_configs(&self, task_id: &Uuid) -> Result<(), GatewayError> {
+        self.push
+            .purge(task_id.to_string())
+            .await
+            .map_err(|err| GatewayError::Unavailable {
+                step: "removing the push configs of a task not made",
+                message: err.to_string(),
+            })
+    }
+
     /// Read, change, write with compare-and-set; re-read when another replica wrote first.
     async fn change_push(
         &self,

@@ -158,12 +158,13 @@ impl Gateway {
             )));
         }
         // A webhook given with the message is in place before the task exists, so it gets
-        // every event, the creation included.
-        if let Some(config) = request
+        // every event, the creation included; a creation refused takes it away again.
+        let webhook = request
             .configuration
             .as_ref()
-            .and_then(|configuration| configuration.task_push_notification_config.clone())
-        {
+            .and_then(|configuration| configuration.task_push_notification_config.clone());
+        let has_webhook = webhook.is_some();
+        if let Some(config) = webhook {
             let config = crate::push::checked(config, &id, self.config.push_allow_private).await?;
             self.store
                 .put_push_config(&id, caller, config, crate::push::MAX_CONFIGS_PER_TASK)
@@ -192,15 +193,23 @@ impl Gateway {
             from_goal_id,
             ..Default::default()
         };
-        let _: TaskReply = self
+        let created: Result<TaskReply, GatewayError> = self
             .request(
                 caller,
                 &TaskRequestOp::Create.subject(caller),
                 &create,
                 "creating the task",
             )
-            .await?;
-        Ok(())
+            .await;
+        // Refused by the task service: no task, so no webhook. (No answer at all may still
+        // have made it: the webhook stays.)
+        if let Err(GatewayError::Refused(_)) = &created
+            && has_webhook
+            && let Err(err) = self.store.forget_push_configs(&id).await
+        {
+            tracing::warn!(task_id = %id, error = %err, "push configs of a refused task left behind");
+        }
+        created.map(|_| ())
     }
 
     /// Answers the question of a task in `input_required`: the text goes to the assignee as a
