@@ -33,6 +33,7 @@ async fn a_clients_trace_runs_through_the_gateway_into_the_task_service() {
         &TelemetryConfig {
             log: "warn".into(),
             otlp_endpoint: Some(endpoint),
+            ..TelemetryConfig::default()
         },
     )
     .unwrap();

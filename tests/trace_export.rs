@@ -37,6 +37,7 @@ async fn trace_context_crosses_every_hop_and_spans_are_exported() {
         &TelemetryConfig {
             log: "warn".into(),
             otlp_endpoint: Some(endpoint),
+            ..TelemetryConfig::default()
         },
     )
     .unwrap();

@@ -44,6 +44,7 @@ async fn one_trace_covers_call_fanout_inbox_and_reply() {
         &TelemetryConfig {
             log: "warn".into(),
             otlp_endpoint: Some(endpoint),
+            ..TelemetryConfig::default()
         },
     )
     .unwrap();

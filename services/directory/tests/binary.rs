@@ -176,3 +176,44 @@ async fn sigterm_while_the_first_connect_is_retried_exits_cleanly() {
         .unwrap();
     assert!(status.success(), "clean exit, got {status:?}");
 }
+
+/// Issue 26, items 9 and 10: a service started before NATS listens waits for it, saying so,
+/// for `nats.wait_for_server_ms`, then exits 1; its log lines have no colour codes when stderr
+/// is not a terminal, and are one JSON object each with `log_format = "json"`.
+#[tokio::test]
+async fn a_missing_nats_is_waited_for_then_reported_in_plain_or_json_lines() {
+    let nowhere = format!("nats://127.0.0.1:{}", switchboard_testkit::free_port());
+    let started = std::time::Instant::now();
+    let (code, text) = run_to_exit(
+        BIN,
+        &nowhere,
+        &[("SWITCHBOARD_NATS__WAIT_FOR_SERVER_MS", "1500")],
+    )
+    .await;
+    assert_eq!(code, Some(1), "{text}");
+    assert!(started.elapsed() >= std::time::Duration::from_millis(1500));
+    assert!(text.contains("nats not reachable yet"), "{text}");
+    assert!(!text.contains('\u{1b}'), "colour codes in a pipe: {text:?}");
+
+    let (code, text) = run_to_exit(
+        BIN,
+        &nowhere,
+        &[
+            ("SWITCHBOARD_NATS__WAIT_FOR_SERVER_MS", "600"),
+            ("SWITCHBOARD_TELEMETRY__LOG_FORMAT", "json"),
+        ],
+    )
+    .await;
+    assert_eq!(code, Some(1), "{text}");
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .filter(|line| !line.trim().is_empty())
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|err| panic!("{err}: {line}")))
+        .collect();
+    assert!(
+        lines.iter().any(|line| line["fields"]["message"]
+            == "nats not reachable yet; trying again"
+            && line["level"] == "WARN"),
+        "{text}"
+    );
+}

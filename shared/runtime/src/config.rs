@@ -295,9 +295,12 @@ pub struct NatsConfig {
     pub connect_timeout_ms: u64,
     /// Default request timeout, in milliseconds.
     pub request_timeout_ms: u64,
-    /// Keep retrying the first connection instead of failing (normal under compose/k8s, where
-    /// services may start before NATS).
+    /// Keep retrying the first connection for as long as it takes.
     pub retry_on_initial_connect: bool,
+    /// Without `retry_on_initial_connect`: how long a start waits for a server that is not
+    /// listening yet (started together with it, a cluster coming up), in milliseconds, trying
+    /// again with growing pauses and logging each miss; 0 fails at once.
+    pub wait_for_server_ms: u64,
 }
 
 impl Default for NatsConfig {
@@ -315,6 +318,7 @@ impl Default for NatsConfig {
             connect_timeout_ms: 5_000,
             request_timeout_ms: 10_000,
             retry_on_initial_connect: false,
+            wait_for_server_ms: 60_000,
         }
     }
 }
@@ -342,6 +346,20 @@ pub struct TelemetryConfig {
     /// OTLP/HTTP collector base URL (e.g. `http://jaeger:4318`). When unset, the standard
     /// `OTEL_EXPORTER_OTLP_ENDPOINT` is used; when both are unset nothing is exported.
     pub otlp_endpoint: Option<String>,
+    /// How log lines are written to stderr: `text` (colours only at a terminal) or `json`, one
+    /// object per line for a log shipper.
+    pub log_format: LogFormat,
+}
+
+/// The format of log lines ([`TelemetryConfig::log_format`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object per line (`timestamp`, `level`, `target`, `fields`, `span` names).
+    Json,
 }
 
 impl Default for TelemetryConfig {
@@ -349,6 +367,7 @@ impl Default for TelemetryConfig {
         Self {
             log: "info".to_owned(),
             otlp_endpoint: None,
+            log_format: LogFormat::Text,
         }
     }
 }

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use async_nats::{Client, ConnectOptions, Event};
+use async_nats::{Client, ConnectErrorKind, ConnectOptions, Event};
 
 use crate::config::NatsConfig;
 
@@ -47,10 +47,54 @@ pub fn install_crypto_provider() {
 }
 
 /// Connects to NATS as `name` (shown by `nats server report connections` and in server logs).
+///
+/// A server that is not listening yet (services started with it, a cluster coming up) is
+/// waited for: tried again with growing pauses for up to `nats.wait_for_server_ms` (60 s by
+/// default), each miss logged, then given up. A refused login fails at once. With
+/// `retry_on_initial_connect` the client keeps trying for as long as it takes.
 pub async fn connect(config: &NatsConfig, name: &str) -> Result<Client, ConnectError> {
     if config.urls.is_empty() {
         return Err(ConnectError::NoUrls);
     }
+    let urls = config.urls.join(",");
+    let started = tokio::time::Instant::now();
+    let wait = Duration::from_millis(config.wait_for_server_ms);
+    let mut pause = Duration::from_millis(250);
+    let mut tries = 0u32;
+    loop {
+        tries += 1;
+        let error = match options(config, name)
+            .await?
+            .connect(config.urls.as_slice())
+            .await
+        {
+            Ok(client) => {
+                if tries > 1 {
+                    tracing::info!(%urls, tries, waited_ms = started.elapsed().as_millis(), "nats reachable now");
+                }
+                return Ok(client);
+            }
+            Err(error) => error,
+        };
+        let not_up_yet = matches!(
+            error.kind(),
+            ConnectErrorKind::Io | ConnectErrorKind::TimedOut | ConnectErrorKind::Dns
+        );
+        let left = wait.saturating_sub(started.elapsed());
+        if !not_up_yet || left.is_zero() {
+            return Err(ConnectError::Connect {
+                urls,
+                source: error,
+            });
+        }
+        tracing::warn!(%urls, error = %error, left_s = left.as_secs(), "nats not reachable yet; trying again");
+        tokio::time::sleep(pause.min(left)).await;
+        pause = (pause * 2).min(Duration::from_secs(2));
+    }
+}
+
+/// The connect options `config` asks for (credentials read now).
+async fn options(config: &NatsConfig, name: &str) -> Result<ConnectOptions, ConnectError> {
     let mut options = ConnectOptions::new()
         .name(name)
         .ping_interval(Duration::from_millis(config.ping_interval_ms))
@@ -97,11 +141,7 @@ pub async fn connect(config: &NatsConfig, name: &str) -> Result<Client, ConnectE
     if config.retry_on_initial_connect {
         options = options.retry_on_initial_connect();
     }
-    let urls = config.urls.join(",");
-    options
-        .connect(config.urls.as_slice())
-        .await
-        .map_err(|source| ConnectError::Connect { urls, source })
+    Ok(options)
 }
 
 async fn log_event(event: Event) {

@@ -23,7 +23,7 @@ use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, fmt};
 
-use crate::config::TelemetryConfig;
+use crate::config::{LogFormat, TelemetryConfig};
 
 /// The standard OTLP endpoint variable.
 pub const OTLP_ENDPOINT_ENV: &str = "OTEL_EXPORTER_OTLP_ENDPOINT";
@@ -122,13 +122,33 @@ pub fn init(
 
     // The log filter applies to log output only: spans must exist for the OpenTelemetry layer
     // even when logs are quiet, or trace context would stop at this service.
+    // Colours only for a person at a terminal: a file or a log shipper gets plain text, or
+    // one JSON object per line with `log_format = "json"`.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let (text, json) = match config.log_format {
+        LogFormat::Text => (
+            Some(
+                fmt::layer()
+                    .with_writer(std::io::stderr)
+                    .with_target(true)
+                    .with_ansi(ansi),
+            ),
+            None,
+        ),
+        LogFormat::Json => (
+            None,
+            Some(
+                fmt::layer()
+                    .json()
+                    .with_writer(std::io::stderr)
+                    .with_target(true)
+                    .with_current_span(false),
+            ),
+        ),
+    };
     tracing_subscriber::registry()
-        .with(
-            fmt::layer()
-                .with_writer(std::io::stderr)
-                .with_target(true)
-                .with_filter(filter),
-        )
+        .with(text.with_filter(filter.clone()))
+        .with(json.with_filter(filter))
         .with(
             tracing_opentelemetry::layer()
                 .with_tracer(tracer)
