@@ -67,7 +67,7 @@ pub struct HistoryArgs {
     /// `next_cursor` of the previous page.
     #[arg(long)]
     cursor: Option<u64>,
-    /// NATS URL.
+    /// NATS URL; a comma-separated list is a cluster's servers, failed over between.
     #[arg(long, env = "NATS_URL", default_value = DEFAULT_NATS_URL)]
     nats_url: String,
 }
@@ -77,7 +77,7 @@ pub struct HistoryArgs {
 pub struct AuditArgs {
     #[command(subcommand)]
     command: AuditCommand,
-    /// NATS URL.
+    /// NATS URL; a comma-separated list is a cluster's servers, failed over between.
     #[arg(long, env = "NATS_URL", default_value = DEFAULT_NATS_URL, global = true)]
     nats_url: String,
 }

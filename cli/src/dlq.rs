@@ -10,7 +10,7 @@ use crate::output::View;
 pub struct DlqArgs {
     #[command(subcommand)]
     command: DlqCommand,
-    /// NATS URL.
+    /// NATS URL; a comma-separated list is a cluster's servers, failed over between.
     #[arg(long, env = "NATS_URL", default_value = DEFAULT_NATS_URL, global = true)]
     nats_url: String,
 }

@@ -35,7 +35,7 @@ pub struct InboxArgs {
     /// them, so they are not handed out again.
     #[arg(long)]
     take: bool,
-    /// NATS URL.
+    /// NATS URL; a comma-separated list is a cluster's servers, failed over between.
     #[arg(long, env = "NATS_URL", default_value = crate::DEFAULT_NATS_URL)]
     nats_url: String,
 }

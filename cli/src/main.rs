@@ -90,7 +90,7 @@ enum Command {
         /// Its card.
         #[command(flatten)]
         card: card::CardArgs,
-        /// NATS URL.
+        /// NATS URL; a comma-separated list is a cluster's servers, failed over between.
         #[arg(long, env = "NATS_URL", default_value = DEFAULT_NATS_URL)]
         nats_url: String,
     },
@@ -100,7 +100,7 @@ enum Command {
         /// The agent.
         #[arg(long = "as", value_name = "AGENT")]
         as_agent: String,
-        /// NATS URL.
+        /// NATS URL; a comma-separated list is a cluster's servers, failed over between.
         #[arg(long, env = "NATS_URL", default_value = DEFAULT_NATS_URL)]
         nats_url: String,
     },
@@ -110,7 +110,7 @@ enum Command {
         /// The agent.
         #[arg(long = "as", value_name = "AGENT")]
         as_agent: String,
-        /// NATS URL.
+        /// NATS URL; a comma-separated list is a cluster's servers, failed over between.
         #[arg(long, env = "NATS_URL", default_value = DEFAULT_NATS_URL)]
         nats_url: String,
     },
@@ -141,7 +141,7 @@ enum Command {
         /// let the fabric pick one).
         #[arg(long)]
         skill: Option<String>,
-        /// NATS URL.
+        /// NATS URL; a comma-separated list is a cluster's servers, failed over between.
         #[arg(long, env = "NATS_URL", default_value = DEFAULT_NATS_URL)]
         nats_url: String,
     },
@@ -150,7 +150,7 @@ enum Command {
         after_help = "Example:\n  switchboard agents\n  switchboard agents --json | jq '.[] | select(.status != \"offline\")'"
     )]
     Agents {
-        /// NATS URL.
+        /// NATS URL; a comma-separated list is a cluster's servers, failed over between.
         #[arg(long, env = "NATS_URL", default_value = DEFAULT_NATS_URL)]
         nats_url: String,
     },
@@ -162,7 +162,7 @@ enum Command {
         /// The agent to ask as.
         #[arg(long = "as", value_name = "AGENT", default_value = "cli")]
         as_agent: String,
-        /// NATS URL.
+        /// NATS URL; a comma-separated list is a cluster's servers, failed over between.
         #[arg(long, env = "NATS_URL", default_value = DEFAULT_NATS_URL)]
         nats_url: String,
     },
@@ -188,7 +188,7 @@ enum Command {
         /// Receipts back in --goal: `delivered`, or `read` (delivered, then read).
         #[arg(long, value_parser = commands::receipt_level)]
         receipt: Option<switchboard_client::proto::receipt::ReceiptLevel>,
-        /// NATS URL.
+        /// NATS URL; a comma-separated list is a cluster's servers, failed over between.
         #[arg(long, env = "NATS_URL", default_value = DEFAULT_NATS_URL)]
         nats_url: String,
     },
@@ -214,7 +214,7 @@ enum Command {
         /// The caller goal where a parked answer lands.
         #[arg(long)]
         goal: Option<String>,
-        /// NATS URL.
+        /// NATS URL; a comma-separated list is a cluster's servers, failed over between.
         #[arg(long, env = "NATS_URL", default_value = DEFAULT_NATS_URL)]
         nats_url: String,
     },
@@ -230,7 +230,7 @@ enum Command {
         correlation_id: uuid::Uuid,
         /// The answer.
         message: String,
-        /// NATS URL.
+        /// NATS URL; a comma-separated list is a cluster's servers, failed over between.
         #[arg(long, env = "NATS_URL", default_value = DEFAULT_NATS_URL)]
         nats_url: String,
     },
@@ -245,7 +245,7 @@ enum Command {
         as_agent: String,
         /// The message id the delivery report named.
         message_id: uuid::Uuid,
-        /// NATS URL.
+        /// NATS URL; a comma-separated list is a cluster's servers, failed over between.
         #[arg(long, env = "NATS_URL", default_value = DEFAULT_NATS_URL)]
         nats_url: String,
     },
@@ -255,7 +255,7 @@ enum Command {
         /// The agent.
         #[arg(long = "as", value_name = "AGENT")]
         as_agent: String,
-        /// NATS URL.
+        /// NATS URL; a comma-separated list is a cluster's servers, failed over between.
         #[arg(long, env = "NATS_URL", default_value = DEFAULT_NATS_URL)]
         nats_url: String,
     },
@@ -276,7 +276,7 @@ enum Command {
     Thread {
         /// A message id, correlation id or task id.
         id: uuid::Uuid,
-        /// NATS URL.
+        /// NATS URL; a comma-separated list is a cluster's servers, failed over between.
         #[arg(long, env = "NATS_URL", default_value = DEFAULT_NATS_URL)]
         nats_url: String,
     },
@@ -351,7 +351,7 @@ enum GoalCommand {
         /// Re-open this goal (after a restart) instead of a new one.
         #[arg(long, value_name = "GOAL_ID")]
         goal: Option<String>,
-        /// NATS URL.
+        /// NATS URL; a comma-separated list is a cluster's servers, failed over between.
         #[arg(long, env = "NATS_URL", default_value = DEFAULT_NATS_URL)]
         nats_url: String,
     },
@@ -363,7 +363,7 @@ enum GoalCommand {
         as_agent: String,
         /// The goal.
         goal_id: String,
-        /// NATS URL.
+        /// NATS URL; a comma-separated list is a cluster's servers, failed over between.
         #[arg(long, env = "NATS_URL", default_value = DEFAULT_NATS_URL)]
         nats_url: String,
     },

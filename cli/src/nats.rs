@@ -63,9 +63,13 @@ pub(crate) async fn connect_as(
             }
         }
     });
-    signed_in(options).connect(nats_url).await.map_err(|err| {
-        anyhow::anyhow!("connecting to {nats_url}: {err} (is `switchboard up` running?)")
-    })
+    let servers = switchboard_client::server_list(nats_url);
+    signed_in(options)
+        .connect(servers.as_slice())
+        .await
+        .map_err(|err| {
+            anyhow::anyhow!("connecting to {nats_url}: {err} (is `switchboard up` running?)")
+        })
 }
 
 /// An idempotent request (it carries its own id), retried while no service answers.

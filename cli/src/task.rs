@@ -17,7 +17,7 @@ pub struct TaskArgs {
     /// The agent acting (requester for create/cancel, any party for get/list).
     #[arg(long = "as", value_name = "AGENT", global = true)]
     as_agent: Option<String>,
-    /// NATS URL.
+    /// NATS URL; a comma-separated list is a cluster's servers, failed over between.
     #[arg(long, env = "NATS_URL", default_value = DEFAULT_NATS_URL, global = true)]
     nats_url: String,
 }

@@ -18,9 +18,10 @@ use task_lifecycle::TaskConfig;
 /// Arguments of `switchboard up`.
 #[derive(Debug, Args)]
 pub struct UpArgs {
-    /// Use this NATS (with JetStream) instead of starting a local nats-server. Without it,
-    /// `nats.urls` from switchboard.toml / SWITCHBOARD_NATS__URLS is not consulted: the
-    /// embedded server is the default.
+    /// Use this NATS (with JetStream) instead of starting a local nats-server; a
+    /// comma-separated list is a cluster's servers (`nats://a:4222,nats://b:4222`), failed
+    /// over between. Without it, `nats.urls` from switchboard.toml / SWITCHBOARD_NATS__URLS is
+    /// not consulted: the embedded server is the default.
     #[arg(long, value_name = "URL")]
     nats_url: Option<String>,
     /// Port of the embedded nats-server.
@@ -103,7 +104,7 @@ async fn serve(args: UpArgs, services: &mut Services, otlp: Option<&str>) -> any
     let runtime = &mut services.runtime;
     let embedded = match &args.nats_url {
         Some(url) => {
-            runtime.nats.urls = vec![url.clone()];
+            runtime.nats.urls = switchboard_client::server_list(url);
             None
         }
         None => {

@@ -551,3 +551,43 @@ async fn up_with_auth_runs_the_generated_accounts() {
         "refused at once, not after the request timeout"
     );
 }
+
+/// Issue 26, items 9 and 12: `up --nats-url` takes a comma-separated list as NATS tools do (a
+/// server that is down is failed over), and `up` started before its NATS is listening waits
+/// for it and serves once it is up; the CLI takes the same list.
+#[tokio::test]
+async fn up_takes_a_server_list_and_waits_for_nats_to_come_up() {
+    let mut nats = switchboard_testkit::NatsServer::start().await;
+    let url = nats.url();
+    nats.stop().await;
+    let down = format!("nats://127.0.0.1:{}", free_port());
+    let list = format!("{down}, {url}");
+    let up = switchboard()
+        .args(["up", "--nats-url", &list, "--a2a-listen", "127.0.0.1:0"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let _stop = common::InterruptOnDrop(up.id());
+    // NATS comes up 2 s after `up` started.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    nats.start_again().await;
+    let client = nats.client().await;
+    let ready = switchboard_testkit::eventually(Duration::from_secs(30), || {
+        let ping = client.request("$SRV.PING.directory", "".into());
+        async move {
+            matches!(
+                tokio::time::timeout(Duration::from_millis(500), ping).await,
+                Ok(Ok(_))
+            )
+        }
+    })
+    .await;
+    assert!(ready, "up never served once NATS came up");
+    let agent = Agent::connect(&list, "listed").await.unwrap();
+    agent.open_goal().await.unwrap();
+    let (ok, agents, err) = json(&["agents", "--nats-url", &list]).await;
+    assert!(ok, "{err}");
+    assert!(agents.to_string().contains("listed"), "{agents}");
+}

@@ -48,7 +48,7 @@ pub struct McpArgs {
     /// The agent's card.
     #[command(flatten)]
     card: crate::card::CardArgs,
-    /// NATS URL.
+    /// NATS URL; a comma-separated list is a cluster's servers, failed over between.
     #[arg(long, env = "NATS_URL", default_value = DEFAULT_NATS_URL)]
     nats_url: String,
 }
@@ -86,7 +86,7 @@ async fn serve(args: McpArgs) -> anyhow::Result<()> {
     let card = args.card.card(&id)?;
     let nats = crate::nats::signed_in(switchboard_client::agent_connect_options(&id))
         .name(format!("mcp:{id}"))
-        .connect(&args.nats_url)
+        .connect(switchboard_client::server_list(&args.nats_url).as_slice())
         .await
         .map_err(|err| anyhow::anyhow!("connecting to {}: {err}", args.nats_url))?;
     let agent = Agent::connect_with(nats, card, AgentOptions::default()).await?;

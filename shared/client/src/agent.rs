@@ -86,13 +86,25 @@ pub fn agent_connect_options(id: &AgentId) -> async_nats::ConnectOptions {
         .custom_inbox_prefix(switchboard_proto::subject::agent_inbox_prefix(id))
 }
 
+/// The servers of a NATS URL list as NATS tools take it: `nats://a:4222,nats://b:4222` is two
+/// (spaces around the commas and empty entries are ignored), so a client fails over between
+/// them.
+pub fn server_list(nats_url: &str) -> Vec<String> {
+    nats_url
+        .split(',')
+        .map(str::trim)
+        .filter(|url| !url.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
 impl Agent {
-    /// Connects to NATS at `nats_url` (no credentials) and registers `agent_id` with a default
-    /// card.
+    /// Connects to NATS at `nats_url` (no credentials; a comma-separated list is several
+    /// servers, see [`server_list`]) and registers `agent_id` with a default card.
     pub async fn connect(nats_url: &str, agent_id: &str) -> Result<Self, ClientError> {
         let id = AgentId::parse(agent_id)?;
         let nats = agent_connect_options(&id)
-            .connect(nats_url)
+            .connect(server_list(nats_url).as_slice())
             .await
             .map_err(|err| ClientError::Connect(err.to_string()))?;
         Self::connect_with(nats, AgentCard::new(id), AgentOptions::default()).await
