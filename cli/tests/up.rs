@@ -591,3 +591,39 @@ async fn up_takes_a_server_list_and_waits_for_nats_to_come_up() {
     assert!(ok, "{err}");
     assert!(agents.to_string().contains("listed"), "{agents}");
 }
+
+/// Issue 26, item 8: `up` killed hard (SIGKILL, no chance to clean up) takes its embedded
+/// nats-server with it, so the port and the data folder are free for the next `up`.
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn a_hard_killed_up_leaves_no_nats_server_behind() {
+    let data = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let mut up = switchboard()
+        .args([
+            "up",
+            "--port",
+            &port.to_string(),
+            "--a2a-listen",
+            "127.0.0.1:0",
+            "--data-dir",
+        ])
+        .arg(data.path().join("nats"))
+        .current_dir(data.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let _interrupt = common::InterruptOnDrop(up.id());
+    let mut lines = BufReader::new(up.stdout.take().unwrap()).lines();
+    read_banner(&mut lines).await;
+    let address = format!("127.0.0.1:{port}");
+    assert!(tokio::net::TcpStream::connect(&address).await.is_ok());
+    up.start_kill().unwrap();
+    up.wait().await.unwrap();
+    let gone = switchboard_testkit::eventually(Duration::from_secs(10), || async {
+        tokio::net::TcpStream::connect(&address).await.is_err()
+    })
+    .await;
+    assert!(gone, "the embedded nats-server outlived a SIGKILL of up");
+}

@@ -87,6 +87,13 @@ pub fn locate_nats_server() -> Result<PathBuf, EmbeddedError> {
         .ok_or_else(|| EmbeddedError::NotFound(String::new()))
 }
 
+/// The first `name` on `PATH` that is a file.
+fn on_path(name: &str) -> Option<PathBuf> {
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|dir| dir.join(name))
+        .find(|candidate| candidate.is_file())
+}
+
 /// The embedded server's log file, inside its data folder.
 pub const LOG_FILE: &str = "nats-server.log";
 
@@ -173,7 +180,18 @@ impl EmbeddedNats {
             config = Some(path);
             services_seed = Some(seed);
         }
-        let mut command = Command::new(&bin);
+        // The server dies with its parent however the parent dies, SIGKILL included: Linux's
+        // parent-death signal, which util-linux `setpriv` sets before it becomes nats-server
+        // (same pid). Where there is no `setpriv` (macOS), a hard-killed parent leaves it
+        // running.
+        let mut command = match on_path("setpriv") {
+            Some(setpriv) if cfg!(target_os = "linux") => {
+                let mut command = Command::new(setpriv);
+                command.args(["--pdeathsig", "TERM", "--"]).arg(&bin);
+                command
+            }
+            _ => Command::new(&bin),
+        };
         if let Some(config) = &config {
             command.arg("-c").arg(config);
         }
