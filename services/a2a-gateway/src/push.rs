@@ -191,16 +191,42 @@ fn internal(ip: IpAddr) -> bool {
                 || (a == 100 && (64..128).contains(&b))
         }
         IpAddr::V6(v6) => {
-            let first = v6.segments()[0];
+            let segments = v6.segments();
+            let first = segments[0];
             v6.is_loopback()
                 || v6.is_unspecified()
                 || v6.is_multicast()
+                // Unique local fc00::/7, link-local fe80::/10, the old site-local fec0::/10.
                 || (first & 0xfe00) == 0xfc00
                 || (first & 0xffc0) == 0xfe80
-                || v6
-                    .to_ipv4_mapped()
-                    .is_some_and(|v4| internal(IpAddr::V4(v4)))
+                || (first & 0xffc0) == 0xfec0
+                // Documentation 2001:db8::/32, Teredo 2001::/32 (a tunnel to anywhere),
+                // discard-only 100::/64.
+                || (first == 0x2001 && matches!(segments[1], 0 | 0x0db8))
+                || segments[..4] == [0x100, 0, 0, 0]
+                || embedded_v4(&v6).is_some_and(|v4| internal(IpAddr::V4(v4)))
         }
+    }
+}
+
+/// The IPv4 address an IPv6 address carries, in every form a resolver or a URL may give:
+/// compatible `::a.b.c.d`, mapped `::ffff:a.b.c.d`, translated `::ffff:0:a.b.c.d`, NAT64
+/// `64:ff9b::a.b.c.d` and `64:ff9b:1::/48`, and 6to4 `2002:aabb:ccdd::/48`. Each reaches the
+/// IPv4 host, so each is checked as that host.
+fn embedded_v4(v6: &std::net::Ipv6Addr) -> Option<std::net::Ipv4Addr> {
+    let s = v6.segments();
+    let tail = |hi: u16, lo: u16| {
+        let [a, b] = hi.to_be_bytes();
+        let [c, d] = lo.to_be_bytes();
+        std::net::Ipv4Addr::new(a, b, c, d)
+    };
+    match s {
+        [0, 0, 0, 0, 0, 0 | 0xffff, hi, lo] => Some(tail(hi, lo)),
+        [0, 0, 0, 0, 0xffff, 0, hi, lo] => Some(tail(hi, lo)),
+        [0x64, 0xff9b, 0, 0, 0, 0, hi, lo] => Some(tail(hi, lo)),
+        [0x64, 0xff9b, 1, ..] => Some(tail(s[6], s[7])),
+        [0x2002, hi, lo, ..] => Some(tail(hi, lo)),
+        _ => None,
     }
 }
 
@@ -600,11 +626,28 @@ mod tests {
             "fd00::1",
             "fe80::1",
             "::ffff:127.0.0.1",
+            // Issue 26: the IPv4 host inside other IPv6 forms.
+            "::127.0.0.1",
+            "::ffff:0:127.0.0.1",
+            "64:ff9b::127.0.0.1",
+            "64:ff9b::10.0.0.1",
+            "64:ff9b:1::a00:1",
+            "2002:7f00:1::1",
+            "2002:a9fe:a9fe::1",
+            "2001:db8::1",
+            "2001:0:4136:e378:8000:63bf:3fff:fdd2",
+            "fec0::1",
+            "100::1",
         ] {
             let ip: IpAddr = ip.parse().unwrap_or(IpAddr::from([127, 0, 0, 1]));
             assert!(internal(ip), "{ip}");
         }
-        for ip in ["93.184.216.34", "2606:4700::1111"] {
+        for ip in [
+            "93.184.216.34",
+            "2606:4700::1111",
+            "64:ff9b::5db8:d822",
+            "2002:5db8:d822::1",
+        ] {
             let ip: IpAddr = ip.parse().unwrap_or(IpAddr::from([127, 0, 0, 1]));
             assert!(!internal(ip), "{ip}");
         }
@@ -619,6 +662,10 @@ mod tests {
             ("http://127.0.0.1:9/hook", false),
             ("http://[::1]:9/hook", false),
             ("http://169.254.169.254/latest/meta-data", false),
+            // Issue 26: loopback written as other IPv6 forms.
+            ("http://[::127.0.0.1]:9/hook", false),
+            ("http://[::ffff:0:127.0.0.1]:9/hook", false),
+            ("http://[64:ff9b::127.0.0.1]:9/hook", false),
         ] {
             assert!(allowed_target(url, private_ok).await.is_err(), "{url}");
         }
