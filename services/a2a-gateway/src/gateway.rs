@@ -54,15 +54,19 @@ pub struct Gateway {
     /// The context goals this replica opened per client, least recently used first, with how
     /// often each was used.
     contexts: Mutex<HashMap<AgentId, VecDeque<(GoalId, u32)>>>,
+    /// The secret that keys the context goals of clients without a token.
+    anonymous_key: String,
 }
 
 impl Gateway {
-    /// A gateway over `client`; its HTTP clients trust `roots` beside the platform's.
+    /// A gateway over `client`; its HTTP clients trust `roots` beside the platform's, and
+    /// `anonymous_key` ([`Store::anonymous_context_key`]) keys tokenless clients' contexts.
     pub fn new(
         client: Client,
         config: GatewayConfig,
         store: Store,
         roots: Vec<reqwest::Certificate>,
+        anonymous_key: String,
     ) -> Self {
         Self {
             client,
@@ -73,6 +77,7 @@ impl Gateway {
             streams: Default::default(),
             contexts: Mutex::default(),
             stopping: switchboard_runtime::CancellationToken::new(),
+            anonymous_key,
         }
     }
 
@@ -154,7 +159,7 @@ impl Gateway {
     /// [`CONTEXT_GOALS_PER_CLIENT`]. `None` when no goal can be had (the directory refuses, or
     /// the id is held by another agent): the task is then made without one.
     pub(crate) async fn context_goal(&self, caller: &AgentId, context: &str) -> Option<GoalId> {
-        let goal = context_goal_id(&self.config, caller, context);
+        let goal = context_goal_id(&self.config, &self.anonymous_key, caller, context);
         let evicted = {
             let mut contexts = self.contexts.lock().unwrap_or_else(PoisonError::into_inner);
             let open = contexts.entry(caller.clone()).or_default();
@@ -257,13 +262,19 @@ impl Gateway {
 
 /// The goal id of `caller`'s context `context`: the same on every replica and after a
 /// restart, and not guessable by an agent (keyed with the client's token hash from the
-/// config), so no agent can take a client's context goal first.
-pub fn context_goal_id(config: &GatewayConfig, caller: &AgentId, context: &str) -> GoalId {
+/// config, or for a client without a token with `anonymous_key`, a random secret every replica
+/// shares through the `a2a_push` bucket), so no agent can take a client's context goal first.
+pub fn context_goal_id(
+    config: &GatewayConfig,
+    anonymous_key: &str,
+    caller: &AgentId,
+    context: &str,
+) -> GoalId {
     let key = config
         .clients
         .iter()
         .find(|client| caller.as_str().strip_prefix(CLIENT_PREFIX) == Some(client.name.as_str()))
-        .map_or("", |client| client.sha256.as_str());
+        .map_or(anonymous_key, |client| client.sha256.as_str());
     let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, key.as_bytes());
     let tag = ring::hmac::sign(&key, format!("{caller}\0{context}").as_bytes());
     let mut bytes = [0u8; 16];
@@ -273,3 +284,28 @@ pub fn context_goal_id(config: &GatewayConfig, caller: &AgentId, context: &str) 
 
 /// One open stream of a client; dropping it frees the slot.
 pub(crate) type StreamSlot = switchboard_runtime::places::Place<AgentId>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 26, item 7: a tokenless client's context goal was keyed with an empty key, so an
+    /// agent could compute its id and open it first. With the shared random key it cannot.
+    #[test]
+    fn a_tokenless_clients_context_goal_is_not_computable_without_the_secret() {
+        let config = GatewayConfig::default();
+        let anonymous = AgentId::parse("a2a-anonymous").unwrap_or_else(|_| unreachable!());
+        let computed = context_goal_id(&config, "", &anonymous, "ctx-1");
+        let actual = context_goal_id(&config, &"ab".repeat(32), &anonymous, "ctx-1");
+        assert_ne!(computed, actual);
+        assert_eq!(
+            actual,
+            context_goal_id(&config, &"ab".repeat(32), &anonymous, "ctx-1"),
+            "the same on every replica that shares the key"
+        );
+        assert_ne!(
+            actual,
+            context_goal_id(&config, &"ab".repeat(32), &anonymous, "ctx-2")
+        );
+    }
+}

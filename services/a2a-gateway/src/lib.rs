@@ -117,7 +117,20 @@ pub async fn start(
             message,
         })?,
     };
-    let gateway = Arc::new(Gateway::new(client.clone(), config, store, roots));
+    let anonymous_key = store
+        .anonymous_context_key()
+        .await
+        .map_err(|err| StartError::Stream {
+            stream: switchboard_proto::A2A_PUSH_BUCKET,
+            message: err.to_string(),
+        })?;
+    let gateway = Arc::new(Gateway::new(
+        client.clone(),
+        config,
+        store,
+        roots,
+        anonymous_key,
+    ));
     let micro = micro::start(client, SPEC, Vec::new(), &runtime.requests).await?;
     tracing::info!(
         address = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(),

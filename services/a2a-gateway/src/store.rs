@@ -21,6 +21,9 @@ pub struct Store {
     push: kv::Store,
 }
 
+/// The `a2a_push` key of the secret keying tokenless clients' context goals (never a task id).
+pub const ANONYMOUS_KEY: &str = "anonymous-context-key";
+
 /// A task's webhooks, as `a2a_push` keeps them under the task id.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct PushConfigs {
@@ -101,6 +104,41 @@ impl Store {
             Ok(())
         })
         .await
+    }
+
+    /// The secret that keys the context goals of clients without a token: random, made by
+    /// the first replica that starts and read by every other, kept in `a2a_push` under
+    /// [`ANONYMOUS_KEY`].
+    pub async fn anonymous_context_key(&self) -> Result<String, GatewayError> {
+        let unavailable = |err: String| GatewayError::Unavailable {
+            step: "reading the anonymous context key",
+            message: err,
+        };
+        for _ in 0..CAS_ATTEMPTS {
+            if let Some(value) = self
+                .push
+                .get(ANONYMOUS_KEY)
+                .await
+                .map_err(|err| unavailable(err.to_string()))?
+                && value.len() >= 32
+            {
+                return Ok(String::from_utf8_lossy(&value).into_owned());
+            }
+            let mut secret = [0u8; 32];
+            ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut secret)
+                .map_err(|_| unavailable("no randomness".to_owned()))?;
+            let secret: String = secret.iter().map(|byte| format!("{byte:02x}")).collect();
+            // Another replica may create it first: then its secret is read.
+            if self
+                .push
+                .create(ANONYMOUS_KEY, secret.clone().into())
+                .await
+                .is_ok()
+            {
+                return Ok(secret);
+            }
+        }
+        Err(unavailable("the key kept changing".to_owned()))
     }
 
     /// Removes every webhook of a task that was never made (its creation was refused).
