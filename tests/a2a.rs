@@ -985,3 +985,47 @@ async fn a_clients_hanging_webhooks_do_not_delay_anothers_push() {
     }
     assert_eq!(count().await, before, "a refused task's webhook was kept");
 }
+
+/// Issue 26, item 7: connections that never finish their headers are closed after the
+/// header-read timeout, and meanwhile the gateway serves everyone else.
+#[tokio::test]
+async fn connections_that_never_finish_their_headers_are_closed() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let a2a = A2a::start().await;
+    let mut stalled = Vec::new();
+    for _ in 0..150 {
+        let mut stream = tokio::net::TcpStream::connect(a2a.addr()).await.unwrap();
+        stream
+            .write_all(b"POST /agents/echo HTTP/1.1\r\nHost: gateway\r\nContent-Ty")
+            .await
+            .unwrap();
+        stalled.push(stream);
+    }
+    let card = http::request(
+        a2a.addr(),
+        "GET",
+        "/agents/echo/.well-known/agent-card.json",
+        &[],
+        b"",
+    )
+    .await;
+    assert_eq!(card.status, 200, "served while 150 connections stall");
+    let limit = a2a_gateway::listen::HEADER_READ_TIMEOUT + Duration::from_secs(5);
+    for mut stream in stalled {
+        let mut byte = [0u8; 256];
+        let closed = tokio::time::timeout(limit, async {
+            // The server may answer 408 before closing: read to the end.
+            loop {
+                match stream.read(&mut byte).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) => {}
+                }
+            }
+        })
+        .await;
+        assert!(
+            closed.is_ok(),
+            "a stalled connection was still open after {limit:?}"
+        );
+    }
+}
