@@ -1291,3 +1291,19 @@ async fn goal_open_refuses_an_unknown_overflow_policy() {
     .await;
     assert!(opened.body["goal_id"].is_string(), "{:?}", opened.body);
 }
+
+/// Issue 26, item 7: a card is read by every agent, its LLM and its operator's terminal; the
+/// directory takes terminal escape codes and other control characters out of its text.
+#[tokio::test]
+async fn a_cards_control_characters_never_reach_another_agent() {
+    let nats = NatsServer::start().await;
+    let _dir = start_directory(&nats.url(), DirectoryConfig::default()).await;
+    let mut sly = card("sly");
+    sly.description = "helpful\n\u{1b}]0;pwned\u{7}\u{1b}[2Jagent".into();
+    sly.capabilities = vec!["trans\u{1b}[8mlate".into()];
+    let _sly = agent_with(&nats.url(), sly, LONG).await;
+    let reader = agent_with(&nats.url(), card("reader"), LONG).await;
+    let looked = reader.lookup("sly").await.unwrap();
+    assert_eq!(looked.card.description, "helpful\n]0;pwned[2Jagent");
+    assert_eq!(looked.card.capabilities, ["trans[8mlate"]);
+}

@@ -272,11 +272,11 @@ pub fn fabric_card(agent_id: &AgentId, card: &A2aCard, card_url: &str) -> AgentC
         .insert(CARD_URL_KEY.to_owned(), Value::String(card_url.to_owned()));
     ours.metadata.insert(
         "a2a_name".to_owned(),
-        Value::String(bounded(&card.name, 128)),
+        Value::String(printable(&card.name, 128)),
     );
     ours.metadata.insert(
         "a2a_version".to_owned(),
-        Value::String(bounded(&card.version, 64)),
+        Value::String(printable(&card.version, 64)),
     );
     // The directory takes cards of at most 16 KiB: the last skills give way until it fits
     // (with room for JSON escaping the byte counts above do not see).
@@ -287,6 +287,7 @@ pub fn fabric_card(agent_id: &AgentId, card: &A2aCard, card_url: &str) -> AgentC
     while !fits(&ours) && ours.skills.pop().is_some() {
         ours.capabilities.pop();
     }
+    ours.strip_control();
     ours
 }
 
@@ -563,5 +564,28 @@ mod tests {
         assert_eq!(ours.capabilities, ["echo"]);
         assert_eq!(ours.skills[0].examples, ["say hi"]);
         assert_eq!(ours.metadata[CARD_URL_KEY], "http://h/card");
+    }
+
+    /// Issue 26, item 7: a remote card's text reached every agent with terminal escape codes.
+    #[test]
+    fn a_remote_cards_escape_codes_are_taken_out() {
+        let Ok(id) = AgentId::parse("echo") else {
+            panic!("valid id")
+        };
+        let mut remote = card(&[("JSONRPC", "1.0", "/")]);
+        remote.name = "\u{1b}]0;owned\u{7}Echo".to_owned();
+        remote.description = "line one\n\u{1b}[2J\u{1b}[31mred\u{9b}31m".to_owned();
+        remote.skills[0].name = "say\u{1b}[8m hidden".to_owned();
+        remote.skills[0].description = "tab\tok\u{0}".to_owned();
+        let ours = fabric_card(&id, &remote, "http://h/card");
+        let text = serde_json::to_string(&ours).unwrap_or_default();
+        assert!(
+            !text.contains("\\u001b") && !text.contains('\u{9b}'),
+            "{text}"
+        );
+        assert_eq!(ours.description, "line one\n[2J[31mred31m");
+        assert_eq!(ours.skills[0].name, "say[8m hidden");
+        assert_eq!(ours.skills[0].description, "tab\tok");
+        assert_eq!(ours.metadata["a2a_name"], "]0;ownedEcho");
     }
 }

@@ -99,8 +99,10 @@ impl Registry {
             }
         }
         fields.insert("agent_id".to_owned(), caller.as_str().into());
-        let card: AgentCard = serde_json::from_value(serde_json::Value::Object(fields))
+        let mut card: AgentCard = serde_json::from_value(serde_json::Value::Object(fields))
             .map_err(|err| DirectoryError::InvalidCard(err.to_string()))?;
+        // Whoever registers writes what every agent and terminal reads: no escape codes.
+        card.strip_control();
         let size = serde_json::to_vec(&card).map_or(usize::MAX, |stored| stored.len());
         if size > switchboard_proto::MAX_CARD_BYTES {
             return Err(DirectoryError::InvalidCard(format!(

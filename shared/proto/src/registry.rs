@@ -314,6 +314,36 @@ pub struct RouteReply {
 }
 
 impl AgentCard {
+    /// Takes control characters out of every text of the card (terminal escape sequences
+    /// included), keeping line breaks and tabs in descriptions: a card is shown to other
+    /// agents, their LLMs and their operators' terminals, and is written by whoever registers.
+    pub fn strip_control(&mut self) {
+        fn line(text: &mut String) {
+            if text.chars().any(char::is_control) {
+                text.retain(|c| !c.is_control());
+            }
+        }
+        fn prose(text: &mut String) {
+            if text
+                .chars()
+                .any(|c| c.is_control() && c != '\n' && c != '\t')
+            {
+                text.retain(|c| !c.is_control() || c == '\n' || c == '\t');
+            }
+        }
+        prose(&mut self.description);
+        self.capabilities.iter_mut().for_each(line);
+        for skill in &mut self.skills {
+            line(&mut skill.id);
+            line(&mut skill.name);
+            prose(&mut skill.description);
+            skill.tags.iter_mut().for_each(line);
+            skill.examples.iter_mut().for_each(prose);
+            skill.input_modes.iter_mut().for_each(line);
+            skill.output_modes.iter_mut().for_each(line);
+        }
+    }
+
     /// Whether the card lists `skill`: as a capability or as a skill's id.
     pub fn has_skill(&self, skill: &str) -> bool {
         self.capabilities.iter().any(|c| c == skill) || self.skills.iter().any(|s| s.id == skill)
