@@ -437,3 +437,48 @@ async fn a_goal_id_opened_again_by_another_agent_gets_none_of_the_first_owners_n
             .collect::<Vec<_>>()
     );
 }
+
+/// Issue 26, item 7: a reader's receipted fetch and ack stay quick when the sender's goal is
+/// full (reported at 352 ms each; 28 ms here in a debug build, each receipt making room in the
+/// sender's goal for itself). The bound is loose for a loaded CI machine, well under the report.
+#[tokio::test]
+async fn a_full_sender_goal_does_not_slow_the_readers_fetch_and_ack() {
+    let fabric = Fabric::start().await;
+    let (sender, sender_goal) = fabric.agent_with_goal("sender").await;
+    let (_reader, reader_goal) = fabric.agent_with_goal("reader").await;
+    let filler = fabric.agent("filler").await;
+    for n in 0..switchboard_proto::INBOX_STORED_PER_GOAL {
+        filler
+            .send_to_peer("sender", &format!("f{n}"))
+            .await
+            .unwrap();
+    }
+    let mut slowest = Duration::ZERO;
+    for n in 0..10 {
+        send_receipted(
+            &sender,
+            &sender_goal,
+            "reader",
+            &format!("m{n}"),
+            ReceiptLevel::Read,
+        )
+        .await;
+        let started = std::time::Instant::now();
+        let delivery = reader_goal
+            .recv(Duration::from_secs(5))
+            .await
+            .unwrap()
+            .unwrap();
+        delivery.ack().await.unwrap();
+        slowest = slowest.max(started.elapsed());
+    }
+    eprintln!("slowest receipted fetch+ack into a full sender goal: {slowest:?}");
+    assert!(
+        slowest < Duration::from_millis(250),
+        "a fetch and ack took {slowest:?} while the sender's goal was full"
+    );
+    // The receipts are there, in order, each once: 2 per message, the newest kept.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let receipts = receipts_in(&sender_goal).await;
+    assert_eq!(receipts.len(), 20, "{}", receipts.len());
+}
