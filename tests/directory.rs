@@ -1307,3 +1307,86 @@ async fn a_cards_control_characters_never_reach_another_agent() {
     assert_eq!(looked.card.description, "helpful\n]0;pwned[2Jagent");
     assert_eq!(looked.card.capabilities, ["trans[8mlate"]);
 }
+
+/// Issue 26, item 3: skills are granted, not claimed. With the operator's grants (what
+/// `switchboard nats-config` writes from agents.toml) an agent whose card lists a skill it was
+/// not granted gets none of its work; and the load routing weighs is the task service's count,
+/// so an agent that says it is idle while it holds tasks is not handed all the work.
+#[tokio::test]
+async fn skill_work_goes_by_grant_and_by_the_task_services_count() {
+    let dir = tempfile::tempdir().unwrap();
+    let grants = dir.path().join("skill-grants.json");
+    std::fs::write(
+        &grants,
+        r#"{"honest": ["translate"], "loaded": ["translate"], "claimer": [], "boss": []}"#,
+    )
+    .unwrap();
+    let fabric = switchboard_tests::Fabric::start_directory_with(DirectoryConfig {
+        skill_grants_file: Some(grants),
+        ..DirectoryConfig::default()
+    })
+    .await;
+    let url = fabric.url();
+    let translator = |id: &str| {
+        let mut card = card(id);
+        card.capabilities = vec!["translate".into()];
+        card.max_concurrent_tasks = 5;
+        card
+    };
+    let claimer = agent_with(&url, translator("claimer"), LONG).await;
+    let _claimer_goal = claimer.open_goal().await.unwrap();
+    let honest = agent_with(&url, translator("honest"), LONG).await;
+    let _honest_goal = honest.open_goal().await.unwrap();
+    let (boss, _boss_goal) = fabric.agent_with_goal("boss").await;
+    let routed = |n: usize| {
+        let boss = &boss;
+        async move {
+            let mut to = Vec::new();
+            for i in 0..n {
+                let sent = boss
+                    .send(switchboard_proto::send::SendRequest {
+                        to: Some("skill:translate".into()),
+                        message: Some(format!("text {i}")),
+                        ..Default::default()
+                    })
+                    .await
+                    .unwrap();
+                to.push(sent.routed_to.expect("routed").to_string());
+            }
+            to
+        }
+    };
+    assert!(
+        routed(10).await.iter().all(|to| to == "honest"),
+        "a skill listed on a card but not granted got work"
+    );
+
+    // "loaded" (granted) takes 2 tasks, then says by heartbeat it has none and is idle.
+    let loaded = agent_with(&url, translator("loaded"), LONG).await;
+    let _loaded_goal = loaded.open_goal().await.unwrap();
+    for n in 0..2 {
+        let task = boss
+            .give_task("loaded", &format!("work {n}"))
+            .await
+            .unwrap()
+            .task
+            .task_id;
+        loaded.accept_task(task).await.unwrap();
+    }
+    assert_eventually!(Duration::from_secs(10), async {
+        boss.lookup("loaded")
+            .await
+            .is_ok_and(|found| found.current_tasks.len() == 2)
+    });
+    loaded
+        .heartbeat(&HeartbeatRequest {
+            status: Some(AgentStatus::Idle),
+            current_tasks: Some(Vec::new()),
+        })
+        .await
+        .unwrap();
+    assert!(
+        routed(10).await.iter().all(|to| to == "honest"),
+        "the agent holding 2 tasks got work by saying it had none"
+    );
+}

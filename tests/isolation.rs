@@ -171,6 +171,7 @@ fn agents_file(agents: &[(&str, bool)]) -> AgentsFile {
             .map(|(id, audit)| AgentEntry {
                 id: (*id).to_owned(),
                 audit: *audit,
+                skills: Vec::new(),
             })
             .collect(),
     }

@@ -45,6 +45,11 @@ enum A2aCommand {
         /// `ca_file`); the system's roots are always trusted.
         #[arg(long, value_name = "PEM")]
         ca_file: Option<std::path::PathBuf>,
+        /// Route `to: "skill:<name>"` work to it for the skills its card lists now (pinned: a
+        /// later card cannot add any). Without it, agents see its skills but only work sent to
+        /// it by name reaches it — text sent by skill never leaves for a remote unasked.
+        #[arg(long)]
+        route_skills: bool,
     },
     /// The remote agents carried, with their card URLs and status.
     List,
@@ -63,15 +68,15 @@ pub async fn run(args: A2aArgs, json: bool) -> ExitCode {
             card_url,
             as_id,
             ca_file,
+            route_skills,
         } => {
-            add(
-                &args.nats_url,
-                &card_url,
-                as_id.as_deref(),
-                ca_file.as_deref(),
-                json,
-            )
-            .await
+            let remote = RemoteToAdd {
+                card_url: &card_url,
+                as_id: as_id.as_deref(),
+                ca_file: ca_file.as_deref(),
+                route_skills,
+            };
+            add(&args.nats_url, &remote, json).await
         }
         A2aCommand::List => list(&args.nats_url, json).await,
         A2aCommand::Remove { agent_id } => remove(&args.nats_url, &agent_id, json).await,
@@ -85,13 +90,21 @@ pub async fn run(args: A2aArgs, json: bool) -> ExitCode {
     }
 }
 
-async fn add(
-    nats_url: &str,
-    card_url: &str,
-    as_id: Option<&str>,
-    ca_file: Option<&std::path::Path>,
-    json: bool,
-) -> anyhow::Result<()> {
+/// What `a2a add` was asked to add.
+struct RemoteToAdd<'a> {
+    card_url: &'a str,
+    as_id: Option<&'a str>,
+    ca_file: Option<&'a std::path::Path>,
+    route_skills: bool,
+}
+
+async fn add(nats_url: &str, remote: &RemoteToAdd<'_>, json: bool) -> anyhow::Result<()> {
+    let RemoteToAdd {
+        card_url,
+        as_id,
+        ca_file,
+        route_skills,
+    } = *remote;
     let roots = match ca_file {
         Some(path) => a2a_gateway::outbound::read_roots(path)
             .map_err(|err| anyhow::anyhow!("{}: {err}", path.display()))?,
@@ -100,7 +113,7 @@ async fn add(
     let client = crate::nats::connect(nats_url).await?;
     let js = async_nats::jetstream::new(client);
     let http = a2a_gateway::remote::http_client(&roots)?;
-    let added = a2a_gateway::remote::add(&js, &http, card_url, as_id).await?;
+    let added = a2a_gateway::remote::add_with(&js, &http, card_url, as_id, route_skills).await?;
     if json {
         println!("{}", serde_json::to_string_pretty(&added)?);
     } else {
@@ -125,6 +138,12 @@ async fn add(
                 skills.join(", ")
             }
         );
+        if !route_skills {
+            println!(
+                "its skills are listed, not routed: `skill:` work goes to it only after \
+                 `a2a add --route-skills`"
+            );
+        }
         println!("a gateway replica registers it within a few seconds");
     }
     Ok(())

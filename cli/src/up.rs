@@ -108,6 +108,14 @@ async fn serve(args: UpArgs, services: &mut Services, otlp: Option<&str>) -> any
             None
         }
         None => {
+            // Under the generated accounts the operator's skill grants decide who is routed
+            // `skill:` work (unless the config names another grants file).
+            if let Some(auth) = &args.auth {
+                let grants = auth.join(switchboard_runtime::permissions::SKILL_GRANTS_FILE);
+                if grants.is_file() && services.directory.skill_grants_file.is_none() {
+                    services.directory.skill_grants_file = Some(grants);
+                }
+            }
             let server =
                 EmbeddedNats::start(args.port, &args.data_dir, args.auth.as_deref()).await?;
             runtime.nats.urls = vec![server.url().to_owned()];

@@ -270,6 +270,7 @@ async fn session(
         streaming: card.capabilities.streaming == Some(true),
         pauses: pauses.clone(),
         attempts: Arc::clone(attempts),
+        record: record.clone(),
     };
     carrier.register(&card).await?;
     carrier

@@ -146,6 +146,7 @@ mod tests {
             card,
             status,
             current_tasks: Vec::new(),
+            task_load: 0,
             registered_at: now,
             last_heartbeat: now,
         }

@@ -48,6 +48,8 @@ pub(crate) struct Carrier {
     pub(crate) streaming: bool,
     pub(crate) pauses: Paused,
     pub(crate) attempts: Arc<Attempts>,
+    /// The remote as the operator added it (its pinned skills, whether it is routed skills).
+    pub(crate) record: remote::RemoteAgent,
 }
 
 /// A failed request to a service, as the carrier sees it: a refusal is final, anything else
@@ -91,7 +93,7 @@ impl Carrier {
                 self.agent
             ));
         }
-        let ours = remote::fabric_card(&self.agent, card, &self.card_url);
+        let ours = remote::fabric_card(&self.record, card);
         self.fabric::<Value>(&RegistryOp::Register.subject(&self.agent), &ours)
             .await
             .map(|_| ())

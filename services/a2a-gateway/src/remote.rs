@@ -43,6 +43,16 @@ pub struct RemoteAgent {
     /// When it was added.
     #[serde(with = "time::serde::rfc3339")]
     pub added_at: OffsetDateTime,
+    /// The skill ids its card listed when it was added: a refresh of the card may drop one,
+    /// never add one (a card that gains a skill later does not get its work). `None` on a
+    /// record from before pinning: the card is taken as it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skills: Option<Vec<String>>,
+    /// Whether `skill:` work may be routed to it: only when the operator said so at `add`
+    /// (`--route-skills`); otherwise its skills are listed for agents to read, and only work
+    /// sent to it by name reaches it.
+    #[serde(default)]
+    pub route_skills: bool,
 }
 
 /// Why a remote agent cannot be added or reached.
@@ -248,14 +258,23 @@ pub fn check_id(id: &str) -> Result<AgentId, RemoteError> {
 }
 
 /// The directory card of a remote agent: its description, skills (with examples and modes)
-/// and skill ids as capabilities; its card URL, name and version as metadata. It takes
-/// messages from every agent (the remote has its own auth; the ACLs of the callers apply).
-pub fn fabric_card(agent_id: &AgentId, card: &A2aCard, card_url: &str) -> AgentCard {
+/// and skill ids as capabilities — only those pinned at `add` (`remote.skills`) — and its card
+/// URL, name and version as metadata; unless the operator opened it to routing
+/// (`remote.route_skills`), `routes_skills: false`. It takes messages from every agent (the
+/// remote has its own auth; the ACLs of the callers apply).
+pub fn fabric_card(remote: &RemoteAgent, card: &A2aCard) -> AgentCard {
+    let (agent_id, card_url) = (&remote.agent_id, remote.card_url.as_str());
     let mut ours = AgentCard::new(agent_id.clone());
     ours.description = bounded(&card.description, 1_000);
     ours.skills = card
         .skills
         .iter()
+        .filter(|skill| {
+            remote
+                .skills
+                .as_ref()
+                .is_none_or(|pinned| pinned.iter().any(|id| *id == bounded(&skill.id, 64)))
+        })
         .take(64)
         .map(|skill| Skill {
             id: bounded(&skill.id, 64),
@@ -270,6 +289,12 @@ pub fn fabric_card(agent_id: &AgentId, card: &A2aCard, card_url: &str) -> AgentC
     ours.capabilities = ours.skills.iter().map(|skill| skill.id.clone()).collect();
     ours.metadata
         .insert(CARD_URL_KEY.to_owned(), Value::String(card_url.to_owned()));
+    if !remote.route_skills {
+        ours.metadata.insert(
+            switchboard_proto::registry::ROUTES_SKILLS_KEY.to_owned(),
+            Value::Bool(false),
+        );
+    }
     ours.metadata.insert(
         "a2a_name".to_owned(),
         Value::String(printable(&card.name, 128)),
@@ -401,6 +426,18 @@ pub async fn add(
     card_url: &str,
     as_id: Option<&str>,
 ) -> Result<Added, RemoteError> {
+    add_with(js, http, card_url, as_id, false).await
+}
+
+/// [`add`], and with `route_skills` open it to `skill:` routing for the skills its card lists
+/// now (pinned: a later card cannot add to them).
+pub async fn add_with(
+    js: &jetstream::Context,
+    http: &reqwest::Client,
+    card_url: &str,
+    as_id: Option<&str>,
+    route_skills: bool,
+) -> Result<Added, RemoteError> {
     let requested = as_id.map(check_id).transpose()?;
     let card = fetch_card(http, card_url).await?;
     let url = jsonrpc_url(&card, card_url)?;
@@ -447,6 +484,14 @@ pub async fn add(
         card_url: card_url.to_owned(),
         goal_id: earlier.map_or_else(GoalId::default, |r| r.goal_id),
         added_at: earlier.map_or_else(switchboard_proto::timestamp::now, |r| r.added_at),
+        skills: Some(
+            card.skills
+                .iter()
+                .take(64)
+                .map(|skill| bounded(&skill.id, 64))
+                .collect(),
+        ),
+        route_skills,
     };
     put(&remotes, &remote).await?;
     Ok(Added {
@@ -544,7 +589,7 @@ mod tests {
         };
         let mut remote = card(&[("JSONRPC", "1.0", "/")]);
         remote.description = "é".repeat(5_000);
-        let ours = fabric_card(&id, &remote, "http://h/card");
+        let ours = fabric_card(&record(&id), &remote);
         assert!(ours.description.len() <= 1_000);
         // 64 skills of 1,000-byte descriptions do not fit a directory card: some give way.
         let mut big = remote.clone();
@@ -556,7 +601,7 @@ mod tests {
                 skill
             })
             .collect();
-        let fitted = fabric_card(&id, &big, "http://h/card");
+        let fitted = fabric_card(&record(&id), &big);
         let size = serde_json::to_vec(&fitted).map_or(usize::MAX, |json| json.len());
         assert!(size <= switchboard_proto::MAX_CARD_BYTES, "{size}");
         assert!(!fitted.skills.is_empty() && fitted.skills.len() < 64);
@@ -564,6 +609,43 @@ mod tests {
         assert_eq!(ours.capabilities, ["echo"]);
         assert_eq!(ours.skills[0].examples, ["say hi"]);
         assert_eq!(ours.metadata[CARD_URL_KEY], "http://h/card");
+    }
+
+    fn record(id: &AgentId) -> RemoteAgent {
+        RemoteAgent {
+            agent_id: id.clone(),
+            card_url: "http://h/card".to_owned(),
+            goal_id: GoalId::default(),
+            added_at: switchboard_proto::timestamp::now(),
+            skills: None,
+            route_skills: true,
+        }
+    }
+
+    /// Issue 26, item 3: a remote's card that gains a skill after `add` does not get its work,
+    /// and a remote the operator did not open to routing lists its skills but is not routed.
+    #[test]
+    fn a_remotes_skills_are_pinned_and_routed_only_when_opened() {
+        let Ok(id) = AgentId::parse("echo") else {
+            panic!("valid id")
+        };
+        let mut later = card(&[("JSONRPC", "1.0", "/")]);
+        let mut gained = later.skills[0].clone();
+        gained.id = "translate".to_owned();
+        later.skills.push(gained);
+        let pinned = RemoteAgent {
+            skills: Some(vec!["echo".to_owned()]),
+            ..record(&id)
+        };
+        let ours = fabric_card(&pinned, &later);
+        assert!(ours.routes_skill("echo"));
+        assert!(!ours.has_skill("translate"), "a skill gained after add");
+        let closed = RemoteAgent {
+            route_skills: false,
+            ..pinned
+        };
+        let ours = fabric_card(&closed, &later);
+        assert!(ours.has_skill("echo") && !ours.routes_skill("echo"));
     }
 
     /// Issue 26, item 7: a remote card's text reached every agent with terminal escape codes.
@@ -577,7 +659,7 @@ mod tests {
         remote.description = "line one\n\u{1b}[2J\u{1b}[31mred\u{9b}31m".to_owned();
         remote.skills[0].name = "say\u{1b}[8m hidden".to_owned();
         remote.skills[0].description = "tab\tok\u{0}".to_owned();
-        let ours = fabric_card(&id, &remote, "http://h/card");
+        let ours = fabric_card(&record(&id), &remote);
         let text = serde_json::to_string(&ours).unwrap_or_default();
         assert!(
             !text.contains("\\u001b") && !text.contains('\u{9b}'),

@@ -14,6 +14,10 @@ pub struct DirectoryConfig {
     /// The most live goals one agent may hold at once (each is a cursor and an inbox subject);
     /// `goal.open` past it answers `too_many_goals`.
     pub max_goals_per_agent: u32,
+    /// The skill grants `switchboard nats-config` writes (`skill-grants.json`): when set, an
+    /// agent listed there is routed `skill:` work only for the skills granted to it. Unset (an
+    /// open laptop setup): a card's skills are taken at its word.
+    pub skill_grants_file: Option<std::path::PathBuf>,
 }
 
 impl Default for DirectoryConfig {
@@ -22,6 +26,7 @@ impl Default for DirectoryConfig {
             heartbeat_timeout_ms: 30_000,
             sweep_interval_ms: 5_000,
             max_goals_per_agent: 16,
+            skill_grants_file: None,
         }
     }
 }

@@ -8,13 +8,14 @@
 //! Layout: `config.rs` (the `[directory]` section), `error.rs` (errors → stable kinds),
 //! `endpoints.rs` (the endpoint table), `registry.rs` (the registry rules: register,
 //! heartbeat, peers, lookup, offline sweep), `goals.rs` (the goal rules: open, close),
-//! `routing.rs` (skill routing), `store.rs` (the KV and JetStream reads and writes), this
+//! `routing.rs` (skill routing), `grants.rs` (who may be routed which skill), `store.rs` (the KV and JetStream reads and writes), this
 //! file (`start`/`run`).
 
 pub mod config;
 mod endpoints;
 pub mod error;
 mod goals;
+pub mod grants;
 pub mod registry;
 mod routing;
 mod store;
@@ -71,7 +72,15 @@ pub async fn start(
             stream: switchboard_proto::INBOX_STREAM,
             message: err.to_string(),
         })?;
-    let registry = Arc::new(Registry::new(js, agents, goals, cursors, inbox, &config));
+    let grants = grants::Grants::open(config.skill_grants_file.clone()).map_err(|message| {
+        StartError::Stream {
+            stream: "skill grants",
+            message,
+        }
+    })?;
+    let registry = Arc::new(Registry::new(
+        js, agents, goals, cursors, inbox, &config, grants,
+    ));
     registry
         .migrate_v1_consumers()
         .await

@@ -37,10 +37,12 @@ pub struct Registry {
     pub(crate) view: RegistryView,
     /// Turns of the round-robin among equally good agents for a skill.
     pub(crate) route_turn: std::sync::atomic::AtomicUsize,
+    /// Who may be routed which skill (`directory.skill_grants_file`).
+    pub(crate) grants: crate::grants::Grants,
 }
 
 impl Registry {
-    /// Wraps the applied buckets and stream.
+    /// Wraps the applied buckets and stream, routing skills by `grants`.
     pub fn new(
         js: jetstream::Context,
         agents: kv::Store,
@@ -48,6 +50,7 @@ impl Registry {
         cursors: kv::Store,
         inbox: stream::Stream,
         config: &crate::DirectoryConfig,
+        grants: crate::grants::Grants,
     ) -> Self {
         let view = RegistryView::new(js.clone(), agents.clone(), goals.clone());
         Self {
@@ -56,6 +59,7 @@ impl Registry {
             max_goals_per_agent: usize::try_from(config.max_goals_per_agent).unwrap_or(usize::MAX),
             view,
             route_turn: std::sync::atomic::AtomicUsize::new(0),
+            grants,
         }
     }
 
@@ -122,6 +126,7 @@ impl Registry {
                         _ => AgentStatus::Idle,
                     },
                     current_tasks: current.map(|r| r.current_tasks.clone()).unwrap_or_default(),
+                    task_load: current.map_or(0, |r| r.task_load),
                     registered_at: current.map_or(now, |r| r.registered_at),
                     last_heartbeat: now,
                 })
@@ -231,6 +236,7 @@ impl Registry {
                         .iter()
                         .map(ToString::to_string)
                         .collect(),
+                    task_load: u32::try_from(report.current_tasks.len()).unwrap_or(u32::MAX),
                     ..current.clone()
                 })
             })

@@ -2,8 +2,9 @@
 //! services asking the directory (`_SB.registry.route.<agent_id>`, services only) for one
 //! agent. It picks among the agents whose card lists the skill (a capability or a skill id)
 //! and that the asker can reach: ACL both ways, a live goal, not offline, and for a task below
-//! its `max_concurrent_tasks`. Idle before busy, then fewest current tasks, then round-robin
-//! among the equally good, so work spreads and a loaded agent is passed over.
+//! its `max_concurrent_tasks`. Below its cap before at it, then fewest active tasks, then
+//! round-robin among the equally good, so work spreads and a loaded agent is passed over. The
+//! load is the task service's count (`task_load`), never what an agent reports of itself.
 
 use std::sync::atomic::Ordering;
 
@@ -36,10 +37,16 @@ impl Registry {
             let mut listing = 0;
             let mut at_cap = 0;
             // (busy, current tasks, id) of each agent that fits.
-            let mut fits: Vec<(bool, usize, AgentId)> = Vec::new();
+            let mut fits: Vec<(bool, u32, AgentId)> = Vec::new();
             for (record, _) in view.records_after(None) {
                 let card = &record.card;
-                if card.agent_id == *caller || !card.has_skill(&skill) {
+                // Listed on its card, granted by the operator where grants are kept, and not
+                // a card that says its skills are not for routing (a remote the operator did
+                // not open to it).
+                if card.agent_id == *caller
+                    || !card.routes_skill(&skill)
+                    || !self.grants.allows(card.agent_id.as_str(), &skill)
+                {
                     continue;
                 }
                 listing += 1;
@@ -49,16 +56,15 @@ impl Registry {
                 if !reachable {
                     continue;
                 }
-                let load = record.current_tasks.len();
-                if request.task && load >= usize::try_from(card.max_concurrent_tasks).unwrap_or(0) {
+                // The task service's count, not the agent's own word (a heartbeat's
+                // `current_tasks` or `busy`): an agent that says it is idle gets no more work.
+                let load = record.task_load;
+                let full = load >= card.max_concurrent_tasks;
+                if request.task && full {
                     at_cap += 1;
                     continue;
                 }
-                fits.push((
-                    record.status == AgentStatus::Busy,
-                    load,
-                    card.agent_id.clone(),
-                ));
+                fits.push((full, load, card.agent_id.clone()));
             }
             fits.sort();
             let Some((busy, load, _)) = fits.first().cloned() else {

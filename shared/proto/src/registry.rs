@@ -60,6 +60,10 @@ fn everyone() -> Vec<String> {
     vec!["*".to_owned()]
 }
 
+/// The card metadata key that, `false`, keeps `skill:` routing away from an agent whose card
+/// still lists skills for others to read.
+pub const ROUTES_SKILLS_KEY: &str = "routes_skills";
+
 /// Default of [`AgentCard::max_concurrent_tasks`].
 pub const DEFAULT_MAX_CONCURRENT_TASKS: u32 = 3;
 
@@ -116,12 +120,20 @@ pub struct AgentRecord {
     /// Ids of tasks the agent reports it is working on.
     #[serde(default)]
     pub current_tasks: Vec<String>,
+    /// How many tasks the task service last counted active for the agent (accepted, working
+    /// or asking). Skill routing weighs this count, never what the agent says of itself.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub task_load: u32,
     /// Time of the first registration, kept across re-registrations and restarts.
     #[serde(with = "time::serde::rfc3339")]
     pub registered_at: OffsetDateTime,
     /// Last register or heartbeat.
     #[serde(with = "time::serde::rfc3339")]
     pub last_heartbeat: OffsetDateTime,
+}
+
+fn is_zero(count: &u32) -> bool {
+    *count == 0
 }
 
 /// What kind of run a goal is.
@@ -342,6 +354,14 @@ impl AgentCard {
             skill.input_modes.iter_mut().for_each(line);
             skill.output_modes.iter_mut().for_each(line);
         }
+    }
+
+    /// Whether `skill:` work may be routed to this card's agent for `skill`: it lists it, and
+    /// its metadata does not say [`ROUTES_SKILLS_KEY`]` = false` (what the A2A gateway writes
+    /// on a remote agent's card unless the operator opened it to routing).
+    pub fn routes_skill(&self, skill: &str) -> bool {
+        self.has_skill(skill)
+            && self.metadata.get(ROUTES_SKILLS_KEY) != Some(&serde_json::Value::Bool(false))
     }
 
     /// Whether the card lists `skill`: as a capability or as a skill's id.

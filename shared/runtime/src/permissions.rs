@@ -50,7 +50,17 @@ pub struct AgentEntry {
     /// May query the audit trail (`agent.audit.*`).
     #[serde(default)]
     pub audit: bool,
+    /// The skills `to: "skill:<name>"` work may be routed to this agent for. Its card may list
+    /// others (for other agents to read); routing ignores those. Written to
+    /// [`SKILL_GRANTS_FILE`] for the directory.
+    #[serde(default)]
+    pub skills: Vec<String>,
 }
+
+/// The file `generate` writes beside `auth.conf` for the directory
+/// (`directory.skill_grants_file`): each agent of the agents file and the skills it may be
+/// routed, as a JSON object `{"<agent_id>": ["<skill>", …]}`.
+pub const SKILL_GRANTS_FILE: &str = "skill-grants.json";
 
 /// Why the config could not be generated.
 #[derive(Debug, thiserror::Error)]
@@ -212,6 +222,11 @@ pub fn check_agents(file: &AgentsFile) -> Result<Vec<(AgentId, bool)>, Permissio
                 "agent `{id}` appears twice"
             )));
         }
+        for skill in &entry.skills {
+            switchboard_proto::send::check_skill(skill).map_err(|err| {
+                PermissionsError::Input(format!("agent `{id}`: {}", err.error.message))
+            })?;
+        }
         agents.push((id, entry.audit));
     }
     Ok(agents)
@@ -255,6 +270,14 @@ pub fn generate(file: &AgentsFile, dir: &Path) -> Result<Generated, PermissionsE
         auth_conf(&services_key, &users).as_bytes(),
         0o644,
     )?;
+    let grants: std::collections::BTreeMap<&str, &[String]> = file
+        .agents
+        .iter()
+        .map(|entry| (entry.id.as_str(), entry.skills.as_slice()))
+        .collect();
+    let grants = serde_json::to_vec_pretty(&grants)
+        .map_err(|err| PermissionsError::Input(format!("skill grants: {err}")))?;
+    write_file(&dir.join(SKILL_GRANTS_FILE), &grants, 0o644)?;
     Ok(Generated {
         auth_file,
         services_seed,
@@ -373,6 +396,7 @@ mod tests {
             agents: vec![AgentEntry {
                 id: "a2a-planner".into(),
                 audit: false,
+                skills: Vec::new(),
             }],
         };
         let err = check_agents(&file).map(|_| ()).unwrap_err();
@@ -386,6 +410,7 @@ mod tests {
                 .map(|(id, audit)| AgentEntry {
                     id: (*id).into(),
                     audit: *audit,
+                    skills: Vec::new(),
                 })
                 .collect(),
         }
@@ -454,6 +479,23 @@ mod tests {
         assert_eq!(third.unused, [dir.path().join("agents/alice.nk")]);
         let conf = std::fs::read_to_string(&third.auth_file).unwrap();
         assert!(!conf.contains(&public_key_of(alice_seed.trim()).unwrap()));
+    }
+
+    #[test]
+    fn the_skills_each_agent_may_be_routed_are_written_for_the_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut agents = file(&[("alice", false), ("bob", false)]);
+        agents.agents[0].skills = vec!["translate".into()];
+        generate(&agents, dir.path()).unwrap();
+        let grants: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(dir.path().join(SKILL_GRANTS_FILE)).unwrap())
+                .unwrap();
+        assert_eq!(
+            grants,
+            serde_json::json!({"alice": ["translate"], "bob": []})
+        );
+        agents.agents[1].skills = vec!["no spaces allowed".into()];
+        assert!(generate(&agents, dir.path()).is_err());
     }
 
     #[test]
