@@ -3,6 +3,10 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
+// Longer than 600 lines because it holds one scenario per test of `switchboard up` as a user
+// runs it; every integration file is its own test binary, so a topic gets one file however
+// many tests it has.
+
 use std::process::Stdio;
 use std::time::Duration;
 

@@ -18,7 +18,7 @@
 //! JSON-RPC envelope), `error.rs` (`GatewayError` → the spec's codes),
 //! `auth.rs` (bearer tokens → client agents), `gateway.rs` (the `Gateway` and how it speaks to
 //! the fabric), `cards.rs` (agent cards), `tasks.rs` (the task methods), `stream.rs` (SSE
-//! streams), `push.rs` (webhooks), `mapping.rs` (Switchboard ↔ A2A states, parts and tasks),
+//! streams), `push.rs` (webhooks), `webhook_target.rs` (where a webhook may point), `mapping.rs` (Switchboard ↔ A2A states, parts and tasks),
 //! `store.rs` (agent records, task events, webhook configs and paused remote tasks in
 //! JetStream), `remote.rs` (remote agents: record, card checks), `outbound.rs` (the A2A
 //! client), `answer.rs` (what a remote answers, decoded lean and bounded), `bridge.rs` (leases and sessions of remote agents), `carrier.rs` (carrying a remote
@@ -41,6 +41,7 @@ pub mod remote;
 pub mod store;
 pub mod stream;
 pub mod tasks;
+pub mod webhook_target;
 
 use std::sync::Arc;
 
