@@ -59,6 +59,19 @@ def main() -> int:
             elif source not in volumes:
                 problem(f"{name}: volume {source} is not declared under volumes:")
 
+    # One nats-server version everywhere: the image tag is the version `make` installs.
+    install = (ROOT / "nats" / "install-server.sh").read_text()
+    pinned = re.search(r'NATS_SERVER_VERSION="([0-9.]+)"', install)
+    for node in nats:
+        image = str(services[node].get("image", ""))
+        if not pinned or not image.startswith(f"nats:{pinned.group(1)}-"):
+            problem(f"{node}: image {image!r} is not nats:{pinned.group(1) if pinned else '?'}-… (nats/install-server.sh)")
+    # Published ports stay on the host's loopback unless an override opens them.
+    for name, svc in services.items():
+        for port in svc.get("ports") or []:
+            if not str(port).startswith("127.0.0.1:"):
+                problem(f"{name}: port {port!r} is published on every interface, not 127.0.0.1")
+
     # NATS nodes: started with their own config from the mounted directory.
     routes_conf = (ROOT / "nats" / "cluster" / "common.conf").read_text()
     routes = sorted(re.findall(r"nats-route://([A-Za-z0-9_-]+):6222", routes_conf))

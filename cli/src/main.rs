@@ -62,11 +62,12 @@ struct Cli {
     #[arg(long, global = true)]
     json: bool,
     /// Sign in with this NKey seed file (`switchboard nats-config` writes one per agent, and
-    /// `services.nk`). Without it, `SWITCHBOARD_NATS__NKEY_SEED` holds the seed itself, if set.
+    /// `services.nk`); the services read the same variable. Without it,
+    /// `SWITCHBOARD_NATS__NKEY_SEED` holds the seed itself, if set.
     #[arg(
         long,
         global = true,
-        env = "SWITCHBOARD_NKEY_FILE",
+        env = "SWITCHBOARD_NATS__NKEY_FILE",
         value_name = "FILE"
     )]
     nkey: Option<std::path::PathBuf>,
