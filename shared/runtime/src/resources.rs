@@ -409,6 +409,15 @@ const RETRY_PAUSE_MAX: Duration = Duration::from_secs(5);
 const RETRY_QUIET_ATTEMPTS: u32 = 5;
 
 /// Waits before attempt `attempt + 1` of applying `name`, logging why the last one failed.
+/// How long one attempt to apply a stream or bucket waits for JetStream. A fresh cluster
+/// answers nothing until its meta leader is elected: each attempt used to wait out the whole
+/// request timeout (10 s), so services started with a cluster answered after ~40 s in 10 s
+/// steps; now they try again every few seconds.
+const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// What a timed-out attempt logs.
+const NO_ANSWER: &str = "JetStream did not answer within 3 s (a cluster electing its leader?)";
+
 async fn retry_pause(name: &str, attempt: u32, error: &dyn std::fmt::Display) {
     if attempt >= RETRY_QUIET_ATTEMPTS {
         tracing::warn!(resource = %name, attempt, %error, "JetStream resource not applied yet; retrying");
@@ -428,7 +437,14 @@ pub async fn ensure_stream(
 ) -> Result<(), ResourceError> {
     let mut attempt = 0;
     loop {
-        let failed = match js.create_or_update_stream(config.clone()).await {
+        let applied =
+            tokio::time::timeout(ATTEMPT_TIMEOUT, js.create_or_update_stream(config.clone())).await;
+        let Ok(applied) = applied else {
+            retry_pause(&config.name, attempt, &NO_ANSWER).await;
+            attempt += 1;
+            continue;
+        };
+        let failed = match applied {
             Ok(info) => {
                 return placed_replicas(js, info, config.num_replicas)
                     .await
@@ -463,9 +479,15 @@ pub async fn ensure_bucket(
 ) -> Result<kv::Store, ResourceError> {
     let mut attempt = 0;
     loop {
-        match js.create_or_update_key_value(config.clone()).await {
-            Ok(store) => return Ok(store),
-            Err(err) => retry_pause(&config.bucket, attempt, &err).await,
+        match tokio::time::timeout(
+            ATTEMPT_TIMEOUT,
+            js.create_or_update_key_value(config.clone()),
+        )
+        .await
+        {
+            Ok(Ok(store)) => return Ok(store),
+            Ok(Err(err)) => retry_pause(&config.bucket, attempt, &err).await,
+            Err(_) => retry_pause(&config.bucket, attempt, &NO_ANSWER).await,
         }
         attempt += 1;
     }
