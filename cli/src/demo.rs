@@ -20,6 +20,22 @@ pub struct DemoArgs {
     /// NATS URL of the running system.
     #[arg(long, env = "NATS_URL", default_value = crate::DEFAULT_NATS_URL)]
     nats_url: String,
+    /// Under the generated accounts: the folder `switchboard nats-config --out DIR` wrote. Each
+    /// demo agent signs in with `DIR/agents/<id>.nk` (the agents file must list
+    /// demo-coordinator, demo-researcher and demo-writer, as deploy/agents.toml does) and the
+    /// audit steps with `DIR/services.nk`.
+    #[arg(long, value_name = "DIR")]
+    keys: Option<std::path::PathBuf>,
+}
+
+/// The seed in `file` under `--keys DIR` (`None` without it).
+fn seed_of(keys: Option<&std::path::Path>, file: &str) -> anyhow::Result<Option<String>> {
+    keys.map(|dir| {
+        let path = dir.join(file);
+        switchboard_runtime::permissions::read_seed(&path)
+            .map_err(|err| anyhow::anyhow!("{}: {err}", path.display()))
+    })
+    .transpose()
 }
 
 /// How long any one step may wait for a message.
@@ -50,10 +66,12 @@ impl Narrator {
     }
 }
 
-/// Registers a demo agent over its own connection (its own reply inbox prefix).
-async fn agent(nats_url: &str, id: &str, description: &str) -> anyhow::Result<Agent> {
+/// Registers a demo agent over its own connection (its own reply inbox prefix, its own key
+/// under `--keys`).
+async fn agent(args: &DemoArgs, id: &str, description: &str) -> anyhow::Result<Agent> {
+    let seed = seed_of(args.keys.as_deref(), &format!("agents/{id}.nk"))?;
     let id = AgentId::parse(id)?;
-    let nats = crate::nats::connect_as(nats_url, Some(&id)).await?;
+    let nats = crate::nats::connect_signed(&args.nats_url, Some(&id), seed).await?;
     let mut card = AgentCard::new(id);
     card.description = description.to_owned();
     card.can_talk_to = vec!["demo-*".to_owned()];
@@ -71,17 +89,13 @@ async fn next(goal: &Goal, what: &str) -> anyhow::Result<InboxMessage> {
 
 /// Runs the demo; returns the task's audit thread as the final value.
 pub async fn run(args: DemoArgs, json: bool) -> anyhow::Result<serde_json::Value> {
-    let nats = crate::nats::connect(&args.nats_url).await?;
+    let operator = seed_of(args.keys.as_deref(), "services.nk")?;
+    let nats = crate::nats::connect_signed(&args.nats_url, None, operator).await?;
     let mut say = Narrator { json, step: 0 };
 
-    let coordinator = agent(
-        &args.nats_url,
-        "demo-coordinator",
-        "plans the work and delegates",
-    )
-    .await?;
-    let researcher = agent(&args.nats_url, "demo-researcher", "finds and checks facts").await?;
-    let writer = agent(&args.nats_url, "demo-writer", "phrases things well").await?;
+    let coordinator = agent(&args, "demo-coordinator", "plans the work and delegates").await?;
+    let researcher = agent(&args, "demo-researcher", "finds and checks facts").await?;
+    let writer = agent(&args, "demo-writer", "phrases things well").await?;
     let coordinator_goal = coordinator.open_goal().await?;
     let researcher_goal = researcher.open_goal().await?;
     let writer_goal = writer.open_goal().await?;

@@ -48,6 +48,16 @@ pub(crate) async fn connect_as(
     nats_url: &str,
     agent: Option<&AgentId>,
 ) -> anyhow::Result<async_nats::Client> {
+    connect_signed(nats_url, agent, None).await
+}
+
+/// [`connect_as`], signed in with `seed` instead of this process's credentials when given
+/// (`switchboard demo --keys`: one key per demo agent).
+pub(crate) async fn connect_signed(
+    nats_url: &str,
+    agent: Option<&AgentId>,
+    seed: Option<String>,
+) -> anyhow::Result<async_nats::Client> {
     let options = match agent {
         Some(agent) => switchboard_client::agent_connect_options(agent),
         None => async_nats::ConnectOptions::new().name("switchboard-cli"),
@@ -64,12 +74,13 @@ pub(crate) async fn connect_as(
         }
     });
     let servers = switchboard_client::server_list(nats_url);
-    signed_in(options)
-        .connect(servers.as_slice())
-        .await
-        .map_err(|err| {
-            anyhow::anyhow!("connecting to {nats_url}: {err} (is `switchboard up` running?)")
-        })
+    let options = match seed {
+        Some(seed) => options.nkey(seed),
+        None => signed_in(options),
+    };
+    options.connect(servers.as_slice()).await.map_err(|err| {
+        anyhow::anyhow!("connecting to {nats_url}: {err} (is `switchboard up` running?)")
+    })
 }
 
 /// An idempotent request (it carries its own id), retried while no service answers.

@@ -51,3 +51,33 @@ async fn the_demo_runs_the_scripted_conversation_and_prints_the_audit_thread() {
     let thread: serde_json::Value = serde_json::from_str(&rest).unwrap();
     assert!(thread["records"].as_array().unwrap().len() >= 4, "{thread}");
 }
+
+/// Issue 26, item 11: the demo runs under the generated accounts too, each demo agent signed in
+/// with its own key from the folder `nats-config` wrote (the compose stack's default), and an
+/// agent without a key is refused.
+#[tokio::test]
+async fn the_demo_runs_under_the_generated_accounts_with_keys() {
+    let system =
+        System::start_secured(&["demo-coordinator", "demo-researcher", "demo-writer"]).await;
+    let keys = system
+        .agent_key("demo-writer")
+        .parent()
+        .and_then(std::path::Path::parent)
+        .unwrap()
+        .to_owned();
+    let (ok, out, err) = text(&[
+        "demo",
+        "--nats-url",
+        &system.url(),
+        "--keys",
+        keys.to_str().unwrap(),
+    ])
+    .await;
+    assert!(ok, "{err}\n{out}");
+    assert!(out.contains("audit: thread of task"), "{out}");
+    let (ok, _, _) = text(&["demo", "--nats-url", &system.url()]).await;
+    assert!(
+        !ok,
+        "without keys the secured server refuses the demo's agents"
+    );
+}
