@@ -631,3 +631,49 @@ async fn a_hard_killed_up_leaves_no_nats_server_behind() {
     .await;
     assert!(gone, "the embedded nats-server outlived a SIGKILL of up");
 }
+
+/// Issue 26, item 11: docs/deploy.md's commands for the compose stack's default (the generated
+/// accounts), run as written against `switchboard up` with those accounts: the operator signs
+/// in with `services.nk`, an agent with its own key, both through
+/// `SWITCHBOARD_NATS__NKEY_FILE`, over a comma-separated `NATS_URL`.
+#[tokio::test]
+async fn the_deploy_guides_commands_run_under_the_generated_accounts() {
+    let system = common::System::start_secured(&["researcher", "writer"]).await;
+    let researcher_key = system.agent_key("researcher");
+    let auth = researcher_key
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .to_owned();
+    let nats_url = format!("{},{}", system.url(), system.url());
+    let run = |key: std::path::PathBuf, args: &[&str]| {
+        let mut command = switchboard();
+        command
+            .env("NATS_URL", &nats_url)
+            .env("SWITCHBOARD_NATS__NKEY_FILE", key)
+            .args(args);
+        async move {
+            let output = command.output().await.unwrap();
+            (
+                output.status.success(),
+                String::from_utf8_lossy(&output.stdout).to_string(),
+                String::from_utf8_lossy(&output.stderr).to_string(),
+            )
+        }
+    };
+    let (ok, _, err) = run(researcher_key.clone(), &["register", "--as", "researcher"]).await;
+    assert!(ok, "{err}");
+    let (ok, out, err) = run(auth.join("services.nk"), &["agents"]).await;
+    assert!(ok && out.contains("researcher"), "{err}\n{out}");
+    let (ok, _, err) = run(researcher_key, &["peers", "--as", "researcher"]).await;
+    assert!(ok, "{err}");
+    // Without a key the server refuses the same command.
+    let output = switchboard()
+        .env("NATS_URL", &nats_url)
+        .args(["agents"])
+        .output()
+        .await
+        .unwrap();
+    assert!(!output.status.success());
+}
