@@ -89,6 +89,16 @@ def check_objects(objects: list[dict], values: dict, label: str) -> None:
         urls = "[" + ",".join(merged["nats"]["urls"]) + "]"
         if env.get("SWITCHBOARD_NATS__URLS", {}).get("value") != urls:
             problem(f"[{label}] {service}: SWITCHBOARD_NATS__URLS is not {urls}")
+        grants = merged.get("skillGrants", {}).get("existingConfigMap")
+        grants_env = env.get("SWITCHBOARD_DIRECTORY__SKILL_GRANTS_FILE", {}).get("value")
+        if service == "directory" and grants:
+            volumes = {v["name"]: v for v in pod.get("volumes", [])}
+            if grants_env != "/etc/switchboard/grants/skill-grants.json":
+                problem(f"[{label}] directory: skill grants set but SWITCHBOARD_DIRECTORY__SKILL_GRANTS_FILE is {grants_env!r}")
+            if volumes.get("skill-grants", {}).get("configMap", {}).get("name") != grants:
+                problem(f"[{label}] directory: the skill grants ConfigMap {grants!r} is not mounted")
+        elif grants_env is not None:
+            problem(f"[{label}] {service}: SWITCHBOARD_DIRECTORY__SKILL_GRANTS_FILE without skillGrants")
         replicas = int(merged["services"][service]["replicas"])
         pdb = pdbs.get(name, {}).get("spec", {})
         want = {"minAvailable": 1} if replicas > 1 else {"maxUnavailable": 1}
