@@ -1051,3 +1051,49 @@ async fn a_held_fetch_reads_the_inbox_only_when_something_may_be_there() {
         "the held fetch read the inbox stream"
     );
 }
+
+/// A held fetch's `ack_through` of many messages is written at once, not when the wait ends:
+/// a burst into the goal meanwhile can then purge what was read instead of evicting unread
+/// messages. (A short ack is written with the hand-out that ends the wait.)
+#[tokio::test]
+async fn a_held_fetchs_ack_of_many_messages_is_written_at_once() {
+    let fabric = Fabric::start().await;
+    let writer = fabric.agent("writer").await;
+    let (_reader, goal) = fabric.agent_with_goal("reader").await;
+    let client = fabric.nats.client().await;
+    for n in 0..20 {
+        writer
+            .send_to_peer("reader", &format!("m{n}"))
+            .await
+            .unwrap();
+    }
+    let all = fetch(&client, "reader", json!({"goal_id": goal.id(), "max": 64})).await;
+    assert_eq!(all.messages.len(), 20);
+    let last = all.messages[19].seq;
+    let held = {
+        let client = client.clone();
+        let goal = goal.id();
+        tokio::spawn(async move {
+            fetch(
+                &client,
+                "reader",
+                json!({"goal_id": goal, "ack_through": last, "wait_ms": 3_000}),
+            )
+            .await
+        })
+    };
+    let written = eventually(Duration::from_secs(2), || async {
+        fetch(
+            &client,
+            "reader",
+            json!({"goal_id": goal.id(), "peek": true}),
+        )
+        .await
+        .cursor
+            == last
+    })
+    .await;
+    assert!(written, "the ack of 20 waited for the held fetch to end");
+    assert!(!held.is_finished(), "the fetch is still held");
+    assert!(held.await.unwrap().messages.is_empty());
+}

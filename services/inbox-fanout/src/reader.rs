@@ -35,6 +35,11 @@ use crate::wake::{Notice, SAFETY_REREAD, WakeHub};
 
 /// How many compare-and-set attempts one request makes before answering `conflict`.
 const CAS_ATTEMPTS: u32 = 64;
+/// A held fetch's `ack_through` that passes fewer messages than this is written with the
+/// hand-out that ends the wait (one cursor write per message on a call's path); one that
+/// passes more is written at once, so a burst into the goal can purge what was read.
+const DEFER_ACKS_UP_TO: u64 = 16;
+
 /// Pauses before reading again after a wake finds nothing yet: a replica answering direct gets
 /// may apply a message a moment after the leader announced it (milliseconds, seconds while it
 /// catches up after a restart).
@@ -211,6 +216,10 @@ impl Reader {
         // A change to the cursor this held fetch has not written yet (its `ack_through` while
         // nothing was unread): written with the hand-out that ends the wait, or at its end.
         let mut unwritten = false;
+        // This attempt's `ack_through` passed many messages: written at once, not deferred —
+        // a full goal's room comes from purging what its cursor has passed, and a burst that
+        // finds the cursor behind would evict unread messages instead.
+        let mut acked_many = false;
         loop {
             let from_recent = recent.is_some();
             // A held fetch's record may have been overtaken while it waited — by the reader's
@@ -246,7 +255,9 @@ impl Reader {
                         record.handed
                     )));
                 }
+                let before = record.cursor;
                 changed |= record.advance(through);
+                acked_many = record.cursor.saturating_sub(before) >= DEFER_ACKS_UP_TO;
             }
             // `read` receipts the cursor passed (taken on this attempt's record, so a lost
             // compare-and-set takes them again from the fresh one).
@@ -351,6 +362,7 @@ impl Reader {
                 && messages.is_empty()
                 && expired.is_none()
                 && reads.is_empty()
+                && !acked_many
                 && Instant::now() < deadline
                 && !self.stopping.is_cancelled();
             if changed && holds_on {
