@@ -181,11 +181,32 @@ pub(crate) async fn source_consumer(
         .map_err(|err| open_failed(&err))?;
     for old in older {
         if let Err(err) = stream.delete_consumer(&old).await {
-            tracing::warn!(consumer = %old, error = %err, "an earlier audit consumer was not deleted");
+            // Left in place, its ack floor would hold back every goal inbox's purge of read
+            // messages (shared/runtime/src/room.rs): tried again in the background.
+            tracing::warn!(consumer = %old, error = %err, "an earlier audit consumer was not deleted; trying again");
+            let stream = stream.clone();
+            tokio::spawn(async move { delete_later(&stream, &old).await });
         }
     }
     tracing::info!(consumer = %name, from = ?floor, "audit source consumer opened");
     Ok(consumer)
+}
+
+/// Deletes an earlier writer's consumer that a first attempt could not: every 5 s for up to 5
+/// minutes (gone already counts as deleted), then left to the next writer that starts.
+async fn delete_later(stream: &jetstream::stream::Stream, name: &str) {
+    for _ in 0..60 {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        match stream.delete_consumer(name).await {
+            Ok(_) => {
+                tracing::info!(consumer = %name, "an earlier audit consumer deleted at last");
+                return;
+            }
+            Err(err) if err.to_string().contains("consumer not found") => return,
+            Err(err) => tracing::debug!(consumer = %name, error = %err, "earlier audit consumer still not deleted"),
+        }
+    }
+    tracing::warn!(consumer = %name, "an earlier audit consumer could not be deleted; the next writer tries again");
 }
 
 /// Acknowledges a source whose record is stored, and every earlier one of its consumer (see
