@@ -203,7 +203,9 @@ async fn delete_later(stream: &jetstream::stream::Stream, name: &str) {
                 return;
             }
             Err(err) if err.to_string().contains("consumer not found") => return,
-            Err(err) => tracing::debug!(consumer = %name, error = %err, "earlier audit consumer still not deleted"),
+            Err(err) => {
+                tracing::debug!(consumer = %name, error = %err, "earlier audit consumer still not deleted")
+            }
         }
     }
     tracing::warn!(consumer = %name, "an earlier audit consumer could not be deleted; the next writer tries again");
