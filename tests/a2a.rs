@@ -397,8 +397,14 @@ async fn bad_requests_get_the_spec_codes_and_break_nothing() {
         r#"{{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{{"message":{{"messageId":"m","role":"ROLE_USER","parts":[{{"text":"{}"}}]}}}}}}"#,
         "x".repeat(2 * 1024 * 1024)
     );
+    // Issue 26: a body just under the limit of empty parts, refused by counting them.
+    let flood = format!(
+        r#"{{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{{"message":{{"messageId":"m","role":"ROLE_USER","parts":[{}{{"text":""}}]}}}}}}"#,
+        r#"{"text":""},"#.repeat(80_000)
+    );
     let cases: Vec<Case> = vec![
         ("malformed JSON", json_headers.to_vec(), "{\"jsonrpc\":".into(), 200, -32700),
+        ("80,001 empty parts", json_headers.to_vec(), flood, 200, -32602),
         ("not an object", json_headers.to_vec(), "[1,2]".into(), 200, -32600),
         ("wrong jsonrpc", json_headers.to_vec(), r#"{"jsonrpc":"1.0","id":1,"method":"GetTask"}"#.into(), 200, -32600),
         ("id of a bad type", json_headers.to_vec(), r#"{"jsonrpc":"2.0","id":[1],"method":"GetTask"}"#.into(), 200, -32600),

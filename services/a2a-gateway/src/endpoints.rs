@@ -305,6 +305,19 @@ fn envelope(bytes: &Bytes) -> Result<(JsonRpcId, String, Value), (JsonRpcId, Gat
 }
 
 fn params<T: DeserializeOwned>(params: Value) -> Result<T, GatewayError> {
+    // Counted before the A2A types are built (they read every part through a map of its
+    // own): a message of a million empty parts is refused for the cost of counting them.
+    if params
+        .get("message")
+        .and_then(|message| message.get("parts"))
+        .and_then(Value::as_array)
+        .is_some_and(|parts| parts.len() > crate::tasks::MAX_PARTS)
+    {
+        return Err(GatewayError::InvalidParams(format!(
+            "a message has at most {} parts",
+            crate::tasks::MAX_PARTS
+        )));
+    }
     serde_json::from_value(params).map_err(|err| GatewayError::InvalidParams(err.to_string()))
 }
 
