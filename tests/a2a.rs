@@ -898,6 +898,24 @@ async fn hanging_webhook() -> (String, std::sync::Arc<std::sync::atomic::AtomicU
     (url, taken)
 }
 
+/// `SendMessage` to `agent` as the client of `token`, returning at once, with a webhook at
+/// `url` given with the message.
+async fn send_with_webhook(a2a: &A2a, token: &str, agent: &str, text: &str, url: &str) -> Value {
+    a2a.rpc_as(
+        token,
+        agent,
+        "SendMessage",
+        json!({
+            "message": message(text, None),
+            "configuration": {
+                "returnImmediately": true,
+                "taskPushNotificationConfig": {"url": url},
+            },
+        }),
+    )
+    .await
+}
+
 /// Issue 26, item 4: one client's hanging webhooks delay only its own pushes — another
 /// client's push goes out at once — and a webhook given with a message whose task the task
 /// service refuses is not kept.
@@ -908,20 +926,8 @@ async fn a_clients_hanging_webhooks_do_not_delay_anothers_push() {
     // "other" starts 8 tasks whose webhooks hang: some 30 events to push, 4 of them posted at
     // once (its lane), the rest held or coming back later.
     for n in 0..8 {
-        let reply = a2a
-            .rpc_as(
-                OTHER_TOKEN,
-                "echo",
-                "SendMessage",
-                json!({
-                    "message": message(&format!("hang {n}"), None),
-                    "configuration": {
-                        "returnImmediately": true,
-                        "taskPushNotificationConfig": {"url": hanging},
-                    },
-                }),
-            )
-            .await;
+        let reply =
+            send_with_webhook(&a2a, OTHER_TOKEN, "echo", &format!("hang {n}"), &hanging).await;
         assert!(reply["result"]["task"].is_object(), "{reply}");
     }
     assert!(
@@ -935,19 +941,7 @@ async fn a_clients_hanging_webhooks_do_not_delay_anothers_push() {
     // planner's task and its webhook: the first event arrives promptly.
     let (url, received) = http::webhook_sink(0).await;
     let started = std::time::Instant::now();
-    let reply = a2a
-        .rpc(
-            "echo",
-            "SendMessage",
-            json!({
-                "message": message("quick", None),
-                "configuration": {
-                    "returnImmediately": true,
-                    "taskPushNotificationConfig": {"url": url},
-                },
-            }),
-        )
-        .await;
+    let reply = send_with_webhook(&a2a, TOKEN, "echo", "quick", &url).await;
     assert!(reply["result"]["task"].is_object(), "{reply}");
     assert!(
         switchboard_testkit::eventually(Duration::from_secs(10), || async {
@@ -974,19 +968,7 @@ async fn a_clients_hanging_webhooks_do_not_delay_anothers_push() {
     };
     let before = count().await;
     for n in 0..5 {
-        let reply = a2a
-            .rpc(
-                "idle",
-                "SendMessage",
-                json!({
-                    "message": message(&format!("refused {n}"), None),
-                    "configuration": {
-                        "returnImmediately": true,
-                        "taskPushNotificationConfig": {"url": url},
-                    },
-                }),
-            )
-            .await;
+        let reply = send_with_webhook(&a2a, TOKEN, "idle", &format!("refused {n}"), &url).await;
         assert!(reply["error"].is_object(), "refused: {reply}");
     }
     assert_eq!(count().await, before, "a refused task's webhook was kept");

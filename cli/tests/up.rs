@@ -35,12 +35,10 @@ async fn read_banner(
     .expect("up prints its banner")
 }
 
-#[tokio::test]
-async fn up_runs_the_embedded_system_and_stops_on_ctrl_c() {
-    let data = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let url = format!("nats://127.0.0.1:{port}");
-    let mut up = switchboard()
+/// `switchboard up` with its embedded nats-server on `port`, data under `dir`, stdout piped
+/// (for the banner).
+fn embedded_up(dir: &std::path::Path, port: u16) -> tokio::process::Child {
+    switchboard()
         .args([
             "up",
             "--port",
@@ -49,12 +47,20 @@ async fn up_runs_the_embedded_system_and_stops_on_ctrl_c() {
             "127.0.0.1:0",
             "--data-dir",
         ])
-        .arg(data.path().join("nats"))
-        .current_dir(data.path())
+        .arg(dir.join("nats"))
+        .current_dir(dir)
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
-        .unwrap();
+        .unwrap()
+}
+
+#[tokio::test]
+async fn up_runs_the_embedded_system_and_stops_on_ctrl_c() {
+    let data = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let url = format!("nats://127.0.0.1:{port}");
+    let mut up = embedded_up(data.path(), port);
     // However the test ends, `up` gets Ctrl-C and stops its embedded nats-server (a killed
     // `up` would leave the server running).
     let _interrupt = common::InterruptOnDrop(up.id());
@@ -603,21 +609,7 @@ async fn up_takes_a_server_list_and_waits_for_nats_to_come_up() {
 async fn a_hard_killed_up_leaves_no_nats_server_behind() {
     let data = tempfile::tempdir().unwrap();
     let port = free_port();
-    let mut up = switchboard()
-        .args([
-            "up",
-            "--port",
-            &port.to_string(),
-            "--a2a-listen",
-            "127.0.0.1:0",
-            "--data-dir",
-        ])
-        .arg(data.path().join("nats"))
-        .current_dir(data.path())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
+    let mut up = embedded_up(data.path(), port);
     let _interrupt = common::InterruptOnDrop(up.id());
     let mut lines = BufReader::new(up.stdout.take().unwrap()).lines();
     read_banner(&mut lines).await;
