@@ -9,10 +9,15 @@
 //! follow, and, when the record before it is its own, `Nats-Expected-Last-Subject-Sequence` =
 //! that record's sequence, and `Nats-Msg-Id` = its event id.
 //! The chain fixes every record's sequence in advance, so the appender does not wait for the
-//! stream's acks of the records before: up to a window of publishes are in flight. Their acks
-//! are read in order; stored records go to the indexer (`indexer.rs`) in batches, and a source
-//! message is acknowledged only after its record is stored and indexed (one cumulative ack per
-//! indexed batch). Records are not stored as ADR-50 atomic batches: measured on nats-server
+//! stream's acks of the records before: up to a window of publishes are in flight. Records are
+//! sent in runs (up to [`MARK_EVERY`], or what came within [`LINGER`]) and only the last of a
+//! run asks for an ack: each record after the first of a run is stored only right after this
+//! writer's record before it (the expected last sequence and subject sequence), so the last
+//! one stored where it belongs proves every record of its run stored, and a run that fails
+//! anywhere fails at its last record (issue 25, round three: one ack per run instead of one per
+//! record). The acks are read in order; stored records go to the indexer (`indexer.rs`) in
+//! batches, and a source message is acknowledged only after its record is stored and indexed
+//! (one cumulative ack per indexed batch). Records are not stored as ADR-50 atomic batches: measured on nats-server
 //! 2.15, a batch costs the server about 1 ms of CPU more than its records published one by one
 //! (docs/performance.md, "The data path").
 //!
@@ -32,6 +37,9 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+use async_nats::header::{
+    NATS_EXPECTED_LAST_SEQUENCE, NATS_EXPECTED_LAST_SUBJECT_SEQUENCE, NATS_MESSAGE_ID,
+};
 use async_nats::jetstream;
 use async_nats::jetstream::context::PublishError;
 use async_nats::jetstream::message::PublishMessage;
@@ -64,6 +72,11 @@ const RECOVERY_PAUSE: Duration = Duration::from_millis(250);
 /// sources acknowledged: a trickle of calls shares an index transaction and an ack, and the
 /// audit floor (below which an inbox may purge read messages, `room.rs`) lags by no more.
 const INDEX_PAUSE: Duration = Duration::from_millis(3);
+/// How long a record waits for others to share its run's ack when sources come one by one
+/// (a trickle of calls): the trail lags by at most this more.
+const LINGER: Duration = Duration::from_millis(10);
+/// Records in a run at most: a run is sent as soon as it has this many.
+const MARK_EVERY: usize = 64;
 
 /// A source message waiting for its record.
 pub(crate) struct Source {
@@ -119,7 +132,9 @@ pub(crate) async fn write(
         window: (batch * WINDOW_BATCHES).min(4_000),
         batch,
         tail: head.clone(),
-
+        client: trail.js.client(),
+        run: Vec::new(),
+        send_run_at: None,
         sent: VecDeque::new(),
         stored: Vec::new(),
         hand_over_at: None,
@@ -135,14 +150,16 @@ pub(crate) async fn write(
         if appender.shared.index_failed() {
             appender.recover(&mut head, Vec::new(), &shutdown).await;
         }
-        let room = appender.sent.len() < appender.window;
+        let room = appender.sent.len() + appender.run.len() < appender.window;
         let hand_over_at = appender.hand_over_at;
+        let send_run_at = appender.send_run_at;
         tokio::select! {
             biased;
             () = shutdown.cancelled() => break,
             acked = front_ack(&mut appender.sent), if !appender.sent.is_empty() => {
                 appender.settle(&mut head, acked, &shutdown).await;
             }
+            () = sleep_until(send_run_at), if send_run_at.is_some() => appender.send_run().await,
             () = sleep_until(hand_over_at), if hand_over_at.is_some() => appender.hand_over().await,
             next = rx.recv(), if room => match next {
                 Some(source) => appender.offer(source).await,
@@ -156,7 +173,11 @@ pub(crate) async fn write(
                 // the stream aged out): an idle system stays quiet on the wire.
                 let idle = appender.tail.seq == caught_up_at.0
                     && caught_up_at.1.elapsed() < IDLE_CATCH_UP;
-                if appender.sent.is_empty() && !idle && appender.drain().await {
+                if appender.sent.is_empty()
+                    && appender.run.is_empty()
+                    && !idle
+                    && appender.drain().await
+                {
                     if let Err(err) = trail.catch_up_locked(&mut head).await {
                         tracing::warn!(error = %err, "audit catch-up failed");
                     }
@@ -166,8 +187,10 @@ pub(crate) async fn write(
             }
         }
     }
-    // Stopping: collect the acks of what was sent (their sources are acknowledged once
-    // indexed), so the index holds every record this replica stored before it lets go.
+    // Stopping: send the run being gathered and collect the acks of what was sent (their
+    // sources are acknowledged once indexed), so the index holds every record this replica
+    // stored before it lets go.
+    appender.send_run().await;
     while !appender.sent.is_empty() {
         let acked = front_ack(&mut appender.sent).await;
         appender.settle(&mut head, acked, &shutdown).await;
@@ -195,10 +218,10 @@ async fn sleep_until(at: Option<tokio::time::Instant>) {
     }
 }
 
-/// The ack of the oldest record in flight.
+/// The ack of the oldest run in flight (its last record's).
 async fn front_ack(sent: &mut VecDeque<Sent>) -> Result<PublishAck, PublishError> {
-    match sent.front_mut() {
-        Some(front) => front.ack.as_mut().await,
+    match sent.iter_mut().find_map(|sent| sent.ack.as_mut()) {
+        Some(ack) => ack.as_mut().await,
         None => std::future::pending().await,
     }
 }
@@ -217,10 +240,11 @@ struct Chained {
     after_own: bool,
 }
 
-/// A record published, waiting for the stream's ack.
+/// A record published, waiting for the stream's ack: its own when it is the last of its run,
+/// else the run's.
 struct Sent {
     record: Chained,
-    ack: AckFuture,
+    ack: Option<AckFuture>,
 }
 
 /// The writing replica's appender: chains each new source on the record sent before it and
@@ -231,8 +255,14 @@ struct Appender {
     subject: String,
     window: usize,
     batch: usize,
-    /// The last record sent (the head when nothing is in flight).
+    /// The last record chained (the head when nothing is in flight).
     tail: Head,
+    /// The connection the records are published on (the JetStream context's).
+    client: async_nats::Client,
+    /// Records chained but not sent yet: the run being gathered.
+    run: Vec<Chained>,
+    /// When the run is sent if it does not fill up first.
+    send_run_at: Option<tokio::time::Instant>,
     /// Records in flight, oldest first.
     sent: VecDeque<Sent>,
     /// Records stored since the last job handed to the indexer.
@@ -296,14 +326,54 @@ impl Appender {
             body,
             after_own,
         };
-        self.publish(record).await;
+        self.run.push(record);
+        if self.run.len() >= MARK_EVERY.min(self.batch) {
+            self.send_run().await;
+        } else if self.send_run_at.is_none() {
+            self.send_run_at = Some(tokio::time::Instant::now() + LINGER);
+        }
+    }
+
+    /// Sends the run gathered so far; only its last record asks for an ack.
+    async fn send_run(&mut self) {
+        self.send_run_at = None;
+        let run = std::mem::take(&mut self.run);
+        let last = run.len().saturating_sub(1);
+        for (n, record) in run.into_iter().enumerate() {
+            self.publish(record, n == last).await;
+        }
     }
 
     /// Publishes a chained record with the headers that let the stream store it only where it
-    /// belongs (the expected last sequence, and subject sequence after this writer's own).
-    async fn publish(&mut self, record: Chained) {
+    /// belongs (the expected last sequence, and subject sequence after this writer's own); with
+    /// `acked`, the stream's ack comes back (the run's last record), else nothing does.
+    async fn publish(&mut self, record: Chained, acked: bool) {
         let mut headers = switchboard_runtime::telemetry::traced_headers();
         headers.insert(HEADER_AUDIT_HASH, record.hash.as_str());
+        if !acked {
+            headers.insert(NATS_MESSAGE_ID, record.source.record.id.as_str());
+            headers.insert(
+                NATS_EXPECTED_LAST_SEQUENCE,
+                (record.seq - 1).to_string().as_str(),
+            );
+            if record.after_own {
+                headers.insert(
+                    NATS_EXPECTED_LAST_SUBJECT_SEQUENCE,
+                    (record.seq - 1).to_string().as_str(),
+                );
+            }
+            // A record that is not stored (or a publish that fails here) fails the run's last
+            // record, which recovers the whole run.
+            if let Err(err) = self
+                .client
+                .publish_with_headers(self.subject.clone(), headers, record.body.clone())
+                .await
+            {
+                tracing::debug!(error = %err, "an audit record was not sent; its run will fail");
+            }
+            self.sent.push_back(Sent { record, ack: None });
+            return;
+        }
         let mut publish = PublishMessage::build()
             .payload(record.body.clone())
             .headers(headers)
@@ -321,39 +391,49 @@ impl Appender {
             Ok(future) => future.into_future(),
             Err(err) => futures::future::ready(Err(err)).boxed(),
         };
-        self.sent.push_back(Sent { record, ack });
+        self.sent.push_back(Sent {
+            record,
+            ack: Some(ack),
+        });
     }
 
-    /// Takes the oldest record's ack: stored where it was meant to go, it moves the head and
-    /// goes to the indexer; anything else (another writer moved the stream, a publish failed
-    /// or timed out) starts a recovery.
+    /// Takes the oldest run's ack: its last record stored where it was meant to go, the whole
+    /// run is (see the module docs), moves the head and goes to the indexer; anything else
+    /// (another writer moved the stream, a publish failed or timed out) starts a recovery.
     async fn settle(
         &mut self,
         head: &mut MutexGuard<'_, Head>,
         acked: Result<PublishAck, PublishError>,
         shutdown: &CancellationToken,
     ) {
-        let Some(front) = self.sent.pop_front() else {
+        let mut run = Vec::new();
+        while let Some(sent) = self.sent.pop_front() {
+            let last = sent.ack.is_some();
+            run.push(sent.record);
+            if last {
+                break;
+            }
+        }
+        let (Some(first), Some(last)) = (run.first(), run.last()) else {
             return;
         };
-        let record = front.record;
         match acked {
-            Ok(ack)
-                if !ack.duplicate && ack.sequence == record.seq && record.seq == head.seq + 1 =>
-            {
-                head.seq = record.seq;
-                head.hash = record.hash.clone();
-                head.subject = Some(self.subject.clone());
+            Ok(ack) if !ack.duplicate && ack.sequence == last.seq && first.seq == head.seq + 1 => {
                 self.fruitless = 0;
-                self.stored.push(Committed {
-                    entry: AuditEntry {
-                        seq: record.seq,
-                        hash: record.hash,
-                        record: record.source.record,
-                    },
-                    body: record.body,
-                    message: record.source.message,
-                });
+                for record in run {
+                    head.seq = record.seq;
+                    head.hash = record.hash.clone();
+                    head.subject = Some(self.subject.clone());
+                    self.stored.push(Committed {
+                        entry: AuditEntry {
+                            seq: record.seq,
+                            hash: record.hash,
+                            record: record.source.record,
+                        },
+                        body: record.body,
+                        message: record.source.message,
+                    });
+                }
                 if self.stored.len() >= self.batch {
                     self.hand_over().await;
                 } else if self.sent.is_empty() && self.hand_over_at.is_none() {
@@ -373,11 +453,12 @@ impl Appender {
                     Ok(ack) => tracing::debug!(
                         duplicate = ack.duplicate,
                         sequence = ack.sequence,
-                        expected = record.seq,
+                        expected = last.seq,
                         "an audit record was not stored where expected; catching up"
                     ),
                 }
-                self.recover(head, vec![record.source], shutdown).await;
+                let sources = run.into_iter().map(|record| record.source).collect();
+                self.recover(head, sources, shutdown).await;
             }
         }
     }
@@ -461,13 +542,18 @@ impl Appender {
         }
     }
 
-    /// The sources of every record still in flight, once its ack (or its failure) arrived.
+    /// The sources of every record still in flight, once its run's ack (or its failure)
+    /// arrived, then those of the run not sent yet.
     async fn in_flight_sources(&mut self) -> Vec<Source> {
-        let mut all = Vec::with_capacity(self.sent.len());
+        let mut all = Vec::with_capacity(self.sent.len() + self.run.len());
         while let Some(mut sent) = self.sent.pop_front() {
-            let _ = sent.ack.as_mut().await;
+            if let Some(ack) = sent.ack.as_mut() {
+                let _ = ack.await;
+            }
             all.push(sent.record.source);
         }
+        self.send_run_at = None;
+        all.extend(self.run.drain(..).map(|record| record.source));
         all
     }
 
