@@ -215,7 +215,10 @@ async fn a_scripted_conversation_reads_back_as_one_thread_in_causal_order() {
     let spawned = position(&records, |r| {
         r.kind == "task.created" && r.task_id == Some(sub.task_id)
     });
-    let opened = position(&records, |r| r.kind == "call.opened");
+    // The call's opening is its request message (there is no `opened` event).
+    let opened = position(&records, |r| {
+        r.kind == "request" && r.correlation_id == Some(correlation)
+    });
     let answered = position(&records, |r| r.kind == "call.answered");
     let sub_done = position(&records, |r| {
         r.kind == "task.complete" && r.task_id == Some(sub.task_id)

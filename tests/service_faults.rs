@@ -4,7 +4,7 @@
 //!
 //! Asserted: at least 2,000 acknowledged sends and 200 calls and tasks; acknowledged sends
 //! lost = 0; delivered again after a confirmed ack = 0; every call resolved exactly once (the
-//! caller got one outcome; each opened call has exactly one `answered` or `expired` event; none
+//! caller got one outcome; each call whose request was stored has exactly one `answered` or `expired` event; none
 //! is left open); every task created ends exactly once; and the audit recorded every stored
 //! inbox message and event exactly once (record count = accepted count).
 //!
@@ -319,13 +319,22 @@ async fn each_service_stopped_and_killed_in_turn_loses_doubles_and_leaves_nothin
     }
     let client = nats.client().await;
     // A call whose caller gave up is expired by the correlator's sweep shortly after its
-    // deadline: wait (bounded) until every opened call has its one ending.
+    // deadline: wait (bounded) until every opened call has its one ending. A call is opened
+    // when its request message is stored (the audit trail records it; there is no `opened`
+    // event).
     let mut opened = BTreeSet::new();
     let mut ended: BTreeMap<String, usize> = BTreeMap::new();
     let calls_deadline = Instant::now() + Duration::from_secs(30);
     loop {
         opened.clear();
         ended.clear();
+        for entry in switchboard_tests::audit_records(&client).await {
+            if entry.record.kind == "request"
+                && let Some(cid) = entry.record.correlation_id
+            {
+                opened.insert(cid.to_string());
+            }
+        }
         let events: Vec<serde_json::Value> =
             switchboard_tests::stored_json(&client, "agent.calls.events.>").await;
         for event in &events {
@@ -333,12 +342,11 @@ async fn each_service_stopped_and_killed_in_turn_loses_doubles_and_leaves_nothin
                 .as_str()
                 .unwrap_or_default()
                 .to_owned();
-            match event["event"].as_str().unwrap_or_default() {
-                "opened" => {
-                    opened.insert(cid);
-                }
-                "answered" | "expired" => *ended.entry(cid).or_default() += 1,
-                _ => {}
+            if matches!(
+                event["event"].as_str().unwrap_or_default(),
+                "answered" | "expired"
+            ) {
+                *ended.entry(cid).or_default() += 1;
             }
         }
         if opened.iter().all(|cid| ended.contains_key(cid)) || Instant::now() > calls_deadline {
@@ -412,7 +420,7 @@ async fn each_service_stopped_and_killed_in_turn_loses_doubles_and_leaves_nothin
         doubled.len()
     );
     println!(
-        "  calls {calls}: answered {answers}, errors {call_errors:?}; opened {} (events), unresolved {}, resolved twice {}",
+        "  calls {calls}: answered {answers}, errors {call_errors:?}; opened {} (requests stored), unresolved {}, resolved twice {}",
         opened.len(),
         unresolved.len(),
         resolved_twice.len()

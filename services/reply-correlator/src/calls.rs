@@ -310,13 +310,10 @@ impl Correlator {
             ));
         }
         tracing::info!(%correlation_id, caller = %caller, callee = %callee, depth = chain.len(), timeout_ms, wait = record.wait, "call opened");
-        let opened = async {
-            if !joined {
-                self.emit(CallEventKind::Opened, &record, None).await;
-            }
-        };
+        // No `opened` event: the request message, stored in the callee's inbox with the
+        // call's `correlation_id`, is the trail's record of the call opening (protocol §13,
+        // item 48).
         let Some(answers) = answers.as_mut() else {
-            opened.await;
             return Ok(CallOutcome::Parked(CallParked {
                 correlation_id,
                 delivered_to: report.delivered_to,
@@ -324,20 +321,10 @@ impl Correlator {
                 clamped,
             }));
         };
-        // The `opened` event is stored while the call waits, not before: it is sent at once,
-        // and its ack is awaited before an answer is taken, so the trail still has it before
-        // the `answered` event (whose replica publishes it only once the answer is taken).
         let forward = PartForwarder::new(self.client.clone(), reply.filter(|_| record.stream));
         // A joined call was indexed again above; a new waiting call only if it lasts.
         match self
-            .wait_for_answer(
-                stored,
-                (answers, &mut local),
-                timeout_ms,
-                opened,
-                forward,
-                joined,
-            )
+            .wait_for_answer(stored, (answers, &mut local), timeout_ms, forward, joined)
             .await
         {
             Ok(CallOutcome::Answered(mut answer)) => {
@@ -425,7 +412,6 @@ impl Correlator {
             &mut mpsc::Receiver<LocalAnswer>,
         ),
         timeout_ms: u64,
-        opened: impl Future<Output = ()>,
         mut forward: PartForwarder,
         mut indexed: bool,
     ) -> Result<CallOutcome, CorrelatorError> {
@@ -440,16 +426,10 @@ impl Correlator {
                     .max(time::Duration::ZERO),
             ));
         let mut grace_until = None;
-        tokio::pin!(opened);
-        let mut opened_stored = false;
         loop {
             let until = grace_until.unwrap_or(deadline);
             let (answer, taken) = tokio::select! {
                 biased;
-                () = &mut opened, if !opened_stored => {
-                    opened_stored = true;
-                    continue;
-                }
                 () = tokio::time::sleep_until(index_at), if !indexed => {
                     // In the background: the wait keeps taking answers meanwhile (a replier
                     // waits only so long before it falls back to the inbox).
@@ -475,9 +455,6 @@ impl Correlator {
                             continue;
                         }
                         if self.store.end(&stored, CallState::Expired, indexed).await?.is_some() {
-                            if !opened_stored {
-                                (&mut opened).await;
-                            }
                             self.on_expired(call).await;
                             let _ = answers.unsubscribe().await;
                             return Err(CorrelatorError::RequestDropped {
@@ -539,16 +516,6 @@ impl Correlator {
                     }
                 }
             };
-            // The `opened` event is stored before the answer is taken: the answering replica
-            // publishes `answered` only once it is. The wait for it is bounded well inside the
-            // replier's hand-over timeout: past it, the replier would deliver the answer to the
-            // inbox as well.
-            if !opened_stored {
-                let waited = tokio::time::timeout(HANDOVER_TIMEOUT / 2, &mut opened).await;
-                if waited.is_err() {
-                    tracing::warn!(correlation_id = %call.correlation_id, "the opened event is not stored yet; taking the answer anyway");
-                }
-            }
             match taken {
                 Taken::Here(taken) => {
                     let _ = taken.send(());
@@ -572,9 +539,6 @@ impl Correlator {
             }
             forward.complete(&self.store, call, answer.streamed).await;
             return Ok(CallOutcome::Answered(answer));
-        }
-        if !opened_stored {
-            opened.await;
         }
         let _ = answers.unsubscribe().await;
         Err(CorrelatorError::Timeout {

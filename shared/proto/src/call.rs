@@ -347,12 +347,12 @@ pub struct PendingCalls {
 }
 
 /// What happened to a call, published as `agent.calls.events.<event>.<correlation_id>` into
-/// `AGENT_EVENTS` (the audit trail's input).
+/// `AGENT_EVENTS` (the audit trail's input). A call's opening has no event: its request
+/// message, stored in the callee's inbox with the call's `correlation_id`, records it
+/// (`opened` events were published before issue 25's third round; older trails hold them).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum CallEventKind {
-    /// The request was delivered; the call is open.
-    Opened,
     /// The answer was delivered (once).
     Answered,
     /// The deadline passed first.
@@ -368,7 +368,6 @@ impl CallEventKind {
     /// The `<event>` token of `agent.calls.events.<event>.<correlation_id>`.
     pub fn token(self) -> &'static str {
         match self {
-            Self::Opened => "opened",
             Self::Answered => "answered",
             Self::Expired => "expired",
             Self::LateAnswer => "late_answer",
