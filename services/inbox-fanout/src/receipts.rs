@@ -20,7 +20,6 @@ use switchboard_proto::receipt::{
     PendingRead, ReceiptLevel, ReceiptState, SendStatusReply, SendStatusRequest,
 };
 
-use switchboard_proto::inbox::{CursorRecord, cursor_key};
 use switchboard_proto::{AgentId, GoalId};
 use switchboard_runtime::receipts;
 use uuid::Uuid;
@@ -46,10 +45,8 @@ impl Receipts {
     /// Whether `agent` still owns `goal`: a goal closed since the send (and perhaps opened
     /// again by someone else under the same id) gets no receipt.
     async fn still_owns(&self, agent: &AgentId, goal: &GoalId) -> bool {
-        match self.cursors.get(cursor_key(goal)).await {
-            Ok(Some(value)) => serde_json::from_slice::<CursorRecord>(&value)
-                .is_ok_and(|record| record.agent_id == *agent),
-            Ok(None) => false,
+        match switchboard_runtime::room::goal_still_owned(&self.cursors, goal, agent).await {
+            Ok(owned) => owned,
             Err(err) => {
                 tracing::warn!(goal_id = %goal, error = %err, "receipt not sent: the sender's goal could not be checked");
                 false

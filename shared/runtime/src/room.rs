@@ -171,7 +171,9 @@ pub async fn make_room(
     if let Some(message) = message
         && notify
         && !is_expiry_notice(&message)
-        && still_owned(&cursors, &message.from_goal_id, &message.from_agent_id).await
+        && goal_still_owned(&cursors, &message.from_goal_id, &message.from_agent_id)
+            .await
+            .unwrap_or(false)
     {
         notify_sender(js, &goal, &owner, &message).await;
     }
@@ -293,18 +295,18 @@ async fn count_unread(
     Ok(owner)
 }
 
-/// Whether `goal` is open and its cursor record names `owner` (goal ids are addresses, not
-/// secrets: a closed one can be opened again by anyone).
-async fn still_owned(
+/// Whether `goal` is open and its cursor record names `owner`, read now: the check before
+/// the service writes its own words (an expiry notice here, a receipt in inbox-fanout) into a
+/// goal a message named as its sender's. Goal ids are addresses, not secrets: a goal closed
+/// since (and perhaps opened again by another agent under the same id) gets nothing.
+pub async fn goal_still_owned(
     cursors: &jetstream::kv::Store,
     goal: &GoalId,
     owner: &switchboard_proto::AgentId,
-) -> bool {
-    match cursors.get(cursor_key(goal)).await {
-        Ok(Some(value)) => serde_json::from_slice::<CursorRecord>(&value)
-            .is_ok_and(|record| record.agent_id == *owner),
-        _ => false,
-    }
+) -> Result<bool, jetstream::kv::EntryError> {
+    Ok(cursors.get(cursor_key(goal)).await?.is_some_and(|value| {
+        serde_json::from_slice::<CursorRecord>(&value).is_ok_and(|record| record.agent_id == *owner)
+    }))
 }
 
 /// Whether `message` is itself a notice that a message expired, or a receipt: the service's
