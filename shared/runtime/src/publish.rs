@@ -93,11 +93,9 @@ async fn acked(sent: Result<PublishAckFuture, Failed>) -> Result<Published, Fail
 /// How many times one publish makes room in a full goal inbox before it gives up (publishers
 /// racing for the same goal may each lose a few rounds).
 const ROOM_ROUNDS: u32 = 32;
-/// How long a publisher to a full goal waits for the audit to record the goal's oldest read
-/// message before removing it anyway (the trail then misses it; logged).
-const UNRECORDED_WAIT: Duration = Duration::from_secs(2);
-/// The pause between looks while waiting for the audit.
-const UNRECORDED_PAUSE: Duration = Duration::from_millis(20);
+/// How long a publisher waits for its turn to make room in a goal before it goes ahead
+/// without (publishers in one process take turns per goal; see [`retry_after`]).
+const TURN_WAIT: Duration = Duration::from_millis(500);
 /// Turns for making room, by goal (striped: goals that share a stripe take turns too).
 const ROOM_TURNS: usize = 64;
 
@@ -157,8 +155,12 @@ async fn retry_after(
             // have made room (a purge makes room for many) — and makes room only if it is
             // still full. Racing without turns, each evicted one message for room another
             // had already made: 27 of 64 new messages went unread under load.
-            let _turn = room_turn(&goal).lock().await;
-            if room_made > 1 || matches!(last_room, Some(crate::room::Room::Unrecorded)) {
+            // The turn is waited for only so long: a publisher stalled on a stream that is
+            // electing a leader must not hold every other publisher to that goal behind it.
+            let _turn = tokio::time::timeout(TURN_WAIT, room_turn(&goal).lock())
+                .await
+                .ok();
+            if room_made > 1 {
                 let again = acked(send(js, subject, msg_id, &payload).await).await;
                 attempts += 1;
                 match again {
@@ -171,19 +173,12 @@ async fn retry_after(
             }
             // Read messages go first; only when a purge found none to remove and the inbox is
             // still full does one go. Once a purge found nothing, the goal is full of messages
-            // it cannot purge: every further round evicts. A read message the audit has not
-            // recorded yet is spared for up to [`UNRECORDED_WAIT`]: the publisher waits for
-            // the audit rather than remove it from the trail.
+            // it cannot purge: every further round evicts.
             let evict = matches!(
                 last_room,
-                Some(
-                    crate::room::Room::Purged(0)
-                        | crate::room::Room::Evicted
-                        | crate::room::Room::Unrecorded
-                )
+                Some(crate::room::Room::Purged(0) | crate::room::Room::Evicted)
             );
-            let spare = started.elapsed() < UNRECORDED_WAIT;
-            match crate::room::make_room(js, subject, evict, spare, true).await {
+            match crate::room::make_room(js, subject, evict, true).await {
                 Ok(crate::room::Room::Refused) => {
                     return Err(PublishFailure {
                         subject: subject.to_owned(),
@@ -195,14 +190,6 @@ async fn retry_after(
                         ),
                         refused_full: true,
                     });
-                }
-                Ok(crate::room::Room::Unrecorded) => {
-                    last_room = Some(crate::room::Room::Unrecorded);
-                    // Not a round spent: the audit is a moment behind.
-                    room_made -= 1;
-                    tokio::time::sleep(UNRECORDED_PAUSE).await;
-                    outcome = Err(failed);
-                    continue;
                 }
                 Ok(room) => last_room = Some(room),
                 Err(err) => {

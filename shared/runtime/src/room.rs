@@ -37,26 +37,21 @@ pub enum Room {
     /// The goal's owner chose `overflow: refuse`: nothing was removed, the new message must
     /// not be stored.
     Refused,
-    /// Nothing was removed: the oldest message is read but a consumer of the stream (the
-    /// audit) has not taken it yet. Removing it would lose it from the trail; the publisher
-    /// waits a moment for the consumer and tries again (see [`make_room`]'s `spare_unrecorded`).
-    Unrecorded,
 }
 
 /// Makes room in the full inbox `inbox_subject`. The goal's read messages go first, all at
 /// once (one purge of what its cursor has passed: a reader that keeps up pays this once per
 /// 128 messages, not per message). Only with `evict` (the publisher found the inbox still full
 /// after a purge that found nothing) does one message go: the oldest read one a consumer held
-/// back from the purge — unless `spare_unrecorded`, which answers [`Room::Unrecorded`] instead
-/// so the audit can record it first —, else the oldest not yet handed out, else the oldest —
-/// or, under the goal's `overflow: refuse`, none ([`Room::Refused`]). An unread one is counted
-/// on the goal's cursor and, when `notify`, its sender is told (a notice that itself finds a
-/// full inbox makes room there without a further notice).
+/// back from the purge (logged: the audit, behind, will miss it), else the oldest not yet
+/// handed out, else the oldest — or, under the goal's `overflow: refuse`, none
+/// ([`Room::Refused`]). An unread one is counted on the goal's cursor and, when `notify`, its
+/// sender is told (a notice that itself finds a full inbox makes room there without a further
+/// notice).
 pub async fn make_room(
     js: &jetstream::Context,
     inbox_subject: &str,
     evict: bool,
-    spare_unrecorded: bool,
     notify: bool,
 ) -> Result<Room, String> {
     let goal =
@@ -74,24 +69,20 @@ pub async fn make_room(
         _ => None,
     };
     let cursor = record.as_ref().map_or(0, |record| record.cursor);
-    // Read, and seen by every consumer of the stream (the audit's): a message the audit has
-    // not recorded yet is never purged. Tried before anything is evicted too: the audit may
-    // have caught up since the last round found nothing to purge, and a publisher racing
-    // others for one goal's room may have seen their purge, not an inbox still full.
-    let through = cursor.min(consumers_floor(&stream, inbox_subject).await?);
-    let purged = if through == 0 {
-        0
-    } else {
-        stream
+    if !evict {
+        // Read, and seen by every consumer of the stream (the audit's): a message the audit
+        // has not recorded yet is never purged.
+        let through = cursor.min(consumers_floor(&stream, inbox_subject).await?);
+        if through == 0 {
+            return Ok(Room::Purged(0));
+        }
+        let purged = stream
             .purge()
             .filter(inbox_subject)
             .sequence(through.saturating_add(1))
             .await
-            .map_err(|err| err.to_string())?
-            .purged
-    };
-    if !evict || purged > 0 {
-        return Ok(Room::Purged(purged));
+            .map_err(|err| err.to_string())?;
+        return Ok(Room::Purged(purged.purged));
     }
     // Nothing left to purge: the goal's owner decides whether a message goes or the new one is
     // refused.
@@ -115,9 +106,6 @@ pub async fn make_room(
             .direct_get_next_for_subject(inbox_subject, None)
             .await
             .map_err(|err| err.to_string())?;
-        if oldest.sequence <= cursor && oldest.sequence > through && spare_unrecorded {
-            return Ok(Room::Unrecorded);
-        }
         let victim = if oldest.sequence <= cursor || oldest.sequence > handed {
             oldest
         } else {
@@ -145,9 +133,9 @@ pub async fn make_room(
     // A read message (one the audit still holds back from the purge) goes without a word, as
     // the stream's own limit used to drop it.
     if oldest.sequence <= cursor {
-        if oldest.sequence > through {
-            tracing::warn!(goal_id = %goal, seq = oldest.sequence, "a full goal removed a read message the audit had not recorded");
-        }
+        // The purge kept it: a consumer of the stream (the audit) had not taken it yet, and
+        // now never will.
+        tracing::warn!(goal_id = %goal, seq = oldest.sequence, "a full goal removed a read message the audit had not recorded");
         return Ok(Room::Evicted);
     }
     let message: Option<InboxMessage> = serde_json::from_slice(&oldest.payload).ok();
@@ -388,11 +376,9 @@ async fn notify_sender(
         match sent {
             Ok(()) => return,
             Err(err) if is_full(&err) => {
-                let purged = Box::pin(make_room(js, &target, false, false, false)).await;
+                let purged = Box::pin(make_room(js, &target, false, false)).await;
                 let made = match purged {
-                    Ok(Room::Purged(0)) => {
-                        Box::pin(make_room(js, &target, true, false, false)).await
-                    }
+                    Ok(Room::Purged(0)) => Box::pin(make_room(js, &target, true, false)).await,
                     other => other,
                 };
                 if let Err(err) = made {
