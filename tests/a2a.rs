@@ -923,9 +923,10 @@ async fn send_with_webhook(a2a: &A2a, token: &str, agent: &str, text: &str, url:
 async fn a_clients_hanging_webhooks_do_not_delay_anothers_push() {
     let a2a = A2a::start().await;
     let (hanging, taken) = hanging_webhook().await;
-    // "other" starts 8 tasks whose webhooks hang: some 30 events to push, 4 of them posted at
-    // once (its lane), the rest held or coming back later.
-    for n in 0..8 {
+    // "other" starts 16 tasks whose webhooks hang (the 16, which filled the gateway's
+    // shared 16 pushes in flight before): some 60 events to push, 4 of them posted at once
+    // (its lane), the rest held or coming back later.
+    for n in 0..16 {
         let reply =
             send_with_webhook(&a2a, OTHER_TOKEN, "echo", &format!("hang {n}"), &hanging).await;
         assert!(reply["result"]["task"].is_object(), "{reply}");
