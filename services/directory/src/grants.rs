@@ -130,4 +130,39 @@ mod tests {
         assert!(Grants::open(Some(path)).is_err());
         let _ = std::fs::remove_dir_all(dir);
     }
+
+    /// Rewrites `path` with `text` and moves its modification time on, as an operator's edit
+    /// does (two writes within the file system's timestamp granularity would look unchanged).
+    fn edit(path: &PathBuf, text: &str, seconds_later: u64) {
+        std::fs::write(path, text).unwrap_or_default();
+        let at = SystemTime::now() + std::time::Duration::from_secs(seconds_later);
+        if let Ok(file) = std::fs::File::options().write(true).open(path) {
+            let _ = file.set_modified(at);
+        }
+    }
+
+    #[test]
+    fn an_edited_grants_file_is_read_again_and_a_broken_edit_keeps_the_last_grants() {
+        let dir = std::env::temp_dir().join(format!("grants-edit-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap_or_default();
+        let path = dir.join("skill-grants.json");
+        edit(&path, r#"{"alice": ["translate"]}"#, 0);
+        let grants = Grants::open(Some(path.clone())).unwrap_or_default();
+        assert!(grants.allows("alice", "translate"));
+        assert!(!grants.allows("alice", "summarize"));
+
+        // The operator grants `summarize` and takes `translate` away: read at the next check
+        // (every CHECK_EVERY; the test makes the check due).
+        edit(&path, r#"{"alice": ["summarize"]}"#, 10);
+        grants.lock().checked = None;
+        assert!(grants.allows("alice", "summarize"));
+        assert!(!grants.allows("alice", "translate"));
+
+        // A half-written file grants nobody more: the grants in force stay.
+        edit(&path, r#"{"alice": ["summarize", "transl"#, 20);
+        grants.lock().checked = None;
+        assert!(grants.allows("alice", "summarize"));
+        assert!(!grants.allows("alice", "translate"));
+        let _ = std::fs::remove_dir_all(dir);
+    }
 }
