@@ -500,3 +500,36 @@ fn webhook_client(
     }
     builder.build()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_client_holds_at_most_its_share_and_posts_four_at_once_others_unaffected() {
+        let lanes = Lanes::default();
+        let held: Vec<Lane> = (0..HELD_PER_CLIENT)
+            .filter_map(|_| lanes.enter("hog"))
+            .collect();
+        assert_eq!(held.len(), HELD_PER_CLIENT);
+        assert!(lanes.enter("hog").is_none(), "past its share: held back");
+        // Another client's events are not held behind the hog's.
+        let other = lanes.enter("planner");
+        assert!(other.is_some());
+        // The hog's events share 4 posts at once, the other client's lane its own 4.
+        assert_eq!(held[0].posting.available_permits(), POSTING_PER_CLIENT);
+        let posting: Vec<_> = (0..POSTING_PER_CLIENT)
+            .filter_map(|n| held[n].posting.clone().try_acquire_owned().ok())
+            .collect();
+        assert_eq!(posting.len(), POSTING_PER_CLIENT);
+        assert!(held[0].posting.clone().try_acquire_owned().is_err());
+        assert!(
+            other
+                .as_ref()
+                .is_some_and(|lane| lane.posting.available_permits() == POSTING_PER_CLIENT)
+        );
+        // An event let go gives its place back.
+        drop(held);
+        assert!(lanes.enter("hog").is_some());
+    }
+}
