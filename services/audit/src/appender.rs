@@ -10,8 +10,8 @@
 //! that record's sequence, and `Nats-Msg-Id` = its event id.
 //! The chain fixes every record's sequence in advance, so the appender does not wait for the
 //! stream's acks of the records before: up to a window of publishes are in flight. Records are
-//! sent in runs (up to [`MARK_EVERY`], or what came within [`LINGER`]) and only the last of a
-//! run asks for an ack: each record after the first of a run is stored only right after this
+//! sent in runs (up to [`MARK_EVERY`], or what came within [`LINGER`]; one record per run on a
+//! clustered stream, see [`run_max`]) and only the last of a run asks for an ack: each record after the first of a run is stored only right after this
 //! writer's record before it (the expected last sequence and subject sequence), so the last
 //! one stored where it belongs proves every record of its run stored, and a run that fails
 //! anywhere fails at its last record (issue 25, round three: one ack per run instead of one per
@@ -77,6 +77,9 @@ const INDEX_PAUSE: Duration = Duration::from_millis(3);
 const LINGER: Duration = Duration::from_millis(10);
 /// Records in a run at most: a run is sent as soon as it has this many.
 const MARK_EVERY: usize = 64;
+/// How long one record's publish may wait for the connection (it waits while the client
+/// reconnects): past it the record is not sent, and its run fails and is recovered.
+const SEND_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A source message waiting for its record.
 pub(crate) struct Source {
@@ -131,6 +134,7 @@ pub(crate) async fn write(
         subject: switchboard_proto::subject::audit_records_of(&switchboard_proto::new_id()),
         window: (batch * WINDOW_BATCHES).min(4_000),
         batch,
+        run_max: run_max(&trail, batch),
         tail: head.clone(),
         client: trail.js.client(),
         run: Vec::new(),
@@ -210,6 +214,18 @@ pub(crate) async fn write(
 /// the lease holds.
 const IDLE_CATCH_UP: std::time::Duration = std::time::Duration::from_secs(30);
 
+/// Records per run on `trail`'s stream. On a clustered stream (more than one replica) every
+/// record is its own run: the stream leader refuses a publish that expects a subject's last
+/// sequence while an earlier message on that subject is still being replicated (error 10164),
+/// so the second record of a run would always fail and take the run with it.
+fn run_max(trail: &Trail, batch: usize) -> usize {
+    if trail.stream.cached_info().config.num_replicas > 1 {
+        1
+    } else {
+        MARK_EVERY.min(batch)
+    }
+}
+
 /// Sleeps until `at` (polled only when there is one).
 async fn sleep_until(at: Option<tokio::time::Instant>) {
     match at {
@@ -261,6 +277,8 @@ struct Appender {
     client: async_nats::Client,
     /// Records chained but not sent yet: the run being gathered.
     run: Vec<Chained>,
+    /// Records in a run at most (1 on a clustered stream: see [`run_max`]).
+    run_max: usize,
     /// When the run is sent if it does not fill up first.
     send_run_at: Option<tokio::time::Instant>,
     /// Records in flight, oldest first.
@@ -327,7 +345,7 @@ impl Appender {
             after_own,
         };
         self.run.push(record);
-        if self.run.len() >= MARK_EVERY.min(self.batch) {
+        if self.run.len() >= self.run_max {
             self.send_run().await;
         } else if self.send_run_at.is_none() {
             self.send_run_at = Some(tokio::time::Instant::now() + LINGER);
@@ -364,12 +382,17 @@ impl Appender {
             }
             // A record that is not stored (or a publish that fails here) fails the run's last
             // record, which recovers the whole run.
-            if let Err(err) = self
-                .client
-                .publish_with_headers(self.subject.clone(), headers, record.body.clone())
-                .await
-            {
-                tracing::debug!(error = %err, "an audit record was not sent; its run will fail");
+            let sent = tokio::time::timeout(
+                SEND_TIMEOUT,
+                self.client.publish_with_headers(
+                    self.subject.clone(),
+                    headers,
+                    record.body.clone(),
+                ),
+            )
+            .await;
+            if !matches!(sent, Ok(Ok(()))) {
+                tracing::debug!("an audit record was not sent; its run will fail");
             }
             self.sent.push_back(Sent { record, ack: None });
             return;
