@@ -366,6 +366,11 @@ impl Appender {
     /// belongs (the expected last sequence, and subject sequence after this writer's own); with
     /// `acked`, the stream's ack comes back (the run's last record), else nothing does.
     async fn publish(&mut self, record: Chained, acked: bool) {
+        // On a clustered stream the subject's expectation is checked only while nothing of
+        // this writer is in flight: the leader refuses it while an earlier message on the
+        // subject is being replicated (see [`run_max`]); the stream-wide expectation still
+        // holds every record to its place.
+        let after_own = record.after_own && (self.run_max > 1 || self.sent.is_empty());
         let mut headers = switchboard_runtime::telemetry::traced_headers();
         headers.insert(HEADER_AUDIT_HASH, record.hash.as_str());
         if !acked {
@@ -374,7 +379,7 @@ impl Appender {
                 NATS_EXPECTED_LAST_SEQUENCE,
                 (record.seq - 1).to_string().as_str(),
             );
-            if record.after_own {
+            if after_own {
                 headers.insert(
                     NATS_EXPECTED_LAST_SUBJECT_SEQUENCE,
                     (record.seq - 1).to_string().as_str(),
@@ -402,7 +407,7 @@ impl Appender {
             .headers(headers)
             .message_id(&record.source.record.id)
             .expected_last_sequence(record.seq - 1);
-        if record.after_own {
+        if after_own {
             publish = publish.expected_last_subject_sequence(record.seq - 1);
         }
         let ack: AckFuture = match self
