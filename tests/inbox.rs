@@ -37,6 +37,27 @@ async fn fetch(client: &Client, agent: &str, body: Value) -> FetchReply {
     serde_json::from_value(reply.body).unwrap()
 }
 
+/// A `writer`, and a `reader` with an open goal holding `n` messages from it, `m0` to
+/// `m<n-1>`.
+async fn sent_to_reader(
+    fabric: &Fabric,
+    n: usize,
+) -> (
+    switchboard_client::Agent,
+    switchboard_client::Agent,
+    switchboard_client::Goal,
+) {
+    let writer = fabric.agent("writer").await;
+    let (reader, goal) = fabric.agent_with_goal("reader").await;
+    for n in 0..n {
+        writer
+            .send_to_peer("reader", &format!("m{n}"))
+            .await
+            .unwrap();
+    }
+    (writer, reader, goal)
+}
+
 /// The error kind of a fetch or ack that must be refused.
 async fn refused(
     client: &Client,
@@ -913,15 +934,8 @@ async fn messages_handed_out_are_not_evicted_the_oldest_waiting_one_is() {
 #[tokio::test]
 async fn an_ack_on_a_held_fetch_is_kept_however_the_wait_ends() {
     let fabric = Fabric::start().await;
-    let writer = fabric.agent("writer").await;
-    let (_reader, goal) = fabric.agent_with_goal("reader").await;
+    let (writer, _reader, goal) = sent_to_reader(&fabric, 3).await;
     let client = fabric.nats.client().await;
-    for n in 0..3 {
-        writer
-            .send_to_peer("reader", &format!("m{n}"))
-            .await
-            .unwrap();
-    }
     let first = fetch(&client, "reader", json!({"goal_id": goal.id(), "max": 1})).await;
     let all = fetch(&client, "reader", json!({"goal_id": goal.id()})).await;
     assert_eq!(bodies(&all), ["m0", "m1", "m2"]);
@@ -1058,15 +1072,8 @@ async fn a_held_fetch_reads_the_inbox_only_when_something_may_be_there() {
 #[tokio::test]
 async fn a_held_fetchs_ack_of_many_messages_is_written_at_once() {
     let fabric = Fabric::start().await;
-    let writer = fabric.agent("writer").await;
-    let (_reader, goal) = fabric.agent_with_goal("reader").await;
+    let (_writer, _reader, goal) = sent_to_reader(&fabric, 20).await;
     let client = fabric.nats.client().await;
-    for n in 0..20 {
-        writer
-            .send_to_peer("reader", &format!("m{n}"))
-            .await
-            .unwrap();
-    }
     let all = fetch(&client, "reader", json!({"goal_id": goal.id(), "max": 64})).await;
     assert_eq!(all.messages.len(), 20);
     let last = all.messages[19].seq;
@@ -1098,37 +1105,6 @@ async fn a_held_fetchs_ack_of_many_messages_is_written_at_once() {
     assert!(held.await.unwrap().messages.is_empty());
 }
 
-/// `n` messages stored straight into `goal`'s inbox at once, as the services store them (every
-/// publish sent before any ack is awaited; a full goal makes room); their message ids.
-async fn store_at_once(
-    js: &async_nats::jetstream::Context,
-    goal: &switchboard_client::Goal,
-    n: usize,
-) -> Vec<uuid::Uuid> {
-    let ids: Vec<uuid::Uuid> = (0..n).map(|_| switchboard_proto::new_id()).collect();
-    let batch: Vec<(String, String, bytes::Bytes)> = ids
-        .iter()
-        .map(|message_id| {
-            let mut message = switchboard_proto::InboxMessage::new(
-                id("sender"),
-                GoalId::new(),
-                id("reader"),
-                "x".repeat(256),
-            );
-            message.id = Some(*message_id);
-            (
-                goal.subject().to_owned(),
-                format!("{message_id}:{}", goal.id()),
-                serde_json::to_vec(&message).unwrap().into(),
-            )
-        })
-        .collect();
-    for stored in switchboard_runtime::publish::publish_all(js, &batch).await {
-        stored.unwrap();
-    }
-    ids
-}
-
 #[tokio::test]
 async fn publishers_racing_into_a_full_goal_remove_exactly_one_message_each() {
     // The goal holds what it may (128): 32 read but not yet taken by a consumer that is behind
@@ -1152,10 +1128,10 @@ async fn publishers_racing_into_a_full_goal_remove_exactly_one_message_each() {
         })
         .await
         .unwrap();
-    let first = store_at_once(&js, &goal, 64).await;
+    let first = switchboard_tests::store_at_once(&js, &goal, 64).await;
     let read = goal.fetch(32, Duration::ZERO, None).await.unwrap();
     assert_eq!(read.messages.len(), 32);
-    let second = store_at_once(&js, &goal, 64).await;
+    let second = switchboard_tests::store_at_once(&js, &goal, 64).await;
     let held = goal
         .fetch(64, Duration::ZERO, read.messages.last().map(|m| m.seq))
         .await
@@ -1164,7 +1140,7 @@ async fn publishers_racing_into_a_full_goal_remove_exactly_one_message_each() {
     let waiting: std::collections::BTreeSet<uuid::Uuid> = second[32..].iter().copied().collect();
     assert_eq!(first.len() + second.len(), 128);
 
-    let new = store_at_once(&js, &goal, 64).await;
+    let new = switchboard_tests::store_at_once(&js, &goal, 64).await;
 
     // Acked through what it holds: the next fetch hands out every new message, and reports
     // exactly the 32 that waited as removed unread.

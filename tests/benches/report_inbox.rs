@@ -120,31 +120,12 @@ pub async fn reading_rows(
         })
         .await
         .unwrap();
-    let message = InboxMessage::new(
-        sender.id().clone(),
-        GoalId::new(),
-        reader.id().clone(),
-        "x".repeat(256),
-    );
-    let payload = Bytes::from(serde_json::to_vec(&message).unwrap());
     let (mut raw_time, mut ours_time, mut read) = (Duration::ZERO, Duration::ZERO, 0usize);
     let mut committed = None;
     for _ in 0..rounds {
         // Published as the services publish (untimed): a full goal makes room by purging
         // what the last round read.
-        let batch: Vec<(String, String, Bytes)> = (0..FETCH_MAX)
-            .map(|_| {
-                let id = switchboard_proto::new_id();
-                (
-                    goal.subject().to_owned(),
-                    format!("{id}:{}", goal.id()),
-                    payload.clone(),
-                )
-            })
-            .collect();
-        for stored in switchboard_runtime::publish::publish_all(js, &batch).await {
-            stored.unwrap();
-        }
+        switchboard_tests::store_at_once(js, &goal, FETCH_MAX as usize).await;
         let started = Instant::now();
         // A pull can come back short (even empty) right after the publishes are acked; the
         // raw reader pulls again for the rest, as any consumer loop does (bounded: 10 s).

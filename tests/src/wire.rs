@@ -196,3 +196,37 @@ pub async fn stored_ever(nats: &async_nats::Client) -> std::collections::BTreeSe
     }
     ids
 }
+
+/// `n` messages of 256 bytes stored straight into `goal`'s inbox at once, as the services
+/// store them (every publish sent before any ack is awaited; a full goal makes room through
+/// `switchboard_runtime::room`); their message ids, in the order they were sent.
+pub async fn store_at_once(
+    js: &async_nats::jetstream::Context,
+    goal: &switchboard_client::Goal,
+    n: usize,
+) -> Vec<uuid::Uuid> {
+    let ids: Vec<uuid::Uuid> = (0..n).map(|_| switchboard_proto::new_id()).collect();
+    let batch: Vec<(String, String, bytes::Bytes)> = ids
+        .iter()
+        .map(|message_id| {
+            let mut message = switchboard_proto::InboxMessage::new(
+                switchboard_proto::AgentId::parse("sender").expect("a valid agent id"),
+                switchboard_proto::GoalId::new(),
+                switchboard_proto::AgentId::parse("reader").expect("a valid agent id"),
+                "x".repeat(256),
+            );
+            message.id = Some(*message_id);
+            (
+                goal.subject().to_owned(),
+                format!("{message_id}:{}", goal.id()),
+                serde_json::to_vec(&message)
+                    .expect("an inbox message encodes")
+                    .into(),
+            )
+        })
+        .collect();
+    for stored in switchboard_runtime::publish::publish_all(js, &batch).await {
+        stored.expect("stored");
+    }
+    ids
+}
