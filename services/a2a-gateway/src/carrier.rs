@@ -181,10 +181,15 @@ impl Carrier {
             otel.name = "a2a-gateway.outbound",
             otel.kind = "client",
             rpc.system = "jsonrpc",
+            switchboard.service = crate::SPEC.name,
             switchboard.agent_id = %self.agent,
             switchboard.from_agent_id = %message.from_agent_id,
-            switchboard.kind = ?message.kind,
+            switchboard.kind = message.kind.as_str(),
+            switchboard.correlation_id = tracing::field::Empty,
         );
+        if let Some(id) = message.correlation_id {
+            span.record("switchboard.correlation_id", id.to_string().as_str());
+        }
         switchboard_runtime::telemetry::set_parent_from_text(
             &span,
             fetched.traceparent.as_deref(),

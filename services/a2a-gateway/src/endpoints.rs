@@ -228,8 +228,11 @@ async fn json_rpc(
         otel.kind = "server",
         rpc.system = "jsonrpc",
         rpc.method = %method,
+        switchboard.service = crate::SPEC.name,
         switchboard.agent_id = %agent,
         switchboard.client = %caller,
+        otel.status_code = tracing::field::Empty,
+        error.type = tracing::field::Empty,
     );
     switchboard_runtime::telemetry::set_parent_from(&span, Some(&trace_headers(&headers)));
     dispatch(&gateway, &caller, &agent, id, &method, params, last_event)
@@ -342,6 +345,7 @@ async fn dispatch(
     raw: Value,
     last_event: Option<u32>,
 ) -> Response {
+    let started = std::time::Instant::now();
     let result: Result<Value, GatewayError> = match method {
         methods::SEND_MESSAGE => {
             answer(raw, |request: SendMessageRequest| async move {
@@ -405,6 +409,7 @@ async fn dispatch(
         methods::GET_EXTENDED_AGENT_CARD => Err(GatewayError::ExtendedCardNotConfigured),
         other => Err(GatewayError::MethodNotFound(other.to_owned())),
     };
+    record(method, started, result.as_ref().err());
     match result {
         Ok(value) => (
             [(header::CONTENT_TYPE, "application/json")],
@@ -413,6 +418,33 @@ async fn dispatch(
             .into_response(),
         Err(err) => rpc_error(StatusCode::OK, id, &err),
     }
+}
+
+/// One point of `messaging.process.duration` for a JSON-RPC request answered at once, and
+/// the request span's status when it failed (`error.type` = the A2A error reason).
+fn record(method: &str, started: std::time::Instant, err: Option<&GatewayError>) {
+    use switchboard_runtime::telemetry::metrics;
+    // Only the methods the gateway serves become a label: a client's made-up method name
+    // must not mint a time series.
+    let method = match err {
+        Some(GatewayError::MethodNotFound(_)) => "unknown",
+        _ => method,
+    };
+    let mut attributes = vec![
+        metrics::service(crate::SPEC.name),
+        metrics::KeyValue::new("rpc.system", "jsonrpc"),
+        metrics::KeyValue::new("rpc.method", method.to_owned()),
+    ];
+    if let Some(err) = err {
+        let reason = a2a::error_reason(err.to_a2a().code);
+        let span = tracing::Span::current();
+        span.record("otel.status_code", "ERROR");
+        span.record("error.type", reason);
+        attributes.push(metrics::KeyValue::new("error.type", reason));
+    }
+    metrics::instruments()
+        .process_duration
+        .record(started.elapsed().as_secs_f64(), &attributes);
 }
 
 /// `SubscribeToTask`: a stream slot, then the task's stream from `start`.

@@ -131,8 +131,30 @@ impl Running {
                 tracing::error!(error = %err, "audit ingest stopped; this replica only answers queries");
             }
         };
-        // One task for both, so stopping (or aborting) the service stops its writer too.
-        tokio::join!(ingest, self.running.run(shutdown, self.grace));
+        // How far behind its sources the trail is, for the metrics (only when they are read).
+        let lag = {
+            use switchboard_runtime::telemetry::metrics::{Sample, sample_streams};
+            let consumer = &self.config.consumer;
+            sample_streams(
+                self.js.clone(),
+                SPEC.name,
+                vec![
+                    Sample::Consumer {
+                        stream: switchboard_proto::INBOX_STREAM,
+                        consumer: format!("{consumer}-inbox"),
+                        gauge: "switchboard.audit.lag",
+                    },
+                    Sample::Consumer {
+                        stream: switchboard_proto::EVENTS_STREAM,
+                        consumer: format!("{consumer}-events"),
+                        gauge: "switchboard.audit.lag",
+                    },
+                ],
+                shutdown.clone(),
+            )
+        };
+        // One task for all, so stopping (or aborting) the service stops its writer too.
+        tokio::join!(ingest, lag, self.running.run(shutdown, self.grace));
     }
 }
 

@@ -76,11 +76,13 @@ fn endpoint(op: RegistryOp, registry: Arc<Registry>) -> Endpoint {
                 async move { Ok::<_, ErrorReply>(registry.register(&req.caller, req.body).await?) }
             })
         }
+        // An idle agent's heartbeats start no traces of their own.
         RegistryOp::Heartbeat => {
             Endpoint::agent(name, prefix, move |req: AgentRequest<HeartbeatRequest>| {
                 let registry = Arc::clone(&registry);
                 async move { Ok::<_, ErrorReply>(registry.heartbeat(&req.caller, req.body).await?) }
             })
+            .quiet()
         }
         RegistryOp::Deregister => Endpoint::agent(
             name,

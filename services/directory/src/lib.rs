@@ -95,6 +95,15 @@ pub async fn start(
         &runtime.requests,
     )
     .await?;
+    {
+        use switchboard_runtime::telemetry::metrics;
+        let view = registry.view().clone();
+        metrics::probe_gauge(
+            "switchboard.goals.live",
+            vec![metrics::service(SPEC.name)],
+            Box::new(move || i64::try_from(view.size().1).unwrap_or(i64::MAX)),
+        );
+    }
     tracing::info!(service = SPEC.name, "directory ready");
     Ok(Directory {
         running,

@@ -423,7 +423,11 @@ impl Registry {
                         None,
                         Some(AgentStatus::Offline),
                     )
-                    .instrument(tracing::info_span!("directory.offline", agent_id = %agent))
+                    .instrument(tracing::info_span!(
+                        "directory.offline",
+                        switchboard.service = crate::SPEC.name,
+                        switchboard.agent_id = %agent
+                    ))
                     .await;
                 marked.push(agent);
             }

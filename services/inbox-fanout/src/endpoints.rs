@@ -51,7 +51,9 @@ pub(crate) fn endpoints(
                 let reader = Arc::clone(&fetch);
                 async move { Ok(reader.fetch(&req.caller, &req.body).await?) }
             },
-        ),
+        )
+        // An idle reader's long polls and acks start no traces of their own.
+        .quiet(),
         Endpoint::agent(
             "inbox_ack",
             INBOX_ACK_PREFIX.to_owned(),
@@ -59,6 +61,7 @@ pub(crate) fn endpoints(
                 let reader = Arc::clone(&ack);
                 async move { Ok(reader.ack(&req.caller, &req.body).await?) }
             },
-        ),
+        )
+        .quiet(),
     ]
 }

@@ -61,6 +61,7 @@ pub struct Running {
     notices: async_nats::Subscriber,
     stopping: CancellationToken,
     grace: std::time::Duration,
+    js: async_nats::jetstream::Context,
 }
 
 /// The send path on its own, for a service that delivers messages itself instead of asking
@@ -183,7 +184,7 @@ pub async fn start_with(
         publisher,
         store,
         receipts.clone(),
-        js,
+        js.clone(),
         config,
     ));
     let running = micro::start(
@@ -201,6 +202,7 @@ pub async fn start_with(
         notices,
         stopping,
         grace: runtime.shutdown_grace(),
+        js,
     })
 }
 
@@ -220,6 +222,25 @@ impl Running {
     pub async fn run(self, shutdown: CancellationToken) {
         let watch = tokio::spawn(self.view.clone().watch(shutdown.clone()));
         let wake = tokio::spawn(self.wake.clone().run(self.notices, shutdown.clone()));
+        // The inbox's and the dead letters' sizes, for the metrics (only when they are read).
+        let sizes = {
+            use switchboard_runtime::telemetry::metrics::{Sample, sample_streams};
+            tokio::spawn(sample_streams(
+                self.js.clone(),
+                SPEC.name,
+                vec![
+                    Sample::Stream {
+                        stream: switchboard_proto::INBOX_STREAM,
+                        gauge: "switchboard.inbox.messages",
+                    },
+                    Sample::Stream {
+                        stream: switchboard_proto::DLQ_STREAM,
+                        gauge: "switchboard.dlq.messages",
+                    },
+                ],
+                shutdown.clone(),
+            ))
+        };
         let stopping = self.stopping.clone();
         let stop_holding = shutdown.clone();
         tokio::spawn(async move {
@@ -227,7 +248,7 @@ impl Running {
             stopping.cancel();
         });
         self.running.run(shutdown, self.grace).await;
-        let _ = tokio::join!(watch, wake);
+        let _ = tokio::join!(watch, wake, sizes);
     }
 }
 

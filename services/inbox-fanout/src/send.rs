@@ -137,16 +137,16 @@ impl Fanout {
             messaging.operation.name = "send",
             messaging.destination.name = %subject::send(caller),
             switchboard.agent_id = %caller,
-            service = crate::SPEC.name,
-            endpoint = "send",
-            error.kind = tracing::field::Empty,
+            otel.status_code = tracing::field::Empty,
+            error.type = tracing::field::Empty,
         );
         let outcome = self
             .send_recorded(caller, request)
             .instrument(span.clone())
             .await;
         if let Err(err) = &outcome {
-            span.record("error.kind", err.kind().as_str());
+            span.record("error.type", err.kind().as_str());
+            span.record("otel.status_code", "ERROR");
         }
         outcome
     }

@@ -343,6 +343,14 @@ impl InboxStore {
             .await
             .map_err(|err| StoreError::store("storing a dead letter", err))?;
         tracing::info!(goal_id = %goal, seq, %reason, deliveries, "inbox message moved to the dead letters");
+        switchboard_runtime::telemetry::metrics::instruments()
+            .dead_lettered
+            .add(
+                1,
+                &[switchboard_runtime::telemetry::metrics::service(
+                    crate::SPEC.name,
+                )],
+            );
         // A waiting call whose request went to the dead letters ends now, not at its deadline.
         if let Some(request) = request {
             switchboard_runtime::room::call_dropped(

@@ -310,6 +310,9 @@ impl Correlator {
             ));
         }
         tracing::info!(%correlation_id, caller = %caller, callee = %callee, depth = chain.len(), timeout_ms, wait = record.wait, "call opened");
+        if !joined {
+            crate::correlator::count_call("opened");
+        }
         // No `opened` event: the request message, stored in the callee's inbox with the
         // call's `correlation_id`, is the trail's record of the call opening (protocol §13,
         // item 48).

@@ -122,12 +122,19 @@ impl Correlator {
     /// Publishes a call event into `AGENT_EVENTS` (retried with the same id; the call's state
     /// change is already committed, so a failure is logged, not returned).
     pub(crate) async fn emit(&self, event: CallEventKind, call: &PendingCall, body: Option<&str>) {
+        count_call(event.token());
         let (subject, payload) = call_event(event, call, body);
         publish_event(&self.js, &subject, &payload.id.to_string(), &payload).await;
     }
 
+    /// Waiting calls this replica holds right now.
+    pub fn waiting_now(&self) -> usize {
+        self.waiting.lock().map_or(0, |waiting| waiting.len())
+    }
+
     /// [`Correlator::emit`] in the background, off the request's path.
     pub(crate) fn emit_later(&self, event: CallEventKind, call: &PendingCall, body: Option<&str>) {
+        count_call(event.token());
         let (subject, payload) = call_event(event, call, body);
         let js = self.js.clone();
         self.background.spawn(async move {
@@ -281,4 +288,17 @@ impl Correlator {
             held.stored = stored.clone();
         }
     }
+}
+
+/// One call outcome on `switchboard.calls` (`opened`, or the token of the event a call ended
+/// with: `answered`, `expired`, `late_answer`, `refused`).
+pub(crate) fn count_call(outcome: &'static str) {
+    use switchboard_runtime::telemetry::metrics;
+    metrics::instruments().calls.add(
+        1,
+        &[
+            metrics::service(crate::SPEC.name),
+            metrics::KeyValue::new("switchboard.outcome", outcome),
+        ],
+    );
 }

@@ -91,6 +91,19 @@ pub async fn start(
     )
     .await?;
     tracing::info!(service = SPEC.name, "reply-correlator ready");
+    {
+        use switchboard_runtime::telemetry::metrics;
+        let held = Arc::downgrade(&correlator);
+        metrics::probe_gauge(
+            "switchboard.calls.waiting",
+            vec![metrics::service(SPEC.name)],
+            Box::new(move || {
+                held.upgrade().map_or(0, |correlator| {
+                    i64::try_from(correlator.waiting_now()).unwrap_or(0)
+                })
+            }),
+        );
+    }
     Ok(Running {
         running,
         correlator,

@@ -225,6 +225,16 @@ impl Tasks {
         by: Option<&AgentId>,
         note: Option<&str>,
     ) {
+        {
+            use switchboard_runtime::telemetry::metrics;
+            metrics::instruments().task_transitions.add(
+                1,
+                &[
+                    metrics::service(crate::SPEC.name),
+                    metrics::KeyValue::new("switchboard.task.state", task.state.as_str()),
+                ],
+            );
+        }
         let n = task.transitions;
         let event = TaskEvent {
             id: format!("{}:{n}", task.task_id),

@@ -116,6 +116,19 @@ pub enum MessageKind {
 }
 
 impl MessageKind {
+    /// The kind as it is written on the wire (`message`, `request`, `task_update`, …).
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::Message => "message",
+            Self::Request => "request",
+            Self::Response => "response",
+            Self::Notify => "notify",
+            Self::Task => "task",
+            Self::TaskUpdate => "task_update",
+            Self::Receipt => "receipt",
+        }
+    }
+
     /// True for the default kind, which is omitted from the wire.
     pub fn is_message(&self) -> bool {
         matches!(self, Self::Message)

@@ -348,6 +348,15 @@ pub fn service_ping(service: &str, instance: Option<&str>) -> String {
     }
 }
 
+/// `$SRV.STATS.<service>`, or `$SRV.STATS.<service>.<instance>` for one instance: the NATS
+/// micro statistics (each endpoint's `data` holds `errors_by_kind` and `telemetry`).
+pub fn service_stats(service: &str, instance: Option<&str>) -> String {
+    match instance {
+        Some(id) => format!("$SRV.STATS.{service}.{id}"),
+        None => format!("$SRV.STATS.{service}"),
+    }
+}
+
 /// Prefixes of the subjects a service answers on: NATS reply inboxes (`_INBOX.` is every
 /// client library's default) and the server's import reply subjects (`_R_.`, ARCHITECTURE.md
 /// §8). A request whose reply subject is anything else — a KV key, a JetStream API subject,

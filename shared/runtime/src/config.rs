@@ -343,12 +343,41 @@ pub struct TlsConfig {
 pub struct TelemetryConfig {
     /// `tracing` filter directives when `RUST_LOG` is unset, e.g. `info,directory=debug`.
     pub log: String,
-    /// OTLP/HTTP collector base URL (e.g. `http://jaeger:4318`). When unset, the standard
+    /// OTLP collector base URL (e.g. `http://jaeger:4318` for HTTP, `http://jaeger:4317` for
+    /// gRPC): traces and metrics go there. When unset, the standard
     /// `OTEL_EXPORTER_OTLP_ENDPOINT` is used; when both are unset nothing is exported.
     pub otlp_endpoint: Option<String>,
+    /// `http/protobuf` or `grpc`. When unset, the standard `OTEL_EXPORTER_OTLP_PROTOCOL`, else
+    /// `http/protobuf`.
+    pub otlp_protocol: Option<OtlpProtocol>,
+    /// Where to serve Prometheus metrics (`GET /metrics`), e.g. `0.0.0.0:9464`; unset serves
+    /// none. `switchboard up` serves one for all its services (`--metrics-listen`).
+    pub metrics_listen: Option<String>,
     /// How log lines are written to stderr: `text` (colours only at a terminal) or `json`, one
     /// object per line for a log shipper.
     pub log_format: LogFormat,
+}
+
+/// The OTLP transport ([`TelemetryConfig::otlp_protocol`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum OtlpProtocol {
+    /// Protobuf over HTTP, the collector's port 4318 (`/v1/traces`, `/v1/metrics`).
+    #[default]
+    #[serde(rename = "http/protobuf")]
+    HttpProtobuf,
+    /// gRPC, the collector's port 4317.
+    #[serde(rename = "grpc")]
+    Grpc,
+}
+
+impl OtlpProtocol {
+    /// The name OpenTelemetry gives it (`OTEL_EXPORTER_OTLP_PROTOCOL`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::HttpProtobuf => "http/protobuf",
+            Self::Grpc => "grpc",
+        }
+    }
 }
 
 /// The format of log lines ([`TelemetryConfig::log_format`]).
@@ -367,6 +396,8 @@ impl Default for TelemetryConfig {
         Self {
             log: "info".to_owned(),
             otlp_endpoint: None,
+            otlp_protocol: None,
+            metrics_listen: None,
             log_format: LogFormat::Text,
         }
     }

@@ -209,6 +209,9 @@ async fn retry_after(
             });
         }
         tracing::warn!(%subject, attempt = attempts, error = %failed.message, "publish not acknowledged; retrying");
+        crate::telemetry::metrics::instruments()
+            .publish_retries
+            .add(1, &[]);
         tokio::time::sleep(pause).await;
         pause = (pause * 2).min(MAX_PAUSE);
         attempts += 1;

@@ -138,6 +138,9 @@ pub async fn make_room(
         tracing::warn!(goal_id = %goal, seq = oldest.sequence, "a full goal removed a read message the audit had not recorded");
         return Ok(Room::Evicted);
     }
+    crate::telemetry::metrics::instruments()
+        .inbox_evicted
+        .add(1, &[]);
     let message: Option<InboxMessage> = serde_json::from_slice(&oldest.payload).ok();
     // Chosen as not handed out yet: a fetch that handed it out meanwhile (its cursor write
     // came first) gave it to the reader, who has it — not removed unread.

@@ -135,6 +135,27 @@ where
             return ExitCode::from(EXIT_BAD_CONFIG);
         }
     };
+    if let Some(listen) = &runtime.telemetry.metrics_listen {
+        match telemetry::metrics::serve(listen, stop.clone()).await {
+            Ok(bound) => tracing::info!(service = name, "metrics at http://{bound}/metrics"),
+            Err(err) => {
+                eprintln!("{name}: cannot serve /metrics on {listen}: {err}");
+                telemetry.shutdown();
+                return ExitCode::from(EXIT_BAD_CONFIG);
+            }
+        }
+    }
+    if let Some(endpoint) = telemetry.exporting_to() {
+        let endpoint = endpoint.to_owned();
+        let probed = tokio::task::spawn_blocking({
+            let endpoint = endpoint.clone();
+            move || telemetry::export::probe(&endpoint, Duration::from_secs(1))
+        })
+        .await;
+        if let Ok(Err(why)) = probed {
+            tracing::warn!(service = name, %endpoint, error = %why, "the OTLP endpoint does not answer; traces and metrics are dropped until it does");
+        }
+    }
     let connected = tokio::select! {
         connected = nats::connect(&runtime.nats, name) => connected,
         () = stop.cancelled() => {
@@ -274,10 +295,60 @@ async fn health(name: &str, runtime: &RuntimeConfig) -> Result<String, String> {
         .await
         .map_err(|_| format!("{subject} not answered within 3 s"))?
         .map_err(|err| format!("{subject}: {err}"))?;
+    // The instance's own view of its export (failures it counted), else a probe from here.
+    let stats = switchboard_proto::subject::service_stats(name, Some(id.trim()));
+    let exported = match tokio::time::timeout(wait, client.request(stats, "".into())).await {
+        Ok(Ok(reply)) => export_line(&reply.payload),
+        _ => None,
+    };
+    let exported = exported.unwrap_or_else(|| match &runtime.telemetry.otlp_endpoint {
+        None => "telemetry not exported".to_owned(),
+        Some(endpoint) => match telemetry::export::probe(endpoint, Duration::from_secs(1)) {
+            Ok(()) => format!("telemetry to {endpoint}"),
+            Err(why) => format!("telemetry NOT EXPORTED: {endpoint} does not answer ({why})"),
+        },
+    });
     Ok(format!(
-        "instance {} answers, JetStream reachable",
+        "instance {} answers, JetStream reachable; {exported}",
         id.trim()
     ))
+}
+
+/// What a `$SRV.STATS` reply says of the instance's OTLP export, as one line.
+pub fn export_line(stats: &[u8]) -> Option<String> {
+    let stats: serde_json::Value = serde_json::from_slice(stats).ok()?;
+    let status: telemetry::export::ExportStatus = stats
+        .get("endpoints")?
+        .as_array()?
+        .iter()
+        .find_map(|endpoint| endpoint.get("data")?.get("telemetry").cloned())
+        .and_then(|status| serde_json::from_value(status).ok())?;
+    Some(describe_export(&status))
+}
+
+/// One line on an export status: where to, and whether it fails.
+pub fn describe_export(status: &telemetry::export::ExportStatus) -> String {
+    let Some(endpoint) = &status.endpoint else {
+        return "telemetry not exported".to_owned();
+    };
+    let failed: u64 = status.failures.values().sum();
+    if status.failing && failed == 0 {
+        format!(
+            "telemetry NOT EXPORTED: {endpoint} {}",
+            status.last_error.as_deref().unwrap_or("does not answer")
+        )
+    } else if status.failing {
+        format!(
+            "telemetry NOT EXPORTED: {endpoint} fails ({failed} failed exports; last: {})",
+            status.last_error.as_deref().unwrap_or("unknown")
+        )
+    } else if failed > 0 {
+        format!("telemetry to {endpoint} (working again after {failed} failed exports)")
+    } else if status.exported == 0 {
+        format!("telemetry to {endpoint} (nothing exported yet)")
+    } else {
+        format!("telemetry to {endpoint}")
+    }
 }
 
 /// Why a service could not start (shared by every service's `start`).

@@ -45,6 +45,8 @@ pub struct Endpoint {
     pub(super) except: Vec<String>,
     /// Subscribed in a queue group of its own (see [`Endpoint::nested`]).
     pub(super) nested: bool,
+    /// Starts no trace of its own (see [`Endpoint::quiet`]).
+    pub(super) quiet: bool,
 }
 
 impl std::fmt::Debug for Endpoint {
@@ -115,6 +117,15 @@ impl Endpoint {
         self
     }
 
+    /// Marks an endpoint an idle agent calls over and over (heartbeats, long polls, acks): a
+    /// request that carries no trace context starts no trace (its span is not recorded), so an
+    /// idle agent does not fill the tracing backend with one-span traces. A request that
+    /// carries one joins its trace as any other.
+    pub fn quiet(mut self) -> Self {
+        self.quiet = true;
+        self
+    }
+
     /// An agent-facing endpoint on `<prefix>.>`: the caller is the subject tail after `prefix`
     /// (a malformed tail is answered with `invalid_agent_id` before the body is read).
     pub fn agent<Req, Resp, F, Fut>(name: &str, prefix: String, handler: F) -> Self
@@ -132,6 +143,7 @@ impl Endpoint {
             shared_budget: false,
             except: Vec::new(),
             nested: false,
+            quiet: false,
             handler: Arc::new(move |message: Message| {
                 let handler = Arc::clone(&handler);
                 let prefix = prefix.clone();
@@ -170,6 +182,7 @@ impl Endpoint {
             shared_budget: false,
             except: Vec::new(),
             nested: false,
+            quiet: false,
             handler: Arc::new(move |message: Message| {
                 let handler = Arc::clone(&handler);
                 async move { handler(message).await }.boxed()
@@ -192,6 +205,7 @@ impl Endpoint {
             shared_budget: false,
             except: Vec::new(),
             nested: false,
+            quiet: false,
             handler: Arc::new(move |message: Message| {
                 let handler = Arc::clone(&handler);
                 async move {

@@ -28,6 +28,7 @@ use switchboard_proto::{
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
+use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 use crate::telemetry;
 
@@ -76,12 +77,16 @@ type ErrorCounts = Arc<Mutex<HashMap<String, BTreeMap<&'static str, u64>>>>;
 pub struct Running {
     name: &'static str,
     service: async_nats::service::Service,
-    endpoints: Vec<(
-        async_nats::service::endpoint::Endpoint,
-        Handler,
-        String,
-        Vec<String>,
-    )>,
+    endpoints: Vec<Subscribed>,
+}
+
+/// An endpoint as subscribed: its request stream and what [`handle`] needs of it.
+struct Subscribed {
+    stream: async_nats::service::endpoint::Endpoint,
+    handler: Handler,
+    name: String,
+    except: Vec<String>,
+    quiet: bool,
 }
 
 impl std::fmt::Debug for Running {
@@ -113,7 +118,10 @@ pub async fn start(
                 .lock()
                 .map(|counts| counts.get(&endpoint).cloned().unwrap_or_default())
                 .unwrap_or_default();
-            serde_json::json!({ "errors_by_kind": counts })
+            serde_json::json!({
+                "errors_by_kind": counts,
+                "telemetry": telemetry::export::status(),
+            })
         })
         .start(spec.name, spec.version)
         .await
@@ -148,7 +156,13 @@ pub async fn start(
                 prefix: endpoint.subject.strip_suffix(".>").map(str::to_owned),
             },
         );
-        subscribed.push((stream, handler, endpoint.name, endpoint.except));
+        subscribed.push(Subscribed {
+            stream,
+            handler,
+            name: endpoint.name,
+            except: endpoint.except,
+            quiet: endpoint.quiet,
+        });
     }
     // Ready means the server has registered every endpoint subscription (a real round trip;
     // `flush` alone does not wait for the server).
@@ -316,7 +330,14 @@ impl Running {
     pub async fn run(self, shutdown: CancellationToken, grace: Duration) {
         let tracker = TaskTracker::new();
         let mut loops = Vec::new();
-        for (mut stream, handler, endpoint, except) in self.endpoints {
+        for Subscribed {
+            mut stream,
+            handler,
+            name: endpoint,
+            except,
+            quiet,
+        } in self.endpoints
+        {
             let tracker = tracker.clone();
             let shutdown = shutdown.clone();
             let service = self.name;
@@ -350,6 +371,7 @@ impl Running {
                         Arc::clone(&handler),
                         service,
                         endpoint.clone(),
+                        quiet,
                     ));
                 }
             }));
@@ -382,25 +404,43 @@ async fn handle(
     handler: Handler,
     service: &'static str,
     endpoint: String,
+    quiet: bool,
 ) {
+    let started = std::time::Instant::now();
     let message = &request.message;
-    // OpenTelemetry messaging conventions: a NATS message processed by a consumer group.
+    // OpenTelemetry messaging conventions: a NATS message processed by a consumer group. The
+    // Switchboard ids the request and its answer name are attributes, so the id a send report
+    // or a task names finds its trace.
     let span = tracing::info_span!(
         "request",
         otel.name = %format!("{service}.{endpoint}"),
-        otel.kind = "server",
+        otel.kind = "consumer",
+        otel.status_code = tracing::field::Empty,
+        otel.status_message = tracing::field::Empty,
         messaging.system = "nats",
         messaging.operation.type = "process",
         messaging.operation.name = %endpoint,
         messaging.destination.name = %message.subject,
         messaging.consumer.group.name = service,
+        messaging.message.id = tracing::field::Empty,
+        messaging.message.body.size = message.payload.len(),
+        switchboard.service = service,
         switchboard.agent_id = message.subject.rsplit('.').next().unwrap_or(""),
-        service,
-        endpoint = %endpoint,
-        reply = ?message.reply,
-        error.kind = tracing::field::Empty,
+        switchboard.goal_id = tracing::field::Empty,
+        switchboard.correlation_id = tracing::field::Empty,
+        switchboard.task_id = tracing::field::Empty,
+        error.type = tracing::field::Empty,
     );
-    telemetry::set_parent_from(&span, message.headers.as_ref());
+    let parent = telemetry::extract(message.headers.as_ref());
+    let parent = if quiet {
+        telemetry::unless_traced(parent)
+    } else {
+        parent
+    };
+    if let Err(err) = span.set_parent(parent) {
+        tracing::debug!(error = %err, "could not set span parent from headers");
+    }
+    telemetry::ids::record(&span, &message.payload);
     let result = handler(message.clone()).instrument(span.clone()).await;
     let _entered = span.enter();
     // Only a reply inbox is answered (see `wrap_errors`): never write where a caller points.
@@ -408,15 +448,33 @@ async fn handle(
         .reply
         .as_ref()
         .is_some_and(|reply| is_reply_inbox(reply.as_str()));
+    let mut attributes = vec![
+        telemetry::metrics::service(service),
+        opentelemetry::KeyValue::new("messaging.system", "nats"),
+        opentelemetry::KeyValue::new("messaging.operation.name", endpoint.clone()),
+    ];
     let outcome = match result {
-        Ok(body) if has_reply => {
-            request
-                .respond_with_headers(Ok(body), telemetry::traced_headers())
-                .await
+        Ok(body) => {
+            telemetry::ids::record(&span, &body);
+            record_duration(started, &attributes);
+            if has_reply {
+                request
+                    .respond_with_headers(Ok(body), telemetry::traced_headers())
+                    .await
+            } else {
+                Ok(())
+            }
         }
-        Ok(_) => Ok(()),
         Err(err) => {
-            span.record("error.kind", err.kind().as_str());
+            let kind = err.kind().as_str();
+            span.record("error.type", kind);
+            span.record("otel.status_code", "ERROR");
+            span.record(
+                "otel.status_message",
+                format!("{kind}: {}", err.error.message).as_str(),
+            );
+            attributes.push(opentelemetry::KeyValue::new("error.type", kind));
+            record_duration(started, &attributes);
             match err.kind() {
                 ErrorKind::Internal | ErrorKind::Unavailable => {
                     tracing::warn!(kind = %err.kind(), message = %err.error.message, "request failed")
@@ -451,6 +509,13 @@ async fn handle(
     if let Err(err) = outcome {
         tracing::debug!(error = %err, "reply could not be sent");
     }
+}
+
+/// One point of `messaging.process.duration` for a request handled since `started`.
+fn record_duration(started: std::time::Instant, attributes: &[opentelemetry::KeyValue]) {
+    telemetry::metrics::instruments()
+        .process_duration
+        .record(started.elapsed().as_secs_f64(), attributes);
 }
 
 #[cfg(test)]
