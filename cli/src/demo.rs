@@ -13,6 +13,7 @@ use switchboard_client::proto::audit::ThreadRequest;
 use switchboard_client::proto::registry::AgentCard;
 use switchboard_client::proto::{AgentId, InboxMessage, MessageKind, TaskState};
 use switchboard_client::{Agent, AgentOptions, Goal, TaskOutcome, audit_thread};
+use tracing::Instrument as _;
 
 /// `switchboard demo` options.
 #[derive(Debug, clap::Args)]
@@ -40,6 +41,24 @@ fn seed_of(keys: Option<&std::path::Path>, file: &str) -> anyhow::Result<Option<
 
 /// How long any one step may wait for a message.
 const WAIT: Duration = Duration::from_secs(15);
+
+/// The demo's agents; each exports its spans under its own `service.name`.
+pub const AGENTS: [&str; 3] = ["demo-coordinator", "demo-researcher", "demo-writer"];
+
+/// The root span of one conversation `agent` starts: everything it causes — the services'
+/// spans, the other agents' handling of what they receive — joins its trace.
+fn conversation(agent: &'static str, what: &str) -> tracing::Span {
+    tracing::info_span!(
+        parent: None,
+        "conversation",
+        otel.name = %format!("{agent}: {what}"),
+        otel.kind = "producer",
+        otel.status_code = tracing::field::Empty,
+        error.type = tracing::field::Empty,
+        switchboard.service = agent,
+        switchboard.agent_id = agent,
+    )
+}
 
 /// Prints one step: human text by default, a JSON line with `--json`.
 struct Narrator {
@@ -79,10 +98,15 @@ async fn agent(args: &DemoArgs, id: &str, description: &str) -> anyhow::Result<A
     Ok(Agent::connect_with(nats, card, AgentOptions::default()).await?)
 }
 
-/// The next message in `goal` (acknowledged), or an error naming what was awaited.
-async fn next(goal: &Goal, what: &str) -> anyhow::Result<InboxMessage> {
+/// The next message in `goal` (acknowledged), with the span its reader handles it in (the
+/// sender's trace continued), or an error naming what was awaited.
+async fn next(goal: &Goal, what: &str) -> anyhow::Result<(InboxMessage, tracing::Span)> {
     match goal.recv(WAIT).await? {
-        Some(delivery) => Ok(delivery.ack().await?),
+        Some(delivery) => {
+            let span = delivery.span();
+            let message = delivery.ack().instrument(span.clone()).await?;
+            Ok((message, span))
+        }
         None => anyhow::bail!("no {what} within {} s", WAIT.as_secs()),
     }
 }
@@ -117,12 +141,15 @@ pub async fn run(args: DemoArgs, json: bool) -> anyhow::Result<serde_json::Value
         serde_json::json!(names.join(", ")),
     );
 
-    // The coordinator delegates.
+    // The coordinator delegates: one conversation, one trace, from the task's creation through
+    // the researcher's call to the writer to the last update the coordinator reads.
+    let delegate = conversation("demo-coordinator", "delegate a task");
     let created = coordinator
         .give_task(
             "demo-researcher",
             "Find one fact about NATS JetStream durability for the launch post.",
         )
+        .instrument(delegate.clone())
         .await?;
     let task_id = created.task.task_id;
     say.say(
@@ -134,7 +161,7 @@ pub async fn run(args: DemoArgs, json: bool) -> anyhow::Result<serde_json::Value
         )),
     );
 
-    let task_message = next(&researcher_goal, "task message").await?;
+    let (task_message, working) = next(&researcher_goal, "task message").await?;
     say.say(
         "demo-researcher",
         "check_inbox",
@@ -144,8 +171,14 @@ pub async fn run(args: DemoArgs, json: bool) -> anyhow::Result<serde_json::Value
             task_message.body
         )),
     );
-    researcher.accept_task(task_id).await?;
-    researcher.start_task(task_id).await?;
+    researcher
+        .accept_task(task_id)
+        .instrument(working.clone())
+        .await?;
+    researcher
+        .start_task(task_id)
+        .instrument(working.clone())
+        .await?;
     say.say(
         "demo-researcher",
         "accept, start",
@@ -154,7 +187,7 @@ pub async fn run(args: DemoArgs, json: bool) -> anyhow::Result<serde_json::Value
 
     // The researcher consults the writer and waits; the writer answers with reply_to_peer.
     let writer_side = async {
-        let request = next(&writer_goal, "call request").await?;
+        let (request, answering) = next(&writer_goal, "call request").await?;
         let Some(correlation_id) = request.correlation_id else {
             anyhow::bail!("the call request carries no correlation id");
         };
@@ -163,14 +196,17 @@ pub async fn run(args: DemoArgs, json: bool) -> anyhow::Result<serde_json::Value
                 correlation_id,
                 "Say: every acknowledged message is on disk on a quorum of servers.",
             )
+            .instrument(answering)
             .await?;
         Ok::<_, anyhow::Error>(request)
     };
-    let researcher_side = researcher.call(
-        "demo-writer",
-        "How should I phrase the durability fact in one sentence?",
-        Duration::from_secs(20),
-    );
+    let researcher_side = researcher
+        .call(
+            "demo-writer",
+            "How should I phrase the durability fact in one sentence?",
+            Duration::from_secs(20),
+        )
+        .instrument(working.clone());
     let (request, answer) = tokio::join!(writer_side, researcher_side);
     let request = request?;
     let answer = answer?;
@@ -187,13 +223,16 @@ pub async fn run(args: DemoArgs, json: bool) -> anyhow::Result<serde_json::Value
 
     researcher
         .task_progress(task_id, "found it in the JetStream docs", Vec::new())
+        .instrument(working.clone())
         .await?;
     researcher
         .complete_task(
             task_id,
             TaskOutcome::text(format!("JetStream: {}", answer.body)),
         )
+        .instrument(working.clone())
         .await?;
+    drop(working);
     say.say(
         "demo-researcher",
         "progress, complete_task",
@@ -202,7 +241,7 @@ pub async fn run(args: DemoArgs, json: bool) -> anyhow::Result<serde_json::Value
 
     // The coordinator reads its updates until the task is done.
     loop {
-        let update = next(&coordinator_goal, "task update").await?;
+        let (update, _read) = next(&coordinator_goal, "task update").await?;
         let state = update.task.as_ref().map(|task| task.state);
         say.say(
             "demo-coordinator",
@@ -213,10 +252,12 @@ pub async fn run(args: DemoArgs, json: bool) -> anyhow::Result<serde_json::Value
             break;
         }
     }
+    drop(delegate);
 
     // A broadcast reaches both peers; a send to oneself is refused.
     let report = coordinator
         .broadcast("Thanks both, the post is ready.")
+        .instrument(conversation("demo-coordinator", "broadcast"))
         .await?;
     say.say(
         "demo-coordinator",
@@ -230,21 +271,27 @@ pub async fn run(args: DemoArgs, json: bool) -> anyhow::Result<serde_json::Value
         (&researcher_goal, "demo-researcher"),
         (&writer_goal, "demo-writer"),
     ] {
-        let got = next(goal, "broadcast").await?;
+        let (got, _read) = next(goal, "broadcast").await?;
         if got.kind != MessageKind::Message {
             anyhow::bail!("{who} expected the broadcast, got {:?}", got.kind);
         }
         say.say(who, "check_inbox", serde_json::json!(got.body));
     }
+    let to_self = conversation("demo-coordinator", "note to self");
     match coordinator
         .send_to_peer("demo-coordinator", "note to self")
+        .instrument(to_self.clone())
         .await
     {
-        Err(err) => say.say(
-            "demo-coordinator",
-            "send_to_peer itself: refused",
-            serde_json::json!(err.to_string()),
-        ),
+        Err(err) => {
+            to_self.record("otel.status_code", "ERROR");
+            to_self.record("error.type", "self_send");
+            say.say(
+                "demo-coordinator",
+                "send_to_peer itself: refused",
+                serde_json::json!(err.to_string()),
+            );
+        }
         Ok(report) => anyhow::bail!("a send to oneself was not refused: {report:?}"),
     }
 

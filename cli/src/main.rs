@@ -31,6 +31,7 @@ mod card;
 mod commands;
 mod demo;
 mod dlq;
+mod health;
 mod inbox;
 mod mcp;
 mod nats;
@@ -42,6 +43,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use switchboard_client::proto::subject::RegistryOp;
+use tracing::Instrument as _;
 
 use crate::output::View;
 
@@ -328,6 +330,13 @@ enum Command {
         after_help = "Example:\n  switchboard up &   # in another terminal\n  switchboard demo"
     )]
     Demo(demo::DemoArgs),
+    /// Whether every service answers, and whether each exports its telemetry (exit 1 if not).
+    #[command(after_help = "Example:\n  switchboard health")]
+    Health {
+        /// NATS URL; a comma-separated list is a cluster's servers, failed over between.
+        #[arg(long, env = "NATS_URL", default_value = DEFAULT_NATS_URL)]
+        nats_url: String,
+    },
 }
 
 /// `switchboard goal …`.
@@ -379,10 +388,70 @@ async fn main() -> ExitCode {
         return ExitCode::FAILURE;
     }
     let view = view_of(&cli.command);
-    let result = match cli.command {
+    let command = match cli.command {
+        Command::Up(args) => return up::run(args).await,
+        Command::Mcp(args) => return mcp::run(args).await,
+        command => command,
+    };
+    // Every other command is one trace rooted at its own span (`service.name`
+    // `switchboard-cli`; the demo's agents export under their own names).
+    let name = std::env::args().nth(1).unwrap_or_default();
+    let hosting: &[&str] = match command {
+        Command::Demo(_) => &demo::AGENTS,
+        _ => &[],
+    };
+    let telemetry = cli_telemetry(CLI_SERVICE, hosting);
+    let span = tracing::info_span!(
+        "cli",
+        otel.name = %format!("switchboard {name}"),
+        otel.kind = "client",
+        otel.status_code = tracing::field::Empty,
+        switchboard.service = CLI_SERVICE,
+    );
+    let code = dispatch(command, json, view).instrument(span.clone()).await;
+    if code != ExitCode::SUCCESS {
+        span.record("otel.status_code", "ERROR");
+    }
+    drop(span);
+    if let Some(telemetry) = telemetry {
+        telemetry.shutdown();
+    }
+    code
+}
+
+/// `service.name` of what the CLI exports.
+const CLI_SERVICE: &str = "switchboard-cli";
+
+/// Telemetry for a CLI command: spans exported as `[telemetry]` in switchboard.toml or
+/// `OTEL_EXPORTER_OTLP_ENDPOINT` say, logs only at `warn` (unless `RUST_LOG`), so a command's
+/// output stays its own. `None` when it cannot start (the command runs without it).
+fn cli_telemetry(
+    name: &str,
+    hosting: &[&str],
+) -> Option<switchboard_runtime::telemetry::TelemetryGuard> {
+    let mut config =
+        switchboard_runtime::RuntimeConfig::load(&switchboard_runtime::config::figment())
+            .map(|runtime| runtime.telemetry)
+            .unwrap_or_default();
+    config.log = "warn".to_owned();
+    // The CLI serves no metrics of its own.
+    config.metrics_listen = None;
+    match switchboard_runtime::telemetry::init_hosting(name, hosting, &config) {
+        Ok(guard) => Some(guard),
+        Err(err) => {
+            eprintln!("switchboard: telemetry off: {err}");
+            None
+        }
+    }
+}
+
+/// Runs one command (all but `up` and `mcp`) and prints its reply.
+async fn dispatch(command: Command, json: bool, view: View) -> ExitCode {
+    let result = match command {
         Command::Up(args) => return up::run(args).await,
         Command::Mcp(args) => return mcp::run(args).await,
         Command::Demo(args) => demo::run(args, json).await,
+        Command::Health { nats_url } => return health::run(&nats_url, json).await,
         Command::Dlq(args) => dlq::run(args).await,
         Command::Register {
             as_agent,
@@ -520,6 +589,7 @@ fn view_of(command: &Command) -> View {
         | Command::Mcp(_)
         | Command::Inbox(_)
         | Command::NatsConfig { .. }
+        | Command::Health { .. }
         | Command::A2a(_) => View::Json,
     }
 }

@@ -39,7 +39,25 @@ pub struct UpArgs {
     /// picks a free one, which the banner shows.
     #[arg(long, value_name = "ADDR")]
     a2a_listen: Option<std::net::SocketAddr>,
+    /// Where to serve Prometheus metrics of every service (`GET /metrics`); default
+    /// `[telemetry] metrics_listen`, else 127.0.0.1:9464. Port 0 picks a free one, which the
+    /// banner shows; `off` serves none.
+    #[arg(long, value_name = "ADDR")]
+    metrics_listen: Option<String>,
 }
+
+/// The services `up` runs, by the names they export telemetry under.
+const SERVICES: [&str; 6] = [
+    directory::SPEC.name,
+    inbox_fanout::SPEC.name,
+    reply_correlator::SPEC.name,
+    task_lifecycle::SPEC.name,
+    audit::SPEC.name,
+    a2a_gateway::SPEC.name,
+];
+
+/// Where `up` serves `/metrics` when neither the flag nor the config says.
+const METRICS_LISTEN: &str = "127.0.0.1:9464";
 
 /// Runs `up` until SIGINT/SIGTERM.
 pub async fn run(args: UpArgs) -> ExitCode {
@@ -62,13 +80,22 @@ pub async fn run(args: UpArgs) -> ExitCode {
             return ExitCode::from(64);
         }
     };
-    let telemetry = match telemetry::init("switchboard", &services.runtime.telemetry) {
-        Ok(guard) => guard,
-        Err(err) => {
-            eprintln!("switchboard: {err}");
-            return ExitCode::from(64);
+    match args.metrics_listen.as_deref() {
+        Some("off") => services.runtime.telemetry.metrics_listen = None,
+        Some(listen) => services.runtime.telemetry.metrics_listen = Some(listen.to_owned()),
+        None if services.runtime.telemetry.metrics_listen.is_none() => {
+            services.runtime.telemetry.metrics_listen = Some(METRICS_LISTEN.to_owned());
         }
-    };
+        None => {}
+    }
+    let telemetry =
+        match telemetry::init_hosting("switchboard", &SERVICES, &services.runtime.telemetry) {
+            Ok(guard) => guard,
+            Err(err) => {
+                eprintln!("switchboard: {err}");
+                return ExitCode::from(64);
+            }
+        };
     let code = match serve(args, &mut services, telemetry.exporting_to()).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) if err.is::<BadConfig>() => {
@@ -82,6 +109,19 @@ pub async fn run(args: UpArgs) -> ExitCode {
     };
     telemetry.shutdown();
     code
+}
+
+/// The OTLP protocol in use, as the banner names it.
+fn protocol_of(runtime: &RuntimeConfig) -> String {
+    telemetry::export::status()
+        .protocol
+        .or_else(|| {
+            runtime
+                .telemetry
+                .otlp_protocol
+                .map(|p| p.as_str().to_owned())
+        })
+        .unwrap_or_else(|| "http/protobuf".to_owned())
 }
 
 /// A setting the NATS server or cluster cannot honour (exit 64, like a bad config file).
@@ -138,6 +178,42 @@ async fn serve(args: UpArgs, services: &mut Services, otlp: Option<&str>) -> any
             }
         })?;
     let shutdown = shutdown::on_signal();
+    let metrics = match &runtime.telemetry.metrics_listen {
+        Some(listen) => {
+            match telemetry::metrics::serve(listen, shutdown.clone()).await {
+                Ok(bound) => format!("http://{bound}/metrics"),
+                // Another process has the port (a second `up`): the system runs without it.
+                Err(err) => {
+                    tracing::warn!(%listen, error = %err, "cannot serve /metrics");
+                    format!("not served ({listen}: {err})")
+                }
+            }
+        }
+        None => "not served (--metrics-listen ADDR)".to_owned(),
+    };
+    let traces = match otlp {
+        None => "not exported (set OTEL_EXPORTER_OTLP_ENDPOINT)".to_owned(),
+        Some(endpoint) => {
+            let endpoint = endpoint.to_owned();
+            let probed = tokio::task::spawn_blocking({
+                let endpoint = endpoint.clone();
+                move || {
+                    let probed = telemetry::export::probe(&endpoint, Duration::from_secs(1));
+                    telemetry::export::record_probe(&probed);
+                    probed
+                }
+            })
+            .await
+            .unwrap_or_else(|err| Err(err.to_string()));
+            match probed {
+                Ok(()) => format!("exported to {endpoint} (OTLP {})", protocol_of(runtime)),
+                Err(why) => {
+                    tracing::warn!(%endpoint, error = %why, "the OTLP endpoint does not answer; traces and metrics are dropped until it does");
+                    format!("NOT EXPORTED: {endpoint} does not answer ({why})")
+                }
+            }
+        }
+    };
 
     let directory = directory::start(&client, runtime, services.directory.clone()).await?;
     let fanout = inbox_fanout::start(&client, runtime, services.fanout.clone()).await?;
@@ -176,8 +252,7 @@ async fn serve(args: UpArgs, services: &mut Services, otlp: Option<&str>) -> any
         None => println!("Switchboard is up.\n  NATS:      {url}"),
     }
     println!(
-        "  services:  directory, inbox-fanout, reply-correlator, task-lifecycle, audit, a2a-gateway\n  A2A:       {a2a_url}/agents/<agent_id> (A2A v1.0 JSON-RPC; card at …/.well-known/agent-card.json)\n  traces:    {}\n\nAn agent in any language connects to {url} and sends\n  agent.registry.register.<agent_id>   (its card, JSON)\n  agent.registry.goal.open.<agent_id>  (then agent.inbox.fetch.<agent_id> / agent.inbox.ack.<agent_id>)\n  agent.send.<agent_id>                ({{\"to\": \"peer\", \"message\": \"…\"}})\n  agent.call.<agent_id> / agent.reply.<agent_id>   (calls that wait for an answer)\n  agent.task.<op>.<agent_id>           (tasks: create, accept, start, complete, spawn, …)\nTry:  switchboard agents   |   switchboard peers --as <agent_id>\nStop: Ctrl-C",
-        otlp.unwrap_or("not exported (set OTEL_EXPORTER_OTLP_ENDPOINT)")
+        "  services:  directory, inbox-fanout, reply-correlator, task-lifecycle, audit, a2a-gateway\n  A2A:       {a2a_url}/agents/<agent_id> (A2A v1.0 JSON-RPC; card at …/.well-known/agent-card.json)\n  traces:    {traces}\n  metrics:   {metrics}\n\nAn agent in any language connects to {url} and sends\n  agent.registry.register.<agent_id>   (its card, JSON)\n  agent.registry.goal.open.<agent_id>  (then agent.inbox.fetch.<agent_id> / agent.inbox.ack.<agent_id>)\n  agent.send.<agent_id>                ({{\"to\": \"peer\", \"message\": \"…\"}})\n  agent.call.<agent_id> / agent.reply.<agent_id>   (calls that wait for an answer)\n  agent.task.<op>.<agent_id>           (tasks: create, accept, start, complete, spawn, …)\nTry:  switchboard agents   |   switchboard peers --as <agent_id>\nStop: Ctrl-C"
     );
 
     shutdown.cancelled().await;

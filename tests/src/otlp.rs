@@ -1,18 +1,150 @@
-//! A minimal OTLP/HTTP collector: what the services export when `telemetry.otlp_endpoint` is set.
+//! A minimal OTLP/HTTP collector: what the services export when `telemetry.otlp_endpoint` is
+//! set, decoded into spans (with their resource's `service.name`) and metric names.
 
-/// A minimal OTLP/HTTP sink: records the body of every POST to /v1/traces.
-pub async fn otlp_sink() -> (String, std::sync::Arc<std::sync::Mutex<Vec<Vec<u8>>>>) {
+use std::sync::{Arc, Mutex};
+
+use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::common::v1::KeyValue;
+use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
+use prost::Message as _;
+
+/// Bodies received, by signal.
+#[derive(Debug, Clone, Default)]
+pub struct OtlpSink {
+    /// The URL to export to (`http://127.0.0.1:<port>`).
+    pub url: String,
+    /// Every POST to /v1/traces.
+    pub traces: Arc<Mutex<Vec<Vec<u8>>>>,
+    /// Every POST to /v1/metrics.
+    pub metrics: Arc<Mutex<Vec<Vec<u8>>>>,
+}
+
+/// A span as received, flattened.
+#[derive(Debug, Clone)]
+pub struct ReceivedSpan {
+    /// Its resource's `service.name`.
+    pub service: String,
+    /// Its name.
+    pub name: String,
+    /// Hex trace id.
+    pub trace_id: String,
+    /// Hex span id.
+    pub span_id: String,
+    /// Hex parent span id; empty for a root.
+    pub parent: String,
+    /// OTLP span kind (2 server, 3 client, 4 producer, 5 consumer).
+    pub kind: i32,
+    /// OTLP status code (2 = error).
+    pub status: i32,
+    /// String attributes.
+    pub attributes: Vec<(String, String)>,
+}
+
+impl ReceivedSpan {
+    /// A string attribute.
+    pub fn attribute(&self, key: &str) -> Option<&str> {
+        self.attributes
+            .iter()
+            .find(|(name, _)| name == key)
+            .map(|(_, value)| value.as_str())
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn text(kv: &KeyValue) -> Option<String> {
+    match kv.value.as_ref()?.value.as_ref()? {
+        AnyValue::StringValue(s) => Some(s.clone()),
+        AnyValue::IntValue(i) => Some(i.to_string()),
+        AnyValue::BoolValue(b) => Some(b.to_string()),
+        _ => None,
+    }
+}
+
+impl OtlpSink {
+    /// Every span received so far.
+    pub fn spans(&self) -> Vec<ReceivedSpan> {
+        let bodies = self.traces.lock().unwrap().clone();
+        let mut spans = Vec::new();
+        for body in bodies {
+            let Ok(request) = ExportTraceServiceRequest::decode(body.as_slice()) else {
+                continue;
+            };
+            for resource in request.resource_spans {
+                let service = resource
+                    .resource
+                    .as_ref()
+                    .and_then(|r| r.attributes.iter().find(|kv| kv.key == "service.name"))
+                    .and_then(text)
+                    .unwrap_or_default();
+                for scope in resource.scope_spans {
+                    for span in scope.spans {
+                        spans.push(ReceivedSpan {
+                            service: service.clone(),
+                            name: span.name.clone(),
+                            trace_id: hex(&span.trace_id),
+                            span_id: hex(&span.span_id),
+                            parent: hex(&span.parent_span_id),
+                            kind: span.kind,
+                            status: span.status.as_ref().map_or(0, |s| s.code),
+                            attributes: span
+                                .attributes
+                                .iter()
+                                .filter_map(|kv| Some((kv.key.clone(), text(kv)?)))
+                                .collect(),
+                        });
+                    }
+                }
+            }
+        }
+        spans
+    }
+
+    /// The names of every metric received so far, with their resource's `service.name`.
+    pub fn metric_names(&self) -> Vec<(String, String)> {
+        let bodies = self.metrics.lock().unwrap().clone();
+        let mut names = Vec::new();
+        for body in bodies {
+            let Ok(request) = ExportMetricsServiceRequest::decode(body.as_slice()) else {
+                continue;
+            };
+            for resource in request.resource_metrics {
+                let service = resource
+                    .resource
+                    .as_ref()
+                    .and_then(|r| r.attributes.iter().find(|kv| kv.key == "service.name"))
+                    .and_then(text)
+                    .unwrap_or_default();
+                for scope in resource.scope_metrics {
+                    for metric in scope.metrics {
+                        names.push((service.clone(), metric.name));
+                    }
+                }
+            }
+        }
+        names
+    }
+}
+
+/// Starts an OTLP/HTTP collector on a free port, recording every POST to /v1/traces and
+/// /v1/metrics.
+pub async fn otlp_collector() -> OtlpSink {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let bodies = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let sink = std::sync::Arc::clone(&bodies);
+    let sink = OtlpSink {
+        url: format!("http://{}", listener.local_addr().unwrap()),
+        ..OtlpSink::default()
+    };
+    let kept = sink.clone();
     tokio::spawn(async move {
         loop {
             let Ok((mut socket, _)) = listener.accept().await else {
                 return;
             };
-            let sink = std::sync::Arc::clone(&sink);
+            let kept = kept.clone();
             tokio::spawn(async move {
                 let mut buf = Vec::new();
                 let mut chunk = [0u8; 8192];
@@ -34,10 +166,11 @@ pub async fn otlp_sink() -> (String, std::sync::Arc<std::sync::Mutex<Vec<Vec<u8>
                     if buf.len() < end + 4 + length {
                         continue;
                     }
+                    let body = buf[end + 4..end + 4 + length].to_vec();
                     if head.starts_with("post /v1/traces") {
-                        sink.lock()
-                            .unwrap()
-                            .push(buf[end + 4..end + 4 + length].to_vec());
+                        kept.traces.lock().unwrap().push(body);
+                    } else if head.starts_with("post /v1/metrics") {
+                        kept.metrics.lock().unwrap().push(body);
                     }
                     buf.drain(..end + 4 + length);
                     let _ = socket
@@ -47,5 +180,11 @@ pub async fn otlp_sink() -> (String, std::sync::Arc<std::sync::Mutex<Vec<Vec<u8>
             });
         }
     });
-    (url, bodies)
+    sink
+}
+
+/// A minimal OTLP/HTTP sink: records the body of every POST to /v1/traces.
+pub async fn otlp_sink() -> (String, Arc<Mutex<Vec<Vec<u8>>>>) {
+    let sink = otlp_collector().await;
+    (sink.url, sink.traces)
 }

@@ -1,0 +1,483 @@
+//! What an operator sees, as one would see it: `switchboard up` exporting by OTLP to a
+//! collector, then `switchboard demo`, then what arrived — each conversation one trace rooted
+//! at an agent's span, each service under its own `service.name`, refusals in red with their
+//! `error.type`, the ids as attributes, an idle agent adding nothing; `/metrics` scraped after
+//! the traffic, OTLP metrics received; and `up` pointed at a closed port saying so.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use std::collections::{BTreeSet, HashMap};
+use std::process::Stdio;
+use std::time::Duration;
+
+use switchboard_client::{Agent, AgentOptions};
+use switchboard_proto::AgentId;
+use switchboard_proto::registry::AgentCard;
+use switchboard_testkit::free_port;
+use switchboard_tests::{ReceivedSpan, otlp_collector, service_bin};
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+/// OTLP span status code for an error.
+const STATUS_ERROR: i32 = 2;
+
+/// Interrupts `up` (Ctrl-C) when dropped and waits for it to stop its nats-server.
+struct Up {
+    child: tokio::process::Child,
+    banner: String,
+    stderr: std::sync::Arc<std::sync::Mutex<String>>,
+    url: String,
+    _data: tempfile::TempDir,
+}
+
+impl Drop for Up {
+    fn drop(&mut self) {
+        if let Some(pid) = self.child.id() {
+            let _ = std::process::Command::new("kill")
+                .args(["-INT", &pid.to_string()])
+                .status();
+            let until = std::time::Instant::now() + Duration::from_secs(30);
+            while std::time::Instant::now() < until
+                && std::path::Path::new(&format!("/proc/{pid}")).exists()
+                && self.child.try_wait().ok().flatten().is_none()
+            {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    }
+}
+
+/// `switchboard up` on a free port exporting to `otlp`, with `/metrics` on a free port.
+async fn up(otlp: &str) -> Up {
+    let data = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let mut child = tokio::process::Command::new(service_bin("switchboard"))
+        .args([
+            "up",
+            "--port",
+            &port.to_string(),
+            "--a2a-listen",
+            "127.0.0.1:0",
+            "--metrics-listen",
+            "127.0.0.1:0",
+            "--data-dir",
+        ])
+        .arg(data.path().join("nats"))
+        .current_dir(data.path())
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", otlp)
+        .env("OTEL_BSP_SCHEDULE_DELAY", "100")
+        .env("OTEL_METRIC_EXPORT_INTERVAL", "500")
+        .env_remove("OTEL_SERVICE_NAME")
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let stderr = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let mut err_lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let kept = std::sync::Arc::clone(&stderr);
+    tokio::spawn(async move {
+        while let Ok(Some(line)) = err_lines.next_line().await {
+            kept.lock().unwrap().push_str(&line);
+            kept.lock().unwrap().push('\n');
+        }
+    });
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let banner = tokio::time::timeout(Duration::from_secs(60), async {
+        let mut banner = String::new();
+        while let Some(line) = lines.next_line().await.unwrap() {
+            banner.push_str(&line);
+            banner.push('\n');
+            if line.starts_with("Stop:") {
+                break;
+            }
+        }
+        banner
+    })
+    .await
+    .expect("up prints its banner");
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    Up {
+        child,
+        banner,
+        stderr,
+        url: format!("nats://127.0.0.1:{port}"),
+        _data: data,
+    }
+}
+
+/// The banner line that starts with `label` (e.g. `metrics:`), its value trimmed.
+fn banner_value(banner: &str, label: &str) -> String {
+    banner
+        .lines()
+        .find_map(|line| line.trim_start().strip_prefix(label))
+        .unwrap_or_else(|| panic!("no `{label}` in the banner:\n{banner}"))
+        .trim()
+        .to_owned()
+}
+
+/// Runs the CLI with `args` against `nats_url`, exporting to `otlp`; (success, stdout).
+async fn cli(args: &[&str], nats_url: &str, otlp: &str) -> (bool, String) {
+    let out = tokio::process::Command::new(service_bin("switchboard"))
+        .args(args)
+        .env("NATS_URL", nats_url)
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", otlp)
+        .env("OTEL_BSP_SCHEDULE_DELAY", "100")
+        .env_remove("OTEL_SERVICE_NAME")
+        .output()
+        .await
+        .unwrap();
+    (
+        out.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+/// The spans of the trace rooted at the span named `root`, or a panic naming what arrived.
+fn trace_of<'s>(spans: &'s [ReceivedSpan], root: &str) -> Vec<&'s ReceivedSpan> {
+    let root = spans
+        .iter()
+        .find(|span| span.name == root)
+        .unwrap_or_else(|| {
+            let names: BTreeSet<_> = spans.iter().map(|s| s.name.as_str()).collect();
+            panic!("no span `{root}` among {names:?}")
+        });
+    spans
+        .iter()
+        .filter(|span| span.trace_id == root.trace_id)
+        .collect()
+}
+
+/// Fails unless every span of `trace` but its root has its parent in the trace: one tree.
+fn assert_one_tree(trace: &[&ReceivedSpan], root: &str) {
+    let ids: BTreeSet<&str> = trace.iter().map(|span| span.span_id.as_str()).collect();
+    let roots: Vec<_> = trace.iter().filter(|span| span.parent.is_empty()).collect();
+    assert_eq!(
+        roots
+            .iter()
+            .map(|span| span.name.as_str())
+            .collect::<Vec<_>>(),
+        vec![root],
+        "one root"
+    );
+    for span in trace {
+        assert!(
+            span.parent.is_empty() || ids.contains(span.parent.as_str()),
+            "span `{}` of {} names a parent that never arrived",
+            span.name,
+            span.service
+        );
+    }
+}
+
+async fn scrape(url: &str) -> String {
+    switchboard_runtime::nats::install_crypto_provider();
+    reqwest::get(url).await.unwrap().text().await.unwrap()
+}
+
+/// The value of the first Prometheus series whose line starts with `name{` and contains every
+/// one of `labels`.
+fn series(text: &str, name: &str, labels: &[&str]) -> Option<f64> {
+    text.lines()
+        .filter(|line| line.starts_with(&format!("{name}{{")))
+        .find(|line| labels.iter().all(|label| line.contains(label)))
+        .and_then(|line| line.rsplit(' ').next()?.parse().ok())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_demo_is_whole_traces_per_service_and_the_metrics_move() {
+    let otlp = otlp_collector().await;
+    let up = up(&otlp.url).await;
+    let metrics_url = banner_value(&up.banner, "metrics:");
+    assert!(
+        metrics_url.starts_with("http://127.0.0.1:"),
+        "{}",
+        up.banner
+    );
+    assert!(
+        banner_value(&up.banner, "traces:").starts_with("exported to"),
+        "{}",
+        up.banner
+    );
+
+    // An idle agent: registered, a goal open, heartbeats each second and a reader long-polling.
+    let idle_id = AgentId::parse("idle-watcher").unwrap();
+    let nats = switchboard_client::agent_connect_options(&idle_id)
+        .connect(&up.url)
+        .await
+        .unwrap();
+    let idle = Agent::connect_with(
+        nats,
+        AgentCard::new(idle_id.clone()),
+        AgentOptions {
+            heartbeat_interval: Duration::from_secs(1),
+            ..AgentOptions::default()
+        },
+    )
+    .await
+    .unwrap();
+    let goal = idle.open_goal().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let idle_since = otlp.spans().len();
+    let reading = tokio::spawn(async move {
+        let until = tokio::time::Instant::now() + Duration::from_secs(30);
+        while tokio::time::Instant::now() < until {
+            let _ = goal.recv(Duration::from_secs(5)).await;
+        }
+        goal
+    });
+
+    let (ok, out) = cli(&["demo"], &up.url, &otlp.url).await;
+    assert!(ok, "{out}");
+
+    // The conversation the coordinator started: the task, its transitions, the researcher's
+    // call to the writer and its answer, the updates the coordinator read — one trace.
+    for _ in 0..100 {
+        let spans = otlp.spans();
+        let whole = spans
+            .iter()
+            .any(|s| s.name == "demo-coordinator: note to self")
+            && spans
+                .iter()
+                .filter(|s| s.service == "task-lifecycle")
+                .count()
+                >= 5;
+        if whole {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let spans = otlp.spans();
+    let task = trace_of(&spans, "demo-coordinator: delegate a task");
+    assert_one_tree(&task, "demo-coordinator: delegate a task");
+    let services: BTreeSet<&str> = task.iter().map(|span| span.service.as_str()).collect();
+    for service in [
+        "demo-coordinator",
+        "demo-researcher",
+        "demo-writer",
+        "task-lifecycle",
+        "reply-correlator",
+        "inbox-fanout",
+    ] {
+        assert!(services.contains(service), "{service} not in {services:?}");
+    }
+    let names: BTreeSet<&str> = task.iter().map(|span| span.name.as_str()).collect();
+    for name in [
+        "task-lifecycle.create",
+        "task-lifecycle.accept",
+        "task-lifecycle.start",
+        "task-lifecycle.progress",
+        "task-lifecycle.complete",
+        "reply-correlator.call",
+        "reply-correlator.reply",
+    ] {
+        assert!(names.contains(name), "{name} not in {names:?}");
+    }
+    // The ids are attributes: every task span names the one task, the call's spans its id.
+    let task_ids: BTreeSet<&str> = task
+        .iter()
+        .filter(|span| span.service == "task-lifecycle")
+        .filter_map(|span| span.attribute("switchboard.task_id"))
+        .collect();
+    assert_eq!(task_ids.len(), 1, "{task_ids:?}");
+    let call = task
+        .iter()
+        .find(|span| span.name == "reply-correlator.reply")
+        .unwrap();
+    assert!(
+        call.attribute("switchboard.correlation_id").is_some(),
+        "{call:?}"
+    );
+    // Handling spans are CONSUMER spans (messaging conventions), with no debug text.
+    let create = task
+        .iter()
+        .find(|span| span.name == "task-lifecycle.create")
+        .unwrap();
+    assert_eq!(create.kind, 5, "{create:?}");
+    for span in &task {
+        for (key, value) in &span.attributes {
+            assert!(
+                !value.contains("Some(")
+                    && !key.starts_with("thread.")
+                    && !key.starts_with("code."),
+                "{key}={value} on {}",
+                span.name
+            );
+            assert!(
+                key != "busy_ns" && key != "idle_ns",
+                "{key} on {}",
+                span.name
+            );
+        }
+    }
+
+    // The send to itself: refused, and the service's span is red with the kind.
+    let refused = trace_of(&spans, "demo-coordinator: note to self");
+    let send = refused
+        .iter()
+        .find(|span| span.service == "inbox-fanout")
+        .unwrap_or_else(|| panic!("{refused:?}"));
+    assert_eq!(send.status, STATUS_ERROR, "{send:?}");
+    assert_eq!(send.attribute("error.type"), Some("self_send"));
+
+    // Each service under its own name; nothing a service handled is left to `switchboard`.
+    let by_service: HashMap<&str, usize> = spans.iter().fold(HashMap::new(), |mut m, s| {
+        *m.entry(s.service.as_str()).or_default() += 1;
+        m
+    });
+    for service in [
+        "directory",
+        "inbox-fanout",
+        "reply-correlator",
+        "task-lifecycle",
+        "audit",
+        "switchboard-cli",
+    ] {
+        assert!(
+            by_service.contains_key(service),
+            "{service}: {by_service:?}"
+        );
+    }
+    let stray: Vec<_> = spans
+        .iter()
+        .filter(|s| s.service == "switchboard" && s.attribute("messaging.system").is_some())
+        .map(|s| s.name.clone())
+        .collect();
+    assert!(
+        stray.is_empty(),
+        "service spans under `switchboard`: {stray:?}"
+    );
+
+    // Metrics: /metrics after the traffic, and an OTLP export.
+    let text = scrape(&metrics_url).await;
+    for (service, endpoint) in [
+        ("task-lifecycle", "create"),
+        ("reply-correlator", "call"),
+        ("inbox-fanout", "inbox_fetch"),
+        ("directory", "register"),
+        ("audit", "thread"),
+    ] {
+        let count = series(
+            &text,
+            "messaging_process_duration_seconds_count",
+            &[
+                &format!("switchboard_service=\"{service}\""),
+                &format!("messaging_operation_name=\"{endpoint}\""),
+            ],
+        );
+        assert!(
+            count.is_some_and(|n| n >= 1.0),
+            "{service}.{endpoint}:\n{text}"
+        );
+    }
+    assert!(
+        series(
+            &text,
+            "messaging_process_duration_seconds_count",
+            &["error_type=\"self_send\""]
+        )
+        .is_some_and(|n| n >= 1.0),
+        "{text}"
+    );
+    for (name, labels) in [
+        (
+            "switchboard_calls_total",
+            "switchboard_outcome=\"answered\"",
+        ),
+        ("switchboard_calls_total", "switchboard_outcome=\"opened\""),
+        (
+            "switchboard_task_transitions_total",
+            "switchboard_task_state=\"completed\"",
+        ),
+    ] {
+        assert!(
+            series(&text, name, &[labels]).is_some_and(|n| n >= 1.0),
+            "{name}{{{labels}}}:\n{text}"
+        );
+    }
+    assert!(
+        series(&text, "switchboard_goals_live", &[]).is_some(),
+        "{text}"
+    );
+    let mut exported = Vec::new();
+    for _ in 0..50 {
+        exported = otlp.metric_names();
+        if exported
+            .iter()
+            .any(|(_, name)| name == "messaging.process.duration")
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        exported
+            .iter()
+            .any(|(service, name)| service == "switchboard" && name == "switchboard.calls"),
+        "{exported:?}"
+    );
+
+    // The idle agent, 30 s later: not one span names it.
+    let goal = reading.await.unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let idle_spans: Vec<_> = otlp.spans()[idle_since..]
+        .iter()
+        .filter(|span| span.attribute("switchboard.agent_id") == Some(idle_id.as_str()))
+        .map(|span| span.name.clone())
+        .collect();
+    assert!(
+        idle_spans.is_empty(),
+        "an idle agent traced: {idle_spans:?}"
+    );
+    drop(goal);
+    drop(idle);
+    assert!(up.stderr.lock().unwrap().len() < 1_000_000);
+}
+
+#[tokio::test]
+async fn up_pointed_at_a_closed_otlp_port_says_so_in_its_log_banner_and_health() {
+    let closed = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("http://{}", listener.local_addr().unwrap())
+    };
+    let up = up(&closed).await;
+    let traces = banner_value(&up.banner, "traces:");
+    assert!(
+        traces.starts_with("NOT EXPORTED") && traces.contains("does not answer"),
+        "{}",
+        up.banner
+    );
+    let mut logged = String::new();
+    for _ in 0..50 {
+        logged = up.stderr.lock().unwrap().clone();
+        if logged.contains("does not answer") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        logged.contains("the OTLP endpoint does not answer"),
+        "{logged}"
+    );
+    let (ok, out) = cli(&["health"], &up.url, "").await;
+    assert!(!ok, "health passes with a dead endpoint:\n{out}");
+    assert!(out.contains("NOT EXPORTED"), "{out}");
+    for service in [
+        "directory",
+        "inbox-fanout",
+        "reply-correlator",
+        "task-lifecycle",
+        "audit",
+    ] {
+        assert!(
+            out.lines()
+                .any(|line| line.starts_with(service) && line.contains("NOT EXPORTED")),
+            "{service}:\n{out}"
+        );
+    }
+}
