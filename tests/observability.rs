@@ -6,6 +6,10 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
+// Longer than 600 lines because it holds one scenario per thing an operator looks at (a demo's
+// traces and metrics, a task tree's trace, a dead endpoint), each against a real `up`; every
+// integration file is its own test binary, so a topic gets one file however many tests it has.
+
 use std::collections::{BTreeSet, HashMap};
 use std::process::Stdio;
 use std::time::Duration;
@@ -478,6 +482,191 @@ async fn up_pointed_at_a_closed_otlp_port_says_so_in_its_log_banner_and_health()
             out.lines()
                 .any(|line| line.starts_with(service) && line.contains("NOT EXPORTED")),
             "{service}:\n{out}"
+        );
+    }
+}
+
+/// An agent of this test process, its spans exported under its own name.
+async fn test_agent(url: &str, id: &str) -> Agent {
+    let id = AgentId::parse(id).unwrap();
+    let nats = switchboard_client::agent_connect_options(&id)
+        .connect(url)
+        .await
+        .unwrap();
+    Agent::connect_with(nats, AgentCard::new(id), AgentOptions::default())
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_with_two_subtasks_its_transitions_and_updates_are_one_trace() {
+    use switchboard_client::TaskOutcome;
+    use switchboard_proto::{MessageKind, TaskState};
+    use tracing::Instrument as _;
+
+    let otlp = otlp_collector().await;
+    let up = up(&otlp.url).await;
+    // This process's agents export too, each under its own name.
+    let telemetry = switchboard_runtime::telemetry::init_hosting(
+        "observability-test",
+        &["lead", "helper", "worker"],
+        &switchboard_runtime::config::TelemetryConfig {
+            log: "warn".into(),
+            otlp_endpoint: Some(otlp.url.clone()),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let lead = test_agent(&up.url, "lead").await;
+    let helper = test_agent(&up.url, "helper").await;
+    let worker = test_agent(&up.url, "worker").await;
+    let lead_goal = lead.open_goal().await.unwrap();
+    let helper_goal = helper.open_goal().await.unwrap();
+    let worker_goal = worker.open_goal().await.unwrap();
+
+    // The worker completes whatever it is given, in the trace each subtask came with.
+    let stop = tokio_util::sync::CancellationToken::new();
+    let serving = {
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            worker
+                .serve_tasks(&worker_goal, stop, None, |task| async move {
+                    Ok(TaskOutcome::text(format!("done: {}", task.message)))
+                })
+                .await
+                .unwrap();
+        })
+    };
+
+    let root = tracing::info_span!(
+        parent: None,
+        "conversation",
+        otel.name = "lead: plan",
+        switchboard.service = "lead",
+    );
+    let task_id = lead
+        .give_task("helper", "plan the launch")
+        .instrument(root.clone())
+        .await
+        .unwrap()
+        .task
+        .task_id;
+    drop(root);
+
+    // The helper splits its task in two, waits for both, and completes — all in the trace of
+    // the task message it received.
+    let delivery = helper_goal
+        .recv(Duration::from_secs(10))
+        .await
+        .unwrap()
+        .unwrap();
+    let working = delivery.span();
+    delivery.ack().instrument(working.clone()).await.unwrap();
+    async {
+        helper.accept_task(task_id).await.unwrap();
+        helper.start_task(task_id).await.unwrap();
+        for part in ["write the post", "check the facts"] {
+            helper.spawn_subtask(task_id, "worker", part).await.unwrap();
+        }
+    }
+    .instrument(working.clone())
+    .await;
+    let mut done = 0;
+    while done < 2 {
+        let update = helper_goal
+            .recv(Duration::from_secs(10))
+            .await
+            .unwrap()
+            .unwrap();
+        let read = update.span();
+        let message = update.ack().instrument(read).await.unwrap();
+        if message.kind == MessageKind::TaskUpdate
+            && message
+                .task
+                .as_ref()
+                .is_some_and(|task| task.state == TaskState::Completed)
+        {
+            done += 1;
+        }
+    }
+    helper
+        .complete_task(task_id, TaskOutcome::text("planned"))
+        .instrument(working)
+        .await
+        .unwrap();
+    // The lead reads its updates through the completion.
+    loop {
+        let update = lead_goal
+            .recv(Duration::from_secs(10))
+            .await
+            .unwrap()
+            .unwrap();
+        let read = update.span();
+        let message = update.ack().instrument(read).await.unwrap();
+        if message
+            .task
+            .as_ref()
+            .is_some_and(|task| task.state == TaskState::Completed)
+        {
+            break;
+        }
+    }
+    stop.cancel();
+    serving.await.unwrap();
+    telemetry.shutdown();
+
+    let mut trace_names = BTreeSet::new();
+    for _ in 0..50 {
+        let spans = otlp.spans();
+        if let Some(root) = spans.iter().find(|s| s.name == "lead: plan") {
+            trace_names = spans
+                .iter()
+                .filter(|s| s.trace_id == root.trace_id)
+                .map(|s| (s.service.clone(), s.name.clone()))
+                .collect();
+            let creates = spans
+                .iter()
+                .filter(|s| {
+                    s.trace_id == root.trace_id
+                        && (s.name == "task-lifecycle.create" || s.name == "task-lifecycle.spawn")
+                })
+                .count();
+            let completes = spans
+                .iter()
+                .filter(|s| s.trace_id == root.trace_id && s.name == "task-lifecycle.complete")
+                .count();
+            if creates == 3 && completes == 3 {
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let spans = otlp.spans();
+    let trace = trace_of(&spans, "lead: plan");
+    assert_one_tree(&trace, "lead: plan");
+    let count = |name: &str| trace.iter().filter(|s| s.name == name).count();
+    assert_eq!(count("task-lifecycle.create"), 1, "{trace_names:?}");
+    assert_eq!(count("task-lifecycle.spawn"), 2, "{trace_names:?}");
+    for op in ["accept", "start", "complete"] {
+        assert_eq!(
+            count(&format!("task-lifecycle.{op}")),
+            3,
+            "{op}: {trace_names:?}"
+        );
+    }
+    // Three tasks, each named on its spans; the updates read by helper and lead are in it.
+    let tasks: BTreeSet<&str> = trace
+        .iter()
+        .filter(|s| s.service == "task-lifecycle")
+        .filter_map(|s| s.attribute("switchboard.task_id"))
+        .collect();
+    assert_eq!(tasks.len(), 3, "{tasks:?}");
+    for reader in ["helper", "lead", "worker"] {
+        assert!(
+            trace
+                .iter()
+                .any(|s| s.service == reader && s.name == "process agent.inbox"),
+            "{reader} read nothing in the trace: {trace_names:?}"
         );
     }
 }

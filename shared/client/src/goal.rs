@@ -216,13 +216,21 @@ impl Delivery {
             messaging.operation.type = "process",
             messaging.destination.name = %subject::inbox(&self.reader.goal),
             messaging.message.id = message.id.map(|id| id.to_string()).unwrap_or_default(),
+            switchboard.correlation_id = message
+                .correlation_id
+                .map(|id| id.to_string())
+                .unwrap_or_default(),
             messaging.message.conversation_id = message
                 .correlation_id
                 .map(|id| id.to_string())
                 .unwrap_or_default(),
             switchboard.from_agent_id = %message.from_agent_id,
             switchboard.to_agent_id = %message.to_agent_id,
-            switchboard.kind = ?message.kind,
+            switchboard.kind = message.kind.as_str(),
+            switchboard.goal_id = %self.reader.goal,
+            // The reading agent: a process hosting several agents exports each under its own
+            // `service.name` (see `telemetry::init_hosting`).
+            switchboard.service = %self.reader.agent,
         );
         switchboard_runtime::telemetry::set_parent_from_text(
             &span,

@@ -9,6 +9,7 @@ use switchboard_proto::task::{
 use switchboard_proto::{GoalId, InboxMessage, MessageKind, Part};
 use switchboard_runtime::request::request_json_retrying;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
 use uuid::Uuid;
 
 use crate::agent::{Agent, request};
@@ -288,8 +289,10 @@ impl Agent {
     }
 
     /// The agent-side task loop: reads `goal` until `stop`, works on every task that arrives
-    /// (one at a time, with [`Agent::work_on`]) and hands every other message to `others`
-    /// (or drops it with a debug log when `None`). Messages are acknowledged once taken.
+    /// (one at a time, with [`Agent::work_on`], in the span of its delivery, so its
+    /// transitions join the trace the task was created in) and hands every other message to
+    /// `others` (or drops it with a debug log when `None`). Messages are acknowledged once
+    /// taken.
     pub async fn serve_tasks<F, Fut>(
         &self,
         goal: &Goal,
@@ -307,9 +310,16 @@ impl Agent {
                 next = goal.recv(std::time::Duration::from_secs(1)) => next?,
             };
             let Some(delivery) = delivery else { continue };
-            let message = delivery.ack().await?;
+            // Handled in the sender's trace: the task's transitions join the trace it was
+            // created in.
+            let span = delivery.span();
+            let message = delivery.ack().instrument(span.clone()).await?;
             if message.kind == MessageKind::Task {
-                match self.work_on(goal.id(), &message, &work).await {
+                match self
+                    .work_on(goal.id(), &message, &work)
+                    .instrument(span)
+                    .await
+                {
                     Ok(task) => {
                         tracing::info!(task_id = %task.task_id, state = task.state.as_str(), "task worked on")
                     }
