@@ -12,7 +12,6 @@ docs/protocol.md). Each line this prints on stdout is one JSON object (see READM
 import argparse
 import asyncio
 import json
-import secrets
 import signal
 import sys
 import uuid
@@ -33,11 +32,6 @@ def emit(event, **fields):
     print(json.dumps({"event": event, **fields}), flush=True)
 
 
-def new_traceparent():
-    """§1 "Trace context": 00-<32 hex trace id>-<16 hex span id>-<flags>, a fresh trace."""
-    return f"00-{secrets.token_hex(16)}-{secrets.token_hex(8)}-01"
-
-
 class ServiceError(Exception):
     """An error reply (§2): {"error": {"code", "kind", "message"}} plus micro headers."""
 
@@ -55,15 +49,15 @@ class Agent:
 
         `trace` is the inbound message's headers: its traceparent/tracestate are carried
         unchanged so the service's span joins the sender's trace (§1 "Trace context").
-        Without one, the request starts a trace of its own.
+        Without one the request goes without: this agent exports no spans of its own, and a
+        made-up parent would leave the service's span under a parent nobody ever sees (the
+        service starts the trace; heartbeats, fetches and acks start none).
         """
-        headers = {"traceparent": new_traceparent()}
-        for name in ("traceparent", "tracestate"):
-            if trace and trace.get(name):
-                headers[name] = trace[name]
+        headers = {name: trace[name] for name in ("traceparent", "tracestate")
+                   if trace and trace.get(name)}
         try:
             msg = await self.nc.request(subject, json.dumps(body).encode(),
-                                        timeout=REQUEST_TIMEOUT_S, headers=headers)
+                                        timeout=REQUEST_TIMEOUT_S, headers=headers or None)
         except NoRespondersError:  # §2, last paragraph: the service is not running
             raise ServiceError("no_responders", 503, f"no service answers on {subject}")
         except asyncio.TimeoutError:  # nats-py's TimeoutError is a subclass
