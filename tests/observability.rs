@@ -178,6 +178,33 @@ fn assert_one_tree(trace: &[&ReceivedSpan], root: &str) {
     }
 }
 
+/// Waits (10 s at most) until the trace rooted at `root` is one whole tree — every parent
+/// arrived — and `done` holds for it; returns every span received by then.
+async fn settled(
+    otlp: &switchboard_tests::OtlpSink,
+    root: &str,
+    done: impl Fn(&[&ReceivedSpan]) -> bool,
+) -> Vec<ReceivedSpan> {
+    for _ in 0..50 {
+        let spans = otlp.spans();
+        if let Some(top) = spans.iter().find(|span| span.name == root) {
+            let trace: Vec<&ReceivedSpan> = spans
+                .iter()
+                .filter(|span| span.trace_id == top.trace_id)
+                .collect();
+            let ids: BTreeSet<&str> = trace.iter().map(|span| span.span_id.as_str()).collect();
+            let whole = trace
+                .iter()
+                .all(|span| span.parent.is_empty() || ids.contains(span.parent.as_str()));
+            if whole && done(&trace) {
+                return spans;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    otlp.spans()
+}
+
 async fn scrape(url: &str) -> String {
     switchboard_runtime::nats::install_crypto_provider();
     reqwest::get(url).await.unwrap().text().await.unwrap()
@@ -240,23 +267,18 @@ async fn the_demo_is_whole_traces_per_service_and_the_metrics_move() {
 
     // The conversation the coordinator started: the task, its transitions, the researcher's
     // call to the writer and its answer, the updates the coordinator read — one trace.
-    for _ in 0..100 {
-        let spans = otlp.spans();
-        let whole = spans
+    settled(&otlp, "demo-coordinator: note to self", |trace| {
+        trace.iter().any(|span| span.service == "inbox-fanout")
+    })
+    .await;
+    let spans = settled(&otlp, "demo-coordinator: delegate a task", |trace| {
+        trace
             .iter()
-            .any(|s| s.name == "demo-coordinator: note to self")
-            && spans
-                .iter()
-                .filter(|s| s.service == "task-lifecycle")
-                .count()
-                >= 5;
-        if whole {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let spans = otlp.spans();
+            .filter(|span| span.service == "task-lifecycle")
+            .count()
+            >= 5
+    })
+    .await;
     let task = trace_of(&spans, "demo-coordinator: delegate a task");
     assert_one_tree(&task, "demo-coordinator: delegate a task");
     let services: BTreeSet<&str> = task.iter().map(|span| span.service.as_str()).collect();
@@ -611,39 +633,53 @@ async fn a_task_with_two_subtasks_its_transitions_and_updates_are_one_trace() {
             break;
         }
     }
+    // A parked call nobody answers: the deadline sweep ends it, and its timeout notice joins
+    // the trace the call was made in.
+    let ask = tracing::info_span!(
+        parent: None,
+        "conversation",
+        otel.name = "lead: ask",
+        switchboard.service = "lead",
+    );
+    lead.call_parked("helper", "anything to add?", Duration::from_millis(500))
+        .instrument(ask.clone())
+        .await
+        .unwrap();
+    drop(ask);
+    loop {
+        let notice = lead_goal
+            .recv(Duration::from_secs(10))
+            .await
+            .unwrap()
+            .expect("a timeout notice");
+        let read = notice.span();
+        let message = notice.ack().instrument(read).await.unwrap();
+        if message.kind == MessageKind::Notify {
+            break;
+        }
+    }
     stop.cancel();
     serving.await.unwrap();
     telemetry.shutdown();
 
-    let mut trace_names = BTreeSet::new();
-    for _ in 0..50 {
-        let spans = otlp.spans();
-        if let Some(root) = spans.iter().find(|s| s.name == "lead: plan") {
-            trace_names = spans
-                .iter()
-                .filter(|s| s.trace_id == root.trace_id)
-                .map(|s| (s.service.clone(), s.name.clone()))
-                .collect();
-            let creates = spans
-                .iter()
-                .filter(|s| {
-                    s.trace_id == root.trace_id
-                        && (s.name == "task-lifecycle.create" || s.name == "task-lifecycle.spawn")
-                })
-                .count();
-            let completes = spans
-                .iter()
-                .filter(|s| s.trace_id == root.trace_id && s.name == "task-lifecycle.complete")
-                .count();
-            if creates == 3 && completes == 3 {
-                break;
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    let spans = otlp.spans();
+    settled(&otlp, "lead: ask", |trace| {
+        trace
+            .iter()
+            .any(|span| span.name == "reply-correlator.deadline")
+    })
+    .await;
+    let spans = settled(&otlp, "lead: plan", |trace| {
+        let named = |name: &str| trace.iter().filter(|span| span.name == name).count();
+        named("task-lifecycle.create") + named("task-lifecycle.spawn") == 3
+            && named("task-lifecycle.complete") == 3
+    })
+    .await;
     let trace = trace_of(&spans, "lead: plan");
     assert_one_tree(&trace, "lead: plan");
+    let trace_names: BTreeSet<(&str, &str)> = trace
+        .iter()
+        .map(|s| (s.service.as_str(), s.name.as_str()))
+        .collect();
     let count = |name: &str| trace.iter().filter(|s| s.name == name).count();
     assert_eq!(count("task-lifecycle.create"), 1, "{trace_names:?}");
     assert_eq!(count("task-lifecycle.spawn"), 2, "{trace_names:?}");
@@ -667,6 +703,23 @@ async fn a_task_with_two_subtasks_its_transitions_and_updates_are_one_trace() {
                 .iter()
                 .any(|s| s.service == reader && s.name == "process agent.inbox"),
             "{reader} read nothing in the trace: {trace_names:?}"
+        );
+    }
+
+    let asked = trace_of(&spans, "lead: ask");
+    assert_one_tree(&asked, "lead: ask");
+    let asked: BTreeSet<(String, String)> = asked
+        .iter()
+        .map(|s| (s.service.clone(), s.name.clone()))
+        .collect();
+    for (service, name) in [
+        ("reply-correlator", "reply-correlator.call"),
+        ("reply-correlator", "reply-correlator.deadline"),
+        ("lead", "process agent.inbox"),
+    ] {
+        assert!(
+            asked.contains(&(service.to_owned(), name.to_owned())),
+            "{service} {name} not in {asked:?}"
         );
     }
 }

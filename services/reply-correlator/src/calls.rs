@@ -91,6 +91,7 @@ impl Correlator {
                 stream: false,
                 streamed: Vec::new(),
                 answer: None,
+                traceparent: None,
             };
             let reason = err.to_string();
             self.emit(CallEventKind::Refused, &refused, Some(&reason))
@@ -200,6 +201,7 @@ impl Correlator {
             stream: request.stream && request.wait.unwrap_or(true),
             streamed: Vec::new(),
             answer: None,
+            traceparent: switchboard_runtime::telemetry::current_traceparent(),
         };
         // A waiting call is counted by the replica that holds it, in memory; a parked one in
         // the open-call index, once it is indexed (one count, not one before and one after): a

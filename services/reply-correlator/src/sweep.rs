@@ -11,6 +11,7 @@ use switchboard_proto::{
     AgentId, ErrorReply, GoalId, InboxMessage, MessageKind, new_id, timestamp,
 };
 use time::OffsetDateTime;
+use tracing::Instrument as _;
 
 use crate::Correlator;
 use crate::error::CorrelatorError;
@@ -26,15 +27,33 @@ impl Correlator {
             if stored.call.state != CallState::Open || stored.call.deadline > now {
                 continue;
             }
-            match self.store.end(&stored, CallState::Expired, true).await {
-                Ok(Some(_)) => {
-                    self.on_expired(&stored.call).await;
-                    expired += 1;
+            // In the trace the call was made in: its timeout notice joins the conversation.
+            let span = switchboard_runtime::telemetry::span_for_record(
+                "reply-correlator.deadline",
+                crate::SPEC.name,
+                stored.call.traceparent.as_deref(),
+            );
+            span.record(
+                "switchboard.correlation_id",
+                stored.call.correlation_id.to_string().as_str(),
+            );
+            let ended = async {
+                match self.store.end(&stored, CallState::Expired, true).await {
+                    Ok(Some(_)) => {
+                        self.on_expired(&stored.call).await;
+                        true
+                    }
+                    Ok(None) => false,
+                    Err(err) => {
+                        tracing::warn!(correlation_id = %stored.call.correlation_id, error = %err, "expiring a call failed");
+                        false
+                    }
                 }
-                Ok(None) => {}
-                Err(err) => {
-                    tracing::warn!(correlation_id = %stored.call.correlation_id, error = %err, "expiring a call failed")
-                }
+            }
+            .instrument(span)
+            .await;
+            if ended {
+                expired += 1;
             }
         }
         Ok(expired)

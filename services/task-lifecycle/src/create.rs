@@ -213,6 +213,7 @@ impl Tasks {
             history: Vec::new(),
             created_at: now,
             updated_at: now,
+            traceparent: switchboard_runtime::telemetry::current_traceparent(),
         };
         let Some(stored) = self.store.insert(&task).await? else {
             // Created meanwhile by a concurrent request with the same id.

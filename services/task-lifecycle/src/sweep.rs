@@ -16,6 +16,7 @@ use switchboard_proto::task::{
 };
 use switchboard_runtime::store::StoreError;
 use time::OffsetDateTime;
+use tracing::Instrument as _;
 use uuid::Uuid;
 
 use crate::store::TaskEntry;
@@ -61,7 +62,15 @@ impl Tasks {
                 continue;
             }
             if due {
-                if self.expire(&stored).await?.is_some() {
+                // In the trace the task was created in: its failure and the cascade's cancels
+                // join the task's story.
+                let span = switchboard_runtime::telemetry::span_for_record(
+                    "task-lifecycle.deadline",
+                    crate::SPEC.name,
+                    stored.task.traceparent.as_deref(),
+                );
+                span.record("switchboard.task_id", id.to_string().as_str());
+                if self.expire(&stored).instrument(span).await?.is_some() {
                     expired += 1;
                 }
                 continue;

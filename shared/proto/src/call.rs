@@ -297,6 +297,10 @@ pub struct PendingCall {
     /// ([`CallPartsRequest`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub answer: Option<CallAnswer>,
+    /// The W3C `traceparent` of the span the call was made in: its timeout notice joins that
+    /// trace when the deadline sweep, not a request, ends the call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
 }
 
 impl PendingCall {
@@ -501,6 +505,7 @@ mod tests {
             stream: false,
             streamed: Vec::new(),
             answer: None,
+            traceparent: None,
         }
     }
 

@@ -469,6 +469,10 @@ pub struct TaskRecord {
     /// When the record last changed; `agent_tasks`' max age counts from it.
     #[serde(with = "time::serde::rfc3339")]
     pub updated_at: OffsetDateTime,
+    /// The W3C `traceparent` of the span the task was created in: what the service does to
+    /// the task on its own (its deadline, a cascade's cancels) joins that trace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
 }
 
 /// How many transitions a task record keeps.
@@ -675,6 +679,7 @@ mod tests {
             history: Vec::new(),
             created_at: now,
             updated_at: now,
+            traceparent: None,
         };
         assert_eq!(task.role_of(&me, Op::Accept), Some(R::Assignee));
         assert_eq!(task.role_of(&me, Op::Cancel), Some(R::Requester));

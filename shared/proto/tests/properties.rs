@@ -159,6 +159,7 @@ fn pending_call(callee: AgentId, chain: Vec<AgentId>) -> PendingCall {
         stream: false,
         streamed: Vec::new(),
         answer: None,
+        traceparent: None,
     }
 }
 

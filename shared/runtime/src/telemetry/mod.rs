@@ -376,6 +376,35 @@ pub fn traced_headers() -> HeaderMap {
     headers
 }
 
+/// The current span's W3C `traceparent`, to keep on a record so what happens to it later (a
+/// deadline, a sweep) joins the trace it was made in; `None` outside any span.
+pub fn current_traceparent() -> Option<String> {
+    traced_headers()
+        .get(switchboard_proto::HEADER_TRACEPARENT)
+        .map(|value| value.as_str().to_owned())
+}
+
+/// A span for work the service does on its own for a record made in the trace `traceparent`
+/// names (a call's deadline, a task's expiry): a child of that trace when there is one.
+pub fn span_for_record(
+    name: &'static str,
+    service: &'static str,
+    traceparent: Option<&str>,
+) -> tracing::Span {
+    let span = tracing::info_span!(
+        "record",
+        otel.name = name,
+        otel.kind = "internal",
+        switchboard.service = service,
+        switchboard.correlation_id = tracing::field::Empty,
+        switchboard.task_id = tracing::field::Empty,
+    );
+    if traceparent.is_some() {
+        set_parent_from_text(&span, traceparent, None);
+    }
+    span
+}
+
 /// Makes `span` a child of a W3C trace context given as text, as a fetched inbox message
 /// carries it (`traceparent`, `tracestate`); no-op when there is none. Each value is made
 /// header-safe first.
