@@ -56,13 +56,15 @@ pub struct McpArgs {
 /// Runs the server until the host closes stdin or a signal arrives.
 pub async fn run(args: McpArgs) -> ExitCode {
     // stdout carries the protocol; logs go to stderr (quiet unless RUST_LOG says otherwise).
-    let telemetry = switchboard_runtime::telemetry::init(
-        "switchboard-mcp",
-        &switchboard_runtime::config::TelemetryConfig {
-            log: "warn".to_owned(),
-            ..Default::default()
-        },
-    );
+    // Its spans export under the agent's own name (OTLP endpoint as for every process:
+    // `[telemetry]` in switchboard.toml or OTEL_EXPORTER_OTLP_ENDPOINT).
+    let mut config =
+        switchboard_runtime::RuntimeConfig::load(&switchboard_runtime::config::figment())
+            .map(|runtime| runtime.telemetry)
+            .unwrap_or_default();
+    config.log = "warn".to_owned();
+    config.metrics_listen = None;
+    let telemetry = switchboard_runtime::telemetry::init(&args.agent, &config);
     let code = match serve(args).await {
         Ok(()) => 0,
         Err(err) => {
@@ -277,6 +279,33 @@ impl ServerHandler for SwitchboardMcp {
              event \"inbox\" means new messages are waiting.",
             self.agent.id()
         ))
+    }
+
+    /// Each tool call is one trace rooted at this agent's span (`service.name` = the agent):
+    /// the requests it makes carry it, so the services' spans join it.
+    async fn call_tool(
+        &self,
+        request: rmcp::model::CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::CallToolResponse, ErrorData> {
+        use tracing::Instrument as _;
+        let agent = self.agent.id().to_string();
+        let span = tracing::info_span!(
+            parent: None,
+            "tool",
+            otel.name = %format!("{agent}: {}", request.name),
+            otel.kind = "client",
+            otel.status_code = tracing::field::Empty,
+            switchboard.agent_id = %agent,
+            gen_ai.operation.name = "execute_tool",
+            gen_ai.tool.name = %request.name,
+        );
+        let call = rmcp::handler::server::tool::ToolCallContext::new(self, request, context);
+        let result = self.tool_router.call(call).instrument(span.clone()).await;
+        if result.as_ref().is_err() {
+            span.record("otel.status_code", "ERROR");
+        }
+        result
     }
 
     async fn list_resources(
