@@ -3,10 +3,17 @@ embeds Helm v4 as a shared library: the real template engine, lint rules and val
 
     python deploy/helm_check.py CHART OUT_DIR KUBE_VERSION [NAME=VALUES_FILE ...]
 
-For the default values and each values file: lint (strict: warnings fail), render as release
-`switchboard` in namespace `switchboard`, write every manifest to OUT_DIR/<name>/<template>
-(for kubernetes-validate), and check what the chart promises (probes, grace period, non-root,
-the Secret). Then values that must be refused are rendered and must fail.
+For the default values, the built-in value sets in EXTRA_CASES and each values file: lint
+(strict: warnings fail), render as release `switchboard` in namespace `switchboard`, write
+every manifest to OUT_DIR/<name>/<template> (for kubernetes-validate), and check what the chart
+promises (probes, grace period, non-root, the Secret, metrics: the listen address, the
+`metrics` container and Service ports, the ServiceMonitor). Then values that must be refused
+are rendered and must fail.
+
+Objects of CRD_KINDS (the Prometheus Operator's ServiceMonitor) are not written to OUT_DIR:
+kubernetes-validate has no schema for them and would pass them with a warning. They are checked
+here instead: apiVersion, the endpoint (port `metrics`, path /metrics, the interval), and that
+the selector picks exactly the release's Services that expose the metrics port.
 Exit status 1 on any problem.
 """
 
@@ -21,6 +28,19 @@ import yaml
 
 SERVICES = ["directory", "inbox-fanout", "reply-correlator", "task-lifecycle", "audit", "a2a-gateway"]
 RELEASE, NAMESPACE = "switchboard", "switchboard"
+# Custom resources: checked here, not by kubernetes-validate (see above).
+CRD_KINDS = {"ServiceMonitor"}
+METRICS_ENV = "SWITCHBOARD_TELEMETRY__METRICS_LISTEN"
+# The metrics values a plain install gets.
+METRICS_DEFAULTS = {
+    "enabled": True,
+    "port": 9464,
+    "serviceMonitor": {"enabled": False, "interval": "15s", "labels": {}},
+}
+# Value sets rendered besides the default values and helm/switchboard/ci/*-values.yaml.
+EXTRA_CASES: dict[str, dict] = {
+    "metrics-off": {"metrics": {"enabled": False}},
+}
 
 # Values the chart must refuse (helm template fails with the given text).
 MUST_FAIL = {
@@ -36,9 +56,19 @@ MUST_FAIL = {
         {"auditIndex": {"persistence": {"enabled": True}}, "services": {"audit": {"replicas": 2}}},
         "auditIndex.persistence needs services.audit.replicas = 1",
     ),
+    "metrics port 0": ({"metrics": {"port": 0}}, "metrics.port must be 1..65535"),
+    "metrics on the A2A port": (
+        {"metrics": {"port": 9999}, "a2aGateway": {"port": 9999}},
+        "is the A2A gateway's port",
+    ),
+    "ServiceMonitor without metrics": (
+        {"metrics": {"enabled": False, "serviceMonitor": {"enabled": True}}},
+        "metrics.serviceMonitor.enabled needs metrics.enabled",
+    ),
 }
 
 problems: list[str] = []
+monitors_rendered = 0
 
 
 def problem(text: str) -> None:
@@ -113,6 +143,80 @@ def check_objects(objects: list[dict], values: dict, label: str) -> None:
     )
     if bool(secrets) != rendered_secret:
         problem(f"[{label}] a Secret was{'' if secrets else ' not'} rendered for auth {auth['type']}")
+    check_metrics(objects, merged, label)
+
+
+def subset(small: dict, big: dict) -> bool:
+    return all(big.get(k) == v for k, v in small.items())
+
+
+def check_metrics(objects: list[dict], merged: dict, label: str) -> None:
+    """With metrics.enabled every service listens for /metrics on metrics.port, names that
+    container port `metrics` and has a Service exposing it; without, none of that exists. The
+    ServiceMonitor renders exactly when metrics.serviceMonitor.enabled, and selects exactly the
+    Services that expose the port."""
+    global monitors_rendered
+    metrics = merged["metrics"]
+    enabled = bool(metrics["enabled"])
+    port = int(metrics["port"])
+    if label == "default" and metrics != METRICS_DEFAULTS:
+        problem(f"[{label}] metrics defaults are {metrics}, expected {METRICS_DEFAULTS}")
+    services = {o["metadata"]["name"]: o for o in objects if o["kind"] == "Service"}
+    deployments = {o["metadata"]["name"]: o for o in objects if o["kind"] == "Deployment"}
+    for name, deployment in deployments.items():
+        component = deployment["metadata"]["labels"].get("app.kubernetes.io/component")
+        container = deployment["spec"]["template"]["spec"]["containers"][0]
+        env = {e["name"]: e.get("value") for e in container.get("env", [])}
+        ports = {p["name"]: p for p in container.get("ports", [])}
+        service = services.get(name)
+        service_ports = {p["name"]: p for p in (service or {}).get("spec", {}).get("ports", [])}
+        if not enabled:
+            if METRICS_ENV in env or "metrics" in ports or "metrics" in service_ports:
+                problem(f"[{label}] {component}: metrics disabled, yet the env, container or Service port is there")
+            continue
+        if env.get(METRICS_ENV) != f"0.0.0.0:{port}":
+            problem(f"[{label}] {component}: {METRICS_ENV} is {env.get(METRICS_ENV)!r}, expected 0.0.0.0:{port}")
+        if ports.get("metrics") != {"name": "metrics", "containerPort": port, "protocol": "TCP"}:
+            problem(f"[{label}] {component}: no container port metrics = {port}")
+        if service is None:
+            problem(f"[{label}] {component}: no Service {name} for the metrics port")
+            continue
+        want = {"name": "metrics", "port": port, "targetPort": "metrics", "protocol": "TCP"}
+        if service_ports.get("metrics") != want:
+            problem(f"[{label}] {component}: Service port metrics is {service_ports.get('metrics')}, expected {want}")
+        selector = service["spec"].get("selector") or {}
+        if selector != deployment["spec"]["selector"]["matchLabels"]:
+            problem(f"[{label}] {component}: the Service selects {selector}, not the Deployment's pods")
+    gateway = next((s for n, s in services.items() if n.endswith("-a2a-gateway")), None)
+    if merged["services"]["a2a-gateway"]["enabled"]:
+        ports = {p["name"]: p for p in (gateway or {}).get("spec", {}).get("ports", [])}
+        if ports.get("a2a", {}).get("port") != int(merged["a2aGateway"]["port"]):
+            problem(f"[{label}] a2a-gateway: the Service does not expose port a2a")
+
+    monitors = [o for o in objects if o["kind"] == "ServiceMonitor"]
+    want_monitor = enabled and bool(metrics["serviceMonitor"]["enabled"])
+    if len(monitors) != int(want_monitor):
+        problem(f"[{label}] {len(monitors)} ServiceMonitors rendered, expected {int(want_monitor)}")
+    monitors_rendered += len(monitors)
+    for monitor in monitors:
+        if monitor.get("apiVersion") != "monitoring.coreos.com/v1":
+            problem(f"[{label}] ServiceMonitor apiVersion {monitor.get('apiVersion')}")
+        if monitor["metadata"].get("namespace") != NAMESPACE:
+            problem(f"[{label}] ServiceMonitor is not in namespace {NAMESPACE}")
+        if not subset(metrics["serviceMonitor"]["labels"] or {}, monitor["metadata"].get("labels") or {}):
+            problem(f"[{label}] ServiceMonitor lacks the labels {metrics['serviceMonitor']['labels']}")
+        spec = monitor.get("spec") or {}
+        interval = str(metrics["serviceMonitor"]["interval"])
+        want = [{"port": "metrics", "path": "/metrics", "scheme": "http", "interval": interval}]
+        if spec.get("endpoints") != want:
+            problem(f"[{label}] ServiceMonitor endpoints are {spec.get('endpoints')}, expected {want}")
+        if (spec.get("namespaceSelector") or {}).get("matchNames") != [NAMESPACE]:
+            problem(f"[{label}] ServiceMonitor does not look in namespace {NAMESPACE} only")
+        match = (spec.get("selector") or {}).get("matchLabels") or {}
+        selected = {n for n, s in services.items() if match and subset(match, s["metadata"].get("labels") or {})}
+        exposing = {n for n, s in services.items() if any(p["name"] == "metrics" for p in s["spec"]["ports"])}
+        if not exposing or selected != exposing:
+            problem(f"[{label}] ServiceMonitor selects {sorted(selected)}, the metrics Services are {sorted(exposing)}")
 
 
 def render(chart: str, values: dict | None, out: Path, label: str) -> int:
@@ -130,6 +234,11 @@ def render(chart: str, values: dict | None, out: Path, label: str) -> int:
         if not docs:
             continue
         objects.extend(docs)
+        custom = [d["kind"] in CRD_KINDS for d in docs]
+        if all(custom):
+            continue  # checked in check_metrics, not by kubernetes-validate
+        if any(custom):
+            problem(f"[{label}] {template} mixes custom resources with built-in kinds")
         (out / Path(template).name).write_text(text)
     kinds: dict[str, int] = {}
     for obj in objects:
@@ -143,7 +252,7 @@ def render(chart: str, values: dict | None, out: Path, label: str) -> int:
 def main() -> int:
     chart, out_dir, kube, *sets = sys.argv[1:]
     out = Path(out_dir)
-    cases: list[tuple[str, dict | None]] = [("default", None)]
+    cases: list[tuple[str, dict | None]] = [("default", None), *EXTRA_CASES.items()]
     for spec in sets:
         label, _, path = spec.partition("=")
         cases.append((label, helm.values_from_yaml(Path(path).read_text())))
@@ -163,6 +272,8 @@ def main() -> int:
                 problem(f"refused for another reason ({label}): {err}")
             continue
         problem(f"values accepted that must be refused: {label}")
+    if monitors_rendered == 0:
+        problem("no value set renders the ServiceMonitor (helm/switchboard/ci/monitoring-values.yaml enables it)")
     if not problems:
         print(f"  ok   {len(MUST_FAIL)} invalid value sets refused")
     return 1 if problems else 0

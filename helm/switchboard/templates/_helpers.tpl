@@ -86,6 +86,17 @@ app.kubernetes.io/component: {{ .service }}
 {{- fail (printf "services.%s: not a Switchboard service (one of %s)" $name (join ", " $known)) }}
 {{- end }}
 {{- end }}
+{{- if .Values.metrics.enabled }}
+{{- $port := int .Values.metrics.port }}
+{{- if or (lt $port 1) (gt $port 65535) }}
+{{- fail (printf "metrics.port must be 1..65535, got %d" $port) }}
+{{- end }}
+{{- if and (index .Values.services "a2a-gateway").enabled (eq $port (int .Values.a2aGateway.port)) }}
+{{- fail (printf "metrics.port %d is the A2A gateway's port (a2aGateway.port): give them different ports" $port) }}
+{{- end }}
+{{- else if .Values.metrics.serviceMonitor.enabled }}
+{{- fail "metrics.serviceMonitor.enabled needs metrics.enabled (the ServiceMonitor scrapes the metrics port)" }}
+{{- end }}
 {{- $audit := .Values.services.audit }}
 {{- if and .Values.auditIndex.persistence.enabled $audit.enabled (gt (int $audit.replicas) 1) }}
 {{- fail "auditIndex.persistence needs services.audit.replicas = 1 (one index file per replica)" }}

@@ -44,6 +44,9 @@ pub use route::SERVICE_ATTRIBUTE;
 pub const OTLP_ENDPOINT_ENV: &str = "OTEL_EXPORTER_OTLP_ENDPOINT";
 /// The standard OTLP protocol variable (`http/protobuf` or `grpc`).
 pub const OTLP_PROTOCOL_ENV: &str = "OTEL_EXPORTER_OTLP_PROTOCOL";
+/// The standard metrics exporter variable: `none` keeps metrics off OTLP (a traces-only
+/// backend such as Jaeger answers `/v1/metrics` with 404) while `/metrics` still serves them.
+pub const METRICS_EXPORTER_ENV: &str = "OTEL_METRICS_EXPORTER";
 /// The standard service name variable; overrides the name the binary passes.
 pub const SERVICE_NAME_ENV: &str = "OTEL_SERVICE_NAME";
 /// `service.namespace` of everything Switchboard exports.
@@ -207,7 +210,8 @@ pub fn init_hosting(
     let mut meters = SdkMeterProvider::builder()
         .with_resource(resource)
         .with_reader(prometheus);
-    if let Some(endpoint) = &endpoint {
+    let metrics_to_otlp = std::env::var(METRICS_EXPORTER_ENV).ok().as_deref() != Some("none");
+    if let Some(endpoint) = endpoint.as_ref().filter(|_| metrics_to_otlp) {
         let exporter = export::Watched(metric_exporter(endpoint, protocol)?);
         meters = meters.with_reader(PeriodicReader::builder(exporter).build());
     }
