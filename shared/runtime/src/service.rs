@@ -339,7 +339,8 @@ pub fn describe_export(status: &telemetry::export::ExportStatus) -> String {
         )
     } else if status.failing {
         format!(
-            "telemetry NOT EXPORTED: {endpoint} fails ({failed} failed exports; last: {})",
+            "telemetry NOT EXPORTED: {endpoint} fails for {} ({failed} failed exports; last: {})",
+            status.failing_signals.join(", "),
             status.last_error.as_deref().unwrap_or("unknown")
         )
     } else if failed > 0 {

@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 use std::net::ToSocketAddrs;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
@@ -29,8 +29,13 @@ pub struct ExportStatus {
     pub protocol: Option<String>,
     /// Failed exports so far, by `<signal>.<kind>` (e.g. `traces.unreachable`).
     pub failures: BTreeMap<String, u64>,
-    /// Whether the latest export failed.
+    /// Whether the latest export of some signal failed (or the endpoint did not answer at
+    /// start and nothing has been exported since).
     pub failing: bool,
+    /// The signals whose latest export failed (`traces`, `metrics`), or `endpoint` when it
+    /// did not answer at start.
+    #[serde(default)]
+    pub failing_signals: Vec<String>,
     /// The latest failure's message.
     pub last_error: Option<String>,
     /// Exports that succeeded so far.
@@ -43,7 +48,7 @@ struct State {
     endpoint: Option<String>,
     protocol: Option<String>,
     failures: Mutex<BTreeMap<String, u64>>,
-    failing: AtomicBool,
+    failing: Mutex<std::collections::BTreeSet<&'static str>>,
     last_error: Mutex<Option<String>>,
     exported: AtomicU64,
 }
@@ -80,7 +85,11 @@ pub fn status() -> ExportStatus {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone(),
-        failing: state.failing.load(Ordering::Relaxed),
+        failing: !failing_now(state).is_empty(),
+        failing_signals: failing_now(state)
+            .iter()
+            .map(|signal| (*signal).to_owned())
+            .collect(),
         last_error: state
             .last_error
             .lock()
@@ -90,6 +99,14 @@ pub fn status() -> ExportStatus {
     }
 }
 
+fn failing_now(state: &State) -> std::collections::BTreeSet<&'static str> {
+    state
+        .failing
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone()
+}
+
 /// Records what a [`probe`] of the endpoint found before any export was tried: a closed
 /// endpoint shows as failing at once, not only after the first batch is dropped.
 pub fn record_probe(result: &Result<(), String>) {
@@ -97,7 +114,11 @@ pub fn record_probe(result: &Result<(), String>) {
     if let Err(why) = result
         && state.exported.load(Ordering::Relaxed) == 0
     {
-        state.failing.store(true, Ordering::Relaxed);
+        state
+            .failing
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert("endpoint");
         *state
             .last_error
             .lock()
@@ -135,7 +156,12 @@ fn record(signal: &'static str, result: &OTelSdkResult) {
     match result {
         Ok(()) => {
             state.exported.fetch_add(1, Ordering::Relaxed);
-            if state.failing.swap(false, Ordering::Relaxed) {
+            let recovered = {
+                let mut failing = state.failing.lock().unwrap_or_else(PoisonError::into_inner);
+                failing.remove("endpoint");
+                failing.remove(signal)
+            };
+            if recovered {
                 tracing::info!(
                     signal,
                     endpoint = state.endpoint.as_deref().unwrap_or(""),
@@ -157,7 +183,11 @@ fn record(signal: &'static str, result: &OTelSdkResult) {
                 *count += 1;
                 *count == 1
             };
-            let was_failing = state.failing.swap(true, Ordering::Relaxed);
+            let was_failing = !state
+                .failing
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .insert(signal);
             *state
                 .last_error
                 .lock()
@@ -263,6 +293,29 @@ mod tests {
         assert_eq!(kind_of("Operation timed out after 10s"), "timeout");
         assert_eq!(kind_of("HTTP export failed. Status Code: 404"), "rejected");
         assert_eq!(kind_of("something else"), "other");
+    }
+
+    #[test]
+    fn each_signal_fails_and_recovers_on_its_own() {
+        watch(Some("http://collector:4318"), "http/protobuf");
+        record_probe(&Err("connection refused".to_owned()));
+        assert_eq!(status().failing_signals, vec!["endpoint"]);
+        // Traces go through (the endpoint answers after all); metrics are refused.
+        record("traces", &Ok(()));
+        record(
+            "metrics",
+            &Err(OTelSdkError::InternalFailure(
+                "HTTP export failed with status code: 405".to_owned(),
+            )),
+        );
+        record("traces", &Ok(()));
+        let now = status();
+        assert!(now.failing);
+        assert_eq!(now.failing_signals, vec!["metrics"]);
+        assert_eq!(now.failures.get("metrics.rejected"), Some(&1));
+        assert_eq!(now.exported, 2);
+        record("metrics", &Ok(()));
+        assert!(!status().failing);
     }
 
     #[test]
