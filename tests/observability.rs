@@ -723,3 +723,91 @@ async fn a_task_with_two_subtasks_its_transitions_and_updates_are_one_trace() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_service_binary_serves_its_own_metrics() {
+    use switchboard_client::proto::audit::ThreadRequest;
+    use switchboard_testkit::NatsServer;
+    use switchboard_testkit::process::ServiceProcess;
+
+    let nats = NatsServer::start().await;
+    let url = nats.url();
+    let mut running = Vec::new();
+    let mut scraped = Vec::new();
+    for service in [
+        "directory",
+        "inbox-fanout",
+        "reply-correlator",
+        "task-lifecycle",
+        "audit",
+        "a2a-gateway",
+    ] {
+        let listen = format!("127.0.0.1:{}", free_port());
+        running.push(
+            ServiceProcess::start(
+                &service_bin(service),
+                service,
+                &url,
+                &[
+                    ("SWITCHBOARD_TELEMETRY__METRICS_LISTEN", listen.as_str()),
+                    ("SWITCHBOARD_A2A_GATEWAY__LISTEN", "127.0.0.1:0"),
+                ],
+            )
+            .await,
+        );
+        scraped.push((service, format!("http://{listen}/metrics")));
+    }
+
+    // Traffic for each: register and a goal, a fetch, a refused send, a task, a refused call,
+    // an audit query.
+    let agent = test_agent(&url, "metered").await;
+    let peer = test_agent(&url, "metered-peer").await;
+    let _peer_goal = peer.open_goal().await.unwrap();
+    let goal = agent.open_goal().await.unwrap();
+    let _ = goal.recv(Duration::from_millis(10)).await.unwrap();
+    assert!(agent.send_to_peer("metered", "to myself").await.is_err());
+    let task = agent
+        .give_task("metered-peer", "a task for you")
+        .await
+        .unwrap()
+        .task
+        .task_id;
+    assert!(
+        agent
+            .call("nobody-here", "hello?", Duration::from_secs(1))
+            .await
+            .is_err()
+    );
+    let client = async_nats::connect(&url).await.unwrap();
+    switchboard_client::audit_thread(
+        &client,
+        &ThreadRequest {
+            task_id: Some(task),
+            ..ThreadRequest::default()
+        },
+    )
+    .await
+    .unwrap();
+
+    for (service, at) in scraped {
+        let text = scrape(&at).await;
+        // Each binary is its own resource: its own service.name.
+        assert!(
+            text.contains(&format!("service_name=\"{service}\"")),
+            "{service} at {at}:\n{text}"
+        );
+        if service == "a2a-gateway" {
+            continue;
+        }
+        let count = series(
+            &text,
+            "messaging_process_duration_seconds_count",
+            &[&format!("switchboard_service=\"{service}\"")],
+        );
+        assert!(
+            count.is_some_and(|n| n >= 1.0),
+            "{service} at {at}:\n{text}"
+        );
+    }
+    drop(running);
+}
