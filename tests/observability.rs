@@ -379,6 +379,98 @@ async fn the_demo_is_whole_traces_per_service_and_the_metrics_move() {
         "service spans under `switchboard`: {stray:?}"
     );
 
+    // The command line, one process per step: a task, its acceptance, a subtask, its start and
+    // completion are still one trace (each step joins the trace the task was created in).
+    for agent in ["cli-lead", "cli-helper", "cli-worker"] {
+        for args in [
+            vec!["register", "--as", agent],
+            vec!["goal", "open", "--as", agent],
+        ] {
+            let (ok, out) = cli(&args, &up.url, &otlp.url).await;
+            assert!(ok, "{args:?}: {out}");
+        }
+    }
+    let (ok, out) = cli(
+        &[
+            "--json",
+            "task",
+            "create",
+            "--as",
+            "cli-lead",
+            "--to",
+            "cli-helper",
+            "plan it",
+        ],
+        &up.url,
+        &otlp.url,
+    )
+    .await;
+    assert!(ok, "{out}");
+    let created: serde_json::Value = serde_json::Deserializer::from_str(&out)
+        .into_iter()
+        .next()
+        .unwrap()
+        .unwrap();
+    let task_id = created["task"]["task_id"].as_str().unwrap().to_owned();
+    for args in [
+        vec!["task", "accept", "--as", "cli-helper", &task_id],
+        vec![
+            "task",
+            "create",
+            "--as",
+            "cli-helper",
+            "--to",
+            "cli-worker",
+            "a part",
+            "--parent",
+            &task_id,
+        ],
+        vec!["task", "start", "--as", "cli-helper", &task_id],
+        vec![
+            "task",
+            "complete",
+            "--as",
+            "cli-helper",
+            &task_id,
+            "planned",
+        ],
+    ] {
+        let (ok, out) = cli(&args, &up.url, &otlp.url).await;
+        assert!(ok, "{args:?}: {out}");
+    }
+    let spans = settled(&otlp, "switchboard task create", |trace| {
+        ["accept", "spawn", "start", "complete"].iter().all(|op| {
+            trace
+                .iter()
+                .any(|s| s.name == format!("task-lifecycle.{op}"))
+        })
+    })
+    .await;
+    let by_cli = spans
+        .iter()
+        .find(|s| {
+            s.name == "task-lifecycle.create"
+                && s.attribute("switchboard.task_id") == Some(task_id.as_str())
+        })
+        .expect("the CLI's create");
+    let steps: BTreeSet<&str> = spans
+        .iter()
+        .filter(|s| s.trace_id == by_cli.trace_id)
+        .map(|s| s.name.as_str())
+        .collect();
+    for name in [
+        "switchboard task create",
+        "task-lifecycle.create",
+        "switchboard task accept",
+        "task-lifecycle.accept",
+        "switchboard task spawn",
+        "task-lifecycle.spawn",
+        "task-lifecycle.start",
+        "task-lifecycle.complete",
+    ] {
+        assert!(steps.contains(name), "{name} not in {steps:?}");
+    }
+
     // Metrics: /metrics after the traffic, and an OTLP export.
     let text = scrape(&metrics_url).await;
     for (service, endpoint) in [

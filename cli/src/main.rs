@@ -41,7 +41,7 @@ mod up;
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory as _, FromArgMatches as _, Parser, Subcommand};
 use switchboard_client::proto::subject::RegistryOp;
 use tracing::Instrument as _;
 
@@ -381,7 +381,15 @@ enum GoalCommand {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let matches = Cli::command().get_matches();
+    // The command's name for its span: `task create`, `goal open`, `peers`.
+    let mut names = Vec::new();
+    let mut level = &matches;
+    while let Some((name, below)) = level.subcommand() {
+        names.push(name.to_owned());
+        level = below;
+    }
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|err| err.exit());
     let json = cli.json;
     if let Err(err) = nats::load_credentials(cli.nkey.as_deref()) {
         eprintln!("switchboard: {err:#}");
@@ -395,7 +403,7 @@ async fn main() -> ExitCode {
     };
     // Every other command is one trace rooted at its own span (`service.name`
     // `switchboard-cli`; the demo's agents export under their own names).
-    let name = std::env::args().nth(1).unwrap_or_default();
+    let name = names.join(" ");
     let hosting: &[&str] = match command {
         Command::Demo(_) => &demo::AGENTS,
         _ => &[],
@@ -420,7 +428,7 @@ async fn main() -> ExitCode {
 }
 
 /// `service.name` of what the CLI exports.
-const CLI_SERVICE: &str = "switchboard-cli";
+pub(crate) const CLI_SERVICE: &str = "switchboard-cli";
 
 /// Telemetry for a CLI command: spans exported as `[telemetry]` in switchboard.toml or
 /// `OTEL_EXPORTER_OTLP_ENDPOINT` say, logs only at `warn` (unless `RUST_LOG`), so a command's

@@ -7,6 +7,8 @@ use switchboard_client::proto::task::{
 };
 use switchboard_client::proto::{AgentId, GoalId, TaskState};
 
+use tracing::Instrument as _;
+
 use crate::DEFAULT_NATS_URL;
 
 /// Arguments of `switchboard task`.
@@ -199,12 +201,15 @@ pub async fn run(args: TaskArgs) -> anyhow::Result<serde_json::Value> {
                 parent_task_id: parent,
                 ..CreateTask::default()
             };
-            let op = if parent.is_some() {
-                TaskRequestOp::Spawn
-            } else {
-                TaskRequestOp::Create
+            let Some(parent) = parent else {
+                let op = subject(TaskRequestOp::Create);
+                return crate::nats::request_with_retry(url, &op, &request).await;
             };
-            crate::nats::request_with_retry(url, &subject(op), &request).await
+            // A subtask joins its parent's trace.
+            let span = task_trace(url, &agent, parent, "spawn").await;
+            crate::nats::request_with_retry(url, &subject(TaskRequestOp::Spawn), &request)
+                .instrument(span)
+                .await
         }
         TaskCommand::Get { task_id } => {
             let request = TaskAction {
@@ -252,11 +257,13 @@ pub async fn run(args: TaskArgs) -> anyhow::Result<serde_json::Value> {
                 message: reason,
                 ..TaskAction::default()
             };
+            let span = task_trace(url, &agent, task_id, "cancel").await;
             crate::nats::request_with_retry(
                 url,
                 &subject(TaskRequestOp::Transition(TaskOp::Cancel)),
                 &request,
             )
+            .instrument(span)
             .await
         }
     }
@@ -277,9 +284,50 @@ async fn transition(
         ..TaskAction::default()
     };
     let subject = TaskRequestOp::Transition(op).subject(agent);
+    let span = task_trace(url, agent, step.task_id, op.as_str()).await;
     if op == TaskOp::Progress {
-        crate::nats::request_json(url, &subject, &request).await
+        crate::nats::request_json(url, &subject, &request)
+            .instrument(span)
+            .await
     } else {
-        crate::nats::request_with_retry(url, &subject, &request).await
+        crate::nats::request_with_retry(url, &subject, &request)
+            .instrument(span)
+            .await
     }
+}
+
+/// The span a step on task `task_id` runs in: a child of the trace the task was created in
+/// (its record's `traceparent`), so a task worked on from the command line — one process per
+/// step — is still one trace. Without one (a task this agent cannot read, or created without
+/// trace context) the step stays in the command's own trace.
+async fn task_trace(url: &str, agent: &AgentId, task_id: uuid::Uuid, op: &str) -> tracing::Span {
+    let request = TaskAction {
+        task_id: Some(task_id),
+        ..TaskAction::default()
+    };
+    let found = crate::nats::request_json(url, &TaskRequestOp::Get.subject(agent), &request)
+        .await
+        .ok();
+    let traceparent = found.as_ref().and_then(|reply| {
+        reply
+            .get("task")
+            .unwrap_or(reply)
+            .get("traceparent")?
+            .as_str()
+            .map(str::to_owned)
+    });
+    let Some(traceparent) = traceparent else {
+        return tracing::Span::current();
+    };
+    let span = tracing::info_span!(
+        parent: None,
+        "cli",
+        otel.name = %format!("switchboard task {op}"),
+        otel.kind = "client",
+        switchboard.service = crate::CLI_SERVICE,
+        switchboard.agent_id = %agent,
+        switchboard.task_id = %task_id,
+    );
+    switchboard_runtime::telemetry::set_parent_from_text(&span, Some(&traceparent), None);
+    span
 }
