@@ -268,7 +268,7 @@ async fn the_demo_is_whole_traces_per_service_and_the_metrics_move() {
     // The conversation the coordinator started: the task, its transitions, the researcher's
     // call to the writer and its answer, the updates the coordinator read — one trace.
     settled(&otlp, "demo-coordinator: note to self", |trace| {
-        trace.iter().any(|span| span.service == "inbox-fanout")
+        trace.iter().any(|span| span.name == "inbox-fanout.send")
     })
     .await;
     let spans = settled(&otlp, "demo-coordinator: delegate a task", |trace| {
@@ -319,6 +319,17 @@ async fn the_demo_is_whole_traces_per_service_and_the_metrics_move() {
         call.attribute("switchboard.correlation_id").is_some(),
         "{call:?}"
     );
+    // A stored message is published in a PRODUCER span, and its reader's span is under it.
+    let stored = task
+        .iter()
+        .find(|span| span.name == "publish agent.inbox")
+        .unwrap_or_else(|| panic!("no inbox publish in {names:?}"));
+    assert_eq!(stored.kind, 4, "{stored:?}");
+    assert!(
+        task.iter()
+            .any(|span| span.name == "process agent.inbox" && span.parent == stored.span_id),
+        "no reader under the publish"
+    );
     // Handling spans are CONSUMER spans (messaging conventions), with no debug text.
     let create = task
         .iter()
@@ -346,7 +357,7 @@ async fn the_demo_is_whole_traces_per_service_and_the_metrics_move() {
     let refused = trace_of(&spans, "demo-coordinator: note to self");
     let send = refused
         .iter()
-        .find(|span| span.service == "inbox-fanout")
+        .find(|span| span.name == "inbox-fanout.send")
         .unwrap_or_else(|| panic!("{refused:?}"));
     assert_eq!(send.status, STATUS_ERROR, "{send:?}");
     assert_eq!(send.attribute("error.type"), Some("self_send"));

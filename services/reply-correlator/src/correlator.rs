@@ -13,6 +13,7 @@ use switchboard_proto::call::{CallAnswer, CallEvent, CallEventKind, PendingCall}
 use switchboard_proto::{AgentId, InboxMessage, new_id, subject, timestamp};
 use switchboard_runtime::publish::{publish_event, publish_json};
 use tokio::sync::{mpsc, oneshot};
+use tracing::Instrument as _;
 use uuid::Uuid;
 
 use crate::config::CorrelatorConfig;
@@ -137,9 +138,13 @@ impl Correlator {
         count_call(event.token());
         let (subject, payload) = call_event(event, call, body);
         let js = self.js.clone();
-        self.background.spawn(async move {
-            publish_event(&js, &subject, &payload.id.to_string(), &payload).await;
-        });
+        // In the trace of the call it is about.
+        self.background.spawn(
+            async move {
+                publish_event(&js, &subject, &payload.id.to_string(), &payload).await;
+            }
+            .in_current_span(),
+        );
     }
 
     /// Hands `answer` to its caller's wait when this replica holds it; true once the wait

@@ -8,6 +8,7 @@ use async_nats::HeaderMap;
 use async_nats::jetstream::{self, context::PublishAckFuture};
 use bytes::Bytes;
 use switchboard_proto::HEADER_MSG_ID;
+use tracing::Instrument as _;
 
 use crate::telemetry;
 
@@ -71,13 +72,41 @@ fn headers(msg_id: &str) -> HeaderMap {
     headers
 }
 
+/// One publish, in a PRODUCER span (OpenTelemetry messaging conventions: `send`) whose
+/// context the message carries: what reads the message later continues the trace from it.
 async fn send(
     js: &jetstream::Context,
     subject: &str,
     msg_id: &str,
     payload: &Bytes,
 ) -> Result<PublishAckFuture, Failed> {
-    js.publish_with_headers(subject.to_owned(), headers(msg_id), payload.clone())
+    // Named by the subject's kind (`agent.inbox`, `agent.events`), not the whole subject: the
+    // span name stays low-cardinality, the subject is an attribute.
+    let mut kind = subject.splitn(3, '.');
+    let kind = match (kind.next(), kind.next()) {
+        (Some(first), Some(second)) => format!("{first}.{second}"),
+        _ => subject.to_owned(),
+    };
+    // Outside any span (a background task with no trace to join) a publish starts none: it
+    // would be a one-span trace of its own.
+    if tracing::Span::current().is_none() {
+        return js
+            .publish_with_headers(subject.to_owned(), headers(msg_id), payload.clone())
+            .await
+            .map_err(Failed::from);
+    }
+    let span = tracing::info_span!(
+        "publish",
+        otel.name = %format!("publish {kind}"),
+        otel.kind = "producer",
+        messaging.system = "nats",
+        messaging.operation.type = "send",
+        messaging.destination.name = subject,
+        messaging.message.id = msg_id,
+    );
+    let headers = span.in_scope(|| headers(msg_id));
+    js.publish_with_headers(subject.to_owned(), headers, payload.clone())
+        .instrument(span)
         .await
         .map_err(Failed::from)
 }
@@ -327,7 +356,11 @@ pub fn publish_refusal(
     };
     let js = js.clone();
     let to = switchboard_proto::subject::refusal(service, caller.as_str());
-    tokio::spawn(async move {
-        publish_event(&js, &to, &event.id.to_string(), &event).await;
-    });
+    // In the trace of the request refused, when there is one.
+    tokio::spawn(
+        async move {
+            publish_event(&js, &to, &event.id.to_string(), &event).await;
+        }
+        .in_current_span(),
+    );
 }
