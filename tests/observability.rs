@@ -52,6 +52,11 @@ impl Drop for Up {
 
 /// `switchboard up` on a free port exporting to `otlp`, with `/metrics` on a free port.
 async fn up(otlp: &str) -> Up {
+    up_with(otlp, &[]).await
+}
+
+/// [`up`] with more environment variables.
+async fn up_with(otlp: &str, env: &[(&str, &str)]) -> Up {
     let data = tempfile::tempdir().unwrap();
     let port = free_port();
     let mut child = tokio::process::Command::new(service_bin("switchboard"))
@@ -72,6 +77,7 @@ async fn up(otlp: &str) -> Up {
         .env("OTEL_METRIC_EXPORT_INTERVAL", "500")
         .env_remove("OTEL_SERVICE_NAME")
         .env_remove("RUST_LOG")
+        .envs(env.iter().copied())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true)
@@ -913,4 +919,44 @@ async fn every_service_binary_serves_its_own_metrics() {
         );
     }
     drop(running);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn up_exports_over_grpc_too() {
+    let otlp = switchboard_tests::otlp_grpc_collector().await;
+    let up = up_with(
+        &otlp.url,
+        &[
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
+            ("OTEL_METRICS_EXPORTER", "none"),
+        ],
+    )
+    .await;
+    assert!(
+        banner_value(&up.banner, "traces:").contains("(OTLP grpc)"),
+        "{}",
+        up.banner
+    );
+    let out = tokio::process::Command::new(service_bin("switchboard"))
+        .args(["register", "--as", "grpc-agent"])
+        .env("NATS_URL", &up.url)
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &otlp.url)
+        .env("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+        .env("OTEL_BSP_SCHEDULE_DELAY", "100")
+        .output()
+        .await
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let spans = settled(&otlp, "switchboard register", |trace| {
+        trace.iter().any(|span| span.name == "directory.register")
+    })
+    .await;
+    let trace = trace_of(&spans, "switchboard register");
+    assert_one_tree(&trace, "switchboard register");
+    let services: BTreeSet<&str> = trace.iter().map(|span| span.service.as_str()).collect();
+    assert_eq!(
+        services,
+        BTreeSet::from(["directory", "switchboard-cli"]),
+        "{trace:?}"
+    );
 }

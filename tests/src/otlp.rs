@@ -183,6 +183,62 @@ pub async fn otlp_collector() -> OtlpSink {
     sink
 }
 
+/// Receives OTLP/gRPC trace exports into an [`OtlpSink`] (stored re-encoded, as the HTTP
+/// collector stores the bodies it receives).
+#[derive(Debug, Clone)]
+struct GrpcTraces(OtlpSink);
+
+#[tonic::async_trait]
+impl opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::TraceService
+    for GrpcTraces
+{
+    async fn export(
+        &self,
+        request: tonic::Request<ExportTraceServiceRequest>,
+    ) -> Result<
+        tonic::Response<
+            opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceResponse,
+        >,
+        tonic::Status,
+    > {
+        self.0
+            .traces
+            .lock()
+            .unwrap()
+            .push(request.into_inner().encode_to_vec());
+        Ok(tonic::Response::new(Default::default()))
+    }
+}
+
+/// Starts an OTLP/gRPC collector (traces) on a free port.
+pub async fn otlp_grpc_collector() -> OtlpSink {
+    use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::TraceServiceServer;
+    let port = switchboard_testkit::free_port();
+    let sink = OtlpSink {
+        url: format!("http://127.0.0.1:{port}"),
+        ..OtlpSink::default()
+    };
+    let service = TraceServiceServer::new(GrpcTraces(sink.clone()));
+    tokio::spawn(async move {
+        let address = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+        let _ = tonic::transport::Server::builder()
+            .add_service(service)
+            .serve(address)
+            .await;
+    });
+    // Serving once it accepts connections.
+    for _ in 0..100 {
+        if tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_ok()
+        {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    sink
+}
+
 /// A minimal OTLP/HTTP sink: records the body of every POST to /v1/traces.
 pub async fn otlp_sink() -> (String, Arc<Mutex<Vec<Vec<u8>>>>) {
     let sink = otlp_collector().await;
