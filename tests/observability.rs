@@ -960,3 +960,91 @@ async fn up_exports_over_grpc_too() {
         "{trace:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_example_exports_its_own_spans_in_the_callers_trace() {
+    use switchboard_testkit::{python_bin, workspace_root};
+
+    let otlp = otlp_collector().await;
+    let up = up(&otlp.url).await;
+    let mut python = tokio::process::Command::new(python_bin())
+        .arg(workspace_root().join("examples/python/agent.py"))
+        .args([
+            "--nats-url",
+            &up.url,
+            "--agent",
+            "py-traced",
+            "--max-handled",
+            "1",
+        ])
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &otlp.url)
+        .env("OTEL_BSP_SCHEDULE_DELAY", "100")
+        .env_remove("OTEL_SERVICE_NAME")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut events = BufReader::new(python.stdout.take().unwrap()).lines();
+    let ready = tokio::time::timeout(Duration::from_secs(30), events.next_line())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(ready.contains("\"ready\""), "{ready}");
+
+    // A call from the command line: the Python agent answers it in the caller's trace.
+    let (ok, out) = cli(&["register", "--as", "py-caller"], &up.url, &otlp.url).await;
+    assert!(ok, "{out}");
+    let (ok, out) = cli(
+        &[
+            "call",
+            "--as",
+            "py-caller",
+            "--to",
+            "py-traced",
+            "what is 6 x 7?",
+        ],
+        &up.url,
+        &otlp.url,
+    )
+    .await;
+    assert!(ok, "{out}");
+    assert!(out.contains("py-traced answers"), "{out}");
+    let status = tokio::time::timeout(Duration::from_secs(30), python.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(status.success());
+
+    let spans = settled(&otlp, "switchboard call", |trace| {
+        trace
+            .iter()
+            .any(|span| span.name == "reply-correlator.reply")
+    })
+    .await;
+    let call = trace_of(&spans, "switchboard call");
+    assert_one_tree(&call, "switchboard call");
+    let handling = call
+        .iter()
+        .find(|span| span.service == "py-traced" && span.name == "process agent.inbox")
+        .unwrap_or_else(|| panic!("the Python agent's span is not in the call: {call:?}"));
+    assert_eq!(handling.kind, 5, "{handling:?}");
+    let reply = call
+        .iter()
+        .find(|span| span.name == "reply-correlator.reply")
+        .unwrap();
+    assert_eq!(
+        reply.parent, handling.span_id,
+        "the reply is made in its span"
+    );
+
+    // Its start is a trace rooted at its own span.
+    let started = trace_of(&spans, "py-traced: start");
+    assert_one_tree(&started, "py-traced: start");
+    let names: BTreeSet<&str> = started.iter().map(|span| span.name.as_str()).collect();
+    assert!(
+        names.contains("directory.register") && names.contains("directory.goal_open"),
+        "{names:?}"
+    );
+}

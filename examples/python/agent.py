@@ -5,6 +5,11 @@ Dependencies: nats-py and the standard library. No Switchboard code is used; eve
 body field and header below is the documented wire contract ("§n" = section n of
 docs/protocol.md). Each line this prints on stdout is one JSON object (see README.md).
 
+Traces (optional): with the OpenTelemetry SDK installed (`opentelemetry-sdk`,
+`opentelemetry-exporter-otlp-proto-http`) and OTEL_EXPORTER_OTLP_ENDPOINT set, the agent
+exports its own spans under its id as service.name: its start is a trace rooted at its span,
+and each message it handles is a span in the sender's trace (§1 "Trace context").
+
     python agent.py --nats-url nats://127.0.0.1:4222 --agent py-echo \
                     [--description TEXT] [--max-handled N]
 """
@@ -16,8 +21,58 @@ import signal
 import sys
 import uuid
 
+import contextlib
+import os
+
 import nats
 from nats.errors import NoRespondersError
+
+try:  # optional: traces (see the module docstring)
+    from opentelemetry import propagate, trace as otel
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+except ImportError:
+    otel = None
+
+
+class Tracing:
+    """This agent's spans, exported by OTLP when the SDK is installed and an endpoint is set;
+    otherwise nothing happens and requests carry only an inbound message's trace context."""
+
+    def __init__(self, agent_id):
+        self.provider = None
+        if agent_id is None or otel is None or not os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"):
+            return
+        self.provider = TracerProvider(resource=Resource.create({"service.name": agent_id}))
+        self.provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+        self.tracer = self.provider.get_tracer("switchboard-example")
+
+    def span(self, name, kind="internal", trace=None, **attributes):
+        """A span named `name`, the child of `trace` (an inbound message's traceparent and
+        tracestate) when given, else a new trace rooted here."""
+        if self.provider is None:
+            return contextlib.nullcontext()
+        parent = propagate.extract(trace or {})
+        kinds = {"internal": otel.SpanKind.INTERNAL, "consumer": otel.SpanKind.CONSUMER,
+                 "producer": otel.SpanKind.PRODUCER}
+        return self.tracer.start_as_current_span(name, context=parent, kind=kinds[kind],
+                                                 attributes=attributes)
+
+    def headers(self, trace):
+        """What a request carries: the current span's context when this agent traces and a
+        span is open (§1), else the inbound message's, else nothing."""
+        if self.provider is not None and otel.get_current_span().get_span_context().is_valid:
+            carrier = {}
+            propagate.inject(carrier)
+            return carrier
+        return {name: trace[name] for name in ("traceparent", "tracestate")
+                if trace and trace.get(name)}
+
+    def shutdown(self):
+        if self.provider is not None:
+            self.provider.shutdown()
 
 HEARTBEAT_EVERY_S = 10.0  # §4.2: "send one every 10 s" (offline after 30 s of silence)
 REQUEST_TIMEOUT_S = 10.0  # a send may retry a goal's delivery for up to 8 s (§8)
@@ -41,20 +96,20 @@ class ServiceError(Exception):
 
 
 class Agent:
-    def __init__(self, nc, agent_id):
+    def __init__(self, nc, agent_id, tracing=None):
         self.nc, self.me = nc, agent_id
+        self.tracing = tracing or Tracing(None)
 
     async def request(self, subject, body, trace=None):
         """One service request (§1 "Bodies": JSON in, JSON out) -> the success body as a dict.
 
         `trace` is the inbound message's headers: its traceparent/tracestate are carried
-        unchanged so the service's span joins the sender's trace (§1 "Trace context").
-        Without one the request goes without: this agent exports no spans of its own, and a
+        so the service's span joins the sender's trace (§1 "Trace context") — through this
+        agent's own span when it exports spans. Without either the request goes without: a
         made-up parent would leave the service's span under a parent nobody ever sees (the
         service starts the trace; heartbeats, fetches and acks start none).
         """
-        headers = {name: trace[name] for name in ("traceparent", "tracestate")
-                   if trace and trace.get(name)}
+        headers = self.tracing.headers(trace)
         try:
             msg = await self.nc.request(subject, json.dumps(body).encode(),
                                         timeout=REQUEST_TIMEOUT_S, headers=headers or None)
@@ -175,14 +230,16 @@ async def run(args):
     if args.nkey:
         options["nkeys_seed"] = args.nkey
     nc = await nats.connect(args.nats_url, **options)
-    agent = Agent(nc, args.agent)
+    tracing = Tracing(args.agent)
+    agent = Agent(nc, args.agent, tracing)
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         asyncio.get_running_loop().add_signal_handler(sig, stop.set)
 
     try:
-        await agent.register(args.description)  # §4.1 (registering counts as a heartbeat)
-        goal = await agent.open_goal()  # §4.4
+        with tracing.span(f"{args.agent}: start", **{"switchboard.agent_id": args.agent}):
+            await agent.register(args.description)  # §4.1 (registering counts as a heartbeat)
+            goal = await agent.open_goal()  # §4.4
     except ServiceError as e:
         emit("error", kind=e.kind, message=e.message)
         await nc.close()
@@ -215,7 +272,12 @@ async def run(args):
                 await agent.reject(goal_id, seq, str(e))
                 continue
             try:
-                await handle(agent, goal_id, m, trace)
+                # In the sender's trace: this agent's handling span, then its requests.
+                with tracing.span("process agent.inbox", "consumer", trace,
+                                  **{"messaging.system": "nats",
+                                     "messaging.operation.type": "process",
+                                     "switchboard.agent_id": args.agent}):
+                    await handle(agent, goal_id, m, trace)
             except ServiceError as e:  # refused reply or send: report it, keep going
                 emit("error", kind=e.kind, message=e.message)
                 if e.kind in RETRY_KINDS:  # worth another try: not acked, so it comes back
@@ -235,6 +297,7 @@ async def run(args):
         except ServiceError as e:
             emit("error", kind=e.kind, message=e.message)
     await nc.close()
+    tracing.shutdown()  # flushes what is left to export
     emit("stopped")
     return 0
 
