@@ -1048,3 +1048,48 @@ async fn the_python_example_exports_its_own_spans_in_the_callers_trace() {
         "{names:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_mcp_tool_call_is_a_trace_rooted_at_the_agent() {
+    use switchboard_testkit::{python_bin, workspace_root};
+
+    let otlp = otlp_collector().await;
+    let up = up(&otlp.url).await;
+    // The official MCP SDK drives two `switchboard mcp` servers (tests/python/mcp_two_agents.py).
+    let output = tokio::time::timeout(
+        Duration::from_secs(120),
+        tokio::process::Command::new(python_bin())
+            .arg(workspace_root().join("tests/python/mcp_two_agents.py"))
+            .arg(service_bin("switchboard"))
+            .arg(&up.url)
+            .env("OTEL_EXPORTER_OTLP_ENDPOINT", &otlp.url)
+            .env("OTEL_BSP_SCHEDULE_DELAY", "100")
+            .env_remove("OTEL_SERVICE_NAME")
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert!(output.status.success(), "{output:?}");
+
+    let spans = settled(&otlp, "mcp-alice: send_to_peer", |trace| {
+        trace.iter().any(|span| span.name == "inbox-fanout.send")
+    })
+    .await;
+    let send = trace_of(&spans, "mcp-alice: send_to_peer");
+    assert_one_tree(&send, "mcp-alice: send_to_peer");
+    let root = send.iter().find(|span| span.parent.is_empty()).unwrap();
+    assert_eq!(root.service, "mcp-alice");
+    assert_eq!(root.attribute("gen_ai.tool.name"), Some("send_to_peer"));
+    // Bob's reply to alice's call is its own tool call, in its own trace under bob's name.
+    let spans = settled(&otlp, "mcp-bob: reply_to_peer", |trace| {
+        trace
+            .iter()
+            .any(|span| span.name == "reply-correlator.reply")
+    })
+    .await;
+    let reply = trace_of(&spans, "mcp-bob: reply_to_peer");
+    assert_one_tree(&reply, "mcp-bob: reply_to_peer");
+    assert!(reply.iter().any(|span| span.service == "mcp-bob"));
+}

@@ -94,7 +94,11 @@ async def main(binary, nats_url, key_dir=None):
         if key_dir:
             # Under the generated accounts each agent signs in with its own NKey seed.
             args += ["--nkey", os.path.join(key_dir, f"{agent}.nk")]
-        return StdioServerParameters(command=binary, args=args, env={"RUST_LOG": "warn"})
+        # The MCP SDK gives a server only a few variables of its own: pass the OpenTelemetry
+        # ones on (tests/observability.rs collects the servers' spans).
+        env = {"RUST_LOG": "warn"}
+        env.update({k: v for k, v in os.environ.items() if k.startswith("OTEL_")})
+        return StdioServerParameters(command=binary, args=args, env=env)
 
     alice, bob = Host("alice"), Host("bob")
     async with stdio_client(server("mcp-alice", "asks questions")) as (ar, aw), \
