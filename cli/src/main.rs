@@ -37,6 +37,7 @@ mod mcp;
 mod nats;
 mod output;
 mod task;
+mod traces;
 mod up;
 
 use std::process::ExitCode;
@@ -408,13 +409,13 @@ async fn main() -> ExitCode {
         Command::Demo(_) => &demo::AGENTS,
         _ => &[],
     };
-    let telemetry = cli_telemetry(CLI_SERVICE, hosting);
+    let telemetry = traces::cli_telemetry(traces::CLI_SERVICE, hosting);
     let span = tracing::info_span!(
         "cli",
         otel.name = %format!("switchboard {name}"),
         otel.kind = "client",
         otel.status_code = tracing::field::Empty,
-        switchboard.service = CLI_SERVICE,
+        switchboard.service = traces::CLI_SERVICE,
     );
     let code = dispatch(command, json, view).instrument(span.clone()).await;
     if code != ExitCode::SUCCESS {
@@ -425,32 +426,6 @@ async fn main() -> ExitCode {
         telemetry.shutdown();
     }
     code
-}
-
-/// `service.name` of what the CLI exports.
-pub(crate) const CLI_SERVICE: &str = "switchboard-cli";
-
-/// Telemetry for a CLI command: spans exported as `[telemetry]` in switchboard.toml or
-/// `OTEL_EXPORTER_OTLP_ENDPOINT` say, logs only at `warn` (unless `RUST_LOG`), so a command's
-/// output stays its own. `None` when it cannot start (the command runs without it).
-fn cli_telemetry(
-    name: &str,
-    hosting: &[&str],
-) -> Option<switchboard_runtime::telemetry::TelemetryGuard> {
-    let mut config =
-        switchboard_runtime::RuntimeConfig::load(&switchboard_runtime::config::figment())
-            .map(|runtime| runtime.telemetry)
-            .unwrap_or_default();
-    config.log = "warn".to_owned();
-    // The CLI serves no metrics of its own.
-    config.metrics_listen = None;
-    match switchboard_runtime::telemetry::init_hosting(name, hosting, &config) {
-        Ok(guard) => Some(guard),
-        Err(err) => {
-            eprintln!("switchboard: telemetry off: {err}");
-            None
-        }
-    }
 }
 
 /// Runs one command (all but `up` and `mcp`) and prints its reply.

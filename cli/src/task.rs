@@ -3,7 +3,7 @@
 
 use clap::{Args, Subcommand};
 use switchboard_client::proto::task::{
-    CreateTask, ListRole, ListTasks, TaskAction, TaskOp, TaskRequestOp,
+    CreateTask, ListRole, ListTasks, TaskAction, TaskOp, TaskReply, TaskRequestOp,
 };
 use switchboard_client::proto::{AgentId, GoalId, TaskState};
 
@@ -308,14 +308,9 @@ async fn task_trace(url: &str, agent: &AgentId, task_id: uuid::Uuid, op: &str) -
     let found = crate::nats::request_json(url, &TaskRequestOp::Get.subject(agent), &request)
         .await
         .ok();
-    let traceparent = found.as_ref().and_then(|reply| {
-        reply
-            .get("task")
-            .unwrap_or(reply)
-            .get("traceparent")?
-            .as_str()
-            .map(str::to_owned)
-    });
+    let traceparent = found
+        .and_then(|reply| serde_json::from_value::<TaskReply>(reply).ok())
+        .and_then(|reply| reply.task.traceparent);
     let Some(traceparent) = traceparent else {
         return tracing::Span::current();
     };
@@ -324,7 +319,7 @@ async fn task_trace(url: &str, agent: &AgentId, task_id: uuid::Uuid, op: &str) -
         "cli",
         otel.name = %format!("switchboard task {op}"),
         otel.kind = "client",
-        switchboard.service = crate::CLI_SERVICE,
+        switchboard.service = crate::traces::CLI_SERVICE,
         switchboard.agent_id = %agent,
         switchboard.task_id = %task_id,
     );

@@ -58,13 +58,8 @@ pub async fn run(args: McpArgs) -> ExitCode {
     // stdout carries the protocol; logs go to stderr (quiet unless RUST_LOG says otherwise).
     // Its spans export under the agent's own name (OTLP endpoint as for every process:
     // `[telemetry]` in switchboard.toml or OTEL_EXPORTER_OTLP_ENDPOINT).
-    let mut config =
-        switchboard_runtime::RuntimeConfig::load(&switchboard_runtime::config::figment())
-            .map(|runtime| runtime.telemetry)
-            .unwrap_or_default();
-    config.log = "warn".to_owned();
-    config.metrics_listen = None;
-    let telemetry = switchboard_runtime::telemetry::init(&args.agent, &config);
+    let telemetry =
+        switchboard_runtime::telemetry::init(&args.agent, &crate::traces::quiet_config());
     let code = match serve(args).await {
         Ok(()) => 0,
         Err(err) => {
