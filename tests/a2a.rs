@@ -999,7 +999,7 @@ async fn connections_that_never_finish_their_headers_are_closed() {
     )
     .await;
     assert_eq!(card.status, 200, "served while 150 connections stall");
-    let limit = a2a_gateway::listen::HEADER_READ_TIMEOUT + Duration::from_secs(5);
+    let limit = switchboard_runtime::http::HEADER_READ_TIMEOUT + Duration::from_secs(5);
     for mut stream in stalled {
         let mut byte = [0u8; 256];
         let closed = tokio::time::timeout(limit, async {

@@ -1093,3 +1093,65 @@ async fn each_mcp_tool_call_is_a_trace_rooted_at_the_agent() {
     assert_one_tree(&reply, "mcp-bob: reply_to_peer");
     assert!(reply.iter().any(|span| span.service == "mcp-bob"));
 }
+
+#[tokio::test]
+async fn the_metrics_endpoint_stands_up_to_a_hostile_client() {
+    use switchboard_tests::http;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let stop = tokio_util::sync::CancellationToken::new();
+    let addr = switchboard_runtime::telemetry::metrics::serve("127.0.0.1:0", stop.clone())
+        .await
+        .unwrap();
+    // Only GET /metrics.
+    assert_eq!(
+        http::request(addr, "GET", "/metrics", &[], b"")
+            .await
+            .status,
+        200
+    );
+    assert_eq!(http::request(addr, "GET", "/", &[], b"").await.status, 404);
+    assert_eq!(
+        http::request(addr, "GET", "/metrics/../../etc/passwd", &[], b"")
+            .await
+            .status,
+        404
+    );
+    assert_eq!(
+        http::request(addr, "POST", "/metrics", &[], b"{}")
+            .await
+            .status,
+        405
+    );
+    // 150 connections that never finish their headers hold no scrape up, and are closed.
+    let mut stalled = Vec::new();
+    for _ in 0..150 {
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        stream
+            .write_all(b"GET /metrics HTTP/1.1\r\nHost: prometheus\r\nAcc")
+            .await
+            .unwrap();
+        stalled.push(stream);
+    }
+    assert_eq!(
+        http::request(addr, "GET", "/metrics", &[], b"")
+            .await
+            .status,
+        200
+    );
+    let limit = switchboard_runtime::http::HEADER_READ_TIMEOUT + Duration::from_secs(5);
+    for mut stream in stalled {
+        let mut byte = [0u8; 256];
+        let closed = tokio::time::timeout(limit, async {
+            loop {
+                match stream.read(&mut byte).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) => {}
+                }
+            }
+        })
+        .await;
+        assert!(closed.is_ok(), "a stalled connection was kept open");
+    }
+    stop.cancel();
+}

@@ -13,8 +13,9 @@
 //! The gateway is stateless: tasks live in the task service's bucket, events in the stream,
 //! cards in the directory; any number of replicas serve the same clients.
 //!
-//! Layout: this file (`start`/`run`), `config.rs` (`[a2a_gateway]`), `listen.rs` (the accept
-//! loop: HTTP/1.1, header-read timeout, graceful stop), `endpoints.rs` (the HTTP routes and the
+//! Layout (the accept loop — HTTP/1.1, header-read timeout, graceful stop — is
+//! `switchboard_runtime::http`, shared with every service's `/metrics`): this file
+//! (`start`/`run`), `config.rs` (`[a2a_gateway]`), `endpoints.rs` (the HTTP routes and the
 //! JSON-RPC envelope), `error.rs` (`GatewayError` → the spec's codes),
 //! `auth.rs` (bearer tokens → client agents), `gateway.rs` (the `Gateway` and how it speaks to
 //! the fabric), `cards.rs` (agent cards), `tasks.rs` (the task methods), `stream.rs` (SSE
@@ -33,7 +34,6 @@ pub mod config;
 pub mod endpoints;
 pub mod error;
 pub mod gateway;
-pub mod listen;
 pub mod mapping;
 pub mod outbound;
 pub mod push;
@@ -177,7 +177,7 @@ impl Running {
         };
         let app = endpoints::router(self.gateway);
         let stop = shutdown.clone();
-        let serve = listen::serve(self.listener, app, stop);
+        let serve = switchboard_runtime::http::serve(SPEC.name, self.listener, app, stop);
         tokio::join!(
             view,
             serve,

@@ -32,6 +32,7 @@ pub mod budget;
 pub mod config;
 pub mod embedded;
 pub mod headers;
+pub mod http;
 pub mod kv;
 pub mod lease;
 pub mod micro;

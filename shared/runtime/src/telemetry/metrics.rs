@@ -51,7 +51,8 @@ pub fn render() -> String {
 }
 
 /// Serves `GET /metrics` on `listen` until `stop` is cancelled; returns the bound address
-/// (`127.0.0.1:0` picks a free port).
+/// (`127.0.0.1:0` picks a free port). Anything else is answered 404 (another path) or 405
+/// (another method); nothing a client sends reaches a metric.
 pub async fn serve(listen: &str, stop: CancellationToken) -> std::io::Result<SocketAddr> {
     let listener = tokio::net::TcpListener::bind(listen).await?;
     let bound = listener.local_addr()?;
@@ -67,14 +68,9 @@ pub async fn serve(listen: &str, stop: CancellationToken) -> std::io::Result<Soc
             )
         }),
     );
-    tokio::spawn(async move {
-        let served = axum::serve(listener, app)
-            .with_graceful_shutdown(stop.cancelled_owned())
-            .await;
-        if let Err(err) = served {
-            tracing::warn!(error = %err, "the /metrics endpoint stopped");
-        }
-    });
+    // The shared accept loop: a client that never finishes its headers is dropped, so a
+    // scraper's slot cannot be held by idle connections.
+    tokio::spawn(crate::http::serve("metrics", listener, app, stop));
     Ok(bound)
 }
 

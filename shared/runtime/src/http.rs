@@ -1,22 +1,28 @@
-//! Serving the router on the gateway's listener: HTTP/1.1, one task per connection, a client
-//! that does not finish a request's headers within [`HEADER_READ_TIMEOUT`] is disconnected
-//! (`axum::serve` sets no such timeout: 150 connections that never finished their headers
-//! stayed open), and a graceful stop that lets requests in flight finish.
+//! Serving an HTTP router (the A2A gateway's, every service's `/metrics`): HTTP/1.1, one task
+//! per connection, a client that does not finish a request's headers within
+//! [`HEADER_READ_TIMEOUT`] is disconnected (`axum::serve` sets no such timeout: 150
+//! connections that never finished their headers stayed open at the gateway), and a graceful
+//! stop that lets requests in flight finish.
 
 use std::time::Duration;
 
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
-use switchboard_runtime::CancellationToken;
+use tokio_util::sync::CancellationToken;
 
 /// How long a client may take to send a request's headers (an idle kept-alive connection
 /// too): a slow or silent client holds a connection only this long.
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Serves `app` on `listener` until `stop`, then waits for the connections to finish (open
-/// streams end with the gateway's own stop).
-pub async fn serve(listener: tokio::net::TcpListener, app: axum::Router, stop: CancellationToken) {
+/// Serves `app` on `listener` until `stop`, then waits for the connections to finish (a
+/// server's open streams end with its own stop). `name` labels its log lines.
+pub async fn serve(
+    name: &'static str,
+    listener: tokio::net::TcpListener,
+    app: axum::Router,
+    stop: CancellationToken,
+) {
     let graceful = GracefulShutdown::new();
     loop {
         let accepted = tokio::select! {
@@ -27,7 +33,7 @@ pub async fn serve(listener: tokio::net::TcpListener, app: axum::Router, stop: C
             Ok((stream, _)) => stream,
             Err(err) => {
                 // Out of file descriptors, most often: pause rather than spin.
-                tracing::warn!(error = %err, "a2a-gateway could not accept a connection");
+                tracing::warn!(server = name, error = %err, "could not accept a connection");
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 continue;
             }
@@ -40,7 +46,7 @@ pub async fn serve(listener: tokio::net::TcpListener, app: axum::Router, stop: C
         let connection = graceful.watch(connection);
         tokio::spawn(async move {
             if let Err(err) = connection.await {
-                tracing::debug!(error = %err, "a2a-gateway connection ended");
+                tracing::debug!(server = name, error = %err, "connection ended");
             }
         });
     }
