@@ -767,6 +767,40 @@ async fn a_task_with_two_subtasks_its_transitions_and_updates_are_one_trace() {
             break;
         }
     }
+    // A task nobody takes, past its deadline: the deadline sweep fails it in the task's trace,
+    // and the update the lead reads is in it too.
+    let late = tracing::info_span!(
+        parent: None,
+        "conversation",
+        otel.name = "lead: too late",
+        switchboard.service = "lead",
+    );
+    lead.create_task(switchboard_proto::task::CreateTask {
+        to: Some("helper".to_owned()),
+        message: Some("in half a second, please".to_owned()),
+        deadline_in_ms: Some(500),
+        ..Default::default()
+    })
+    .instrument(late.clone())
+    .await
+    .unwrap();
+    drop(late);
+    loop {
+        let update = lead_goal
+            .recv(Duration::from_secs(10))
+            .await
+            .unwrap()
+            .expect("the task's failure");
+        let read = update.span();
+        let message = update.ack().instrument(read).await.unwrap();
+        if message
+            .task
+            .as_ref()
+            .is_some_and(|task| task.state == TaskState::Failed)
+        {
+            break;
+        }
+    }
     stop.cancel();
     serving.await.unwrap();
     telemetry.shutdown();
@@ -815,6 +849,28 @@ async fn a_task_with_two_subtasks_its_transitions_and_updates_are_one_trace() {
         );
     }
 
+    let spans = settled(&otlp, "lead: too late", |trace| {
+        trace
+            .iter()
+            .any(|span| span.name == "task-lifecycle.deadline")
+    })
+    .await;
+    let late = trace_of(&spans, "lead: too late");
+    assert_one_tree(&late, "lead: too late");
+    let late: BTreeSet<(&str, &str)> = late
+        .iter()
+        .map(|s| (s.service.as_str(), s.name.as_str()))
+        .collect();
+    for (service, name) in [
+        ("task-lifecycle", "task-lifecycle.create"),
+        ("task-lifecycle", "task-lifecycle.deadline"),
+        ("lead", "process agent.inbox"),
+    ] {
+        assert!(
+            late.contains(&(service, name)),
+            "{service} {name} not in {late:?}"
+        );
+    }
     let asked = trace_of(&spans, "lead: ask");
     assert_one_tree(&asked, "lead: ask");
     let asked: BTreeSet<(String, String)> = asked
