@@ -485,6 +485,33 @@ async fn bad_requests_get_the_spec_codes_and_break_nothing() {
     )
     .await;
     assert_eq!(unknown.status, 404);
+    // The interface URL with a trailing slash (the A2A conformance kit posts there) is the
+    // same endpoint; a path the gateway does not serve is a 404 that says what it serves.
+    let slashed = http::request(
+        a2a.addr(),
+        "POST",
+        "/agents/echo/",
+        &json_headers,
+        br#"{"jsonrpc":"2.0","id":1,"method":"ListTasks","params":{}}"#,
+    )
+    .await;
+    assert_eq!(slashed.status, 200);
+    assert!(slashed.json()["result"].is_object(), "{}", slashed.json());
+    for (method, path) in [
+        ("GET", "/"),
+        ("POST", "/agents"),
+        ("GET", "/agents/echo/x/y"),
+    ] {
+        let nowhere = http::request(a2a.addr(), method, path, &json_headers, b"{}").await;
+        assert_eq!(nowhere.status, 404, "{method} {path}");
+        let said = nowhere.json();
+        assert!(
+            said["error"]
+                .as_str()
+                .is_some_and(|text| text.contains("POST /agents/<agent_id>")),
+            "{method} {path}: {said}"
+        );
+    }
     // Still serving after all of it.
     let reply = a2a
         .rpc(

@@ -51,7 +51,20 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
             get(agent_card),
         )
         .route("/agents/{agent_id}", post(json_rpc))
+        // The interface URL with a trailing slash is the same endpoint (the A2A conformance
+        // kit posts there).
+        .route("/agents/{agent_id}/", post(json_rpc))
+        .fallback(no_route)
         .with_state(gateway)
+}
+
+/// Anything the gateway does not serve: 404 with a body that says what it does serve (an
+/// empty 404 leaves a client guessing).
+async fn no_route() -> Response {
+    not_found(
+        "not served here: A2A JSON-RPC is POST /agents/<agent_id>, its card GET \
+         /agents/<agent_id>/.well-known/agent-card.json",
+    )
 }
 
 async fn default_card(State(gateway): State<Arc<Gateway>>, headers: HeaderMap) -> Response {
