@@ -152,6 +152,40 @@ async fn send_get_list_and_cancel_go_through_the_task_service() {
         1,
         "{in_context}"
     );
+    // Proto field names as well as JSON names (ProtoJSON parsers accept both): a page of
+    // one, by `page_size`, then the context by `context_id`, its page ending the list.
+    let one = a2a.rpc("echo", "ListTasks", json!({"page_size": 1})).await["result"].clone();
+    assert_eq!(one["tasks"].as_array().unwrap().len(), 1, "{one}");
+    assert_eq!(one["tasks"][0]["id"], second.as_str(), "{one}");
+    assert_ne!(one["nextPageToken"], "", "{one}");
+    let by_proto_name = a2a
+        .rpc(
+            "echo",
+            "ListTasks",
+            json!({"context_id": "ctx-1", "page_size": 1}),
+        )
+        .await["result"]
+        .clone();
+    assert_eq!(
+        by_proto_name["tasks"].as_array().unwrap().len(),
+        1,
+        "{by_proto_name}"
+    );
+    assert_eq!(
+        by_proto_name["tasks"], in_context["tasks"],
+        "{by_proto_name}"
+    );
+    // A context with no task here: nothing, and no page after it.
+    let none = a2a
+        .rpc(
+            "echo",
+            "ListTasks",
+            json!({"contextId": "ctx-none", "pageSize": 1}),
+        )
+        .await["result"]
+        .clone();
+    assert_eq!(none["tasks"].as_array().map(Vec::len), Some(0), "{none}");
+    assert_eq!(none["nextPageToken"], "", "{none}");
 
     // A task is the agent's and the client's: not through another agent, not for another client.
     let elsewhere = a2a.rpc("sleeper", "GetTask", json!({"id": first})).await;

@@ -30,6 +30,10 @@ pub const MAX_ID_BYTES: usize = 256;
 /// `ListTasks` page size when the client gives none, and the most it may ask for.
 const PAGE_DEFAULT: usize = 50;
 const PAGE_MAX: usize = 100;
+/// How many pages of the caller's tasks one `ListTasks` with a `contextId` reads, at most,
+/// to fill its page: the filter is applied here, so a context with few tasks among many is
+/// found within this many reads per page.
+pub const CONTEXT_PAGES: usize = 16;
 
 /// Whether a blocking `SendMessage` stops waiting at this state: it ended, or it asks the
 /// client for input.
@@ -352,8 +356,8 @@ impl Gateway {
     }
 
     /// `ListTasks`: the tasks the caller asked `agent` for, a page at a time; `contextId` and
-    /// `status` filter. (The page is read from the caller's tasks and then filtered, so a page
-    /// may hold fewer than `pageSize`; `nextPageToken` is empty only on the last.)
+    /// `status` filter. A page is short, and `nextPageToken` empty, only at the end of the
+    /// list (or after [`CONTEXT_PAGES`] reads that a context filter mostly discarded).
     pub async fn list_tasks(
         &self,
         caller: &AgentId,
@@ -384,41 +388,55 @@ impl Gateway {
                 GatewayError::InvalidParams("no task is ever in that status here".to_owned())
             })?),
         };
-        let list = ListTasks {
-            role: ListRole::Requester,
-            state,
-            parent: None,
-            limit: Some(page),
-            cursor,
-            peer: Some(agent.clone()),
-            newest_first: true,
-        };
-        let listed: TaskList = self
-            .request(
-                caller,
-                &TaskRequestOp::List.subject(caller),
-                &list,
-                "listing tasks",
-            )
-            .await?;
         let include_artifacts = request.include_artifacts.unwrap_or(false);
-        let tasks: Vec<Task> = listed
-            .tasks
-            .iter()
-            .filter(|record| {
-                request
-                    .context_id
-                    .as_ref()
-                    .is_none_or(|context| mapping::context_of(record) == *context)
-            })
-            .map(|record| {
-                let mut task = mapping::task(record);
-                if !include_artifacts {
-                    task.artifacts = None;
-                }
-                task
-            })
-            .collect();
+        // A context filter is applied here, on the caller's tasks for this agent: read on until
+        // the page is full or the list ends (at most CONTEXT_PAGES reads), so a page is short —
+        // and `nextPageToken` empty — only at the end.
+        let mut tasks: Vec<Task> = Vec::new();
+        let mut cursor = cursor;
+        let mut reads = 0;
+        let listed = loop {
+            let list = ListTasks {
+                role: ListRole::Requester,
+                state,
+                parent: None,
+                limit: Some(page - tasks.len()),
+                cursor,
+                peer: Some(agent.clone()),
+                newest_first: true,
+            };
+            let listed: TaskList = self
+                .request(
+                    caller,
+                    &TaskRequestOp::List.subject(caller),
+                    &list,
+                    "listing tasks",
+                )
+                .await?;
+            reads += 1;
+            tasks.extend(
+                listed
+                    .tasks
+                    .iter()
+                    .filter(|record| {
+                        request
+                            .context_id
+                            .as_ref()
+                            .is_none_or(|context| mapping::context_of(record) == *context)
+                    })
+                    .map(|record| {
+                        let mut task = mapping::task(record);
+                        if !include_artifacts {
+                            task.artifacts = None;
+                        }
+                        task
+                    }),
+            );
+            if tasks.len() >= page || listed.next_cursor.is_none() || reads >= CONTEXT_PAGES {
+                break listed;
+            }
+            cursor = listed.next_cursor;
+        };
         // The task service counts the pair's tasks (by state when asked, up to its counting
         // limit); a context filter is applied here, so its total is what this page shows.
         let total = match (&request.context_id, listed.total) {
