@@ -138,16 +138,20 @@ pub fn status(task: &TaskRecord) -> TaskStatus {
     }
 }
 
-/// The result artifact of a completed task: its text and parts.
+/// The result artifact of a completed task: its text and parts; none for a completion that
+/// carried neither (an artifact has at least one part, A2A v1.0).
 pub fn result(task: &TaskRecord) -> Option<Artifact> {
     if task.state != TaskState::Completed {
         return None;
     }
     let mut parts = Vec::new();
-    if let Some(text) = &task.result {
+    if let Some(text) = task.result.as_ref().filter(|text| !text.is_empty()) {
         parts.push(Part::text(text.clone()));
     }
     parts.extend(outbound(&task.result_parts));
+    if parts.is_empty() {
+        return None;
+    }
     Some(Artifact {
         artifact_id: RESULT_ARTIFACT.to_owned(),
         name: Some("result".to_owned()),
@@ -224,6 +228,32 @@ mod tests {
         ] {
             assert_eq!(state(ours), theirs);
         }
+    }
+
+    #[test]
+    fn a_completion_without_text_or_parts_has_no_artifact() {
+        let completed = |result: serde_json::Value| -> TaskRecord {
+            let mut record = serde_json::json!({
+                "task_id": "0193a1b2-0000-7000-8000-000000000a01",
+                "requester": "a2a-client",
+                "assignee": "echo",
+                "state": "completed",
+                "message": "hi",
+                "depth": 1,
+                "message_id": "0193a1b2-0000-7000-8000-0000000000b1",
+                "transitions": 3,
+                "created_at": "2026-04-30T14:00:00Z",
+                "updated_at": "2026-04-30T14:00:01Z",
+            });
+            if let (Some(record), Some(extra)) = (record.as_object_mut(), result.as_object()) {
+                record.extend(extra.clone());
+            }
+            serde_json::from_value(record).unwrap_or_else(|err| panic!("{err}"))
+        };
+        assert!(result(&completed(serde_json::json!({}))).is_none());
+        assert!(result(&completed(serde_json::json!({"result": ""}))).is_none());
+        let answered = result(&completed(serde_json::json!({"result": "done"})));
+        assert_eq!(answered.map(|artifact| artifact.parts.len()), Some(1));
     }
 
     #[test]
