@@ -40,6 +40,12 @@ async fn cards_are_served_per_agent_and_tokens_decide_who_calls() {
     assert_eq!(json["capabilities"]["streaming"], true);
     assert!(json["securitySchemes"]["bearer"].is_object(), "{json}");
     assert!(card.header("cache-control").unwrap().contains("max-age"));
+    // When it last changed, as an HTTP date (`Sun, 06 Nov 1994 08:49:37 GMT`).
+    let modified = card.header("last-modified").unwrap_or_default();
+    assert!(
+        modified.ends_with(" GMT") && modified.len() == 29,
+        "Last-Modified: {modified:?}"
+    );
     let etag = card.header("etag").unwrap().to_owned();
     let again = http::request(
         a2a.addr(),

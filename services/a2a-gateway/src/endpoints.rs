@@ -116,7 +116,25 @@ async fn card_response(gateway: &Gateway, agent: &str, headers: &HeaderMap) -> R
     if let Ok(value) = HeaderValue::from_str(&cache) {
         out.insert(header::CACHE_CONTROL, value);
     }
+    // No earlier than the card's last change: an online agent's card changes only when it
+    // registers or comes back (its latest register or heartbeat); an offline one's changed
+    // when the directory marked it, which the record does not date.
+    let modified = match record.status {
+        switchboard_proto::registry::AgentStatus::Offline => time::OffsetDateTime::now_utc(),
+        _ => record.last_heartbeat,
+    };
+    if let Some(value) = http_date(modified).and_then(|date| HeaderValue::from_str(&date).ok()) {
+        out.insert(header::LAST_MODIFIED, value);
+    }
     response
+}
+
+/// `at` as an HTTP date (IMF-fixdate, RFC 9110: `Sun, 06 Nov 1994 08:49:37 GMT`).
+fn http_date(at: time::OffsetDateTime) -> Option<String> {
+    let format = time::macros::format_description!(
+        "[weekday repr:short], [day] [month repr:short] [year] [hour]:[minute]:[second] GMT"
+    );
+    at.to_offset(time::UtcOffset::UTC).format(&format).ok()
 }
 
 fn not_found(message: &str) -> Response {
@@ -701,6 +719,15 @@ mod tests {
                 "history_length": 9,
                 "__": 1,
             })
+        );
+    }
+
+    #[test]
+    fn last_modified_is_an_imf_fixdate() {
+        let at = time::macros::datetime!(1994-11-06 08:49:37 +02:00);
+        assert_eq!(
+            http_date(at).as_deref(),
+            Some("Sun, 06 Nov 1994 06:49:37 GMT")
         );
     }
 
