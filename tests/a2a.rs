@@ -405,12 +405,27 @@ async fn a_stream_broken_off_resumes_on_a_restarted_gateway_without_losing_an_ev
         )
         .await;
     let items = read_until_end(&mut fast).await;
-    assert!(items[0].1["task"].is_object(), "{items:?}");
+    // The task as it was created (event 0, SSE id 0), then each later event once, ids rising:
+    // not the task as it is now followed by its creation again.
+    assert_eq!(
+        items[0].1["task"]["status"]["state"], "TASK_STATE_SUBMITTED",
+        "{items:?}"
+    );
+    assert_eq!(items[0].0, 0);
+    assert!(items[0].1["task"].get("artifacts").is_none(), "{items:?}");
+    let ids: Vec<u64> = items
+        .iter()
+        .filter(|(_, item)| item.get("statusUpdate").is_some())
+        .map(|(id, _)| *id)
+        .collect();
+    assert!(
+        ids.first().is_some_and(|first| *first > 0) && ids.windows(2).all(|w| w[0] < w[1]),
+        "each id once, rising: {ids:?}"
+    );
     let states: Vec<&str> = items
         .iter()
         .filter_map(|(_, item)| item["statusUpdate"]["status"]["state"].as_str())
         .collect();
-    assert_eq!(states.first(), Some(&"TASK_STATE_SUBMITTED"), "{states:?}");
     assert_eq!(states.last(), Some(&"TASK_STATE_COMPLETED"), "{states:?}");
     assert!(states.contains(&"TASK_STATE_WORKING"), "{states:?}");
 

@@ -6,7 +6,9 @@
 //! do not surface SSE ids). A client that lost its connection subscribes again with
 //! `Last-Event-ID: <n>` — on any replica, after a restart — and gets the task, then every
 //! event after that one: none lost, none twice. A completed task's result comes as an
-//! `artifactUpdate` just before its final `statusUpdate`.
+//! `artifactUpdate` just before its final `statusUpdate`. A stream from the task's beginning
+//! (a message that created it) leads with the task as created — event 0 — and goes on from
+//! event 1, whatever the task has done meanwhile.
 //!
 //! How: the live events come from a core NATS subscription to the task's event subject, made
 //! before the stored events are read back (`AGENT_EVENTS`, message by message), and every
@@ -165,6 +167,27 @@ impl Gateway {
     ) {
         let context = mapping::context_of(&record);
         let mut first = mapping::task(&record);
+        // From the beginning (a message that just created the task): the task as it was
+        // created, event 0, then every event after it — not the task as it is now followed by
+        // its creation again (SUBMITTED twice, SSE id 0 twice).
+        let position = match position {
+            Some(position) => Some(position),
+            None => {
+                first.status = TaskStatus {
+                    state: a2a::TaskState::Submitted,
+                    message: None,
+                    timestamp: mapping::utc(record.created_at),
+                };
+                first.artifacts = None;
+                if let Some(metadata) = first.metadata.as_mut() {
+                    metadata.insert(
+                        "switchboard_state".to_owned(),
+                        Value::from(TaskState::Submitted.as_str()),
+                    );
+                }
+                Some(0)
+            }
+        };
         let shown = position.map(u64::from).unwrap_or(0);
         first
             .metadata
