@@ -890,6 +890,18 @@ async fn a_question_from_the_agent_is_answered_by_the_next_message() {
         "which language?"
     );
     let task_id = task["id"].as_str().unwrap().to_owned();
+    // A subscriber from now gets the task as it is (asking), then only what comes after the
+    // question: not the question again.
+    let mut following = a2a
+        .stream_to("asker", "SubscribeToTask", json!({"id": task_id}), None)
+        .await;
+    let first = following.next(Duration::from_secs(10)).await.unwrap();
+    let first: Value = serde_json::from_str(&first.data).unwrap();
+    assert_eq!(
+        state(&first["result"]["task"]),
+        "TASK_STATE_INPUT_REQUIRED",
+        "{first}"
+    );
 
     let answered = a2a
         .rpc(
@@ -903,6 +915,22 @@ async fn a_question_from_the_agent_is_answered_by_the_next_message() {
     assert_eq!(state(task), "TASK_STATE_COMPLETED", "{answered}");
     assert_eq!(task["artifacts"][0]["parts"][0]["text"], "in French");
     worker.await.unwrap();
+    let after: Vec<String> = read_until_end(&mut following)
+        .await
+        .into_iter()
+        .filter_map(|(_, item)| {
+            item["statusUpdate"]["status"]["state"]
+                .as_str()
+                .map(str::to_owned)
+        })
+        .collect();
+    assert!(
+        !after
+            .iter()
+            .any(|state| state == "TASK_STATE_INPUT_REQUIRED")
+            && after.last().map(String::as_str) == Some("TASK_STATE_COMPLETED"),
+        "after the question: {after:?}"
+    );
 
     // A message naming a task that asks nothing is refused.
     let again = a2a

@@ -131,7 +131,8 @@ impl Gateway {
         };
         // Read after subscribing: anything newer than this record arrives live.
         let record = self.get_for(caller, agent, &id).await?;
-        let last = record.transitions.checked_sub(1);
+        // The task's latest event: its number is its transitions so far (the creation is 0).
+        let last = Some(record.transitions);
         let position = match start {
             // A position the task never reached would wait for events that may never come.
             Start::After(after) if last.is_none_or(|last| after > last) => {

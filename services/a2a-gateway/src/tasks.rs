@@ -236,7 +236,9 @@ impl Gateway {
                 record.state.as_str()
             )));
         }
-        let after = record.transitions.saturating_sub(1);
+        // The question is the task's latest event, numbered as its transitions so far (the
+        // creation is event 0): only what comes after it answers this message.
+        let after = record.transitions;
         let mut metadata = Map::new();
         metadata.insert("task_id".to_owned(), Value::String(id.to_string()));
         let send = SendRequest {

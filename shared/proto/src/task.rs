@@ -458,7 +458,8 @@ pub struct TaskRecord {
     /// The receipts the requester asked for on the task message.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub receipt: Option<crate::receipt::ReceiptLevel>,
-    /// Transitions so far (the event sequence number of the next one).
+    /// Transitions so far: also the number of the task's latest event (`<task_id>:<n>`; the
+    /// creation is event 0).
     pub transitions: u32,
     /// The latest transitions (at most [`HISTORY_KEPT`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
