@@ -16,7 +16,7 @@
 //! Layout (the accept loop — HTTP/1.1, header-read timeout, graceful stop — is
 //! `switchboard_runtime::http`, shared with every service's `/metrics`): this file
 //! (`start`/`run`), `config.rs` (`[a2a_gateway]`), `endpoints.rs` (the HTTP routes and the
-//! JSON-RPC envelope), `error.rs` (`GatewayError` → the spec's codes),
+//! JSON-RPC envelope), `params.rs` (a request's params read as ProtoJSON), `error.rs` (`GatewayError` → the spec's codes),
 //! `auth.rs` (bearer tokens → client agents), `gateway.rs` (the `Gateway` and how it speaks to
 //! the fabric), `cards.rs` (agent cards), `tasks.rs` (the task methods), `stream.rs` (SSE
 //! streams), `push.rs` (webhooks), `webhook_target.rs` (where a webhook may point), `mapping.rs` (Switchboard ↔ A2A states, parts and tasks),
@@ -36,6 +36,7 @@ pub mod error;
 pub mod gateway;
 pub mod mapping;
 pub mod outbound;
+mod params;
 pub mod push;
 pub mod remote;
 pub mod store;
