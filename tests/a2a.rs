@@ -467,7 +467,7 @@ async fn bad_requests_get_the_spec_codes_and_break_nothing() {
         ("unknown method", json_headers.to_vec(), r#"{"jsonrpc":"2.0","id":1,"method":"DeleteEverything","params":{}}"#.into(), 200, -32601),
         ("params of a bad type", json_headers.to_vec(), r#"{"jsonrpc":"2.0","id":1,"method":"GetTask","params":{"id":42}}"#.into(), 200, -32602),
         ("message without parts", json_headers.to_vec(), r#"{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":{"messageId":"m","role":"ROLE_USER","parts":[]}}}"#.into(), 200, -32602),
-        ("raw bytes part", json_headers.to_vec(), r#"{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":{"messageId":"m","role":"ROLE_USER","parts":[{"raw":"AAEC"}]}}}"#.into(), 200, -32602),
+        ("raw bytes part", json_headers.to_vec(), r#"{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":{"messageId":"m","role":"ROLE_USER","parts":[{"raw":"AAEC"}]}}}"#.into(), 200, -32005),
         ("page size out of range", json_headers.to_vec(), r#"{"jsonrpc":"2.0","id":1,"method":"ListTasks","params":{"pageSize":100000}}"#.into(), 200, -32602),
         ("page token not ours", json_headers.to_vec(), r#"{"jsonrpc":"2.0","id":1,"method":"ListTasks","params":{"pageToken":"../../etc"}}"#.into(), 200, -32602),
         ("push config for no task", json_headers.to_vec(), r#"{"jsonrpc":"2.0","id":1,"method":"CreateTaskPushNotificationConfig","params":{"taskId":"t","url":"http://x"}}"#.into(), 200, -32001),

@@ -62,6 +62,10 @@ pub enum GatewayError {
     /// The body is not `application/json`.
     #[error("the body must be application/json (got {})", shown(.0))]
     ContentType(String),
+    /// A message part of a kind the gateway does not carry (inline `raw` bytes):
+    /// ContentTypeNotSupportedError (-32005), as A2A v1.0 answers an unsupported media type.
+    #[error("{0}")]
+    UnsupportedPart(String),
     /// `Last-Event-ID` is not a stream position of this task.
     #[error("Last-Event-ID `{}` is not an event of this task (send the id of an event you received)", shown(.0))]
     BadLastEvent(String),
@@ -106,7 +110,9 @@ impl GatewayError {
             Self::InvalidRequest(_) | Self::TooLarge(_) | Self::UnknownAgent(_) => {
                 (error_code::INVALID_REQUEST, None)
             }
-            Self::ContentType(_) => (error_code::CONTENT_TYPE_NOT_SUPPORTED, None),
+            Self::ContentType(_) | Self::UnsupportedPart(_) => {
+                (error_code::CONTENT_TYPE_NOT_SUPPORTED, None)
+            }
             Self::MethodNotFound(_) => (error_code::METHOD_NOT_FOUND, None),
             Self::InvalidParams(_) | Self::BadLastEvent(_) | Self::AnonymousList => {
                 (error_code::INVALID_PARAMS, None)

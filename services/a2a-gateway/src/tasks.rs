@@ -62,8 +62,10 @@ pub(crate) fn message_content(
             "a message has at most {MAX_PARTS} parts"
         )));
     }
+    // A part the fabric does not carry is an unsupported content type, not a malformed
+    // request (A2A v1.0: ContentTypeNotSupportedError).
     let (text, parts) =
-        mapping::inbound(&request.message.parts).map_err(GatewayError::InvalidParams)?;
+        mapping::inbound(&request.message.parts).map_err(GatewayError::UnsupportedPart)?;
     if text.trim().is_empty() && parts.is_empty() {
         return Err(GatewayError::InvalidParams(
             "the message has no text and no parts".to_owned(),
