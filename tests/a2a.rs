@@ -193,6 +193,52 @@ async fn send_get_list_and_cancel_go_through_the_task_service() {
     assert_eq!(none["tasks"].as_array().map(Vec::len), Some(0), "{none}");
     assert_eq!(none["nextPageToken"], "", "{none}");
 
+    // historyLength: how many of the latest history messages come back (0: none), in GetTask,
+    // ListTasks and SendMessage alike; a negative one is refused.
+    let full = a2a.rpc("echo", "GetTask", json!({"id": first})).await;
+    assert_eq!(
+        full["result"]["history"].as_array().map(Vec::len),
+        Some(1),
+        "{full}"
+    );
+    let none = a2a
+        .rpc("echo", "GetTask", json!({"id": first, "historyLength": 0}))
+        .await;
+    assert!(none["result"].get("history").is_none(), "{none}");
+    assert_eq!(
+        a2a.rpc("echo", "GetTask", json!({"id": first, "history_length": 1}))
+            .await["result"]["history"]
+            .as_array()
+            .map(Vec::len),
+        Some(1)
+    );
+    let negative = a2a
+        .rpc("echo", "GetTask", json!({"id": first, "historyLength": -1}))
+        .await;
+    assert_eq!(negative["error"]["code"], -32602, "{negative}");
+    let listed_bare = a2a
+        .rpc("echo", "ListTasks", json!({"historyLength": 0}))
+        .await;
+    assert!(
+        listed_bare["result"]["tasks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|task| task.get("history").is_none()),
+        "{listed_bare}"
+    );
+    let sent_bare = a2a
+        .rpc(
+            "echo",
+            "SendMessage",
+            json!({"message": message("bare", None), "configuration": {"historyLength": 0}}),
+        )
+        .await;
+    assert!(
+        sent_bare["result"]["task"].get("history").is_none(),
+        "{sent_bare}"
+    );
+
     // A task is the agent's and the client's: not through another agent, not for another client.
     let elsewhere = a2a.rpc("sleeper", "GetTask", json!({"id": first})).await;
     assert_eq!(elsewhere["error"]["code"], -32001, "{elsewhere}");

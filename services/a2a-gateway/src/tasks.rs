@@ -74,6 +74,32 @@ pub(crate) fn message_content(
     Ok((text, parts))
 }
 
+/// A request's `historyLength`: how many of the latest history messages a task shows (`None`:
+/// all); a negative one is refused.
+pub(crate) fn history_length(asked: Option<i32>) -> Result<Option<usize>, GatewayError> {
+    match asked {
+        None => Ok(None),
+        Some(length) => usize::try_from(length).map(Some).map_err(|_| {
+            GatewayError::InvalidParams(format!("historyLength is {length}; it must be 0 or more"))
+        }),
+    }
+}
+
+/// `task` with only its `keep` latest history messages (none for 0), as `historyLength` asks.
+pub(crate) fn with_history(mut task: Task, keep: Option<usize>) -> Task {
+    if let Some(keep) = keep {
+        task.history = match task.history.take() {
+            Some(mut history) if keep > 0 => {
+                let skip = history.len().saturating_sub(keep);
+                history.drain(..skip);
+                Some(history)
+            }
+            _ => None,
+        };
+    }
+    task
+}
+
 /// A task id from a client: a UUID, or the task does not exist for it.
 pub(crate) fn task_id(id: &str) -> Result<Uuid, GatewayError> {
     Uuid::parse_str(id).map_err(|_| GatewayError::TaskNotFound(id.to_owned()))
@@ -95,6 +121,12 @@ impl Gateway {
             .as_ref()
             .and_then(|configuration| configuration.return_immediately)
             .unwrap_or(false);
+        let keep = history_length(
+            request
+                .configuration
+                .as_ref()
+                .and_then(|configuration| configuration.history_length),
+        )?;
         let mut submitted = self.submit(caller, agent, &request).await?;
         // A blocking wait holds a connection: it takes one of the client's stream slots, and
         // with none free the call answers at once, as `returnImmediately`.
@@ -106,7 +138,7 @@ impl Gateway {
         }
         self.get(caller, &submitted.id)
             .await
-            .map(|record| mapping::task(&record))
+            .map(|record| with_history(mapping::task(&record), keep))
     }
 
     /// Creates the task, or answers it: what a message does before anyone waits or streams.
@@ -354,9 +386,10 @@ impl Gateway {
         request: GetTaskRequest,
     ) -> Result<Task, GatewayError> {
         let id = task_id(&request.id)?;
+        let keep = history_length(request.history_length)?;
         self.get_for(caller, agent, &id)
             .await
-            .map(|record| mapping::task(&record))
+            .map(|record| with_history(mapping::task(&record), keep))
     }
 
     /// `ListTasks`: the tasks the caller asked `agent` for, a page at a time; `contextId` and
@@ -393,6 +426,7 @@ impl Gateway {
             })?),
         };
         let include_artifacts = request.include_artifacts.unwrap_or(false);
+        let keep = history_length(request.history_length)?;
         // A context filter is applied here, on the caller's tasks for this agent: read on until
         // the page is full or the list ends (at most CONTEXT_PAGES reads), so a page is short —
         // and `nextPageToken` empty — only at the end.
@@ -429,7 +463,7 @@ impl Gateway {
                             .is_none_or(|context| mapping::context_of(record) == *context)
                     })
                     .map(|record| {
-                        let mut task = mapping::task(record);
+                        let mut task = with_history(mapping::task(record), keep);
                         if !include_artifacts {
                             task.artifacts = None;
                         }
