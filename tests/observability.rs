@@ -369,6 +369,11 @@ async fn the_demo_is_whole_traces_per_service_and_the_metrics_move() {
     assert_eq!(send.attribute("error.type"), Some("self_send"));
 
     // Each service under its own name; nothing a service handled is left to `switchboard`.
+    // (The demo's last step, its audit query, is in the command's own trace: wait for it.)
+    let spans = settled(&otlp, "switchboard demo", |trace| {
+        trace.iter().any(|span| span.name == "audit.thread")
+    })
+    .await;
     let by_service: HashMap<&str, usize> = spans.iter().fold(HashMap::new(), |mut m, s| {
         *m.entry(s.service.as_str()).or_default() += 1;
         m
