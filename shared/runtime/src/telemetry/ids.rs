@@ -23,29 +23,41 @@ struct Ids {
     id: Option<Value>,
 }
 
-/// Records on `span` the ids `body` (a JSON object) names; the first value wins, so a
-/// request's id is not replaced by its answer's.
-pub fn record(span: &tracing::Span, body: &[u8]) {
+/// The span fields `body` (a JSON object) names ids for, with their values: only string
+/// values of 1 to [`VALUE_MAX`] printable ASCII characters (no spaces, CR or LF), so nothing
+/// a caller writes in a body becomes a malformed or oversized attribute.
+pub fn found(body: &[u8]) -> Vec<(&'static str, String)> {
     if body.len() > SCAN_MAX || body.first() != Some(&b'{') {
-        return;
+        return Vec::new();
     }
     let Ok(ids) = serde_json::from_slice::<Ids>(body) else {
-        return;
+        return Vec::new();
     };
-    let fields = [
+    [
         ("switchboard.correlation_id", ids.correlation_id),
         ("switchboard.task_id", ids.task_id),
         ("switchboard.goal_id", ids.goal_id.or(ids.from_goal_id)),
         ("messaging.message.id", ids.message_id.or(ids.id)),
-    ];
-    for (field, value) in fields {
-        if let Some(Value::String(text)) = value
-            && !text.is_empty()
-            && text.len() <= VALUE_MAX
-            && text.chars().all(|c| c.is_ascii_graphic())
+    ]
+    .into_iter()
+    .filter_map(|(field, value)| match value {
+        Some(Value::String(text))
+            if !text.is_empty()
+                && text.len() <= VALUE_MAX
+                && text.chars().all(|c| c.is_ascii_graphic()) =>
         {
-            span.record(field, text.as_str());
+            Some((field, text))
         }
+        _ => None,
+    })
+    .collect()
+}
+
+/// Records on `span` the ids `body` names (see [`found`]); a field already recorded keeps
+/// its value only if `body` names none for it.
+pub fn record(span: &tracing::Span, body: &[u8]) {
+    for (field, value) in found(body) {
+        span.record(field, value.as_str());
     }
 }
 
@@ -54,12 +66,44 @@ mod tests {
     use super::*;
 
     #[test]
-    fn odd_bodies_are_skipped_without_a_fuss() {
-        let span = tracing::Span::none();
-        record(&span, b"");
-        record(&span, b"[1,2]");
-        record(&span, b"{\"correlation_id\": 7, \"task_id\": {\"a\": 1}}");
-        record(&span, b"{not json");
-        record(&span, &vec![b'{'; SCAN_MAX + 1]);
+    fn ids_are_taken_from_a_body_and_hostile_values_are_not() {
+        let got = found(
+            br#"{"correlation_id":"0193a1b2-0000-7000-8000-000000000a01","from_goal_id":"g-1","id":"m-1","task_id":{"a":1}}"#,
+        );
+        assert_eq!(
+            got,
+            vec![
+                (
+                    "switchboard.correlation_id",
+                    "0193a1b2-0000-7000-8000-000000000a01".to_owned()
+                ),
+                ("switchboard.goal_id", "g-1".to_owned()),
+                ("messaging.message.id", "m-1".to_owned()),
+            ]
+        );
+        // CR/LF, spaces, control and non-ASCII characters, an over-long value, a number as
+        // large as 2^63, null, an empty string: none becomes an attribute.
+        let long = "x".repeat(VALUE_MAX + 1);
+        for value in [
+            r#""a\r\nforged: header""#.to_owned(),
+            "\"two words\"".to_owned(),
+            r#""\u0007bell""#.to_owned(),
+            r#""caf\u00e9""#.to_owned(),
+            format!("\"{long}\""),
+            "9223372036854775808".to_owned(),
+            "null".to_owned(),
+            "\"\"".to_owned(),
+        ] {
+            let body = format!(r#"{{"correlation_id": {value}}}"#);
+            assert!(found(body.as_bytes()).is_empty(), "{value}");
+        }
+        // Not an object, not JSON, or too long to scan: nothing.
+        assert!(found(b"").is_empty());
+        assert!(found(br#"[{"id":"m"}]"#).is_empty());
+        assert!(found(b"{not json").is_empty());
+        let mut big = br#"{"id":"m","pad":""#.to_vec();
+        big.extend(std::iter::repeat_n(b'x', SCAN_MAX));
+        big.extend(br#""}"#);
+        assert!(found(&big).is_empty());
     }
 }
