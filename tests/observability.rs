@@ -622,6 +622,46 @@ async fn up_pointed_at_a_closed_otlp_port_says_so_in_its_log_banner_and_health()
     }
 }
 
+/// A root span for a conversation `agent` starts (exported under the agent's name).
+fn conversation(agent: &'static str, what: &'static str) -> tracing::Span {
+    tracing::info_span!(
+        parent: None,
+        "conversation",
+        otel.name = %format!("{agent}: {what}"),
+        switchboard.service = agent,
+    )
+}
+
+/// Reads `goal` (each message acked in its delivery's span, as an agent handles it) until a
+/// message for which `wanted` holds; panics naming `what` after 10 s of silence.
+async fn read_until(
+    goal: &switchboard_client::Goal,
+    what: &str,
+    wanted: impl Fn(&switchboard_proto::InboxMessage) -> bool,
+) -> switchboard_proto::InboxMessage {
+    use tracing::Instrument as _;
+    loop {
+        let delivery = goal
+            .recv(Duration::from_secs(10))
+            .await
+            .unwrap()
+            .unwrap_or_else(|| panic!("no {what} within 10 s"));
+        let read = delivery.span();
+        let message = delivery.ack().instrument(read).await.unwrap();
+        if wanted(&message) {
+            return message;
+        }
+    }
+}
+
+/// Whether `message` tells of a task now in `state`.
+fn task_in(message: &switchboard_proto::InboxMessage, state: switchboard_proto::TaskState) -> bool {
+    message
+        .task
+        .as_ref()
+        .is_some_and(|task| task.state == state)
+}
+
 /// An agent of this test process, its spans exported under its own name.
 async fn test_agent(url: &str, id: &str) -> Agent {
     let id = AgentId::parse(id).unwrap();
@@ -674,12 +714,7 @@ async fn a_task_with_two_subtasks_its_transitions_and_updates_are_one_trace() {
         })
     };
 
-    let root = tracing::info_span!(
-        parent: None,
-        "conversation",
-        otel.name = "lead: plan",
-        switchboard.service = "lead",
-    );
+    let root = conversation("lead", "plan");
     let task_id = lead
         .give_task("helper", "plan the launch")
         .instrument(root.clone())
@@ -707,23 +742,11 @@ async fn a_task_with_two_subtasks_its_transitions_and_updates_are_one_trace() {
     }
     .instrument(working.clone())
     .await;
-    let mut done = 0;
-    while done < 2 {
-        let update = helper_goal
-            .recv(Duration::from_secs(10))
-            .await
-            .unwrap()
-            .unwrap();
-        let read = update.span();
-        let message = update.ack().instrument(read).await.unwrap();
-        if message.kind == MessageKind::TaskUpdate
-            && message
-                .task
-                .as_ref()
-                .is_some_and(|task| task.state == TaskState::Completed)
-        {
-            done += 1;
-        }
+    for _ in 0..2 {
+        read_until(&helper_goal, "subtask completion", |message| {
+            message.kind == MessageKind::TaskUpdate && task_in(message, TaskState::Completed)
+        })
+        .await;
     }
     helper
         .complete_task(task_id, TaskOutcome::text("planned"))
@@ -731,55 +754,25 @@ async fn a_task_with_two_subtasks_its_transitions_and_updates_are_one_trace() {
         .await
         .unwrap();
     // The lead reads its updates through the completion.
-    loop {
-        let update = lead_goal
-            .recv(Duration::from_secs(10))
-            .await
-            .unwrap()
-            .unwrap();
-        let read = update.span();
-        let message = update.ack().instrument(read).await.unwrap();
-        if message
-            .task
-            .as_ref()
-            .is_some_and(|task| task.state == TaskState::Completed)
-        {
-            break;
-        }
-    }
+    read_until(&lead_goal, "completion", |message| {
+        task_in(message, TaskState::Completed)
+    })
+    .await;
     // A parked call nobody answers: the deadline sweep ends it, and its timeout notice joins
     // the trace the call was made in.
-    let ask = tracing::info_span!(
-        parent: None,
-        "conversation",
-        otel.name = "lead: ask",
-        switchboard.service = "lead",
-    );
+    let ask = conversation("lead", "ask");
     lead.call_parked("helper", "anything to add?", Duration::from_millis(500))
         .instrument(ask.clone())
         .await
         .unwrap();
     drop(ask);
-    loop {
-        let notice = lead_goal
-            .recv(Duration::from_secs(10))
-            .await
-            .unwrap()
-            .expect("a timeout notice");
-        let read = notice.span();
-        let message = notice.ack().instrument(read).await.unwrap();
-        if message.kind == MessageKind::Notify {
-            break;
-        }
-    }
+    read_until(&lead_goal, "timeout notice", |message| {
+        message.kind == MessageKind::Notify
+    })
+    .await;
     // A task nobody takes, past its deadline: the deadline sweep fails it in the task's trace,
     // and the update the lead reads is in it too.
-    let late = tracing::info_span!(
-        parent: None,
-        "conversation",
-        otel.name = "lead: too late",
-        switchboard.service = "lead",
-    );
+    let late = conversation("lead", "too late");
     lead.create_task(switchboard_proto::task::CreateTask {
         to: Some("helper".to_owned()),
         message: Some("in half a second, please".to_owned()),
@@ -790,22 +783,10 @@ async fn a_task_with_two_subtasks_its_transitions_and_updates_are_one_trace() {
     .await
     .unwrap();
     drop(late);
-    loop {
-        let update = lead_goal
-            .recv(Duration::from_secs(10))
-            .await
-            .unwrap()
-            .expect("the task's failure");
-        let read = update.span();
-        let message = update.ack().instrument(read).await.unwrap();
-        if message
-            .task
-            .as_ref()
-            .is_some_and(|task| task.state == TaskState::Failed)
-        {
-            break;
-        }
-    }
+    read_until(&lead_goal, "task's failure", |message| {
+        task_in(message, TaskState::Failed)
+    })
+    .await;
     stop.cancel();
     serving.await.unwrap();
     telemetry.shutdown();

@@ -64,6 +64,14 @@ fn text(kv: &KeyValue) -> Option<String> {
     }
 }
 
+/// A resource's `service.name` (empty when it has none).
+fn service_name(resource: Option<&opentelemetry_proto::tonic::resource::v1::Resource>) -> String {
+    resource
+        .and_then(|r| r.attributes.iter().find(|kv| kv.key == "service.name"))
+        .and_then(text)
+        .unwrap_or_default()
+}
+
 impl OtlpSink {
     /// Every span received so far.
     pub fn spans(&self) -> Vec<ReceivedSpan> {
@@ -74,12 +82,7 @@ impl OtlpSink {
                 continue;
             };
             for resource in request.resource_spans {
-                let service = resource
-                    .resource
-                    .as_ref()
-                    .and_then(|r| r.attributes.iter().find(|kv| kv.key == "service.name"))
-                    .and_then(text)
-                    .unwrap_or_default();
+                let service = service_name(resource.resource.as_ref());
                 for scope in resource.scope_spans {
                     for span in scope.spans {
                         spans.push(ReceivedSpan {
@@ -112,12 +115,7 @@ impl OtlpSink {
                 continue;
             };
             for resource in request.resource_metrics {
-                let service = resource
-                    .resource
-                    .as_ref()
-                    .and_then(|r| r.attributes.iter().find(|kv| kv.key == "service.name"))
-                    .and_then(text)
-                    .unwrap_or_default();
+                let service = service_name(resource.resource.as_ref());
                 for scope in resource.scope_metrics {
                     for metric in scope.metrics {
                         names.push((service.clone(), metric.name));
