@@ -128,4 +128,23 @@ mod tests {
             })
         );
     }
+
+    #[test]
+    fn names_are_renamed_only_so_deep_however_deep_a_body_nests() {
+        // A hostile body nested far below anything the gateway reads: renamed down to
+        // JSON_NAMES_DEPTH, left alone below, no recursion past it.
+        let mut deep = serde_json::json!({"page_size": 1});
+        for _ in 0..64 {
+            deep = serde_json::json!({"inner_level": deep});
+        }
+        json_names(&mut deep, 0);
+        let mut level = &deep;
+        let mut renamed = 0;
+        while let Some(next) = level.get("innerLevel") {
+            renamed += 1;
+            level = next;
+        }
+        assert_eq!(renamed, JSON_NAMES_DEPTH + 1);
+        assert!(level.get("inner_level").is_some(), "{level}");
+    }
 }
