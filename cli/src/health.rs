@@ -8,16 +8,6 @@ use futures::StreamExt as _;
 use switchboard_client::proto::subject;
 use switchboard_runtime::service::export_line;
 
-/// The services a running system has.
-const SERVICES: [&str; 6] = [
-    "directory",
-    "inbox-fanout",
-    "reply-correlator",
-    "task-lifecycle",
-    "audit",
-    "a2a-gateway",
-];
-
 /// How long the instances of a service have to answer.
 const ANSWER_WITHIN: Duration = Duration::from_secs(1);
 
@@ -33,7 +23,7 @@ pub async fn run(nats_url: &str, json: bool) -> ExitCode {
     };
     let mut healthy = true;
     let mut report = Vec::new();
-    for service in SERVICES {
+    for service in crate::up::SERVICES {
         let instances = stats_of(&client, service).await;
         if instances.is_empty() {
             healthy = false;

@@ -46,8 +46,9 @@ pub struct UpArgs {
     metrics_listen: Option<String>,
 }
 
-/// The services `up` runs, by the names they export telemetry under.
-const SERVICES: [&str; 6] = [
+/// The services `up` runs (the services of a running system), by the names they answer
+/// `$SRV` requests and export telemetry under.
+pub(crate) const SERVICES: [&str; 6] = [
     directory::SPEC.name,
     inbox_fanout::SPEC.name,
     reply_correlator::SPEC.name,
