@@ -49,10 +49,10 @@ def check(condition: bool, what: str) -> None:
 
 
 def event_seq(event) -> int:
-    """The gateway's `switchboard_event_seq` of a stream item (the SDK hides SSE ids)."""
+    """The gateway's `switchboardEventSeq` of a stream item (the SDK hides SSE ids)."""
     kind = event.WhichOneof("payload")
     item = getattr(event, kind)
-    return int(item.metadata["switchboard_event_seq"])
+    return int(item.metadata["switchboardEventSeq"])
 
 
 async def clients(http: httpx.AsyncClient, base: str, agent: str):

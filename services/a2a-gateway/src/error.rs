@@ -50,6 +50,17 @@ pub enum GatewayError {
     /// No extended card is configured.
     #[error("no extended agent card is configured")]
     ExtendedCardNotConfigured,
+    /// A message naming a task that does not ask for input (it has ended, or is at work).
+    #[error(
+        "task {task} is {state}: only a task asking for input takes a message (send one \
+         without taskId to start a new task)"
+    )]
+    NotAnswerable {
+        /// The task.
+        task: String,
+        /// Its Switchboard state.
+        state: &'static str,
+    },
     /// A subscription to a task that has already ended.
     #[error("task {0} has ended; use GetTask")]
     SubscribeEnded(String),
@@ -62,19 +73,12 @@ pub enum GatewayError {
     /// The body is not `application/json`.
     #[error("the body must be application/json (got {})", shown(.0))]
     ContentType(String),
-    /// A message part of a kind the gateway does not carry (inline `raw` bytes):
-    /// ContentTypeNotSupportedError (-32005), as A2A v1.0 answers an unsupported media type.
-    #[error("{0}")]
-    UnsupportedPart(String),
     /// `Last-Event-ID` is not a stream position of this task.
     #[error("Last-Event-ID `{}` is not an event of this task (send the id of an event you received)", shown(.0))]
     BadLastEvent(String),
     /// The request body did not arrive in time.
     #[error("the body did not arrive within {0} s")]
     SlowBody(u64),
-    /// Anonymous callers share one identity, so they may not list it.
-    #[error("anonymous callers cannot list tasks (they share one identity); use a token")]
-    AnonymousList,
     /// The caller holds as many streams as it may.
     #[error("too many open streams for this client (at most {0})")]
     TooManyStreams(usize),
@@ -110,17 +114,17 @@ impl GatewayError {
             Self::InvalidRequest(_) | Self::TooLarge(_) | Self::UnknownAgent(_) => {
                 (error_code::INVALID_REQUEST, None)
             }
-            Self::ContentType(_) | Self::UnsupportedPart(_) => {
-                (error_code::CONTENT_TYPE_NOT_SUPPORTED, None)
-            }
+            Self::ContentType(_) => (error_code::CONTENT_TYPE_NOT_SUPPORTED, None),
             Self::MethodNotFound(_) => (error_code::METHOD_NOT_FOUND, None),
-            Self::InvalidParams(_) | Self::BadLastEvent(_) | Self::AnonymousList => {
+            Self::InvalidParams(_) | Self::BadLastEvent(_) => {
                 (error_code::INVALID_PARAMS, None)
             }
             Self::SlowBody(_) => (error_code::INVALID_REQUEST, None),
             Self::Version(_) => (error_code::VERSION_NOT_SUPPORTED, None),
             Self::TaskNotFound(_) => (error_code::TASK_NOT_FOUND, None),
-            Self::SubscribeEnded(_) => (error_code::UNSUPPORTED_OPERATION, None),
+            Self::SubscribeEnded(_) | Self::NotAnswerable { .. } => {
+                (error_code::UNSUPPORTED_OPERATION, None)
+            }
             Self::NotCancelable { .. } => (error_code::TASK_NOT_CANCELABLE, None),
             Self::ExtendedCardNotConfigured => (error_code::EXTENDED_CARD_NOT_CONFIGURED, None),
             Self::TooManyStreams(_) => (error_code::INTERNAL_ERROR, Some("rate_limited")),
@@ -139,7 +143,7 @@ impl GatewayError {
                 a2a::error_reason(code),
                 a2a::PROTOCOL_DOMAIN,
                 Some(HashMap::from([(
-                    "switchboard_kind".to_owned(),
+                    "switchboardKind".to_owned(),
                     kind.to_owned(),
                 )])),
             )]),
@@ -158,13 +162,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn refusals_keep_their_switchboard_kind() {
+    fn refusals_keep_their_switchboardKind() {
         let refused = GatewayError::Refused(ErrorReply::new(ErrorKind::AclDenied, "no"));
         let json = serde_json::to_value(refused.to_jsonrpc()).unwrap_or_default();
         assert_eq!(json["code"], error_code::INTERNAL_ERROR);
         let info = &json["data"][0];
         assert_eq!(info["reason"], "INTERNAL_ERROR");
-        assert_eq!(info["metadata"]["switchboard_kind"], "acl_denied");
+        assert_eq!(info["metadata"]["switchboardKind"], "acl_denied");
         let missing = GatewayError::TaskNotFound("t".into()).to_jsonrpc();
         assert_eq!(missing.code, error_code::TASK_NOT_FOUND);
     }

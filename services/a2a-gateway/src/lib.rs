@@ -89,6 +89,7 @@ pub async fn start(
     let push = resources::ensure_bucket(&js, resources::a2a_push_bucket(settings)).await?;
     resources::ensure_bucket(&js, resources::a2a_remotes_bucket(settings)).await?;
     resources::ensure_bucket(&js, resources::a2a_paused_bucket(settings)).await?;
+    let history = resources::ensure_bucket(&js, resources::a2a_history_bucket(settings)).await?;
     resources::ensure_bucket(
         &js,
         resources::a2a_leases_bucket(settings, bridge::LEASE_TTL),
@@ -113,7 +114,7 @@ pub async fn start(
         config.public_url = format!("http://{bound}");
     }
     let view = RegistryView::new(js.clone(), agents, goals);
-    let store = store::Store::new(events, view.clone(), push);
+    let store = store::Store::new(events, view.clone(), push, history);
     let roots = match &config.ca_file {
         None => Vec::new(),
         Some(path) => outbound::read_roots(path).map_err(|message| StartError::Certificates {

@@ -57,9 +57,10 @@ pub fn utc(at: OffsetDateTime) -> Option<chrono::DateTime<chrono::Utc>> {
 }
 
 /// An A2A message's parts as Switchboard parts: the text parts joined become the body, every
-/// other part is carried (`data` as is, `url` as a file reference, `raw` bytes refused: the
-/// fabric carries JSON, and base64 in a data part says what it is).
-pub fn inbound(parts: &[Part]) -> Result<(String, Vec<switchboard_proto::Part>), String> {
+/// other part is carried: `data` as is, `url` as a file reference, `raw` bytes as a file
+/// whose URI is a `data:` URI (RFC 2397) holding them in base64, which [`outbound`] turns
+/// back into bytes.
+pub fn inbound(parts: &[Part]) -> (String, Vec<switchboard_proto::Part>) {
     let mut text = Vec::new();
     let mut carried = Vec::new();
     for part in parts {
@@ -73,18 +74,49 @@ pub fn inbound(parts: &[Part]) -> Result<(String, Vec<switchboard_proto::Part>),
                 mime: part.media_type.clone(),
                 name: part.filename.clone(),
             }),
-            PartContent::Raw(_) => {
-                return Err(
-                    "raw (inline bytes) parts are not carried; send a url part or base64 in a data part"
-                        .to_owned(),
-                );
-            }
+            PartContent::Raw(bytes) => carried.push(switchboard_proto::Part::File {
+                uri: data_uri(part.media_type.as_deref(), bytes),
+                mime: part.media_type.clone(),
+                name: part.filename.clone(),
+            }),
         }
     }
-    Ok((text.join("\n"), carried))
+    (text.join("\n"), carried)
 }
 
-/// Switchboard parts as A2A parts.
+/// `bytes` as a `data:` URI: `data:<media type>;base64,<bytes>`. A media type that is not a
+/// plain `type/subtype` is left out, so the URI always parses back.
+fn data_uri(media_type: Option<&str>, bytes: &[u8]) -> String {
+    use base64::Engine as _;
+    let media_type = media_type
+        .filter(|media| {
+            media.split_once('/').is_some_and(|(kind, sub)| {
+                !kind.is_empty()
+                    && !sub.is_empty()
+                    && media.len() <= 255
+                    && media
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b"/.+-_".contains(&b))
+            })
+        })
+        .unwrap_or("");
+    format!(
+        "data:{media_type};base64,{}",
+        base64::engine::general_purpose::STANDARD.encode(bytes)
+    )
+}
+
+/// The bytes of a base64 `data:` URI, when `uri` is one.
+fn data_uri_bytes(uri: &str) -> Option<Vec<u8>> {
+    use base64::Engine as _;
+    let (head, payload) = uri.strip_prefix("data:")?.split_once(',')?;
+    if !head.ends_with(";base64") {
+        return None;
+    }
+    base64::engine::general_purpose::STANDARD.decode(payload).ok()
+}
+
+/// Switchboard parts as A2A parts (a file part holding a base64 `data:` URI as `raw` bytes).
 pub fn outbound(parts: &[switchboard_proto::Part]) -> Vec<Part> {
     parts
         .iter()
@@ -92,7 +124,10 @@ pub fn outbound(parts: &[switchboard_proto::Part]) -> Vec<Part> {
             switchboard_proto::Part::Text { text } => Part::text(text.clone()),
             switchboard_proto::Part::Data { data } => Part::data(data.clone()),
             switchboard_proto::Part::File { uri, mime, name } => {
-                let mut part = Part::url(uri.clone());
+                let mut part = match data_uri_bytes(uri) {
+                    Some(bytes) => Part::raw(bytes),
+                    None => Part::url(uri.clone()),
+                };
                 part.media_type = mime.clone();
                 part.filename = name.clone();
                 part
@@ -162,6 +197,16 @@ pub fn result(task: &TaskRecord) -> Option<Artifact> {
     })
 }
 
+/// Whether the task may have follow-ups (answers to its questions): it has asked one, as far
+/// as its record's latest transitions tell.
+pub fn may_have_follow_ups(task: &TaskRecord) -> bool {
+    task.transitions as usize > task.history.len()
+        || task
+            .history
+            .iter()
+            .any(|step| step.to == TaskState::InputRequired)
+}
+
 /// The request that created the task, as the user message of its history.
 fn request(task: &TaskRecord, context: &str) -> Message {
     let mut parts = Vec::new();
@@ -185,18 +230,18 @@ pub fn task(record: &TaskRecord) -> Task {
     let context = context_of(record);
     let mut metadata = HashMap::from([
         (
-            "switchboard_assignee".to_owned(),
+            "switchboardAssignee".to_owned(),
             Value::String(record.assignee.to_string()),
         ),
         (
-            "switchboard_state".to_owned(),
+            "switchboardState".to_owned(),
             Value::String(record.state.as_str().to_owned()),
         ),
     ]);
     if let Some(deadline) = record.deadline.and_then(utc) {
         metadata.insert(
-            "switchboard_deadline".to_owned(),
-            Value::String(deadline.to_rfc3339()),
+            "switchboardDeadline".to_owned(),
+            Value::String(deadline.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)),
         );
     }
     Task {
@@ -257,17 +302,37 @@ mod tests {
     }
 
     #[test]
-    fn parts_cross_both_ways_and_raw_bytes_are_refused() {
+    fn parts_cross_both_ways_raw_bytes_as_data_uris() {
         let parts = vec![
             Part::text("hello"),
             Part::data(serde_json::json!({"k": 1})),
             Part::url("https://example.com/a.txt").with_media_type("text/plain"),
         ];
-        let (body, carried) = inbound(&parts).unwrap_or_default();
+        let (body, carried) = inbound(&parts);
         assert_eq!(body, "hello");
         assert_eq!(carried.len(), 2);
         let back = outbound(&carried);
         assert_eq!(back[0], Part::data(serde_json::json!({"k": 1})));
-        assert!(inbound(&[Part::raw(vec![1, 2])]).is_err());
+        let raw = Part::raw(b"tck".to_vec())
+            .with_media_type("text/plain")
+            .with_filename("output.txt");
+        let (_, carried) = inbound(std::slice::from_ref(&raw));
+        assert_eq!(
+            carried,
+            vec![switchboard_proto::Part::File {
+                uri: "data:text/plain;base64,dGNr".to_owned(),
+                mime: Some("text/plain".to_owned()),
+                name: Some("output.txt".to_owned()),
+            }]
+        );
+        assert_eq!(outbound(&carried), vec![raw]);
+        // A media type that would break the URI is left out of it, not carried into it.
+        let odd = Part::raw(vec![0, 255]).with_media_type("text/plain;base64,AAAA");
+        let (_, carried) = inbound(&[odd]);
+        let switchboard_proto::Part::File { uri, .. } = &carried[0] else {
+            panic!("a raw part is carried as a file");
+        };
+        assert_eq!(uri, "data:;base64,AP8=");
+        assert_eq!(data_uri_bytes(uri), Some(vec![0, 255]));
     }
 }

@@ -21,12 +21,11 @@ use std::time::Duration;
 use a2a::{
     DeleteTaskPushNotificationConfigRequest, GetTaskPushNotificationConfigRequest,
     ListTaskPushNotificationConfigsRequest, ListTaskPushNotificationConfigsResponse,
-    StreamResponse, TaskArtifactUpdateEvent, TaskPushNotificationConfig,
+    StreamResponse, TaskPushNotificationConfig,
 };
 use async_nats::jetstream;
 use async_nats::jetstream::consumer::{AckPolicy, DeliverPolicy, pull};
 use futures::StreamExt;
-use serde_json::Value;
 use switchboard_proto::task::TaskEvent;
 use switchboard_proto::{AgentId, TaskState, subject};
 use switchboard_runtime::CancellationToken;
@@ -370,24 +369,10 @@ impl Gateway {
         // The event's number within its task, as streams number it (the SSE id).
         let seq = crate::store::event_number(event).map_or(seq, u64::from);
         let context = mapping::context_of(&record);
-        let metadata = HashMap::from([(crate::stream::EVENT_SEQ_KEY.to_owned(), Value::from(seq))]);
-        let mut out = Vec::with_capacity(2);
-        if event.to == TaskState::Completed
-            && let Some(artifact) = mapping::result(&record)
-        {
-            out.push(StreamResponse::ArtifactUpdate(TaskArtifactUpdateEvent {
-                task_id: event.task_id.to_string(),
-                context_id: context.clone(),
-                artifact,
-                append: Some(false),
-                last_chunk: Some(true),
-                metadata: Some(metadata.clone()),
-            }));
-        }
-        out.push(StreamResponse::StatusUpdate(crate::stream::status_update(
-            &context, event, seq,
-        )));
-        Ok(out)
+        let completed = (event.to == TaskState::Completed).then_some(&record);
+        Ok(crate::stream::event_responses(
+            &context, event, seq, completed,
+        ))
     }
 
     /// One POST; `true` when the webhook took it (2xx) or can never take it (refused target).

@@ -19,7 +19,13 @@ pub struct Store {
     events: stream::Stream,
     view: RegistryView,
     push: kv::Store,
+    history: kv::Store,
 }
+
+/// The most follow-up messages (questions and answers) a task's history keeps: the latest.
+pub const HISTORY_MESSAGES: usize = 32;
+/// The most bytes of follow-ups a task's history keeps (encoded): the latest that fit.
+pub const HISTORY_BYTES: usize = 256 * 1024;
 
 /// The `a2a_push` key of the secret keying tokenless clients' context goals (never a task id).
 pub const ANONYMOUS_KEY: &str = "anonymous-context-key";
@@ -39,6 +45,79 @@ const CAS_ATTEMPTS: usize = 8;
 /// The most stored messages one read of a task's events goes through.
 const MAX_EVENTS_READ: usize = 4096;
 
+/// Drops the oldest of `messages` until at most [`HISTORY_MESSAGES`] are left and they encode
+/// within [`HISTORY_BYTES`].
+fn bound_history(messages: &mut Vec<a2a::Message>) {
+    if messages.len() > HISTORY_MESSAGES {
+        messages.drain(..messages.len() - HISTORY_MESSAGES);
+    }
+    while !messages.is_empty()
+        && serde_json::to_vec(&messages).map_or(0, |bytes| bytes.len()) > HISTORY_BYTES
+    {
+        messages.remove(0);
+    }
+}
+
+/// A JSON value kept under `key`, with its revision; `None` when there is none.
+async fn read_json<T: serde::de::DeserializeOwned>(
+    bucket: &kv::Store,
+    key: &str,
+    step: &'static str,
+) -> Result<Option<(T, u64)>, GatewayError> {
+    let unavailable = |message: String| GatewayError::Unavailable { step, message };
+    match bucket.entry(key).await {
+        Ok(Some(entry)) if entry.operation == kv::Operation::Put => {
+            let value =
+                serde_json::from_slice(&entry.value).map_err(|err| unavailable(err.to_string()))?;
+            Ok(Some((value, entry.revision)))
+        }
+        Ok(_) => Ok(None),
+        Err(err) => Err(unavailable(err.to_string())),
+    }
+}
+
+/// Read, change, write the JSON value under `key` with compare-and-set (a create when there
+/// is none); re-read when another replica wrote first. `steps`: what reading and writing are
+/// called in an error.
+async fn change_json<T: Default + Serialize + serde::de::DeserializeOwned>(
+    bucket: &kv::Store,
+    key: &str,
+    steps: (&'static str, &'static str),
+    mut change: impl FnMut(&mut T) -> Result<(), GatewayError>,
+) -> Result<(), GatewayError> {
+    let (read, step) = steps;
+    for _ in 0..CAS_ATTEMPTS {
+        let (mut value, revision) = read_json(bucket, key, read).await?.unwrap_or_default();
+        change(&mut value)?;
+        let bytes = serde_json::to_vec(&value).unwrap_or_default();
+        let written = if revision == 0 {
+            bucket.create(key, bytes.into()).await.map(|_| ()).map_err(|err| {
+                (
+                    switchboard_runtime::kv::already_exists(&err),
+                    err.to_string(),
+                )
+            })
+        } else {
+            let update = bucket.update(key, bytes.into(), revision).await;
+            update.map(|_| ()).map_err(|err| {
+                (
+                    switchboard_runtime::kv::lost_revision(&err),
+                    err.to_string(),
+                )
+            })
+        };
+        match written {
+            Ok(()) => return Ok(()),
+            Err((true, _)) => continue,
+            Err((false, message)) => return Err(GatewayError::Unavailable { step, message }),
+        }
+    }
+    Err(GatewayError::Unavailable {
+        step,
+        message: "other replicas kept changing it".to_owned(),
+    })
+}
+
 /// An event's number within its task: `n` of its id `<task_id>:<n>` (0 is the creation). The
 /// SSE id of the event's stream item, and what a client resumes after.
 pub fn event_number(event: &TaskEvent) -> Option<u32> {
@@ -47,9 +126,47 @@ pub fn event_number(event: &TaskEvent) -> Option<u32> {
 
 impl Store {
     /// A store reading `events` (the `AGENT_EVENTS` stream) and agent records through `view`,
-    /// keeping webhooks in `push` (the `a2a_push` bucket).
-    pub fn new(events: stream::Stream, view: RegistryView, push: kv::Store) -> Self {
-        Self { events, view, push }
+    /// keeping webhooks in `push` (the `a2a_push` bucket) and follow-ups in `history`
+    /// (`a2a_history`).
+    pub fn new(
+        events: stream::Stream,
+        view: RegistryView,
+        push: kv::Store,
+        history: kv::Store,
+    ) -> Self {
+        Self {
+            events,
+            view,
+            push,
+            history,
+        }
+    }
+
+    /// The follow-up messages of a task, oldest first (none when it has had none).
+    pub async fn follow_ups(&self, task_id: &Uuid) -> Result<Vec<a2a::Message>, GatewayError> {
+        let key = task_id.to_string();
+        let read = read_json(&self.history, &key, "reading the task's history").await?;
+        Ok(read.map(|(messages, _)| messages).unwrap_or_default())
+    }
+
+    /// Appends `messages` to a task's follow-ups, keeping the latest [`HISTORY_MESSAGES`]
+    /// within [`HISTORY_BYTES`].
+    pub async fn add_follow_ups(
+        &self,
+        task_id: &Uuid,
+        messages: &[a2a::Message],
+    ) -> Result<(), GatewayError> {
+        change_json(
+            &self.history,
+            &task_id.to_string(),
+            ("reading the task's history", "writing the task's history"),
+            |kept: &mut Vec<a2a::Message>| {
+                kept.extend(messages.iter().cloned());
+                bound_history(kept);
+                Ok(())
+            },
+        )
+        .await
     }
 
     /// The webhooks of a task, `None` when it has none.
@@ -58,19 +175,7 @@ impl Store {
     }
 
     async fn push_entry(&self, task_id: &Uuid) -> Result<Option<(PushConfigs, u64)>, GatewayError> {
-        let unavailable = |err: String| GatewayError::Unavailable {
-            step: "reading the task's push configs",
-            message: err,
-        };
-        match self.push.entry(task_id.to_string()).await {
-            Ok(Some(entry)) if entry.operation == kv::Operation::Put => {
-                let configs = serde_json::from_slice(&entry.value)
-                    .map_err(|err| unavailable(err.to_string()))?;
-                Ok(Some((configs, entry.revision)))
-            }
-            Ok(_) => Ok(None),
-            Err(err) => Err(unavailable(err.to_string())),
-        }
+        read_json(&self.push, &task_id.to_string(), "reading the task's push configs").await
     }
 
     /// Adds (or replaces, by id) a webhook of `client`'s task; at most `max` per task.
@@ -152,55 +257,19 @@ impl Store {
             })
     }
 
-    /// Read, change, write with compare-and-set; re-read when another replica wrote first.
+    /// Read, change, write the push configs with compare-and-set.
     async fn change_push(
         &self,
         task_id: &Uuid,
-        change: impl Fn(&mut PushConfigs) -> Result<(), GatewayError>,
+        change: impl FnMut(&mut PushConfigs) -> Result<(), GatewayError>,
     ) -> Result<(), GatewayError> {
-        let key = task_id.to_string();
-        for _ in 0..CAS_ATTEMPTS {
-            let (mut configs, revision) = self.push_entry(task_id).await?.unwrap_or_default();
-            change(&mut configs)?;
-            let value = serde_json::to_vec(&configs).unwrap_or_default();
-            let written = if revision == 0 {
-                self.push
-                    .create(&key, value.into())
-                    .await
-                    .map(|_| ())
-                    .map_err(|err| {
-                        (
-                            switchboard_runtime::kv::already_exists(&err),
-                            err.to_string(),
-                        )
-                    })
-            } else {
-                self.push
-                    .update(&key, value.into(), revision)
-                    .await
-                    .map(|_| ())
-                    .map_err(|err| {
-                        (
-                            switchboard_runtime::kv::lost_revision(&err),
-                            err.to_string(),
-                        )
-                    })
-            };
-            match written {
-                Ok(()) => return Ok(()),
-                Err((true, _)) => continue,
-                Err((false, message)) => {
-                    return Err(GatewayError::Unavailable {
-                        step: "writing the task's push configs",
-                        message,
-                    });
-                }
-            }
-        }
-        Err(GatewayError::Unavailable {
-            step: "writing the task's push configs",
-            message: "other replicas kept changing them".to_owned(),
-        })
+        change_json(
+            &self.push,
+            &task_id.to_string(),
+            ("reading the task's push configs", "writing the task's push configs"),
+            change,
+        )
+        .await
     }
 
     /// The registry view (watched by the running gateway).

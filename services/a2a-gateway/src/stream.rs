@@ -2,7 +2,7 @@
 //! event of the task, until the task ends.
 //!
 //! Every item's SSE `id` is the event's number within its task (`n` of its event id
-//! `<task_id>:<n>`; also in the item's metadata as `switchboard_event_seq`, for clients that
+//! `<task_id>:<n>`; also in the item's metadata as `switchboardEventSeq`, for clients that
 //! do not surface SSE ids). A client that lost its connection subscribes again with
 //! `Last-Event-ID: <n>` — on any replica, after a restart — and gets the task, then every
 //! event after that one: none lost, none twice. A completed task's result comes as an
@@ -36,7 +36,7 @@ use crate::mapping;
 use crate::store::event_number;
 
 /// Metadata key carrying an item's event number (its SSE id).
-pub const EVENT_SEQ_KEY: &str = "switchboard_event_seq";
+pub const EVENT_SEQ_KEY: &str = "switchboardEventSeq";
 
 /// Items buffered per stream before the producer waits for a slow client.
 const BUFFER: usize = 16;
@@ -182,7 +182,7 @@ impl Gateway {
                 first.artifacts = None;
                 if let Some(metadata) = first.metadata.as_mut() {
                     metadata.insert(
-                        "switchboard_state".to_owned(),
+                        "switchboardState".to_owned(),
                         Value::from(TaskState::Submitted.as_str()),
                     );
                 }
@@ -282,39 +282,69 @@ impl Gateway {
             return Ok(false);
         }
         let seq = u64::from(number);
-        if event.to == TaskState::Completed {
+        let completed = if event.to == TaskState::Completed {
             match self.get(&record.requester, &event.task_id).await {
-                Ok(completed) => {
-                    if let Some(artifact) = mapping::result(&completed) {
-                        let artifact = StreamResponse::ArtifactUpdate(TaskArtifactUpdateEvent {
-                            task_id: event.task_id.to_string(),
-                            context_id: context.to_owned(),
-                            artifact,
-                            append: Some(false),
-                            last_chunk: Some(true),
-                            metadata: Some(seq_metadata(seq)),
-                        });
-                        let item = Item {
-                            seq: None,
-                            response: artifact,
-                        };
-                        items.send(Ok(item)).await.map_err(|_| ())?;
-                    }
-                }
+                Ok(completed) => Some(completed),
                 Err(err) => {
                     let _ = items.send(Err(err)).await;
                     return Err(());
                 }
             }
-        }
-        let status = Item {
-            seq: Some(seq),
-            response: StreamResponse::StatusUpdate(status_update(context, event, seq)),
+        } else {
+            None
         };
-        items.send(Ok(status)).await.map_err(|_| ())?;
+        for response in event_responses(context, event, seq, completed.as_ref()) {
+            // Only the status carries the event's number: a client cut off after an artifact
+            // resumes from the event before and gets the artifact again.
+            let seq = matches!(response, StreamResponse::StatusUpdate(_)).then_some(seq);
+            items
+                .send(Ok(Item { seq, response }))
+                .await
+                .map_err(|_| ())?;
+        }
         *sent = Some(number);
         Ok(event.to.is_terminal())
     }
+}
+
+/// The stream responses one event becomes, in order: a progress report's parts as an artifact
+/// of their own (`progress-<n>`, `n` the event's number), a completion's result artifact
+/// (`completed`: the task as it completed), then the status update. A stream and a webhook
+/// get the same.
+pub(crate) fn event_responses(
+    context: &str,
+    event: &TaskEvent,
+    seq: u64,
+    completed: Option<&TaskRecord>,
+) -> Vec<StreamResponse> {
+    let artifact = |artifact| {
+        StreamResponse::ArtifactUpdate(TaskArtifactUpdateEvent {
+            task_id: event.task_id.to_string(),
+            context_id: context.to_owned(),
+            artifact,
+            append: Some(false),
+            last_chunk: Some(true),
+            metadata: Some(seq_metadata(seq)),
+        })
+    };
+    let mut out = Vec::with_capacity(2);
+    if event.op == Some(switchboard_proto::task::TaskOp::Progress) && !event.parts.is_empty() {
+        out.push(artifact(a2a::Artifact {
+            artifact_id: format!("progress-{seq}"),
+            name: Some("progress".to_owned()),
+            description: None,
+            parts: mapping::outbound(&event.parts),
+            metadata: None,
+            extensions: None,
+        }));
+    }
+    if let Some(result) = completed.and_then(mapping::result) {
+        out.push(artifact(result));
+    }
+    out.push(StreamResponse::StatusUpdate(status_update(
+        context, event, seq,
+    )));
+    out
 }
 
 fn seq_metadata(seq: u64) -> HashMap<String, Value> {
@@ -325,7 +355,7 @@ fn seq_metadata(seq: u64) -> HashMap<String, Value> {
 pub(crate) fn status_update(context: &str, event: &TaskEvent, seq: u64) -> TaskStatusUpdateEvent {
     let mut metadata = seq_metadata(seq);
     if let Some(op) = event.op {
-        metadata.insert("switchboard_op".to_owned(), Value::from(op.as_str()));
+        metadata.insert("switchboardOp".to_owned(), Value::from(op.as_str()));
     }
     TaskStatusUpdateEvent {
         task_id: event.task_id.to_string(),

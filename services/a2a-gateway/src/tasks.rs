@@ -62,16 +62,23 @@ pub(crate) fn message_content(
             "a message has at most {MAX_PARTS} parts"
         )));
     }
-    // A part the fabric does not carry is an unsupported content type, not a malformed
-    // request (A2A v1.0: ContentTypeNotSupportedError).
-    let (text, parts) =
-        mapping::inbound(&request.message.parts).map_err(GatewayError::UnsupportedPart)?;
+    let (text, parts) = mapping::inbound(&request.message.parts);
     if text.trim().is_empty() && parts.is_empty() {
         return Err(GatewayError::InvalidParams(
             "the message has no text and no parts".to_owned(),
         ));
     }
     Ok((text, parts))
+}
+
+/// A `messageId` the gateway carries: at most [`MAX_ID_BYTES`].
+fn check_message_id(id: &str) -> Result<(), GatewayError> {
+    if id.len() > MAX_ID_BYTES {
+        return Err(GatewayError::InvalidParams(format!(
+            "messageId is longer than {MAX_ID_BYTES} bytes"
+        )));
+    }
+    Ok(())
 }
 
 /// A request's `historyLength`: how many of the latest history messages a task shows (`None`:
@@ -136,9 +143,23 @@ impl Gateway {
         {
             tracing::warn!(error = %err, task_id = %submitted.id, "not waiting for the task");
         }
-        self.get(caller, &submitted.id)
-            .await
-            .map(|record| with_history(mapping::task(&record), keep))
+        let record = self.get(caller, &submitted.id).await?;
+        Ok(self.a2a_task(&record, keep).await)
+    }
+
+    /// A task record as an A2A task, its follow-ups (questions and the client's answers) in
+    /// its history after the request, `keep` of the latest messages kept.
+    pub(crate) async fn a2a_task(&self, record: &TaskRecord, keep: Option<usize>) -> Task {
+        let mut task = mapping::task(record);
+        if keep != Some(0) && mapping::may_have_follow_ups(record) {
+            match self.store.follow_ups(&record.task_id).await {
+                Ok(follow_ups) => task.history.get_or_insert_default().extend(follow_ups),
+                Err(err) => {
+                    tracing::warn!(task_id = %record.task_id, error = %err, "history without its follow-ups");
+                }
+            }
+        }
+        with_history(task, keep)
     }
 
     /// Creates the task, or answers it: what a message does before anyone waits or streams.
@@ -152,7 +173,7 @@ impl Gateway {
         match &request.message.task_id {
             Some(id) => {
                 let id = task_id(id)?;
-                let (after, live) = self.answer(caller, agent, id, text, parts).await?;
+                let (after, live) = self.answer(caller, agent, id, request, text, parts).await?;
                 Ok(Submitted {
                     id,
                     after: Some(after),
@@ -190,11 +211,7 @@ impl Gateway {
                 )));
             }
         };
-        if request.message.message_id.len() > MAX_ID_BYTES {
-            return Err(GatewayError::InvalidParams(format!(
-                "messageId is longer than {MAX_ID_BYTES} bytes"
-            )));
-        }
+        check_message_id(&request.message.message_id)?;
         // A webhook given with the message is in place before the task exists, so it gets
         // every event, the creation included; a creation refused takes it away again.
         let webhook = request
@@ -258,23 +275,39 @@ impl Gateway {
         caller: &AgentId,
         agent: &AgentId,
         id: Uuid,
+        request: &SendMessageRequest,
         text: String,
         parts: Vec<switchboard_proto::Part>,
     ) -> Result<(u32, crate::stream::LiveEvents), GatewayError> {
+        check_message_id(&request.message.message_id)?;
         let live = self.live_events(&id).await?;
         let record = self.get_for(caller, agent, &id).await?;
-        if record.state != TaskState::InputRequired {
+        // A message naming a task and another context contradicts itself (A2A v1.0: the
+        // task's context is the one the message continues).
+        if let Some(context) = request.message.context_id.as_deref()
+            && !context.is_empty()
+            && context != mapping::context_of(&record)
+        {
             return Err(GatewayError::InvalidParams(format!(
-                "task {id} is {}: only a task asking for input takes a message (send one \
-                 without taskId to start a new task)",
-                record.state.as_str()
+                "task {id} belongs to another context than `{}`",
+                context.chars().take(80).collect::<String>()
             )));
+        }
+        if record.state != TaskState::InputRequired {
+            return Err(GatewayError::NotAnswerable {
+                task: id.to_string(),
+                state: record.state.as_str(),
+            });
         }
         // The question is the task's latest event, numbered as its transitions so far (the
         // creation is event 0): only what comes after it answers this message.
         let after = record.transitions;
         let mut metadata = Map::new();
         metadata.insert("task_id".to_owned(), Value::String(id.to_string()));
+        metadata.insert(
+            MESSAGE_KEY.to_owned(),
+            Value::String(request.message.message_id.clone()),
+        );
         let send = SendRequest {
             to: Some(record.assignee.to_string()),
             message: Some(text),
@@ -291,6 +324,17 @@ impl Gateway {
                 "answering the task's question",
             )
             .await?;
+        // The history shows the question and this answer (the answer went through whether
+        // or not the history takes it).
+        let context = mapping::context_of(&record);
+        let mut follow_ups: Vec<a2a::Message> = mapping::status(&record).message.into_iter().collect();
+        let mut answer = request.message.clone();
+        answer.task_id = Some(id.to_string());
+        answer.context_id = Some(context);
+        follow_ups.push(answer);
+        if let Err(err) = self.store.add_follow_ups(&id, &follow_ups).await {
+            tracing::warn!(task_id = %id, error = %err, "an answer left out of the task's history");
+        }
         Ok((after, live))
     }
 
@@ -387,9 +431,8 @@ impl Gateway {
     ) -> Result<Task, GatewayError> {
         let id = task_id(&request.id)?;
         let keep = history_length(request.history_length)?;
-        self.get_for(caller, agent, &id)
-            .await
-            .map(|record| with_history(mapping::task(&record), keep))
+        let record = self.get_for(caller, agent, &id).await?;
+        Ok(self.a2a_task(&record, keep).await)
     }
 
     /// `ListTasks`: the tasks the caller asked `agent` for, a page at a time; `contextId` and
@@ -401,9 +444,6 @@ impl Gateway {
         agent: &AgentId,
         request: ListTasksRequest,
     ) -> Result<ListTasksResponse, GatewayError> {
-        if caller.as_str() == crate::auth::ANONYMOUS {
-            return Err(GatewayError::AnonymousList);
-        }
         let page = match request.page_size {
             None => PAGE_DEFAULT,
             Some(size) => usize::try_from(size)
@@ -452,24 +492,20 @@ impl Gateway {
                 )
                 .await?;
             reads += 1;
-            tasks.extend(
-                listed
-                    .tasks
-                    .iter()
-                    .filter(|record| {
-                        request
-                            .context_id
-                            .as_ref()
-                            .is_none_or(|context| mapping::context_of(record) == *context)
-                    })
-                    .map(|record| {
-                        let mut task = with_history(mapping::task(record), keep);
-                        if !include_artifacts {
-                            task.artifacts = None;
-                        }
-                        task
-                    }),
-            );
+            let shown = listed.tasks.iter().filter(|record| {
+                request
+                    .context_id
+                    .as_ref()
+                    .is_none_or(|context| mapping::context_of(record) == *context)
+            });
+            let shown = shown.map(|record| async move {
+                let mut task = self.a2a_task(record, keep).await;
+                if !include_artifacts {
+                    task.artifacts = None;
+                }
+                task
+            });
+            tasks.extend(futures::future::join_all(shown).await);
             if tasks.len() >= page || listed.next_cursor.is_none() || reads >= CONTEXT_PAGES {
                 break listed;
             }

@@ -230,7 +230,7 @@ impl Tasks {
             return Err(TaskError::Undelivered(assignee));
         }
         tracing::info!(%task_id, requester = %caller, %assignee, depth, parent = ?parent_id, "task created");
-        self.emit(&stored.task, None, None, None).await;
+        self.emit(&stored.task, None, None, None, &[]).await;
         Ok(TaskReply {
             task: stored.task,
             delivered_to,
@@ -255,7 +255,7 @@ impl Tasks {
         }
         let delivered_to = if existing.state == TaskState::Submitted {
             let delivered = self.deliver_task(&existing, goals).await;
-            self.emit(&existing, None, None, None).await;
+            self.emit(&existing, None, None, None, &[]).await;
             delivered
         } else {
             Vec::new()

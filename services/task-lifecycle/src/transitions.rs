@@ -204,6 +204,7 @@ impl Tasks {
             Some(change.op),
             change.by.as_ref(),
             change.text.as_deref(),
+            &change.parts,
         )
         .await;
         self.tell(before, task, change).await;
@@ -224,6 +225,7 @@ impl Tasks {
         op: Option<TaskOp>,
         by: Option<&AgentId>,
         note: Option<&str>,
+        parts: &[switchboard_proto::Part],
     ) {
         {
             use switchboard_runtime::telemetry::metrics;
@@ -251,6 +253,7 @@ impl Tasks {
             assignee: task.assignee.clone(),
             parent: task.parent,
             note: note.map(str::to_owned),
+            parts: parts.to_vec(),
             at: task.updated_at,
         };
         let subject = subject::task_events(&task.task_id);

@@ -151,6 +151,10 @@ pub const A2A_REMOTES_BUCKET: &str = "a2a_remotes";
 /// KV bucket of the Switchboard tasks whose remote A2A task asked a question, one key per
 /// task id: the requester's answer goes into the same remote task. Kept as long as tasks are.
 pub const A2A_PAUSED_BUCKET: &str = "a2a_paused";
+/// KV bucket of the follow-up messages of A2A tasks (the client's answers to the agent's
+/// questions, each after the question it answers), one key per task id, for `Task.history`.
+/// Kept as long as tasks are.
+pub const A2A_HISTORY_BUCKET: &str = "a2a_history";
 /// KV bucket of the A2A gateway's per-remote-agent leases: the replica holding
 /// `<agent_id>` is the one that reads that remote agent's inbox. Keys expire unless renewed.
 pub const A2A_LEASES_BUCKET: &str = "a2a_leases";

@@ -577,6 +577,10 @@ pub struct TaskEvent {
     /// Reason, note, question or result text.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+    /// The op's parts: progress parts, question parts, result parts (absent when none), so a
+    /// reader of the events (the A2A gateway's streams) has them as they come.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub parts: Vec<crate::Part>,
     /// When it happened: the record's `updated_at`.
     #[serde(with = "time::serde::rfc3339")]
     pub at: OffsetDateTime,

@@ -323,6 +323,20 @@ pub fn a2a_paused_bucket(config: &JetStreamConfig) -> kv::Config {
     }
 }
 
+/// `a2a_history`: the follow-up messages of A2A tasks (questions and their answers), one key
+/// per task id, kept as long as tasks.
+pub fn a2a_history_bucket(config: &JetStreamConfig) -> kv::Config {
+    kv::Config {
+        bucket: switchboard_proto::A2A_HISTORY_BUCKET.to_owned(),
+        description: "Switchboard A2A gateway task follow-ups".to_owned(),
+        history: 1,
+        max_age: Duration::from_secs(config.tasks_max_age_secs),
+        num_replicas: config.replicas,
+        storage: stream::StorageType::File,
+        ..Default::default()
+    }
+}
+
 /// `a2a_leases`: which gateway replica reads which remote agent's inbox, one key per agent
 /// that expires `ttl` after its last renewal.
 pub fn a2a_leases_bucket(config: &JetStreamConfig, ttl: Duration) -> kv::Config {
