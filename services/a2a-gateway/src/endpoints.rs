@@ -31,6 +31,7 @@ use crate::auth::{self, Refusal};
 use crate::cards;
 use crate::error::GatewayError;
 use crate::gateway::Gateway;
+use crate::messages::CalledStream;
 use crate::params::params;
 use crate::stream::{Item, Start, Subscription};
 
@@ -363,9 +364,8 @@ async fn dispatch(
     let started = std::time::Instant::now();
     let result: Result<Value, GatewayError> = match method {
         methods::SEND_MESSAGE => {
-            answer(raw, |request: SendMessageRequest| async move {
-                let task = gateway.send_message(caller, agent, request).await?;
-                Ok(serde_json::json!({ "task": task }))
+            answer(raw, |request: SendMessageRequest| {
+                gateway.send_message(caller, agent, request)
             })
             .await
         }
@@ -501,6 +501,13 @@ async fn send_streaming(
         Ok(slot) => slot,
         Err(err) => return rpc_error(StatusCode::OK, id, &err),
     };
+    if gateway.as_call(agent, &request).await {
+        match gateway.call_streamed(caller, agent, &request).await {
+            Ok(CalledStream::Items(items)) => return sse(id, items),
+            Ok(CalledStream::Task) => {}
+            Err(err) => return rpc_error(StatusCode::OK, id, &err),
+        }
+    }
     // Followed from where the message took effect, not from "now": a task that finished
     // before the stream opened still streams every event.
     match gateway.submit(caller, agent, &request).await {

@@ -116,9 +116,7 @@ impl GatewayError {
             }
             Self::ContentType(_) => (error_code::CONTENT_TYPE_NOT_SUPPORTED, None),
             Self::MethodNotFound(_) => (error_code::METHOD_NOT_FOUND, None),
-            Self::InvalidParams(_) | Self::BadLastEvent(_) => {
-                (error_code::INVALID_PARAMS, None)
-            }
+            Self::InvalidParams(_) | Self::BadLastEvent(_) => (error_code::INVALID_PARAMS, None),
             Self::SlowBody(_) => (error_code::INVALID_REQUEST, None),
             Self::Version(_) => (error_code::VERSION_NOT_SUPPORTED, None),
             Self::TaskNotFound(_) => (error_code::TASK_NOT_FOUND, None),
@@ -162,7 +160,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn refusals_keep_their_switchboardKind() {
+    fn refusals_keep_their_switchboard_kind() {
         let refused = GatewayError::Refused(ErrorReply::new(ErrorKind::AclDenied, "no"));
         let json = serde_json::to_value(refused.to_jsonrpc()).unwrap_or_default();
         assert_eq!(json["code"], error_code::INTERNAL_ERROR);

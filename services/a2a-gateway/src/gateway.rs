@@ -125,12 +125,30 @@ impl Gateway {
         Req: Serialize + ?Sized,
         Resp: DeserializeOwned,
     {
+        self.request_within(caller, subject, body, step, SERVICE_TIMEOUT)
+            .await
+    }
+
+    /// [`Gateway::request`] waiting up to `within` for the reply (a call held open until the
+    /// agent answers).
+    pub(crate) async fn request_within<Req, Resp>(
+        &self,
+        caller: &AgentId,
+        subject: &str,
+        body: &Req,
+        step: &'static str,
+        within: Duration,
+    ) -> Result<Resp, GatewayError>
+    where
+        Req: Serialize + ?Sized,
+        Resp: DeserializeOwned,
+    {
         self.ensure_registered(caller).await?;
-        match request_json(&self.client, subject, body, SERVICE_TIMEOUT).await {
+        match request_json(&self.client, subject, body, within).await {
             Err(RequestFailure::Service(reply)) if reply.kind() == ErrorKind::NotRegistered => {
                 self.lock_registered().remove(caller);
                 self.ensure_registered(caller).await?;
-                request_json(&self.client, subject, body, SERVICE_TIMEOUT)
+                request_json(&self.client, subject, body, within)
                     .await
                     .map_err(|failure| GatewayError::from_request(step, failure))
             }

@@ -35,6 +35,7 @@ pub mod endpoints;
 pub mod error;
 pub mod gateway;
 pub mod mapping;
+pub mod messages;
 pub mod outbound;
 mod params;
 pub mod push;

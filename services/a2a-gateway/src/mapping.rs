@@ -21,6 +21,15 @@ use time::OffsetDateTime;
 pub const CONTEXT_KEY: &str = "a2a_context_id";
 /// Metadata key under which a task keeps the id of the A2A message that created it.
 pub const MESSAGE_KEY: &str = "a2a_message_id";
+/// Metadata key set (to `true`) on a task whose message had no text, only parts: its body is
+/// [`textless`]'s words, which its history leaves out.
+pub const TEXTLESS: &str = "a2a_textless";
+
+/// The body of a message of `parts` parts and no text (the fabric's messages have text).
+pub fn textless(parts: usize) -> String {
+    format!("({parts} part(s), no text)")
+}
+
 /// The artifact id of a completed task's result.
 pub const RESULT_ARTIFACT: &str = "result";
 
@@ -113,7 +122,9 @@ fn data_uri_bytes(uri: &str) -> Option<Vec<u8>> {
     if !head.ends_with(";base64") {
         return None;
     }
-    base64::engine::general_purpose::STANDARD.decode(payload).ok()
+    base64::engine::general_purpose::STANDARD
+        .decode(payload)
+        .ok()
 }
 
 /// Switchboard parts as A2A parts (a file part holding a base64 `data:` URI as `raw` bytes).
@@ -210,7 +221,7 @@ pub fn may_have_follow_ups(task: &TaskRecord) -> bool {
 /// The request that created the task, as the user message of its history.
 fn request(task: &TaskRecord, context: &str) -> Message {
     let mut parts = Vec::new();
-    if !task.message.is_empty() {
+    if !task.message.is_empty() && task.metadata.get(TEXTLESS) != Some(&Value::Bool(true)) {
         parts.push(Part::text(task.message.clone()));
     }
     parts.extend(outbound(&task.parts));

@@ -91,12 +91,16 @@ async fn change_json<T: Default + Serialize + serde::de::DeserializeOwned>(
         change(&mut value)?;
         let bytes = serde_json::to_vec(&value).unwrap_or_default();
         let written = if revision == 0 {
-            bucket.create(key, bytes.into()).await.map(|_| ()).map_err(|err| {
-                (
-                    switchboard_runtime::kv::already_exists(&err),
-                    err.to_string(),
-                )
-            })
+            bucket
+                .create(key, bytes.into())
+                .await
+                .map(|_| ())
+                .map_err(|err| {
+                    (
+                        switchboard_runtime::kv::already_exists(&err),
+                        err.to_string(),
+                    )
+                })
         } else {
             let update = bucket.update(key, bytes.into(), revision).await;
             update.map(|_| ()).map_err(|err| {
@@ -175,7 +179,12 @@ impl Store {
     }
 
     async fn push_entry(&self, task_id: &Uuid) -> Result<Option<(PushConfigs, u64)>, GatewayError> {
-        read_json(&self.push, &task_id.to_string(), "reading the task's push configs").await
+        read_json(
+            &self.push,
+            &task_id.to_string(),
+            "reading the task's push configs",
+        )
+        .await
     }
 
     /// Adds (or replaces, by id) a webhook of `client`'s task; at most `max` per task.
@@ -266,7 +275,10 @@ impl Store {
         change_json(
             &self.push,
             &task_id.to_string(),
-            ("reading the task's push configs", "writing the task's push configs"),
+            (
+                "reading the task's push configs",
+                "writing the task's push configs",
+            ),
             change,
         )
         .await

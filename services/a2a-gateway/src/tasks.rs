@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use a2a::{
     CancelTaskRequest, GetTaskRequest, ListTasksRequest, ListTasksResponse, SendMessageRequest,
-    Task,
+    SendMessageResponse, Task,
 };
 use serde_json::{Map, Value};
 use switchboard_proto::send::SendRequest;
@@ -68,11 +68,36 @@ pub(crate) fn message_content(
             "the message has no text and no parts".to_owned(),
         ));
     }
+    // The fabric's messages have text; one of parts alone says so in words (and the task's
+    // history shows the parts as they came: `mapping::TEXTLESS`).
+    if text.trim().is_empty() {
+        return Ok((mapping::textless(parts.len()), parts));
+    }
     Ok((text, parts))
 }
 
+/// Whether the message has text (not only parts).
+fn has_text(request: &SendMessageRequest) -> bool {
+    request.message.parts.iter().any(
+        |part| matches!(&part.content, a2a::PartContent::Text(text) if !text.trim().is_empty()),
+    )
+}
+
+/// The message's context: `(its contextId, true)`, or `(a fresh one, false)` without one.
+pub(crate) fn message_context(
+    request: &SendMessageRequest,
+) -> Result<(String, bool), GatewayError> {
+    match request.message.context_id.as_deref() {
+        None | Some("") => Ok((switchboard_proto::new_id().to_string(), false)),
+        Some(context) if context.len() <= MAX_ID_BYTES => Ok((context.to_owned(), true)),
+        Some(_) => Err(GatewayError::InvalidParams(format!(
+            "contextId is longer than {MAX_ID_BYTES} bytes"
+        ))),
+    }
+}
+
 /// A `messageId` the gateway carries: at most [`MAX_ID_BYTES`].
-fn check_message_id(id: &str) -> Result<(), GatewayError> {
+pub(crate) fn check_message_id(id: &str) -> Result<(), GatewayError> {
     if id.len() > MAX_ID_BYTES {
         return Err(GatewayError::InvalidParams(format!(
             "messageId is longer than {MAX_ID_BYTES} bytes"
@@ -122,7 +147,13 @@ impl Gateway {
         caller: &AgentId,
         agent: &AgentId,
         request: SendMessageRequest,
-    ) -> Result<Task, GatewayError> {
+    ) -> Result<SendMessageResponse, GatewayError> {
+        if self.as_call(agent, &request).await
+            && let crate::messages::Called::Message(message) =
+                self.call(caller, agent, &request).await?
+        {
+            return Ok(SendMessageResponse::Message(message));
+        }
         let wait = !request
             .configuration
             .as_ref()
@@ -144,7 +175,9 @@ impl Gateway {
             tracing::warn!(error = %err, task_id = %submitted.id, "not waiting for the task");
         }
         let record = self.get(caller, &submitted.id).await?;
-        Ok(self.a2a_task(&record, keep).await)
+        Ok(SendMessageResponse::Task(
+            self.a2a_task(&record, keep).await,
+        ))
     }
 
     /// A task record as an A2A task, its follow-ups (questions and the client's answers) in
@@ -202,15 +235,7 @@ impl Gateway {
         text: String,
         parts: Vec<switchboard_proto::Part>,
     ) -> Result<(), GatewayError> {
-        let (context, continued) = match request.message.context_id.as_deref() {
-            None | Some("") => (switchboard_proto::new_id().to_string(), false),
-            Some(context) if context.len() <= MAX_ID_BYTES => (context.to_owned(), true),
-            Some(_) => {
-                return Err(GatewayError::InvalidParams(format!(
-                    "contextId is longer than {MAX_ID_BYTES} bytes"
-                )));
-            }
-        };
+        let (context, continued) = message_context(request)?;
         check_message_id(&request.message.message_id)?;
         // A webhook given with the message is in place before the task exists, so it gets
         // every event, the creation included; a creation refused takes it away again.
@@ -239,6 +264,9 @@ impl Gateway {
             MESSAGE_KEY.to_owned(),
             Value::String(request.message.message_id.clone()),
         );
+        if !has_text(request) {
+            metadata.insert(mapping::TEXTLESS.to_owned(), Value::Bool(true));
+        }
         let create = CreateTask {
             to: Some(agent.to_string()),
             message: Some(text),
@@ -327,7 +355,8 @@ impl Gateway {
         // The history shows the question and this answer (the answer went through whether
         // or not the history takes it).
         let context = mapping::context_of(&record);
-        let mut follow_ups: Vec<a2a::Message> = mapping::status(&record).message.into_iter().collect();
+        let mut follow_ups: Vec<a2a::Message> =
+            mapping::status(&record).message.into_iter().collect();
         let mut answer = request.message.clone();
         answer.task_id = Some(id.to_string());
         answer.context_id = Some(context);
