@@ -11,7 +11,7 @@ use std::collections::HashMap;
 
 use a2a::{
     AgentCapabilities, AgentCard, AgentInterface, AgentSkill, HttpAuthSecurityScheme,
-    SecurityScheme, TRANSPORT_PROTOCOL_JSONRPC,
+    SecurityScheme, TRANSPORT_PROTOCOL_HTTP_JSON, TRANSPORT_PROTOCOL_JSONRPC,
 };
 use switchboard_proto::{AgentId, AgentRecord, AgentStatus};
 
@@ -93,10 +93,17 @@ pub fn card(record: &AgentRecord, config: &GatewayConfig) -> AgentCard {
         name: id.to_owned(),
         description,
         version: env!("CARGO_PKG_VERSION").to_owned(),
-        supported_interfaces: vec![AgentInterface::new(
-            format!("{}/agents/{id}", config.base_url()),
-            TRANSPORT_PROTOCOL_JSONRPC,
-        )],
+        // Both bindings on one URL: JSON-RPC is posted to it, the REST paths are under it.
+        supported_interfaces: vec![
+            AgentInterface::new(
+                format!("{}/agents/{id}", config.base_url()),
+                TRANSPORT_PROTOCOL_JSONRPC,
+            ),
+            AgentInterface::new(
+                format!("{}/agents/{id}", config.base_url()),
+                TRANSPORT_PROTOCOL_HTTP_JSON,
+            ),
+        ],
         capabilities: AgentCapabilities {
             streaming: Some(true),
             push_notifications: Some(true),

@@ -21,7 +21,7 @@ use switchboard_proto::{AgentId, subject};
 use tokio::sync::mpsc;
 
 use crate::error::GatewayError;
-use crate::gateway::{Gateway, SERVICE_TIMEOUT};
+use crate::gateway::{Gateway, SERVICE_TIMEOUT, StreamSlot};
 use crate::mapping::{self, CONTEXT_KEY, MESSAGE_KEY};
 use crate::stream::Item;
 
@@ -49,8 +49,8 @@ pub(crate) enum Called {
 pub(crate) enum CalledStream {
     /// The agent answers (at once or in parts): the stream's items.
     Items(mpsc::Receiver<Result<Item, GatewayError>>),
-    /// The agent asked for a task.
-    Task,
+    /// The agent asked for a task: the stream slot back, for the task's stream.
+    Task(StreamSlot),
 }
 
 /// Whether an answer asks for a task: it carries the data part `{"switchboard": "task"}`.
@@ -159,6 +159,7 @@ impl Gateway {
         caller: &AgentId,
         agent: &AgentId,
         request: &SendMessageRequest,
+        slot: StreamSlot,
     ) -> Result<CalledStream, GatewayError> {
         let (call, context) = self.call_request(caller, agent, request, true).await?;
         let Some(correlation_id) = call.correlation_id else {
@@ -183,7 +184,7 @@ impl Gateway {
         };
         match first {
             CallEvent::Answer(answer) if asks_for_task(&answer.parts) => {
-                return Ok(CalledStream::Task);
+                return Ok(CalledStream::Task(slot));
             }
             CallEvent::Answer(answer) => {
                 let message = answer_message(&answer, &chunks.context);
@@ -196,6 +197,8 @@ impl Gateway {
             CallEvent::Part(part) => {
                 let stopping = self.stopping.clone();
                 tokio::spawn(async move {
+                    // The client's stream slot is held until the answer is through.
+                    let _slot = slot;
                     tokio::select! {
                         () = chunks.stream(part, events, &items) => {}
                         () = items.closed() => {}

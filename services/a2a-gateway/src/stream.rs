@@ -21,7 +21,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use a2a::{StreamResponse, TaskArtifactUpdateEvent, TaskStatus, TaskStatusUpdateEvent};
+use a2a::{
+    SendMessageRequest, StreamResponse, TaskArtifactUpdateEvent, TaskStatus, TaskStatusUpdateEvent,
+};
 use futures::StreamExt;
 use serde_json::Value;
 use switchboard_proto::task::{TaskEvent, TaskRecord};
@@ -33,6 +35,7 @@ use uuid::Uuid;
 use crate::error::GatewayError;
 use crate::gateway::{Gateway, StreamSlot};
 use crate::mapping;
+use crate::messages::CalledStream;
 use crate::store::event_number;
 
 /// Metadata key carrying an item's event number (its SSE id).
@@ -106,6 +109,56 @@ impl Gateway {
                 step: "following the task's events",
                 message: err.to_string(),
             })
+    }
+
+    /// `SendStreamingMessage`: the client's stream slot first (a client at its cap makes no
+    /// task it cannot follow), then the message's call or task, then its stream. A task is
+    /// followed from where the message took effect, not from "now": a task that finished
+    /// before the stream opened still streams every event.
+    pub(crate) async fn send_streaming(
+        self: &Arc<Self>,
+        caller: &AgentId,
+        agent: &AgentId,
+        request: &SendMessageRequest,
+    ) -> Result<mpsc::Receiver<Result<Item, GatewayError>>, GatewayError> {
+        let mut slot = self.open_stream(caller)?;
+        if self.as_call(agent, request).await {
+            match self.call_streamed(caller, agent, request, slot).await? {
+                CalledStream::Items(items) => return Ok(items),
+                CalledStream::Task(back) => slot = back,
+            }
+        }
+        let submitted = self.submit(caller, agent, request).await?;
+        let start = match submitted.after {
+            Some(after) => Start::After(after),
+            None => Start::Beginning,
+        };
+        let subscription = Subscription {
+            task_id: submitted.id,
+            start,
+            slot,
+            live: Some(submitted.live),
+        };
+        self.follow(caller, agent, subscription).await
+    }
+
+    /// `SubscribeToTask`: a stream slot, then the stream of task `task_id` from `start`.
+    pub(crate) async fn subscribe(
+        self: &Arc<Self>,
+        caller: &AgentId,
+        agent: &AgentId,
+        task_id: &str,
+        start: Start,
+    ) -> Result<mpsc::Receiver<Result<Item, GatewayError>>, GatewayError> {
+        let task_id = crate::tasks::task_id(task_id)?;
+        let slot = self.open_stream(caller)?;
+        let subscription = Subscription {
+            task_id,
+            start,
+            slot,
+            live: None,
+        };
+        self.follow(caller, agent, subscription).await
     }
 
     /// Follows task `id` for `caller` from `start`. `live` is a subscription made before the
