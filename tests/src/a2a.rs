@@ -224,7 +224,14 @@ impl A2a {
     /// Runs tests/python/a2a_client.py (the official A2A Python SDK) against this gateway with
     /// `args`; its one JSON line.
     pub async fn run_sdk(&self, args: &[&str]) -> Value {
-        let script = switchboard_testkit::workspace_root().join("tests/python/a2a_client.py");
+        self.run_python("a2a_client.py", args).await
+    }
+
+    /// Runs `tests/python/<script>` against this gateway with `args`; its one JSON line.
+    async fn run_python(&self, script: &str, args: &[&str]) -> Value {
+        let script = switchboard_testkit::workspace_root()
+            .join("tests/python")
+            .join(script);
         let output = tokio::time::timeout(
             Duration::from_secs(120),
             tokio::process::Command::new(switchboard_testkit::python_bin())
@@ -244,6 +251,104 @@ impl A2a {
             "{args:?}: stdout: {stdout}\nstderr: {stderr}"
         );
         serde_json::from_str(stdout.trim()).unwrap()
+    }
+}
+
+impl A2a {
+    /// A `caller` agent that takes A2A messages as calls (its card's `a2a_messages: "call"`)
+    /// and chooses per message:
+    /// - `stream`: a streamed answer, `one `, `two `, then `three`;
+    /// - `task …`: asks for a task (the data part `{"switchboard": "task"}`), then completes
+    ///   it with `task: <message>` and the message's parts;
+    /// - `ask twice`: asks for a task, asks its requester `first?` and `second?`, and completes
+    ///   with `done: <answer 1>, <answer 2>`;
+    /// - anything else: answers `answer: <text>` with the message's parts.
+    pub async fn spawn_caller(&self) -> tokio::task::JoinHandle<()> {
+        use a2a_gateway::messages::{AS_CALLS, MESSAGES_KEY, TASK_MARKER, TASK_MARKER_KEY};
+        use switchboard_proto::MessageKind;
+        use switchboard_proto::task::{TaskAction, TaskOp};
+
+        let mut card = crate::card("caller");
+        card.metadata.insert(MESSAGES_KEY.into(), AS_CALLS.into());
+        let caller = crate::agent_with(&self.fabric.url(), card, Duration::from_secs(3600)).await;
+        let goal = caller.open_goal().await.unwrap();
+        tokio::spawn(async move {
+            let next = || async {
+                let delivery = goal.recv(Duration::from_secs(3600)).await.unwrap().unwrap();
+                delivery.ack().await.unwrap()
+            };
+            loop {
+                let message = next().await;
+                match message.kind {
+                    MessageKind::Request => {
+                        let call = message.correlation_id.unwrap();
+                        if message.body == "stream" {
+                            caller.reply_part(call, 1, "one ").await.unwrap();
+                            caller.reply_part(call, 2, "two ").await.unwrap();
+                            caller.reply(call, "three").await.unwrap();
+                        } else if message.body.starts_with("task") || message.body == "ask twice" {
+                            let marker = switchboard_proto::Part::Data {
+                                data: json!({ TASK_MARKER_KEY: TASK_MARKER }),
+                            };
+                            caller
+                                .reply_with_parts(call, "a task", vec![marker])
+                                .await
+                                .unwrap();
+                        } else {
+                            let answer = format!("answer: {}", message.body);
+                            caller
+                                .reply_with_parts(call, &answer, message.parts)
+                                .await
+                                .unwrap();
+                        }
+                    }
+                    MessageKind::Task => {
+                        let task_id = message.task.as_ref().unwrap().id;
+                        caller
+                            .task_op(
+                                TaskOp::Accept,
+                                TaskAction {
+                                    task_id: Some(task_id),
+                                    from_goal_id: Some(goal.id()),
+                                    ..TaskAction::default()
+                                },
+                            )
+                            .await
+                            .unwrap();
+                        caller.start_task(task_id).await.unwrap();
+                        let outcome = if message.body == "ask twice" {
+                            let mut answers = Vec::new();
+                            for question in ["first?", "second?"] {
+                                caller.ask_requester(task_id, question).await.unwrap();
+                                let answer = loop {
+                                    let answer = next().await;
+                                    if answer.kind == MessageKind::Message {
+                                        break answer;
+                                    }
+                                };
+                                answers.push(answer.body);
+                                caller.start_task(task_id).await.unwrap();
+                            }
+                            TaskOutcome::text(format!("done: {}", answers.join(", ")))
+                        } else {
+                            TaskOutcome {
+                                result: format!("task: {}", message.body),
+                                parts: message.parts,
+                            }
+                        };
+                        caller.complete_task(task_id, outcome).await.unwrap();
+                    }
+                    _ => {}
+                }
+            }
+        })
+    }
+
+    /// Runs tests/python/a2a_conformance.py (the official A2A Python SDK) against the
+    /// `caller` agent over `binding` (`JSONRPC` or `HTTP+JSON`); its one JSON line.
+    pub async fn run_conformance(&self, binding: &str) -> Value {
+        self.run_python("a2a_conformance.py", &["--binding", binding])
+            .await
     }
 }
 

@@ -61,6 +61,15 @@ pub enum GatewayError {
         /// Its Switchboard state.
         state: &'static str,
     },
+    /// The task has no push config by that id: invalid params in JSON-RPC (A2A names no
+    /// code of its own), 404 over HTTP+JSON.
+    #[error("task {} has no push config `{}`", shown(.task), shown(.id))]
+    NoPushConfig {
+        /// The task.
+        task: String,
+        /// The config id asked for.
+        id: String,
+    },
     /// A subscription to a task that has already ended.
     #[error("task {0} has ended; use GetTask")]
     SubscribeEnded(String),
@@ -116,7 +125,9 @@ impl GatewayError {
             }
             Self::ContentType(_) => (error_code::CONTENT_TYPE_NOT_SUPPORTED, None),
             Self::MethodNotFound(_) => (error_code::METHOD_NOT_FOUND, None),
-            Self::InvalidParams(_) | Self::BadLastEvent(_) => (error_code::INVALID_PARAMS, None),
+            Self::InvalidParams(_) | Self::BadLastEvent(_) | Self::NoPushConfig { .. } => {
+                (error_code::INVALID_PARAMS, None)
+            }
             Self::SlowBody(_) => (error_code::INVALID_REQUEST, None),
             Self::Version(_) => (error_code::VERSION_NOT_SUPPORTED, None),
             Self::TaskNotFound(_) => (error_code::TASK_NOT_FOUND, None),

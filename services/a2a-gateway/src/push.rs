@@ -152,12 +152,9 @@ impl Gateway {
             .configs
             .into_iter()
             .find(|config| config.id.as_deref() == Some(request.id.as_str()))
-            .ok_or_else(|| {
-                GatewayError::InvalidParams(format!(
-                    "task {} has no push config `{}`",
-                    request.task_id,
-                    crate::error::shown(&request.id)
-                ))
+            .ok_or_else(|| GatewayError::NoPushConfig {
+                task: request.task_id.clone(),
+                id: request.id.clone(),
             })
     }
 

@@ -477,7 +477,9 @@ fn status(err: &GatewayError) -> StatusCode {
     let code = match err {
         GatewayError::TooLarge(_) => 413,
         GatewayError::SlowBody(_) => 408,
-        GatewayError::UnknownAgent(_) | GatewayError::MethodNotFound(_) => 404,
+        GatewayError::UnknownAgent(_)
+        | GatewayError::MethodNotFound(_)
+        | GatewayError::NoPushConfig { .. } => 404,
         GatewayError::ContentType(_) => 415,
         GatewayError::NotCancelable { .. } => 409,
         GatewayError::TooManyStreams(_) => 429,

@@ -417,6 +417,23 @@ impl Agent {
         .await
     }
 
+    /// reply_to_peer with structured content: answers the call `correlation_id` with
+    /// `message` and `parts` (data, files), carried to the caller as they are.
+    pub async fn reply_with_parts(
+        &self,
+        correlation_id: Uuid,
+        message: &str,
+        parts: Vec<switchboard_proto::Part>,
+    ) -> Result<ReplyAck, ClientError> {
+        self.send_reply(&ReplyRequest {
+            correlation_id: Some(correlation_id),
+            message: Some(message.to_owned()),
+            parts,
+            ..ReplyRequest::default()
+        })
+        .await
+    }
+
     /// Sends a reply (whole or partial), retried and hedged: both are taken once however
     /// many copies arrive.
     async fn send_reply(&self, body: &ReplyRequest) -> Result<ReplyAck, ClientError> {
