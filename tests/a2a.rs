@@ -606,7 +606,7 @@ async fn bad_requests_get_the_spec_codes_and_break_nothing() {
         assert_eq!(nowhere.status, 404, "{method} {path}");
         let said = nowhere.json();
         assert!(
-            said["error"]
+            said["error"]["message"]
                 .as_str()
                 .is_some_and(|text| text.contains("/agents/<agent_id>")),
             "{method} {path}: {said}"

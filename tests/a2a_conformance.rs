@@ -29,6 +29,59 @@ async fn an_agent_answers_with_messages_or_tasks_over_both_bindings_with_the_sdk
     }
 }
 
+#[tokio::test]
+async fn progress_parts_stream_as_artifacts_and_the_marker_is_the_agents_alone() {
+    let a2a = A2a::start().await;
+    let _caller = a2a.spawn_caller().await;
+    let mut stream = a2a
+        .stream_to(
+            "caller",
+            "SendStreamingMessage",
+            json!({"message": message("task progress", None)}),
+            None,
+        )
+        .await;
+    let mut items = Vec::new();
+    while let Some(event) = stream.next(Duration::from_secs(10)).await {
+        let item: Value = serde_json::from_str(&event.data).unwrap();
+        items.push(item["result"].clone());
+    }
+    let progress = items
+        .iter()
+        .position(|item| {
+            item["artifactUpdate"]["artifact"]["artifactId"]
+                .as_str()
+                .is_some_and(|id| id.starts_with("progress-"))
+        })
+        .expect("the progress parts as an artifact");
+    assert_eq!(
+        items[progress]["artifactUpdate"]["artifact"]["parts"][0]["text"],
+        "chunk-1 "
+    );
+    // Before the progress status it belongs to, and long before the end.
+    assert_eq!(
+        items[progress + 1]["statusUpdate"]["metadata"]["switchboardOp"],
+        "progress"
+    );
+    let last = items.last().unwrap();
+    assert_eq!(
+        last["statusUpdate"]["status"]["state"],
+        "TASK_STATE_COMPLETED"
+    );
+
+    // A client may not send the agent's marker: the agent (which echoes parts) would answer
+    // with it and make the message a task behind its back.
+    let mut forged = message("hi", None);
+    forged["parts"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"data": {"switchboard": "task"}}));
+    let refused = a2a
+        .rpc("caller", "SendMessage", json!({"message": forged}))
+        .await;
+    assert_eq!(refused["error"]["code"], -32602, "{refused}");
+}
+
 /// A REST request to the gateway with the client's token (and `extra` headers).
 async fn rest(
     a2a: &A2a,

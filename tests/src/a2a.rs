@@ -260,6 +260,7 @@ impl A2a {
     /// - `stream`: a streamed answer, `one `, `two `, then `three`;
     /// - `task …`: asks for a task (the data part `{"switchboard": "task"}`), then completes
     ///   it with `task: <message>` and the message's parts;
+    /// - `task progress`: as `task …`, reporting progress with the part `chunk-1 ` first;
     /// - `ask twice`: asks for a task, asks its requester `first?` and `second?`, and completes
     ///   with `done: <answer 1>, <answer 2>`;
     /// - anything else: answers `answer: <text>` with the message's parts.
@@ -316,6 +317,17 @@ impl A2a {
                             .await
                             .unwrap();
                         caller.start_task(task_id).await.unwrap();
+                        if message.body == "task progress" {
+                            let chunk = switchboard_proto::Part::Text {
+                                text: "chunk-1 ".to_owned(),
+                            };
+                            let progress = TaskAction {
+                                task_id: Some(task_id),
+                                parts: vec![chunk],
+                                ..TaskAction::default()
+                            };
+                            caller.task_op(TaskOp::Progress, progress).await.unwrap();
+                        }
                         let outcome = if message.body == "ask twice" {
                             let mut answers = Vec::new();
                             for question in ["first?", "second?"] {

@@ -155,7 +155,7 @@ fn not_found(message: &str) -> Response {
     (
         StatusCode::NOT_FOUND,
         [(header::CONTENT_TYPE, "application/json")],
-        serde_json::json!({"error": message}).to_string(),
+        http_error(StatusCode::NOT_FOUND, "NOT_FOUND", message),
     )
         .into_response()
 }
@@ -375,9 +375,16 @@ pub(crate) fn unauthorized(refusal: Refusal) -> Response {
             (header::WWW_AUTHENTICATE, "Bearer"),
             (header::CONTENT_TYPE, "application/json"),
         ],
-        serde_json::json!({"error": message}).to_string(),
+        http_error(StatusCode::UNAUTHORIZED, "UNAUTHENTICATED", message),
     )
         .into_response()
+}
+
+/// An error body of a request that reached no method, in the AIP-193 shape the HTTP+JSON
+/// binding answers with (`{"error": {"code", "status", "message"}}`).
+fn http_error(status: StatusCode, name: &str, message: &str) -> String {
+    serde_json::json!({"error": {"code": status.as_u16(), "status": name, "message": message}})
+        .to_string()
 }
 
 #[cfg(test)]

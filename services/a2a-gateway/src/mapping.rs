@@ -157,6 +157,25 @@ pub fn agent_message(task_id: &str, context: &str, text: &str, id: String) -> Me
     message
 }
 
+/// A client's answer as its task's history keeps it: what the fabric carried and nothing
+/// else, the client's words (`ROLE_USER` whatever the request said), its parts without
+/// their metadata, its `messageId`, the task and the context.
+pub fn follow_up(message: &Message, task_id: &uuid::Uuid, context: &str) -> Message {
+    let parts = message
+        .parts
+        .iter()
+        .map(|part| Part {
+            metadata: None,
+            ..part.clone()
+        })
+        .collect();
+    let mut kept = Message::new(Role::User, parts);
+    kept.message_id = message.message_id.clone();
+    kept.task_id = Some(task_id.to_string());
+    kept.context_id = Some(context.to_owned());
+    kept
+}
+
 /// The task's A2A context id: the one it was created with, or its own id.
 pub fn context_of(task: &TaskRecord) -> String {
     match task.metadata.get(CONTEXT_KEY) {

@@ -53,12 +53,21 @@ pub(crate) enum CalledStream {
     Task(StreamSlot),
 }
 
-/// Whether an answer asks for a task: it carries the data part `{"switchboard": "task"}`.
+/// Whether an answer asks for a task: its one part is the data part `{"switchboard":
+/// "task"}`, exactly (an answer that passes on the client's parts, a marker among them, is
+/// an answer, not a wish).
 fn asks_for_task(parts: &[switchboard_proto::Part]) -> bool {
-    parts.iter().any(|part| {
-        matches!(part, switchboard_proto::Part::Data { data }
-            if data.get(TASK_MARKER_KEY).and_then(Value::as_str) == Some(TASK_MARKER))
-    })
+    match parts {
+        [
+            switchboard_proto::Part::Data {
+                data: Value::Object(data),
+            },
+        ] => {
+            data.len() == 1
+                && data.get(TASK_MARKER_KEY).and_then(Value::as_str) == Some(TASK_MARKER)
+        }
+        _ => false,
+    }
 }
 
 /// The answer as the agent's A2A message in `context` (its id is the call's).
@@ -99,6 +108,17 @@ impl Gateway {
         stream: bool,
     ) -> Result<(CallRequest, String), GatewayError> {
         let (text, parts) = crate::tasks::message_content(request)?;
+        // The marker is the agent's word: a client's copy, echoed back by an agent that
+        // passes parts on, would make its message a task behind the agent's back.
+        if parts
+            .iter()
+            .any(|part| asks_for_task(std::slice::from_ref(part)))
+        {
+            return Err(GatewayError::InvalidParams(format!(
+                "the data part {{\"{TASK_MARKER_KEY}\": \"{TASK_MARKER}\"}} is reserved for the \
+                 agent's answer"
+            )));
+        }
         crate::tasks::check_message_id(&request.message.message_id)?;
         let (context, continued) = crate::tasks::message_context(request)?;
         let from_goal_id = if continued {
@@ -136,15 +156,23 @@ impl Gateway {
     ) -> Result<Called, GatewayError> {
         let (call, context) = self.call_request(caller, agent, request, false).await?;
         let within = std::time::Duration::from_millis(self.config.blocking_timeout_ms);
-        let answer: CallAnswer = self
-            .request_within(
-                caller,
-                &subject::call(caller),
-                &call,
-                "calling the agent",
-                within + SERVICE_TIMEOUT,
-            )
-            .await?;
+        let subject = subject::call(caller);
+        let calling = self.request_within(
+            caller,
+            &subject,
+            &call,
+            "calling the agent",
+            within + SERVICE_TIMEOUT,
+        );
+        let answer: CallAnswer = tokio::select! {
+            answer = calling => answer?,
+            () = self.stopping.cancelled() => {
+                return Err(GatewayError::Unavailable {
+                    step: "calling the agent",
+                    message: "the gateway is stopping".to_owned(),
+                });
+            }
+        };
         if asks_for_task(&answer.parts) {
             return Ok(Called::Task);
         }
@@ -370,6 +398,14 @@ mod tests {
             data: serde_json::json!({"switchboard": "tasks"}),
         };
         assert!(!asks_for_task(&[other]));
+        let more = switchboard_proto::Part::Data {
+            data: serde_json::json!({"switchboard": "task", "and": 1}),
+        };
+        assert!(!asks_for_task(&[more]));
+        let text = switchboard_proto::Part::Text {
+            text: "hi".to_owned(),
+        };
+        assert!(!asks_for_task(&[marker.clone(), text]));
         assert!(!asks_for_task(&[switchboard_proto::Part::Text {
             text: "{\"switchboard\": \"task\"}".to_owned()
         }]));

@@ -64,6 +64,21 @@ const POSTING_PER_CLIENT: usize = 4;
 /// When an event of a client that holds its share comes back.
 const HELD_BACKOFF: Duration = Duration::from_secs(2);
 
+/// A webhook as a read shows it to `caller`: anonymous callers share one identity, so one
+/// of them never reads another's secrets (the token and the credentials are left out).
+fn shown_to(
+    caller: &AgentId,
+    mut config: TaskPushNotificationConfig,
+) -> TaskPushNotificationConfig {
+    if caller.as_str() == crate::auth::ANONYMOUS {
+        config.token = None;
+        if let Some(authentication) = config.authentication.as_mut() {
+            authentication.credentials = None;
+        }
+    }
+    config
+}
+
 /// Checks a webhook config a client sent, and completes it (its id, its task).
 pub(crate) async fn checked(
     mut config: TaskPushNotificationConfig,
@@ -152,6 +167,7 @@ impl Gateway {
             .configs
             .into_iter()
             .find(|config| config.id.as_deref() == Some(request.id.as_str()))
+            .map(|config| shown_to(caller, config))
             .ok_or_else(|| GatewayError::NoPushConfig {
                 task: request.task_id.clone(),
                 id: request.id.clone(),
@@ -168,7 +184,11 @@ impl Gateway {
     ) -> Result<ListTaskPushNotificationConfigsResponse, GatewayError> {
         let configs = self.configs_of(caller, agent, &request.task_id).await?;
         Ok(ListTaskPushNotificationConfigsResponse {
-            configs: configs.configs,
+            configs: configs
+                .configs
+                .into_iter()
+                .map(|config| shown_to(caller, config))
+                .collect(),
             next_page_token: None,
         })
     }

@@ -148,11 +148,15 @@ impl Gateway {
         agent: &AgentId,
         request: SendMessageRequest,
     ) -> Result<SendMessageResponse, GatewayError> {
-        if self.as_call(agent, &request).await
-            && let crate::messages::Called::Message(message) =
+        // A call holds a connection as a blocking wait does: it takes one of the client's
+        // stream slots (429 past the cap: a call cannot be answered at once).
+        if self.as_call(agent, &request).await {
+            let _slot = self.open_stream(caller)?;
+            if let crate::messages::Called::Message(message) =
                 self.call(caller, agent, &request).await?
-        {
-            return Ok(SendMessageResponse::Message(message));
+            {
+                return Ok(SendMessageResponse::Message(message));
+            }
         }
         let wait = !request
             .configuration
@@ -357,10 +361,7 @@ impl Gateway {
         let context = mapping::context_of(&record);
         let mut follow_ups: Vec<a2a::Message> =
             mapping::status(&record).message.into_iter().collect();
-        let mut answer = request.message.clone();
-        answer.task_id = Some(id.to_string());
-        answer.context_id = Some(context);
-        follow_ups.push(answer);
+        follow_ups.push(mapping::follow_up(&request.message, &id, &context));
         if let Err(err) = self.store.add_follow_ups(&id, &follow_ups).await {
             tracing::warn!(task_id = %id, error = %err, "an answer left out of the task's history");
         }
