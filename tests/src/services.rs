@@ -176,29 +176,37 @@ impl Service {
         let client = switchboard_runtime::nats::connect(&runtime.nats, name)
             .await
             .unwrap();
+        // Each service's start is boxed: inline, the largest of them sizes every test's
+        // future, and a test that starts a few overflowed the test thread's stack.
         match self {
             Self::Directory(config) => {
-                let running = directory::start(&client, runtime, config).await.unwrap();
-                (Replica::spawn(name, |stop| running.run(stop)), Handle::None)
-            }
-            Self::Fanout(config) => {
-                let running = inbox_fanout::start(&client, runtime, config).await.unwrap();
-                (Replica::spawn(name, |stop| running.run(stop)), Handle::None)
-            }
-            Self::FanoutWith(config, publisher) => {
-                let running = inbox_fanout::start_with(&client, runtime, config, publisher)
+                let running = Box::pin(directory::start(&client, runtime, config))
                     .await
                     .unwrap();
                 (Replica::spawn(name, |stop| running.run(stop)), Handle::None)
             }
+            Self::Fanout(config) => {
+                let running = Box::pin(inbox_fanout::start(&client, runtime, config))
+                    .await
+                    .unwrap();
+                (Replica::spawn(name, |stop| running.run(stop)), Handle::None)
+            }
+            Self::FanoutWith(config, publisher) => {
+                let running = Box::pin(inbox_fanout::start_with(
+                    &client, runtime, config, publisher,
+                ))
+                .await
+                .unwrap();
+                (Replica::spawn(name, |stop| running.run(stop)), Handle::None)
+            }
             Self::Correlator(config) => {
-                let running = reply_correlator::start(&client, runtime, config)
+                let running = Box::pin(reply_correlator::start(&client, runtime, config))
                     .await
                     .unwrap();
                 (Replica::spawn(name, |stop| running.run(stop)), Handle::None)
             }
             Self::Tasks(config) => {
-                let running = task_lifecycle::start(&client, runtime, config)
+                let running = Box::pin(task_lifecycle::start(&client, runtime, config))
                     .await
                     .unwrap();
                 let tasks = running.tasks();
@@ -206,13 +214,17 @@ impl Service {
                 (replica, Handle::Tasks(tasks))
             }
             Self::Audit(config) => {
-                let running = audit::start(&client, runtime, config).await.unwrap();
+                let running = Box::pin(audit::start(&client, runtime, config))
+                    .await
+                    .unwrap();
                 let trail = running.trail();
                 let replica = Replica::spawn(name, |stop| running.run(stop));
                 (replica, Handle::Trail(trail))
             }
             Self::Gateway(config) => {
-                let running = a2a_gateway::start(&client, runtime, config).await.unwrap();
+                let running = Box::pin(a2a_gateway::start(&client, runtime, config))
+                    .await
+                    .unwrap();
                 let address = running.local_addr().unwrap();
                 let replica = Replica::spawn(name, |stop| running.run(stop));
                 (replica, Handle::Listening(address))
