@@ -34,6 +34,7 @@ pub mod config;
 pub mod endpoints;
 pub mod error;
 pub mod gateway;
+mod history;
 mod jsonrpc;
 pub mod mapping;
 pub mod messages;

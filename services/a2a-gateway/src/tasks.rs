@@ -20,6 +20,7 @@ use uuid::Uuid;
 
 use crate::error::GatewayError;
 use crate::gateway::Gateway;
+use crate::history::history_length;
 use crate::mapping::{self, CONTEXT_KEY, MESSAGE_KEY};
 
 /// The most parts one message may carry.
@@ -106,32 +107,6 @@ pub(crate) fn check_message_id(id: &str) -> Result<(), GatewayError> {
     Ok(())
 }
 
-/// A request's `historyLength`: how many of the latest history messages a task shows (`None`:
-/// all); a negative one is refused.
-pub(crate) fn history_length(asked: Option<i32>) -> Result<Option<usize>, GatewayError> {
-    match asked {
-        None => Ok(None),
-        Some(length) => usize::try_from(length).map(Some).map_err(|_| {
-            GatewayError::InvalidParams(format!("historyLength is {length}; it must be 0 or more"))
-        }),
-    }
-}
-
-/// `task` with only its `keep` latest history messages (none for 0), as `historyLength` asks.
-pub(crate) fn with_history(mut task: Task, keep: Option<usize>) -> Task {
-    if let Some(keep) = keep {
-        task.history = match task.history.take() {
-            Some(mut history) if keep > 0 => {
-                let skip = history.len().saturating_sub(keep);
-                history.drain(..skip);
-                Some(history)
-            }
-            _ => None,
-        };
-    }
-    task
-}
-
 /// A task id from a client: a UUID, or the task does not exist for it.
 pub(crate) fn task_id(id: &str) -> Result<Uuid, GatewayError> {
     Uuid::parse_str(id).map_err(|_| GatewayError::TaskNotFound(id.to_owned()))
@@ -182,21 +157,6 @@ impl Gateway {
         Ok(SendMessageResponse::Task(
             self.a2a_task(&record, keep).await,
         ))
-    }
-
-    /// A task record as an A2A task, its follow-ups (questions and the client's answers) in
-    /// its history after the request, `keep` of the latest messages kept.
-    pub(crate) async fn a2a_task(&self, record: &TaskRecord, keep: Option<usize>) -> Task {
-        let mut task = mapping::task(record);
-        if keep != Some(0) && mapping::may_have_follow_ups(record) {
-            match self.store.follow_ups(&record.task_id).await {
-                Ok(follow_ups) => task.history.get_or_insert_default().extend(follow_ups),
-                Err(err) => {
-                    tracing::warn!(task_id = %record.task_id, error = %err, "history without its follow-ups");
-                }
-            }
-        }
-        with_history(task, keep)
     }
 
     /// Creates the task, or answers it: what a message does before anyone waits or streams.
