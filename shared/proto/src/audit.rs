@@ -65,13 +65,14 @@ impl AuditOp {
 }
 
 /// One record of the trail (the body of a message in `AGENT_AUDIT`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct AuditRecord {
     /// The stable event id: `<source stream>:<source sequence>`. A record is written once per
     /// id, however often its source is delivered.
     pub id: String,
     /// When the source stream stored it.
     #[serde(with = "time::serde::rfc3339")]
+    #[schemars(with = "crate::schema::Timestamp")]
     pub at: OffsetDateTime,
     /// What it is: an inbox message's kind (`message`, `request`, `response`, `notify`, `task`,
     /// `task_update`), or `registry.<event>`, `call.<event>`, `task.<op>` (`task.created` for
@@ -116,7 +117,7 @@ pub struct AuditRecord {
 }
 
 /// A record with its place in `AGENT_AUDIT`, as queries return it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct AuditEntry {
     /// Its sequence in `AGENT_AUDIT`.
     pub seq: u64,
@@ -129,7 +130,7 @@ pub struct AuditEntry {
 
 /// A request a service refused by a rule, published on
 /// `agent.refusals.<service>.<agent_id>` (in `AGENT_EVENTS`) so the audit records it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct RefusalEvent {
     /// Event id (UUID v7); also the `Nats-Msg-Id` header.
     pub id: Uuid,
@@ -145,11 +146,12 @@ pub struct RefusalEvent {
     pub message: String,
     /// When the service refused the request.
     #[serde(with = "time::serde::rfc3339")]
+    #[schemars(with = "crate::schema::Timestamp")]
     pub at: OffsetDateTime,
 }
 
 /// `agent.audit.thread`: one of the ids of a conversation.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ThreadRequest {
     /// Id of any message in the thread (an inbox message's `id`).
@@ -164,7 +166,7 @@ pub struct ThreadRequest {
 }
 
 /// `agent.audit.history` and `agent.audit.export`: a filter (all given fields must match).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct HistoryRequest {
     /// Records from or to this agent.
@@ -182,6 +184,7 @@ pub struct HistoryRequest {
         skip_serializing_if = "Option::is_none",
         with = "time::serde::rfc3339::option"
     )]
+    #[schemars(with = "Option<crate::schema::Timestamp>")]
     pub since: Option<OffsetDateTime>,
     /// Stored before.
     #[serde(
@@ -189,6 +192,7 @@ pub struct HistoryRequest {
         skip_serializing_if = "Option::is_none",
         with = "time::serde::rfc3339::option"
     )]
+    #[schemars(with = "Option<crate::schema::Timestamp>")]
     pub until: Option<OffsetDateTime>,
     /// Only this kind; a trailing `.*` matches a family (`call.*`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -207,7 +211,7 @@ pub const HISTORY_LIMIT_DEFAULT: usize = 100;
 pub const HISTORY_LIMIT_MAX: usize = 1000;
 
 /// The reply to `thread`, `history` and `pending`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct AuditRecords {
     /// Records, oldest first.
     pub records: Vec<AuditEntry>,
@@ -221,7 +225,7 @@ pub struct AuditRecords {
 }
 
 /// The last message of an export.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ExportDone {
     /// Records exported.
     pub records: u64,
@@ -230,7 +234,7 @@ pub struct ExportDone {
 }
 
 /// Where the chain breaks.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ChainBreak {
     /// The first record that does not fit.
     pub seq: u64,
@@ -239,7 +243,7 @@ pub struct ChainBreak {
 }
 
 /// The reply to `verify`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct VerifyReply {
     /// True when every record is intact and linked to the one before.
     pub ok: bool,

@@ -12,7 +12,7 @@ use crate::ids::{AgentId, GoalId};
 use crate::message::Part;
 
 /// Body of `agent.call.<agent_id>` (talk_to_agent / call_agent).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CallRequest {
     /// Who must answer: the callee's agent id, trimmed (`*` is refused: a call has one peer).
@@ -64,7 +64,7 @@ pub struct CallRequest {
 }
 
 /// Reply to a parked call.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct CallParked {
     /// Correlates the answer that will land in the caller goal's inbox.
     pub correlation_id: Uuid,
@@ -72,6 +72,7 @@ pub struct CallParked {
     pub delivered_to: Vec<GoalId>,
     /// When the call times out.
     #[serde(with = "time::serde::rfc3339")]
+    #[schemars(with = "crate::schema::Timestamp")]
     pub deadline: OffsetDateTime,
     /// True when the deadline was cut to the parent call's (a call made while serving one
     /// never outlives it); omitted when false.
@@ -80,7 +81,7 @@ pub struct CallParked {
 }
 
 /// Reply to a waiting call: the callee's answer.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct CallAnswer {
     /// Id of the call this answers, as `call` opened it and the callee's `reply` named it.
     pub correlation_id: Uuid,
@@ -93,6 +94,7 @@ pub struct CallAnswer {
     pub parts: Vec<Part>,
     /// When it was answered.
     #[serde(with = "time::serde::rfc3339")]
+    #[schemars(with = "crate::schema::Timestamp")]
     pub answered_at: OffsetDateTime,
     /// True when the call's deadline had been cut to its parent call's; omitted when false.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -115,7 +117,7 @@ pub const CALL_PARTS_MAX: u32 = 256;
 /// waiting call when the call's request left the callee's inbox without being read: removed
 /// from a full inbox, rejected by its reader or moved to the dead letters. The waiting caller
 /// then fails at once with `dropped` as the reason, instead of at its deadline.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CallDropped {
     /// The call whose request was dropped.
@@ -126,7 +128,7 @@ pub struct CallDropped {
 
 /// One partial reply of a streamed answer, as a waiting caller gets it on its reply subject
 /// (and [`CallParts`] returns it): in order of `part`, 1, 2, 3…, before the final answer.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct CallPart {
     /// The call it belongs to.
     pub correlation_id: Uuid,
@@ -143,12 +145,13 @@ pub struct CallPart {
     pub partial: bool,
     /// When the callee sent it.
     #[serde(with = "time::serde::rfc3339")]
+    #[schemars(with = "crate::schema::Timestamp")]
     pub at: OffsetDateTime,
 }
 
 /// A partial reply as the call record keeps it (the durable copy a caller that missed it
 /// reads back with [`CallPartsRequest`]).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct StreamedPart {
     /// Its number, from 1.
     pub part: u32,
@@ -159,13 +162,14 @@ pub struct StreamedPart {
     pub parts: Vec<Part>,
     /// When it was taken.
     #[serde(with = "time::serde::rfc3339")]
+    #[schemars(with = "crate::schema::Timestamp")]
     pub at: OffsetDateTime,
 }
 
 /// `agent.calls.parts.<agent_id>`: the partial replies (and the final answer, once there is
 /// one) of a streamed call the caller made, after part `after`: what a caller that lost its
 /// connection mid-call reads back.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CallPartsRequest {
     /// The call (one the caller made).
@@ -176,7 +180,7 @@ pub struct CallPartsRequest {
 }
 
 /// Reply to [`CallPartsRequest`].
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct CallParts {
     /// The call.
     pub correlation_id: Uuid,
@@ -190,7 +194,7 @@ pub struct CallParts {
 }
 
 /// Body of `agent.reply.<agent_id>` (reply_to_peer): no target, only the correlation.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ReplyRequest {
     /// The call being answered, from the request message's `correlation_id`; required.
@@ -213,7 +217,7 @@ pub struct ReplyRequest {
 }
 
 /// Where an answer went.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum AnswerRoute {
     /// Straight to the caller waiting on its call request.
@@ -223,7 +227,7 @@ pub enum AnswerRoute {
 }
 
 /// Reply to `reply`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ReplyAck {
     /// The call the reply named, echoed back.
     pub correlation_id: Uuid,
@@ -238,7 +242,7 @@ pub struct ReplyAck {
 }
 
 /// Lifecycle of a pending call.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum CallState {
     /// Waiting for the answer.
@@ -250,7 +254,7 @@ pub enum CallState {
 }
 
 /// A call as recorded in the `agent_calls` bucket under `call.<correlation_id>`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct PendingCall {
     /// The call's id: the record's key is `call.<correlation_id>`.
     pub correlation_id: Uuid,
@@ -280,12 +284,15 @@ pub struct PendingCall {
         skip_serializing_if = "Option::is_none",
         with = "time::serde::rfc3339::option"
     )]
+    #[schemars(with = "Option<crate::schema::Timestamp>")]
     pub claimed_at: Option<OffsetDateTime>,
     /// When the call was opened; listings sort by it, oldest first.
     #[serde(with = "time::serde::rfc3339")]
+    #[schemars(with = "crate::schema::Timestamp")]
     pub created_at: OffsetDateTime,
     /// When the call expires: `created_at` plus the clamped `timeout_ms`.
     #[serde(with = "time::serde::rfc3339")]
+    #[schemars(with = "crate::schema::Timestamp")]
     pub deadline: OffsetDateTime,
     /// The waiting caller asked for the answer streamed ([`CallRequest::stream`]).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -342,7 +349,7 @@ pub fn incoming_key(callee: &AgentId, correlation_id: &Uuid) -> String {
 }
 
 /// Reply to `agent.calls.pending.<agent_id>`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct PendingCalls {
     /// Open calls this agent made.
     pub outgoing: Vec<PendingCall>,
@@ -354,7 +361,7 @@ pub struct PendingCalls {
 /// `AGENT_EVENTS` (the audit trail's input). A call's opening has no event: its request
 /// message, stored in the callee's inbox with the call's `correlation_id`, records it
 /// (`opened` events were published before issue 25's third round; older trails hold them).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum CallEventKind {
     /// The answer was delivered (once).
@@ -381,7 +388,7 @@ impl CallEventKind {
 }
 
 /// Payload of a call event.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct CallEvent {
     /// Event id (also its `Nats-Msg-Id`).
     pub id: Uuid,
@@ -397,6 +404,7 @@ pub struct CallEvent {
     pub chain: Vec<AgentId>,
     /// When the correlator built the event, right after the change it reports.
     #[serde(with = "time::serde::rfc3339")]
+    #[schemars(with = "crate::schema::Timestamp")]
     pub at: OffsetDateTime,
     /// The answer's text (answered, late_answer), or the refusal's reason (refused).
     #[serde(default, skip_serializing_if = "Option::is_none")]

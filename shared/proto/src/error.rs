@@ -7,7 +7,7 @@
 use serde::{Deserialize, Serialize};
 
 /// Stable error kinds. New kinds are added, never renamed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ErrorKind {
     /// The body is not valid JSON, or has wrong types or unknown fields.
@@ -173,7 +173,7 @@ impl std::fmt::Display for ErrorKind {
 }
 
 /// The inner object of an error reply.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ErrorBody {
     /// HTTP-like code, equal to `Nats-Service-Error-Code`.
     pub code: u16,
@@ -184,7 +184,9 @@ pub struct ErrorBody {
 }
 
 /// An error reply: `{"error": {...}}`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[derive(
+    Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error, schemars::JsonSchema,
+)]
 #[error("{} ({}): {}", error.kind, error.code, error.message)]
 pub struct ErrorReply {
     /// The `error` object; a success reply never has this top-level field.

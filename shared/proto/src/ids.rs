@@ -190,6 +190,37 @@ pub fn new_id() -> Uuid {
     Uuid::now_v7()
 }
 
+/// An agent id's schema: a string of 1–64 characters of `[a-z0-9_-]`, starting with a letter
+/// or digit.
+impl schemars::JsonSchema for AgentId {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "AgentId".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "type": "string",
+            "pattern": "^[a-z0-9][a-z0-9_-]{0,63}$",
+            "description": "An agent's name: 1-64 characters of [a-z0-9_-], starting with a letter or digit (used as a NATS subject token).",
+        })
+    }
+}
+
+/// A goal id's schema: a lowercase hyphenated UUID.
+impl schemars::JsonSchema for GoalId {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "GoalId".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "type": "string",
+            "format": "uuid",
+            "description": "A goal: a lowercase hyphenated UUID.",
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

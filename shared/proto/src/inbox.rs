@@ -35,7 +35,7 @@ pub const TRACE_HEADER_MAX_CHARS: usize = 512;
 pub const REJECT_REASON_MAX_CHARS: usize = 200;
 
 /// `agent.inbox.fetch.<agent_id>`: read one of the caller's goals after its cursor.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FetchRequest {
     /// The goal to read (one of the caller's own).
@@ -66,7 +66,7 @@ pub struct FetchRequest {
 }
 
 /// One unread message with its stream sequence (what `ack`/`ack_through` take).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct FetchedMessage {
     /// Its `AGENT_INBOX` sequence.
     pub seq: u64,
@@ -82,7 +82,7 @@ pub struct FetchedMessage {
 }
 
 /// Reply to a fetch: the unread messages in stream order, at most `max`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct FetchReply {
     /// The goal read: the request's `goal_id`, echoed.
     pub goal_id: GoalId,
@@ -101,7 +101,7 @@ pub struct FetchReply {
 }
 
 /// `agent.inbox.ack.<agent_id>`: move a goal's cursor, or reject one message.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AckRequest {
     /// The goal (one of the caller's own).
@@ -166,7 +166,7 @@ pub fn clean_reason(reason: &str) -> String {
 }
 
 /// Reply to an ack.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct AckReply {
     /// The goal acked: the request's `goal_id`, echoed.
     pub goal_id: GoalId,
@@ -175,7 +175,7 @@ pub struct AckReply {
 }
 
 /// A goal's cursor as stored in KV `agent_cursors` under the goal id (services only).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct CursorRecord {
     /// The agent that owns the goal: the only one that may fetch or ack it.
     pub agent_id: AgentId,
@@ -209,7 +209,9 @@ pub struct CursorRecord {
 
 /// What a full goal does with the next message (docs/protocol.md §8, "The inbox cap"). Either
 /// way a message already handed out to the goal's reader is not evicted.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Overflow {
     /// The oldest message not yet handed out goes (its sender gets an `expired_unread`
@@ -238,7 +240,7 @@ pub const EXPIRED_UNREAD: &str = "expired_unread";
 
 /// Messages of a goal removed before its owner read them (the goal was full: each new
 /// message past the cap removes the oldest), as a fetch reports them.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ExpiredUnread {
     /// How many, since the previous fetch.
     pub count: u64,

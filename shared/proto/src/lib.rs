@@ -41,6 +41,7 @@ pub use error::{ErrorBody, ErrorKind, ErrorReply};
 pub use ids::{AgentId, GoalId, IdError, new_id};
 pub use message::{Callback, InboxMessage, MessageKind, Part, TaskRef, TaskState};
 pub use names::*;
+pub mod schema;
 pub use registry::{AgentCard, AgentRecord, AgentStatus, GoalKind, GoalRecord, Skill};
 
 /// Serde helpers for timestamps: RFC 3339 in UTC, e.g. `2026-04-30T14:00:00Z`.

@@ -12,7 +12,7 @@ use uuid::Uuid;
 use crate::ids::{AgentId, GoalId};
 
 /// One message in a goal's inbox.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct InboxMessage {
     /// Sender agent (taken from the send subject, never from the body).
     pub from_agent_id: AgentId,
@@ -24,6 +24,7 @@ pub struct InboxMessage {
     pub body: String,
     /// When the service accepted the send.
     #[serde(with = "time::serde::rfc3339")]
+    #[schemars(with = "crate::schema::Timestamp")]
     pub sent_at: OffsetDateTime,
     /// Correlates a request with its response; absent from the wire when `None`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -94,7 +95,9 @@ fn is_false(value: &bool) -> bool {
 }
 
 /// What an inbox message is for; on the wire as `kind`, omitted when `message`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum MessageKind {
     /// Fire-and-forget message (the default).
@@ -136,7 +139,7 @@ impl MessageKind {
 }
 
 /// One piece of structured content (an A2A part), tagged by `type` on the wire.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Part {
     /// Plain text.
@@ -163,7 +166,7 @@ pub enum Part {
 }
 
 /// The lifecycle state of a task (A2A names plus an acceptance step).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum TaskState {
     /// Created, not yet accepted.
@@ -185,7 +188,7 @@ pub enum TaskState {
 }
 
 /// A task reference carried in `task` / `task_update` messages.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct TaskRef {
     /// Id of the task the message is about: what `agent.task.<op>` requests name as `task_id`.
     pub id: Uuid,
@@ -197,6 +200,7 @@ pub struct TaskRef {
         skip_serializing_if = "Option::is_none",
         with = "time::serde::rfc3339::option"
     )]
+    #[schemars(with = "Option<crate::schema::Timestamp>")]
     pub deadline: Option<OffsetDateTime>,
     /// The parent task, for a subagent task.
     #[serde(default, skip_serializing_if = "Option::is_none")]

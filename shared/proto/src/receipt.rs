@@ -12,7 +12,7 @@ use uuid::Uuid;
 use crate::ids::{AgentId, GoalId};
 
 /// The receipts a sender asks for (`receipt` on send, call and task create).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ReceiptLevel {
     /// One receipt per goal, when its reader is first handed the message.
@@ -23,7 +23,19 @@ pub enum ReceiptLevel {
 
 /// Where one copy of a receipted message is, for one receiving goal. Only moves forward, in
 /// this order; `expired_unread` ends a copy that was never read (its goal was full).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    Deserialize,
+    schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum ReceiptState {
     /// In the goal's inbox; its reader has not been handed it yet.
@@ -63,7 +75,7 @@ pub const RECEIPT_RECORD_TTL_SECS: u64 = 7 * 24 * 3600;
 pub const RECEIPTS_MAX_BYTES: i64 = 256 * 1024 * 1024;
 
 /// One receiving goal's state, in a receipt record and a status reply.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct GoalReceipt {
     /// The receiving goal.
     pub goal_id: GoalId,
@@ -73,11 +85,12 @@ pub struct GoalReceipt {
     pub state: ReceiptState,
     /// When it got there.
     #[serde(with = "time::serde::rfc3339")]
+    #[schemars(with = "crate::schema::Timestamp")]
     pub at: OffsetDateTime,
 }
 
 /// A receipted message's record in KV `agent_receipts`, under its message id (services only).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ReceiptRecord {
     /// Who sent it: the only agent whose status request is answered.
     pub sender: AgentId,
@@ -121,7 +134,7 @@ impl ReceiptRecord {
 /// A receipted message handed to a goal's reader, until the goal's cursor passes it: then its
 /// record moves to `read` (and, when the sender asked for `read`, the sender is told). Kept on
 /// the goal's cursor record, so an ack never re-reads the stream to find whom to tell.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct PendingRead {
     /// The message's `AGENT_INBOX` sequence.
     pub seq: u64,
@@ -144,7 +157,7 @@ pub struct PendingRead {
 pub const PENDING_READS_MAX: usize = 2 * crate::names::INBOX_CAP_PER_GOAL.unsigned_abs() as usize;
 
 /// `agent.send.status.<agent_id>`: where a message the caller sent with a receipt is.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SendStatusRequest {
     /// The message id the delivery report (or call / task reply) named.
@@ -152,7 +165,7 @@ pub struct SendStatusRequest {
 }
 
 /// Reply to a status request: every receiving goal's state.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct SendStatusReply {
     /// The message asked about.
     pub message_id: Uuid,

@@ -9,7 +9,7 @@ use crate::ids::{AgentId, GoalId};
 use crate::subject::RegistryEvent;
 
 /// What an agent says about itself (A2A-style agent card plus access rules).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct AgentCard {
     /// The agent's id (always equal to the registering subject's last token).
     pub agent_id: AgentId,
@@ -72,7 +72,7 @@ fn default_max_concurrent_tasks() -> u32 {
 }
 
 /// An A2A-style skill.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Skill {
     /// Stable id of the skill, e.g. `web`; required.
     pub id: String,
@@ -97,7 +97,9 @@ pub struct Skill {
 }
 
 /// Whether an agent is around and how loaded it is.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum AgentStatus {
     /// Online, free.
@@ -111,7 +113,7 @@ pub enum AgentStatus {
 
 /// The directory's record of an agent: its card plus runtime state. The value stored in the
 /// `agent_registry` KV bucket under the agent id.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct AgentRecord {
     /// The card, as last registered.
     pub card: AgentCard,
@@ -126,9 +128,11 @@ pub struct AgentRecord {
     pub task_load: u32,
     /// Time of the first registration, kept across re-registrations and restarts.
     #[serde(with = "time::serde::rfc3339")]
+    #[schemars(with = "crate::schema::Timestamp")]
     pub registered_at: OffsetDateTime,
     /// Last register or heartbeat.
     #[serde(with = "time::serde::rfc3339")]
+    #[schemars(with = "crate::schema::Timestamp")]
     pub last_heartbeat: OffsetDateTime,
 }
 
@@ -137,7 +141,9 @@ fn is_zero(count: &u32) -> bool {
 }
 
 /// What kind of run a goal is.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum GoalKind {
     /// A session with a human in the loop (the default).
@@ -150,7 +156,7 @@ pub enum GoalKind {
 }
 
 /// A live goal: the value stored in `agent_goals` under `<agent_id>.<goal_id>`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct GoalRecord {
     /// The goal's id: the second half of its `agent_goals` key.
     pub goal_id: GoalId,
@@ -161,6 +167,7 @@ pub struct GoalRecord {
     pub kind: GoalKind,
     /// When it opened.
     #[serde(with = "time::serde::rfc3339")]
+    #[schemars(with = "crate::schema::Timestamp")]
     pub opened_at: OffsetDateTime,
 }
 
@@ -170,17 +177,18 @@ pub fn goal_key(agent: &AgentId, goal: &GoalId) -> String {
 }
 
 /// Reply to `register`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct RegisterReply {
     /// The caller's id, taken from the subject (a card naming another is refused).
     pub agent_id: AgentId,
     /// First registration time (kept across re-registrations).
     #[serde(with = "time::serde::rfc3339")]
+    #[schemars(with = "crate::schema::Timestamp")]
     pub registered_at: OffsetDateTime,
 }
 
 /// Body of `heartbeat`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct HeartbeatRequest {
     /// New status (`idle` or `busy`; use deregister to go offline).
@@ -193,7 +201,7 @@ pub struct HeartbeatRequest {
 
 /// Sent by task-lifecycle to `_SB.registry.tasks.<agent_id>` whenever an agent's active tasks
 /// change: the directory stores them as `current_tasks` and marks the agent `busy` at its cap.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TaskLoadReport {
     /// The agent's tasks in accepted, working or input_required.
@@ -201,7 +209,7 @@ pub struct TaskLoadReport {
 }
 
 /// Reply to `heartbeat`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct HeartbeatReply {
     /// The caller's id, taken from the subject.
     pub agent_id: AgentId,
@@ -209,11 +217,12 @@ pub struct HeartbeatReply {
     pub status: AgentStatus,
     /// When the directory took this heartbeat; 30 s (default) without another = offline.
     #[serde(with = "time::serde::rfc3339")]
+    #[schemars(with = "crate::schema::Timestamp")]
     pub last_heartbeat: OffsetDateTime,
 }
 
 /// Reply to `deregister`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct DeregisterReply {
     /// The caller's id, taken from the subject; its card is kept.
     pub agent_id: AgentId,
@@ -222,7 +231,7 @@ pub struct DeregisterReply {
 }
 
 /// Body of `goal.open`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GoalOpenRequest {
     /// Reuse this goal id (re-open after a restart); a fresh one when absent.
@@ -238,7 +247,7 @@ pub struct GoalOpenRequest {
 }
 
 /// Reply to `goal.open`: where the goal's messages are.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct GoalOpenReply {
     /// The goal's id: the one asked for, or a fresh UUID v7.
     pub goal_id: GoalId,
@@ -248,7 +257,7 @@ pub struct GoalOpenReply {
 }
 
 /// Body of `goal.close`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GoalCloseRequest {
     /// One of the caller's open goals; any other id is `not_found`.
@@ -256,7 +265,7 @@ pub struct GoalCloseRequest {
 }
 
 /// Reply to `goal.close`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct GoalCloseReply {
     /// The goal that was closed; fetch and ack of it are `not_found` from now on.
     pub goal_id: GoalId,
@@ -265,7 +274,7 @@ pub struct GoalCloseReply {
 }
 
 /// One entry of list_peers (the seed shape plus `capabilities` and `status`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct PeerSummary {
     /// The peer's id: what a send, call or task names as `to`.
     pub agent_id: AgentId,
@@ -290,7 +299,7 @@ pub const PEERS_PAGE_MAX: u32 = 1_000;
 pub const PEERS_PAGE_BYTES: usize = 128 * 1024;
 
 /// Body of `peers` (list_peers); an empty body asks for the first page.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PeersRequest {
     /// Start after this agent id (the previous page's `next`).
@@ -306,7 +315,7 @@ pub struct PeersRequest {
 
 /// Body of `_SB.registry.route.<agent_id>` (services only): pick one agent with `skill` for
 /// a message, call or task from that agent.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RouteRequest {
     /// The skill, as in `skill:<name>`.
@@ -317,7 +326,7 @@ pub struct RouteRequest {
 }
 
 /// Reply to a route request: the agent picked.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct RouteReply {
     /// An agent that lists the skill, is reachable from the asker (ACL both ways, a live
     /// goal, not offline) and, for a task, below its cap: idle before busy, fewest current
@@ -371,7 +380,7 @@ impl AgentCard {
 }
 
 /// Reply to `peers` (list_peers): one page of peers in agent-id order.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct PeersReply {
     /// Other registered agents, in agent-id order.
     pub peers: Vec<PeerSummary>,
@@ -384,7 +393,7 @@ pub struct PeersReply {
 }
 
 /// Body of `lookup`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LookupRequest {
     /// The agent to look up (validated by the service, so a bad id gets `invalid_agent_id`).
@@ -392,7 +401,7 @@ pub struct LookupRequest {
 }
 
 /// Reply to `lookup`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct LookupReply {
     /// The full stored card, every default filled in.
     pub card: AgentCard,
@@ -402,16 +411,18 @@ pub struct LookupReply {
     pub current_tasks: Vec<String>,
     /// Time of the first registration, kept across re-registrations and restarts.
     #[serde(with = "time::serde::rfc3339")]
+    #[schemars(with = "crate::schema::Timestamp")]
     pub registered_at: OffsetDateTime,
     /// Last register or heartbeat; 30 s (default) without one marks the agent offline.
     #[serde(with = "time::serde::rfc3339")]
+    #[schemars(with = "crate::schema::Timestamp")]
     pub last_heartbeat: OffsetDateTime,
     /// Ids of the agent's open goals.
     pub live_goals: Vec<GoalId>,
 }
 
 /// Payload of `agent.registry.events.<event>.<agent_id>`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct RegistryEventPayload {
     /// Unique event id (also the `Nats-Msg-Id`, so a retried publish is stored once).
     pub id: uuid::Uuid,
@@ -421,6 +432,7 @@ pub struct RegistryEventPayload {
     pub agent_id: AgentId,
     /// When it happened.
     #[serde(with = "time::serde::rfc3339")]
+    #[schemars(with = "crate::schema::Timestamp")]
     pub at: OffsetDateTime,
     /// The goal concerned (goal events).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -21,7 +21,7 @@ use crate::receipt::ReceiptLevel;
 ///
 /// `to` and `message` are optional in the type so that a missing field fails its gate with the
 /// gate's own error instead of a generic decode error.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SendRequest {
     /// The peer's agent id, or `*` for a broadcast.
@@ -74,7 +74,7 @@ pub struct SendRequest {
 }
 
 /// Reply to a send: which goals got the message, and why others did not.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct DeliveryReport {
     /// The message id (one per send, shared by every goal's copy). Absent when nothing was
     /// attempted.

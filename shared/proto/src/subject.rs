@@ -141,7 +141,17 @@ impl RegistryOp {
 }
 
 /// An event the directory publishes as `agent.registry.events.<event>.<agent_id>`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    serde::Serialize,
+    serde::Deserialize,
+    schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum RegistryEvent {
     /// A card was created or updated.

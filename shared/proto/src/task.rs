@@ -49,7 +49,7 @@ impl TaskState {
 }
 
 /// Something that may change a task's state.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum TaskOp {
     /// The assignee takes the task.
@@ -118,7 +118,7 @@ impl TaskOp {
 }
 
 /// Who is acting on a task.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum TaskRole {
     /// The agent that created the task.
@@ -254,7 +254,7 @@ impl TaskRequestOp {
 }
 
 /// `create` and `spawn`: a task for `to` (`self` in a spawn: any live goal of the caller).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateTask {
     /// The assignee (`self` allowed in a spawn only).
@@ -272,6 +272,7 @@ pub struct CreateTask {
         skip_serializing_if = "Option::is_none",
         with = "time::serde::rfc3339::option"
     )]
+    #[schemars(with = "Option<crate::schema::Timestamp>")]
     pub deadline: Option<OffsetDateTime>,
     /// The deadline relative to now, in milliseconds (instead of `deadline`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -305,7 +306,7 @@ pub struct CreateTask {
 }
 
 /// `accept`, `reject`, `start`, `progress`, `input_required`, `complete`, `fail`, `cancel`, `get`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TaskAction {
     /// The task to act on; required (`bad_request` without it).
@@ -331,7 +332,9 @@ pub struct TaskAction {
 }
 
 /// Which side of a task a listing shows.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum ListRole {
     /// Tasks the caller created.
@@ -344,7 +347,7 @@ pub enum ListRole {
 }
 
 /// `list`: the caller's tasks by role and state, or the children of a parent, paged.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ListTasks {
     /// Which side (default both).
@@ -379,7 +382,7 @@ pub const LIST_LIMIT_MAX: usize = 200;
 pub const LIST_COUNT_MAX: usize = 1_000;
 
 /// One change in a task's life, as kept in its record.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct TaskTransition {
     /// What happened.
     pub op: TaskOp,
@@ -392,6 +395,7 @@ pub struct TaskTransition {
     pub to: TaskState,
     /// When the transition was made (the record's `updated_at` from then on).
     #[serde(with = "time::serde::rfc3339")]
+    #[schemars(with = "crate::schema::Timestamp")]
     pub at: OffsetDateTime,
     /// Reason, note or question (shortened in the record; full text in the messages).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -399,7 +403,7 @@ pub struct TaskTransition {
 }
 
 /// A task: the value stored in `agent_tasks` under `task.<task_id>`, and the reply of every op.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct TaskRecord {
     /// The task id (UUID v7 unless the requester chose one).
     pub task_id: Uuid,
@@ -426,6 +430,7 @@ pub struct TaskRecord {
         skip_serializing_if = "Option::is_none",
         with = "time::serde::rfc3339::option"
     )]
+    #[schemars(with = "Option<crate::schema::Timestamp>")]
     pub deadline: Option<OffsetDateTime>,
     /// The requester's routing, returned unchanged.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -466,9 +471,11 @@ pub struct TaskRecord {
     pub history: Vec<TaskTransition>,
     /// When the task was created (state `submitted`).
     #[serde(with = "time::serde::rfc3339")]
+    #[schemars(with = "crate::schema::Timestamp")]
     pub created_at: OffsetDateTime,
     /// When the record last changed; `agent_tasks`' max age counts from it.
     #[serde(with = "time::serde::rfc3339")]
+    #[schemars(with = "crate::schema::Timestamp")]
     pub updated_at: OffsetDateTime,
     /// The W3C `traceparent` of the span the task was created in: what the service does to
     /// the task on its own (its deadline, a cascade's cancels) joins that trace.
@@ -502,7 +509,7 @@ impl TaskRecord {
 }
 
 /// A descendant of a task that ended, as the end left it (`cancel` reports each one).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct DescendantState {
     /// The subtask.
     pub task_id: Uuid,
@@ -513,7 +520,7 @@ pub struct DescendantState {
 }
 
 /// The reply to every task op but `list`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct TaskReply {
     /// The task after the op.
     pub task: TaskRecord,
@@ -534,7 +541,7 @@ pub struct TaskReply {
 }
 
 /// The reply to `list`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct TaskList {
     /// Tasks, oldest first (newest first when asked).
     pub tasks: Vec<TaskRecord>,
@@ -549,7 +556,7 @@ pub struct TaskList {
 
 /// Published on `agent.task.events.<task_id>` for the creation (`op` absent) and every
 /// transition.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct TaskEvent {
     /// `<task_id>:<n>`, n counting from 0 (the creation): stable, so a retried publish and the
     /// audit service de-duplicate by it.
@@ -583,6 +590,7 @@ pub struct TaskEvent {
     pub parts: Vec<crate::Part>,
     /// When it happened: the record's `updated_at`.
     #[serde(with = "time::serde::rfc3339")]
+    #[schemars(with = "crate::schema::Timestamp")]
     pub at: OffsetDateTime,
 }
 
