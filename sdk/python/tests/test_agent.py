@@ -1,0 +1,222 @@
+"""The SDK against a real fabric: nats-server and every Switchboard service. Set
+SWITCHBOARD_NATS_URL (tests/sdk_python.rs starts a fabric and sets it; `switchboard up` gives
+nats://127.0.0.1:4222). Each test is one scenario two or three agents play out."""
+
+import asyncio
+import os
+import uuid
+
+import pytest
+
+from switchboard import (Agent, BadRequest, CallTimeout, Conflict, NotFound, SwitchboardError)
+
+URL = os.environ.get("SWITCHBOARD_NATS_URL", "nats://127.0.0.1:4222")
+
+
+def name(prefix: str) -> str:
+    """A fresh agent id, so tests never share an agent."""
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def run(scenario):
+    asyncio.run(asyncio.wait_for(scenario(), timeout=60))
+
+
+async def serve(agent: Agent, handle) -> asyncio.Task:
+    """Runs `handle(message)` on every message of `agent`'s inbox, in the background."""
+    async def loop():
+        async for message in agent.messages(wait_ms=200):
+            await handle(message)
+    return asyncio.create_task(loop())
+
+
+def test_register_heartbeat_peers_and_leave():
+    async def scenario():
+        first, second = name("peer"), name("peer")
+        async with await Agent.connect(URL, first, description="the first") as a:
+            async with await Agent.connect(URL, second, capabilities=["search"]):
+                peers = {p["agent_id"]: p for p in await a.list_peers(limit=200)}
+                assert second in peers
+                assert peers[second]["capabilities"] == ["search"]
+                found = await a.lookup(second)
+                assert found["card"]["agent_id"] == second and found["live_goals"]
+            # Gone: closed its goal and deregistered.
+            found = await a.lookup(second)
+            assert found["status"] == "offline" and not found["live_goals"]
+    run(scenario)
+
+
+def test_send_read_and_ack_at_least_once():
+    async def scenario():
+        sender, reader = name("sender"), name("reader")
+        async with await Agent.connect(URL, sender) as s, \
+                await Agent.connect(URL, reader) as r:
+            for i in range(3):
+                report = await s.send(reader, f"hello {i}")
+                assert report["delivered_to"] == [r.goal_id]
+            seen = []
+            async for message in r.messages(wait_ms=200):
+                seen.append(message.body)
+                assert message.kind == "message" and message.sender == sender
+                if len(seen) == 2:
+                    await message.ack()  # done with it, then leave the loop
+                    break
+            async for message in r.messages(wait_ms=200):
+                seen.append(message.body)
+                await message.ack()
+                break
+            assert seen == ["hello 0", "hello 1", "hello 2"]
+            # A message whose handler failed is handed out again.
+            await s.send(reader, "again")
+            with pytest.raises(RuntimeError):
+                async for message in r.messages(wait_ms=200):
+                    raise RuntimeError(message.body)
+            async for message in r.messages(wait_ms=200):
+                assert message.body == "again"
+                await message.ack()
+                break
+    run(scenario)
+
+
+def test_a_waiting_call_a_parked_call_and_errors():
+    async def scenario():
+        caller, callee = name("caller"), name("callee")
+        async with await Agent.connect(URL, caller) as a, \
+                await Agent.connect(URL, callee) as b:
+            async def answer(message):
+                if message.is_call:
+                    await message.reply(f"re: {message.body}")
+            worker = await serve(b, answer)
+            got = await a.call(callee, "ping", timeout_ms=10_000)
+            assert got["body"] == "re: ping" and got["from_agent_id"] == callee
+            parked = await a.call_parked(callee, "later", timeout_ms=10_000)
+            response = None
+            async for message in a.messages(wait_ms=200):
+                if message.kind == "response":
+                    response = message
+                    break
+            assert response.correlation_id == parked["correlation_id"]
+            assert response.body == "re: later"
+            worker.cancel()
+            # Errors are the kind's class.
+            with pytest.raises(BadRequest) as refused:
+                await a.send(caller, "to myself")
+            assert refused.value.kind == "self_send"
+            with pytest.raises(NotFound):
+                await a.call(name("ghost"), "anyone?", timeout_ms=1000)
+            with pytest.raises(CallTimeout):
+                await a.call(callee, "nobody reads this", timeout_ms=300)
+    run(scenario)
+
+
+def test_a_streamed_call_and_asking_back():
+    async def scenario():
+        caller, writer = name("caller"), name("writer")
+        async with await Agent.connect(URL, caller) as a, \
+                await Agent.connect(URL, writer) as w:
+            async def write(message):
+                if not message.is_call:
+                    return
+                if message.body == "draft":
+                    for i, chunk in enumerate(["one ", "two "], start=1):
+                        await message.reply_part(i, chunk)
+                    await message.reply("three")
+                elif message.body == "title?":
+                    style = await message.ask_back("which style?")
+                    await message.reply(f"a {style['body']} title")
+            worker = await serve(w, write)
+
+            async def answer_questions(message):
+                if message.is_call and message.body == "which style?":
+                    await message.reply("short")
+            answering = await serve(a, answer_questions)
+            events = [e async for e in a.call_stream(writer, "draft", timeout_ms=10_000)]
+            assert [e.get("part") for e in events[:-1]] == [1, 2]
+            assert events[-1]["body"] == "one two three"
+            got = await a.call(writer, "title?", timeout_ms=10_000)
+            assert got["body"] == "a short title"
+            worker.cancel()
+            answering.cancel()
+    run(scenario)
+
+
+def test_a_task_through_every_state_and_the_cancel_tree():
+    async def scenario():
+        boss, worker_id, helper_id = name("boss"), name("worker"), name("helper")
+        async with await Agent.connect(URL, boss) as b, \
+                await Agent.connect(URL, worker_id) as w, \
+                await Agent.connect(URL, helper_id) as h:
+            spawned = asyncio.Event()
+            children = []
+
+            async def work(message):
+                if message.kind == "task":
+                    task = await message.task().accept()
+                    await task.start()
+                    if message.body == "big job":
+                        children.append(await task.spawn(helper_id, "part of it"))
+                        spawned.set()
+                        return
+                    await task.progress("half way", parts=[{"type": "text", "text": "50%"}])
+                    await task.input_required("which format?")
+                elif message.kind == "message" and message.task_id:
+                    # The requester's answer to the question: resume, finish.
+                    await w.task_op("start", message.task_id)
+                    await w.task_op("complete", message.task_id, f"done as {message.body}")
+            working = await serve(w, work)
+            task = await b.create_task(worker_id, "small job", deadline_in_ms=30_000)
+            updates = []
+            async for message in b.messages(wait_ms=200):
+                if message.kind == "task_update" and message.task_id == task.id:
+                    updates.append(message.task_state)
+                    if message.task_state == "input_required":
+                        await b.send(worker_id, "pdf", metadata={"task_id": task.id})
+                    if message.task_state == "completed":
+                        break
+            assert updates[-1] == "completed" and "working" in updates
+            done = await task.refresh()
+            assert done.record["result"] == "done as pdf"
+
+            # A tree: canceling the parent cancels the open subtask.
+            big = await b.create_task(worker_id, "big job")
+            await asyncio.wait_for(spawned.wait(), 10)
+            await big.cancel("plans changed")
+            child = await children[0].refresh()
+            assert child.state == "canceled"
+            # The canceled task can no longer change (a repeated cancel is a duplicate).
+            with pytest.raises(Conflict) as ended:
+                await w.task_op("complete", big.id, "too late")
+            assert ended.value.kind == "task_terminal"
+            working.cancel()
+    run(scenario)
+
+
+def test_receipts_report_delivered_and_read():
+    async def scenario():
+        sender, reader = name("sender"), name("reader")
+        async with await Agent.connect(URL, sender) as s, \
+                await Agent.connect(URL, reader) as r:
+            report = await s.send(reader, "did you read this?", receipt="read")
+            async for message in r.messages(wait_ms=200):
+                assert message.body == "did you read this?"
+                await message.ack()  # read: the receipt says so
+                break
+            states = []
+            for _ in range(50):
+                status = await s.send_status(report["message_id"])
+                states = [goal["state"] for goal in status["goals"]]
+                if states == ["read"]:
+                    break
+                await asyncio.sleep(0.1)
+            assert states == ["read"]
+    run(scenario)
+
+
+def test_every_error_is_a_switchboard_error_with_its_kind():
+    async def scenario():
+        async with await Agent.connect(URL, name("lonely")) as a:
+            with pytest.raises(SwitchboardError) as missing:
+                await a.get_task(str(uuid.uuid4()))
+            assert missing.value.kind == "not_found" and missing.value.code == 404
+            assert isinstance(missing.value, NotFound)
+    run(scenario)

@@ -1,0 +1,38 @@
+//! The Python SDK's own test suite (`sdk/python/tests`, pytest) against a real fabric:
+//! nats-server and every service, started here; the suite reads `SWITCHBOARD_NATS_URL`.
+
+use std::time::Duration;
+
+use switchboard_tests::Fabric;
+
+#[tokio::test]
+async fn the_python_sdk_suite_passes_against_a_real_fabric() {
+    let fabric = Fabric::start().await;
+    let root = switchboard_testkit::workspace_root();
+    let output = tokio::time::timeout(
+        Duration::from_secs(300),
+        tokio::process::Command::new(switchboard_testkit::python_bin())
+            .current_dir(&root)
+            .args([
+                "-m",
+                "pytest",
+                "sdk/python/tests",
+                "-q",
+                "-p",
+                "no:cacheprovider",
+            ])
+            .env("SWITCHBOARD_NATS_URL", fabric.url())
+            .env("PYTHONPATH", root.join("sdk/python"))
+            .output(),
+    )
+    .await
+    .expect("the SDK suite finishes within 300 s")
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "pytest failed:\n{stdout}\n{stderr}"
+    );
+    assert!(stdout.contains("passed"), "{stdout}");
+}
