@@ -30,6 +30,14 @@ async def serve(agent: Agent, handle) -> asyncio.Task:
     return asyncio.create_task(loop())
 
 
+async def stop(task: asyncio.Task) -> None:
+    """Cancels `task` and waits until it is gone. (Python 3.11's wait_for can swallow a
+    cancel that lands as its request completes, so the cancel is repeated until it holds.)"""
+    while not task.done():
+        task.cancel()
+        await asyncio.sleep(0.01)
+
+
 def test_register_heartbeat_peers_and_leave():
     async def scenario():
         first, second = name("peer"), name("peer")
@@ -97,7 +105,7 @@ def test_a_waiting_call_a_parked_call_and_errors():
                     break
             assert response.correlation_id == parked["correlation_id"]
             assert response.body == "re: later"
-            worker.cancel()
+            await stop(worker)
             # Errors are the kind's class.
             with pytest.raises(BadRequest) as refused:
                 await a.send(caller, "to myself")
@@ -135,8 +143,8 @@ def test_a_streamed_call_and_asking_back():
             assert events[-1]["body"] == "one two three"
             got = await a.call(writer, "title?", timeout_ms=10_000)
             assert got["body"] == "a short title"
-            worker.cancel()
-            answering.cancel()
+            await stop(worker)
+            await stop(answering)
     run(scenario)
 
 
@@ -187,7 +195,7 @@ def test_a_task_through_every_state_and_the_cancel_tree():
             with pytest.raises(Conflict) as ended:
                 await w.task_op("complete", big.id, "too late")
             assert ended.value.kind == "task_terminal"
-            working.cancel()
+            await stop(working)
     run(scenario)
 
 

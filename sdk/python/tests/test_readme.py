@@ -1,0 +1,49 @@
+"""The README's quick start runs as written: its echo agent and its caller, taken from the
+README's code blocks, each in a process of its own, against the fabric (only the NATS URL is
+replaced by SWITCHBOARD_NATS_URL's)."""
+
+import os
+import pathlib
+import re
+import subprocess
+import sys
+import time
+
+README = pathlib.Path(__file__).resolve().parents[1] / "README.md"
+URL = os.environ.get("SWITCHBOARD_NATS_URL", "nats://127.0.0.1:4222")
+
+
+def blocks() -> dict:
+    """The README's Python blocks by the heading above them."""
+    text = README.read_text()
+    found = {}
+    for heading, code in re.findall(r"^## (.+?)\n+```python\n(.*?)```", text, re.S | re.M):
+        found[heading.strip()] = code.replace("nats://127.0.0.1:4222", URL)
+    return found
+
+
+def test_the_quick_start_runs_as_written(tmp_path):
+    code = blocks()
+    assert set(code) >= {"An echo agent", "A caller"}, code.keys()
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    agent_file, caller_file = tmp_path / "echo.py", tmp_path / "caller.py"
+    agent_file.write_text(code["An echo agent"])
+    caller_file.write_text(code["A caller"])
+    echo = subprocess.Popen([sys.executable, str(agent_file)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        # The caller needs the echo agent registered; it asks until it is.
+        for _ in range(50):
+            done = subprocess.run([sys.executable, str(caller_file)], env=env,
+                                  capture_output=True, text=True, timeout=60)
+            if done.returncode == 0 and "echo: hello?" in done.stdout:
+                break
+            time.sleep(0.2)
+        assert done.returncode == 0, done.stderr
+        lines = done.stdout.splitlines()
+        assert "echo" in lines[0], lines  # the peers it may ask
+        assert lines[1] == "echo: hello?", lines
+        assert lines[2] in ("submitted", "accepted", "working", "completed"), lines
+    finally:
+        echo.terminate()
+        echo.wait(timeout=10)
