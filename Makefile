@@ -1,14 +1,14 @@
 # The two commands (see README.md). Both install the pinned nats-server into .tools/ first.
-.PHONY: up test bench lint validate-deploy nats-server py-venv asyncapi-tools
+.PHONY: up test bench lint validate-deploy nats-server py-venv asyncapi-tools ts-sdk
 
 # Run the system: an embedded nats-server with JetStream (data in .data/nats) + every service.
 up: nats-server
 	cargo run --locked --bin switchboard -- up
 
 # Run every test against real nats-server processes (and the pinned Python clients the
-# foreign-client tests drive: nats-py, the official MCP SDK; and the official AsyncAPI parser
-# that checks docs/asyncapi.yaml).
-test: nats-server py-venv asyncapi-tools
+# foreign-client tests drive: nats-py, the official MCP SDK; the official AsyncAPI parser
+# that checks docs/asyncapi.yaml; the TypeScript SDK, built).
+test: nats-server py-venv asyncapi-tools ts-sdk
 	cargo test --workspace --locked
 
 # The performance report: a private nats-server and the five services (release binaries),
@@ -38,3 +38,6 @@ py-venv:
 
 asyncapi-tools:
 	@bash tests/asyncapi/install.sh
+
+ts-sdk:
+	@bash sdk/typescript/install.sh

@@ -1,0 +1,35 @@
+//! The TypeScript SDK's own test suite (`sdk/typescript/test`, node's test runner) against a
+//! real fabric: nats-server and every service, started here; the suite reads
+//! `SWITCHBOARD_NATS_URL`. `make test` installs and builds the SDK first
+//! (`sdk/typescript/install.sh`).
+
+use std::time::Duration;
+
+use switchboard_tests::Fabric;
+
+#[tokio::test]
+async fn the_typescript_sdk_suite_passes_against_a_real_fabric() {
+    let fabric = Fabric::start().await;
+    let sdk = switchboard_testkit::workspace_root().join("sdk/typescript");
+    let output = tokio::time::timeout(
+        Duration::from_secs(300),
+        tokio::process::Command::new("node")
+            .current_dir(&sdk)
+            .args(["--test", "--test-reporter=spec", "dist/test/"])
+            .env("SWITCHBOARD_NATS_URL", fabric.url())
+            .output(),
+    )
+    .await
+    .expect("the SDK suite finishes within 300 s")
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "the TypeScript SDK suite failed:\n{stdout}\n{stderr}"
+    );
+    assert!(
+        stdout.contains("pass ") && stdout.contains("fail 0"),
+        "{stdout}"
+    );
+}
