@@ -1,0 +1,22 @@
+// A TypeScript agent that answers each call by giving the work to another agent as a task
+// and answering with the task's result: the middle of tests/sdk_cross.rs's conversation
+// (a Python agent calls it; it gives a task to a Rust agent).
+//
+//   node dist/examples/relay.js <nats url> <agent id> <worker agent id>
+import { Agent } from '../src/index.js';
+
+const [url, id, worker] = process.argv.slice(2);
+const agent = await Agent.connect(url, id, { description: 'relays calls to a worker as tasks' });
+process.on('SIGTERM', () => void agent.close());
+console.log(`ready ${agent.goalId}`);
+for await (const message of agent.messages({ waitMs: 500 })) {
+  if (message.isCall) {
+    const task = await agent.createTask(worker, message.body, { deadlineInMs: 30_000 });
+    let done = await task.refresh();
+    for (let i = 0; i < 300 && done.state !== 'completed' && done.state !== 'failed'; i++) {
+      await new Promise((r) => setTimeout(r, 50));
+      done = await task.refresh();
+    }
+    await message.reply(`via ${id}: ${done.record.result ?? done.state}`);
+  }
+}
