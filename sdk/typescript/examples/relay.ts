@@ -1,12 +1,16 @@
 // A TypeScript agent that answers each call by giving the work to another agent as a task
 // and answering with the task's result: the middle of tests/sdk_cross.rs's conversation
-// (a Python agent calls it; it gives a task to a Rust agent).
+// (a Python agent calls it; it gives a task to a Rust agent). SWITCHBOARD_NKEY_SEED, when
+// set, signs it in under the generated NATS accounts.
 //
 //   node dist/examples/relay.js <nats url> <agent id> <worker agent id>
 import { Agent } from '../src/index.js';
 
 const [url, id, worker] = process.argv.slice(2);
-const agent = await Agent.connect(url, id, { description: 'relays calls to a worker as tasks' });
+const agent = await Agent.connect(url, id, {
+  description: 'relays calls to a worker as tasks',
+  nkeySeed: process.env.SWITCHBOARD_NKEY_SEED,
+});
 process.on('SIGTERM', () => void agent.close());
 console.log(`ready ${agent.goalId}`);
 for await (const message of agent.messages({ waitMs: 500 })) {
