@@ -228,3 +228,30 @@ def test_every_error_is_a_switchboard_error_with_its_kind():
             assert missing.value.kind == "not_found" and missing.value.code == 404
             assert isinstance(missing.value, NotFound)
     run(scenario)
+
+
+def test_requests_carry_the_current_spans_trace_context():
+    import nats
+    from opentelemetry.sdk.trace import TracerProvider
+
+    tracer = TracerProvider().get_tracer("sdk-test")
+
+    async def scenario():
+        caller, callee = name("traced"), name("callee")
+        watcher = await nats.connect(URL)
+        # A plain subscriber sees a copy of every call request (the correlator's is a queue).
+        seen = await watcher.subscribe(f"agent.call.{caller}")
+        async with await Agent.connect(URL, caller) as a, \
+                await Agent.connect(URL, callee) as b:
+            async def answer(message):
+                if message.is_call:
+                    await message.reply("ok")
+            worker = await serve(b, answer)
+            with tracer.start_as_current_span("ask") as span:
+                await a.call(callee, "traced?", timeout_ms=10_000)
+                trace_id = format(span.get_span_context().trace_id, "032x")
+            await stop(worker)
+            request = await seen.next_msg(timeout=5)
+            assert trace_id in (request.headers or {}).get("traceparent", ""), request.headers
+        await watcher.close()
+    run(scenario)
