@@ -13,9 +13,9 @@ use std::time::Duration;
 use common::System;
 use switchboard_client::proto::{AgentCard, AgentId};
 use switchboard_client::{Agent, AgentOptions, TaskOutcome};
+use switchboard_runtime::CancellationToken;
 use switchboard_testkit::{python_bin, workspace_root};
 use tokio::io::{AsyncBufReadExt, BufReader};
-use switchboard_runtime::CancellationToken;
 
 fn seed(system: &System, agent: &str) -> String {
     std::fs::read_to_string(system.agent_key(agent))
@@ -52,7 +52,12 @@ async fn both_sdks_work_signed_in_with_their_generated_keys() {
 
     let mut relay = tokio::process::Command::new("node")
         .current_dir(workspace_root().join("sdk/typescript"))
-        .args(["dist/examples/relay.js", &system.url(), "ts-relay", "rust-worker"])
+        .args([
+            "dist/examples/relay.js",
+            &system.url(),
+            "ts-relay",
+            "rust-worker",
+        ])
         .env("SWITCHBOARD_NKEY_SEED", seed(&system, "ts-relay"))
         .stdout(std::process::Stdio::piped())
         .kill_on_drop(true)
