@@ -255,3 +255,27 @@ def test_requests_carry_the_current_spans_trace_context():
             assert trace_id in (request.headers or {}).get("traceparent", ""), request.headers
         await watcher.close()
     run(scenario)
+
+
+def test_a_broadcast_reaches_every_peer_and_tasks_can_be_rejected_or_failed():
+    async def scenario():
+        a_id, b_id = name("bcast"), name("bcast")
+        card = {"allow_from": ["bcast-*"], "can_talk_to": ["bcast-*"]}
+        async with await Agent.connect(URL, a_id, card=card) as a, \
+                await Agent.connect(URL, b_id, card=card) as b:
+            report = await a.broadcast("all hands")
+            assert report["delivered_to"] == [b.goal_id]
+            got = await b.next_message()
+            assert got.body == "all hands"
+
+            rejected = await a.create_task(b_id, "no thanks")
+            offered = await b.next_message()
+            assert (await offered.task().reject("busy")).state == "rejected"
+            assert (await rejected.refresh()).state == "rejected"
+            failed = await a.create_task(b_id, "try it")
+            given = await b.next_message()
+            task = await given.task().accept()
+            await task.start()
+            assert (await task.fail("it broke")).state == "failed"
+            assert (await failed.refresh()).record["reason"] == "it broke"
+    run(scenario)

@@ -206,6 +206,11 @@ export class Agent {
       { trace: opts.inReplyTo?.trace });
   }
 
+  /** A message to every agent this one may reach (§8, `to: "*"`). */
+  async broadcast(text: string, opts: Parameters<Agent['send']>[2] = {}): Promise<DeliveryReport> {
+    return this.send('*', text, opts);
+  }
+
   /** Where a message sent with a receipt is, per goal (§8, Receipts). */
   async sendStatus(messageId: string): Promise<SendStatusReply> {
     return this.request<SendStatusReply>(`agent.send.status.${this.id}`, { message_id: messageId });

@@ -193,3 +193,30 @@ test('receipts say read', async () => {
     await r.close();
   }
 });
+
+test('a broadcast reaches every peer; a task can be rejected or failed', async () => {
+  const aId = name('bcast');
+  const bId = name('bcast');
+  const a = await Agent.connect(URL, aId, { card: { allow_from: [`bcast-*`], can_talk_to: ['bcast-*'] } });
+  const b = await Agent.connect(URL, bId, { card: { allow_from: [`bcast-*`], can_talk_to: ['bcast-*'] } });
+  try {
+    const report = await a.broadcast('all hands');
+    assert.deepEqual(report.delivered_to, [b.goalId]);
+    const got = await firstMessage(b, () => true);
+    assert.equal(got.body, 'all hands');
+
+    const rejected = await a.createTask(bId, 'no thanks');
+    const offered = await firstMessage(b, (m) => m.kind === 'task');
+    assert.equal((await offered.task().reject('busy')).state, 'rejected');
+    assert.equal((await rejected.refresh()).state, 'rejected');
+    const failed = await a.createTask(bId, 'try it');
+    const given = await firstMessage(b, (m) => m.kind === 'task');
+    const task = await given.task().accept();
+    await task.start();
+    assert.equal((await task.fail('it broke')).state, 'failed');
+    assert.equal((await failed.refresh()).record.reason, 'it broke');
+  } finally {
+    await a.close();
+    await b.close();
+  }
+});
