@@ -22,6 +22,7 @@ from typing import Any, Literal
 import nats
 from nats.errors import NoRespondersError
 
+from . import wire
 from .errors import SwitchboardError, Unavailable, error_for
 from .message import Message, TaskHandle
 
@@ -158,7 +159,7 @@ class Agent:
         self.goal_id = reply["goal_id"]
         return reply["goal_id"]
 
-    async def close_goal(self, goal_id: str) -> JSON:
+    async def close_goal(self, goal_id: str) -> wire.GoalCloseReply:
         """Closes a goal and purges its inbox (§4.5)."""
         reply = await self.request(f"agent.registry.goal.close.{self.id}", {"goal_id": goal_id})
         if goal_id == self.goal_id:
@@ -166,7 +167,7 @@ class Agent:
         return reply
 
     async def list_peers(self, *, limit: int | None = None,
-                         after: str | None = None) -> list[JSON]:
+                         after: str | None = None) -> list[wire.PeerSummary]:
         """The agents this agent may reach, with their cards and status (§4.6): what an LLM
         looks at to choose whom to ask."""
         body: JSON = {}
@@ -176,7 +177,7 @@ class Agent:
             body["after"] = after
         return (await self.request(f"agent.registry.peers.{self.id}", body))["peers"]
 
-    async def lookup(self, agent_id: str) -> JSON:
+    async def lookup(self, agent_id: str) -> wire.LookupReply:
         """One agent's card, status and live goals (§4.7)."""
         return await self.request(f"agent.registry.lookup.{self.id}", {"agent_id": agent_id})
 
@@ -219,7 +220,7 @@ class Agent:
                    metadata: Mapping[str, Any] | None = None,
                    receipt: Literal["delivered", "read"] | None = None,
                    in_reply_to: Message | None = None, message_id: str | None = None,
-                   kind: str | None = None) -> JSON:
+                   kind: str | None = None) -> wire.DeliveryReport:
         """send_to_peer (§8): fire-and-forget into every live goal of ``to``; the reply is the
         delivery report (``message_id``, ``delivered_to``, ``unreachable_reasons``). Use it
         to tell, not to ask (``call`` waits for an answer). ``receipt`` asks for ``delivered``
@@ -244,11 +245,11 @@ class Agent:
             trace = in_reply_to.trace
         return await self.request(f"agent.send.{self.id}", body, trace=trace)
 
-    async def broadcast(self, text: str, **options: Any) -> JSON:
+    async def broadcast(self, text: str, **options: Any) -> wire.DeliveryReport:
         """A message to every agent this one may reach (§8, ``to: "*"``)."""
         return await self.send("*", text, **options)
 
-    async def send_status(self, message_id: str) -> JSON:
+    async def send_status(self, message_id: str) -> wire.SendStatusReply:
         """Where a message sent with a ``receipt`` is, per goal: stored, delivered, read,
         expired_unread (§8, Receipts)."""
         return await self.request(f"agent.send.status.{self.id}", {"message_id": message_id})
@@ -272,7 +273,7 @@ class Agent:
 
     async def call(self, to: str, text: str, *, timeout_ms: int = CALL_TIMEOUT_MS,
                    parts: Sequence[Part] = (), metadata: Mapping[str, Any] | None = None,
-                   serving: Message | None = None) -> JSON:
+                   serving: Message | None = None) -> wire.CallAnswer:
         """Asks ``to`` and waits for the answer (§9): the ``CallAnswer`` (``body``, ``parts``).
         Use it when the next step needs the answer. ``serving`` is the call this one is made
         while answering: its deadline bounds this one and cycles are refused. Raises
@@ -285,7 +286,7 @@ class Agent:
     async def call_parked(self, to: str, text: str, *, timeout_ms: int = CALL_TIMEOUT_MS,
                           parts: Sequence[Part] = (),
                           metadata: Mapping[str, Any] | None = None,
-                          serving: Message | None = None) -> JSON:
+                          serving: Message | None = None) -> wire.CallParked:
         """Asks ``to`` without waiting (§9, ``wait: false``): ``CallParked`` at once; the
         answer (``kind: response``) or a timeout notice (``kind: notify``) lands in this goal's
         inbox later. Use it to ask several agents at once, or when the agent has other work."""
@@ -297,7 +298,7 @@ class Agent:
     async def call_stream(self, to: str, text: str, *, timeout_ms: int = CALL_TIMEOUT_MS,
                           parts: Sequence[Part] = (),
                           metadata: Mapping[str, Any] | None = None,
-                          serving: Message | None = None) -> AsyncIterator[JSON]:
+                          serving: Message | None = None) -> AsyncIterator[wire.CallPart | wire.CallAnswer]:
         """Asks ``to`` and yields its answer as it comes (§9, "Streamed answers"): each
         ``CallPart`` (``partial: true``, numbered 1, 2, …) in order, then the final
         ``CallAnswer``, whose ``body`` is everything joined. Parts lost in a reconnect are
@@ -351,12 +352,12 @@ class Agent:
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
 
-    async def _parts_after(self, correlation_id: str, after: int) -> JSON:
+    async def _parts_after(self, correlation_id: str, after: int) -> wire.CallParts:
         return await self.request(f"agent.calls.parts.{self.id}",
                                   {"correlation_id": correlation_id, "after": after})
 
     async def reply(self, correlation_id: str, text: str, *, parts: Sequence[Part] = (),
-                    trace: Mapping[str, str] | None = None) -> JSON:
+                    trace: Mapping[str, str] | None = None) -> wire.ReplyAck:
         """reply_to_peer (§9): answers the call ``correlation_id``; the ``ReplyAck`` says
         where the answer went. A repeat is ``duplicate: true`` and sends nothing."""
         body: JSON = {"correlation_id": correlation_id, "message": text}
@@ -366,7 +367,7 @@ class Agent:
 
     async def reply_part(self, correlation_id: str, part: int, text: str, *,
                          parts: Sequence[Part] = (),
-                         trace: Mapping[str, str] | None = None) -> JSON:
+                         trace: Mapping[str, str] | None = None) -> wire.ReplyAck:
         """Part ``part`` (1, 2, …) of a streamed answer (§9): the call stays open until
         :meth:`reply` sends the final part. Numbered, so a retry is taken once."""
         body: JSON = {"correlation_id": correlation_id, "message": text, "partial": True,
@@ -375,7 +376,7 @@ class Agent:
             body["parts"] = list(parts)
         return await self.request(f"agent.reply.{self.id}", body, trace=trace)
 
-    async def pending_calls(self) -> JSON:
+    async def pending_calls(self) -> wire.PendingCalls:
         """This agent's open calls, ``outgoing`` and ``incoming`` (§9)."""
         return await self.request(f"agent.calls.pending.{self.id}", {})
 
@@ -424,7 +425,7 @@ class Agent:
 
     async def task_op(self, op: str, task_id: str, text: str | None = None, *,
                       parts: Sequence[Part] = (),
-                      trace: Mapping[str, str] | None = None) -> JSON:
+                      trace: Mapping[str, str] | None = None) -> wire.TaskRecord:
         """One transition (§10): ``accept``, ``reject``, ``start``, ``progress``,
         ``input_required``, ``complete``, ``fail`` or ``cancel``; the task after it."""
         body: JSON = {"task_id": task_id}
@@ -436,16 +437,16 @@ class Agent:
             body["from_goal_id"] = self.goal_id
         return (await self.request(f"agent.task.{op}.{self.id}", body, trace=trace))["task"]
 
-    async def get_task(self, task_id: str) -> JSON:
+    async def get_task(self, task_id: str) -> wire.TaskRecord:
         """A task this agent is a party of, as stored (§10)."""
         return (await self.request(f"agent.task.get.{self.id}", {"task_id": task_id}))["task"]
 
-    async def list_tasks(self, **filters: Any) -> JSON:
+    async def list_tasks(self, **filters: Any) -> wire.TaskList:
         """This agent's tasks (§10): ``role``, ``state``, ``parent``, ``peer``, ``limit``,
         ``cursor``, ``newest_first``; ``{tasks, next_cursor?, total?}``."""
         return await self.request(f"agent.task.list.{self.id}", filters)
 
-    async def cancel_task(self, task_id: str, reason: str | None = None) -> JSON:
+    async def cancel_task(self, task_id: str, reason: str | None = None) -> wire.TaskRecord:
         """Cancels a task this agent gave, and its open subtasks (§10)."""
         return await self.task_op("cancel", task_id, reason)
 

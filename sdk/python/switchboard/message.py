@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from . import wire
     from .agent import Agent
 
 JSON = dict[str, Any]
@@ -96,25 +97,25 @@ class Message:
         return f"Message(kind={self.kind!r}, sender={self.sender!r}, body={self.body[:40]!r})"
 
     # Answers.
-    async def reply(self, text: str, *, parts: Sequence[Mapping[str, Any]] = ()) -> JSON:
+    async def reply(self, text: str, *, parts: Sequence[Mapping[str, Any]] = ()) -> "wire.ReplyAck":
         """Answers this call (§9). Use it once per call; a second answer is a duplicate."""
         if not self.correlation_id:
             raise ValueError("only a call (kind request) takes a reply")
         return await self.agent.reply(self.correlation_id, text, parts=parts, trace=self.trace)
 
-    async def reply_part(self, part: int, text: str) -> JSON:
+    async def reply_part(self, part: int, text: str) -> "wire.ReplyAck":
         """Part ``part`` (1, 2, …) of a streamed answer to this call; finish with
         :meth:`reply`."""
         if not self.correlation_id:
             raise ValueError("only a call (kind request) takes a reply")
         return await self.agent.reply_part(self.correlation_id, part, text, trace=self.trace)
 
-    async def ask_back(self, question: str, *, timeout_ms: int = 30_000) -> JSON:
+    async def ask_back(self, question: str, *, timeout_ms: int = 30_000) -> "wire.CallAnswer":
         """Asks the caller of this call a question and waits for its answer, without ending
         the call (§9, "Asking back inside a call"). Use it when the request is ambiguous."""
         return await self.agent.call(self.sender, question, timeout_ms=timeout_ms, serving=self)
 
-    async def answer(self, text: str, **options: Any) -> JSON:
+    async def answer(self, text: str, **options: Any) -> "wire.DeliveryReport":
         """Answers a peer's message with a message of your own, threaded to this one and with
         its hop budget (§8, "Answering the sender")."""
         return await self.agent.send(self.sender, text, in_reply_to=self, **options)
