@@ -1,5 +1,7 @@
 //! The Python SDK's own test suite (`sdk/python/tests`, pytest) against a real fabric:
-//! nats-server and every service, started here; the suite reads `SWITCHBOARD_NATS_URL`.
+//! nats-server and every service, started here; the suite reads `SWITCHBOARD_NATS_URL`. The
+//! suite runs against the SDK as `pip install ./sdk/python` installs it (into a folder of its
+//! own each run, so never a stale copy).
 
 use std::time::Duration;
 
@@ -9,6 +11,27 @@ use switchboard_tests::Fabric;
 async fn the_python_sdk_suite_passes_against_a_real_fabric() {
     let fabric = Fabric::start().await;
     let root = switchboard_testkit::workspace_root();
+    let installed = tempfile::tempdir().unwrap();
+    let install = tokio::process::Command::new(switchboard_testkit::python_bin())
+        .current_dir(&root)
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+        ])
+        .args(["--target", &installed.path().display().to_string()])
+        .arg("./sdk/python")
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        install.status.success(),
+        "pip install ./sdk/python: {}",
+        String::from_utf8_lossy(&install.stderr)
+    );
     let output = tokio::time::timeout(
         Duration::from_secs(300),
         tokio::process::Command::new(switchboard_testkit::python_bin())
@@ -22,7 +45,7 @@ async fn the_python_sdk_suite_passes_against_a_real_fabric() {
                 "no:cacheprovider",
             ])
             .env("SWITCHBOARD_NATS_URL", fabric.url())
-            .env("PYTHONPATH", root.join("sdk/python"))
+            .env("PYTHONPATH", installed.path())
             .output(),
     )
     .await

@@ -1,0 +1,90 @@
+"""The error kinds of docs/protocol.md §2 as one exception hierarchy.
+
+Every refusal a service sends is ``{"error": {"code", "kind", "message"}}``; the SDK raises
+the class of its kind. Catch a family (``Refused``, ``Busy``, ``Gone``…) to decide what to do,
+or :class:`SwitchboardError` for all; ``kind``, ``code`` and ``message`` are always there.
+"""
+
+from __future__ import annotations
+
+
+class SwitchboardError(Exception):
+    """A request a service refused, or one no service answered."""
+
+    #: The kinds this class stands for (docs/protocol.md §2, "Error kinds").
+    kinds: tuple[str, ...] = ()
+    #: Whether the same request may simply be sent again (the service says so).
+    retryable = False
+
+    def __init__(self, kind: str, code: int, message: str):
+        super().__init__(f"{kind} ({code}): {message}")
+        self.kind, self.code, self.message = kind, code, message
+
+
+class BadRequest(SwitchboardError):
+    """The request itself is wrong: fix it, do not retry it as it is."""
+
+    kinds = ("bad_request", "invalid_agent_id", "invalid_goal_id", "missing_to", "self_send",
+             "empty_message", "body_too_large", "broadcast_too_large")
+
+
+class AccessDenied(SwitchboardError):
+    """A rule says no: ACLs, identity, who may act on a task or answer a call."""
+
+    kinds = ("identity_mismatch", "bad_reply_subject", "not_callee", "not_allowed",
+             "acl_denied", "sender_mismatch")
+
+
+class NotFound(SwitchboardError):
+    """No such thing for you: an agent, goal, call or task (another's looks the same)."""
+
+    kinds = ("not_registered", "not_found", "unreachable")
+
+
+class Conflict(SwitchboardError):
+    """The state forbids it (a task that ended, a cycle), or a race was lost (retry)."""
+
+    kinds = ("conflict", "task_terminal", "illegal_transition", "cycle", "depth_exceeded")
+
+
+class Busy(SwitchboardError):
+    """Over a cap or a budget: back off, then retry."""
+
+    kinds = ("at_capacity", "too_many_children", "too_many_calls", "too_many_goals",
+             "rate_limited", "inbox_full")
+    retryable = True
+
+
+class Expired(SwitchboardError):
+    """A deadline passed: the call or task is over; the answer was not delivered."""
+
+    kinds = ("expired",)
+
+
+class CallTimeout(SwitchboardError):
+    """A waiting call got no answer by its deadline."""
+
+    kinds = ("timeout",)
+
+
+class Unavailable(SwitchboardError):
+    """The fabric could not do it now (a service down, no responders, a lost connection).
+    Safe to retry the same request (a send with the same id is stored once)."""
+
+    kinds = ("unavailable", "no_responders", "request_timeout")
+    retryable = True
+
+
+class Internal(SwitchboardError):
+    """A service failed (its log says why), or it sent a kind this SDK does not know."""
+
+    kinds = ("internal", "unknown")
+
+
+_BY_KIND = {kind: cls for cls in (BadRequest, AccessDenied, NotFound, Conflict, Busy, Expired,
+                                  CallTimeout, Unavailable, Internal) for kind in cls.kinds}
+
+
+def error_for(kind: str, code: int, message: str) -> SwitchboardError:
+    """The exception for an error reply of ``kind`` (unknown kinds are :class:`Internal`)."""
+    return _BY_KIND.get(kind, Internal)(kind, code, message)
