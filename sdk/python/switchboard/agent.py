@@ -75,13 +75,15 @@ class Agent:
         card: Mapping[str, Any] | None = None,
         nkey_seed: str | None = None,
         goal_kind: Literal["interactive", "background", "daemon"] = "daemon",
+        goal_id: str | None = None,
         open_goal: bool = True,
         request_timeout: float = REQUEST_TIMEOUT_S,
     ) -> "Agent":
         """Connects as ``agent_id``, registers its card (§4.1, §5), opens a goal (§4.4) and
         heartbeats every 10 s. ``nkey_seed`` signs in under the generated NATS accounts
         (``switchboard nats-config``; needs the ``nkeys`` extra); replies always arrive under
-        ``_INBOX.<agent_id>``, the only inboxes those accounts let an agent read.
+        ``_INBOX.<agent_id>``, the only inboxes those accounts let an agent read. ``goal_id``
+        re-opens a goal this agent held before a restart, with what it still holds.
 
         Use it when an agent starts; ``async with`` it so the goal closes when it stops."""
         options: dict[str, Any] = {"name": f"switchboard-py-{agent_id}",
@@ -96,7 +98,7 @@ class Agent:
         try:
             await agent.request(f"agent.registry.register.{agent_id}", body)
             if open_goal:
-                await agent.open_goal(kind=goal_kind)
+                await agent.open_goal(goal_id=goal_id, kind=goal_kind)
         except BaseException:
             await nc.close()
             raise
@@ -109,25 +111,35 @@ class Agent:
     async def __aexit__(self, *_exc: object) -> None:
         await self.close()
 
-    async def close(self, deregister: bool = True) -> None:
+    async def close(self, deregister: bool = True, *, keep_goal: bool = False) -> None:
         """Closes the current goal (its inbox is purged, §4.5), deregisters (§4.3) and
-        disconnects. Safe to call twice."""
+        disconnects. ``keep_goal`` only disconnects: the goal keeps its messages for a restart
+        (``connect(..., goal_id=…)``), and the directory marks the agent offline 30 s later.
+        Safe to call twice; never raises over an error that is already on its way out."""
         if self._closed.is_set():
             return
         self._closed.set()
         if self._beats:
             self._beats.cancel()
-        with contextlib.suppress(SwitchboardError):
-            if self.goal_id:
-                await self.close_goal(self.goal_id)
-            if deregister:
-                await self.request(f"agent.registry.deregister.{self.id}", {})
-        await self.nc.close()
+        if not keep_goal:
+            with contextlib.suppress(Exception):
+                if self.goal_id:
+                    await self.close_goal(self.goal_id)
+                if deregister:
+                    await self.request(f"agent.registry.deregister.{self.id}", {})
+        with contextlib.suppress(Exception):
+            await self.nc.close()
+
+    @property
+    def is_closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        return self._closed.is_set()
 
     async def _heartbeats(self) -> None:
         while not self._closed.is_set():
             await asyncio.sleep(HEARTBEAT_EVERY_S)
-            with contextlib.suppress(SwitchboardError):
+            # A lost connection is nats-py's to restore; the next beat tries again.
+            with contextlib.suppress(Exception):
                 await self.request(f"agent.registry.heartbeat.{self.id}", {})
 
     async def request(self, subject: str, body: Mapping[str, Any], *,
@@ -169,13 +181,19 @@ class Agent:
     async def list_peers(self, *, limit: int | None = None,
                          after: str | None = None) -> list[wire.PeerSummary]:
         """The agents this agent may reach, with their cards and status (§4.6): what an LLM
-        looks at to choose whom to ask."""
-        body: JSON = {}
-        if limit is not None:
-            body["limit"] = limit
-        if after is not None:
-            body["after"] = after
-        return (await self.request(f"agent.registry.peers.{self.id}", body))["peers"]
+        looks at to choose whom to ask. Every page, unless ``limit`` asks for one page."""
+        peers: list = []
+        while True:
+            body: JSON = {}
+            if limit is not None:
+                body["limit"] = limit
+            if after is not None:
+                body["after"] = after
+            page = await self.request(f"agent.registry.peers.{self.id}", body)
+            peers.extend(page["peers"])
+            if limit is not None or not page.get("next"):
+                return peers
+            after = page["next"]
 
     async def lookup(self, agent_id: str) -> wire.LookupReply:
         """One agent's card, status and live goals (§4.7)."""
@@ -194,8 +212,13 @@ class Agent:
             raise ValueError("no goal: open one first")
         while not self._closed.is_set():
             body: JSON = {"goal_id": goal, "max": batch, "wait_ms": wait_ms}
-            page = await self.request(f"agent.inbox.fetch.{self.id}", body,
-                                      timeout=self.request_timeout + wait_ms / 1000)
+            try:
+                page = await self.request(f"agent.inbox.fetch.{self.id}", body,
+                                          timeout=self.request_timeout + wait_ms / 1000)
+            except Exception:
+                if self._closed.is_set():
+                    return  # closed while a fetch was held: the loop just ends
+                raise
             for entry in page["messages"]:
                 message = Message(self, goal, entry)
                 yield message
@@ -204,7 +227,8 @@ class Agent:
     async def next_message(self, *, goal_id: str | None = None,
                            wait_ms: int = 5000) -> Message | None:
         """One message, acknowledged at once (``None`` when none came within ``wait_ms``):
-        for a script that waits for one answer or update."""
+        for a script that waits for one answer or update. It shares the goal's cursor with
+        :meth:`messages`: do not use both on one goal at once."""
         goal = goal_id or self.goal_id
         page = await self.request(f"agent.inbox.fetch.{self.id}",
                                   {"goal_id": goal, "max": 1, "wait_ms": wait_ms},
@@ -256,9 +280,10 @@ class Agent:
 
     # ----------------------------------------------------------------------- calls
     def _call_body(self, to: str, text: str, timeout_ms: int, parts: Sequence[Part],
-                   metadata: Mapping[str, Any] | None, serving: Message | None) -> JSON:
+                   metadata: Mapping[str, Any] | None, serving: Message | None,
+                   correlation_id: str | None = None) -> JSON:
         body: JSON = {"to": to, "message": text, "timeout_ms": timeout_ms,
-                      "correlation_id": str(uuid.uuid4())}
+                      "correlation_id": correlation_id or str(uuid.uuid4())}
         if self.goal_id:
             body["from_goal_id"] = self.goal_id
         if parts:
@@ -273,12 +298,15 @@ class Agent:
 
     async def call(self, to: str, text: str, *, timeout_ms: int = CALL_TIMEOUT_MS,
                    parts: Sequence[Part] = (), metadata: Mapping[str, Any] | None = None,
-                   serving: Message | None = None) -> wire.CallAnswer:
+                   serving: Message | None = None,
+                   correlation_id: str | None = None) -> wire.CallAnswer:
         """Asks ``to`` and waits for the answer (§9): the ``CallAnswer`` (``body``, ``parts``).
         Use it when the next step needs the answer. ``serving`` is the call this one is made
         while answering: its deadline bounds this one and cycles are refused. Raises
-        :class:`~switchboard.errors.CallTimeout` when nobody answers in time."""
-        body = self._call_body(to, text, timeout_ms, parts, metadata, serving)
+        :class:`~switchboard.errors.CallTimeout` when nobody answers in time. After
+        :class:`~switchboard.errors.Unavailable`, send it again with the same
+        ``correlation_id``: the retry joins the first call instead of asking twice."""
+        body = self._call_body(to, text, timeout_ms, parts, metadata, serving, correlation_id)
         return await self.request(f"agent.call.{self.id}", body,
                                   trace=serving.trace if serving else None,
                                   timeout=timeout_ms / 1000 + self.request_timeout)
@@ -286,11 +314,12 @@ class Agent:
     async def call_parked(self, to: str, text: str, *, timeout_ms: int = CALL_TIMEOUT_MS,
                           parts: Sequence[Part] = (),
                           metadata: Mapping[str, Any] | None = None,
-                          serving: Message | None = None) -> wire.CallParked:
+                          serving: Message | None = None,
+                          correlation_id: str | None = None) -> wire.CallParked:
         """Asks ``to`` without waiting (§9, ``wait: false``): ``CallParked`` at once; the
         answer (``kind: response``) or a timeout notice (``kind: notify``) lands in this goal's
         inbox later. Use it to ask several agents at once, or when the agent has other work."""
-        body = self._call_body(to, text, timeout_ms, parts, metadata, serving)
+        body = self._call_body(to, text, timeout_ms, parts, metadata, serving, correlation_id)
         body["wait"] = False
         return await self.request(f"agent.call.{self.id}", body,
                                   trace=serving.trace if serving else None)
@@ -298,12 +327,14 @@ class Agent:
     async def call_stream(self, to: str, text: str, *, timeout_ms: int = CALL_TIMEOUT_MS,
                           parts: Sequence[Part] = (),
                           metadata: Mapping[str, Any] | None = None,
-                          serving: Message | None = None) -> AsyncIterator[wire.CallPart | wire.CallAnswer]:
+                          serving: Message | None = None,
+                          correlation_id: str | None = None,
+                          ) -> AsyncIterator[wire.CallPart | wire.CallAnswer]:
         """Asks ``to`` and yields its answer as it comes (§9, "Streamed answers"): each
         ``CallPart`` (``partial: true``, numbered 1, 2, …) in order, then the final
         ``CallAnswer``, whose ``body`` is everything joined. Parts lost in a reconnect are
         read back. Use it to show a long answer while it is written."""
-        body = self._call_body(to, text, timeout_ms, parts, metadata, serving)
+        body = self._call_body(to, text, timeout_ms, parts, metadata, serving, correlation_id)
         body["stream"] = True
         inbox = self.nc.new_inbox()
         sub = await self.nc.subscribe(inbox)
@@ -453,7 +484,10 @@ class Agent:
 
 def _decode(subject: str, msg: Any) -> JSON:
     """A reply's body, or the exception of its error (§2: the micro error headers and a
-    top-level ``error`` object)."""
+    top-level ``error`` object). A status message with no body and status 503 is NATS saying
+    nobody serves the subject (what a stream's reply subject gets)."""
+    if not msg.data and (msg.headers or {}).get("Status") == "503":
+        raise Unavailable("no_responders", 503, f"no service answers on {subject}")
     try:
         data = json.loads(msg.data or b"{}")
     except ValueError:

@@ -3,6 +3,7 @@ and a handle on a task (§10)."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -74,6 +75,12 @@ class Message:
         return self.raw.get("ttl")
 
     @property
+    def call_deadline(self) -> str | None:
+        """When a call expires (RFC 3339, §9 "Check the deadline before answering"): skip
+        slow work whose answer cannot arrive in time."""
+        return self.metadata.get("call_deadline")
+
+    @property
     def is_call(self) -> bool:
         """A call waiting for an answer (§9, "Recognising a call")."""
         return (self.kind == "request" and bool(self.raw.get("expects_reply"))
@@ -125,7 +132,8 @@ class Message:
         if self.task_id is None:
             raise ValueError("this message names no task")
         return TaskHandle(self.agent, {"task_id": self.task_id, "message": self.body,
-                                       "parts": self.parts, "state": self.task_state},
+                                       "parts": self.parts, "state": self.task_state,
+                                       "message_id": self.id},
                           trace=self.trace)
 
 
@@ -193,3 +201,15 @@ class TaskHandle:
     async def spawn(self, to: str, text: str, **options: Any) -> "TaskHandle":
         """A subtask of this task (``to="self"`` keeps it)."""
         return await self.agent.spawn(self.id, to, text, **options)
+
+    async def answer(self, text: str) -> JSON:
+        """(Requester) answers the assignee's question (``input_required``): a message to it
+        naming the task (``metadata.task_id``), in reply to the task (§10: there is no answer
+        op)."""
+        body: JSON = {"to": self.record["assignee"], "message": text, "id": str(uuid.uuid4()),
+                      "metadata": {"task_id": self.id}}
+        if self.agent.goal_id:
+            body["from_goal_id"] = self.agent.goal_id
+        if self.record.get("message_id"):
+            body["in_reply_to"] = self.record["message_id"]
+        return await self.agent.request(f"agent.send.{self.agent.id}", body, trace=self.trace)

@@ -178,7 +178,7 @@ def test_a_task_through_every_state_and_the_cancel_tree():
                 if message.kind == "task_update" and message.task_id == task.id:
                     updates.append(message.task_state)
                     if message.task_state == "input_required":
-                        await b.send(worker_id, "pdf", metadata={"task_id": task.id})
+                        await (await task.refresh()).answer("pdf")
                     if message.task_state == "completed":
                         break
             assert updates[-1] == "completed" and "working" in updates

@@ -1,14 +1,15 @@
 // An agent on a Switchboard fabric (docs/protocol.md is the contract; sections cited below).
 // The same surface as the Python SDK (sdk/python), with TypeScript names.
 
-import { connect, createInbox, headers, nkeyAuthenticator, NoRespondersError, TimeoutError }
+import { connect, createInbox, headers, nkeyAuthenticator, RequestError, TimeoutError }
   from '@nats-io/transport-node';
 import type { Msg, MsgHdrs, NatsConnection } from '@nats-io/transport-node';
 
 import { errorFor, Unavailable } from './errors.js';
 import type {
   AgentCard, CallAnswer, CallParked, CallPart, CallParts, DeliveryReport, FetchReply,
-  LookupReply, PeersReply, ReplyAck, SendRequest, SendStatusReply, TaskList, TaskReply,
+  LookupReply, PeersReply, PendingCalls, ReplyAck, SendRequest, SendStatusReply, TaskList,
+  TaskReply,
 } from './wire/index.js';
 
 /** A message part (§7): text, data or a file reference. */
@@ -33,6 +34,9 @@ export interface ConnectOptions {
   /** Sign in with this NKey seed (`switchboard nats-config` writes one per agent). */
   nkeySeed?: string;
   goalKind?: 'interactive' | 'background' | 'daemon';
+  /** Re-open this goal (one this agent held before a restart) instead of a fresh one: its
+   * unread messages and task updates are still there. */
+  goalId?: string;
   openGoal?: boolean;
   requestTimeoutMs?: number;
 }
@@ -47,6 +51,10 @@ function traceHeaders(trace?: Trace): MsgHdrs | undefined {
 
 /** A reply's body, or the error of its error reply (§2). */
 function decode<T>(subject: string, msg: Msg): T {
+  // A status message with no body: nobody serves the subject (a reply subject of a stream).
+  if (!msg.data.length && msg.headers?.code === 503) {
+    throw new Unavailable('no_responders', 503, `no service answers on ${subject}`);
+  }
   let data: unknown;
   try {
     data = msg.data.length ? msg.json() : {};
@@ -80,8 +88,9 @@ export class Agent {
       servers: natsUrl,
       name: `switchboard-ts-${agentId}`,
       inboxPrefix: `_INBOX.${agentId}`,
+      // Seed files end with a newline (`switchboard nats-config` writes them so).
       authenticator: options.nkeySeed
-        ? nkeyAuthenticator(new TextEncoder().encode(options.nkeySeed)) : undefined,
+        ? nkeyAuthenticator(new TextEncoder().encode(options.nkeySeed.trim())) : undefined,
     });
     const agent = new Agent(nc, agentId, options.requestTimeoutMs ?? REQUEST_TIMEOUT_MS);
     try {
@@ -90,7 +99,9 @@ export class Agent {
         capabilities: options.capabilities ?? [],
         ...options.card,
       });
-      if (options.openGoal ?? true) await agent.openGoal({ kind: options.goalKind ?? 'daemon' });
+      if (options.openGoal ?? true) {
+        await agent.openGoal({ kind: options.goalKind ?? 'daemon', goalId: options.goalId });
+      }
     } catch (err) {
       await nc.close();
       throw err;
@@ -101,18 +112,27 @@ export class Agent {
     return agent;
   }
 
-  /** Closes the current goal (its inbox is purged, §4.5), deregisters (§4.3), disconnects. */
-  async close(): Promise<void> {
+  /** Closes the current goal (its inbox is purged, §4.5), deregisters (§4.3), disconnects.
+   * With `keepGoal`, only disconnects: the goal keeps its messages for a restart
+   * (`connect(..., {goalId})`), and the directory marks the agent offline 30 s later. */
+  async close(opts: { keepGoal?: boolean } = {}): Promise<void> {
     if (this.closed) return;
     this.closed = true;
     clearInterval(this.beats);
-    try {
-      if (this.goalId) await this.closeGoal(this.goalId);
-      await this.request(`agent.registry.deregister.${this.id}`, {});
-    } catch {
-      // Leaving anyway.
+    if (!opts.keepGoal) {
+      try {
+        if (this.goalId) await this.closeGoal(this.goalId);
+        await this.request(`agent.registry.deregister.${this.id}`, {});
+      } catch {
+        // Leaving anyway.
+      }
     }
     await this.nc.close();
+  }
+
+  /** Whether `close` was called. */
+  get isClosed(): boolean {
+    return this.closed;
   }
 
   /** One request to a service (§1): the reply, or the error reply's error (§2). */
@@ -125,7 +145,7 @@ export class Agent {
       });
       return decode<T>(subject, msg);
     } catch (err) {
-      if (err instanceof NoRespondersError || (err as Error).name === 'NoRespondersError') {
+      if (err instanceof RequestError && err.isNoResponders()) {
         throw new Unavailable('no_responders', 503, `no service answers on ${subject}`);
       }
       if (err instanceof TimeoutError || (err as Error).name === 'TimeoutError') {
@@ -154,9 +174,18 @@ export class Agent {
     return reply;
   }
 
-  /** The agents this one may reach, with cards and status (§4.6): whom an LLM may ask. */
+  /** The agents this one may reach, with cards and status (§4.6): whom an LLM may ask.
+   * Every page, unless `limit` asks for one page of that size. */
   async listPeers(opts: { limit?: number; after?: string } = {}): Promise<PeersReply['peers']> {
-    return (await this.request<PeersReply>(`agent.registry.peers.${this.id}`, opts)).peers;
+    const peers: PeersReply['peers'] = [];
+    let after = opts.after;
+    for (;;) {
+      const page = await this.request<PeersReply>(`agent.registry.peers.${this.id}`,
+        { ...opts, after });
+      peers.push(...page.peers);
+      if (opts.limit !== undefined || !page.next) return peers;
+      after = page.next;
+    }
   }
 
   /** One agent's card, status and live goals (§4.7). */
@@ -174,9 +203,15 @@ export class Agent {
     if (!goal) throw new Error('no goal: open one first');
     const waitMs = opts.waitMs ?? 1000;
     while (!this.closed) {
-      const page = await this.request<FetchReply>(`agent.inbox.fetch.${this.id}`,
-        { goal_id: goal, max: opts.batch ?? 16, wait_ms: waitMs },
-        { timeoutMs: this.requestTimeoutMs + waitMs });
+      let page: FetchReply;
+      try {
+        page = await this.request<FetchReply>(`agent.inbox.fetch.${this.id}`,
+          { goal_id: goal, max: opts.batch ?? 16, wait_ms: waitMs },
+          { timeoutMs: this.requestTimeoutMs + waitMs });
+      } catch (err) {
+        if (this.closed) return; // closed while a fetch was held: the loop just ends
+        throw err;
+      }
       for (const entry of page.messages) {
         const message = new Message(this, goal, entry);
         yield message;
@@ -211,6 +246,22 @@ export class Agent {
     return this.send('*', text, opts);
   }
 
+  /** One message, acknowledged at once (`undefined` when none came within `waitMs`): for a
+   * script waiting for one answer. It shares the goal's cursor with `messages()`: do not use
+   * both on one goal at once. */
+  async nextMessage(opts: { goalId?: string; waitMs?: number } = {}): Promise<Message | undefined> {
+    const goal = opts.goalId ?? this.goalId;
+    const waitMs = opts.waitMs ?? 5000;
+    const page = await this.request<FetchReply>(`agent.inbox.fetch.${this.id}`,
+      { goal_id: goal, max: 1, wait_ms: waitMs }, { timeoutMs: this.requestTimeoutMs + waitMs });
+    for (const entry of page.messages) {
+      const message = new Message(this, goal!, entry);
+      await message.ack();
+      return message;
+    }
+    return undefined;
+  }
+
   /** Where a message sent with a receipt is, per goal (§8, Receipts). */
   async sendStatus(messageId: string): Promise<SendStatusReply> {
     return this.request<SendStatusReply>(`agent.send.status.${this.id}`, { message_id: messageId });
@@ -219,7 +270,7 @@ export class Agent {
   // ------------------------------------------------------------------- calls
   private callBody(to: string, text: string, opts: CallOptions): Json {
     const body: Json = { to, message: text, timeout_ms: opts.timeoutMs ?? CALL_TIMEOUT_MS,
-      correlation_id: crypto.randomUUID() };
+      correlation_id: opts.correlationId ?? crypto.randomUUID() };
     if (this.goalId) body.from_goal_id = this.goalId;
     if (opts.parts?.length) body.parts = opts.parts;
     if (opts.metadata) body.metadata = opts.metadata;
@@ -247,33 +298,52 @@ export class Agent {
   }
 
   /** Asks and yields the answer as it comes (§9, "Streamed answers"): each part in order
-   * (gaps read back), then the final answer. */
+   * (gaps read back), then the final answer. Throws `CallTimeout` past the deadline (after
+   * reading back what the call has, in case the answer itself was lost). */
   async *callStream(to: string, text: string, opts: CallOptions = {}):
     AsyncGenerator<CallPart | CallAnswer> {
     const body: Json = { ...this.callBody(to, text, opts), stream: true };
     const inbox = createInbox(`_INBOX.${this.id}`);
-    const sub = this.nc.subscribe(inbox, {
-      timeout: Number(body.timeout_ms) + this.requestTimeoutMs,
-    });
+    const sub = this.nc.subscribe(inbox);
+    const replies = sub[Symbol.asyncIterator]();
+    const deadline = Date.now() + Number(body.timeout_ms) + this.requestTimeoutMs;
     let next = 1;
-    const readBack = async function* (agent: Agent): AsyncGenerator<CallPart> {
-      const back = await agent.request<CallParts>(`agent.calls.parts.${agent.id}`,
+    const readBack = async (): Promise<{ parts: CallPart[]; answer?: CallAnswer }> => {
+      const back = await this.request<CallParts>(`agent.calls.parts.${this.id}`,
         { correlation_id: body.correlation_id, after: next - 1 });
-      for (const part of back.parts) {
-        if (part.part === next) {
-          next += 1;
-          yield part;
-        }
+      const parts = back.parts.filter((part) => part.part >= next)
+        .sort((x, y) => x.part - y.part);
+      const taken: CallPart[] = [];
+      for (const part of parts) {
+        if (part.part !== next) break;
+        next += 1;
+        taken.push(part);
       }
+      return { parts: taken, answer: back.answer ?? undefined };
     };
     try {
       this.nc.publish(`agent.call.${this.id}`, JSON.stringify(body),
         { reply: inbox, headers: traceHeaders(opts.serving?.trace) });
-      for await (const msg of sub) {
-        const reply = decode<Json>(`agent.call.${this.id}`, msg);
+      for (;;) {
+        let timer: NodeJS.Timeout | undefined;
+        const expired = new Promise<'expired'>((resolve) => {
+          timer = setTimeout(() => resolve('expired'), Math.max(deadline - Date.now(), 1));
+        });
+        const got = await Promise.race([replies.next(), expired]);
+        clearTimeout(timer);
+        if (got === 'expired' || got.done) {
+          const back = await readBack();
+          yield* back.parts;
+          if (back.answer) {
+            yield back.answer;
+            return;
+          }
+          throw errorFor('timeout', 504, `no answer from \`${to}\` within ${body.timeout_ms} ms`);
+        }
+        const reply = decode<Json>(`agent.call.${this.id}`, got.value);
         if (reply.partial) {
           const part = reply as unknown as CallPart;
-          if (part.part > next) yield* readBack(this);
+          if (part.part > next) yield* (await readBack()).parts;
           if (part.part === next) {
             next += 1;
             yield part;
@@ -281,13 +351,18 @@ export class Agent {
           continue;
         }
         const answer = reply as unknown as CallAnswer;
-        if ((answer.streamed ?? 0) >= next) yield* readBack(this);
+        if ((answer.streamed ?? 0) >= next) yield* (await readBack()).parts;
         yield answer;
         return;
       }
     } finally {
       sub.unsubscribe();
     }
+  }
+
+  /** This agent's open calls, outgoing and incoming (§9). */
+  async pendingCalls(): Promise<PendingCalls> {
+    return this.request<PendingCalls>(`agent.calls.pending.${this.id}`, {});
   }
 
   /** reply_to_peer (§9): answers the call `correlationId`. */
@@ -300,10 +375,10 @@ export class Agent {
 
   /** Part `part` (1, 2, …) of a streamed answer (§9); finish with `reply`. */
   async replyPart(correlationId: string, part: number, text: string,
-    opts: { trace?: Trace } = {}): Promise<ReplyAck> {
-    return this.request<ReplyAck>(`agent.reply.${this.id}`,
-      { correlation_id: correlationId, message: text, partial: true, part },
-      { trace: opts.trace });
+    opts: { parts?: Part[]; trace?: Trace } = {}): Promise<ReplyAck> {
+    const body: Json = { correlation_id: correlationId, message: text, partial: true, part };
+    if (opts.parts?.length) body.parts = opts.parts;
+    return this.request<ReplyAck>(`agent.reply.${this.id}`, body, { trace: opts.trace });
   }
 
   // ------------------------------------------------------------------- tasks
@@ -329,7 +404,13 @@ export class Agent {
     if (opts.parts?.length) body.parts = opts.parts;
     if (opts.deadlineInMs !== undefined) body.deadline_in_ms = opts.deadlineInMs;
     if (opts.metadata) body.metadata = opts.metadata;
+    if (opts.inReplyTo) body.in_reply_to = opts.inReplyTo.id;
     return body;
+  }
+
+  /** Cancels a task this agent gave, and its open subtasks (§10). */
+  async cancelTask(taskId: string, reason?: string): Promise<TaskRecord> {
+    return this.taskOp('cancel', taskId, reason);
   }
 
   /** One transition (§10): accept, reject, start, progress, input_required, complete,
@@ -362,6 +443,9 @@ export interface CallOptions {
   metadata?: Json;
   /** The call being answered while this one is made (§9, the chain and budgets). */
   serving?: Message;
+  /** The call's id. Choose it and send the same call again with it after `Unavailable`: the
+   * retry joins the first call instead of asking twice (§9, "Retrying a call"). */
+  correlationId?: string;
 }
 
 /** Options of `createTask` and `spawn`. */
@@ -370,6 +454,8 @@ export interface TaskOptions {
   deadlineInMs?: number;
   taskId?: string;
   metadata?: Json;
+  /** The message that prompted the task (threads it in the audit trail). */
+  inReplyTo?: Message;
 }
 
 /** One inbox message (§7). `kind`: message, request (a call: `reply`), response, notify,
@@ -395,6 +481,14 @@ export class Message {
   get parts(): Part[] { return (this.raw.parts as Part[] | undefined) ?? []; }
   get metadata(): Json { return (this.raw.metadata as Json | undefined) ?? {}; }
   get correlationId(): string | undefined { return this.raw.correlation_id as string | undefined; }
+  get inReplyTo(): string | undefined { return this.raw.in_reply_to as string | undefined; }
+  get ttl(): number | undefined { return this.raw.ttl as number | undefined; }
+  /** When a call expires (§9, "Check the deadline before answering"): skip slow work whose
+   * answer cannot arrive in time. */
+  get callDeadline(): Date | undefined {
+    const at = this.metadata.call_deadline as string | undefined;
+    return at ? new Date(at) : undefined;
+  }
   /** A call waiting for an answer (§9, "Recognising a call"). */
   get isCall(): boolean {
     return this.kind === 'request' && Boolean(this.raw.expects_reply) && !!this.correlationId;
@@ -433,11 +527,17 @@ export class Message {
     return this.agent.call(this.sender, question, { timeoutMs, serving: this });
   }
 
+  /** Answers a peer's message with one of your own, threaded to it and with its hop budget
+   * (§8, "Answering the sender"). */
+  async answer(text: string, opts: { parts?: Part[]; metadata?: Json } = {}): Promise<DeliveryReport> {
+    return this.agent.send(this.sender, text, { ...opts, inReplyTo: this });
+  }
+
   /** The task a `kind: task` message gives you, to accept, work and finish. */
   task(): TaskHandle {
     if (!this.taskId) throw new Error('this message names no task');
-    return new TaskHandle(this.agent, { task_id: this.taskId, message: this.body } as TaskRecord,
-      this.trace);
+    return new TaskHandle(this.agent, { task_id: this.taskId, message: this.body,
+      parts: this.parts, state: this.taskState, message_id: this.id } as TaskRecord, this.trace);
   }
 }
 
@@ -468,5 +568,14 @@ export class TaskHandle {
   /** A subtask of this task. */
   spawn(to: string, text: string, opts: TaskOptions = {}) {
     return this.agent.spawn(this.id, to, text, opts);
+  }
+  /** (Requester) answers the assignee's question (`input_required`): a message to it naming
+   * the task (`metadata.task_id`) in reply to the task (§10: there is no answer op). */
+  async answer(text: string): Promise<DeliveryReport> {
+    const body: Json = { to: this.record.assignee, message: text, id: crypto.randomUUID(),
+      metadata: { task_id: this.id } };
+    if (this.agent.goalId) body.from_goal_id = this.agent.goalId;
+    if (this.record.message_id) body.in_reply_to = this.record.message_id;
+    return this.agent.request<DeliveryReport>(`agent.send.${this.agent.id}`, body);
   }
 }

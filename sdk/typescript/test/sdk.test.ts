@@ -153,7 +153,9 @@ test('a task with a question, and the cancel tree', async () => {
     const task = await b.createTask(workerId, 'small job', { deadlineInMs: 30_000 });
     for await (const m of b.messages({ waitMs: 200 })) {
       if (m.kind !== 'task_update' || m.taskId !== task.id) continue;
-      if (m.taskState === 'input_required') await b.send(workerId, 'pdf', { metadata: { task_id: task.id } });
+      if (m.taskState === 'input_required') {
+        await (await task.refresh()).answer('pdf');
+      }
       if (m.taskState === 'completed') {
         await m.ack();
         break;

@@ -1,8 +1,9 @@
 """The error kinds of docs/protocol.md §2 as one exception hierarchy.
 
 Every refusal a service sends is ``{"error": {"code", "kind", "message"}}``; the SDK raises
-the class of its kind. Catch a family (``Refused``, ``Busy``, ``Gone``…) to decide what to do,
-or :class:`SwitchboardError` for all; ``kind``, ``code`` and ``message`` are always there.
+the class of its kind. Catch a family (``NotFound``, ``Busy``, ``Unavailable``…) to decide what
+to do, or :class:`SwitchboardError` for all; ``kind``, ``code`` and ``message`` are always
+there.
 """
 
 from __future__ import annotations
