@@ -58,6 +58,9 @@ impl Correlator {
                     return Err(expired(call));
                 }
                 (CallState::Answered, Some(via)) => {
+                    // A retry of a reply whose first attempt may have died before its event
+                    // was stored: send it again (stored once by its message id).
+                    self.emit_answered(call, body).await;
                     return Ok(ReplyAck {
                         correlation_id,
                         delivered: via,
@@ -92,6 +95,7 @@ impl Correlator {
                             self.kept_answer(call, callee, body, &request),
                         )
                         .await?;
+                    self.emit_answered(call, body).await;
                     return Ok(ReplyAck {
                         correlation_id,
                         delivered: via,
@@ -168,9 +172,10 @@ impl Correlator {
                         via
                     };
                     tracing::info!(%correlation_id, ?via, "call answered");
-                    // The trail's `answered` event is stored off the reply's path: the call's
-                    // state is committed, and the event only records it.
-                    self.emit_later(CallEventKind::Answered, call, Some(body));
+                    // The trail's `answered` event, before the callee hears the reply went
+                    // through: killed before it, the callee retries and the retry sends it
+                    // (the caller already has its answer; this is off the caller's path).
+                    self.emit_answered(call, body).await;
                     return Ok(ReplyAck {
                         correlation_id,
                         delivered: via,

@@ -13,7 +13,6 @@ use switchboard_proto::call::{CallAnswer, CallEvent, CallEventKind, PendingCall}
 use switchboard_proto::{AgentId, InboxMessage, new_id, subject, timestamp};
 use switchboard_runtime::publish::{publish_event, publish_json};
 use tokio::sync::{mpsc, oneshot};
-use tracing::Instrument as _;
 use uuid::Uuid;
 
 use crate::config::CorrelatorConfig;
@@ -128,23 +127,20 @@ impl Correlator {
         publish_event(&self.js, &subject, &payload.id.to_string(), &payload).await;
     }
 
+    /// Publishes the one `answered` event of a call, stored once however often it is sent
+    /// (`Nats-Msg-Id: answered:<correlation_id>`): awaited before the callee's reply is
+    /// acknowledged, and sent again by a retried reply, so a replica killed between the answer
+    /// and its event loses no event (the callee, unacknowledged, retries).
+    pub(crate) async fn emit_answered(&self, call: &PendingCall, body: &str) {
+        count_call(CallEventKind::Answered.token());
+        let (subject, payload) = call_event(CallEventKind::Answered, call, Some(body));
+        let once = format!("answered:{}", call.correlation_id);
+        publish_event(&self.js, &subject, &once, &payload).await;
+    }
+
     /// Waiting calls this replica holds right now.
     pub fn waiting_now(&self) -> usize {
         self.waiting.lock().map_or(0, |waiting| waiting.len())
-    }
-
-    /// [`Correlator::emit`] in the background, off the request's path.
-    pub(crate) fn emit_later(&self, event: CallEventKind, call: &PendingCall, body: Option<&str>) {
-        count_call(event.token());
-        let (subject, payload) = call_event(event, call, body);
-        let js = self.js.clone();
-        // In the trace of the call it is about.
-        self.background.spawn(
-            async move {
-                publish_event(&js, &subject, &payload.id.to_string(), &payload).await;
-            }
-            .in_current_span(),
-        );
     }
 
     /// Hands `answer` to its caller's wait when this replica holds it; true once the wait
