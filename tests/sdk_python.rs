@@ -11,9 +11,12 @@ use switchboard_tests::Fabric;
 async fn the_python_sdk_suite_passes_against_a_real_fabric() {
     let fabric = Fabric::start().await;
     let root = switchboard_testkit::workspace_root();
+    // Built from a copy: setuptools writes build/ and *.egg-info beside the sources.
+    let source = tempfile::tempdir().unwrap();
+    copy_tree(&root.join("sdk/python"), source.path());
     let installed = tempfile::tempdir().unwrap();
     let install = tokio::process::Command::new(switchboard_testkit::python_bin())
-        .current_dir(&root)
+        .current_dir(source.path())
         .args([
             "-m",
             "pip",
@@ -23,7 +26,7 @@ async fn the_python_sdk_suite_passes_against_a_real_fabric() {
             "--no-build-isolation",
         ])
         .args(["--target", &installed.path().display().to_string()])
-        .arg("./sdk/python")
+        .arg(".")
         .output()
         .await
         .unwrap();
@@ -58,4 +61,22 @@ async fn the_python_sdk_suite_passes_against_a_real_fabric() {
         "pytest failed:\n{stdout}\n{stderr}"
     );
     assert!(stdout.contains("passed"), "{stdout}");
+}
+
+/// Copies the SDK's sources (not its caches) from `from` into `to`.
+fn copy_tree(from: &std::path::Path, to: &std::path::Path) {
+    for entry in std::fs::read_dir(from).unwrap().flatten() {
+        let name = entry.file_name();
+        if name == "__pycache__" || name == "build" || name.to_string_lossy().ends_with(".egg-info")
+        {
+            continue;
+        }
+        let target = to.join(&name);
+        if entry.file_type().unwrap().is_dir() {
+            std::fs::create_dir_all(&target).unwrap();
+            copy_tree(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).unwrap();
+        }
+    }
 }
