@@ -449,8 +449,22 @@ async fn a_hostile_rest_client_reaches_nothing_that_is_not_its_own() {
     let huge = vec![b' '; 2 * 1024 * 1024];
     let too_big = rest(&a2a, "POST", "/agents/echo/message:send", &[], &huge).await;
     assert_eq!(too_big.status, 413);
-    let page = rest(&a2a, "GET", "/agents/echo/tasks?pageSize=100000", &[], b"").await;
-    assert_eq!(rest_error(&page).3, "INVALID_PARAMS");
+    for query in [
+        "pageSize=100000",
+        "pageSize=9223372036854775808",
+        "historyLength=-1",
+        "pageSize=%0D%0AX-Injected:%201",
+    ] {
+        let page = rest(
+            &a2a,
+            "GET",
+            &format!("/agents/echo/tasks?{query}"),
+            &[],
+            b"",
+        )
+        .await;
+        assert_eq!(rest_error(&page).3, "INVALID_PARAMS", "{query}");
+    }
 
     // And the gateway still serves.
     let again = rest(
