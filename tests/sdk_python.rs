@@ -13,7 +13,7 @@ async fn the_python_sdk_suite_passes_against_a_real_fabric() {
     let root = switchboard_testkit::workspace_root();
     // Built from a copy: setuptools writes build/ and *.egg-info beside the sources.
     let source = tempfile::tempdir().unwrap();
-    copy_tree(&root.join("sdk/python"), source.path());
+    copy_tree(&root.join("sdk/python"), source.path()).expect("the SDK copies into a tempdir");
     let installed = tempfile::tempdir().unwrap();
     let install = tokio::process::Command::new(switchboard_testkit::python_bin())
         .current_dir(source.path())
@@ -64,19 +64,20 @@ async fn the_python_sdk_suite_passes_against_a_real_fabric() {
 }
 
 /// Copies the SDK's sources (not its caches) from `from` into `to`.
-fn copy_tree(from: &std::path::Path, to: &std::path::Path) {
-    for entry in std::fs::read_dir(from).unwrap().flatten() {
+fn copy_tree(from: &std::path::Path, to: &std::path::Path) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(from)?.flatten() {
         let name = entry.file_name();
         if name == "__pycache__" || name == "build" || name.to_string_lossy().ends_with(".egg-info")
         {
             continue;
         }
         let target = to.join(&name);
-        if entry.file_type().unwrap().is_dir() {
-            std::fs::create_dir_all(&target).unwrap();
-            copy_tree(&entry.path(), &target);
+        if entry.file_type()?.is_dir() {
+            std::fs::create_dir_all(&target)?;
+            copy_tree(&entry.path(), &target)?;
         } else {
-            std::fs::copy(entry.path(), &target).unwrap();
+            std::fs::copy(entry.path(), &target)?;
         }
     }
+    Ok(())
 }
