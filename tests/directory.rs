@@ -104,6 +104,7 @@ async fn heartbeat_loop_keeps_an_agent_online() {
     let agent = agent_with(&nats.url(), card("steady"), Duration::from_millis(100)).await;
     // Well past several timeouts, the loop has kept it online the whole time.
     for _ in 0..30 {
+        // A real wait: it must stay online across the window, checked every 100 ms.
         tokio::time::sleep(Duration::from_millis(100)).await;
         assert_ne!(
             agent.lookup("steady").await.unwrap().status,
@@ -232,8 +233,8 @@ async fn publish_inbox(
         body,
     );
     message.id = Some(switchboard_proto::new_id());
-    // As the services publish: a full inbox makes room (runtime::room).
-    switchboard_runtime::publish::publish_durable(
+    // As the services publish: a full inbox makes room (switchboard_delivery::room).
+    switchboard_delivery::deliver::deliver(
         js,
         &subject::inbox(&goal),
         &format!("{}:{goal}", message.id.unwrap()),
@@ -607,7 +608,8 @@ async fn two_replicas_serve_the_same_registry() {
     assert_eventually!(Duration::from_secs(5), async {
         silent.lookup("silent").await.unwrap().status == AgentStatus::Offline
     });
-    // Let both sweepers pass over it several more times.
+    // A real wait: let both sweepers pass over it several more times (a second offline
+    // event is what must not happen).
     tokio::time::sleep(Duration::from_millis(300)).await;
     let offline: Vec<RegistryEventPayload> =
         stored_events(&client, "agent.registry.events.offline.silent").await;
@@ -977,7 +979,7 @@ async fn deregister_stops_the_heartbeat_and_register_resumes_it() {
     let _dir = start_directory(&nats.url(), fast_offline(2_000)).await;
     let agent = agent_with(&nats.url(), card("leaver"), Duration::from_millis(50)).await;
     agent.deregister().await.unwrap();
-    // Many heartbeat intervals later it is still offline: the loop stopped.
+    // A real wait: many heartbeat intervals later it is still offline: the loop stopped.
     tokio::time::sleep(Duration::from_millis(400)).await;
     assert_eq!(
         agent.lookup("leaver").await.unwrap().status,

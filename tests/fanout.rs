@@ -397,7 +397,7 @@ impl inbox_fanout::InboxPublisher for FailOneGoal {
                         subject: subject.clone(),
                         attempts: 3,
                         last: "injected failure".into(),
-                        refused_full: false,
+                        full: false,
                     });
                 }
             }
@@ -735,7 +735,8 @@ async fn restarting_the_fanout_mid_stream_loses_no_acknowledged_message() {
     switchboard_testkit::assert_eventually!(Duration::from_secs(10), async { sent() >= 20 });
     let Fabric { fanout, .. } = fabric;
     fanout.stop().await;
-    // No fan-out for a while: the sender is stuck retrying, mid-stream.
+    // A real wait: no fan-out for a while (the outage under test); the sender is stuck
+    // retrying, mid-stream.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let during_outage = sent();
     assert!(

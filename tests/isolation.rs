@@ -75,6 +75,8 @@ async fn a_reply_subject_of_the_callers_choosing_is_never_written_to() {
         }
     }
     client.flush().await.unwrap();
+    // A real wait: the services get time to (wrongly) act on the requests before we check
+    // that nothing happened.
     tokio::time::sleep(Duration::from_millis(500)).await;
 
     // Nothing was written, nothing was run.
@@ -332,7 +334,7 @@ async fn every_agent_endpoint_is_open_to_its_agent_and_closed_to_another() {
     let fabric = Secured::start(&[("alice", true), ("mallory", false)]).await;
     let (alice, mut alice_errors) = fabric.connect("alice").await;
     let (mallory, mut mallory_errors) = fabric.connect("mallory").await;
-    let endpoints = subject::agent_endpoints();
+    let endpoints = switchboard_proto::endpoint::agent_endpoints();
     assert!(endpoints.len() >= 25, "{} endpoints", endpoints.len());
     for endpoint in &endpoints {
         let own = endpoint.subject_for(&id("alice"));
@@ -535,6 +537,7 @@ async fn every_attack_fails_under_the_generated_config() {
         }
     }
     evil.flush().await.unwrap();
+    // A real wait: the services get time to (wrongly) run a bounced request as bob.
     tokio::time::sleep(Duration::from_millis(300)).await;
     let still = registry.entry("bob").await.unwrap().unwrap();
     assert_eq!(
@@ -904,7 +907,7 @@ async fn random_reply_subjects_headers_and_numbers_never_panic_or_write_elsewher
     let (alice, _alice_goal) = fabric.agent_with_goal("alice").await;
     let (_mallet, mallet_goal) = fabric.agent_with_goal("mallet").await;
     let _ = alice;
-    let endpoints = subject::agent_endpoints();
+    let endpoints = switchboard_proto::endpoint::agent_endpoints();
     let wiretap = fabric.nats.client().await;
     let mut everything = wiretap.subscribe(">").await.unwrap();
     switchboard_runtime::nats::sync(&wiretap).await.unwrap();
@@ -963,6 +966,7 @@ async fn random_reply_subjects_headers_and_numbers_never_panic_or_write_elsewher
     }
     assert!(answered > 50, "only {answered} requests were answered");
     client.flush().await.unwrap();
+    // A real wait: replies to the last requests get time to be (wrongly) written elsewhere.
     tokio::time::sleep(Duration::from_millis(500)).await;
 
     // Nothing was written where a request pointed.

@@ -104,7 +104,7 @@ pub(crate) async fn request_with_retry<T: serde::Serialize>(
 /// The agent a request subject speaks for: the last token of an agent-facing request
 /// subject (`agent.send.alice` → alice), `None` for the audit queries and anything else.
 fn caller_of(subject: &str) -> Option<AgentId> {
-    subject::agent_endpoints()
+    switchboard_proto::endpoint::agent_endpoints()
         .iter()
         .filter(|endpoint| endpoint.by_caller)
         .find_map(|endpoint| subject::caller_from_subject(subject, &endpoint.prefix).ok())

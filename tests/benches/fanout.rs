@@ -15,8 +15,8 @@ use std::sync::Arc;
 use async_nats::jetstream;
 use bytes::Bytes;
 use switchboard_client::Agent;
+use switchboard_delivery::deliver::deliver_all;
 use switchboard_proto::{AgentId, GoalId, InboxMessage, new_id, subject};
-use switchboard_runtime::publish::publish_all;
 use switchboard_tests::Fabric;
 use switchboard_tests::bench::{measure, ms, ops_from_env};
 
@@ -75,7 +75,7 @@ async fn main() {
                         .iter()
                         .map(|g| (subject::inbox(g), format!("{id}:{g}"), payload.clone()))
                         .collect();
-                    for result in publish_all(&js, &batch).await {
+                    for result in deliver_all(&js, &batch).await {
                         result.unwrap();
                     }
                 }

@@ -44,11 +44,11 @@ use async_nats::jetstream::{self, consumer};
 use bytes::Bytes;
 use futures::StreamExt;
 use switchboard_client::{Agent, AgentOptions};
+use switchboard_delivery::deliver::deliver_all;
 use switchboard_proto::registry::PeersRequest;
 use switchboard_proto::{
     AUDIT_STREAM, AgentId, GoalId, INBOX_STREAM, InboxMessage, MessageKind, new_id, subject,
 };
-use switchboard_runtime::publish::publish_all;
 use switchboard_testkit::NatsServer;
 use switchboard_testkit::process::ServiceProcess;
 use switchboard_tests::bench::{
@@ -266,7 +266,7 @@ async fn main() {
                         .iter()
                         .map(|g| (subject::inbox(g), format!("{id}:{g}"), payload.clone()))
                         .collect();
-                    for result in publish_all(&js, &batch).await {
+                    for result in deliver_all(&js, &batch).await {
                         result.unwrap();
                     }
                 }

@@ -199,7 +199,7 @@ pub async fn stored_ever(nats: &async_nats::Client) -> std::collections::BTreeSe
 
 /// `n` messages of 256 bytes stored straight into `goal`'s inbox at once, as the services
 /// store them (every publish sent before any ack is awaited; a full goal makes room through
-/// `switchboard_runtime::room`); their message ids, in the order they were sent.
+/// `switchboard_delivery::room`); their message ids, in the order they were sent.
 pub async fn store_at_once(
     js: &async_nats::jetstream::Context,
     goal: &switchboard_client::Goal,
@@ -225,7 +225,7 @@ pub async fn store_at_once(
             )
         })
         .collect();
-    for stored in switchboard_runtime::publish::publish_all(js, &batch).await {
+    for stored in switchboard_delivery::deliver::deliver_all(js, &batch).await {
         stored.expect("stored");
     }
     ids

@@ -52,8 +52,8 @@ use std::sync::Arc;
 
 use async_nats::Client;
 use async_nats::jetstream;
+use switchboard_delivery::registry_view::RegistryView;
 use switchboard_runtime::micro::{self, ServiceSpec};
-use switchboard_runtime::registry_view::RegistryView;
 use switchboard_runtime::{CancellationToken, RuntimeConfig, resources};
 
 pub use config::GatewayConfig;

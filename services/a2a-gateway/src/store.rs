@@ -6,9 +6,9 @@
 use a2a::TaskPushNotificationConfig;
 use async_nats::jetstream::{self, kv, stream};
 use serde::{Deserialize, Serialize};
+use switchboard_delivery::registry_view::RegistryView;
 use switchboard_proto::task::TaskEvent;
 use switchboard_proto::{AgentId, AgentRecord, subject};
-use switchboard_runtime::registry_view::RegistryView;
 use uuid::Uuid;
 
 use crate::error::GatewayError;

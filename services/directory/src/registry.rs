@@ -9,6 +9,7 @@
 use std::time::Duration;
 
 use async_nats::jetstream::{self, kv, stream};
+use switchboard_delivery::registry_view::RegistryView;
 use switchboard_proto::registry::{
     DeregisterReply, HeartbeatReply, HeartbeatRequest, LookupReply, PEERS_PAGE_BYTES,
     PEERS_PAGE_DEFAULT, PEERS_PAGE_MAX, PeerSummary, PeersReply, PeersRequest, RegisterReply,
@@ -16,7 +17,6 @@ use switchboard_proto::registry::{
 };
 use switchboard_proto::subject::RegistryEvent;
 use switchboard_proto::{AgentCard, AgentId, AgentRecord, AgentStatus, acl, timestamp};
-use switchboard_runtime::registry_view::RegistryView;
 use time::OffsetDateTime;
 use tracing::Instrument;
 

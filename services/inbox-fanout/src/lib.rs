@@ -14,7 +14,7 @@
 //! endpoint: send, send status, fetch, ack), `send.rs` (the send handler), `reader.rs`
 //! (fetch/ack rules), `receipts.rs` (delivered/read receipts and the status request),
 //! `store.rs` (cursors, batched reads, dead letters), `wake.rs` (waking held fetches), this
-//! file (`start`/`run`); the registry view is `switchboard_runtime::registry_view`.
+//! file (`start`/`run`); the registry view is `switchboard_delivery::registry_view`.
 
 pub mod config;
 mod endpoints;
@@ -39,7 +39,7 @@ pub use reader::Reader;
 pub use receipts::Receipts;
 pub use send::{Fanout, InboxPublisher, JetStreamPublisher};
 use store::InboxStore;
-pub use switchboard_runtime::registry_view::RegistryView;
+pub use switchboard_delivery::registry_view::RegistryView;
 use wake::WakeHub;
 
 /// The micro service description.

@@ -552,7 +552,7 @@ fn first_hand_outs(
 ) -> Vec<PendingRead> {
     let mut delivered = Vec::new();
     for fetched in messages.iter().filter(|m| m.seq > handed_before) {
-        let Some(pending) = switchboard_runtime::receipts::owed(&fetched.message, fetched.seq)
+        let Some(pending) = switchboard_delivery::receipts::owed(&fetched.message, fetched.seq)
         else {
             continue;
         };

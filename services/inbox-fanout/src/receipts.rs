@@ -20,8 +20,8 @@ use switchboard_proto::receipt::{
     PendingRead, ReceiptLevel, ReceiptState, SendStatusReply, SendStatusRequest,
 };
 
+use switchboard_delivery::receipts;
 use switchboard_proto::{AgentId, GoalId};
-use switchboard_runtime::receipts;
 use uuid::Uuid;
 
 use crate::error::FanoutError;
@@ -45,7 +45,7 @@ impl Receipts {
     /// Whether `agent` still owns `goal`: a goal closed since the send (and perhaps opened
     /// again by someone else under the same id) gets no receipt.
     async fn still_owns(&self, agent: &AgentId, goal: &GoalId) -> bool {
-        match switchboard_runtime::room::goal_still_owned(&self.cursors, goal, agent).await {
+        match switchboard_delivery::room::goal_still_owned(&self.cursors, goal, agent).await {
             Ok(owned) => owned,
             Err(err) => {
                 tracing::warn!(goal_id = %goal, error = %err, "receipt not sent: the sender's goal could not be checked");
@@ -112,7 +112,9 @@ impl Receipts {
                 }
             };
             if owns {
-                told.push(receipts::tell(&self.js, reader, goal, pending, state));
+                told.push(switchboard_delivery::deliver::tell(
+                    &self.js, reader, goal, pending, state,
+                ));
             }
         }
         join_all(told).await;

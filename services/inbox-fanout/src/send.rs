@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use async_nats::jetstream;
 use bytes::Bytes;
 use futures::future::BoxFuture;
+use switchboard_delivery::deliver::deliver_all;
 use switchboard_proto::send::{
     DeliveryReport, SendRequest, Target, check_gates, next_hop, no_live_goals, unknown_agent,
 };
@@ -17,7 +18,7 @@ use switchboard_proto::{
     InboxMessage, MAX_INBOX_MESSAGE_BYTES, acl, new_id, subject, timestamp,
 };
 use switchboard_runtime::micro::AgentRequest;
-use switchboard_runtime::publish::{PublishFailure, Published, publish_all, publish_refusal};
+use switchboard_runtime::publish::{PublishFailure, Published, publish_refusal};
 use switchboard_runtime::request::route_by_skill;
 use tracing::Instrument;
 
@@ -25,7 +26,7 @@ use crate::config::FanoutConfig;
 use crate::error::FanoutError;
 use crate::receipts::Receipts;
 use crate::store::InboxStore;
-use switchboard_runtime::registry_view::{Peer, RegistryView};
+use switchboard_delivery::registry_view::{Peer, RegistryView};
 
 /// Where inbox messages are published. The one seam of the service: production publishes to
 /// JetStream; a test can wrap it to make one goal's publish fail.
@@ -38,7 +39,8 @@ pub trait InboxPublisher: Send + Sync + 'static {
     ) -> BoxFuture<'a, Vec<Result<Published, PublishFailure>>>;
 }
 
-/// The production publisher: JetStream with retries (see `switchboard_runtime::publish`).
+/// The production publisher: JetStream with retries and room made in full goals (see
+/// `switchboard_delivery::deliver`).
 #[derive(Debug, Clone)]
 pub struct JetStreamPublisher(pub jetstream::Context);
 
@@ -47,7 +49,7 @@ impl InboxPublisher for JetStreamPublisher {
         &'a self,
         messages: &'a [(String, String, Bytes)],
     ) -> BoxFuture<'a, Vec<Result<Published, PublishFailure>>> {
-        Box::pin(publish_all(&self.0, messages))
+        Box::pin(deliver_all(&self.0, messages))
     }
 }
 
@@ -364,7 +366,7 @@ impl Fanout {
                     report.delivered_to.push(goal);
                     self.check_backlog(goal);
                 }
-                Err(err) if err.refused_full => {
+                Err(err) if err.full => {
                     failed.push(goal);
                     refused_full = true;
                     report.unreachable_reasons.push(format!(

@@ -353,7 +353,7 @@ impl InboxStore {
             );
         // A waiting call whose request went to the dead letters ends now, not at its deadline.
         if let Some(request) = request {
-            switchboard_runtime::room::call_dropped(
+            switchboard_delivery::room::call_dropped(
                 &self.js,
                 &request,
                 &format!("its request went to the dead letters ({reason})"),

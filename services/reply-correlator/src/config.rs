@@ -40,7 +40,7 @@ impl switchboard_runtime::config::Section for CorrelatorConfig {
             return Err("default_timeout_ms and max_timeout_ms must be above 0".to_owned());
         }
         // The generated NATS exports let a waiting call's answer take this long and no longer
-        // (`response_threshold`, switchboard_proto::subject::agent_endpoints).
+        // (`response_threshold`, switchboard_proto::endpoint::agent_endpoints).
         if self.max_timeout_ms > switchboard_proto::CALL_TIMEOUT_MAX_MS {
             return Err(format!(
                 "max_timeout_ms is {}; the most is {} (the NATS exports hold a call's answer that long)",

@@ -9,9 +9,10 @@ use std::time::Duration;
 
 use async_nats::Client;
 use async_nats::jetstream;
+use switchboard_delivery::deliver::deliver_json;
 use switchboard_proto::call::{CallAnswer, CallEvent, CallEventKind, PendingCall};
 use switchboard_proto::{AgentId, InboxMessage, new_id, subject, timestamp};
-use switchboard_runtime::publish::{publish_event, publish_json};
+use switchboard_runtime::publish::publish_event;
 use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
 
@@ -183,7 +184,7 @@ impl Correlator {
             return Ok(());
         }
         let msg_id = format!("{purpose}:{}:{}", call.correlation_id, call.caller_goal);
-        publish_json(
+        deliver_json(
             &self.js,
             &subject::inbox(&call.caller_goal),
             &msg_id,

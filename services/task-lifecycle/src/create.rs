@@ -294,7 +294,7 @@ impl Tasks {
                 .iter()
                 .map(|goal| (task.assignee.clone(), *goal))
                 .collect();
-            switchboard_runtime::receipts::advance_logged(
+            switchboard_delivery::receipts::advance_logged(
                 &self.receipts,
                 task.message_id,
                 &task.requester,

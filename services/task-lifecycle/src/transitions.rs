@@ -11,6 +11,7 @@
 //! again, so no transition happens twice or illegally.
 
 use bytes::Bytes;
+use switchboard_delivery::deliver::deliver_all;
 use switchboard_proto::send::check_content_fits;
 use switchboard_proto::task::{
     self as rules, HISTORY_KEPT, TaskAction, TaskEvent, TaskOp, TaskRecord, TaskReply, TaskRole,
@@ -19,7 +20,7 @@ use switchboard_proto::task::{
 use switchboard_proto::{
     AgentId, GoalId, InboxMessage, MessageKind, Part, TaskState, new_id, subject, timestamp,
 };
-use switchboard_runtime::publish::{publish_all, publish_event};
+use switchboard_runtime::publish::publish_event;
 use switchboard_runtime::store::StoreError;
 
 use crate::error::TaskError;
@@ -378,7 +379,7 @@ impl Tasks {
             })
             .collect();
         let mut delivered = Vec::new();
-        for (goal, outcome) in goals.iter().zip(publish_all(&self.js, &batch).await) {
+        for (goal, outcome) in goals.iter().zip(deliver_all(&self.js, &batch).await) {
             match outcome {
                 Ok(_) => delivered.push(*goal),
                 Err(err) => {

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use async_nats::jetstream;
 use serde::{Deserialize, Serialize};
 use switchboard_proto::{AgentRecord, AgentStatus, GOALS_BUCKET, REGISTRY_BUCKET};
-use switchboard_runtime::kv::snapshot;
+use switchboard_request::kv::snapshot;
 
 use crate::error::ClientError;
 

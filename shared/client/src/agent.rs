@@ -16,12 +16,13 @@ use switchboard_proto::registry::{
 use switchboard_proto::send::{DeliveryReport, SendRequest};
 use switchboard_proto::subject::{self, RegistryOp};
 use switchboard_proto::{AgentCard, AgentId, GoalId, GoalKind};
-use switchboard_runtime::request::{RequestFailure, request_json, request_json_retrying};
+use switchboard_request::request::{RequestFailure, request_json, request_json_retrying};
 use tokio_util::sync::{CancellationToken, DropGuard};
 use uuid::Uuid;
 
 use crate::error::ClientError;
 use crate::goal::Goal;
+use crate::request;
 
 /// Tunables of an [`Agent`].
 #[derive(Debug, Clone)]
@@ -42,7 +43,7 @@ impl Default for AgentOptions {
         Self {
             heartbeat_interval: Duration::from_secs(10),
             request_timeout: Duration::from_secs(10),
-            send_retries: switchboard_runtime::request::IDEMPOTENT_RETRIES,
+            send_retries: switchboard_request::request::IDEMPOTENT_RETRIES,
         }
     }
 }
@@ -58,22 +59,6 @@ pub struct Agent {
     heartbeat: std::sync::Mutex<Option<DropGuard>>,
     /// The goal opened most recently: the default `from_goal_id` of sends.
     current_goal: std::sync::Mutex<Option<GoalId>>,
-}
-
-/// Sends a JSON request with trace context and decodes the reply or the error reply.
-pub(crate) async fn request<Req, Resp>(
-    nats: &Client,
-    subject: String,
-    body: &Req,
-    timeout: Duration,
-) -> Result<Resp, ClientError>
-where
-    Req: Serialize + ?Sized,
-    Resp: DeserializeOwned,
-{
-    request_json(nats, &subject, body, timeout)
-        .await
-        .map_err(ClientError::from)
 }
 
 /// Connect options for agent `id`: named `agent:<id>`, a 5 s ping, and the reply inbox prefix
@@ -506,7 +491,13 @@ impl Agent {
     /// Opens a goal of a given kind, or re-opens an existing one by id (after a restart).
     pub async fn open_goal_with(&self, request: GoalOpenRequest) -> Result<Goal, ClientError> {
         let reply: GoalOpenReply = self.registry(RegistryOp::GoalOpen, &request).await?;
-        let goal = Goal::attach(self, reply);
+        let goal = Goal::attach(
+            reply,
+            self.id().clone(),
+            self.nats().clone(),
+            self.options().request_timeout,
+            self.options().send_retries,
+        );
         if let Ok(mut current) = self.current_goal.lock() {
             *current = Some(goal.id());
         }

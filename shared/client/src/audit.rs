@@ -8,8 +8,8 @@ use switchboard_proto::audit::{
 };
 use switchboard_proto::{ErrorReply, HEADER_SERVICE_ERROR};
 
-use crate::agent::request;
 use crate::error::ClientError;
+use crate::request;
 
 /// How long a query (or one export message) may take.
 const TIMEOUT: Duration = Duration::from_secs(30);
@@ -75,7 +75,7 @@ pub async fn audit_export(
     nats.publish_with_reply_and_headers(
         subject.clone(),
         inbox,
-        switchboard_runtime::telemetry::traced_headers(),
+        switchboard_request::trace::traced_headers(),
         body.into(),
     )
     .await

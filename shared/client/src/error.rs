@@ -70,9 +70,9 @@ impl ClientError {
     }
 }
 
-impl From<switchboard_runtime::request::RequestFailure> for ClientError {
-    fn from(failure: switchboard_runtime::request::RequestFailure) -> Self {
-        use switchboard_runtime::request::RequestFailure;
+impl From<switchboard_request::request::RequestFailure> for ClientError {
+    fn from(failure: switchboard_request::request::RequestFailure) -> Self {
+        use switchboard_request::request::RequestFailure;
         match failure {
             RequestFailure::NoResponders { subject } => Self::NoResponders { subject },
             RequestFailure::Timeout { subject } => Self::Timeout { subject },

@@ -19,10 +19,10 @@ use switchboard_proto::registry::{GoalCloseReply, GoalCloseRequest, GoalOpenRepl
 use switchboard_proto::subject::{self, RegistryOp};
 use switchboard_proto::{AgentId, GoalId, InboxMessage};
 
-use switchboard_runtime::request::{RequestFailure, request_json, request_json_retrying};
+use switchboard_request::request::{RequestFailure, request_json, request_json_retrying};
 
-use crate::agent::{Agent, request};
 use crate::error::ClientError;
+use crate::request;
 
 /// Most messages one [`Goal::recv`] fetch takes ahead (handed out one by one).
 const RECV_AHEAD: u32 = 16;
@@ -232,7 +232,7 @@ impl Delivery {
             // `service.name` (see `telemetry::init_hosting`).
             switchboard.service = %self.reader.agent,
         );
-        switchboard_runtime::telemetry::set_parent_from_text(
+        switchboard_request::trace::set_parent_from_text(
             &span,
             self.traceparent.as_deref(),
             self.tracestate.as_deref(),
@@ -298,14 +298,22 @@ impl Delivery {
 }
 
 impl Goal {
-    pub(crate) fn attach(agent: &Agent, reply: GoalOpenReply) -> Self {
+    /// The goal `reply` opened for `agent`, read over `nats` with the agent's request timeout
+    /// and send retries.
+    pub(crate) fn attach(
+        reply: GoalOpenReply,
+        agent: AgentId,
+        nats: async_nats::Client,
+        request_timeout: Duration,
+        retries: u32,
+    ) -> Self {
         Self {
             id: reply.goal_id,
             subject: reply.subject,
-            agent: agent.id().clone(),
-            nats: agent.nats().clone(),
-            request_timeout: agent.options().request_timeout,
-            retries: agent.options().send_retries,
+            agent,
+            nats,
+            request_timeout,
+            retries,
             state: SharedState::default(),
         }
     }

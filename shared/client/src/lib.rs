@@ -45,3 +45,19 @@ pub use serving::{current as serving_call, serving};
 pub use stream::{CallEvent, call_streamed_on};
 pub use switchboard_proto as proto;
 pub use tasks::TaskOutcome;
+
+/// Sends a JSON request with trace context and decodes the reply or the error reply.
+pub(crate) async fn request<Req, Resp>(
+    nats: &async_nats::Client,
+    subject: String,
+    body: &Req,
+    timeout: std::time::Duration,
+) -> Result<Resp, error::ClientError>
+where
+    Req: serde::Serialize + ?Sized,
+    Resp: serde::de::DeserializeOwned,
+{
+    switchboard_request::request::request_json(nats, &subject, body, timeout)
+        .await
+        .map_err(error::ClientError::from)
+}

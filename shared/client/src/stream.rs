@@ -12,8 +12,9 @@ use switchboard_proto::call::{CallAnswer, CallPart, CallParts, CallPartsRequest,
 use switchboard_proto::{ErrorReply, HEADER_SERVICE_ERROR_CODE, subject};
 use uuid::Uuid;
 
-use crate::agent::{Agent, request};
+use crate::Agent;
 use crate::error::ClientError;
+use crate::request;
 
 /// What a streamed call yields: its parts in order, then its final answer (the last item).
 #[derive(Debug, Clone, PartialEq)]
@@ -187,7 +188,7 @@ pub async fn call_streamed_on(
         nats.publish_with_reply_and_headers(
             subject.clone(),
             inbox,
-            switchboard_runtime::telemetry::traced_headers(),
+            switchboard_request::trace::traced_headers(),
             Bytes::from(payload),
         )
         .await

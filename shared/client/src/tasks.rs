@@ -7,14 +7,15 @@ use switchboard_proto::task::{
     CreateTask, ListTasks, TaskAction, TaskList, TaskOp, TaskRecord, TaskReply, TaskRequestOp,
 };
 use switchboard_proto::{GoalId, InboxMessage, MessageKind, Part};
-use switchboard_runtime::request::request_json_retrying;
+use switchboard_request::request::request_json_retrying;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 use uuid::Uuid;
 
-use crate::agent::{Agent, request};
+use crate::Agent;
 use crate::error::ClientError;
 use crate::goal::Goal;
+use crate::request;
 
 /// What a piece of work produced: the result text and parts of a completed task.
 #[derive(Debug, Clone, Default, PartialEq)]

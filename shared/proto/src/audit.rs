@@ -72,7 +72,7 @@ pub struct AuditRecord {
     pub id: String,
     /// When the source stream stored it.
     #[serde(with = "time::serde::rfc3339")]
-    #[schemars(with = "crate::schema::Timestamp")]
+    #[schemars(with = "crate::timestamp::Timestamp")]
     pub at: OffsetDateTime,
     /// What it is: an inbox message's kind (`message`, `request`, `response`, `notify`, `task`,
     /// `task_update`), or `registry.<event>`, `call.<event>`, `task.<op>` (`task.created` for
@@ -146,7 +146,7 @@ pub struct RefusalEvent {
     pub message: String,
     /// When the service refused the request.
     #[serde(with = "time::serde::rfc3339")]
-    #[schemars(with = "crate::schema::Timestamp")]
+    #[schemars(with = "crate::timestamp::Timestamp")]
     pub at: OffsetDateTime,
 }
 
@@ -184,7 +184,7 @@ pub struct HistoryRequest {
         skip_serializing_if = "Option::is_none",
         with = "time::serde::rfc3339::option"
     )]
-    #[schemars(with = "Option<crate::schema::Timestamp>")]
+    #[schemars(with = "Option<crate::timestamp::Timestamp>")]
     pub since: Option<OffsetDateTime>,
     /// Stored before.
     #[serde(
@@ -192,7 +192,7 @@ pub struct HistoryRequest {
         skip_serializing_if = "Option::is_none",
         with = "time::serde::rfc3339::option"
     )]
-    #[schemars(with = "Option<crate::schema::Timestamp>")]
+    #[schemars(with = "Option<crate::timestamp::Timestamp>")]
     pub until: Option<OffsetDateTime>,
     /// Only this kind; a trailing `.*` matches a family (`call.*`).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -72,7 +72,7 @@ pub struct CallParked {
     pub delivered_to: Vec<GoalId>,
     /// When the call times out.
     #[serde(with = "time::serde::rfc3339")]
-    #[schemars(with = "crate::schema::Timestamp")]
+    #[schemars(with = "crate::timestamp::Timestamp")]
     pub deadline: OffsetDateTime,
     /// True when the deadline was cut to the parent call's (a call made while serving one
     /// never outlives it); omitted when false.
@@ -94,7 +94,7 @@ pub struct CallAnswer {
     pub parts: Vec<Part>,
     /// When it was answered.
     #[serde(with = "time::serde::rfc3339")]
-    #[schemars(with = "crate::schema::Timestamp")]
+    #[schemars(with = "crate::timestamp::Timestamp")]
     pub answered_at: OffsetDateTime,
     /// True when the call's deadline had been cut to its parent call's; omitted when false.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -145,7 +145,7 @@ pub struct CallPart {
     pub partial: bool,
     /// When the callee sent it.
     #[serde(with = "time::serde::rfc3339")]
-    #[schemars(with = "crate::schema::Timestamp")]
+    #[schemars(with = "crate::timestamp::Timestamp")]
     pub at: OffsetDateTime,
 }
 
@@ -162,7 +162,7 @@ pub struct StreamedPart {
     pub parts: Vec<Part>,
     /// When it was taken.
     #[serde(with = "time::serde::rfc3339")]
-    #[schemars(with = "crate::schema::Timestamp")]
+    #[schemars(with = "crate::timestamp::Timestamp")]
     pub at: OffsetDateTime,
 }
 
@@ -284,15 +284,15 @@ pub struct PendingCall {
         skip_serializing_if = "Option::is_none",
         with = "time::serde::rfc3339::option"
     )]
-    #[schemars(with = "Option<crate::schema::Timestamp>")]
+    #[schemars(with = "Option<crate::timestamp::Timestamp>")]
     pub claimed_at: Option<OffsetDateTime>,
     /// When the call was opened; listings sort by it, oldest first.
     #[serde(with = "time::serde::rfc3339")]
-    #[schemars(with = "crate::schema::Timestamp")]
+    #[schemars(with = "crate::timestamp::Timestamp")]
     pub created_at: OffsetDateTime,
     /// When the call expires: `created_at` plus the clamped `timeout_ms`.
     #[serde(with = "time::serde::rfc3339")]
-    #[schemars(with = "crate::schema::Timestamp")]
+    #[schemars(with = "crate::timestamp::Timestamp")]
     pub deadline: OffsetDateTime,
     /// The waiting caller asked for the answer streamed ([`CallRequest::stream`]).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -404,7 +404,7 @@ pub struct CallEvent {
     pub chain: Vec<AgentId>,
     /// When the correlator built the event, right after the change it reports.
     #[serde(with = "time::serde::rfc3339")]
-    #[schemars(with = "crate::schema::Timestamp")]
+    #[schemars(with = "crate::timestamp::Timestamp")]
     pub at: OffsetDateTime,
     /// The answer's text (answered, late_answer), or the refusal's reason (refused).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -26,6 +26,7 @@
 pub mod acl;
 pub mod audit;
 pub mod call;
+pub mod endpoint;
 pub mod error;
 pub mod ids;
 pub mod inbox;
@@ -49,6 +50,24 @@ pub mod timestamp {
     pub use time::OffsetDateTime;
     /// `#[serde(with = "switchboard_proto::timestamp::rfc3339")]` for required timestamps.
     pub use time::serde::rfc3339;
+
+    /// A timestamp on the wire: RFC 3339 in UTC (`2026-04-30T14:00:00.25Z`). The schema of every
+    /// `OffsetDateTime` field.
+    pub struct Timestamp;
+
+    impl schemars::JsonSchema for Timestamp {
+        fn schema_name() -> std::borrow::Cow<'static, str> {
+            "Timestamp".into()
+        }
+
+        fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+            schemars::json_schema!({
+                "type": "string",
+                "format": "date-time",
+                "description": "RFC 3339 in UTC, e.g. 2026-04-30T14:00:00.25Z",
+            })
+        }
+    }
 
     /// The current time in UTC.
     pub fn now() -> OffsetDateTime {

@@ -24,7 +24,7 @@ pub struct InboxMessage {
     pub body: String,
     /// When the service accepted the send.
     #[serde(with = "time::serde::rfc3339")]
-    #[schemars(with = "crate::schema::Timestamp")]
+    #[schemars(with = "crate::timestamp::Timestamp")]
     pub sent_at: OffsetDateTime,
     /// Correlates a request with its response; absent from the wire when `None`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -200,7 +200,7 @@ pub struct TaskRef {
         skip_serializing_if = "Option::is_none",
         with = "time::serde::rfc3339::option"
     )]
-    #[schemars(with = "Option<crate::schema::Timestamp>")]
+    #[schemars(with = "Option<crate::timestamp::Timestamp>")]
     pub deadline: Option<OffsetDateTime>,
     /// The parent task, for a subagent task.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -85,7 +85,7 @@ pub struct GoalReceipt {
     pub state: ReceiptState,
     /// When it got there.
     #[serde(with = "time::serde::rfc3339")]
-    #[schemars(with = "crate::schema::Timestamp")]
+    #[schemars(with = "crate::timestamp::Timestamp")]
     pub at: OffsetDateTime,
 }
 

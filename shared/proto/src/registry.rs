@@ -128,11 +128,11 @@ pub struct AgentRecord {
     pub task_load: u32,
     /// Time of the first registration, kept across re-registrations and restarts.
     #[serde(with = "time::serde::rfc3339")]
-    #[schemars(with = "crate::schema::Timestamp")]
+    #[schemars(with = "crate::timestamp::Timestamp")]
     pub registered_at: OffsetDateTime,
     /// Last register or heartbeat.
     #[serde(with = "time::serde::rfc3339")]
-    #[schemars(with = "crate::schema::Timestamp")]
+    #[schemars(with = "crate::timestamp::Timestamp")]
     pub last_heartbeat: OffsetDateTime,
 }
 
@@ -167,7 +167,7 @@ pub struct GoalRecord {
     pub kind: GoalKind,
     /// When it opened.
     #[serde(with = "time::serde::rfc3339")]
-    #[schemars(with = "crate::schema::Timestamp")]
+    #[schemars(with = "crate::timestamp::Timestamp")]
     pub opened_at: OffsetDateTime,
 }
 
@@ -183,7 +183,7 @@ pub struct RegisterReply {
     pub agent_id: AgentId,
     /// First registration time (kept across re-registrations).
     #[serde(with = "time::serde::rfc3339")]
-    #[schemars(with = "crate::schema::Timestamp")]
+    #[schemars(with = "crate::timestamp::Timestamp")]
     pub registered_at: OffsetDateTime,
 }
 
@@ -217,7 +217,7 @@ pub struct HeartbeatReply {
     pub status: AgentStatus,
     /// When the directory took this heartbeat; 30 s (default) without another = offline.
     #[serde(with = "time::serde::rfc3339")]
-    #[schemars(with = "crate::schema::Timestamp")]
+    #[schemars(with = "crate::timestamp::Timestamp")]
     pub last_heartbeat: OffsetDateTime,
 }
 
@@ -411,11 +411,11 @@ pub struct LookupReply {
     pub current_tasks: Vec<String>,
     /// Time of the first registration, kept across re-registrations and restarts.
     #[serde(with = "time::serde::rfc3339")]
-    #[schemars(with = "crate::schema::Timestamp")]
+    #[schemars(with = "crate::timestamp::Timestamp")]
     pub registered_at: OffsetDateTime,
     /// Last register or heartbeat; 30 s (default) without one marks the agent offline.
     #[serde(with = "time::serde::rfc3339")]
-    #[schemars(with = "crate::schema::Timestamp")]
+    #[schemars(with = "crate::timestamp::Timestamp")]
     pub last_heartbeat: OffsetDateTime,
     /// Ids of the agent's open goals.
     pub live_goals: Vec<GoalId>,
@@ -432,7 +432,7 @@ pub struct RegistryEventPayload {
     pub agent_id: AgentId,
     /// When it happened.
     #[serde(with = "time::serde::rfc3339")]
-    #[schemars(with = "crate::schema::Timestamp")]
+    #[schemars(with = "crate::timestamp::Timestamp")]
     pub at: OffsetDateTime,
     /// The goal concerned (goal events).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -31,24 +31,6 @@ use crate::{ErrorReply, InboxMessage};
 #[derive(Debug, Clone, Copy, Default, serde::Serialize, serde::Deserialize, JsonSchema)]
 pub struct Empty {}
 
-/// A timestamp on the wire: RFC 3339 in UTC (`2026-04-30T14:00:00.25Z`). The schema of every
-/// `OffsetDateTime` field.
-pub struct Timestamp;
-
-impl JsonSchema for Timestamp {
-    fn schema_name() -> std::borrow::Cow<'static, str> {
-        "Timestamp".into()
-    }
-
-    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
-        schemars::json_schema!({
-            "type": "string",
-            "format": "date-time",
-            "description": "RFC 3339 in UTC, e.g. 2026-04-30T14:00:00.25Z",
-        })
-    }
-}
-
 /// The schema of `T`, as a JSON value.
 fn schema<T: JsonSchema>() -> Value {
     schema_for!(T).to_value()

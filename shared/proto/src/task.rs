@@ -272,7 +272,7 @@ pub struct CreateTask {
         skip_serializing_if = "Option::is_none",
         with = "time::serde::rfc3339::option"
     )]
-    #[schemars(with = "Option<crate::schema::Timestamp>")]
+    #[schemars(with = "Option<crate::timestamp::Timestamp>")]
     pub deadline: Option<OffsetDateTime>,
     /// The deadline relative to now, in milliseconds (instead of `deadline`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -395,7 +395,7 @@ pub struct TaskTransition {
     pub to: TaskState,
     /// When the transition was made (the record's `updated_at` from then on).
     #[serde(with = "time::serde::rfc3339")]
-    #[schemars(with = "crate::schema::Timestamp")]
+    #[schemars(with = "crate::timestamp::Timestamp")]
     pub at: OffsetDateTime,
     /// Reason, note or question (shortened in the record; full text in the messages).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -430,7 +430,7 @@ pub struct TaskRecord {
         skip_serializing_if = "Option::is_none",
         with = "time::serde::rfc3339::option"
     )]
-    #[schemars(with = "Option<crate::schema::Timestamp>")]
+    #[schemars(with = "Option<crate::timestamp::Timestamp>")]
     pub deadline: Option<OffsetDateTime>,
     /// The requester's routing, returned unchanged.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -471,11 +471,11 @@ pub struct TaskRecord {
     pub history: Vec<TaskTransition>,
     /// When the task was created (state `submitted`).
     #[serde(with = "time::serde::rfc3339")]
-    #[schemars(with = "crate::schema::Timestamp")]
+    #[schemars(with = "crate::timestamp::Timestamp")]
     pub created_at: OffsetDateTime,
     /// When the record last changed; `agent_tasks`' max age counts from it.
     #[serde(with = "time::serde::rfc3339")]
-    #[schemars(with = "crate::schema::Timestamp")]
+    #[schemars(with = "crate::timestamp::Timestamp")]
     pub updated_at: OffsetDateTime,
     /// The W3C `traceparent` of the span the task was created in: what the service does to
     /// the task on its own (its deadline, a cascade's cancels) joins that trace.
@@ -590,7 +590,7 @@ pub struct TaskEvent {
     pub parts: Vec<crate::Part>,
     /// When it happened: the record's `updated_at`.
     #[serde(with = "time::serde::rfc3339")]
-    #[schemars(with = "crate::schema::Timestamp")]
+    #[schemars(with = "crate::timestamp::Timestamp")]
     pub at: OffsetDateTime,
 }
 

@@ -31,24 +31,19 @@
 pub mod budget;
 pub mod config;
 pub mod embedded;
-pub mod headers;
 pub mod http;
-pub mod kv;
 pub mod lease;
 pub mod micro;
 pub mod nats;
 pub mod permissions;
 pub mod places;
 pub mod publish;
-pub mod receipts;
-pub mod registry_view;
-pub mod request;
 pub mod resources;
-pub mod room;
 pub mod service;
 pub mod shutdown;
 pub mod store;
 pub mod telemetry;
 
 pub use config::RuntimeConfig;
+pub use switchboard_request::{headers, kv, request};
 pub use tokio_util::sync::CancellationToken;

@@ -30,9 +30,10 @@ pub struct PublishFailure {
     pub attempts: usize,
     /// Text of the last attempt's error; a permanent one (e.g. too large) stops the retries.
     pub last: String,
-    /// The target was a goal inbox that is full and whose owner chose `overflow: refuse`:
-    /// nothing was stored, and the sender should back off (`inbox_full`).
-    pub refused_full: bool,
+    /// The stream refused the message because its subject already holds the most messages it
+    /// may (`discard_new_per_subject`): nothing was stored, and only room made there helps. For
+    /// a goal inbox, the owner chose `overflow: refuse` (`inbox_full`).
+    pub full: bool,
 }
 
 /// What a successful publish stored.
@@ -42,6 +43,12 @@ pub struct Published {
     pub sequence: u64,
     /// True when the stream had it already (a duplicate `Nats-Msg-Id` in the window).
     pub duplicate: bool,
+}
+
+/// Whether a publish error says the subject holds the most messages it may (the stream
+/// discards new messages per subject), as a full goal inbox does.
+pub fn is_full(error: &str) -> bool {
+    error.contains("maximum messages per subject exceeded")
 }
 
 /// Why one attempt failed, and whether another could succeed.
@@ -119,27 +126,6 @@ async fn acked(sent: Result<PublishAckFuture, Failed>) -> Result<Published, Fail
     })
 }
 
-/// How many times one publish makes room in a full goal inbox before it gives up (publishers
-/// racing for the same goal may each lose a few rounds).
-const ROOM_ROUNDS: u32 = 32;
-/// How long a publisher waits for its turn to make room in a goal before it goes ahead
-/// without (publishers in one process take turns per goal; see [`retry_after`]).
-const TURN_WAIT: Duration = Duration::from_millis(500);
-/// Turns for making room, by goal (striped: goals that share a stripe take turns too).
-const ROOM_TURNS: usize = 64;
-
-/// The turn publishers to `goal` from this process take to make room in it.
-fn room_turn(goal: &switchboard_proto::GoalId) -> &'static tokio::sync::Mutex<()> {
-    static TURNS: std::sync::LazyLock<Vec<tokio::sync::Mutex<()>>> =
-        std::sync::LazyLock::new(|| {
-            (0..ROOM_TURNS)
-                .map(|_| tokio::sync::Mutex::new(()))
-                .collect()
-        });
-    let stripe = usize::from(goal.uuid().as_bytes()[15]) % ROOM_TURNS;
-    &TURNS[stripe]
-}
-
 /// Publishes `payload` to `subject` with `Nats-Msg-Id: msg_id` and waits for the stream's ack.
 /// A transient failure is retried with the same id for up to [`PUBLISH_RETRY_BUDGET`]; a
 /// permanent one (too large, a failed expectation) is returned at once.
@@ -164,77 +150,28 @@ async fn retry_after(
     let started = tokio::time::Instant::now();
     let mut pause = RETRY_PAUSE;
     let mut attempts = 1;
-    let mut room_made = 0;
-    let mut last_room = None;
     let mut outcome = first;
     loop {
         let failed = match outcome {
             Ok(stored) => return Ok(stored),
             Err(failed) => failed,
         };
-        // A full goal inbox: its oldest message goes (its sender told if it was unread), then
-        // this one is stored in its place. A few rounds at most.
-        if crate::room::is_full(&failed.message)
-            && room_made < ROOM_ROUNDS
-            && let Some(goal) = crate::room::goal_of(subject)
-        {
-            room_made += 1;
-            // Publishers to one goal from this process take turns: one that finds the inbox
-            // full waits for the turn, then first tries again — the publisher before it may
-            // have made room (a purge makes room for many) — and makes room only if it is
-            // still full. Racing without turns, each evicted one message for room another
-            // had already made: 27 of 64 new messages went unread under load.
-            // The turn is waited for only so long: a publisher stalled on a stream that is
-            // electing a leader must not hold every other publisher to that goal behind it.
-            let _turn = tokio::time::timeout(TURN_WAIT, room_turn(&goal).lock())
-                .await
-                .ok();
-            if room_made > 1 {
-                let again = acked(send(js, subject, msg_id, &payload).await).await;
-                attempts += 1;
-                match again {
-                    Err(failed) if crate::room::is_full(&failed.message) => {}
-                    other => {
-                        outcome = other;
-                        continue;
-                    }
-                }
-            }
-            // Read messages go first; only when a purge found none to remove and the inbox is
-            // still full does one go. Once a purge found nothing, the goal is full of messages
-            // it cannot purge: every further round evicts.
-            let evict = matches!(
-                last_room,
-                Some(crate::room::Room::Purged(0) | crate::room::Room::Evicted)
-            );
-            match crate::room::make_room(js, subject, evict, true).await {
-                Ok(crate::room::Room::Refused) => {
-                    return Err(PublishFailure {
-                        subject: subject.to_owned(),
-                        attempts,
-                        last: format!(
-                            "the goal's inbox is full ({} messages) and refuses new ones \
-                             (overflow: refuse)",
-                            switchboard_proto::INBOX_STORED_PER_GOAL
-                        ),
-                        refused_full: true,
-                    });
-                }
-                Ok(room) => last_room = Some(room),
-                Err(err) => {
-                    tracing::warn!(%subject, error = %err, "could not make room in a full inbox");
-                }
-            }
-            attempts += 1;
-            outcome = acked(send(js, subject, msg_id, &payload).await).await;
-            continue;
+        // A subject at its limit stays there until someone makes room: not retried here (a
+        // goal inbox's publisher makes room, see `switchboard-delivery`).
+        if is_full(&failed.message) {
+            return Err(PublishFailure {
+                subject: subject.to_owned(),
+                attempts,
+                last: failed.message,
+                full: true,
+            });
         }
         if failed.permanent || started.elapsed() + pause > PUBLISH_RETRY_BUDGET {
             return Err(PublishFailure {
                 subject: subject.to_owned(),
                 attempts,
                 last: failed.message,
-                refused_full: false,
+                full: false,
             });
         }
         tracing::warn!(%subject, attempt = attempts, error = %failed.message, "publish not acknowledged; retrying");
@@ -314,7 +251,7 @@ pub async fn publish_json<T: serde::Serialize>(
         subject: subject.to_owned(),
         attempts: 0,
         last: format!("encoding: {err}"),
-        refused_full: false,
+        full: false,
     })?;
     publish_durable(js, subject, msg_id, payload.into()).await
 }

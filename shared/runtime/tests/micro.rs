@@ -42,6 +42,7 @@ fn endpoints(seen: Arc<AtomicUsize>) -> Vec<Endpoint> {
             let seen = Arc::clone(&seen);
             async move {
                 seen.fetch_add(1, Ordering::SeqCst);
+                // A real wait: a slow handler, as slow as the request asks.
                 tokio::time::sleep(Duration::from_millis(req.body.delay_ms)).await;
                 assert!(!req.body.panic, "handler asked to panic");
                 if req.body.fail {

@@ -47,6 +47,7 @@ async fn retries_are_stored_once_and_only_transient_failures_are_retried() {
     // appears.
     let creator = js.clone();
     tokio::spawn(async move {
+        // A real wait: the stream is missing for 600 ms of the publisher's retries.
         tokio::time::sleep(Duration::from_millis(600)).await;
         creator
             .create_stream(stream::Config {

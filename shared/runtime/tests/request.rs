@@ -44,6 +44,7 @@ async fn service(
                     Answer::Drop => {}
                     Answer::Json(body, after) => {
                         tokio::spawn(async move {
+                            // A real wait: the script answers this late.
                             tokio::time::sleep(after).await;
                             let body = serde_json::to_vec(&body).unwrap();
                             client.publish(reply, body.into()).await.unwrap();
@@ -108,6 +109,7 @@ async fn a_lost_reply_is_ridden_out_by_a_hedge_not_the_timeout() {
     // A healthy service answers the first copy: no hedge is sent.
     let before = seen.load(Ordering::SeqCst);
     ask(&client, "svc.echo").await.unwrap();
+    // A real wait: past the hedge delay, a hedge (which must not be sent) would be seen.
     tokio::time::sleep(HEDGE_AFTER * 2).await;
     assert_eq!(
         seen.load(Ordering::SeqCst),

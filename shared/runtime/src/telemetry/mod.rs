@@ -21,8 +21,6 @@ pub mod route;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use async_nats::HeaderMap;
-use opentelemetry::propagation::{Extractor, Injector};
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry::{Context, KeyValue, global};
 use opentelemetry_otlp::WithExportConfig;
@@ -30,7 +28,6 @@ use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider};
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::{BatchSpanProcessor, SdkTracerProvider};
-use tracing_opentelemetry::OpenTelemetrySpanExt;
 use tracing_subscriber::Layer as _;
 use tracing_subscriber::filter::LevelFilter;
 use tracing_subscriber::layer::SubscriberExt;
@@ -39,6 +36,9 @@ use tracing_subscriber::{EnvFilter, fmt};
 
 use crate::config::{LogFormat, OtlpProtocol, TelemetryConfig};
 pub use route::SERVICE_ATTRIBUTE;
+pub use switchboard_request::trace::{
+    current_traceparent, extract, inject, set_parent_from, set_parent_from_text, traced_headers,
+};
 
 /// The standard OTLP endpoint variable.
 pub const OTLP_ENDPOINT_ENV: &str = "OTEL_EXPORTER_OTLP_ENDPOINT";
@@ -332,62 +332,6 @@ fn signal_url(endpoint: &str, signal: &str) -> String {
     format!("{base}/v1/{signal}")
 }
 
-struct HeaderInjector<'a>(&'a mut HeaderMap);
-
-impl Injector for HeaderInjector<'_> {
-    fn set(&mut self, key: &str, value: String) {
-        // W3C: an empty `tracestate` is the same as none; foreign clients should not have to
-        // skip an empty header.
-        if !value.is_empty() {
-            self.0.insert(key, value.as_str());
-        }
-    }
-}
-
-struct HeaderExtractor<'a>(&'a HeaderMap);
-
-impl Extractor for HeaderExtractor<'_> {
-    fn get(&self, key: &str) -> Option<&str> {
-        self.0.get(key).map(|value| value.as_str())
-    }
-
-    fn keys(&self) -> Vec<&str> {
-        self.0.iter().map(|(name, _)| name.as_ref()).collect()
-    }
-}
-
-/// Writes `context` into `headers` as `traceparent`/`tracestate`.
-pub fn inject(context: &Context, headers: &mut HeaderMap) {
-    global::get_text_map_propagator(|propagator| {
-        propagator.inject_context(context, &mut HeaderInjector(headers));
-    });
-}
-
-/// Reads the trace context from NATS headers (an empty context when absent).
-pub fn extract(headers: Option<&HeaderMap>) -> Context {
-    match headers {
-        Some(headers) => global::get_text_map_propagator(|propagator| {
-            propagator.extract(&HeaderExtractor(headers))
-        }),
-        None => Context::new(),
-    }
-}
-
-/// Headers carrying the current span's trace context: start every publish and request here.
-pub fn traced_headers() -> HeaderMap {
-    let mut headers = HeaderMap::new();
-    inject(&tracing::Span::current().context(), &mut headers);
-    headers
-}
-
-/// The current span's W3C `traceparent`, to keep on a record so what happens to it later (a
-/// deadline, a sweep) joins the trace it was made in; `None` outside any span.
-pub fn current_traceparent() -> Option<String> {
-    traced_headers()
-        .get(switchboard_proto::HEADER_TRACEPARENT)
-        .map(|value| value.as_str().to_owned())
-}
-
 /// A span for work the service does on its own for a record made in the trace `traceparent`
 /// names (a call's deadline, a task's expiry): a child of that trace when there is one.
 pub fn span_for_record(
@@ -409,26 +353,6 @@ pub fn span_for_record(
     span
 }
 
-/// Makes `span` a child of a W3C trace context given as text, as a fetched inbox message
-/// carries it (`traceparent`, `tracestate`); no-op when there is none. Each value is made
-/// header-safe first.
-pub fn set_parent_from_text(
-    span: &tracing::Span,
-    traceparent: Option<&str>,
-    tracestate: Option<&str>,
-) {
-    let mut headers = HeaderMap::new();
-    for (name, value) in [
-        (switchboard_proto::HEADER_TRACEPARENT, traceparent),
-        (switchboard_proto::HEADER_TRACESTATE, tracestate),
-    ] {
-        if let Some(value) = value {
-            headers.insert(name, crate::headers::safe_value(value));
-        }
-    }
-    set_parent_from(span, Some(&headers));
-}
-
 /// `parent` when it names a trace; otherwise a context whose trace is not sampled, so the span
 /// made under it — and everything it causes — is not recorded (see `Endpoint::quiet`).
 pub fn unless_traced(parent: Context) -> Context {
@@ -447,14 +371,6 @@ pub fn unless_traced(parent: Context) -> Context {
     ))
 }
 
-/// Makes `span` a child of the trace context in `headers` (no-op when there is none).
-pub fn set_parent_from(span: &tracing::Span, headers: Option<&HeaderMap>) {
-    let parent = extract(headers);
-    if let Err(err) = span.set_parent(parent) {
-        tracing::debug!(error = %err, "could not set span parent from headers");
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -469,7 +385,7 @@ mod tests {
         let cx = Context::current_with_span(span);
         let sent = cx.span().span_context().clone();
 
-        let mut headers = HeaderMap::new();
+        let mut headers = async_nats::HeaderMap::new();
         inject(&cx, &mut headers);
         let traceparent = headers
             .get(switchboard_proto::HEADER_TRACEPARENT)

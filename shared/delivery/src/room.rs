@@ -5,7 +5,7 @@
 //! the goal's owner chose `overflow: refuse`, removes nothing and refuses the new one. When the goal's owner had not read it, the message's sender gets a `kind: notify`
 //! in its goal (`metadata.reason: "expired_unread"`, `in_reply_to` the message) and the goal's
 //! cursor counts it for the owner's next fetch. Every publish into an inbox goes through
-//! [`crate::publish`], which calls [`make_room`] when the stream refuses one as full.
+//! [`crate::deliver`], which calls [`make_room`] when the stream refuses one as full.
 
 use async_nats::jetstream;
 use async_nats::jetstream::stream::DirectGetErrorKind;
@@ -14,12 +14,8 @@ use serde_json::{Map, Value};
 use switchboard_proto::inbox::{CursorRecord, EXPIRED_UNREAD, Overflow, cursor_key};
 use switchboard_proto::{GoalId, InboxMessage, MessageKind, subject, timestamp};
 
-use crate::telemetry;
-
-/// Whether a publish error says the goal's inbox is full.
-pub fn is_full(error: &str) -> bool {
-    error.contains("maximum messages per subject exceeded")
-}
+use switchboard_runtime::publish::is_full;
+use switchboard_runtime::telemetry;
 
 /// The goal an inbox subject (`agent.inbox.<goal_id>`) belongs to.
 pub fn goal_of(inbox_subject: &str) -> Option<GoalId> {
@@ -138,9 +134,7 @@ pub async fn make_room(
         tracing::warn!(goal_id = %goal, seq = oldest.sequence, "a full goal removed a read message the audit had not recorded");
         return Ok(Room::Evicted);
     }
-    crate::telemetry::metrics::instruments()
-        .inbox_evicted
-        .add(1, &[]);
+    telemetry::metrics::instruments().inbox_evicted.add(1, &[]);
     let message: Option<InboxMessage> = serde_json::from_slice(&oldest.payload).ok();
     // Chosen as not handed out yet: a fetch that handed it out meanwhile (its cursor write
     // came first) gave it to the reader, who has it — not removed unread.

@@ -10,7 +10,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use switchboard_proto::{ErrorKind, ErrorReply, HEADER_SERVICE_ERROR_CODE};
 
-use crate::telemetry;
+use crate::trace;
 
 /// Why a request got no usable reply.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -58,7 +58,7 @@ where
     let payload = serde_json::to_vec(body).map_err(|err| other(err.to_string()))?;
     let request = async_nats::Request::new()
         .payload(Bytes::from(payload))
-        .headers(telemetry::traced_headers())
+        .headers(trace::traced_headers())
         .timeout(Some(timeout));
     let reply = client
         .send_request(subject.to_owned(), request)

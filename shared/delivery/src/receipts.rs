@@ -1,5 +1,6 @@
 //! Receipts (see [`switchboard_proto::receipt`]): the record each receipted message keeps in KV
-//! `agent_receipts`, and the `kind: receipt` messages that tell its sender. Shared by every
+//! `agent_receipts` (the `kind: receipt` messages that tell its sender are delivered by
+//! [`crate::deliver::tell`]). Shared by every
 //! service that stores a message with `receipt` (send, call, task create: the record starts
 //! at `stored`) and by the inbox reader (which moves it to `delivered` and `read`), and by the
 //! room-maker (`expired_unread`).
@@ -10,20 +11,15 @@
 
 use async_nats::jetstream::{self, kv};
 use bytes::Bytes;
-use serde_json::{Map, Value};
-use switchboard_proto::receipt::{
-    PendingRead, RECEIPT_MARK, ReceiptRecord, ReceiptState, SendStatusReply,
-};
-use switchboard_proto::{AgentId, GoalId, InboxMessage, MessageKind, subject, timestamp};
+use switchboard_proto::receipt::{PendingRead, ReceiptRecord, ReceiptState, SendStatusReply};
+use switchboard_proto::{AgentId, GoalId, InboxMessage, MessageKind, timestamp};
 use uuid::Uuid;
-
-use crate::publish::publish_durable;
 
 /// Compare-and-set attempts of one receipt record update before it gives up (logged).
 const CAS_ATTEMPTS: u32 = 16;
 
 /// Opens `agent_receipts` (created by the services at start-up, see
-/// [`crate::resources::receipts_bucket`]).
+/// [`switchboard_runtime::resources::receipts_bucket`]).
 pub async fn bucket(js: &jetstream::Context) -> Result<kv::Store, String> {
     js.get_key_value(switchboard_proto::RECEIPTS_BUCKET)
         .await
@@ -117,7 +113,7 @@ async fn update(
         }
         // A lost create is a record someone else wrote a moment ago: read it at once.
         if revision.is_some() {
-            crate::store::cas_backoff(attempt).await;
+            switchboard_runtime::store::cas_backoff(attempt).await;
         }
     }
     Err(format!("receipt record {id}: its goals keep changing"))
@@ -156,60 +152,6 @@ pub async fn status(
         message_id: id,
         goals: record.goals,
     }))
-}
-
-/// The receipt for `pending` (a message `reader` was handed in `goal`), now in `state`: a
-/// `kind: receipt` message to the sender's goal, `in_reply_to` the message, with `goal_id`,
-/// `state` and `at` in its metadata. Stored once per (copy, state) whatever the retries
-/// (`Nats-Msg-Id: receipt:<sequence>:<state>`), and never itself receipted.
-pub async fn tell(
-    js: &jetstream::Context,
-    reader: &AgentId,
-    goal: &GoalId,
-    pending: &PendingRead,
-    state: ReceiptState,
-) {
-    let at = timestamp::now();
-    let mut receipt = InboxMessage::new(
-        reader.clone(),
-        *goal,
-        pending.to_agent.clone(),
-        format!(
-            "your message {} to `{reader}` was {} (goal {goal})",
-            pending.id,
-            state.as_str().replace('_', " ")
-        ),
-    );
-    receipt.id = Some(switchboard_proto::new_id());
-    receipt.kind = MessageKind::Receipt;
-    receipt.in_reply_to = Some(pending.id);
-    receipt.correlation_id = pending.correlation_id;
-    receipt.sent_at = at;
-    let mut metadata = Map::new();
-    metadata.insert(
-        "switchboard".to_owned(),
-        Value::String(RECEIPT_MARK.to_owned()),
-    );
-    metadata.insert("goal_id".to_owned(), Value::String(goal.to_string()));
-    metadata.insert("state".to_owned(), Value::String(state.as_str().to_owned()));
-    metadata.insert("at".to_owned(), Value::String(timestamp::format(at)));
-    receipt.metadata = metadata;
-    let Ok(payload) = serde_json::to_vec(&receipt) else {
-        return;
-    };
-    // Keyed on the copy's stream sequence, not the message id a sender may choose: another
-    // sender reusing an id cannot make this receipt a duplicate of its own.
-    let msg_id = format!("receipt:{}:{}", pending.seq, state.as_str());
-    if let Err(err) = publish_durable(
-        js,
-        &subject::inbox(&pending.to_goal),
-        &msg_id,
-        Bytes::from(payload),
-    )
-    .await
-    {
-        tracing::warn!(message_id = %pending.id, error = %err, "receipt not stored");
-    }
 }
 
 /// The receipt owed for `message` at `seq` when it asks for one (and is not itself a

@@ -22,8 +22,8 @@ use futures::StreamExt;
 use switchboard_proto::{AgentCard, AgentId, AgentRecord, GoalId};
 use tokio_util::sync::CancellationToken;
 
-use crate::kv::snapshot;
-use crate::store::StoreError;
+use switchboard_runtime::kv::snapshot;
+use switchboard_runtime::store::StoreError;
 
 /// What the view knows about one agent.
 #[derive(Debug, Clone, PartialEq)]
@@ -445,7 +445,7 @@ pub async fn owns_goal(
     if entry.is_some_and(|entry| entry.operation == kv::Operation::Put) {
         return Ok(true);
     }
-    crate::kv::leader_entry(goals, &key)
+    switchboard_runtime::kv::leader_entry(goals, &key)
         .await
         .map(|entry| entry.is_some())
         .map_err(|err| StoreError::store("reading the goal", err))

@@ -1,0 +1,203 @@
+//! Delivering into a goal inbox (docs/protocol.md §7, "The inbox cap"): a durable publish
+//! that, when the goal is full, makes room in it first ([`crate::room`]) — purging what its
+//! reader has read, else evicting the oldest unread message with a notice to its sender, or
+//! refusing under the owner's `overflow: refuse` — and the receipts owed to senders.
+//!
+//! Publishers to one goal from one process take turns at making room, so a burst does not
+//! evict more than it needs.
+
+use std::time::Duration;
+
+use async_nats::jetstream;
+use bytes::Bytes;
+use serde_json::{Map, Value};
+use switchboard_proto::receipt::{PendingRead, RECEIPT_MARK, ReceiptState};
+use switchboard_proto::{AgentId, GoalId, InboxMessage, MessageKind, subject, timestamp};
+use switchboard_runtime::publish::{PublishFailure, Published, publish_all, publish_durable};
+
+use crate::room::{self, Room};
+
+/// How many times one publish makes room in a full goal inbox before it gives up (publishers
+/// racing for the same goal may each lose a few rounds).
+const ROOM_ROUNDS: u32 = 32;
+/// How long a publisher waits for its turn to make room in a goal before it goes ahead
+/// without (publishers in one process take turns per goal; see [`with_room`]).
+const TURN_WAIT: Duration = Duration::from_millis(500);
+/// Turns for making room, by goal (striped: goals that share a stripe take turns too).
+const ROOM_TURNS: usize = 64;
+
+/// The turn publishers to `goal` from this process take to make room in it.
+fn room_turn(goal: &GoalId) -> &'static tokio::sync::Mutex<()> {
+    static TURNS: std::sync::LazyLock<Vec<tokio::sync::Mutex<()>>> =
+        std::sync::LazyLock::new(|| {
+            (0..ROOM_TURNS)
+                .map(|_| tokio::sync::Mutex::new(()))
+                .collect()
+        });
+    let stripe = usize::from(goal.uuid().as_bytes()[15]) % ROOM_TURNS;
+    &TURNS[stripe]
+}
+
+/// Publishes `payload` into the goal inbox `subject` with `Nats-Msg-Id: msg_id`, as
+/// [`publish_durable`] does, making room when the goal is full. A failure with
+/// [`PublishFailure::full`] means the goal's owner refuses new messages while full.
+/// Any other subject is published to as [`publish_durable`] would.
+pub async fn deliver(
+    js: &jetstream::Context,
+    subject: &str,
+    msg_id: &str,
+    payload: Bytes,
+) -> Result<Published, PublishFailure> {
+    let first = publish_durable(js, subject, msg_id, payload.clone()).await;
+    with_room(js, subject, msg_id, payload, first).await
+}
+
+/// Encodes `value` as JSON and delivers it as [`deliver`] does.
+pub async fn deliver_json<T: serde::Serialize>(
+    js: &jetstream::Context,
+    subject: &str,
+    msg_id: &str,
+    value: &T,
+) -> Result<Published, PublishFailure> {
+    let payload = serde_json::to_vec(value).map_err(|err| PublishFailure {
+        subject: subject.to_owned(),
+        attempts: 0,
+        last: format!("encoding: {err}"),
+        full: false,
+    })?;
+    deliver(js, subject, msg_id, payload.into()).await
+}
+
+/// Delivers several messages (subject, `Nats-Msg-Id`, payload) at once: every publish is sent
+/// before any ack is awaited ([`publish_all`]), then each one refused by a full goal is
+/// delivered as [`deliver`] would. Results come back in input order.
+pub async fn deliver_all(
+    js: &jetstream::Context,
+    messages: &[(String, String, Bytes)],
+) -> Vec<Result<Published, PublishFailure>> {
+    let first = publish_all(js, messages).await;
+    let outcomes = messages
+        .iter()
+        .zip(first)
+        .map(|((subject, msg_id, payload), outcome)| {
+            with_room(js, subject, msg_id, payload.clone(), outcome)
+        });
+    futures::future::join_all(outcomes).await
+}
+
+/// After a publish's `outcome`: while the goal was full, makes room and publishes again.
+async fn with_room(
+    js: &jetstream::Context,
+    subject: &str,
+    msg_id: &str,
+    payload: Bytes,
+    outcome: Result<Published, PublishFailure>,
+) -> Result<Published, PublishFailure> {
+    let Some(goal) = room::goal_of(subject) else {
+        return outcome;
+    };
+    let mut outcome = outcome;
+    let mut room_made = 0;
+    let mut last_room = None;
+    loop {
+        match &outcome {
+            Err(failed) if failed.full && room_made < ROOM_ROUNDS => {}
+            _ => return outcome,
+        }
+        room_made += 1;
+        // Publishers to one goal from this process take turns: one that finds the inbox full
+        // waits for the turn, then first tries again — the publisher before it may have made
+        // room (a purge makes room for many) — and makes room only if it is still full.
+        // Racing without turns, each evicted one message for room another had already made:
+        // 27 of 64 new messages went unread under load. The turn is waited for only so long:
+        // a publisher stalled on a stream that is electing a leader must not hold every other
+        // publisher to that goal behind it.
+        let _turn = tokio::time::timeout(TURN_WAIT, room_turn(&goal).lock())
+            .await
+            .ok();
+        if room_made > 1 {
+            let again = publish_durable(js, subject, msg_id, payload.clone()).await;
+            if !matches!(&again, Err(failed) if failed.full) {
+                outcome = again;
+                continue;
+            }
+        }
+        // Read messages go first; only when a purge found none to remove and the inbox is
+        // still full does one go. Once a purge found nothing, the goal is full of messages it
+        // cannot purge: every further round evicts.
+        let evict = matches!(last_room, Some(Room::Purged(0) | Room::Evicted));
+        match room::make_room(js, subject, evict, true).await {
+            Ok(Room::Refused) => {
+                return Err(PublishFailure {
+                    subject: subject.to_owned(),
+                    attempts: room_made as usize,
+                    last: format!(
+                        "the goal's inbox is full ({} messages) and refuses new ones \
+                         (overflow: refuse)",
+                        switchboard_proto::INBOX_STORED_PER_GOAL
+                    ),
+                    full: true,
+                });
+            }
+            Ok(made) => last_room = Some(made),
+            Err(err) => {
+                tracing::warn!(%subject, error = %err, "could not make room in a full inbox");
+            }
+        }
+        outcome = publish_durable(js, subject, msg_id, payload.clone()).await;
+    }
+}
+
+/// The receipt for `pending` (a message `reader` was handed in `goal`), now in `state`: a
+/// `kind: receipt` message to the sender's goal, `in_reply_to` the message, with `goal_id`,
+/// `state` and `at` in its metadata. Stored once per (copy, state) whatever the retries
+/// (`Nats-Msg-Id: receipt:<sequence>:<state>`), and never itself receipted.
+pub async fn tell(
+    js: &jetstream::Context,
+    reader: &AgentId,
+    goal: &GoalId,
+    pending: &PendingRead,
+    state: ReceiptState,
+) {
+    let at = timestamp::now();
+    let mut receipt = InboxMessage::new(
+        reader.clone(),
+        *goal,
+        pending.to_agent.clone(),
+        format!(
+            "your message {} to `{reader}` was {} (goal {goal})",
+            pending.id,
+            state.as_str().replace('_', " ")
+        ),
+    );
+    receipt.id = Some(switchboard_proto::new_id());
+    receipt.kind = MessageKind::Receipt;
+    receipt.in_reply_to = Some(pending.id);
+    receipt.correlation_id = pending.correlation_id;
+    receipt.sent_at = at;
+    let mut metadata = Map::new();
+    metadata.insert(
+        "switchboard".to_owned(),
+        Value::String(RECEIPT_MARK.to_owned()),
+    );
+    metadata.insert("goal_id".to_owned(), Value::String(goal.to_string()));
+    metadata.insert("state".to_owned(), Value::String(state.as_str().to_owned()));
+    metadata.insert("at".to_owned(), Value::String(timestamp::format(at)));
+    receipt.metadata = metadata;
+    let Ok(payload) = serde_json::to_vec(&receipt) else {
+        return;
+    };
+    // Keyed on the copy's stream sequence, not the message id a sender may choose: another
+    // sender reusing an id cannot make this receipt a duplicate of its own.
+    let msg_id = format!("receipt:{}:{}", pending.seq, state.as_str());
+    if let Err(err) = deliver(
+        js,
+        &subject::inbox(&pending.to_goal),
+        &msg_id,
+        Bytes::from(payload),
+    )
+    .await
+    {
+        tracing::warn!(message_id = %pending.id, error = %err, "receipt not stored");
+    }
+}

@@ -1,0 +1,18 @@
+//! Delivery into agents' goal inboxes: what the fan-out, the correlator and the task service
+//! all do when they put a message where an agent reads it, so they agree on it.
+//!
+//! - [`deliver`]: a durable publish into a goal that makes room when the goal is full, and
+//!   the `kind: receipt` messages owed to senders;
+//! - [`room`]: how room is made (purge read messages, evict the oldest unread with a notice to
+//!   its sender, or refuse under `overflow: refuse`);
+//! - [`receipts`]: the receipt records in KV `agent_receipts`;
+//! - [`registry_view`]: a service's local view of the registry, which resolves who a message
+//!   goes to.
+//!
+//! The dependency points inward: this crate builds on `switchboard-runtime`'s generic durable
+//! publish and KV reads; the runtime knows nothing of goals.
+
+pub mod deliver;
+pub mod receipts;
+pub mod registry_view;
+pub mod room;

@@ -1,0 +1,13 @@
+//! How a Switchboard party talks to the services over NATS, and nothing more: JSON requests
+//! answered with the wire types or an `ErrorReply` (docs/protocol.md §2), retried when safe;
+//! the W3C trace context every message carries; header values made safe from agents' text;
+//! consistent KV snapshots through direct get.
+//!
+//! The services reach it through `switchboard-runtime` (which re-exports these modules); an
+//! agent built on `switchboard-client` gets it without the runtime's config loader and
+//! OpenTelemetry exporter.
+
+pub mod headers;
+pub mod kv;
+pub mod request;
+pub mod trace;
