@@ -83,19 +83,17 @@ async fn task_in(
     id: Uuid,
     states: &[TaskState],
 ) -> switchboard_proto::task::TaskRecord {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    loop {
+    let last = std::cell::RefCell::new(None);
+    let reached = eventually(Duration::from_secs(20), || async {
         let task = agent.get_task(id).await.unwrap();
-        if states.contains(&task.state) {
-            return task;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "task {id} stuck in {:?}: {task:?}",
-            task.state
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        let reached = states.contains(&task.state);
+        *last.borrow_mut() = Some(task);
+        reached
+    })
+    .await;
+    let task = last.into_inner();
+    assert!(reached, "task {id} never in {states:?}: {task:?}");
+    task.unwrap()
 }
 
 #[tokio::test]
@@ -166,6 +164,7 @@ async fn a_switchboard_agent_calls_tasks_and_messages_an_a2a_sdk_agent() {
         })
         .await
         .unwrap();
+    // A real wait: proving the intruder's answer does not resume the task needs a window.
     tokio::time::sleep(Duration::from_millis(1_500)).await;
     assert_eq!(
         me.get_task(task.task_id).await.unwrap().state,
@@ -187,20 +186,21 @@ async fn a_switchboard_agent_calls_tasks_and_messages_an_a2a_sdk_agent() {
     // A message: the remote's answer comes back as an ordinary message in reply to it.
     let sent = me.send_to_peer("py-echo", "hi there").await.unwrap();
     let message_id = sent.message_id.unwrap();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    let reply = loop {
-        let answers: Vec<_> = goal.drain().await.unwrap();
-        if let Some(reply) = answers.into_iter().find(|message| {
-            message.kind == MessageKind::Message && message.in_reply_to == Some(message_id)
-        }) {
-            break reply;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the remote's answer never reached the sender"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let reply = std::cell::RefCell::new(None);
+    switchboard_testkit::assert_eventually!(
+        Duration::from_secs(20),
+        async {
+            let answers: Vec<_> = goal.drain().await.unwrap();
+            if let Some(found) = answers.into_iter().find(|message| {
+                message.kind == MessageKind::Message && message.in_reply_to == Some(message_id)
+            }) {
+                *reply.borrow_mut() = Some(found);
+            }
+            reply.borrow().is_some()
+        },
+        "the remote's answer never reached the sender"
+    );
+    let reply = reply.into_inner().unwrap();
     assert_eq!(reply.body, "echo: hi there");
     assert_eq!(reply.from_agent_id.as_str(), "py-echo");
 }
@@ -222,6 +222,7 @@ async fn a_remote_that_goes_away_is_offline_and_its_messages_wait_for_it() {
     assert!(offline, "an unreachable remote goes offline");
     // A task given while it is away waits in its inbox, and is carried once it is back.
     let task = me.give_task("py-away", "later").await.unwrap().task;
+    // A real wait: proving the task is neither carried nor failed while the remote is away.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let waiting = me.get_task(task.task_id).await.unwrap().state;
     assert!(
@@ -253,7 +254,7 @@ async fn a_remote_agent_over_https_is_checked_against_the_trusted_roots() {
         "{refused:?}"
     );
     // Trusted (`--ca-file`, the gateway's `ca_file`): added, carried, answered over TLS.
-    let roots = a2a_gateway::outbound::read_roots(&ca).unwrap();
+    let roots = a2a_gateway::remote::outbound::read_roots(&ca).unwrap();
     add_trusting(&fabric, &python.card_url(), "py-tls", &roots).await;
     let me = fabric.agent("tls-caller").await;
     let _goal = me.open_goal().await.unwrap();
@@ -430,7 +431,7 @@ async fn a_flood_of_empty_parts_from_a_remote_holds_up_no_one() {
     let tail = br#"{"text":"the end"}]}}}"#;
     let part = br#"{"text":""},"#;
     let mut body = head.to_vec();
-    while body.len() + part.len() + tail.len() < a2a_gateway::outbound::MAX_ANSWER_BYTES {
+    while body.len() + part.len() + tail.len() < a2a_gateway::remote::outbound::MAX_ANSWER_BYTES {
         body.extend_from_slice(part);
     }
     body.extend_from_slice(tail);
@@ -455,6 +456,7 @@ async fn a_flood_of_empty_parts_from_a_remote_holds_up_no_one() {
         let asked = std::time::Instant::now();
         looker.lookup("caller").await.unwrap();
         slowest = slowest.max(asked.elapsed());
+        // A real wait: samples the lookup latency every 20 ms while the answers are decoded.
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     for call in calls {
@@ -502,7 +504,7 @@ async fn an_echo_remote_and_an_agent_that_does_not_read_do_not_loop() {
         "the remote got {} of {sent}",
         count()
     );
-    // Long enough for a loop to show: the carrier polls its inbox continuously.
+    // A real wait: long enough for a loop to show (the carrier polls its inbox continuously).
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(count(), sent, "the remote was posted more than it was sent");
     // Alice holds the newest echoes, each an answer with the budget her message had left.

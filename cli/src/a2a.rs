@@ -106,7 +106,7 @@ async fn add(nats_url: &str, remote: &RemoteToAdd<'_>, json: bool) -> anyhow::Re
         route_skills,
     } = *remote;
     let roots = match ca_file {
-        Some(path) => a2a_gateway::outbound::read_roots(path)
+        Some(path) => a2a_gateway::remote::outbound::read_roots(path)
             .map_err(|err| anyhow::anyhow!("{}: {err}", path.display()))?,
         None => Vec::new(),
     };
@@ -243,7 +243,7 @@ fn token(name: &str) -> ExitCode {
         return ExitCode::FAILURE;
     }
     let token: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-    let hash = a2a_gateway::auth::sha256_hex(token.as_bytes());
+    let hash = a2a_gateway::serve::auth::sha256_hex(token.as_bytes());
     println!("token (give it to the client; it is not stored anywhere): {token}");
     println!();
     println!("# switchboard.toml — the client calls as agent `a2a-{name}`");

@@ -61,8 +61,8 @@ async fn serve_echo(url: &str, id: &str, as_calls: bool) -> Arc<Agent> {
     card.max_concurrent_tasks = 100_000;
     if as_calls {
         card.metadata.insert(
-            a2a_gateway::messages::MESSAGES_KEY.into(),
-            a2a_gateway::messages::AS_CALLS.into(),
+            a2a_gateway::serve::messages::MESSAGES_KEY.into(),
+            a2a_gateway::serve::messages::AS_CALLS.into(),
         );
     }
     let options = switchboard_client::AgentOptions {
@@ -167,7 +167,7 @@ pub async fn a2a_rows(report: &mut Report, url: &str, ops: usize, call: Sample) 
     let listen = format!("127.0.0.1:{port}");
     let clients = format!(
         "[{{name=\"bench\",sha256=\"{}\"}}]",
-        a2a_gateway::auth::sha256_hex(TOKEN.as_bytes())
+        a2a_gateway::serve::auth::sha256_hex(TOKEN.as_bytes())
     );
     let mut env = SERVICE_ENV.to_vec();
     env.push(("SWITCHBOARD_A2A_GATEWAY__LISTEN", &listen));

@@ -24,11 +24,11 @@ fn gateway_config(port: u16) -> GatewayConfig {
         clients: vec![
             ClientToken {
                 name: "planner".into(),
-                sha256: a2a_gateway::auth::sha256_hex(TOKEN.as_bytes()),
+                sha256: a2a_gateway::serve::auth::sha256_hex(TOKEN.as_bytes()),
             },
             ClientToken {
                 name: "other".into(),
-                sha256: a2a_gateway::auth::sha256_hex(OTHER_TOKEN.as_bytes()),
+                sha256: a2a_gateway::serve::auth::sha256_hex(OTHER_TOKEN.as_bytes()),
             },
         ],
         blocking_timeout_ms: 20_000,
@@ -265,7 +265,7 @@ impl A2a {
     ///   with `done: <answer 1>, <answer 2>`;
     /// - anything else: answers `answer: <text>` with the message's parts.
     pub async fn spawn_caller(&self) -> tokio::task::JoinHandle<()> {
-        use a2a_gateway::messages::{AS_CALLS, MESSAGES_KEY, TASK_MARKER, TASK_MARKER_KEY};
+        use a2a_gateway::serve::messages::{AS_CALLS, MESSAGES_KEY, TASK_MARKER, TASK_MARKER_KEY};
         use switchboard_proto::MessageKind;
         use switchboard_proto::task::{TaskAction, TaskOp};
 

@@ -25,28 +25,15 @@
 //! client), `answer.rs` (what a remote answers, decoded lean and bounded), `bridge.rs` (leases and sessions of remote agents), `carrier.rs` (carrying a remote
 //! agent's inbox to it).
 
-pub mod answer;
-pub mod auth;
-pub mod bridge;
-pub mod cards;
-pub mod carrier;
 pub mod config;
 pub mod endpoints;
 pub mod error;
 pub mod gateway;
-mod history;
-mod jsonrpc;
+pub mod http;
 pub mod mapping;
-pub mod messages;
-pub mod outbound;
-mod params;
-pub mod push;
 pub mod remote;
-mod rest;
+pub mod serve;
 pub mod store;
-pub mod stream;
-pub mod tasks;
-pub mod webhook_target;
 
 use std::sync::Arc;
 
@@ -96,7 +83,7 @@ pub async fn start(
     let history = resources::ensure_bucket(&js, resources::a2a_history_bucket(settings)).await?;
     resources::ensure_bucket(
         &js,
-        resources::a2a_leases_bucket(settings, bridge::LEASE_TTL),
+        resources::a2a_leases_bucket(settings, remote::bridge::LEASE_TTL),
     )
     .await?;
     let events = store::events_stream(&js)
@@ -121,10 +108,12 @@ pub async fn start(
     let store = store::Store::new(events, view.clone(), push, history);
     let roots = match &config.ca_file {
         None => Vec::new(),
-        Some(path) => outbound::read_roots(path).map_err(|message| StartError::Certificates {
-            path: path.display().to_string(),
-            message,
-        })?,
+        Some(path) => {
+            remote::outbound::read_roots(path).map_err(|message| StartError::Certificates {
+                path: path.display().to_string(),
+                message,
+            })?
+        }
     };
     let anonymous_key = store
         .anonymous_context_key()
@@ -172,7 +161,8 @@ impl Running {
         let micro = self.micro;
         let grace = self.grace;
         let pushes = Arc::clone(&self.gateway).deliver_pushes(self.js.clone(), shutdown.clone());
-        let remotes = bridge::run(Arc::clone(&self.gateway), self.js.clone(), shutdown.clone());
+        let remotes =
+            remote::bridge::run(Arc::clone(&self.gateway), self.js.clone(), shutdown.clone());
         let stopping = self.gateway.stopping.clone();
         let stop_streams = {
             let shutdown = shutdown.clone();

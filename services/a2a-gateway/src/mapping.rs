@@ -284,6 +284,11 @@ pub fn task(record: &TaskRecord) -> Task {
     }
 }
 
+/// A task id from a client: a UUID, or the task does not exist for it.
+pub(crate) fn task_id(id: &str) -> Result<uuid::Uuid, crate::error::GatewayError> {
+    uuid::Uuid::parse_str(id).map_err(|_| crate::error::GatewayError::TaskNotFound(id.to_owned()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

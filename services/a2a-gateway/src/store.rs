@@ -5,10 +5,13 @@
 
 use a2a::TaskPushNotificationConfig;
 use async_nats::jetstream::{self, kv, stream};
+use futures::TryStreamExt as _;
 use serde::{Deserialize, Serialize};
 use switchboard_delivery::registry_view::RegistryView;
+use switchboard_proto::GoalId;
 use switchboard_proto::task::TaskEvent;
 use switchboard_proto::{AgentId, AgentRecord, subject};
+use time::OffsetDateTime;
 use uuid::Uuid;
 
 use crate::error::GatewayError;
@@ -395,4 +398,98 @@ impl Paused {
             tracing::debug!(%task_id, error = %err, "paused remote task not forgotten");
         }
     }
+}
+
+// The remote agents the gateway carries: KV `a2a_remotes`, one record per agent id.
+
+/// A remote A2A agent the gateway carries: the value stored under its agent id in
+/// `a2a_remotes`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RemoteAgent {
+    /// Its id on the fabric (`--as`, or made from the card's name).
+    pub agent_id: AgentId,
+    /// Where its card is fetched from (and refreshed).
+    pub card_url: String,
+    /// The goal whose inbox holds what the fabric sends it (chosen once, so any replica that
+    /// takes the agent over reads the same inbox).
+    pub goal_id: GoalId,
+    /// When it was added.
+    #[serde(with = "time::serde::rfc3339")]
+    pub added_at: OffsetDateTime,
+    /// The skill ids its card listed when it was added: a refresh of the card may drop one,
+    /// never add one (a card that gains a skill later does not get its work). `None` on a
+    /// record from before pinning: the card is taken as it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skills: Option<Vec<String>>,
+    /// Whether `skill:` work may be routed to it: only when the operator said so at `add`
+    /// (`--route-skills`); otherwise its skills are listed for agents to read, and only work
+    /// sent to it by name reaches it.
+    #[serde(default)]
+    pub route_skills: bool,
+}
+
+/// The `a2a_remotes` bucket.
+pub async fn remotes_bucket(
+    js: &jetstream::Context,
+) -> Result<jetstream::kv::Store, async_nats::Error> {
+    js.get_key_value(switchboard_proto::A2A_REMOTES_BUCKET)
+        .await
+        .map_err(async_nats::Error::from)
+}
+
+/// Every remote agent recorded (unreadable entries are skipped with a warning).
+pub async fn remotes(
+    remotes: &jetstream::kv::Store,
+) -> Result<Vec<RemoteAgent>, async_nats::Error> {
+    let keys: Vec<String> = remotes
+        .keys()
+        .await
+        .map_err(async_nats::Error::from)?
+        .try_collect()
+        .await
+        .map_err(async_nats::Error::from)?;
+    let mut agents = Vec::with_capacity(keys.len());
+    for key in keys {
+        let Some(value) = remotes.get(&key).await.map_err(async_nats::Error::from)? else {
+            continue;
+        };
+        match serde_json::from_slice(&value) {
+            Ok(agent) => agents.push(agent),
+            Err(err) => tracing::warn!(key, error = %err, "unreadable remote-agent record"),
+        }
+    }
+    agents.sort_by(|a: &RemoteAgent, b| a.agent_id.as_str().cmp(b.agent_id.as_str()));
+    Ok(agents)
+}
+
+/// Records `agent` (replacing an earlier record of the same id, whose goal it keeps).
+pub async fn put_remote(
+    remotes: &jetstream::kv::Store,
+    agent: &RemoteAgent,
+) -> Result<(), async_nats::Error> {
+    let value = serde_json::to_vec(agent).map_err(async_nats::Error::from)?;
+    remotes
+        .put(agent.agent_id.as_str(), value.into())
+        .await
+        .map(|_| ())
+        .map_err(async_nats::Error::from)
+}
+
+/// Forgets remote agent `id`; false when it was not recorded.
+pub async fn remove_remote(
+    remotes: &jetstream::kv::Store,
+    id: &AgentId,
+) -> Result<bool, async_nats::Error> {
+    let known = remotes
+        .get(id.as_str())
+        .await
+        .map_err(async_nats::Error::from)?
+        .is_some();
+    if known {
+        remotes
+            .purge(id.as_str())
+            .await
+            .map_err(async_nats::Error::from)?;
+    }
+    Ok(known)
 }

@@ -22,11 +22,13 @@ use switchboard_proto::AgentId;
 use tokio::sync::mpsc;
 use tracing::Instrument;
 
-use crate::endpoints;
 use crate::error::GatewayError;
 use crate::gateway::Gateway;
-use crate::params::params;
-use crate::stream::{Item, Start};
+use crate::serve::checks;
+use crate::serve::events::Item;
+use crate::serve::params::params;
+use crate::serve::sse::sse;
+use crate::serve::stream::Start;
 
 /// The binding's name in spans and metrics (`rpc.system`).
 const BINDING: &str = "jsonrpc";
@@ -47,34 +49,34 @@ pub(crate) async fn json_rpc(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let caller = match endpoints::caller(&gateway, &headers) {
+    let caller = match checks::caller(&gateway, &headers) {
         Ok(caller) => caller,
-        Err(refusal) => return endpoints::unauthorized(refusal),
+        Err(refusal) => return checks::unauthorized(refusal),
     };
-    let bytes = match endpoints::read_body(&gateway, body).await {
+    let bytes = match checks::read_body(&gateway, body).await {
         Ok(bytes) => bytes,
         Err((status, err)) => return rpc_error(status, JsonRpcId::Null, &err),
     };
     // Before parsing: a body that is not JSON by its type is -32005, not a parse error.
-    if let Err(err) = endpoints::json_content(&headers) {
+    if let Err(err) = checks::json_content(&headers) {
         return rpc_error(StatusCode::UNSUPPORTED_MEDIA_TYPE, JsonRpcId::Null, &err);
     }
     let (id, method, params) = match envelope(&bytes) {
         Ok(parts) => parts,
         Err((id, err)) => return rpc_error(StatusCode::OK, id, &err),
     };
-    if let Err(err) = endpoints::version(&headers, query.version.as_deref()) {
+    if let Err(err) = checks::version(&headers, query.version.as_deref()) {
         return rpc_error(StatusCode::OK, id, &err);
     }
-    let agent = match endpoints::agent(&gateway, &agent).await {
+    let agent = match checks::agent(&gateway, &agent).await {
         Ok(agent) => agent,
         Err((status, err)) => return rpc_error(status, id, &err),
     };
-    let last_event = match endpoints::last_event(&headers) {
+    let last_event = match checks::last_event(&headers) {
         Ok(last_event) => last_event,
         Err(err) => return rpc_error(StatusCode::OK, id, &err),
     };
-    let span = endpoints::request_span(BINDING, &method, &agent, &caller, &headers);
+    let span = checks::request_span(BINDING, &method, &agent, &caller, &headers);
     dispatch(&gateway, &caller, &agent, id, &method, params, last_event)
         .instrument(span)
         .await
@@ -212,7 +214,7 @@ async fn dispatch(
         methods::GET_EXTENDED_AGENT_CARD => Err(GatewayError::ExtendedCardNotConfigured),
         other => Err(GatewayError::MethodNotFound(other.to_owned())),
     };
-    endpoints::record(BINDING, method, started, result.as_ref().err());
+    checks::record(BINDING, method, started, result.as_ref().err());
     match result {
         Ok(value) => (
             [(header::CONTENT_TYPE, "application/json")],
@@ -231,9 +233,9 @@ fn streamed(
     id: JsonRpcId,
     opened: Result<mpsc::Receiver<Result<Item, GatewayError>>, GatewayError>,
 ) -> Response {
-    endpoints::record(BINDING, method, started, opened.as_ref().err());
+    checks::record(BINDING, method, started, opened.as_ref().err());
     match opened {
-        Ok(items) => endpoints::sse(items, move |item| {
+        Ok(items) => sse(items, move |item| {
             let response = match item {
                 Ok(response) => JsonRpcResponse::success(
                     id.clone(),

@@ -5,7 +5,13 @@
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+use a2a::SendMessageRequest;
+
 use crate::error::GatewayError;
+use crate::mapping;
+
+/// The longest `contextId` or `messageId` kept, in bytes.
+pub const MAX_ID_BYTES: usize = 256;
 
 /// The params of a request as `T`: `-32602` (invalid params) when they do not fit.
 pub(crate) fn params<T: DeserializeOwned>(mut params: Value) -> Result<T, GatewayError> {
@@ -15,11 +21,11 @@ pub(crate) fn params<T: DeserializeOwned>(mut params: Value) -> Result<T, Gatewa
         .get("message")
         .and_then(|message| message.get("parts"))
         .and_then(Value::as_array)
-        .is_some_and(|parts| parts.len() > crate::tasks::MAX_PARTS)
+        .is_some_and(|parts| parts.len() > crate::serve::params::MAX_PARTS)
     {
         return Err(GatewayError::InvalidParams(format!(
             "a message has at most {} parts",
-            crate::tasks::MAX_PARTS
+            crate::serve::params::MAX_PARTS
         )));
     }
     // ProtoJSON: a parser accepts the proto field name (`task_id`) as well as its JSON name
@@ -96,6 +102,55 @@ fn lower_camel(snake: &str) -> String {
         }
     }
     camel
+}
+
+/// The most parts one message may carry.
+pub const MAX_PARTS: usize = 256;
+
+/// The message's context: `(its contextId, true)`, or `(a fresh one, false)` without one.
+pub(crate) fn message_context(
+    request: &SendMessageRequest,
+) -> Result<(String, bool), GatewayError> {
+    match request.message.context_id.as_deref() {
+        None | Some("") => Ok((switchboard_proto::new_id().to_string(), false)),
+        Some(context) if context.len() <= MAX_ID_BYTES => Ok((context.to_owned(), true)),
+        Some(_) => Err(GatewayError::InvalidParams(format!(
+            "contextId is longer than {MAX_ID_BYTES} bytes"
+        ))),
+    }
+}
+
+/// The message's text and parts, refused when it carries neither.
+pub(crate) fn message_content(
+    request: &SendMessageRequest,
+) -> Result<(String, Vec<switchboard_proto::Part>), GatewayError> {
+    if request.message.parts.len() > MAX_PARTS {
+        return Err(GatewayError::InvalidParams(format!(
+            "a message has at most {MAX_PARTS} parts"
+        )));
+    }
+    let (text, parts) = mapping::inbound(&request.message.parts);
+    if text.trim().is_empty() && parts.is_empty() {
+        return Err(GatewayError::InvalidParams(
+            "the message has no text and no parts".to_owned(),
+        ));
+    }
+    // The fabric's messages have text; one of parts alone says so in words (and the task's
+    // history shows the parts as they came: `mapping::TEXTLESS`).
+    if text.trim().is_empty() {
+        return Ok((mapping::textless(parts.len()), parts));
+    }
+    Ok((text, parts))
+}
+
+/// A `messageId` the gateway carries: at most [`MAX_ID_BYTES`].
+pub(crate) fn check_message_id(id: &str) -> Result<(), GatewayError> {
+    if id.len() > MAX_ID_BYTES {
+        return Err(GatewayError::InvalidParams(format!(
+            "messageId is longer than {MAX_ID_BYTES} bytes"
+        )));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

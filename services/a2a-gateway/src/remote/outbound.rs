@@ -14,23 +14,8 @@ use a2a::{
     Part as A2aPart, PartContent, SendMessageRequest, SendMessageResponse, StreamResponse, Task,
 };
 
-use crate::remote::{BodyError, bounded_body};
-
-/// Largest answer (a whole JSON-RPC response, or one streamed event) read from a remote.
-pub const MAX_ANSWER_BYTES: usize = 4 * 1024 * 1024;
-
-/// The builder of every HTTP client the gateway uses (remote agents, webhooks): rustls (ring,
-/// like the NATS connection) verifying with the platform's roots plus `extra_roots` (a
-/// private CA, `ca_file`), no redirects (one could leave the checked origin or address), 5 s
-/// to connect.
-pub fn http_builder(extra_roots: &[reqwest::Certificate]) -> reqwest::ClientBuilder {
-    switchboard_runtime::nats::install_crypto_provider();
-    reqwest::Client::builder()
-        .tls_backend_rustls()
-        .tls_certs_merge(extra_roots.iter().cloned())
-        .redirect(reqwest::redirect::Policy::none())
-        .connect_timeout(Duration::from_secs(5))
-}
+use crate::http::{BodyError, bounded_body};
+pub use crate::remote::answer::{MAX_ANSWER_BYTES, OutboundError};
 
 /// The certificates of the PEM file at `path` (`ca_file`); an error when it cannot be read
 /// or holds none.
@@ -100,44 +85,6 @@ impl Outcome {
     }
 }
 
-/// Why an exchange with a remote agent failed.
-#[derive(Debug, thiserror::Error)]
-pub enum OutboundError {
-    /// The remote could not be reached or stopped answering: try again later.
-    #[error("the remote agent is unreachable: {0}")]
-    Unreachable(String),
-    /// The remote answered with a JSON-RPC error.
-    #[error("the remote agent refused ({code}): {message}")]
-    Refused {
-        /// The JSON-RPC error code.
-        code: i64,
-        /// Its message.
-        message: String,
-    },
-    /// The remote answered an HTTP error status other than 5xx and 429.
-    #[error("the remote agent answered HTTP {0}")]
-    Http(u16),
-    /// The remote took longer than the exchange may take: final (sending again would make
-    /// it do the work again).
-    #[error("the remote agent did not answer within {0:?}")]
-    TimedOut(Duration),
-    /// The remote answered something that is not A2A.
-    #[error("the remote agent answered outside the protocol: {0}")]
-    Protocol(String),
-}
-
-impl OutboundError {
-    /// A transport error: a timeout is final ([`OutboundError::TimedOut`]), anything else
-    /// (refused connection, reset, TLS) may pass.
-    fn transport(err: &reqwest::Error, timeout: Duration) -> Self {
-        if err.is_timeout() {
-            Self::TimedOut(timeout)
-        } else {
-            Self::Unreachable(err.to_string())
-        }
-    }
-}
-
 impl OutboundError {
     /// Whether trying again later may succeed (the message stays queued).
     pub fn is_transient(&self) -> bool {
@@ -178,7 +125,7 @@ impl RemoteClient {
             .post(&self.url)
             .timeout(timeout)
             .header("Content-Type", "application/json")
-            .header("A2A-Version", crate::endpoints::VERSION)
+            .header("A2A-Version", crate::http::VERSION)
             .body(body);
         for (name, value) in trace_context() {
             request = request.header(name, value);
@@ -227,7 +174,7 @@ impl RemoteClient {
             a2a::methods::SEND_MESSAGE,
             request,
             timeout,
-            crate::answer::send_message_response,
+            crate::remote::answer::send_message_response,
         )
         .await
     }
@@ -239,7 +186,7 @@ impl RemoteClient {
             a2a::methods::GET_TASK,
             &params,
             timeout,
-            crate::answer::task,
+            crate::remote::answer::task,
         )
         .await
     }
@@ -319,7 +266,7 @@ impl RemoteClient {
 /// so a remote's large answer never holds up another request's task.
 const DECODE_INLINE_BYTES: usize = 64 * 1024;
 
-/// Decodes `body` with `decoder` ([`crate::answer`]), off the async runtime when it is large.
+/// Decodes `body` with `decoder` ([`crate::remote::answer`]), off the async runtime when it is large.
 async fn decode<T: Send + 'static>(
     body: Vec<u8>,
     decoder: fn(&[u8]) -> Result<T, OutboundError>,
@@ -365,7 +312,9 @@ impl EventStream {
                 let event: Vec<u8> = self.buffer.drain(..end + skip).take(end).collect();
                 self.scanned = 0;
                 match event_data(&event) {
-                    Some(data) => return Some(decode(data, crate::answer::stream_response).await),
+                    Some(data) => {
+                        return Some(decode(data, crate::remote::answer::stream_response).await);
+                    }
                     None => continue,
                 }
             }
@@ -383,7 +332,9 @@ impl EventStream {
                     // A last event without its blank line still counts.
                     let rest = std::mem::take(&mut self.buffer);
                     return match event_data(&rest) {
-                        Some(data) => Some(decode(data, crate::answer::stream_response).await),
+                        Some(data) => {
+                            Some(decode(data, crate::remote::answer::stream_response).await)
+                        }
                         None => None,
                     };
                 }

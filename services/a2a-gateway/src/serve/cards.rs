@@ -7,13 +7,21 @@
 //! true (SSE, resumable; webhooks). A caller needs a bearer token unless anonymous callers are
 //! allowed, and the card says so.
 
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+
+use crate::gateway::Gateway;
+use crate::serve::checks::{agent_id, not_found};
 use std::collections::HashMap;
 
 use a2a::{
     AgentCapabilities, AgentCard, AgentInterface, AgentSkill, HttpAuthSecurityScheme,
     SecurityScheme, TRANSPORT_PROTOCOL_HTTP_JSON, TRANSPORT_PROTOCOL_JSONRPC,
 };
-use switchboard_proto::{AgentId, AgentRecord, AgentStatus};
+use switchboard_proto::{AgentRecord, AgentStatus};
 
 use crate::config::GatewayConfig;
 
@@ -133,13 +141,80 @@ pub fn etag(json: &[u8]) -> String {
     format!("\"{hex}\"")
 }
 
-/// The agent a path names, if the gateway serves it: a valid agent id that is not a client
-/// agent (`a2a-…`), so one client can never address another or pose as one.
-pub fn agent_id(id: &str) -> Option<AgentId> {
-    if id.starts_with(crate::gateway::CLIENT_PREFIX) {
-        return None;
+/// How long a client may cache a card, in seconds.
+const CARD_MAX_AGE_SECS: u32 = 60;
+
+pub(crate) async fn default_card(
+    State(gateway): State<Arc<Gateway>>,
+    headers: HeaderMap,
+) -> Response {
+    let agent = gateway.config().default_agent.clone();
+    if agent.is_empty() {
+        return not_found(
+            "no default agent is configured; cards are at /agents/<agent_id>/.well-known/agent-card.json",
+        );
     }
-    AgentId::parse(id).ok()
+    card_response(&gateway, &agent, &headers).await
+}
+
+pub(crate) async fn agent_card(
+    State(gateway): State<Arc<Gateway>>,
+    Path(agent): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    card_response(&gateway, &agent, &headers).await
+}
+
+async fn card_response(gateway: &Gateway, agent: &str, headers: &HeaderMap) -> Response {
+    let Some(id) = agent_id(agent) else {
+        return not_found("not an agent id");
+    };
+    let record = match gateway.store.agent(&id).await {
+        Ok(Some(record)) => record,
+        Ok(None) => return not_found(&format!("no agent `{id}` is registered")),
+        Err(err) => {
+            return (StatusCode::SERVICE_UNAVAILABLE, err.to_string()).into_response();
+        }
+    };
+    let card = card(&record, gateway.config());
+    let json = serde_json::to_vec(&card).unwrap_or_default();
+    let etag = etag(&json);
+    let cache = format!("public, max-age={CARD_MAX_AGE_SECS}");
+    let fresh = headers
+        .get(header::IF_NONE_MATCH)
+        .and_then(|value| value.to_str().ok())
+        .is_some_and(|seen| seen.split(',').any(|tag| tag.trim() == etag));
+    let mut response = if fresh {
+        StatusCode::NOT_MODIFIED.into_response()
+    } else {
+        ([(header::CONTENT_TYPE, "application/json")], json).into_response()
+    };
+    let out = response.headers_mut();
+    if let Ok(value) = HeaderValue::from_str(&etag) {
+        out.insert(header::ETAG, value);
+    }
+    if let Ok(value) = HeaderValue::from_str(&cache) {
+        out.insert(header::CACHE_CONTROL, value);
+    }
+    // No earlier than the card's last change: an online agent's card changes only when it
+    // registers or comes back (its latest register or heartbeat); an offline one's changed
+    // when the directory marked it, which the record does not date.
+    let modified = match record.status {
+        switchboard_proto::registry::AgentStatus::Offline => time::OffsetDateTime::now_utc(),
+        _ => record.last_heartbeat,
+    };
+    if let Some(value) = http_date(modified).and_then(|date| HeaderValue::from_str(&date).ok()) {
+        out.insert(header::LAST_MODIFIED, value);
+    }
+    response
+}
+
+/// `at` as an HTTP date (IMF-fixdate, RFC 9110: `Sun, 06 Nov 1994 08:49:37 GMT`).
+fn http_date(at: time::OffsetDateTime) -> Option<String> {
+    let format = time::macros::format_description!(
+        "[weekday repr:short], [day] [month repr:short] [year] [hour]:[minute]:[second] GMT"
+    );
+    at.to_offset(time::UtcOffset::UTC).format(&format).ok()
 }
 
 #[cfg(test)]
@@ -200,5 +275,14 @@ mod tests {
         assert!(online.security_schemes.is_some());
         let offline = card(&record(ours, AgentStatus::Offline), &config);
         assert!(offline.description.starts_with("Unavailable"));
+    }
+
+    #[test]
+    fn last_modified_is_an_imf_fixdate() {
+        let at = time::macros::datetime!(1994-11-06 08:49:37 +02:00);
+        assert_eq!(
+            http_date(at).as_deref(),
+            Some("Sun, 06 Nov 1994 06:49:37 GMT")
+        );
     }
 }

@@ -20,13 +20,10 @@ use uuid::Uuid;
 
 use crate::error::GatewayError;
 use crate::gateway::Gateway;
-use crate::history::history_length;
+use crate::mapping::task_id;
 use crate::mapping::{self, CONTEXT_KEY, MESSAGE_KEY};
-
-/// The most parts one message may carry.
-pub const MAX_PARTS: usize = 256;
-/// The longest `contextId` or `messageId` kept, in bytes.
-pub const MAX_ID_BYTES: usize = 256;
+use crate::serve::history::history_length;
+use crate::serve::params::{check_message_id, message_content, message_context};
 
 /// `ListTasks` page size when the client gives none, and the most it may ask for.
 const PAGE_DEFAULT: usize = 50;
@@ -51,30 +48,7 @@ pub(crate) struct Submitted {
     /// The last event before this message's effect.
     pub(crate) after: Option<u32>,
     /// The task's live events from before this message's effect.
-    pub(crate) live: crate::stream::LiveEvents,
-}
-
-/// The message's text and parts, refused when it carries neither.
-pub(crate) fn message_content(
-    request: &SendMessageRequest,
-) -> Result<(String, Vec<switchboard_proto::Part>), GatewayError> {
-    if request.message.parts.len() > MAX_PARTS {
-        return Err(GatewayError::InvalidParams(format!(
-            "a message has at most {MAX_PARTS} parts"
-        )));
-    }
-    let (text, parts) = mapping::inbound(&request.message.parts);
-    if text.trim().is_empty() && parts.is_empty() {
-        return Err(GatewayError::InvalidParams(
-            "the message has no text and no parts".to_owned(),
-        ));
-    }
-    // The fabric's messages have text; one of parts alone says so in words (and the task's
-    // history shows the parts as they came: `mapping::TEXTLESS`).
-    if text.trim().is_empty() {
-        return Ok((mapping::textless(parts.len()), parts));
-    }
-    Ok((text, parts))
+    pub(crate) live: crate::serve::events::LiveEvents,
 }
 
 /// Whether the message has text (not only parts).
@@ -82,34 +56,6 @@ fn has_text(request: &SendMessageRequest) -> bool {
     request.message.parts.iter().any(
         |part| matches!(&part.content, a2a::PartContent::Text(text) if !text.trim().is_empty()),
     )
-}
-
-/// The message's context: `(its contextId, true)`, or `(a fresh one, false)` without one.
-pub(crate) fn message_context(
-    request: &SendMessageRequest,
-) -> Result<(String, bool), GatewayError> {
-    match request.message.context_id.as_deref() {
-        None | Some("") => Ok((switchboard_proto::new_id().to_string(), false)),
-        Some(context) if context.len() <= MAX_ID_BYTES => Ok((context.to_owned(), true)),
-        Some(_) => Err(GatewayError::InvalidParams(format!(
-            "contextId is longer than {MAX_ID_BYTES} bytes"
-        ))),
-    }
-}
-
-/// A `messageId` the gateway carries: at most [`MAX_ID_BYTES`].
-pub(crate) fn check_message_id(id: &str) -> Result<(), GatewayError> {
-    if id.len() > MAX_ID_BYTES {
-        return Err(GatewayError::InvalidParams(format!(
-            "messageId is longer than {MAX_ID_BYTES} bytes"
-        )));
-    }
-    Ok(())
-}
-
-/// A task id from a client: a UUID, or the task does not exist for it.
-pub(crate) fn task_id(id: &str) -> Result<Uuid, GatewayError> {
-    Uuid::parse_str(id).map_err(|_| GatewayError::TaskNotFound(id.to_owned()))
 }
 
 impl Gateway {
@@ -127,7 +73,7 @@ impl Gateway {
         // stream slots (429 past the cap: a call cannot be answered at once).
         if self.as_call(agent, &request).await {
             let _slot = self.open_stream(caller)?;
-            if let crate::messages::Called::Message(message) =
+            if let crate::serve::messages::Called::Message(message) =
                 self.call(caller, agent, &request).await?
             {
                 return Ok(SendMessageResponse::Message(message));
@@ -209,9 +155,15 @@ impl Gateway {
             .and_then(|configuration| configuration.task_push_notification_config.clone());
         let has_webhook = webhook.is_some();
         if let Some(config) = webhook {
-            let config = crate::push::checked(config, &id, self.config.push_allow_private).await?;
+            let config =
+                crate::serve::push::checked(config, &id, self.config.push_allow_private).await?;
             self.store
-                .put_push_config(&id, caller, config, crate::push::MAX_CONFIGS_PER_TASK)
+                .put_push_config(
+                    &id,
+                    caller,
+                    config,
+                    crate::serve::push::MAX_CONFIGS_PER_TASK,
+                )
                 .await?;
         }
         // A context the client names has a goal; a fresh one gets it when the client comes
@@ -270,7 +222,7 @@ impl Gateway {
         request: &SendMessageRequest,
         text: String,
         parts: Vec<switchboard_proto::Part>,
-    ) -> Result<(u32, crate::stream::LiveEvents), GatewayError> {
+    ) -> Result<(u32, crate::serve::events::LiveEvents), GatewayError> {
         check_message_id(&request.message.message_id)?;
         let live = self.live_events(&id).await?;
         let record = self.get_for(caller, agent, &id).await?;
@@ -346,7 +298,7 @@ impl Gateway {
             if left.is_zero() || self.stopping.is_cancelled() {
                 return Ok(());
             }
-            let wait = left.min(crate::stream::QUIET_CHECK);
+            let wait = left.min(crate::serve::events::QUIET_CHECK);
             let live = tokio::select! {
                 event = submitted.live.next_within(wait) => event,
                 () = self.stopping.cancelled() => return Ok(()),

@@ -20,8 +20,6 @@ use serde::Deserialize;
 use serde::de::{DeserializeOwned, IgnoredAny, SeqAccess, Visitor};
 use serde_json::Value;
 
-use crate::outbound::OutboundError;
-
 /// Parts kept of one message or artifact: more than any answer meant for an agent holds.
 pub const PARTS_KEPT: usize = 256;
 /// Artifacts kept of one task.
@@ -313,6 +311,47 @@ pub fn stream_response(body: &[u8]) -> Result<StreamResponse, OutboundError> {
     result::<WireAnswer>(body)?.into_event()
 }
 
+/// Largest answer (a whole JSON-RPC response, or one streamed event) read from a remote.
+pub const MAX_ANSWER_BYTES: usize = 4 * 1024 * 1024;
+
+/// Why an exchange with a remote agent failed.
+#[derive(Debug, thiserror::Error)]
+pub enum OutboundError {
+    /// The remote could not be reached or stopped answering: try again later.
+    #[error("the remote agent is unreachable: {0}")]
+    Unreachable(String),
+    /// The remote answered with a JSON-RPC error.
+    #[error("the remote agent refused ({code}): {message}")]
+    Refused {
+        /// The JSON-RPC error code.
+        code: i64,
+        /// Its message.
+        message: String,
+    },
+    /// The remote answered an HTTP error status other than 5xx and 429.
+    #[error("the remote agent answered HTTP {0}")]
+    Http(u16),
+    /// The remote took longer than the exchange may take: final (sending again would make
+    /// it do the work again).
+    #[error("the remote agent did not answer within {0:?}")]
+    TimedOut(std::time::Duration),
+    /// The remote answered something that is not A2A.
+    #[error("the remote agent answered outside the protocol: {0}")]
+    Protocol(String),
+}
+
+impl OutboundError {
+    /// A transport error: a timeout is final ([`OutboundError::TimedOut`]), anything else
+    /// (refused connection, reset, TLS) may pass.
+    pub(crate) fn transport(err: &reqwest::Error, timeout: std::time::Duration) -> Self {
+        if err.is_timeout() {
+            Self::TimedOut(timeout)
+        } else {
+            Self::Unreachable(err.to_string())
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -322,7 +361,7 @@ mod tests {
         let head = br#"{"jsonrpc":"2.0","id":1,"result":{"message":{"messageId":"m","role":"ROLE_AGENT","parts":["#;
         let tail = br#"{"text":"the end"}]}}}"#;
         let mut body = head.to_vec();
-        while body.len() + 12 + tail.len() < crate::outbound::MAX_ANSWER_BYTES {
+        while body.len() + 12 + tail.len() < crate::remote::answer::MAX_ANSWER_BYTES {
             body.extend_from_slice(br#"{"text":""},"#);
         }
         body.extend_from_slice(tail);

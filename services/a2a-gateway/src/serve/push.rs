@@ -34,8 +34,8 @@ use uuid::Uuid;
 use crate::error::GatewayError;
 use crate::gateway::Gateway;
 use crate::mapping;
+use crate::serve::webhook_target::{Target, allowed_target};
 use crate::store::PushConfigs;
-use crate::webhook_target::{Target, allowed_target};
 
 /// The most webhooks one task may have.
 pub const MAX_CONFIGS_PER_TASK: usize = 8;
@@ -70,7 +70,7 @@ fn shown_to(
     caller: &AgentId,
     mut config: TaskPushNotificationConfig,
 ) -> TaskPushNotificationConfig {
-    if caller.as_str() == crate::auth::ANONYMOUS {
+    if caller.as_str() == crate::serve::auth::ANONYMOUS {
         config.token = None;
         if let Some(authentication) = config.authentication.as_mut() {
             authentication.credentials = None;
@@ -146,7 +146,7 @@ impl Gateway {
         agent: &AgentId,
         config: TaskPushNotificationConfig,
     ) -> Result<TaskPushNotificationConfig, GatewayError> {
-        let task_id = crate::tasks::task_id(&config.task_id)?;
+        let task_id = crate::mapping::task_id(&config.task_id)?;
         self.get_for(caller, agent, &task_id).await?;
         let config = checked(config, &task_id, self.config.push_allow_private).await?;
         self.store
@@ -200,7 +200,7 @@ impl Gateway {
         agent: &AgentId,
         request: DeleteTaskPushNotificationConfigRequest,
     ) -> Result<(), GatewayError> {
-        let task_id = crate::tasks::task_id(&request.task_id)?;
+        let task_id = crate::mapping::task_id(&request.task_id)?;
         self.get_for(caller, agent, &task_id).await?;
         self.store.delete_push_config(&task_id, &request.id).await
     }
@@ -211,7 +211,7 @@ impl Gateway {
         agent: &AgentId,
         task: &str,
     ) -> Result<PushConfigs, GatewayError> {
-        let task_id = crate::tasks::task_id(task)?;
+        let task_id = crate::mapping::task_id(task)?;
         self.get_for(caller, agent, &task_id).await?;
         Ok(self.store.push_configs(&task_id).await?.unwrap_or_default())
     }
@@ -387,7 +387,7 @@ impl Gateway {
         let seq = crate::store::event_number(event).map_or(seq, u64::from);
         let context = mapping::context_of(&record);
         let completed = (event.to == TaskState::Completed).then_some(&record);
-        Ok(crate::stream::event_responses(
+        Ok(crate::serve::events::event_responses(
             &context, event, seq, completed,
         ))
     }
@@ -496,7 +496,7 @@ fn webhook_client(
     target: Option<&Target>,
     roots: &[reqwest::Certificate],
 ) -> Result<reqwest::Client, reqwest::Error> {
-    let mut builder = crate::outbound::http_builder(roots).timeout(WEBHOOK_TIMEOUT);
+    let mut builder = crate::http::http_builder(roots).timeout(WEBHOOK_TIMEOUT);
     if let Some(target) = target {
         builder = builder.resolve(&target.host, target.address);
     }

@@ -29,10 +29,11 @@ use switchboard_runtime::CancellationToken;
 use switchboard_runtime::request::{RequestFailure, request_json};
 use tracing::Instrument;
 
-use crate::bridge::Attempts;
 use crate::gateway::{Gateway, SERVICE_TIMEOUT};
-use crate::outbound::{OutboundError, Outcome, RemoteClient, fit};
-use crate::remote;
+use crate::remote::answer::OutboundError;
+use crate::remote::attempts::Attempts;
+use crate::remote::card;
+use crate::remote::outbound::{Outcome, RemoteClient, fit};
 use crate::store::{Paused, PausedTask};
 
 /// How long one inbox fetch waits for a message.
@@ -49,7 +50,7 @@ pub(crate) struct Carrier {
     pub(crate) pauses: Paused,
     pub(crate) attempts: Arc<Attempts>,
     /// The remote as the operator added it (its pinned skills, whether it is routed skills).
-    pub(crate) record: remote::RemoteAgent,
+    pub(crate) record: card::RemoteAgent,
 }
 
 /// A failed request to a service, as the carrier sees it: a refusal is final, anything else
@@ -84,7 +85,7 @@ impl Carrier {
             && found
                 .card
                 .metadata
-                .get(remote::CARD_URL_KEY)
+                .get(card::CARD_URL_KEY)
                 .and_then(Value::as_str)
                 != Some(self.card_url.as_str())
         {
@@ -93,7 +94,7 @@ impl Carrier {
                 self.agent
             ));
         }
-        let ours = remote::fabric_card(&self.record, card);
+        let ours = card::fabric_card(&self.record, card);
         self.fabric::<Value>(&RegistryOp::Register.subject(&self.agent), &ours)
             .await
             .map(|_| ())

@@ -8,8 +8,8 @@
 //! its inbox until it can.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use async_nats::jetstream;
@@ -21,10 +21,11 @@ use switchboard_runtime::CancellationToken;
 use switchboard_runtime::lease::Lease;
 use switchboard_runtime::request::request_json;
 
-use crate::carrier::Carrier;
 use crate::gateway::{Gateway, SERVICE_TIMEOUT};
-use crate::outbound::RemoteClient;
-use crate::remote::{self, RemoteAgent};
+use crate::remote::attempts::Attempts;
+use crate::remote::card::{self, RemoteAgent};
+use crate::remote::carrier::Carrier;
+use crate::remote::outbound::RemoteClient;
 use crate::store::Paused;
 
 /// How long a lease lives without renewal (the `a2a_leases` bucket's `max_age`).
@@ -42,7 +43,7 @@ pub(crate) async fn run(
     shutdown: CancellationToken,
 ) {
     let buckets = (
-        remote::bucket(&js).await,
+        card::bucket(&js).await,
         js.get_key_value(switchboard_proto::A2A_LEASES_BUCKET).await,
         js.get_key_value(switchboard_proto::A2A_PAUSED_BUCKET).await,
     );
@@ -76,7 +77,7 @@ pub(crate) async fn run(
                 tokio::spawn(held.stop(None));
             }
         }
-        let wanted = match remote::list(&remotes).await {
+        let wanted = match card::list(&remotes).await {
             Ok(wanted) => wanted,
             Err(err) => {
                 tracing::warn!(error = %err, "remote agents not listed");
@@ -170,46 +171,6 @@ impl Carried {
     }
 }
 
-/// How often one message may fail to reach a remote that answers its card (5xx, 429, reset)
-/// before it is given up with a clear answer: below the inbox's 10 hand-outs, so a message is
-/// never moved to the dead letters unanswered.
-const MAX_ATTEMPTS: u32 = 5;
-
-/// What outlives one session of a carried agent: how often each message failed to reach the
-/// remote, and whether the last session carried anything (then the pause before the next
-/// starts short again).
-#[derive(Debug, Default)]
-pub(crate) struct Attempts {
-    failed: Mutex<HashMap<u64, u32>>,
-    pub(crate) carried: AtomicBool,
-}
-
-impl Attempts {
-    /// Counts a failure of message `seq`; true when it was the last one allowed.
-    pub(crate) fn failed(&self, seq: u64) -> bool {
-        let mut failed = self.failed.lock().unwrap_or_else(PoisonError::into_inner);
-        let count = failed.entry(seq).or_default();
-        *count += 1;
-        *count >= MAX_ATTEMPTS
-    }
-
-    /// Whether message `seq` has one attempt left.
-    pub(crate) fn last(&self, seq: u64) -> bool {
-        let failed = self.failed.lock().unwrap_or_else(PoisonError::into_inner);
-        failed
-            .get(&seq)
-            .is_some_and(|count| count + 1 >= MAX_ATTEMPTS)
-    }
-
-    pub(crate) fn done(&self, seq: u64) {
-        self.failed
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(&seq);
-        self.carried.store(true, Ordering::Relaxed);
-    }
-}
-
 /// Carries one remote agent until `stop`: a session while its card can be fetched and its
 /// messages reach it, a pause after each session that ends otherwise (1 s after one that
 /// carried a message, else doubling to 30 s).
@@ -219,7 +180,7 @@ async fn carry(
     pauses: Paused,
     stop: CancellationToken,
 ) {
-    let http = match remote::http_client(&gateway.roots) {
+    let http = match card::http_client(&gateway.roots) {
         Ok(http) => http,
         Err(err) => {
             return tracing::error!(agent_id = %record.agent_id, error = %err, "remote agent not carried");
@@ -256,10 +217,10 @@ async fn session(
     attempts: &Arc<Attempts>,
     stop: &CancellationToken,
 ) -> Result<(), String> {
-    let card = remote::fetch_card(http, &record.card_url)
+    let card = card::fetch_card(http, &record.card_url)
         .await
         .map_err(|err| err.to_string())?;
-    let url = remote::jsonrpc_url(&card, &record.card_url).map_err(|err| err.to_string())?;
+    let url = card::jsonrpc_url(&card, &record.card_url).map_err(|err| err.to_string())?;
     let id = &record.agent_id;
     let carrier = Carrier {
         gateway: Arc::clone(gateway),
@@ -329,7 +290,7 @@ async fn keep_alive(
                     tracing::warn!(agent_id = %carrier.agent, error = %err, "heartbeat failed");
                 }
             }
-            _ = refresh.tick() => match remote::fetch_card(http, &record.card_url).await {
+            _ = refresh.tick() => match card::fetch_card(http, &record.card_url).await {
                 Ok(card) => {
                     if let Err(err) = carrier.register(&card).await {
                         tracing::warn!(agent_id = %carrier.agent, error = %err, "card not refreshed");
@@ -347,6 +308,7 @@ async fn keep_alive(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::remote::attempts::MAX_ATTEMPTS;
 
     #[test]
     fn a_message_has_five_attempts() {

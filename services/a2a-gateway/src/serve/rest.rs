@@ -36,11 +36,13 @@ use switchboard_proto::AgentId;
 use tokio::sync::mpsc;
 use tracing::Instrument;
 
-use crate::endpoints;
 use crate::error::GatewayError;
 use crate::gateway::Gateway;
-use crate::params::params;
-use crate::stream::{Item, Start};
+use crate::serve::checks;
+use crate::serve::events::Item;
+use crate::serve::params::params;
+use crate::serve::sse::sse;
+use crate::serve::stream::Start;
 
 /// The binding's name in spans and metrics (`rpc.system`).
 const BINDING: &str = "http_json";
@@ -69,10 +71,10 @@ async fn admit(
     headers: &HeaderMap,
     query: &HashMap<String, String>,
 ) -> Result<Admitted, Response> {
-    let caller = endpoints::caller(gateway, headers).map_err(endpoints::unauthorized)?;
-    endpoints::version(headers, query.get(VERSION_PARAM).map(String::as_str))
+    let caller = checks::caller(gateway, headers).map_err(checks::unauthorized)?;
+    checks::version(headers, query.get(VERSION_PARAM).map(String::as_str))
         .map_err(|err| error(&err))?;
-    let agent = endpoints::agent(gateway, agent)
+    let agent = checks::agent(gateway, agent)
         .await
         .map_err(|(_, err)| error(&err))?;
     Ok(Admitted { caller, agent })
@@ -85,13 +87,13 @@ async fn body_object(
     headers: &HeaderMap,
     body: Body,
 ) -> Result<Map<String, Value>, Response> {
-    let bytes = endpoints::read_body(gateway, body)
+    let bytes = checks::read_body(gateway, body)
         .await
         .map_err(|(_, err)| error(&err))?;
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Ok(Map::new());
     }
-    endpoints::json_content(headers).map_err(|err| error(&err))?;
+    checks::json_content(headers).map_err(|err| error(&err))?;
     match serde_json::from_slice(&bytes) {
         Ok(Value::Object(object)) => Ok(object),
         Ok(_) => Err(error(&GatewayError::InvalidRequest(
@@ -140,7 +142,7 @@ where
     F: FnOnce(P) -> Fut,
     Fut: std::future::Future<Output = Result<R, GatewayError>>,
 {
-    let span = endpoints::request_span(BINDING, method, &admitted.agent, &admitted.caller, headers);
+    let span = checks::request_span(BINDING, method, &admitted.agent, &admitted.caller, headers);
     let started = std::time::Instant::now();
     let result = async {
         let request = params::<P>(Value::Object(raw))?;
@@ -149,7 +151,7 @@ where
     .instrument(span.clone())
     .await;
     let _entered = span.enter();
-    endpoints::record(BINDING, method, started, result.as_ref().err());
+    checks::record(BINDING, method, started, result.as_ref().err());
     match result {
         Ok(value) => (
             [(header::CONTENT_TYPE, "application/json")],
@@ -167,9 +169,9 @@ fn streamed(
     started: std::time::Instant,
     opened: Result<mpsc::Receiver<Result<Item, GatewayError>>, GatewayError>,
 ) -> Response {
-    endpoints::record(BINDING, method, started, opened.as_ref().err());
+    checks::record(BINDING, method, started, opened.as_ref().err());
     match opened {
-        Ok(items) => endpoints::sse(items, |item| match item {
+        Ok(items) => sse(items, |item| match item {
             Ok(response) => serde_json::to_string(response).unwrap_or_default(),
             Err(err) => body(err, status(err)).to_string(),
         }),
@@ -221,8 +223,7 @@ pub(crate) async fn send_streaming(
         Err(refused) => return refused,
     };
     let method = "SendStreamingMessage";
-    let span =
-        endpoints::request_span(BINDING, method, &admitted.agent, &admitted.caller, &headers);
+    let span = checks::request_span(BINDING, method, &admitted.agent, &admitted.caller, &headers);
     let started = std::time::Instant::now();
     let opened = async {
         let request = params::<SendMessageRequest>(Value::Object(raw))?;
@@ -328,10 +329,10 @@ async fn subscribe(
     task: &str,
 ) -> Response {
     let method = "SubscribeToTask";
-    let span = endpoints::request_span(BINDING, method, &admitted.agent, &admitted.caller, headers);
+    let span = checks::request_span(BINDING, method, &admitted.agent, &admitted.caller, headers);
     let started = std::time::Instant::now();
     let opened = async {
-        let start = endpoints::last_event(headers)?.map_or(Start::Now, Start::After);
+        let start = checks::last_event(headers)?.map_or(Start::Now, Start::After);
         gateway
             .subscribe(&admitted.caller, &admitted.agent, task, start)
             .await

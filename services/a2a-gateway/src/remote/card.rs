@@ -11,11 +11,13 @@ use std::time::Duration;
 
 use a2a::AgentCard as A2aCard;
 use async_nats::jetstream;
-use futures::TryStreamExt;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use serde_json::Value;
 use switchboard_proto::{AgentCard, AgentId, GoalId, Skill};
-use time::OffsetDateTime;
+
+use crate::http::{BodyError, bounded_body};
+use crate::store;
+pub use crate::store::RemoteAgent;
 
 /// Largest card the gateway reads (a card is a few KiB; a bigger answer is not a card).
 pub const MAX_CARD_BYTES: usize = 256 * 1024;
@@ -28,32 +30,6 @@ pub const MAX_REMOTES: usize = 1_000;
 
 /// Metadata key of a remote agent's card URL on its directory card.
 pub const CARD_URL_KEY: &str = "a2a_card_url";
-
-/// A remote A2A agent the gateway carries: the value stored under its agent id in
-/// `a2a_remotes`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RemoteAgent {
-    /// Its id on the fabric (`--as`, or made from the card's name).
-    pub agent_id: AgentId,
-    /// Where its card is fetched from (and refreshed).
-    pub card_url: String,
-    /// The goal whose inbox holds what the fabric sends it (chosen once, so any replica that
-    /// takes the agent over reads the same inbox).
-    pub goal_id: GoalId,
-    /// When it was added.
-    #[serde(with = "time::serde::rfc3339")]
-    pub added_at: OffsetDateTime,
-    /// The skill ids its card listed when it was added: a refresh of the card may drop one,
-    /// never add one (a card that gains a skill later does not get its work). `None` on a
-    /// record from before pinning: the card is taken as it is.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub skills: Option<Vec<String>>,
-    /// Whether `skill:` work may be routed to it: only when the operator said so at `add`
-    /// (`--route-skills`); otherwise its skills are listed for agents to read, and only work
-    /// sent to it by name reaches it.
-    #[serde(default)]
-    pub route_skills: bool,
-}
 
 /// Why a remote agent cannot be added or reached.
 #[derive(Debug, thiserror::Error)]
@@ -109,10 +85,10 @@ pub enum RemoteError {
     Store(String),
 }
 
-/// The HTTP client the gateway reaches remote agents with ([`crate::outbound::http_builder`]:
+/// The HTTP client the gateway reaches remote agents with ([`crate::http::http_builder`]:
 /// TLS with the platform's roots plus `extra_roots`, no redirects).
 pub fn http_client(extra_roots: &[reqwest::Certificate]) -> Result<reqwest::Client, RemoteError> {
-    crate::outbound::http_builder(extra_roots)
+    crate::http::http_builder(extra_roots)
         .build()
         .map_err(|err| RemoteError::Client(err.to_string()))
 }
@@ -144,30 +120,6 @@ fn origin(url: &reqwest::Url) -> String {
         url.host_str().unwrap_or_default(),
         url.port_or_known_default().unwrap_or_default()
     )
-}
-
-/// Why a response body was not read.
-#[derive(Debug)]
-pub(crate) enum BodyError {
-    /// Reading it failed (connection, timeout).
-    Read(reqwest::Error),
-    /// It is larger than the limit.
-    TooLarge(usize),
-}
-
-/// Reads a response body of at most `limit` bytes.
-pub(crate) async fn bounded_body(
-    mut response: reqwest::Response,
-    limit: usize,
-) -> Result<Vec<u8>, BodyError> {
-    let mut body = Vec::new();
-    while let Some(chunk) = response.chunk().await.map_err(BodyError::Read)? {
-        if body.len() + chunk.len() > limit {
-            return Err(BodyError::TooLarge(limit));
-        }
-        body.extend_from_slice(&chunk);
-    }
-    Ok(body)
 }
 
 /// Fetches and decodes the card at `url`.
@@ -341,64 +293,35 @@ fn few(list: Option<&[String]>) -> Vec<String> {
         .collect()
 }
 
-/// The `a2a_remotes` bucket.
+impl RemoteError {
+    /// A failure of the `a2a_remotes` bucket.
+    fn store(err: async_nats::Error) -> Self {
+        Self::Store(err.to_string())
+    }
+}
+
+/// Opens `a2a_remotes` (created by the gateway at start-up).
 pub async fn bucket(js: &jetstream::Context) -> Result<jetstream::kv::Store, RemoteError> {
-    js.get_key_value(switchboard_proto::A2A_REMOTES_BUCKET)
-        .await
-        .map_err(|err| RemoteError::Store(err.to_string()))
+    store::remotes_bucket(js).await.map_err(RemoteError::store)
 }
 
 /// Every remote agent recorded (unreadable entries are skipped with a warning).
 pub async fn list(remotes: &jetstream::kv::Store) -> Result<Vec<RemoteAgent>, RemoteError> {
-    let keys: Vec<String> = remotes
-        .keys()
-        .await
-        .map_err(|err| RemoteError::Store(err.to_string()))?
-        .try_collect()
-        .await
-        .map_err(|err| RemoteError::Store(err.to_string()))?;
-    let mut agents = Vec::with_capacity(keys.len());
-    for key in keys {
-        let Some(value) = remotes
-            .get(&key)
-            .await
-            .map_err(|err| RemoteError::Store(err.to_string()))?
-        else {
-            continue;
-        };
-        match serde_json::from_slice(&value) {
-            Ok(agent) => agents.push(agent),
-            Err(err) => tracing::warn!(key, error = %err, "unreadable remote-agent record"),
-        }
-    }
-    agents.sort_by(|a: &RemoteAgent, b| a.agent_id.as_str().cmp(b.agent_id.as_str()));
-    Ok(agents)
+    store::remotes(remotes).await.map_err(RemoteError::store)
 }
 
 /// Records `agent` (replacing an earlier record of the same id, whose goal it keeps).
 pub async fn put(remotes: &jetstream::kv::Store, agent: &RemoteAgent) -> Result<(), RemoteError> {
-    let value = serde_json::to_vec(agent).map_err(|err| RemoteError::Store(err.to_string()))?;
-    remotes
-        .put(agent.agent_id.as_str(), value.into())
+    store::put_remote(remotes, agent)
         .await
-        .map(|_| ())
-        .map_err(|err| RemoteError::Store(err.to_string()))
+        .map_err(RemoteError::store)
 }
 
 /// Forgets remote agent `id`; false when it was not recorded.
 pub async fn remove(remotes: &jetstream::kv::Store, id: &AgentId) -> Result<bool, RemoteError> {
-    let known = remotes
-        .get(id.as_str())
+    store::remove_remote(remotes, id)
         .await
-        .map_err(|err| RemoteError::Store(err.to_string()))?
-        .is_some();
-    if known {
-        remotes
-            .purge(id.as_str())
-            .await
-            .map_err(|err| RemoteError::Store(err.to_string()))?;
-    }
-    Ok(known)
+        .map_err(RemoteError::store)
 }
 
 /// What `switchboard a2a add` did.

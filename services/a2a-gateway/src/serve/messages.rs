@@ -23,7 +23,7 @@ use tokio::sync::mpsc;
 use crate::error::GatewayError;
 use crate::gateway::{Gateway, SERVICE_TIMEOUT, StreamSlot};
 use crate::mapping::{self, CONTEXT_KEY, MESSAGE_KEY};
-use crate::stream::Item;
+use crate::serve::events::Item;
 
 /// The card `metadata` key by which an agent takes A2A messages as calls ([`AS_CALLS`]).
 pub const MESSAGES_KEY: &str = "a2a_messages";
@@ -107,7 +107,7 @@ impl Gateway {
         request: &SendMessageRequest,
         stream: bool,
     ) -> Result<(CallRequest, String), GatewayError> {
-        let (text, parts) = crate::tasks::message_content(request)?;
+        let (text, parts) = crate::serve::params::message_content(request)?;
         // The marker is the agent's word: a client's copy, echoed back by an agent that
         // passes parts on, would make its message a task behind the agent's back.
         if parts
@@ -119,8 +119,8 @@ impl Gateway {
                  agent's answer"
             )));
         }
-        crate::tasks::check_message_id(&request.message.message_id)?;
-        let (context, continued) = crate::tasks::message_context(request)?;
+        crate::serve::params::check_message_id(&request.message.message_id)?;
+        let (context, continued) = crate::serve::params::message_context(request)?;
         let from_goal_id = if continued {
             self.context_goal(caller, &context).await
         } else {

@@ -1,0 +1,18 @@
+//! Remote A2A agents on the fabric (docs/a2a.md, "Outbound"): a remote agent added with
+//! `switchboard a2a add <card-url>` gets a fabric identity, and the gateway carries its inbox
+//! to it. `card` fetches and checks its card and keeps the record; `bridge` holds a lease per
+//! agent and runs a `carrier` for each; `outbound` is the A2A client, `answer` decodes what a
+//! remote answers.
+//!
+//! It shares only the gateway handle, the store and the mapping with `serve/`.
+
+pub mod answer;
+pub(crate) mod attempts;
+pub mod bridge;
+pub mod card;
+pub mod carrier;
+pub mod outbound;
+
+pub use card::{
+    Added, RemoteAgent, RemoteError, add, add_with, bucket, http_client, list, put, remove,
+};
