@@ -46,7 +46,7 @@ use async_nats::jetstream::message::PublishMessage;
 use async_nats::jetstream::publish::PublishAck;
 use bytes::Bytes;
 use futures::FutureExt;
-use switchboard_proto::audit::{AuditEntry, AuditRecord, HEADER_AUDIT_HASH};
+use switchboard_proto::audit::{AuditEntry, HEADER_AUDIT_HASH};
 use switchboard_proto::{EVENTS_STREAM, INBOX_STREAM};
 use tokio::sync::{MutexGuard, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
@@ -54,7 +54,7 @@ use tokio_util::sync::CancellationToken;
 use crate::error::AuditError;
 use crate::indexer::{Committed, IndexJob, Shared, index_stored};
 use crate::record;
-use crate::store;
+use crate::store::{self, Source};
 use crate::trail::{Head, IngestSettings, Trail};
 
 /// Recoveries in a row (each: collect, catch up, send again) without a record stored before
@@ -80,14 +80,6 @@ const MARK_EVERY: usize = 64;
 /// How long one record's publish may wait for the connection (it waits while the client
 /// reconnects): past it the record is not sent, and its run fails and is recovered.
 const SEND_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// A source message waiting for its record.
-pub(crate) struct Source {
-    /// Its record, before it is chained.
-    pub(crate) record: AuditRecord,
-    /// The message, acknowledged once the record is stored and indexed.
-    pub(crate) message: jetstream::Message,
-}
 
 /// Feeds the appender from the durable consumers and runs it until `stop`; also catches up
 /// with other replicas' records every `catch_up_every`.

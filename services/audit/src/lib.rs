@@ -1,6 +1,6 @@
 //! # audit
 //!
-//! The append-only trail of everything that crosses Switchboard (ARCHITECTURE.md §1, §3):
+//! The append-only trail of everything that crosses Switchboard (docs/protocol.md §11):
 //! every inbox delivery and every registry, call, task and refusal event is recorded once, in
 //! order, in the stream `AGENT_AUDIT`, hash-chained so a changed, removed or inserted record is
 //! found by `agent.audit.verify`. An embedded SQLite index, rebuildable from the stream at any
@@ -19,6 +19,7 @@ mod endpoints;
 pub mod error;
 pub mod index;
 mod indexer;
+mod ingest;
 mod lease;
 mod queries;
 pub mod record;
@@ -119,7 +120,7 @@ impl Running {
 
     /// Ingests and serves until `shutdown`, then drains.
     pub async fn run(self, shutdown: CancellationToken) {
-        let ingest = trail::ingest(
+        let ingest = ingest::ingest(
             Arc::clone(&self.trail),
             self.js.clone(),
             trail::IngestSettings::from(&self.config),

@@ -13,12 +13,11 @@ use async_nats::jetstream::consumer::{DeliverPolicy, ReplayPolicy, pull};
 use async_nats::jetstream::{self, stream};
 use bytes::Bytes;
 use futures::StreamExt;
-use switchboard_proto::audit::HEADER_AUDIT_HASH;
+use switchboard_proto::audit::{AuditRecord, HEADER_AUDIT_HASH};
 
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::appender::Source;
 use crate::error::AuditError;
 use crate::record;
 
@@ -265,4 +264,12 @@ pub(crate) async fn feed(
             }
         }
     }
+}
+
+/// A source message waiting for its record.
+pub(crate) struct Source {
+    /// Its record, before it is chained.
+    pub(crate) record: AuditRecord,
+    /// The message, acknowledged once the record is stored and indexed.
+    pub(crate) message: jetstream::Message,
 }
