@@ -4,24 +4,17 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
-use switchboard_testkit::NatsServer;
-use switchboard_testkit::process::{self, ServiceProcess};
+use switchboard_testkit::ServiceBinary;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-const BIN: &str = env!("CARGO_BIN_EXE_a2a-gateway");
+const GATEWAY: ServiceBinary = ServiceBinary::new(env!("CARGO_BIN_EXE_a2a-gateway"), "a2a-gateway");
 
 #[tokio::test]
 async fn serves_from_env_config_and_stops_on_sigterm() {
-    let nats = NatsServer::start().await;
-    let port = switchboard_testkit::free_port();
-    let listen = format!("127.0.0.1:{port}");
-    let service = ServiceProcess::start(
-        BIN,
-        "a2a-gateway",
-        &nats.url(),
-        &[("SWITCHBOARD_A2A_GATEWAY__LISTEN", listen.as_str())],
-    )
-    .await;
+    let listen = format!("127.0.0.1:{}", switchboard_testkit::free_port());
+    let service = GATEWAY
+        .start(&[("SWITCHBOARD_A2A_GATEWAY__LISTEN", listen.as_str())])
+        .await;
     // No token and anonymous callers off by default: the JSON-RPC endpoint answers 401.
     let body = r#"{"jsonrpc":"2.0","id":1,"method":"GetTask","params":{"id":"t"}}"#;
     let request = format!(
@@ -39,15 +32,12 @@ async fn serves_from_env_config_and_stops_on_sigterm() {
 
 #[tokio::test]
 async fn bad_configuration_exits_64_with_one_clear_line() {
-    process::refuses_bad_settings(
-        BIN,
-        "a2a-gateway",
-        &[
+    GATEWAY
+        .refuses_bad_settings(&[
             ("SWITCHBOARD_A2A_GATEWAY__LISTEN", "nowhere"),
             ("SWITCHBOARD_A2A_GATEWAY__BLOCKING_TIMEOUT_MS", "0"),
             ("SWITCHBOARD_A2A_GATEWAY__MAX_BODY_BYTES", "10"),
             ("SWITCHBOARD_A2A_GATEWAY__PUBLIC_URL", "ftp://x"),
-        ],
-    )
-    .await;
+        ])
+        .await;
 }

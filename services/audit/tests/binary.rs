@@ -3,23 +3,17 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
-use switchboard_testkit::NatsServer;
-use switchboard_testkit::process::{self, ServiceProcess};
+use switchboard_testkit::ServiceBinary;
 
-const BIN: &str = env!("CARGO_BIN_EXE_audit");
+const AUDIT: ServiceBinary = ServiceBinary::new(env!("CARGO_BIN_EXE_audit"), "audit");
 
 #[tokio::test]
 async fn serves_from_env_config_and_stops_on_sigterm() {
-    let nats = NatsServer::start().await;
     let index = tempfile::tempdir().unwrap();
     let path = index.path().join("index.sqlite");
-    let service = ServiceProcess::start(
-        BIN,
-        "audit",
-        &nats.url(),
-        &[("SWITCHBOARD_AUDIT__INDEX_PATH", path.to_str().unwrap())],
-    )
-    .await;
+    let service = AUDIT
+        .start(&[("SWITCHBOARD_AUDIT__INDEX_PATH", path.to_str().unwrap())])
+        .await;
     let body = service.request_json("agent.audit.verify", "").await;
     assert_eq!(body["ok"], true, "{body}");
     assert_eq!(body["records"], 0);
@@ -42,16 +36,13 @@ async fn serves_from_env_config_and_stops_on_sigterm() {
 
 #[tokio::test]
 async fn bad_configuration_exits_64_with_one_clear_line() {
-    process::refuses_bad_settings(
-        BIN,
-        "audit",
-        &[
+    AUDIT
+        .refuses_bad_settings(&[
             ("SWITCHBOARD_AUDIT__BATCH", "0"),
             ("SWITCHBOARD_AUDIT__CONSUMER", "a.b"),
             ("SWITCHBOARD_AUDIT__ACK_WAIT_MS", "soon"),
             ("SWITCHBOARD_AUDIT__INDEX", "x"),
             ("SWITCHBOARD_AUDIT__NICE", "20"),
-        ],
-    )
-    .await;
+        ])
+        .await;
 }

@@ -3,31 +3,25 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
-use switchboard_testkit::process::{self, ServiceProcess, run_to_exit};
-use switchboard_testkit::{NatsCluster, NatsServer};
+use switchboard_testkit::{NatsCluster, NatsServer, ServiceBinary};
 
-const BIN: &str = env!("CARGO_BIN_EXE_directory");
+const DIRECTORY: ServiceBinary = ServiceBinary::new(env!("CARGO_BIN_EXE_directory"), "directory");
 
 #[tokio::test]
 async fn serves_from_env_config_and_stops_on_sigterm() {
-    let nats = NatsServer::start().await;
-    let service = ServiceProcess::start(
-        BIN,
-        "directory",
-        &nats.url(),
-        &[("SWITCHBOARD_DIRECTORY__HEARTBEAT_TIMEOUT_MS", "5000")],
-    )
-    .await;
-    let body = service
-        .request_json("agent.registry.register.bin-agent", "{}")
+    let body = DIRECTORY
+        .answer_then_stop(
+            &[("SWITCHBOARD_DIRECTORY__HEARTBEAT_TIMEOUT_MS", "5000")],
+            "agent.registry.register.bin-agent",
+            "{}",
+        )
         .await;
     assert_eq!(body["agent_id"], "bin-agent");
-    service.stops_cleanly().await;
 }
 
 /// Runs `directory health` against `url` with the given id file; (exit code, output).
 async fn health(url: &str, id_file: &std::path::Path) -> (Option<i32>, String) {
-    let output = tokio::process::Command::new(BIN)
+    let output = tokio::process::Command::new(DIRECTORY.bin())
         .arg("health")
         .env("SWITCHBOARD_NATS__URLS", format!("[{url}]"))
         .env("SWITCHBOARD_HEALTH_ID_FILE", id_file)
@@ -50,18 +44,17 @@ async fn the_health_command_checks_this_very_instance() {
     let (code, text) = health(&nats.url(), &id_file).await;
     assert_eq!(code, Some(1), "nothing started yet: {text}");
     assert!(text.contains("not started"), "{text}");
-    let service = ServiceProcess::start(
-        BIN,
-        "directory",
-        &nats.url(),
-        &[("SWITCHBOARD_HEALTH_ID_FILE", id_file.to_str().unwrap())],
-    )
-    .await;
+    let service = DIRECTORY
+        .start_on(
+            &nats.url(),
+            &[("SWITCHBOARD_HEALTH_ID_FILE", id_file.to_str().unwrap())],
+        )
+        .await;
     let (code, text) = health(&nats.url(), &id_file).await;
     assert_eq!(code, Some(0), "{text}");
     assert!(text.contains("healthy"), "{text}");
     // A stopped instance is unhealthy (even while another replica would answer PING).
-    let _other = ServiceProcess::start(BIN, "directory", &nats.url(), &[]).await;
+    let _other = DIRECTORY.start_on(&nats.url(), &[]).await;
     // (`terminate` would wait for nobody to answer PING; the other replica does.)
     let status = service.signal("TERM").await;
     assert!(status.success());
@@ -74,15 +67,12 @@ async fn the_health_command_checks_this_very_instance() {
 
 #[tokio::test]
 async fn bad_configuration_exits_64_with_one_clear_line() {
-    process::refuses_bad_settings(
-        BIN,
-        "directory",
-        &[
+    DIRECTORY
+        .refuses_bad_settings(&[
             ("SWITCHBOARD_DIRECTORY__HEARTBEAT_TIMEOUT", "5"),
             ("SWITCHBOARD_DIRECTORY__HEARTBEAT_TIMEOUT_MS", "soon"),
-        ],
-    )
-    .await;
+        ])
+        .await;
 }
 
 /// `jetstream.replicas` is checked against what the server can place at start-up: more than 1
@@ -91,12 +81,9 @@ async fn bad_configuration_exits_64_with_one_clear_line() {
 #[tokio::test]
 async fn replicas_beyond_the_cluster_size_exit_64_naming_the_setting() {
     let single = NatsServer::start().await;
-    let (code, stderr) = run_to_exit(
-        BIN,
-        &single.url(),
-        &[("SWITCHBOARD_JETSTREAM__REPLICAS", "3")],
-    )
-    .await;
+    let (code, stderr) = DIRECTORY
+        .run_to_exit(&single.url(), &[("SWITCHBOARD_JETSTREAM__REPLICAS", "3")])
+        .await;
     assert_eq!(code, Some(64), "{stderr}");
     assert!(
         stderr.contains("jetstream.replicas is 3")
@@ -109,12 +96,9 @@ async fn replicas_beyond_the_cluster_size_exit_64_naming_the_setting() {
     );
 
     let cluster = NatsCluster::start(3).await;
-    let (code, stderr) = run_to_exit(
-        BIN,
-        &cluster.url(0),
-        &[("SWITCHBOARD_JETSTREAM__REPLICAS", "5")],
-    )
-    .await;
+    let (code, stderr) = DIRECTORY
+        .run_to_exit(&cluster.url(0), &[("SWITCHBOARD_JETSTREAM__REPLICAS", "5")])
+        .await;
     assert_eq!(code, Some(64), "{stderr}");
     assert!(
         stderr.contains("jetstream.replicas is 5") && stderr.contains("cannot place 5"),
@@ -125,13 +109,9 @@ async fn replicas_beyond_the_cluster_size_exit_64_naming_the_setting() {
     assert!(js.get_stream("AGENT_INBOX").await.is_err());
 
     // The right count starts and serves.
-    let service = ServiceProcess::start(
-        BIN,
-        "directory",
-        &cluster.url(1),
-        &[("SWITCHBOARD_JETSTREAM__REPLICAS", "3")],
-    )
-    .await;
+    let service = DIRECTORY
+        .start_on(&cluster.url(1), &[("SWITCHBOARD_JETSTREAM__REPLICAS", "3")])
+        .await;
     let mut inbox = js.get_stream("AGENT_INBOX").await.unwrap();
     let info = inbox.info().await.unwrap();
     assert_eq!(info.config.num_replicas, 3);
@@ -149,7 +129,7 @@ async fn sigterm_while_the_first_connect_is_retried_exits_cleanly() {
         .local_addr()
         .unwrap()
         .port();
-    let mut child = tokio::process::Command::new(BIN)
+    let mut child = tokio::process::Command::new(DIRECTORY.bin())
         .env_remove("SWITCHBOARD_CONFIG")
         .env(
             "SWITCHBOARD_NATS__URLS",
@@ -162,6 +142,7 @@ async fn sigterm_while_the_first_connect_is_retried_exits_cleanly() {
         .kill_on_drop(true)
         .spawn()
         .unwrap();
+    // A real wait: it must still be retrying, not exited, after a while.
     tokio::time::sleep(std::time::Duration::from_millis(500)).await;
     assert!(child.try_wait().unwrap().is_none(), "it keeps retrying");
     let pid = child.id().unwrap().to_string();
@@ -184,26 +165,26 @@ async fn sigterm_while_the_first_connect_is_retried_exits_cleanly() {
 async fn a_missing_nats_is_waited_for_then_reported_in_plain_or_json_lines() {
     let nowhere = format!("nats://127.0.0.1:{}", switchboard_testkit::free_port());
     let started = std::time::Instant::now();
-    let (code, text) = run_to_exit(
-        BIN,
-        &nowhere,
-        &[("SWITCHBOARD_NATS__WAIT_FOR_SERVER_MS", "1500")],
-    )
-    .await;
+    let (code, text) = DIRECTORY
+        .run_to_exit(
+            &nowhere,
+            &[("SWITCHBOARD_NATS__WAIT_FOR_SERVER_MS", "1500")],
+        )
+        .await;
     assert_eq!(code, Some(1), "{text}");
     assert!(started.elapsed() >= std::time::Duration::from_millis(1500));
     assert!(text.contains("nats not reachable yet"), "{text}");
     assert!(!text.contains('\u{1b}'), "colour codes in a pipe: {text:?}");
 
-    let (code, text) = run_to_exit(
-        BIN,
-        &nowhere,
-        &[
-            ("SWITCHBOARD_NATS__WAIT_FOR_SERVER_MS", "600"),
-            ("SWITCHBOARD_TELEMETRY__LOG_FORMAT", "json"),
-        ],
-    )
-    .await;
+    let (code, text) = DIRECTORY
+        .run_to_exit(
+            &nowhere,
+            &[
+                ("SWITCHBOARD_NATS__WAIT_FOR_SERVER_MS", "600"),
+                ("SWITCHBOARD_TELEMETRY__LOG_FORMAT", "json"),
+            ],
+        )
+        .await;
     assert_eq!(code, Some(1), "{text}");
     let lines: Vec<serde_json::Value> = text
         .lines()

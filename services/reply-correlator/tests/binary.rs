@@ -3,39 +3,33 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
-use switchboard_testkit::NatsServer;
-use switchboard_testkit::process::{self, ServiceProcess};
+use switchboard_testkit::ServiceBinary;
 
-const BIN: &str = env!("CARGO_BIN_EXE_reply-correlator");
+const CORRELATOR: ServiceBinary =
+    ServiceBinary::new(env!("CARGO_BIN_EXE_reply-correlator"), "reply-correlator");
 
 #[tokio::test]
 async fn serves_from_env_config_and_stops_on_sigterm() {
-    let nats = NatsServer::start().await;
-    let service = ServiceProcess::start(
-        BIN,
-        "reply-correlator",
-        &nats.url(),
-        &[("SWITCHBOARD_REPLY_CORRELATOR__MAX_OPEN_CALLS", "3")],
-    )
-    .await;
-    let body = service.request_json("agent.calls.pending.solo", "").await;
+    let body = CORRELATOR
+        .answer_then_stop(
+            &[("SWITCHBOARD_REPLY_CORRELATOR__MAX_OPEN_CALLS", "3")],
+            "agent.calls.pending.solo",
+            "",
+        )
+        .await;
     assert_eq!(body, serde_json::json!({"outgoing": [], "incoming": []}));
-    service.stops_cleanly().await;
 }
 
 #[tokio::test]
 async fn bad_configuration_exits_64_with_one_clear_line() {
-    process::refuses_bad_settings(
-        BIN,
-        "reply-correlator",
-        &[
+    CORRELATOR
+        .refuses_bad_settings(&[
             ("SWITCHBOARD_REPLY_CORRELATOR__MAX_OPEN_CALLS", "lots"),
             ("SWITCHBOARD_REPLY_CORRELATOR__TIMEOUT_MS", "5"),
             ("SWITCHBOARD_REPLY_CORRELATOR__MAX_TIMEOUT_MS", "0"),
             ("SWITCHBOARD_REPLY_CORRELATOR__DEPTH_LIMIT", "1"),
             // Records would age out before the longest call's deadline.
             ("SWITCHBOARD_JETSTREAM__CALLS_MAX_AGE_SECS", "60"),
-        ],
-    )
-    .await;
+        ])
+        .await;
 }

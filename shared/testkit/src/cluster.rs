@@ -13,8 +13,8 @@ use tokio::process::Child;
 use tokio::time::{Instant, sleep};
 
 use crate::POLL_INTERVAL;
+use crate::login::Login;
 use crate::paths::nats_server_bin;
-use crate::server::Login;
 use crate::spawn::{
     LOG_TAIL_LINES, check_alive, connect, free_ports, kill_blocking, log_tail, quote,
     readiness_panic, signal, spawn_server, temp_dir, unique_name, wait_jetstream,

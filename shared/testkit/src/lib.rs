@@ -12,7 +12,9 @@
 //! server's log.
 //!
 //! Never sleep for a fixed time in a test: poll with [`assert_eventually!`] or
-//! [`eventually`](fn@eventually) instead.
+//! [`eventually`](fn@eventually) instead. A sleep that is itself the test (waiting past a
+//! deadline, pacing a sender, a window in which something must not happen) says so in a
+//! `// A real wait: <why>` comment right above it.
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -51,14 +53,17 @@
 //! Layout: `server.rs` ([`NatsServer`], [`Login`]), `cluster.rs` ([`NatsCluster`],
 //! [`create_stream`]), `eventually.rs` (the bounded polling), `spawn.rs` (the process plumbing
 //! both share), `paths.rs` (where nats-server and the Python venv are), `process.rs` (service
-//! binaries as child processes).
+//! binaries as child processes), `binary.rs` ([`ServiceBinary`]: the start, ask, stop and
+//! bad-settings checks every `services/*/tests/binary.rs` runs).
 
 // Panicking with a clear message is the intended way for test setup to fail,
 // so unwrap/expect (denied workspace-wide outside tests) are fine here.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod binary;
 mod cluster;
 mod eventually;
+mod login;
 mod paths;
 pub mod process;
 mod server;
@@ -66,10 +71,12 @@ mod spawn;
 
 use std::time::Duration;
 
+pub use binary::{RunningService, ServiceBinary};
 pub use cluster::{NatsCluster, create_stream};
 pub use eventually::eventually;
+pub use login::Login;
 pub use paths::{nats_server_bin, python_bin, workspace_root};
-pub use server::{Login, NatsServer};
+pub use server::NatsServer;
 pub use spawn::free_port;
 
 /// Poll interval of readiness checks and [`eventually`](fn@eventually).

@@ -1,5 +1,6 @@
 //! Service binaries as real processes: start one configured by environment, wait until its
 //! micro service answers `$SRV.PING`, stop it with SIGTERM, or check it refuses bad config.
+//! A process still running when its [`ServiceProcess`] is dropped is killed and waited for.
 
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
@@ -7,8 +8,10 @@ use std::time::Duration;
 use tokio::process::{Child, Command};
 
 use crate::eventually;
+use crate::spawn::kill_blocking;
 
-/// A service binary running against a test server.
+/// A service binary running against a test server. Dropped while it runs (a test that failed
+/// before stopping it), it is killed (SIGKILL) and waited for, so no process outlives its test.
 #[derive(Debug)]
 pub struct ServiceProcess {
     child: Child,
@@ -243,3 +246,10 @@ pub const BAD_SETTINGS: &[(&str, &str)] = &[
     ("SWITCHBOARD_NATS__URL", "typo-in-the-key"),
     ("SWITCHBOARD_CONFIG", "/nonexistent/switchboard.toml"),
 ];
+
+impl Drop for ServiceProcess {
+    fn drop(&mut self) {
+        // Does nothing to a process that has already exited and been waited for.
+        kill_blocking(&mut self.child);
+    }
+}

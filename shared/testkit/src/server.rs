@@ -1,6 +1,6 @@
 //! [`NatsServer`]: one real nats-server with JetStream per test, on a free loopback port with
 //! its own store — started open, with a user and password, or with a config file that can be
-//! rewritten and reloaded — and [`Login`], how a client signs in to it.
+//! rewritten and reloaded.
 
 use std::ffi::OsString;
 use std::fs;
@@ -11,6 +11,7 @@ use tokio::process::Child;
 use tokio::time::{Instant, sleep};
 
 use crate::POLL_INTERVAL;
+use crate::login::Login;
 use crate::paths::nats_server_bin;
 use crate::spawn::{
     check_alive, connect, kill_blocking, quote, readiness_panic, signal, spawn_server, temp_dir,
@@ -19,30 +20,6 @@ use crate::spawn::{
 
 /// How long [`NatsServer`] waits for a (re)started server to be ready.
 const READY_TIMEOUT_SINGLE: Duration = Duration::from_secs(10);
-
-/// How a client signs in to a test server.
-#[derive(Debug, Clone)]
-pub enum Login {
-    /// No credentials.
-    Open,
-    /// A user and password.
-    Password(String, String),
-    /// An NKey seed (`SU…`).
-    Nkey(String),
-}
-
-impl Login {
-    /// Connect options carrying these credentials.
-    pub fn options(&self) -> async_nats::ConnectOptions {
-        match self {
-            Login::Open => async_nats::ConnectOptions::new(),
-            Login::Password(user, password) => {
-                async_nats::ConnectOptions::with_user_and_password(user.clone(), password.clone())
-            }
-            Login::Nkey(seed) => async_nats::ConnectOptions::with_nkey(seed.clone()),
-        }
-    }
-}
 
 /// One real nats-server with JetStream, on a free loopback port, with its own
 /// temporary store dir.

@@ -17,7 +17,7 @@ use tokio::process::{Child, Command};
 use tokio::time::{Instant, sleep};
 
 use crate::POLL_INTERVAL;
-use crate::server::Login;
+use crate::login::Login;
 
 /// How many log lines a readiness panic shows.
 pub(crate) const LOG_TAIL_LINES: usize = 40;
