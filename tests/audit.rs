@@ -539,7 +539,8 @@ async fn a_killed_audit_service_loses_and_doubles_nothing_and_a_fresh_index_matc
                         .await
                         .unwrap();
                 }
-                // Paced, so the kill below lands mid-flow however fast the machine is.
+                // A real wait: paced, so the kill below lands mid-flow however fast the
+                // machine is.
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
         })
@@ -799,7 +800,7 @@ async fn records_of_another_writer_mid_burst_are_caught_up_and_nothing_is_double
                     .send_to_peer(&format!("receiver-{worker}"), &format!("{n}"))
                     .await
                     .unwrap();
-                // Paced, so the flow goes on while the second writer writes.
+                // A real wait: paced, so the flow goes on while the second writer writes.
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
         }));
@@ -929,7 +930,8 @@ async fn records_stored_while_the_index_fails_are_indexed_once_it_works_and_none
         async { stream_last().await > indexed_before },
         "no record was stored while the index failed"
     );
-    // Several recoveries and redeliveries (ack wait 1 s) run against the failing index.
+    // A real wait: several recoveries and redeliveries (ack wait 1 s) run against the failing
+    // index, and none may get an insert through.
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(
         trail.index().count().unwrap(),
@@ -993,6 +995,8 @@ async fn an_idle_system_is_quiet_on_the_wire() {
     let (_reader, _reader_goal) = fabric.agent_with_goal("reader").await;
     sender.send_to_peer("reader", "hello").await.unwrap();
     caught_up(&nats).await;
+    // A real wait: the tail of that exchange (acks, lease, index writes) dies down before the
+    // window counts only what an idle system sends.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let tap = fabric.nats.client().await;
     let mut seen = tap.subscribe(">").await.unwrap();

@@ -216,6 +216,7 @@ async fn a_generated_corpus_of_bad_input_is_refused_with_typed_errors_while_traf
                 assert_eq!(report.delivered_to.len(), 1, "{report:?}");
                 sent.push(report.message_id.unwrap());
                 n += 1;
+                // A real wait: the valid traffic is paced at one message per 20 ms.
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
             sent

@@ -493,7 +493,7 @@ async fn with_two_replicas_every_call_times_out_exactly_once() {
         all.len() >= 8
     });
     let mut notices = notices.into_inner().unwrap();
-    // Both sweepers keep running; give them time to (wrongly) notify twice.
+    // A real wait: both sweepers keep running; give them time to (wrongly) notify twice.
     tokio::time::sleep(Duration::from_millis(500)).await;
     notices.extend(goal.drain().await.unwrap());
     assert_eq!(notices.len(), 8, "one notice per call");
@@ -627,19 +627,19 @@ async fn echo_calls(caller: &Agent, calls: usize) {
 async fn answered_once(fabric: &Fabric, calls: usize) {
     // The `answered` event is stored after the caller has its answer: wait for all of them.
     let client = fabric.nats.client().await;
-    let mut events: Vec<CallEvent> = Vec::new();
-    for _ in 0..100 {
-        events = stored_json(&client, "agent.calls.events.>").await;
-        if events
-            .iter()
-            .filter(|e| e.event == CallEventKind::Answered)
-            .count()
-            >= calls
-        {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    assert_eventually!(
+        Duration::from_secs(10),
+        async {
+            let events: Vec<CallEvent> = stored_json(&client, "agent.calls.events.>").await;
+            events
+                .iter()
+                .filter(|e| e.event == CallEventKind::Answered)
+                .count()
+                >= calls
+        },
+        "fewer than {calls} answered events were stored"
+    );
+    let events: Vec<CallEvent> = stored_json(&client, "agent.calls.events.>").await;
     let answered: BTreeSet<uuid::Uuid> = events
         .iter()
         .filter(|e| e.event == CallEventKind::Answered)

@@ -144,7 +144,8 @@ async fn agents_on_different_nodes_keep_every_message_through_a_node_restart() {
                     }
                 }
                 Ok(None) => {}
-                // The consumer is moving between nodes: wait.
+                // A real wait: the consumer is moving between nodes; back off before the next
+                // read.
                 Err(_) => tokio::time::sleep(Duration::from_millis(500)).await,
             }
         }
@@ -159,12 +160,11 @@ async fn agents_on_different_nodes_keep_every_message_through_a_node_restart() {
         if n == 100 {
             cluster.start_node(1).await;
         }
-        let paced = tokio::time::Instant::now() + Duration::from_secs(60);
-        while acknowledged.len() + 1 > read_count.load(std::sync::atomic::Ordering::Relaxed) + 32
-            && tokio::time::Instant::now() < paced
-        {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        // Paced: at most 32 unread (if the reader stalls for 60 s, send anyway).
+        let _caught_up = switchboard_testkit::eventually(Duration::from_secs(60), || async {
+            acknowledged.len() < read_count.load(std::sync::atomic::Ordering::Relaxed) + 32
+        })
+        .await;
         match alice.send_to_peer("bob", &format!("message {n}")).await {
             Ok(report) if !report.delivered_to.is_empty() => {
                 acknowledged.push(report.message_id.unwrap());
@@ -192,20 +192,20 @@ async fn agents_on_different_nodes_keep_every_message_through_a_node_restart() {
     // ... and no call is left open: each was answered, expired or refused, once. (`unavailable`
     // and a timed-out request mean retry: a stream may still be electing its leader right after
     // the restart, and a listing waits for it.)
-    let mut pending = alice.pending_calls().await;
-    for _ in 0..50 {
-        match &pending {
-            Err(err)
-                if err.kind() == Some(switchboard_proto::ErrorKind::Unavailable)
-                    || matches!(err, switchboard_client::ClientError::Timeout { .. }) =>
-            {
-                tokio::time::sleep(Duration::from_millis(200)).await;
-                pending = alice.pending_calls().await;
-            }
-            _ => break,
-        }
-    }
-    let pending = pending.unwrap();
+    let pending = std::cell::RefCell::new(None);
+    let _answered = switchboard_testkit::eventually(Duration::from_secs(60), || async {
+        let got = alice.pending_calls().await;
+        let retry = matches!(&got, Err(err)
+            if err.kind() == Some(switchboard_proto::ErrorKind::Unavailable)
+                || matches!(err, switchboard_client::ClientError::Timeout { .. }));
+        *pending.borrow_mut() = Some(got);
+        !retry
+    })
+    .await;
+    let pending = pending
+        .into_inner()
+        .expect("no pending-calls listing answered within 60 s")
+        .unwrap();
     assert!(pending.outgoing.is_empty(), "{:?}", pending.outgoing);
     let (seen, doubled) = reader.await.unwrap();
     let lost: Vec<_> = acknowledged
@@ -249,7 +249,7 @@ async fn every_service_process_started_at_once_on_a_fresh_cluster_waits_for_jets
         .iter()
         .map(|s| switchboard_tests::service_bin(s))
         .collect();
-    let mut processes = futures::future::join_all(services.iter().zip(&bins).enumerate().map(
+    let processes = futures::future::join_all(services.iter().zip(&bins).enumerate().map(
         |(n, (service, bin))| {
             // On two cores (debug builds) the first R3 requests take seconds each while all
             // seven apply their streams: what matters is that they wait, not how long.
@@ -267,24 +267,26 @@ async fn every_service_process_started_at_once_on_a_fresh_cluster_waits_for_jets
         ("reply-correlator".to_owned(), 1),
         ("task-lifecycle".to_owned(), 1),
     ];
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(180);
-    loop {
-        let counts = serving_instances(&client).await;
-        if counts == expected {
-            break;
-        }
-        for process in &mut processes {
-            assert!(
-                process.exited().is_none(),
-                "a service exited during start-up"
-            );
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "not every process serves after 180 s: {counts:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    let processes = std::cell::RefCell::new(processes);
+    let counts = std::cell::RefCell::new(Vec::new());
+    switchboard_testkit::assert_eventually!(
+        Duration::from_secs(180),
+        async {
+            for process in processes.borrow_mut().iter_mut() {
+                assert!(
+                    process.exited().is_none(),
+                    "a service exited during start-up"
+                );
+            }
+            let now = serving_instances(&client).await;
+            let all = now == expected;
+            *counts.borrow_mut() = now;
+            all
+        },
+        "not every process serves after 180 s: {:?}",
+        counts.borrow()
+    );
+    let mut processes = processes.into_inner();
     for process in &mut processes {
         assert!(
             process.exited().is_none(),
@@ -384,18 +386,19 @@ async fn the_audit_keeps_up_on_an_r3_cluster() {
     let client = cluster.client(1).await;
     let want = switchboard_tests::stored_ever(&client).await;
     let started = std::time::Instant::now();
-    let missing = loop {
+    let count_missing = || async {
         let have: std::collections::BTreeSet<String> = switchboard_tests::audit_records(&client)
             .await
             .into_iter()
             .map(|entry| entry.record.id)
             .collect();
-        let missing = want.iter().filter(|id| !have.contains(*id)).count();
-        if missing == 0 || started.elapsed() > Duration::from_secs(5) {
-            break missing;
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
+        want.iter().filter(|id| !have.contains(*id)).count()
     };
+    let _complete = switchboard_testkit::eventually(Duration::from_secs(5), || async {
+        count_missing().await == 0
+    })
+    .await;
+    let missing = count_missing().await;
     println!(
         "400 sends in {sending:?}; the trail had all {} source messages {:?} after bob read them ({missing} missing)",
         want.len(),

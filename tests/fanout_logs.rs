@@ -55,7 +55,8 @@ async fn a_goal_at_its_inbox_cap_is_logged_with_its_id() {
             .await
             .unwrap();
     }
-    // Below the cap: no warning yet (the checks run right after each delivery).
+    // A real wait: below the cap no warning may appear (the checks run right after each
+    // delivery).
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(!text().contains("at its cap"), "{}", text());
     for i in 63..70 {

@@ -1,4 +1,4 @@
-//! Reading inboxes through cursors (ARCHITECTURE.md §4a), end to end against a real
+//! Reading inboxes through cursors (docs/protocol.md §7), end to end against a real
 //! nats-server, as an agent would: `agent.inbox.fetch.<me>` and `agent.inbox.ack.<me>`, raw
 //! JSON, no JetStream. Past the server's default of 1,000 consumers per stream, owner-only
 //! reads, long-poll wake-ups across replicas, bounded redelivery, restarts and bad input.
@@ -267,8 +267,9 @@ async fn a_held_fetch_is_answered_within_milliseconds_of_a_store_on_any_replica(
                 (reply, Instant::now())
             })
         };
-        // Long enough that the fetch is surely held: an answer within 1 s (below) can then only
-        // come from a wake-up (a held fetch re-reads on its own every 5 s).
+        // A real wait: long enough that the fetch is surely held (nothing outside the fan-out
+        // shows it): an answer within 1 s (below) can then only come from a wake-up (a held
+        // fetch re-reads on its own every 5 s).
         tokio::time::sleep(Duration::from_millis(200)).await;
         let sent = Instant::now();
         let body = format!("wake {n}");
@@ -396,6 +397,8 @@ async fn a_restart_of_the_inbox_with_held_fetches_loses_nothing() {
             })
         })
         .collect();
+    // A real wait: the five fetches are held by the fan-out (nothing outside it shows that)
+    // before it stops.
     tokio::time::sleep(Duration::from_millis(200)).await;
     let Fabric { fanout, .. } = fabric;
     fanout.stop().await;
@@ -719,8 +722,8 @@ async fn a_reader_that_keeps_up_loses_nothing_to_a_burst_of_2000_from_4_senders(
             }
             ack = page.messages.last().map(|m| m.seq);
             got.extend(page.messages.into_iter().map(|m| (m.seq, m.message.body)));
-            // Handling a page takes a moment (an agent's work), so the burst piles up behind
-            // what the reader holds.
+            // A real wait: handling a page takes a moment (an agent's work), so the burst piles
+            // up behind what the reader holds.
             tokio::time::sleep(Duration::from_millis(25)).await;
         }
         if let Some(through) = ack {
@@ -979,6 +982,7 @@ async fn an_ack_on_a_held_fetch_is_kept_however_the_wait_ends() {
             .await
         })
     };
+    // A real wait: the fetch is held (nothing outside the fan-out shows that) before m3 comes.
     tokio::time::sleep(Duration::from_millis(200)).await;
     writer.send_to_peer("reader", "m3").await.unwrap();
     let woken = waiting.await.unwrap();
@@ -1051,8 +1055,9 @@ async fn a_held_fetch_reads_the_inbox_only_when_something_may_be_there() {
             .await
         })
     };
+    // A real wait: the fetch is held (nothing outside the fan-out shows that) before the
+    // message is stored; the first wait's end read happened before this one started.
     tokio::time::sleep(Duration::from_millis(300)).await;
-    // The first wait's end read happened before this one started.
     watcher.flush().await.unwrap();
     let before = count(&mut reads);
     writer.send_to_peer("reader", "second").await.unwrap();

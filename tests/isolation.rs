@@ -1,4 +1,4 @@
-//! Isolation against a hostile agent (ARCHITECTURE.md §8).
+//! Isolation against a hostile agent (docs/security.md).
 //!
 //! The first tests run on an open server: a request whose reply subject is not a reply inbox
 //! is refused unanswered and not run, and a call cannot park answers in another agent's goal.

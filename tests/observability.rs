@@ -44,6 +44,7 @@ impl Drop for Up {
                 && std::path::Path::new(&format!("/proc/{pid}")).exists()
                 && self.child.try_wait().ok().flatten().is_none()
             {
+                // A real wait: `Drop` cannot await; this polls the exit, bounded by `until`.
                 std::thread::sleep(Duration::from_millis(50));
             }
         }
@@ -191,24 +192,32 @@ async fn settled(
     root: &str,
     done: impl Fn(&[&ReceivedSpan]) -> bool,
 ) -> Vec<ReceivedSpan> {
-    for _ in 0..50 {
+    let is_settled = |spans: &[ReceivedSpan]| {
+        let Some(top) = spans.iter().find(|span| span.name == root) else {
+            return false;
+        };
+        let trace: Vec<&ReceivedSpan> = spans
+            .iter()
+            .filter(|span| span.trace_id == top.trace_id)
+            .collect();
+        let ids: BTreeSet<&str> = trace.iter().map(|span| span.span_id.as_str()).collect();
+        let whole = trace
+            .iter()
+            .all(|span| span.parent.is_empty() || ids.contains(span.parent.as_str()));
+        whole && done(&trace)
+    };
+    // The spans as they were when the trace settled (later ones are not the caller's).
+    let found = std::cell::RefCell::new(None);
+    let _settled = switchboard_testkit::eventually(Duration::from_secs(10), || async {
         let spans = otlp.spans();
-        if let Some(top) = spans.iter().find(|span| span.name == root) {
-            let trace: Vec<&ReceivedSpan> = spans
-                .iter()
-                .filter(|span| span.trace_id == top.trace_id)
-                .collect();
-            let ids: BTreeSet<&str> = trace.iter().map(|span| span.span_id.as_str()).collect();
-            let whole = trace
-                .iter()
-                .all(|span| span.parent.is_empty() || ids.contains(span.parent.as_str()));
-            if whole && done(&trace) {
-                return spans;
-            }
+        let now = is_settled(&spans);
+        if now {
+            *found.borrow_mut() = Some(spans);
         }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    otlp.spans()
+        now
+    })
+    .await;
+    found.into_inner().unwrap_or_else(|| otlp.spans())
 }
 
 async fn scrape(url: &str) -> String {
@@ -258,6 +267,8 @@ async fn the_demo_is_whole_traces_per_service_and_the_metrics_move() {
     .await
     .unwrap();
     let goal = idle.open_goal().await.unwrap();
+    // A real wait: the set-up's spans (register, goal open) reach the collector before
+    // `idle_since` marks where idleness begins.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let idle_since = otlp.spans().len();
     let reading = tokio::spawn(async move {
@@ -544,17 +555,13 @@ async fn the_demo_is_whole_traces_per_service_and_the_metrics_move() {
         series(&text, "switchboard_goals_live", &[]).is_some(),
         "{text}"
     );
-    let mut exported = Vec::new();
-    for _ in 0..50 {
-        exported = otlp.metric_names();
-        if exported
+    let _exported = switchboard_testkit::eventually(Duration::from_secs(5), || async {
+        otlp.metric_names()
             .iter()
             .any(|(_, name)| name == "messaging.process.duration")
-        {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    })
+    .await;
+    let exported = otlp.metric_names();
     assert!(
         exported
             .iter()
@@ -564,6 +571,8 @@ async fn the_demo_is_whole_traces_per_service_and_the_metrics_move() {
 
     // The idle agent, 30 s later: not one span names it.
     let goal = reading.await.unwrap();
+    // A real wait: spans still in flight reach the collector before we check that none names
+    // the idle agent.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let idle_spans: Vec<_> = otlp.spans()[idle_since..]
         .iter()
@@ -592,14 +601,11 @@ async fn up_pointed_at_a_closed_otlp_port_says_so_in_its_log_banner_and_health()
         "{}",
         up.banner
     );
-    let mut logged = String::new();
-    for _ in 0..50 {
-        logged = up.stderr.lock().unwrap().clone();
-        if logged.contains("does not answer") {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let _logged = switchboard_testkit::eventually(Duration::from_secs(5), || async {
+        up.stderr.lock().unwrap().contains("does not answer")
+    })
+    .await;
+    let logged = up.stderr.lock().unwrap().clone();
     assert!(
         logged.contains("the OTLP endpoint does not answer"),
         "{logged}"

@@ -71,26 +71,33 @@ async fn raw_jetstream_keeps_acknowledged_publishes_through_node_faults() {
                             acked.push((id.clone(), ack.sequence, ack.duplicate));
                             break;
                         }
+                        // A real wait: back off before publishing the same id again.
                         Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
                     }
                 }
                 n += 1;
+                // A real wait: each publisher is paced at one message per 20 ms.
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
             acked
         }));
     }
+    // A real wait: traffic flows for a while before the first fault.
     tokio::time::sleep(Duration::from_secs(2)).await;
     for node in 0..3 {
         cluster.terminate_node(node).await;
+        // A real wait: the node stays down for a second of traffic.
         tokio::time::sleep(Duration::from_secs(1)).await;
         cluster.start_node(node).await;
+        // A real wait: a second of traffic before the next fault.
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
     for node in 0..3 {
         cluster.stop_node(node).await;
+        // A real wait: the node stays down for a second of traffic.
         tokio::time::sleep(Duration::from_secs(1)).await;
         cluster.start_node(node).await;
+        // A real wait: a second of traffic before the next fault.
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
     stop.store(true, Ordering::Relaxed);
@@ -101,8 +108,9 @@ async fn raw_jetstream_keeps_acknowledged_publishes_through_node_faults() {
     // Everything in the stream now. The last node restarted a second ago, so the stream may
     // still be electing a leader: ask until it answers (bounded).
     let js = jetstream::new(cluster.client(1).await);
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    let consumer = loop {
+    let consumer = std::cell::RefCell::new(None);
+    let last_error = std::cell::RefCell::new(String::from("no answer"));
+    let _answered = switchboard_testkit::eventually(Duration::from_secs(30), || async {
         let attempt = async {
             js.get_stream("RAW")
                 .await
@@ -112,14 +120,24 @@ async fn raw_jetstream_keeps_acknowledged_publishes_through_node_faults() {
                 .map_err(|err| err.to_string())
         };
         match attempt.await {
-            Ok(consumer) => break consumer,
-            Err(err) if tokio::time::Instant::now() < deadline => {
-                println!("stream not ready yet ({err}); asking again");
-                tokio::time::sleep(Duration::from_millis(250)).await;
+            Ok(created) => {
+                *consumer.borrow_mut() = Some(created);
+                true
             }
-            Err(err) => panic!("the RAW stream did not answer within 30 s: {err}"),
+            Err(err) => {
+                println!("stream not ready yet ({err}); asking again");
+                *last_error.borrow_mut() = err;
+                false
+            }
         }
-    };
+    })
+    .await;
+    let consumer = consumer.into_inner().unwrap_or_else(|| {
+        panic!(
+            "the RAW stream did not answer within 30 s: {}",
+            last_error.borrow()
+        )
+    });
     let total = consumer.cached_info().num_pending;
     let mut present = std::collections::BTreeMap::new();
     let mut messages = consumer.messages().await.unwrap();

@@ -60,18 +60,18 @@ async fn state_of(sender: &Agent, id: Uuid) -> ReceiptState {
 /// Waits (at most 5 s) for `sender`'s message `id` to be in state `want`: the record follows
 /// the receipt messages a moment behind them.
 async fn reaches(sender: &Agent, id: Uuid, want: ReceiptState) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    loop {
+    let last = std::cell::Cell::new(None);
+    let reached = switchboard_testkit::eventually(Duration::from_secs(5), || async {
         let state = state_of(sender, id).await;
-        if state == want {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "message {id} stayed {state:?}, not {want:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+        last.set(Some(state));
+        state == want
+    })
+    .await;
+    assert!(
+        reached,
+        "message {id} stayed {:?}, not {want:?}",
+        last.get()
+    );
 }
 
 fn states(receipts: &[InboxMessage]) -> Vec<String> {
@@ -427,6 +427,7 @@ async fn a_goal_id_opened_again_by_another_agent_gets_none_of_the_first_owners_n
         kept.iter().all(|message| message.body != "never read"),
         "the unread message was removed"
     );
+    // A real wait: mallory's messages get time to (wrongly) reach alice's goal.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let got = claimed.drain().await.unwrap();
     assert!(
@@ -478,6 +479,8 @@ async fn a_full_sender_goal_does_not_slow_the_readers_fetch_and_ack() {
         "a fetch and ack took {slowest:?} while the sender's goal was full"
     );
     // The receipts are there, in order, each once: 2 per message, the newest kept.
+    // A real wait: the count must be exact, so the window also lets a duplicate show up
+    // (reading drains the goal, so it cannot be polled).
     tokio::time::sleep(Duration::from_millis(300)).await;
     let receipts = receipts_in(&sender_goal).await;
     assert_eq!(receipts.len(), 20, "{}", receipts.len());

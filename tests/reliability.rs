@@ -149,7 +149,7 @@ async fn rolling_sigterm_sigkill_and_sigstop_of_each_node_lose_and_double_nothin
                         }
                     }
                     Ok(None) => {}
-                    // The consumer is moving between nodes: wait a moment.
+                    // A real wait: the consumer is moving between nodes; back off a moment.
                     Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
                 }
             }
@@ -172,12 +172,11 @@ async fn rolling_sigterm_sigkill_and_sigstop_of_each_node_lose_and_double_nothin
             while !stop.load(Ordering::Relaxed) {
                 // Keep the peer's unread backlog well under its inbox cap (a reader that keeps
                 // up); a reader stalled by a fault pauses the sender, bounded.
-                let paced = Instant::now() + Duration::from_secs(30);
-                while acknowledged.len() > counts[to].load(Ordering::Relaxed) + BACKLOG
-                    && Instant::now() < paced
-                {
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                }
+                let _caught_up =
+                    switchboard_testkit::eventually(Duration::from_secs(30), || async {
+                        acknowledged.len() <= counts[to].load(Ordering::Relaxed) + BACKLOG
+                    })
+                    .await;
                 let during = Phase::from(phase.load(Ordering::Relaxed));
                 let started = Instant::now();
                 let sent = agent
@@ -195,6 +194,7 @@ async fn rolling_sigterm_sigkill_and_sigstop_of_each_node_lose_and_double_nothin
                     Err(err) => refused.push(format!("{during:?}: {err}")),
                 }
                 n += 1;
+                // A real wait: each sender is paced.
                 tokio::time::sleep(PACE).await;
             }
             (to, acknowledged, latencies, refused)
@@ -202,6 +202,7 @@ async fn rolling_sigterm_sigkill_and_sigstop_of_each_node_lose_and_double_nothin
     }
 
     // The faults, node by node: SIGTERM, then SIGKILL, then SIGSTOP for 8 s.
+    // A real wait: traffic flows for a while before the first fault.
     tokio::time::sleep(Duration::from_secs(2)).await;
     for fault in [Phase::Term, Phase::Kill, Phase::Stop] {
         for node in 0..3 {
@@ -210,22 +211,25 @@ async fn rolling_sigterm_sigkill_and_sigstop_of_each_node_lose_and_double_nothin
             match fault {
                 Phase::Term => {
                     cluster.terminate_node(node).await;
+                    // A real wait: the node stays down for a second of traffic.
                     tokio::time::sleep(Duration::from_secs(1)).await;
                     cluster.start_node(node).await;
                 }
                 Phase::Kill => {
                     cluster.stop_node(node).await;
+                    // A real wait: the node stays down for a second of traffic.
                     tokio::time::sleep(Duration::from_secs(1)).await;
                     cluster.start_node(node).await;
                 }
                 Phase::Stop => {
                     cluster.pause_node(node);
+                    // A real wait: the node stays frozen for 8 s of traffic.
                     tokio::time::sleep(Duration::from_secs(8)).await;
                     cluster.resume_node(node).await;
                 }
                 Phase::Calm => {}
             }
-            // Sends started while the node recovers still count toward the fault.
+            // A real wait: sends started while the node recovers still count toward the fault.
             tokio::time::sleep(Duration::from_secs(1)).await;
             phase.store(Phase::Calm as u8, Ordering::Relaxed);
             println!(
@@ -234,6 +238,7 @@ async fn rolling_sigterm_sigkill_and_sigstop_of_each_node_lose_and_double_nothin
                 unix_ms(std::time::SystemTime::now()),
                 began.elapsed()
             );
+            // A real wait: a second of calm before the next fault.
             tokio::time::sleep(Duration::from_secs(1)).await;
         }
     }

@@ -87,6 +87,7 @@ async fn reader(agent: Arc<Agent>, goal: Goal, index: usize, mut expected: Expec
             Ok(Some(delivery)) => delivery,
             Ok(None) => continue,
             Err(_) => {
+                // A real wait: back off before reading again after an error.
                 tokio::time::sleep(Duration::from_millis(100)).await;
                 continue;
             }
@@ -204,6 +205,7 @@ async fn sender(i: usize, agent: Arc<Agent>, stop: Arc<AtomicBool>) -> Sent {
             }
         }
         n += 1;
+        // A real wait: each sender is paced at one round per 80 ms.
         tokio::time::sleep(Duration::from_millis(80)).await;
     }
     sent
@@ -256,17 +258,21 @@ async fn each_service_stopped_and_killed_in_turn_loses_doubles_and_leaves_nothin
         .collect();
 
     // One replica of each service in turn: SIGTERM, then (second round) SIGKILL.
+    // A real wait: traffic flows for a while before the first fault.
     tokio::time::sleep(Duration::from_secs(2)).await;
     for signal in ["TERM", "KILL"] {
         for (s, service) in SERVICES.iter().enumerate() {
             let victim = replicas[s][0].take().unwrap();
             let status = victim.signal(signal).await;
             println!("SIG{signal} {service}: exited {status:?}");
+            // A real wait: one replica fewer for a second of traffic.
             tokio::time::sleep(Duration::from_secs(1)).await;
             replicas[s][0] = Some(start(service, &url).await);
+            // A real wait: two seconds of traffic before the next fault.
             tokio::time::sleep(Duration::from_secs(2)).await;
         }
     }
+    // A real wait: traffic after the last fault, before the senders stop.
     tokio::time::sleep(Duration::from_secs(2)).await;
     stop.store(true, Ordering::Relaxed);
 
@@ -322,12 +328,10 @@ async fn each_service_stopped_and_killed_in_turn_loses_doubles_and_leaves_nothin
     // deadline: wait (bounded) until every opened call has its one ending. A call is opened
     // when its request message is stored (the audit trail records it; there is no `opened`
     // event).
-    let mut opened = BTreeSet::new();
-    let mut ended: BTreeMap<String, usize> = BTreeMap::new();
-    let calls_deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        opened.clear();
-        ended.clear();
+    let resolution = std::cell::RefCell::new((BTreeSet::new(), BTreeMap::new()));
+    let _resolved = switchboard_testkit::eventually(Duration::from_secs(30), || async {
+        let mut opened = BTreeSet::new();
+        let mut ended: BTreeMap<String, usize> = BTreeMap::new();
         for entry in switchboard_tests::audit_records(&client).await {
             if entry.record.kind == "request"
                 && let Some(cid) = entry.record.correlation_id
@@ -349,11 +353,12 @@ async fn each_service_stopped_and_killed_in_turn_loses_doubles_and_leaves_nothin
                 *ended.entry(cid).or_default() += 1;
             }
         }
-        if opened.iter().all(|cid| ended.contains_key(cid)) || Instant::now() > calls_deadline {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+        let all = opened.iter().all(|cid| ended.contains_key(cid));
+        *resolution.borrow_mut() = (opened, ended);
+        all
+    })
+    .await;
+    let (opened, ended) = resolution.into_inner();
     let unresolved: Vec<&String> = opened
         .iter()
         .filter(|cid| !ended.contains_key(*cid))
@@ -390,18 +395,19 @@ async fn each_service_stopped_and_killed_in_turn_loses_doubles_and_leaves_nothin
 
     // The audit: every stored inbox message and event recorded exactly once.
     let want = switchboard_tests::stored_ever(&client).await;
-    let mut have = BTreeMap::new();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        have.clear();
+    // The records as they were when the last one came in (not what later traffic added).
+    let audited = std::cell::RefCell::new(BTreeMap::new());
+    let _complete = switchboard_testkit::eventually(Duration::from_secs(30), || async {
+        let mut have = BTreeMap::new();
         for entry in switchboard_tests::audit_records(&client).await {
             *have.entry(entry.record.id.clone()).or_insert(0usize) += 1;
         }
-        if want.iter().all(|id| have.contains_key(id)) || Instant::now() > deadline {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+        let all = want.iter().all(|id| have.contains_key(id));
+        *audited.borrow_mut() = have;
+        all
+    })
+    .await;
+    let have = audited.into_inner();
     let missing: Vec<&String> = want.iter().filter(|id| !have.contains_key(*id)).collect();
     let recorded_twice: Vec<(&String, &usize)> = have.iter().filter(|(_, n)| **n > 1).collect();
     let extra: Vec<&String> = have
@@ -555,6 +561,8 @@ async fn a_call_retried_by_its_id_after_its_replica_was_killed_is_one_call() {
         let nats = caller.nats().clone();
         async move { nats.request(subject, payload.into()).await }
     });
+    // A real wait: the retry reaches the new replica, and a second request (which must not
+    // appear) would be stored by now.
     tokio::time::sleep(Duration::from_millis(300)).await;
     let page = callee_goal.fetch(64, Duration::ZERO, None).await.unwrap();
     assert_eq!(page.messages.len(), 1, "one request, not one per attempt");

@@ -526,6 +526,7 @@ async fn acceptance_needs_allow_from_and_a_deadline_ahead() {
         .unwrap()
         .task
         .task_id;
+    // A real wait: past the task's 200 ms deadline.
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(kind(stranger.accept_task(id).await), ErrorKind::Expired);
     let task = boss.get_task(id).await.unwrap();
@@ -616,6 +617,7 @@ async fn deadlines_fail_tasks_exactly_once_across_replicas_and_restarts() {
     next(&p.worker_goal).await;
     second.stop().await;
     fabric.stop_tasks().await;
+    // A real wait: the 300 ms deadline passes while no task service runs.
     tokio::time::sleep(Duration::from_millis(400)).await;
     let _restarted = start_tasks(&fabric.url(), switchboard_tests::fast_tasks()).await;
     assert_eventually!(
@@ -934,6 +936,7 @@ async fn a_subtask_never_outlives_its_parents_deadline() {
     assert!(unbounded.deadline_clamped);
     assert_eq!(unbounded.task.deadline, parent.deadline);
     // Once the parent has run out, no subtask is taken.
+    // A real wait: past the parent's deadline.
     tokio::time::sleep(Duration::from_millis(2_100)).await;
     let late = p
         .worker

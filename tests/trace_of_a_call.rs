@@ -79,8 +79,8 @@ async fn one_trace_covers_call_fanout_inbox_and_reply() {
         .unwrap();
     assert_eq!(answer.body, "forty-two");
     answering.await.unwrap();
-    // The correlator's `reply` span ends just after the callee has its answer: let it end
-    // before the exporter is shut down.
+    // A real wait: the correlator's `reply` span ends just after the callee has its answer
+    // (nothing shows when); let it end before the exporter is shut down.
     tokio::time::sleep(Duration::from_millis(300)).await;
 
     // Flush and decode what the collector received.
