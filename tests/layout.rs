@@ -268,3 +268,262 @@ fn the_contributing_map_names_the_file_that_holds_each_concept() {
         }
     }
 }
+
+/// The modules of one crate: module path (`serve::tasks`, `""` for the root) → its file.
+fn crate_modules(src: &Path) -> Vec<(String, PathBuf)> {
+    let mut modules = Vec::new();
+    for path in rust_files(src) {
+        let inside = path.strip_prefix(src).unwrap_or(&path);
+        let mut parts: Vec<String> = inside
+            .iter()
+            .map(|part| part.to_string_lossy().into_owned())
+            .collect();
+        let Some(file) = parts.pop() else { continue };
+        let stem = file.trim_end_matches(".rs");
+        if parts.first().is_some_and(|first| first == "bin") {
+            continue; // extra binaries are crates of their own
+        }
+        if !(stem == "mod" || (parts.is_empty() && (stem == "lib" || stem == "main"))) {
+            parts.push(stem.to_string());
+        }
+        modules.push((parts.join("::"), path));
+    }
+    modules
+}
+
+/// The paths a file names through `crate::`, `super::` and `self::`, with `use` groups
+/// (`crate::{a, b::{c, d}}`) spread out, each as its segments from the crate root.
+fn named_paths(code: &str, module: &str) -> Vec<Vec<String>> {
+    let here: Vec<String> = module
+        .split("::")
+        .filter(|part| !part.is_empty())
+        .map(str::to_string)
+        .collect();
+    // Module `a::b` is `a/b.rs` or `a/b/mod.rs`; either way its `super` is `a`.
+    let parent =
+        |levels: usize| -> Vec<String> { here[..here.len().saturating_sub(levels)].to_vec() };
+    let bytes = code.as_bytes();
+    let mut found = Vec::new();
+    let mut at = 0;
+    while at < bytes.len() {
+        let rest = &code[at..];
+        let boundary = at == 0 || !is_ident(bytes[at - 1] as char) && bytes[at - 1] != b':';
+        let start = if !boundary {
+            None
+        } else if rest.starts_with("crate::") {
+            Some((Vec::new(), "crate::".len()))
+        } else if rest.starts_with("super::") {
+            let mut levels = 0;
+            let mut skip = 0;
+            while code[at + skip..].starts_with("super::") {
+                levels += 1;
+                skip += "super::".len();
+            }
+            Some((parent(levels), skip))
+        } else if rest.starts_with("self::") {
+            Some((here.clone(), "self::".len()))
+        } else {
+            None
+        };
+        match start {
+            Some((base, skip)) => {
+                let (paths, used) = parse_path(&code[at + skip..]);
+                for path in paths {
+                    let mut full = base.clone();
+                    full.extend(path);
+                    found.push(full);
+                }
+                at += skip + used.max(1);
+            }
+            None => at += rest.chars().next().map_or(1, char::len_utf8),
+        }
+    }
+    found
+}
+
+fn is_ident(c: char) -> bool {
+    c.is_alphanumeric() || c == '_'
+}
+
+/// Parses `a::b::{c, d::e}` (or `a::b`) from the start of `text`: the paths it names and how
+/// many bytes it took.
+fn parse_path(text: &str) -> (Vec<Vec<String>>, usize) {
+    let mut segments = Vec::new();
+    let mut at = 0;
+    loop {
+        let rest = &text[at..];
+        let trimmed = rest.trim_start();
+        at += rest.len() - trimmed.len();
+        if trimmed.starts_with('{') {
+            at += 1;
+            let mut paths = Vec::new();
+            loop {
+                let rest = &text[at..];
+                let trimmed = rest.trim_start_matches(|c: char| c.is_whitespace() || c == ',');
+                at += rest.len() - trimmed.len();
+                if trimmed.is_empty() {
+                    break;
+                }
+                if trimmed.starts_with('}') {
+                    at += 1;
+                    break;
+                }
+                let (inner, used) = parse_path(trimmed);
+                at += used.max(1);
+                for path in inner {
+                    let mut full = segments.clone();
+                    full.extend(path);
+                    paths.push(full);
+                }
+            }
+            return (paths, at);
+        }
+        let ident: String = trimmed.chars().take_while(|c| is_ident(*c)).collect();
+        if ident.is_empty() {
+            break;
+        }
+        at += ident.len();
+        segments.push(ident);
+        if text[at..].starts_with("::") {
+            at += 2;
+        } else {
+            break;
+        }
+    }
+    (vec![segments], at)
+}
+
+/// Import circles between the files of each crate: a file uses another that (through others)
+/// uses it back. The crate root and each folder's `mod.rs` are left out as the side that
+/// names its modules: they assemble the crate, so every module may use what they define.
+#[test]
+fn no_import_circle_between_the_files_of_a_crate() {
+    /// A circle may stay when a file in it says why.
+    const CIRCLE_REASON: &str = "// In an import circle because";
+    let mut circles = Vec::new();
+    let crates: Vec<PathBuf> = ["shared", "services"]
+        .iter()
+        .flat_map(|group| std::fs::read_dir(root().join(group)).into_iter().flatten())
+        .flatten()
+        .map(|entry| entry.path())
+        .chain([root().join("cli"), root().join("tests")])
+        .filter(|dir| dir.join("src").is_dir())
+        .collect();
+    for dir in crates {
+        let modules = crate_modules(&dir.join("src"));
+        let index = |path: &[String]| -> Option<usize> {
+            // The longest prefix of `path` that is a module of this crate.
+            (0..=path.len()).rev().find_map(|len| {
+                let name = path[..len].join("::");
+                modules.iter().position(|(module, _)| *module == name)
+            })
+        };
+        let mut edges: Vec<Vec<usize>> = vec![Vec::new(); modules.len()];
+        for (from, (module, path)) in modules.iter().enumerate() {
+            let name = path
+                .file_name()
+                .map(|name| name.to_string_lossy().into_owned());
+            let is_mod_file = name.as_deref() == Some("mod.rs");
+            if module.is_empty() || is_mod_file {
+                continue;
+            }
+            let text = read(path);
+            let code: String = shipped_lines(&text)
+                .map(|(_, line)| line)
+                .collect::<Vec<_>>()
+                .join("\n");
+            for named in named_paths(&code, module) {
+                if let Some(to) = index(&named)
+                    && to != from
+                    && !edges[from].contains(&to)
+                {
+                    edges[from].push(to);
+                }
+            }
+        }
+        for component in strongly_connected(&edges) {
+            if component.len() < 2 {
+                continue;
+            }
+            let files: Vec<&PathBuf> = component.iter().map(|at| &modules[*at].1).collect();
+            if files.iter().any(|file| read(file).contains(CIRCLE_REASON)) {
+                continue;
+            }
+            let uses: Vec<String> = component
+                .iter()
+                .map(|from| {
+                    let to: Vec<String> = edges[*from]
+                        .iter()
+                        .filter(|to| component.contains(to))
+                        .map(|to| modules[*to].0.clone())
+                        .collect();
+                    format!("  {} uses {}", relative(&modules[*from].1), to.join(", "))
+                })
+                .collect();
+            circles.push(uses.join("\n"));
+        }
+    }
+    assert!(
+        circles.is_empty(),
+        "these files import each other in a circle; point the dependency one way (move what \
+         both need into a leaf), or say why in a `{CIRCLE_REASON} …` comment:\n{}",
+        circles.join("\n")
+    );
+}
+
+/// Tarjan's strongly connected components of a directed graph given as adjacency lists.
+fn strongly_connected(edges: &[Vec<usize>]) -> Vec<Vec<usize>> {
+    struct Walk<'a> {
+        edges: &'a [Vec<usize>],
+        next: usize,
+        order: Vec<Option<usize>>,
+        low: Vec<usize>,
+        stack: Vec<usize>,
+        on_stack: Vec<bool>,
+        found: Vec<Vec<usize>>,
+    }
+    fn visit(walk: &mut Walk, node: usize) {
+        walk.order[node] = Some(walk.next);
+        walk.low[node] = walk.next;
+        walk.next += 1;
+        walk.stack.push(node);
+        walk.on_stack[node] = true;
+        for &to in &walk.edges[node] {
+            match walk.order[to] {
+                None => {
+                    visit(walk, to);
+                    walk.low[node] = walk.low[node].min(walk.low[to]);
+                }
+                Some(order) if walk.on_stack[to] => walk.low[node] = walk.low[node].min(order),
+                Some(_) => {}
+            }
+        }
+        if Some(walk.low[node]) == walk.order[node] {
+            let mut component = Vec::new();
+            while let Some(top) = walk.stack.pop() {
+                walk.on_stack[top] = false;
+                component.push(top);
+                if top == node {
+                    break;
+                }
+            }
+            walk.found.push(component);
+        }
+    }
+    let count = edges.len();
+    let mut walk = Walk {
+        edges,
+        next: 0,
+        order: vec![None; count],
+        low: vec![0; count],
+        stack: Vec::new(),
+        on_stack: vec![false; count],
+        found: Vec::new(),
+    };
+    for node in 0..count {
+        if walk.order[node].is_none() {
+            visit(&mut walk, node);
+        }
+    }
+    walk.found
+}
