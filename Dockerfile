@@ -51,7 +51,7 @@ RUN apt-get update \
 COPY --from=builder /out/ /usr/local/bin/
 COPY deploy/docker-entrypoint.sh /usr/local/bin/switchboard-entrypoint
 
-# Every setting comes from SWITCHBOARD_* variables (README "Configuration"). The services may
+# Every setting comes from SWITCHBOARD_* variables (docs/config.md). The services may
 # start before NATS is up (compose, Kubernetes): keep trying instead of exiting.
 ENV SERVICE=directory \
     SWITCHBOARD_NATS__RETRY_ON_INITIAL_CONNECT=true \
