@@ -1,5 +1,5 @@
 //! `switchboard inbox`: a goal's inbox, read as its agent reads it — through
-//! `agent.inbox.fetch.<agent_id>` (ARCHITECTURE.md §4a), never through JetStream. By default it
+//! `agent.inbox.fetch.<agent_id>` (docs/protocol.md §7), never through JetStream. By default it
 //! only looks (a peek: nothing is taken, nothing counts as handed out); `--take` takes the
 //! unread messages and moves the goal's cursor past them; `--follow` keeps looking.
 

@@ -289,7 +289,7 @@ enum Command {
         after_help = "Examples:\n  switchboard history --agent researcher\n  switchboard history --agent researcher --kind 'call.*' --limit 20\n  switchboard history --task <task_id> --since 2026-11-22T00:00:00Z"
     )]
     History(audit::HistoryArgs),
-    /// Write the NATS accounts that isolate agents (ARCHITECTURE.md §8): `DIR/auth.conf`, the
+    /// Write the NATS accounts that isolate agents (docs/security.md): `DIR/auth.conf`, the
     /// services' NKey seed `DIR/services.nk` and one seed per agent `DIR/agents/<id>.nk`.
     /// Existing seed files are kept, so regenerating after adding an agent changes no one
     /// else's key; then `nats-server --signal reload` picks it up without a restart.

@@ -84,7 +84,7 @@ impl SwitchboardMcp {
 /// What is unread is looked at (a peek: nothing is handed out) every [`ANNOUNCE_EVERY`]: more
 /// unread messages than last time, or another oldest one with some unread, means new ones
 /// arrived, announced once; messages that arrived before the session started are announced at
-/// start. An agent cannot subscribe to inbox subjects (ARCHITECTURE.md §8), so it asks.
+/// start. An agent cannot subscribe to inbox subjects (docs/security.md), so it asks.
 pub(super) async fn announce_new_messages(server: SwitchboardMcp, peer: Peer<RoleServer>) {
     let goal = server.goal.clone();
     let mut seen = (0, None);

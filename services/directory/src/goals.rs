@@ -1,6 +1,6 @@
 //! The goal rules: goal.open and goal.close.
 //!
-//! Each goal owns a cursor in `agent_cursors` (ARCHITECTURE.md §4a), created when the goal
+//! Each goal owns a cursor in `agent_cursors` (docs/protocol.md §4.4), created when the goal
 //! opens, so messages sent before its runtime reads wait for it (buffer-on-demand); the
 //! cursor names the goal's owner, which makes a goal id an address nobody else can read or
 //! claim. Live goals are capped per agent, so one agent cannot fill the cluster.

@@ -1,6 +1,6 @@
 //! # directory
 //!
-//! Agent cards, live goals, status and list_peers for Switchboard (ARCHITECTURE.md §1, §3, §5).
+//! Agent cards, live goals, status and list_peers for Switchboard (docs/protocol.md §4–§6).
 //! All state is in JetStream KV (`agent_registry`, `agent_goals`), written with compare-and-set,
 //! so any number of replicas serve the same registry; requests are NATS micro endpoints on
 //! `agent.registry.<op>.<agent_id>` in queue group `directory`.

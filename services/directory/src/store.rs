@@ -2,7 +2,7 @@
 //!
 //! `agent_registry` holds one [`AgentRecord`] per agent; `agent_goals` one [`GoalRecord`] per
 //! live goal under `<agent_id>.<goal_id>`; `agent_cursors` the cursor each goal owns
-//! (ARCHITECTURE.md §4a), which names the goal's owner; `AGENT_INBOX` the goals' messages,
+//! (docs/protocol.md §12), which names the goal's owner; `AGENT_INBOX` the goals' messages,
 //! purged when a goal closes; `AGENT_EVENTS` the registry events. Every read-modify-write is
 //! a compare-and-set on the key's revision, retried on conflict, so concurrent replicas never
 //! lose an update. The rules that decide what to write are in [`crate::registry`] and

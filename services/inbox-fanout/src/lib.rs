@@ -1,6 +1,6 @@
 //! # inbox-fanout
 //!
-//! The inbox of Switchboard (ARCHITECTURE.md §3–§6, §4a): it writes and it reads.
+//! The inbox of Switchboard (docs/protocol.md §7, §8): it writes and it reads.
 //!
 //! Writing is send_to_peer and broadcast: the seed's six gates, ACL, anti-loop, and one durable
 //! JetStream publish per live goal of the target, all acks awaited together. Reading is

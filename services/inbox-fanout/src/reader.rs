@@ -1,4 +1,4 @@
-//! Reading an inbox (ARCHITECTURE.md §4a): `agent.inbox.fetch.<agent_id>` hands out a goal's
+//! Reading an inbox (docs/protocol.md §7): `agent.inbox.fetch.<agent_id>` hands out a goal's
 //! messages after its cursor (long-poll with `wait_ms`, committing `ack_through` first), and
 //! `agent.inbox.ack.<agent_id>` moves the cursor or rejects one message to the dead letters.
 //!

@@ -1,6 +1,6 @@
 //! # reply-correlator
 //!
-//! Correlated calls for Switchboard (ARCHITECTURE.md §3, §5, §6): `agent.call.<id>` makes a call
+//! Correlated calls for Switchboard (docs/protocol.md §9): `agent.call.<id>` makes a call
 //! that waits for the answer or parks, `agent.reply.<id>` answers by correlation id only (in
 //! parts, `partial: true`, before the final reply), `agent.calls.pending.<id>` lists open
 //! calls, `agent.calls.parts.<id>` reads a streamed call's parts back. Pending calls live in the `agent_calls` KV

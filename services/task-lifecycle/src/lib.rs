@@ -1,6 +1,6 @@
 //! # task-lifecycle
 //!
-//! A2A-style tasks for Switchboard (ARCHITECTURE.md §3, §5): `agent.task.<op>.<agent_id>`
+//! A2A-style tasks for Switchboard (docs/protocol.md §10): `agent.task.<op>.<agent_id>`
 //! creates, spawns, moves, reads and lists tasks; every transition is published on
 //! `agent.task.events.<task_id>` and sent to the requester's goal as a `kind: task_update`
 //! message carrying the task's `callback` unchanged.

@@ -62,7 +62,7 @@ pub struct Agent {
 }
 
 /// Connect options for agent `id`: named `agent:<id>`, a 5 s ping, and the reply inbox prefix
-/// `_INBOX.<id>` (ARCHITECTURE.md §8) — the only inboxes the generated NATS config lets the
+/// `_INBOX.<id>` (docs/protocol.md §1, "Reply subjects") — the only inboxes the generated NATS config lets the
 /// agent subscribe to. Add credentials on top (`.nkey(seed)`), then [`Agent::connect_with`].
 pub fn agent_connect_options(id: &AgentId) -> async_nats::ConnectOptions {
     async_nats::ConnectOptions::new()

@@ -1,4 +1,4 @@
-//! A goal and its inbox, read through the inbox service (ARCHITECTURE.md §4a): fetch, handle,
+//! A goal and its inbox, read through the inbox service (docs/protocol.md §7): fetch, handle,
 //! ack. The client never touches JetStream.
 //!
 //! Reading is idempotent: what is fetched but not acknowledged is handed out again by the next

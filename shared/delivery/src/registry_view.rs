@@ -316,7 +316,7 @@ impl RegistryView {
     /// Whether `goal` is a live goal of `agent`: from the view, else the goal's KV entry, else
     /// the stream leader's copy (a goal opened a moment ago on another replica may not have
     /// reached this view or this server yet). A goal id that comes from a request body is
-    /// trusted only after this answers true (ARCHITECTURE.md §8).
+    /// trusted only after this answers true (docs/protocol.md §1, "Limits every agent endpoint enforces").
     pub async fn owns_goal(&self, agent: &AgentId, goal: &GoalId) -> Result<bool, StoreError> {
         if self
             .read()

@@ -1,4 +1,4 @@
-//! The audit trail (ARCHITECTURE.md §1, §3): what every record in `AGENT_AUDIT` holds, the
+//! The audit trail (docs/protocol.md §11): what every record in `AGENT_AUDIT` holds, the
 //! refusal events services publish, and the `agent.audit.<op>` queries.
 //!
 //! A record is one thing that crossed the fabric — an inbox delivery or an event — with the

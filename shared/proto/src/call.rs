@@ -1,4 +1,4 @@
-//! Correlated calls (ARCHITECTURE.md §3, §5, §6): requests and replies of `agent.call.<id>`,
+//! Correlated calls (docs/protocol.md §9): requests and replies of `agent.call.<id>`,
 //! `agent.reply.<id>`, `agent.calls.pending.<id>`, the pending-call record kept in the
 //! `agent_calls` bucket, and the pure rules (timeout clamp, chain, cycle, depth).
 

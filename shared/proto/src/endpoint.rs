@@ -63,7 +63,7 @@ impl AgentEndpoint {
 /// A request answered at once (no holding), with a margin for a busy cluster.
 const ANSWER_WITHIN_MS: u64 = 60_000;
 
-/// Every agent-facing request subject (ARCHITECTURE.md §3): the directory's ops, send, call,
+/// Every agent-facing request subject (docs/protocol.md §3): the directory's ops, send, call,
 /// reply, pending calls, inbox fetch and ack, the task ops and the audit queries.
 pub fn agent_endpoints() -> Vec<AgentEndpoint> {
     let mut all: Vec<AgentEndpoint> = RegistryOp::ALL

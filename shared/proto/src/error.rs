@@ -1,4 +1,4 @@
-//! The error reply every service sends on bad input (ARCHITECTURE.md §6):
+//! The error reply every service sends on bad input (docs/protocol.md §2):
 //! `{"error":{"code":<int>,"kind":"<snake_case>","message":"…"}}`, plus the NATS micro headers
 //! `Nats-Service-Error` (the message) and `Nats-Service-Error-Code` (the code).
 //!

@@ -1,4 +1,4 @@
-//! Identifiers (ARCHITECTURE.md §2).
+//! Identifiers (docs/protocol.md §1, "Identifiers").
 //!
 //! `AgentId` is used as a NATS subject token, so its alphabet excludes dots, spaces, `*` and `>`
 //! by construction. Goal, message, correlation and task ids are lowercase hyphenated UUIDs; the

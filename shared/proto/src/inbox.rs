@@ -1,4 +1,4 @@
-//! Reading a goal's inbox through its cursor (ARCHITECTURE.md §4a): the `fetch` and `ack`
+//! Reading a goal's inbox through its cursor (docs/protocol.md §7): the `fetch` and `ack`
 //! requests an agent sends to `inbox-fanout`, their replies, and the cursor record the service
 //! keeps per live goal in KV `agent_cursors`.
 //!

@@ -1,4 +1,4 @@
-//! `InboxMessage`: what lands in `agent.inbox.<goal_id>` (ARCHITECTURE.md §4).
+//! `InboxMessage`: what lands in `agent.inbox.<goal_id>` (docs/protocol.md §7).
 //!
 //! The six seed fields (`from_agent_id`, `from_goal_id`, `to_agent_id`, `body`, `sent_at`,
 //! `correlation_id`) are exact; everything else is optional and omitted from the wire when empty,

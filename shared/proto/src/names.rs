@@ -1,4 +1,4 @@
-//! Names and limits shared by every party: constants from ARCHITECTURE.md §4 plus every stream,
+//! Names and limits shared by every party: constants from docs/protocol.md §3 plus every stream,
 //! bucket, header and service name. A service never spells one of these itself.
 
 /// Smallest accepted message body, in characters (after trimming).
@@ -70,7 +70,7 @@ pub const AUDIT_STREAM: &str = "AGENT_AUDIT";
 pub const REGISTRY_BUCKET: &str = "agent_registry";
 /// KV bucket of live goals, key = `<agent_id>.<goal_id>`.
 pub const GOALS_BUCKET: &str = "agent_goals";
-/// KV bucket of goal cursors (ARCHITECTURE.md §4a), key = goal id, value a
+/// KV bucket of goal cursors (docs/protocol.md §12), key = goal id, value a
 /// [`crate::inbox::CursorRecord`].
 pub const CURSORS_BUCKET: &str = "agent_cursors";
 /// KV bucket of receipt records (message id → each receiving goal's state), written by the

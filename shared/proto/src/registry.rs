@@ -1,5 +1,5 @@
 //! Agent cards, runtime state, goals, and the directory's requests and replies
-//! (ARCHITECTURE.md §3, §5).
+//! (docs/protocol.md §4, §5).
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};

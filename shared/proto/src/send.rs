@@ -1,5 +1,5 @@
 //! send_to_peer: the request, the delivery report, and the pure rules every send passes —
-//! the seed's gates (ARCHITECTURE.md §5) and the anti-loop rules (§6).
+//! the seed's gates and the anti-loop rules (docs/protocol.md §8, "Order of checks").
 //!
 //! Pure functions so the fan-out service, the call path and property tests share one
 //! definition.

@@ -1,4 +1,4 @@
-//! Every subject of the fabric (ARCHITECTURE.md §3): one constant or builder per subject, used
+//! Every subject of the fabric (docs/protocol.md §3): one constant or builder per subject, used
 //! by the services, the clients and the generated NATS permissions alike, so renaming one
 //! here renames it everywhere. No other crate spells a subject (`tests/layout.rs` checks).
 //!
@@ -368,8 +368,8 @@ pub fn service_stats(service: &str, instance: Option<&str>) -> String {
 }
 
 /// Prefixes of the subjects a service answers on: NATS reply inboxes (`_INBOX.` is every
-/// client library's default) and the server's import reply subjects (`_R_.`, ARCHITECTURE.md
-/// §8). A request whose reply subject is anything else — a KV key, a JetStream API subject,
+/// client library's default) and the server's import reply subjects (`_R_.`, docs/protocol.md
+/// §1). A request whose reply subject is anything else — a KV key, a JetStream API subject,
 /// another goal's inbox — is refused unanswered: a service never writes where a caller points.
 pub const REPLY_INBOX_PREFIXES: [&str; 2] = ["_INBOX.", "_R_."];
 
@@ -384,7 +384,7 @@ pub fn is_reply_inbox(reply: &str) -> bool {
 }
 
 /// The reply subject prefix of agent `<agent_id>`: `_INBOX.<agent_id>`. Every agent's client
-/// uses it (ARCHITECTURE.md §8), and under the generated NATS config an agent may subscribe
+/// uses it (docs/protocol.md §1), and under the generated NATS config an agent may subscribe
 /// only below it, so no agent can see another's replies.
 pub fn agent_inbox_prefix(agent: &AgentId) -> String {
     format!("{}{agent}", REPLY_INBOX_PREFIXES[0])

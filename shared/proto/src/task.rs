@@ -1,4 +1,4 @@
-//! The task state machine (ARCHITECTURE.md §5): A2A states plus an acceptance step.
+//! The task state machine (docs/protocol.md §10): A2A states plus an acceptance step.
 //!
 //! ```text
 //! submitted → accepted → working → completed | failed

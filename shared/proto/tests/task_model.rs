@@ -1,5 +1,5 @@
 //! Property test: random operation sequences against a reference model of the task state
-//! machine (ARCHITECTURE.md §5), written independently as a table of legal moves.
+//! machine (docs/protocol.md §10), written independently as a table of legal moves.
 
 #![allow(clippy::unwrap_used, missing_docs)]
 

@@ -1,5 +1,5 @@
 //! The NATS accounts that isolate agents from each other and from the fabric's storage
-//! (ARCHITECTURE.md §8), as written by `switchboard nats-config --agents agents.toml --out DIR`.
+//! (docs/security.md), as written by `switchboard nats-config --agents agents.toml --out DIR`.
 //!
 //! - Account `SWITCHBOARD` has JetStream, every stream and bucket and the services' user, and
 //!   *exports* every agent-facing request subject ([`switchboard_proto::endpoint::agent_endpoints`]).
@@ -121,7 +121,7 @@ pub fn auth_conf(services_public_key: &str, agents: &[AgentUser]) -> String {
          # Include it at the top level of the nats-server config (`include auth.conf`).\n\
          # SWITCHBOARD: JetStream and the services; it exports the agent-facing requests.\n\
          # AGENTS: one NKey user per agent, no JetStream; each publishes only its own request\n\
-         # subjects and subscribes only _INBOX.<agent_id>.> (ARCHITECTURE.md section 8).\n",
+         # subjects and subscribes only _INBOX.<agent_id>.> (docs/security.md).\n",
     );
     let _ = writeln!(out, "accounts {{");
     let _ = writeln!(out, "  {SERVICES_ACCOUNT} {{");

@@ -205,7 +205,7 @@ pub fn goals_bucket(config: &JetStreamConfig) -> kv::Config {
 }
 
 /// `agent_cursors`: one [`CursorRecord`](switchboard_proto::inbox::CursorRecord) per live goal,
-/// key = goal id, moved by compare-and-set (ARCHITECTURE.md §4a). A goal's whole cost at rest.
+/// key = goal id, moved by compare-and-set (docs/protocol.md §12). A goal's whole cost at rest.
 pub fn cursors_bucket(config: &JetStreamConfig) -> kv::Config {
     kv::Config {
         bucket: CURSORS_BUCKET.to_owned(),
