@@ -95,24 +95,31 @@ pub enum GatewayError {
     #[error("{}", .0.error.message)]
     Refused(ErrorReply),
     /// The fabric did not answer or could not be reached.
-    #[error("the fabric did not answer {step}: {message}")]
+    #[error("the fabric did not answer {step}: {source}")]
     Unavailable {
         /// What the gateway was doing.
         step: &'static str,
-        /// What went wrong.
-        message: String,
+        /// What went wrong: the NATS error, or a description.
+        #[source]
+        source: async_nats::Error,
     },
 }
 
 impl GatewayError {
+    /// The fabric failed `step`: `err` is the NATS error (kept as the source) or what went
+    /// wrong in words.
+    pub fn unavailable(step: &'static str, err: impl Into<async_nats::Error>) -> Self {
+        Self::Unavailable {
+            step,
+            source: err.into(),
+        }
+    }
+
     /// From a failed request to a service: a typed refusal stays one; silence is `Unavailable`.
     pub fn from_request(step: &'static str, failure: RequestFailure) -> Self {
         match failure {
             RequestFailure::Service(reply) => Self::Refused(reply),
-            other => Self::Unavailable {
-                step,
-                message: other.to_string(),
-            },
+            other => Self::unavailable(step, other),
         }
     }
 

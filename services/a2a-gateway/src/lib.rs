@@ -88,9 +88,9 @@ pub async fn start(
     .await?;
     let events = store::events_stream(&js)
         .await
-        .map_err(|message| StartError::Stream {
+        .map_err(|err| StartError::Stream {
             stream: switchboard_proto::EVENTS_STREAM,
-            message,
+            message: err.to_string(),
         })?;
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await

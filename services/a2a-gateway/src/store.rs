@@ -67,7 +67,7 @@ async fn read_json<T: serde::de::DeserializeOwned>(
     key: &str,
     step: &'static str,
 ) -> Result<Option<(T, u64)>, GatewayError> {
-    let unavailable = |message: String| GatewayError::Unavailable { step, message };
+    let unavailable = |message: String| GatewayError::unavailable(step, message);
     match bucket.entry(key).await {
         Ok(Some(entry)) if entry.operation == kv::Operation::Put => {
             let value =
@@ -116,13 +116,13 @@ async fn change_json<T: Default + Serialize + serde::de::DeserializeOwned>(
         match written {
             Ok(()) => return Ok(()),
             Err((true, _)) => continue,
-            Err((false, message)) => return Err(GatewayError::Unavailable { step, message }),
+            Err((false, message)) => return Err(GatewayError::unavailable(step, message)),
         }
     }
-    Err(GatewayError::Unavailable {
+    Err(GatewayError::unavailable(
         step,
-        message: "other replicas kept changing it".to_owned(),
-    })
+        "other replicas kept changing it",
+    ))
 }
 
 /// An event's number within its task: `n` of its id `<task_id>:<n>` (0 is the creation). The
@@ -227,10 +227,8 @@ impl Store {
     /// the first replica that starts and read by every other, kept in `a2a_push` under
     /// [`ANONYMOUS_KEY`].
     pub async fn anonymous_context_key(&self) -> Result<String, GatewayError> {
-        let unavailable = |err: String| GatewayError::Unavailable {
-            step: "reading the anonymous context key",
-            message: err,
-        };
+        let unavailable =
+            |err: String| GatewayError::unavailable("reading the anonymous context key", err);
         for _ in 0..CAS_ATTEMPTS {
             if let Some(value) = self
                 .push
@@ -260,13 +258,9 @@ impl Store {
 
     /// Removes every webhook of a task that was never made (its creation was refused).
     pub async fn forget_push_configs(&self, task_id: &Uuid) -> Result<(), GatewayError> {
-        self.push
-            .purge(task_id.to_string())
-            .await
-            .map_err(|err| GatewayError::Unavailable {
-                step: "removing the push configs of a task not made",
-                message: err.to_string(),
-            })
+        self.push.purge(task_id.to_string()).await.map_err(|err| {
+            GatewayError::unavailable("removing the push configs of a task not made", err)
+        })
     }
 
     /// Read, change, write the push configs with compare-and-set.
@@ -297,10 +291,7 @@ impl Store {
         self.view
             .record(agent)
             .await
-            .map_err(|err| GatewayError::Unavailable {
-                step: "reading the agent's card",
-                message: err.to_string(),
-            })
+            .map_err(|err| GatewayError::unavailable("reading the agent's card", err))
     }
 
     /// The events of `task_id` numbered after `after` (`<task_id>:<n>`), oldest first, as
@@ -328,10 +319,7 @@ impl Store {
                 Ok(message) => message,
                 Err(err) if err.kind() == stream::RawMessageErrorKind::NoMessageFound => break,
                 Err(err) => {
-                    return Err(GatewayError::Unavailable {
-                        step: "reading the task's events",
-                        message: err.to_string(),
-                    });
+                    return Err(GatewayError::unavailable("reading the task's events", err));
                 }
             };
             next = message.sequence.saturating_add(1);
@@ -347,10 +335,8 @@ impl Store {
 }
 
 /// Opens `AGENT_EVENTS` for reading.
-pub async fn events_stream(js: &jetstream::Context) -> Result<stream::Stream, String> {
-    js.get_stream(switchboard_proto::EVENTS_STREAM)
-        .await
-        .map_err(|err| err.to_string())
+pub async fn events_stream(js: &jetstream::Context) -> Result<stream::Stream, async_nats::Error> {
+    Ok(js.get_stream(switchboard_proto::EVENTS_STREAM).await?)
 }
 
 /// A paused task: a Switchboard task whose remote task asked a question.

@@ -40,10 +40,10 @@ pub enum AuditError {
     SendExportChunk(async_nats::PublishError),
     /// Reading a stream's info (its first and last sequence) failed.
     #[error("audit trail: reading the stream info: {0}")]
-    ReadStreamInfo(String),
+    ReadStreamInfo(#[source] async_nats::Error),
     /// Reading `AGENT_AUDIT` back (its consumer or a message) failed.
     #[error("audit trail: reading the trail: {0}")]
-    ReadTrail(String),
+    ReadTrail(#[source] async_nats::Error),
     /// Reading a range of `AGENT_AUDIT` took longer than allowed.
     #[error("audit trail: reading the trail timed out")]
     ReadTrailTimedOut,
@@ -53,13 +53,13 @@ pub enum AuditError {
     CatchUpIndex(IndexError),
     /// Opening the writer lease bucket failed.
     #[error("audit trail: opening the writer lease: {0}")]
-    OpenLease(String),
+    OpenLease(#[source] async_nats::Error),
     /// Opening a source stream (`AGENT_INBOX`, `AGENT_EVENTS`) failed.
     #[error("audit trail: opening a source stream: {0}")]
-    OpenSourceStream(String),
+    OpenSourceStream(#[source] async_nats::Error),
     /// Opening (or creating) a durable source consumer failed.
     #[error("audit trail: opening the audit consumer: {0}")]
-    OpenSourceConsumer(String),
+    OpenSourceConsumer(#[source] async_nats::Error),
 }
 
 impl AuditError {

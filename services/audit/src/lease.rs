@@ -19,7 +19,7 @@ pub(crate) async fn open(js: &jetstream::Context) -> Result<Lease, AuditError> {
     let kv = js
         .get_key_value(switchboard_proto::AUDIT_LEASE_BUCKET)
         .await
-        .map_err(|err| AuditError::OpenLease(err.to_string()))?;
+        .map_err(|err| AuditError::OpenLease(err.into()))?;
     Ok(Lease::new(
         kv,
         LEASE_KEY,

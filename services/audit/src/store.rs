@@ -42,7 +42,7 @@ pub(crate) async fn stream_state(stream: &stream::Stream) -> Result<stream::Stat
     let info = stream
         .info()
         .await
-        .map_err(|err| AuditError::ReadStreamInfo(err.to_string()))?;
+        .map_err(|err| AuditError::ReadStreamInfo(err.into()))?;
     Ok(info.state.clone())
 }
 
@@ -71,17 +71,17 @@ pub async fn read_range(
             ..Default::default()
         })
         .await
-        .map_err(|err| AuditError::ReadTrail(err.to_string()))?;
+        .map_err(|err| AuditError::ReadTrail(err.into()))?;
     let mut messages = consumer
         .messages()
         .await
-        .map_err(|err| AuditError::ReadTrail(err.to_string()))?;
+        .map_err(|err| AuditError::ReadTrail(err.into()))?;
     let read = async {
         while let Some(message) = messages.next().await {
-            let message = message.map_err(|err| AuditError::ReadTrail(err.to_string()))?;
+            let message = message.map_err(|err| AuditError::ReadTrail(err.into()))?;
             let seq = message
                 .info()
-                .map_err(|err| AuditError::ReadTrail(err.to_string()))?
+                .map_err(AuditError::ReadTrail)?
                 .stream_sequence;
             if seq > last {
                 break;
@@ -132,11 +132,12 @@ pub(crate) async fn source_consumer(
     ack_wait: Duration,
     batch: usize,
 ) -> Result<jetstream::consumer::PullConsumer, AuditError> {
-    let open_failed = |err: &dyn std::fmt::Display| AuditError::OpenSourceConsumer(err.to_string());
+    let open_failed =
+        |err: &dyn std::fmt::Display| AuditError::OpenSourceConsumer(err.to_string().into());
     let stream = js
         .get_stream(stream_name)
         .await
-        .map_err(|err| AuditError::OpenSourceStream(err.to_string()))?;
+        .map_err(|err| AuditError::OpenSourceStream(err.into()))?;
     let named = |name: &str| {
         name == family
             || name

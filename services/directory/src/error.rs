@@ -67,12 +67,13 @@ pub enum DirectoryError {
         why: String,
     },
     /// A JetStream/KV call failed.
-    #[error("{step}: {message}")]
+    #[error("{step}: {source}")]
     Store {
         /// What we were doing.
         step: &'static str,
         /// The underlying error.
-        message: String,
+        #[source]
+        source: async_nats::Error,
     },
     /// A stored record does not decode (a bug or a foreign writer).
     #[error("corrupt record `{key}`: {message}")]
@@ -86,10 +87,10 @@ pub enum DirectoryError {
 
 impl DirectoryError {
     /// Wraps a store error with the step that failed.
-    pub fn store(step: &'static str, err: impl std::fmt::Display) -> Self {
+    pub fn store(step: &'static str, err: impl Into<async_nats::Error>) -> Self {
         Self::Store {
             step,
-            message: err.to_string(),
+            source: err.into(),
         }
     }
 
@@ -116,8 +117,8 @@ impl DirectoryError {
 impl From<switchboard_runtime::store::StoreError> for DirectoryError {
     fn from(err: switchboard_runtime::store::StoreError) -> Self {
         match err {
-            switchboard_runtime::store::StoreError::Unavailable { step, message } => {
-                Self::Store { step, message }
+            switchboard_runtime::store::StoreError::Unavailable { step, source } => {
+                Self::Store { step, source }
             }
             switchboard_runtime::store::StoreError::Corrupt(key) => Self::CorruptRecord {
                 key,

@@ -29,7 +29,7 @@ pub enum FanoutError {
     },
     /// Encoding the inbox message failed (a bug).
     #[error("encoding the inbox message: {0}")]
-    Encode(String),
+    Encode(#[source] async_nats::Error),
     /// The goal is not one of the caller's live goals (unknown and another agent's alike).
     #[error("no live goal {0} of yours")]
     GoalNotFound(GoalId),
@@ -50,7 +50,7 @@ pub enum FanoutError {
     NoReceipt(uuid::Uuid),
     /// Reading the receipt records failed.
     #[error("reading receipt records: {0}")]
-    Receipts(String),
+    Receipts(#[source] async_nats::Error),
     /// Every goal the message was for is full and refuses new messages (`overflow: refuse`):
     /// nothing was stored.
     #[error("`{agent}`'s inbox is full and refuses new messages (nothing was stored); retry later")]

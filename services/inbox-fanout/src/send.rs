@@ -305,7 +305,7 @@ impl Fanout {
         for Planned { to, goals } in planned {
             // Checked in `plan`; recomputed here for the values the copy carries.
             let hop = next_hop(caller, &to, request.ttl, &request.trace)
-                .map_err(|_| FanoutError::Encode("anti-loop state changed".to_owned()))?;
+                .map_err(|_| FanoutError::Encode("anti-loop state changed".into()))?;
             let message = InboxMessage {
                 from_agent_id: caller.clone(),
                 from_goal_id: from_goal,
@@ -326,7 +326,7 @@ impl Fanout {
                 receipt: request.receipt,
             };
             let payload =
-                serde_json::to_vec(&message).map_err(|err| FanoutError::Encode(err.to_string()))?;
+                serde_json::to_vec(&message).map_err(|err| FanoutError::Encode(err.into()))?;
             // The stream counts headers too; keep room for them.
             let limit = MAX_INBOX_MESSAGE_BYTES - INBOX_HEADER_ALLOWANCE;
             if payload.len() > limit {

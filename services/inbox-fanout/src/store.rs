@@ -233,10 +233,7 @@ impl InboxStore {
     /// [`FETCH_REPLY_BYTES`] of payload — less when the server's `max_payload` is smaller, so
     /// the reply always fits — (at least one when any is unread), and the unread count.
     pub async fn unread(&self, goal: &GoalId, cursor: u64, max: u32) -> Result<Unread, StoreError> {
-        let fail = |message: String| StoreError::Unavailable {
-            step: "reading a goal inbox",
-            message,
-        };
+        let fail = |message: String| StoreError::store("reading a goal inbox", message);
         let client = self.js.client();
         let budget = FETCH_REPLY_BYTES.min(
             client

@@ -233,7 +233,7 @@ impl Correlator {
                 return Ok(AnswerRoute::Caller);
             }
             let payload = serde_json::to_vec(&answer)
-                .map_err(|err| CorrelatorError::EncodeAnswer(err.to_string()))?;
+                .map_err(|err| CorrelatorError::EncodeAnswer(err.into()))?;
             let handed = tokio::time::timeout(
                 HANDOVER_TIMEOUT,
                 self.client

@@ -260,7 +260,7 @@ impl Correlator {
                 self.client
                     .subscribe(subject::call_answer(&correlation_id))
                     .await
-                    .map_err(|err| CorrelatorError::ListenForAnswer(err.to_string()))?,
+                    .map_err(|err| CorrelatorError::ListenForAnswer(err.into()))?,
             )
         } else {
             None
@@ -402,10 +402,13 @@ impl Correlator {
         {
             Ok(Ok(report)) => Ok(report),
             Ok(Err(reply)) => Err(CorrelatorError::FanoutRefused(reply)),
-            Err(_) => Err(CorrelatorError::DeliverRequest(format!(
-                "delivering the request took more than {} s",
-                DELIVERY_TIMEOUT.as_secs()
-            ))),
+            Err(_) => Err(CorrelatorError::DeliverRequest(
+                format!(
+                    "delivering the request took more than {} s",
+                    DELIVERY_TIMEOUT.as_secs()
+                )
+                .into(),
+            )),
         }
     }
 

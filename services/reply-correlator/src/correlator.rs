@@ -192,7 +192,7 @@ impl Correlator {
         )
         .await
         .map(|_| ())
-        .map_err(|err| CorrelatorError::PublishToInbox(err.to_string()))
+        .map_err(|err| CorrelatorError::PublishToInbox(err.into()))
     }
 }
 

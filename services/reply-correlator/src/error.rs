@@ -51,7 +51,7 @@ pub enum CorrelatorError {
     },
     /// Subscribing to the waiting call's answer subject failed.
     #[error("listening for the answer: {0}")]
-    ListenForAnswer(String),
+    ListenForAnswer(#[source] async_nats::Error),
     /// The fan-out refused the call's request (its error reply, passed on).
     #[error("{}", .0.error.message)]
     FanoutRefused(ErrorReply),
@@ -60,7 +60,7 @@ pub enum CorrelatorError {
     FanoutNotRunning,
     /// Handing the call's request to the fan-out failed otherwise (timeout, connection).
     #[error("{0}")]
-    DeliverRequest(String),
+    DeliverRequest(#[source] async_nats::Error),
     /// A waiting call's deadline passed without an answer.
     #[error(
         "no answer from `{callee}` within {timeout_ms} ms (call {correlation_id}){}",
@@ -154,10 +154,10 @@ pub enum CorrelatorError {
     CallIdTaken(Uuid),
     /// Encoding the answer for the hand-over failed (a bug).
     #[error("{0}")]
-    EncodeAnswer(String),
+    EncodeAnswer(#[source] async_nats::Error),
     /// Publishing into the caller goal's inbox failed.
     #[error("{0}")]
-    PublishToInbox(String),
+    PublishToInbox(#[source] async_nats::Error),
     /// Reading or writing the calls bucket, its index or the goals bucket failed.
     #[error(transparent)]
     Store(#[from] StoreError),

@@ -184,7 +184,7 @@ impl Correlator {
     ) -> Result<AnswerRoute, CorrelatorError> {
         if call.wait {
             let payload = serde_json::to_vec(part)
-                .map_err(|err| CorrelatorError::EncodeAnswer(err.to_string()))?;
+                .map_err(|err| CorrelatorError::EncodeAnswer(err.into()))?;
             // At most once on the wire; the record is the durable copy the waiting replica
             // reads back when one is missing.
             if let Err(err) = self
@@ -221,7 +221,7 @@ impl Correlator {
             return Ok(AnswerRoute::Inbox);
         }
         let payload = serde_json::to_vec(&message)
-            .map_err(|err| CorrelatorError::EncodeAnswer(err.to_string()))?;
+            .map_err(|err| CorrelatorError::EncodeAnswer(err.into()))?;
         let msg_id = format!(
             "part{}:{}:{}",
             part.part, call.correlation_id, call.caller_goal

@@ -20,10 +20,10 @@ const CAS_ATTEMPTS: u32 = 16;
 
 /// Opens `agent_receipts` (created by the services at start-up, see
 /// [`switchboard_runtime::resources::receipts_bucket`]).
-pub async fn bucket(js: &jetstream::Context) -> Result<kv::Store, String> {
+pub async fn bucket(js: &jetstream::Context) -> Result<kv::Store, async_nats::Error> {
     js.get_key_value(switchboard_proto::RECEIPTS_BUCKET)
         .await
-        .map_err(|err| err.to_string())
+        .map_err(async_nats::Error::from)
 }
 
 /// Moves each of `goals` (receiving agent, goal) of message `id`, sent by `sender`, to
@@ -34,7 +34,7 @@ pub async fn advance(
     sender: &AgentId,
     goals: &[(AgentId, GoalId)],
     state: ReceiptState,
-) -> Result<(), String> {
+) -> Result<(), async_nats::Error> {
     let at = timestamp::now();
     // `stored` is the first word about a message (its sender writes it while publishing it):
     // try to create the record before reading it, one round trip instead of two.
@@ -56,7 +56,7 @@ pub async fn forget(
     id: Uuid,
     sender: &AgentId,
     goals: &[GoalId],
-) -> Result<(), String> {
+) -> Result<(), async_nats::Error> {
     update(kv, id, sender, false, |record| {
         let before = record.goals.len();
         record.goals.retain(|g| !goals.contains(&g.goal_id));
@@ -74,18 +74,18 @@ async fn update(
     sender: &AgentId,
     fresh: bool,
     mut change: impl FnMut(&mut ReceiptRecord) -> bool,
-) -> Result<(), String> {
+) -> Result<(), async_nats::Error> {
     let key = id.to_string();
     for attempt in 1..=CAS_ATTEMPTS {
         let entry = if fresh && attempt == 1 {
             None
         } else {
-            kv.entry(&key).await.map_err(|err| err.to_string())?
+            kv.entry(&key).await.map_err(async_nats::Error::from)?
         };
         let (mut record, revision) = match entry {
             Some(entry) if entry.operation == kv::Operation::Put => {
                 let record: ReceiptRecord =
-                    serde_json::from_slice(&entry.value).map_err(|err| err.to_string())?;
+                    serde_json::from_slice(&entry.value).map_err(async_nats::Error::from)?;
                 (record, Some(entry.revision))
             }
             _ => (
@@ -98,12 +98,12 @@ async fn update(
         };
         if record.sender != *sender {
             // A message id another sender chose first: its record is not this sender's to move.
-            return Err(format!("receipt record {id} belongs to another sender"));
+            return Err(format!("receipt record {id} belongs to another sender").into());
         }
         if !change(&mut record) {
             return Ok(());
         }
-        let value = Bytes::from(serde_json::to_vec(&record).map_err(|err| err.to_string())?);
+        let value = Bytes::from(serde_json::to_vec(&record).map_err(async_nats::Error::from)?);
         let written = match revision {
             Some(revision) => kv.update(&key, value, revision).await.is_ok(),
             None => kv.create(&key, value).await.is_ok(),
@@ -116,7 +116,7 @@ async fn update(
             switchboard_runtime::store::cas_backoff(attempt).await;
         }
     }
-    Err(format!("receipt record {id}: its goals keep changing"))
+    Err(format!("receipt record {id}: its goals keep changing").into())
 }
 
 /// [`advance`], logged instead of returned: a receipt record is what the status request
@@ -139,15 +139,15 @@ pub async fn status(
     kv: &kv::Store,
     caller: &AgentId,
     id: Uuid,
-) -> Result<Option<SendStatusReply>, String> {
+) -> Result<Option<SendStatusReply>, async_nats::Error> {
     let Some(value): Option<Bytes> = kv
         .get(id.to_string())
         .await
-        .map_err(|err| err.to_string())?
+        .map_err(async_nats::Error::from)?
     else {
         return Ok(None);
     };
-    let record: ReceiptRecord = serde_json::from_slice(&value).map_err(|err| err.to_string())?;
+    let record: ReceiptRecord = serde_json::from_slice(&value).map_err(async_nats::Error::from)?;
     Ok((record.sender == *caller).then_some(SendStatusReply {
         message_id: id,
         goals: record.goals,

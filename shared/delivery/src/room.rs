@@ -49,17 +49,17 @@ pub async fn make_room(
     inbox_subject: &str,
     evict: bool,
     notify: bool,
-) -> Result<Room, String> {
+) -> Result<Room, async_nats::Error> {
     let goal =
         goal_of(inbox_subject).ok_or_else(|| format!("{inbox_subject} is not a goal inbox"))?;
     let stream = js
         .get_stream_no_info(switchboard_proto::INBOX_STREAM)
         .await
-        .map_err(|err| err.to_string())?;
+        .map_err(async_nats::Error::from)?;
     let cursors = js
         .get_key_value(switchboard_proto::CURSORS_BUCKET)
         .await
-        .map_err(|err| err.to_string())?;
+        .map_err(async_nats::Error::from)?;
     let record = match cursors.get(cursor_key(&goal)).await {
         Ok(Some(value)) => serde_json::from_slice::<CursorRecord>(&value).ok(),
         _ => None,
@@ -77,7 +77,7 @@ pub async fn make_room(
             .filter(inbox_subject)
             .sequence(through.saturating_add(1))
             .await
-            .map_err(|err| err.to_string())?;
+            .map_err(async_nats::Error::from)?;
         return Ok(Room::Purged(purged.purged));
     }
     // Nothing left to purge: the goal's owner decides whether a message goes or the new one is
@@ -101,7 +101,7 @@ pub async fn make_room(
         let oldest = stream
             .direct_get_next_for_subject(inbox_subject, None)
             .await
-            .map_err(|err| err.to_string())?;
+            .map_err(async_nats::Error::from)?;
         let victim = if oldest.sequence <= cursor || oldest.sequence > handed {
             oldest
         } else {
@@ -111,7 +111,7 @@ pub async fn make_room(
             {
                 Ok(waiting) => waiting,
                 Err(err) if err.kind() == DirectGetErrorKind::NotFound => oldest,
-                Err(err) => return Err(err.to_string()),
+                Err(err) => return Err(err.into()),
             }
         };
         if stream
@@ -212,13 +212,13 @@ pub async fn call_dropped(js: &jetstream::Context, message: &InboxMessage, reaso
 async fn consumers_floor(
     stream: &jetstream::stream::Stream<()>,
     inbox_subject: &str,
-) -> Result<u64, String> {
+) -> Result<u64, async_nats::Error> {
     use futures::TryStreamExt;
     let consumers: Vec<_> = stream
         .consumers()
         .try_collect()
         .await
-        .map_err(|err| err.to_string())?;
+        .map_err(async_nats::Error::from)?;
     Ok(consumers
         .iter()
         .filter(|info| reads(&info.config, inbox_subject))
@@ -264,11 +264,11 @@ async fn count_unread(
     seq: u64,
     unhanded: bool,
     message: &Option<InboxMessage>,
-) -> Result<Option<switchboard_proto::AgentId>, String> {
+) -> Result<Option<switchboard_proto::AgentId>, async_nats::Error> {
     let key = cursor_key(goal);
     let mut owner = None;
     for _ in 0..5 {
-        let Some(entry) = cursors.entry(&key).await.map_err(|err| err.to_string())? else {
+        let Some(entry) = cursors.entry(&key).await.map_err(async_nats::Error::from)? else {
             return Ok(None);
         };
         let Ok(mut record) = serde_json::from_slice::<CursorRecord>(&entry.value) else {
@@ -281,7 +281,7 @@ async fn count_unread(
         record.expired(message.as_ref().and_then(|message| message.id));
         // Never read: no `read` receipt is owed for it any more.
         record.forget_read(seq);
-        let value = serde_json::to_vec(&record).map_err(|err| err.to_string())?;
+        let value = serde_json::to_vec(&record).map_err(async_nats::Error::from)?;
         if cursors
             .update(&key, value.into(), entry.revision)
             .await

@@ -7,12 +7,14 @@ use switchboard_proto::{ErrorKind, ErrorReply};
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     /// A KV or JetStream call failed (answered as `unavailable`: retry).
-    #[error("{step}: {message}")]
+    #[error("{step}: {source}")]
     Unavailable {
         /// What we were doing.
         step: &'static str,
-        /// Text of the NATS/JetStream error; the caller reads it in the `unavailable` message.
-        message: String,
+        /// The NATS/JetStream error (or what went wrong, in words); the caller reads it in the
+        /// `unavailable` message, a log keeps the chain.
+        #[source]
+        source: async_nats::Error,
     },
     /// A stored record does not decode (answered as `internal`).
     #[error("corrupt record `{0}`")]
@@ -20,11 +22,11 @@ pub enum StoreError {
 }
 
 impl StoreError {
-    /// Wraps a store error with the step that failed.
-    pub fn store(step: &'static str, err: impl std::fmt::Display) -> Self {
+    /// Wraps a store error (or a description of what went wrong) with the step that failed.
+    pub fn store(step: &'static str, err: impl Into<async_nats::Error>) -> Self {
         Self::Unavailable {
             step,
-            message: err.to_string(),
+            source: err.into(),
         }
     }
 }

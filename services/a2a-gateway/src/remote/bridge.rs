@@ -216,11 +216,9 @@ async fn session(
     pauses: &Paused,
     attempts: &Arc<Attempts>,
     stop: &CancellationToken,
-) -> Result<(), String> {
-    let card = card::fetch_card(http, &record.card_url)
-        .await
-        .map_err(|err| err.to_string())?;
-    let url = card::jsonrpc_url(&card, &record.card_url).map_err(|err| err.to_string())?;
+) -> Result<(), async_nats::Error> {
+    let card = card::fetch_card(http, &record.card_url).await?;
+    let url = card::jsonrpc_url(&card, &record.card_url)?;
     let id = &record.agent_id;
     let carrier = Carrier {
         gateway: Arc::clone(gateway),
@@ -258,7 +256,7 @@ async fn session(
     if stop.is_cancelled() {
         return Ok(());
     }
-    Err(reason)
+    Err(reason.into())
 }
 
 /// Heartbeats every `remote_heartbeat_ms` and refreshes the card every `remote_refresh_ms`

@@ -76,7 +76,7 @@ impl Carrier {
     /// Registers the agent with a card made from `card`, unless the id is now held by an
     /// agent that is not this remote (registered after `a2a add`): its card is never
     /// overwritten.
-    pub(crate) async fn register(&self, card: &a2a::AgentCard) -> Result<(), String> {
+    pub(crate) async fn register(&self, card: &a2a::AgentCard) -> Result<(), async_nats::Error> {
         let lookup = serde_json::json!({ "agent_id": self.agent });
         let found: Result<LookupReply, _> = self
             .fabric(&RegistryOp::Lookup.subject(&self.agent), &lookup)
@@ -92,13 +92,14 @@ impl Carrier {
             return Err(format!(
                 "`{}` is registered by an agent that is not this remote; not carried",
                 self.agent
-            ));
+            )
+            .into());
         }
         let ours = card::fabric_card(&self.record, card);
         self.fabric::<Value>(&RegistryOp::Register.subject(&self.agent), &ours)
             .await
             .map(|_| ())
-            .map_err(|failure| failure.to_string())
+            .map_err(async_nats::Error::from)
     }
 
     /// Reads the inbox in batches of `remote_concurrency`, carries each batch at once, and

@@ -131,9 +131,6 @@ impl Gateway {
             .subscribe(subject::task_events(task_id))
             .await
             .map(LiveEvents)
-            .map_err(|err| GatewayError::Unavailable {
-                step: "following the task's events",
-                message: err.to_string(),
-            })
+            .map_err(|err| GatewayError::unavailable("following the task's events", err))
     }
 }

@@ -167,10 +167,7 @@ impl Gateway {
         let answer: CallAnswer = tokio::select! {
             answer = calling => answer?,
             () = self.stopping.cancelled() => {
-                return Err(GatewayError::Unavailable {
-                    step: "calling the agent",
-                    message: "the gateway is stopping".to_owned(),
-                });
+                return Err(GatewayError::unavailable("calling the agent", "the gateway is stopping"));
             }
         };
         if asks_for_task(&answer.parts) {
@@ -197,10 +194,7 @@ impl Gateway {
         let mut events =
             switchboard_client::call_streamed_on(&self.client, caller, call, SERVICE_TIMEOUT)
                 .await
-                .map_err(|err| GatewayError::Unavailable {
-                    step: "calling the agent",
-                    message: err.to_string(),
-                })?
+                .map_err(|err| GatewayError::unavailable("calling the agent", err))?
                 .boxed();
         let first = next_event(&mut events).await?;
         let (items, rx) = mpsc::channel(16);
@@ -250,14 +244,11 @@ async fn next_event(
         Some(Err(switchboard_client::ClientError::Service(reply))) => {
             Err(GatewayError::Refused(reply))
         }
-        Some(Err(err)) => Err(GatewayError::Unavailable {
-            step: "calling the agent",
-            message: err.to_string(),
-        }),
-        None => Err(GatewayError::Unavailable {
-            step: "calling the agent",
-            message: "the call ended without an answer".to_owned(),
-        }),
+        Some(Err(err)) => Err(GatewayError::unavailable("calling the agent", err)),
+        None => Err(GatewayError::unavailable(
+            "calling the agent",
+            "the call ended without an answer",
+        )),
     }
 }
 

@@ -243,11 +243,8 @@ impl Gateway {
         self: &Arc<Self>,
         js: &jetstream::Context,
         shutdown: &CancellationToken,
-    ) -> Result<(), String> {
-        let stream = js
-            .get_stream(switchboard_proto::EVENTS_STREAM)
-            .await
-            .map_err(|err| err.to_string())?;
+    ) -> Result<(), async_nats::Error> {
+        let stream = js.get_stream(switchboard_proto::EVENTS_STREAM).await?;
         let consumer = stream
             .get_or_create_consumer(
                 switchboard_proto::A2A_PUSH_CONSUMER,
@@ -265,9 +262,8 @@ impl Gateway {
                     ..Default::default()
                 },
             )
-            .await
-            .map_err(|err| err.to_string())?;
-        let mut messages = consumer.messages().await.map_err(|err| err.to_string())?;
+            .await?;
+        let mut messages = consumer.messages().await?;
         let slots = Arc::new(tokio::sync::Semaphore::new(IN_FLIGHT));
         let lanes = Lanes::default();
         loop {
@@ -276,9 +272,9 @@ impl Gateway {
                 next = messages.next() => next,
             };
             let Some(message) = next else {
-                return Err("the event consumer ended".to_owned());
+                return Err("the event consumer ended".into());
             };
-            let message = message.map_err(|err| err.to_string())?;
+            let message = message?;
             let event = match serde_json::from_slice::<TaskEvent>(&message.payload) {
                 Ok(event)
                     if event

@@ -32,14 +32,10 @@ pub(crate) async fn allowed_target(url: &str, allow_private: bool) -> Result<Tar
             tokio::net::lookup_host((bare, port)),
         )
         .await
-        .map_err(|_| GatewayError::Unavailable {
-            step: "resolving the webhook's host",
-            message: "no answer within 5 s".to_owned(),
+        .map_err(|_| {
+            GatewayError::unavailable("resolving the webhook's host", "no answer within 5 s")
         })?
-        .map_err(|err| GatewayError::Unavailable {
-            step: "resolving the webhook's host",
-            message: err.to_string(),
-        })?
+        .map_err(|err| GatewayError::unavailable("resolving the webhook's host", err))?
         .collect(),
     };
     let Some(first) = addresses.first().copied() else {
