@@ -21,6 +21,7 @@ mod correlator;
 mod endpoints;
 pub mod error;
 mod parts;
+mod queries;
 pub mod store;
 mod sweep;
 

@@ -1,21 +1,17 @@
-//! The call timeout sweep, what follows a call's expiry wherever it is noticed, and the
-//! listing of the calls still open (`pending`).
+//! The call timeout sweep, and what follows a call's expiry wherever it is noticed.
 //!
 //! Every replica sweeps on its own timer: each open call past its deadline is expired with
 //! compare-and-set, so across replicas exactly one expires it and tells a parked caller. A
 //! reply that finds its call past the deadline expires it the same way ([`crate::calls`]); a
 //! waiting caller's own replica answers it `timeout` when its wait ends.
 
-use switchboard_proto::call::{CallEventKind, CallState, PendingCall, PendingCalls};
-use switchboard_proto::{
-    AgentId, ErrorReply, GoalId, InboxMessage, MessageKind, new_id, timestamp,
-};
+use switchboard_proto::call::{CallEventKind, CallState, PendingCall};
+use switchboard_proto::{ErrorReply, GoalId, InboxMessage, MessageKind, new_id, timestamp};
 use time::OffsetDateTime;
 use tracing::Instrument as _;
 
 use crate::Correlator;
 use crate::error::CorrelatorError;
-use crate::store::CallEntry;
 
 impl Correlator {
     /// One deadline sweep: every open call past its deadline is expired with compare-and-set,
@@ -90,42 +86,5 @@ impl Correlator {
             let err = ErrorReply::from(err);
             tracing::error!(correlation_id = %call.correlation_id, error = %err, "timeout notice not delivered");
         }
-    }
-
-    /// The caller's open outgoing and incoming calls.
-    pub async fn pending(&self, agent: &AgentId) -> Result<PendingCalls, CorrelatorError> {
-        let now = timestamp::now();
-        let open = |calls: Vec<CallEntry>| -> Vec<PendingCall> {
-            let mut open: Vec<PendingCall> = calls
-                .into_iter()
-                .map(|s| s.call.summary())
-                .filter(|c| c.state == CallState::Open && c.deadline > now)
-                .collect();
-            open.sort_by_key(|c| c.created_at);
-            open
-        };
-        // With the waiting calls this replica holds that are not indexed yet (a young one is
-        // in no index; another replica's young waiting calls are not listed here).
-        let (mut outgoing, mut incoming) = (
-            self.store.outgoing(agent).await?,
-            self.store.incoming(agent).await?,
-        );
-        for held in self.held_calls(agent) {
-            let listed = |calls: &[CallEntry]| {
-                calls
-                    .iter()
-                    .any(|c| c.call.correlation_id == held.call.correlation_id)
-            };
-            if held.call.caller == *agent && !listed(&outgoing) {
-                outgoing.push(held.clone());
-            }
-            if held.call.callee == *agent && !listed(&incoming) {
-                incoming.push(held);
-            }
-        }
-        Ok(PendingCalls {
-            outgoing: open(outgoing),
-            incoming: open(incoming),
-        })
     }
 }
