@@ -26,7 +26,8 @@ use a2a::{
     ListTasksRequest, SendMessageRequest, TaskPushNotificationConfig,
 };
 use axum::body::Body;
-use axum::extract::{Path, Query, State};
+use axum::extract::{FromRequest, FromRequestParts, Path, Query, Request, State};
+use axum::http::request::Parts;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
@@ -58,26 +59,56 @@ const BOOL_PARAMS: &[&str] = &["includeArtifacts", "include_artifacts"];
 /// The query string, each value as the method's params take it.
 type QueryParams = Query<HashMap<String, String>>;
 
-/// A request that passed the checks: who asks, of which agent.
-struct Admitted {
+/// A request that passed the checks every REST request passes, in order: token (401),
+/// version (400), agent (404). An extractor, so each handler starts from here; with the
+/// headers and query the method reads besides its body.
+pub(crate) struct Admitted {
     caller: AgentId,
     agent: AgentId,
+    headers: HeaderMap,
+    query: HashMap<String, String>,
 }
 
-/// The checks every REST request passes, in order: token (401), version (400), agent (404).
-async fn admit(
-    gateway: &Gateway,
-    agent: &str,
-    headers: &HeaderMap,
-    query: &HashMap<String, String>,
-) -> Result<Admitted, Response> {
-    let caller = checks::caller(gateway, headers).map_err(checks::unauthorized)?;
-    checks::version(headers, query.get(VERSION_PARAM).map(String::as_str))
-        .map_err(|err| error(&err))?;
-    let agent = checks::agent(gateway, agent)
-        .await
-        .map_err(|(_, err)| error(&err))?;
-    Ok(Admitted { caller, agent })
+impl FromRequestParts<Arc<Gateway>> for Admitted {
+    type Rejection = Response;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        gateway: &Arc<Gateway>,
+    ) -> Result<Self, Response> {
+        let Path(path) = Path::<HashMap<String, String>>::from_request_parts(parts, gateway)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        let Query(query) = QueryParams::try_from_uri(&parts.uri)
+            .map_err(|rejection| error(&GatewayError::InvalidRequest(rejection.body_text())))?;
+        let headers = parts.headers.clone();
+        let caller = checks::caller(gateway, &headers).map_err(checks::unauthorized)?;
+        checks::version(&headers, query.get(VERSION_PARAM).map(String::as_str))
+            .map_err(|err| error(&err))?;
+        let named = path.get("agent_id").map_or("", String::as_str);
+        let agent = checks::agent(gateway, named)
+            .await
+            .map_err(|(_, err)| error(&err))?;
+        Ok(Self {
+            caller,
+            agent,
+            headers,
+            query,
+        })
+    }
+}
+
+/// The body of a method that takes one, read as [`body_object`] does (after the checks of
+/// [`Admitted`]: an extractor that takes the body runs last).
+pub(crate) struct BodyObject(Map<String, Value>);
+
+impl FromRequest<Arc<Gateway>> for BodyObject {
+    type Rejection = Response;
+
+    async fn from_request(request: Request, gateway: &Arc<Gateway>) -> Result<Self, Response> {
+        let (parts, body) = request.into_parts();
+        body_object(gateway, &parts.headers, body).await.map(Self)
+    }
 }
 
 /// The body as a JSON object (an empty body is an empty object): JSON by its content type
@@ -132,7 +163,6 @@ fn query_object(query: HashMap<String, String>) -> Map<String, Value> {
 async fn run<P, R, F, Fut>(
     method: &'static str,
     admitted: &Admitted,
-    headers: &HeaderMap,
     raw: Map<String, Value>,
     call: F,
 ) -> Response
@@ -142,7 +172,13 @@ where
     F: FnOnce(P) -> Fut,
     Fut: std::future::Future<Output = Result<R, GatewayError>>,
 {
-    let span = checks::request_span(BINDING, method, &admitted.agent, &admitted.caller, headers);
+    let span = checks::request_span(
+        BINDING,
+        method,
+        &admitted.agent,
+        &admitted.caller,
+        &admitted.headers,
+    );
     let started = std::time::Instant::now();
     let result = async {
         let request = params::<P>(Value::Object(raw))?;
@@ -182,24 +218,13 @@ fn streamed(
 /// `POST /message:send`.
 pub(crate) async fn send_message(
     State(gateway): State<Arc<Gateway>>,
-    Path(agent): Path<String>,
-    Query(query): QueryParams,
-    headers: HeaderMap,
-    body: Body,
+    admitted: Admitted,
+    BodyObject(raw): BodyObject,
 ) -> Response {
-    let admitted = match admit(&gateway, &agent, &headers, &query).await {
-        Ok(admitted) => admitted,
-        Err(refused) => return refused,
-    };
-    let raw = match body_object(&gateway, &headers, body).await {
-        Ok(raw) => raw,
-        Err(refused) => return refused,
-    };
     let (caller, agent) = (&admitted.caller, &admitted.agent);
     run(
         "SendMessage",
         &admitted,
-        &headers,
         raw,
         |request: SendMessageRequest| gateway.send_message(caller, agent, request),
     )
@@ -209,21 +234,17 @@ pub(crate) async fn send_message(
 /// `POST /message:stream`.
 pub(crate) async fn send_streaming(
     State(gateway): State<Arc<Gateway>>,
-    Path(agent): Path<String>,
-    Query(query): QueryParams,
-    headers: HeaderMap,
-    body: Body,
+    admitted: Admitted,
+    BodyObject(raw): BodyObject,
 ) -> Response {
-    let admitted = match admit(&gateway, &agent, &headers, &query).await {
-        Ok(admitted) => admitted,
-        Err(refused) => return refused,
-    };
-    let raw = match body_object(&gateway, &headers, body).await {
-        Ok(raw) => raw,
-        Err(refused) => return refused,
-    };
     let method = "SendStreamingMessage";
-    let span = checks::request_span(BINDING, method, &admitted.agent, &admitted.caller, &headers);
+    let span = checks::request_span(
+        BINDING,
+        method,
+        &admitted.agent,
+        &admitted.caller,
+        &admitted.headers,
+    );
     let started = std::time::Instant::now();
     let opened = async {
         let request = params::<SendMessageRequest>(Value::Object(raw))?;
@@ -240,49 +261,31 @@ pub(crate) async fn send_streaming(
 /// `GET /tasks`.
 pub(crate) async fn list_tasks(
     State(gateway): State<Arc<Gateway>>,
-    Path(agent): Path<String>,
-    Query(query): QueryParams,
-    headers: HeaderMap,
+    admitted: Admitted,
 ) -> Response {
-    let admitted = match admit(&gateway, &agent, &headers, &query).await {
-        Ok(admitted) => admitted,
-        Err(refused) => return refused,
-    };
+    let raw = query_object(admitted.query.clone());
     let (caller, agent) = (&admitted.caller, &admitted.agent);
-    run(
-        "ListTasks",
-        &admitted,
-        &headers,
-        query_object(query),
-        |request: ListTasksRequest| gateway.list_tasks(caller, agent, request),
-    )
+    run("ListTasks", &admitted, raw, |request: ListTasksRequest| {
+        gateway.list_tasks(caller, agent, request)
+    })
     .await
 }
 
 /// `GET /tasks/{id}`, and `GET /tasks/{id}:subscribe`.
 pub(crate) async fn get_task(
     State(gateway): State<Arc<Gateway>>,
-    Path((agent, task)): Path<(String, String)>,
-    Query(query): QueryParams,
-    headers: HeaderMap,
+    admitted: Admitted,
+    Path((_, task)): Path<(String, String)>,
 ) -> Response {
-    let admitted = match admit(&gateway, &agent, &headers, &query).await {
-        Ok(admitted) => admitted,
-        Err(refused) => return refused,
-    };
     if let Some(id) = task.strip_suffix(":subscribe") {
-        return subscribe(&gateway, &admitted, &headers, id).await;
+        return subscribe(&gateway, &admitted, id).await;
     }
-    let mut raw = query_object(query);
+    let mut raw = query_object(admitted.query.clone());
     raw.insert("id".to_owned(), Value::String(task));
     let (caller, agent) = (&admitted.caller, &admitted.agent);
-    run(
-        "GetTask",
-        &admitted,
-        &headers,
-        raw,
-        |request: GetTaskRequest| gateway.get_task(caller, agent, request),
-    )
+    run("GetTask", &admitted, raw, |request: GetTaskRequest| {
+        gateway.get_task(caller, agent, request)
+    })
     .await
 }
 
@@ -290,22 +293,19 @@ pub(crate) async fn get_task(
 /// also send it).
 pub(crate) async fn task_action(
     State(gateway): State<Arc<Gateway>>,
-    Path((agent, task)): Path<(String, String)>,
-    Query(query): QueryParams,
-    headers: HeaderMap,
+    admitted: Admitted,
+    Path((_, task)): Path<(String, String)>,
     body: Body,
 ) -> Response {
-    let admitted = match admit(&gateway, &agent, &headers, &query).await {
-        Ok(admitted) => admitted,
-        Err(refused) => return refused,
-    };
     if let Some(id) = task.strip_suffix(":subscribe") {
-        return subscribe(&gateway, &admitted, &headers, id).await;
+        return subscribe(&gateway, &admitted, id).await;
     }
+    // The method is known before the body is read: a POST to no method is 404 whatever it
+    // carries.
     let Some(id) = task.strip_suffix(":cancel") else {
         return error(&GatewayError::MethodNotFound(format!("POST /tasks/{task}")));
     };
-    let mut raw = match body_object(&gateway, &headers, body).await {
+    let mut raw = match body_object(&gateway, &admitted.headers, body).await {
         Ok(raw) => raw,
         Err(refused) => return refused,
     };
@@ -314,7 +314,6 @@ pub(crate) async fn task_action(
     run(
         "CancelTask",
         &admitted,
-        &headers,
         raw,
         |request: CancelTaskRequest| gateway.cancel_task(caller, agent, request),
     )
@@ -322,17 +321,18 @@ pub(crate) async fn task_action(
 }
 
 /// `SubscribeToTask`: from `Last-Event-ID` when given, else from now.
-async fn subscribe(
-    gateway: &Arc<Gateway>,
-    admitted: &Admitted,
-    headers: &HeaderMap,
-    task: &str,
-) -> Response {
+async fn subscribe(gateway: &Arc<Gateway>, admitted: &Admitted, task: &str) -> Response {
     let method = "SubscribeToTask";
-    let span = checks::request_span(BINDING, method, &admitted.agent, &admitted.caller, headers);
+    let span = checks::request_span(
+        BINDING,
+        method,
+        &admitted.agent,
+        &admitted.caller,
+        &admitted.headers,
+    );
     let started = std::time::Instant::now();
     let opened = async {
-        let start = checks::last_event(headers)?.map_or(Start::Now, Start::After);
+        let start = checks::last_event(&admitted.headers)?.map_or(Start::Now, Start::After);
         gateway
             .subscribe(&admitted.caller, &admitted.agent, task, start)
             .await
@@ -346,19 +346,10 @@ async fn subscribe(
 /// `POST /tasks/{id}/pushNotificationConfigs`.
 pub(crate) async fn create_push_config(
     State(gateway): State<Arc<Gateway>>,
-    Path((agent, task)): Path<(String, String)>,
-    Query(query): QueryParams,
-    headers: HeaderMap,
-    body: Body,
+    admitted: Admitted,
+    Path((_, task)): Path<(String, String)>,
+    BodyObject(mut raw): BodyObject,
 ) -> Response {
-    let admitted = match admit(&gateway, &agent, &headers, &query).await {
-        Ok(admitted) => admitted,
-        Err(refused) => return refused,
-    };
-    let mut raw = match body_object(&gateway, &headers, body).await {
-        Ok(raw) => raw,
-        Err(refused) => return refused,
-    };
     // The path names the task; a body naming another is overruled, not obeyed.
     raw.remove("task_id");
     raw.insert("taskId".to_owned(), Value::String(task));
@@ -366,7 +357,6 @@ pub(crate) async fn create_push_config(
     run(
         "CreateTaskPushNotificationConfig",
         &admitted,
-        &headers,
         raw,
         |config: TaskPushNotificationConfig| gateway.create_push_config(caller, agent, config),
     )
@@ -376,21 +366,15 @@ pub(crate) async fn create_push_config(
 /// `GET /tasks/{id}/pushNotificationConfigs`.
 pub(crate) async fn list_push_configs(
     State(gateway): State<Arc<Gateway>>,
-    Path((agent, task)): Path<(String, String)>,
-    Query(query): QueryParams,
-    headers: HeaderMap,
+    admitted: Admitted,
+    Path((_, task)): Path<(String, String)>,
 ) -> Response {
-    let admitted = match admit(&gateway, &agent, &headers, &query).await {
-        Ok(admitted) => admitted,
-        Err(refused) => return refused,
-    };
-    let mut raw = query_object(query);
+    let mut raw = query_object(admitted.query.clone());
     raw.insert("taskId".to_owned(), Value::String(task));
     let (caller, agent) = (&admitted.caller, &admitted.agent);
     run(
         "ListTaskPushNotificationConfigs",
         &admitted,
-        &headers,
         raw,
         |request: ListTaskPushNotificationConfigsRequest| {
             gateway.list_push_configs(caller, agent, request)
@@ -402,20 +386,14 @@ pub(crate) async fn list_push_configs(
 /// `GET /tasks/{id}/pushNotificationConfigs/{configId}`.
 pub(crate) async fn get_push_config(
     State(gateway): State<Arc<Gateway>>,
-    Path((agent, task, config)): Path<(String, String, String)>,
-    Query(query): QueryParams,
-    headers: HeaderMap,
+    admitted: Admitted,
+    Path((_, task, config)): Path<(String, String, String)>,
 ) -> Response {
-    let admitted = match admit(&gateway, &agent, &headers, &query).await {
-        Ok(admitted) => admitted,
-        Err(refused) => return refused,
-    };
     let raw = config_params(task, config);
     let (caller, agent) = (&admitted.caller, &admitted.agent);
     run(
         "GetTaskPushNotificationConfig",
         &admitted,
-        &headers,
         raw,
         |request: GetTaskPushNotificationConfigRequest| {
             gateway.get_push_config(caller, agent, request)
@@ -428,20 +406,14 @@ pub(crate) async fn get_push_config(
 /// was no such config: deleting is idempotent).
 pub(crate) async fn delete_push_config(
     State(gateway): State<Arc<Gateway>>,
-    Path((agent, task, config)): Path<(String, String, String)>,
-    Query(query): QueryParams,
-    headers: HeaderMap,
+    admitted: Admitted,
+    Path((_, task, config)): Path<(String, String, String)>,
 ) -> Response {
-    let admitted = match admit(&gateway, &agent, &headers, &query).await {
-        Ok(admitted) => admitted,
-        Err(refused) => return refused,
-    };
     let raw = config_params(task, config);
     let (caller, agent) = (&admitted.caller, &admitted.agent);
     run(
         "DeleteTaskPushNotificationConfig",
         &admitted,
-        &headers,
         raw,
         |request: DeleteTaskPushNotificationConfigRequest| async move {
             gateway.delete_push_config(caller, agent, request).await?;
@@ -459,15 +431,7 @@ fn config_params(task: String, config: String) -> Map<String, Value> {
 }
 
 /// `GET /extendedAgentCard`: none is configured.
-pub(crate) async fn extended_card(
-    State(gateway): State<Arc<Gateway>>,
-    Path(agent): Path<String>,
-    Query(query): QueryParams,
-    headers: HeaderMap,
-) -> Response {
-    if let Err(refused) = admit(&gateway, &agent, &headers, &query).await {
-        return refused;
-    }
+pub(crate) async fn extended_card(_admitted: Admitted) -> Response {
     error(&GatewayError::ExtendedCardNotConfigured)
 }
 
