@@ -17,6 +17,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use serde_json::json;
+use switchboard::permissions::{self, AgentEntry, AgentsFile};
 use switchboard_client::{Agent, AgentOptions, TaskOutcome, agent_connect_options};
 use switchboard_proto::subject::{self, RegistryOp};
 use switchboard_proto::{
@@ -25,7 +26,7 @@ use switchboard_proto::{
 };
 use switchboard_runtime::RuntimeConfig;
 use switchboard_runtime::config::Secret;
-use switchboard_runtime::permissions::{self, AgentEntry, AgentsFile};
+use switchboard_runtime::nats::read_seed;
 use switchboard_testkit::{Login, NatsServer};
 use switchboard_tests::{Fabric, Replica, Service, card, fast_audit, fast_tasks, raw};
 use tokio::sync::mpsc;
@@ -188,8 +189,7 @@ impl Secured {
     async fn start(agents: &[(&str, bool)]) -> Self {
         let dir = tempfile::tempdir().unwrap();
         permissions::generate(&agents_file(agents), dir.path()).unwrap();
-        let seed =
-            permissions::read_seed(&dir.path().join(permissions::SERVICES_SEED_FILE)).unwrap();
+        let seed = read_seed(&dir.path().join(permissions::SERVICES_SEED_FILE)).unwrap();
         let nats =
             NatsServer::start_with_config(&server_config(dir.path()), Login::Nkey(seed.clone()))
                 .await;
@@ -226,7 +226,7 @@ impl Secured {
     }
 
     fn seed(&self, agent: &str) -> String {
-        permissions::read_seed(&self.dir.path().join(format!("agents/{agent}.nk"))).unwrap()
+        read_seed(&self.dir.path().join(format!("agents/{agent}.nk"))).unwrap()
     }
 
     /// A raw connection as `agent` (its key, its inbox prefix), with the server's error

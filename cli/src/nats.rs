@@ -14,11 +14,11 @@ const NKEY_SEED_ENV: &str = "SWITCHBOARD_NATS__NKEY_SEED";
 /// Reads the credentials once: `--nkey FILE`, else `SWITCHBOARD_NATS__NKEY_SEED`.
 pub(crate) fn load_credentials(nkey: Option<&std::path::Path>) -> anyhow::Result<()> {
     let seed = match nkey {
-        Some(path) => Some(switchboard_runtime::permissions::read_seed(path)?),
+        Some(path) => Some(switchboard_runtime::nats::read_seed(path)?),
         None => match std::env::var(NKEY_SEED_ENV) {
             Ok(seed) if !seed.trim().is_empty() => {
                 let seed = seed.trim().to_owned();
-                switchboard_runtime::permissions::public_key_of(&seed)
+                switchboard_runtime::nats::public_key_of(&seed)
                     .map_err(|reason| anyhow::anyhow!("{NKEY_SEED_ENV}: {reason}"))?;
                 Some(seed)
             }

@@ -34,7 +34,7 @@ use switchboard_client::proto::{AgentId, InboxMessage, MessageKind};
 use switchboard_client::{Agent, AgentOptions, Goal};
 use uuid::Uuid;
 
-use crate::DEFAULT_NATS_URL;
+use crate::cmd::args::Connection;
 
 /// `switchboard mcp` options.
 #[derive(Debug, clap::Args)]
@@ -48,9 +48,8 @@ pub struct McpArgs {
     /// The agent's card.
     #[command(flatten)]
     card: crate::card::CardArgs,
-    /// NATS URL; a comma-separated list is a cluster's servers, failed over between.
-    #[arg(long, env = "NATS_URL", default_value = DEFAULT_NATS_URL)]
-    nats_url: String,
+    #[command(flatten)]
+    conn: Connection,
 }
 
 /// Runs the server until the host closes stdin or a signal arrives.
@@ -83,9 +82,9 @@ async fn serve(args: McpArgs) -> anyhow::Result<()> {
     let card = args.card.card(&id)?;
     let nats = crate::nats::signed_in(switchboard_client::agent_connect_options(&id))
         .name(format!("mcp:{id}"))
-        .connect(switchboard_client::server_list(&args.nats_url).as_slice())
+        .connect(switchboard_client::server_list(&args.conn.nats_url).as_slice())
         .await
-        .map_err(|err| anyhow::anyhow!("connecting to {}: {err}", args.nats_url))?;
+        .map_err(|err| anyhow::anyhow!("connecting to {}: {err}", args.conn.nats_url))?;
     let agent = Agent::connect_with(nats, card, AgentOptions::default()).await?;
     let goal = agent
         .open_goal_with(GoalOpenRequest {

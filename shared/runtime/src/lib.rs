@@ -19,9 +19,7 @@
 //! - [`resources`]: JetStream streams and KV buckets, declared once and applied idempotently.
 //! - [`room`]: room in a full goal inbox: the oldest message goes, its sender is told.
 //! - [`receipts`]: receipt records (`agent_receipts`) and the `kind: receipt` messages.
-//! - [`embedded`]: the local nats-server `switchboard up` starts, and where to find the binary.
 //! - [`store`]: the error type of a service's JetStream-backed state.
-//! - [`permissions`]: the NATS accounts and NKeys that isolate agents (`switchboard nats-config`).
 //! - [`places`]: a bounded number of places per agent, each freed when its guard drops.
 //! - [`lease`]: a lease on one KV key (one writer among replicas), renewed or lost.
 //! - [`kv`]: KV reads the services need beyond async-nats (a consistent snapshot of a bucket).
@@ -30,12 +28,10 @@
 
 pub mod budget;
 pub mod config;
-pub mod embedded;
 pub mod http;
 pub mod lease;
 pub mod micro;
 pub mod nats;
-pub mod permissions;
 pub mod places;
 pub mod publish;
 pub mod resources;

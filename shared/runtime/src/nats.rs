@@ -115,8 +115,7 @@ async fn options(config: &NatsConfig, name: &str) -> Result<ConnectOptions, Conn
         options = options.nkey(seed.expose().to_owned());
     }
     if let Some(path) = &config.nkey_file {
-        let seed = crate::permissions::read_seed(path)
-            .map_err(|err| ConnectError::NkeyFile(err.to_string()))?;
+        let seed = read_seed(path).map_err(|err| ConnectError::NkeyFile(err.to_string()))?;
         options = options.nkey(seed);
     }
     if let Some(path) = &config.creds_file {
@@ -142,6 +141,38 @@ async fn options(config: &NatsConfig, name: &str) -> Result<ConnectOptions, Conn
         options = options.retry_on_initial_connect();
     }
     Ok(options)
+}
+
+/// An NKey seed file could not be read, or holds no user seed.
+#[derive(Debug, thiserror::Error)]
+#[error("{path}: {reason}")]
+pub struct SeedError {
+    /// The seed file (`nats.nkey_file`, `services.nk`, `agents/<agent_id>.nk`).
+    pub path: std::path::PathBuf,
+    /// Why.
+    pub reason: String,
+}
+
+/// Reads an NKey seed file (`<agent_id>.nk`, `services.nk`): the seed, checked.
+pub fn read_seed(path: &std::path::Path) -> Result<String, SeedError> {
+    let failed = |reason: String| SeedError {
+        path: path.to_owned(),
+        reason,
+    };
+    let text = std::fs::read_to_string(path).map_err(|err| failed(err.to_string()))?;
+    let seed = text.trim().to_owned();
+    public_key_of(&seed).map_err(failed)?;
+    Ok(seed)
+}
+
+/// The public key of a user seed (`SU…`); anything else is refused.
+pub fn public_key_of(seed: &str) -> Result<String, String> {
+    if !seed.starts_with("SU") {
+        return Err("not an NKey user seed (it must start with SU)".to_owned());
+    }
+    nkeys::KeyPair::from_seed(seed)
+        .map(|pair| pair.public_key())
+        .map_err(|err| format!("not a valid NKey seed: {err}"))
 }
 
 async fn log_event(event: Event) {

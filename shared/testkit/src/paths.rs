@@ -3,18 +3,36 @@
 
 use std::path::PathBuf;
 
-/// Path to the nats-server binary.
-///
-/// Looked up in this order: `$NATS_SERVER_BIN`, then
-/// `<workspace root>/.tools/nats-server/bin/nats-server` (where
-/// `nats/install-server.sh` puts it), then `nats-server` on `PATH`.
+/// Path to the nats-server binary: `$NATS_SERVER_BIN`, else
+/// `<workspace root>/.tools/nats-server/bin/nats-server` (where `nats/install-server.sh` puts
+/// it, as `make test` does).
 ///
 /// # Panics
-/// With "nats-server not found: run nats/install-server.sh (or set
-/// NATS_SERVER_BIN)" if none exists, or if `$NATS_SERVER_BIN` is set to a
-/// path that does not exist.
+/// With "nats-server not found: run nats/install-server.sh (or set NATS_SERVER_BIN)" if
+/// neither exists, or if `$NATS_SERVER_BIN` is set to a path that does not exist.
 pub fn nats_server_bin() -> PathBuf {
-    switchboard_runtime::embedded::locate_nats_server().unwrap_or_else(|err| panic!("{err}"))
+    locate_nats_server().unwrap_or_else(|err| panic!("{err}"))
+}
+
+/// Where [`nats_server_bin`] looks (`switchboard up` looks in more places: `cli/src/embedded.rs`).
+fn locate_nats_server() -> Result<PathBuf, String> {
+    const NOT_FOUND: &str =
+        "nats-server not found: run nats/install-server.sh (or set NATS_SERVER_BIN)";
+    if let Some(bin) = std::env::var_os("NATS_SERVER_BIN").filter(|bin| !bin.is_empty()) {
+        let bin = PathBuf::from(bin);
+        if bin.is_file() {
+            return Ok(bin);
+        }
+        return Err(format!(
+            "{NOT_FOUND} (NATS_SERVER_BIN={} does not exist)",
+            bin.display()
+        ));
+    }
+    let installed = workspace_root().join(".tools/nats-server/bin/nats-server");
+    if installed.is_file() {
+        return Ok(installed);
+    }
+    Err(NOT_FOUND.to_owned())
 }
 
 /// The Python interpreter of the tests' pinned venv (`<workspace root>/.tools/py-venv`, built

@@ -15,12 +15,18 @@ use switchboard_client::proto::{AgentId, InboxMessage, MessageKind, TaskState};
 use switchboard_client::{Agent, AgentOptions, Goal, TaskOutcome, audit_thread};
 use tracing::Instrument as _;
 
-/// `switchboard demo` options.
+use super::args::Connection;
+
+/// A scripted conversation among three agents against the running system: a task
+/// delegated, a call answered, a broadcast, a refused self-send, then the audit thread.
 #[derive(Debug, clap::Args)]
+#[command(
+    after_help = "Example:\n  switchboard up &   # in another terminal\n  switchboard demo",
+    mut_args(super::args::nats_url_help("NATS URL of the running system"))
+)]
 pub struct DemoArgs {
-    /// NATS URL of the running system.
-    #[arg(long, env = "NATS_URL", default_value = crate::DEFAULT_NATS_URL)]
-    nats_url: String,
+    #[command(flatten)]
+    conn: Connection,
     /// Under the generated accounts: the folder `switchboard nats-config --out DIR` wrote. Each
     /// demo agent signs in with `DIR/agents/<id>.nk` (the agents file must list
     /// demo-coordinator, demo-researcher and demo-writer, as deploy/agents.toml does) and the
@@ -33,7 +39,7 @@ pub struct DemoArgs {
 fn seed_of(keys: Option<&std::path::Path>, file: &str) -> anyhow::Result<Option<String>> {
     keys.map(|dir| {
         let path = dir.join(file);
-        switchboard_runtime::permissions::read_seed(&path)
+        switchboard_runtime::nats::read_seed(&path)
             .map_err(|err| anyhow::anyhow!("{}: {err}", path.display()))
     })
     .transpose()
@@ -90,7 +96,7 @@ impl Narrator {
 async fn agent(args: &DemoArgs, id: &str, description: &str) -> anyhow::Result<Agent> {
     let seed = seed_of(args.keys.as_deref(), &format!("agents/{id}.nk"))?;
     let id = AgentId::parse(id)?;
-    let nats = crate::nats::connect_signed(&args.nats_url, Some(&id), seed).await?;
+    let nats = crate::nats::connect_signed(&args.conn.nats_url, Some(&id), seed).await?;
     let mut card = AgentCard::new(id);
     card.description = description.to_owned();
     card.can_talk_to = vec!["demo-*".to_owned()];
@@ -114,7 +120,7 @@ async fn next(goal: &Goal, what: &str) -> anyhow::Result<(InboxMessage, tracing:
 /// Runs the demo; returns the task's audit thread as the final value.
 pub async fn run(args: DemoArgs, json: bool) -> anyhow::Result<serde_json::Value> {
     let operator = seed_of(args.keys.as_deref(), "services.nk")?;
-    let nats = crate::nats::connect_signed(&args.nats_url, None, operator).await?;
+    let nats = crate::nats::connect_signed(&args.conn.nats_url, None, operator).await?;
     let mut say = Narrator { json, step: 0 };
 
     let coordinator = agent(&args, "demo-coordinator", "plans the work and delegates").await?;

@@ -1,8 +1,8 @@
 //! The embedded default: a local nats-server with JetStream that `switchboard up` starts
 //! itself, so a laptop or a demo needs no separate NATS install step.
 //!
-//! [`locate_nats_server`] is the one place that knows where the binary is; the test kit uses
-//! it too.
+//! [`locate_nats_server`] knows where the binary is (the test kit has its own, shorter
+//! search: `shared/testkit/src/paths.rs`).
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -53,9 +53,9 @@ pub enum EmbeddedError {
     },
 }
 
-/// The project root as seen at build time (`shared/runtime/../..`).
+/// The project root as seen at build time (`cli/..`).
 fn build_time_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
 /// Finds nats-server: `$NATS_SERVER_BIN` (must exist if set), then the project's install
@@ -167,9 +167,10 @@ impl EmbeddedNats {
                     auth.display()
                 )));
             }
-            let seed =
-                crate::permissions::read_seed(&auth.join(crate::permissions::SERVICES_SEED_FILE))
-                    .map_err(|err| EmbeddedError::Auth(err.to_string()))?;
+            let seed = switchboard_runtime::nats::read_seed(
+                &auth.join(crate::permissions::SERVICES_SEED_FILE),
+            )
+            .map_err(|err| EmbeddedError::Auth(err.to_string()))?;
             let path = data_dir.join(AUTH_CONFIG_FILE);
             let text = format!(
                 "# Written by `switchboard up --auth`: the embedded server with the generated accounts.\nserver_name: switchboard\ninclude {:?}\n",

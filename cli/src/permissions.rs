@@ -21,6 +21,7 @@ use serde::Deserialize;
 use switchboard_proto::AgentId;
 use switchboard_proto::endpoint::{self, AgentEndpoint};
 use switchboard_proto::subject;
+use switchboard_runtime::nats::public_key_of;
 
 /// The account holding JetStream and the services.
 pub const SERVICES_ACCOUNT: &str = "SWITCHBOARD";
@@ -316,30 +317,6 @@ fn load_or_create_seed(
     }
 }
 
-/// The public key of a user seed (`SU…`); anything else is refused.
-pub fn public_key_of(seed: &str) -> Result<String, String> {
-    if !seed.starts_with("SU") {
-        return Err("not an NKey user seed (it must start with SU)".to_owned());
-    }
-    nkeys::KeyPair::from_seed(seed)
-        .map(|pair| pair.public_key())
-        .map_err(|err| format!("not a valid NKey seed: {err}"))
-}
-
-/// Reads an NKey seed file (`<agent_id>.nk`, `services.nk`): the seed, checked.
-pub fn read_seed(path: &Path) -> Result<String, PermissionsError> {
-    let text = std::fs::read_to_string(path).map_err(|err| PermissionsError::Seed {
-        path: path.to_owned(),
-        reason: err.to_string(),
-    })?;
-    let seed = text.trim().to_owned();
-    public_key_of(&seed).map_err(|reason| PermissionsError::Seed {
-        path: path.to_owned(),
-        reason,
-    })?;
-    Ok(seed)
-}
-
 fn create_dir(dir: &Path) -> Result<(), PermissionsError> {
     std::fs::create_dir_all(dir).map_err(|source| PermissionsError::Write {
         path: dir.to_owned(),
@@ -390,6 +367,7 @@ pub fn read_agents(path: &Path) -> Result<AgentsFile, PermissionsError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use switchboard_runtime::nats::read_seed;
 
     #[test]
     fn client_agent_ids_get_no_key() {

@@ -8,14 +8,20 @@ use std::process::ExitCode;
 use clap::{Args, Subcommand};
 use ring::rand::{SecureRandom, SystemRandom};
 
-/// Arguments of `switchboard a2a`.
+use super::args::Connection;
+
+/// The A2A gateway's operator commands: mint a client's bearer token.
 #[derive(Debug, Args)]
+#[command(
+    after_help = "Example:\n  switchboard a2a token planner   # prints the token and the [a2a_gateway] lines",
+    mut_args(super::args::global_nats_url),
+    mut_args(super::args::nats_url_help("NATS URL (add, list, remove)"))
+)]
 pub struct A2aArgs {
     #[command(subcommand)]
     command: A2aCommand,
-    /// NATS URL (add, list, remove).
-    #[arg(long, env = "NATS_URL", default_value = crate::DEFAULT_NATS_URL, global = true)]
-    nats_url: String,
+    #[command(flatten)]
+    conn: Connection,
 }
 
 #[derive(Debug, Subcommand)]
@@ -76,10 +82,10 @@ pub async fn run(args: A2aArgs, json: bool) -> ExitCode {
                 ca_file: ca_file.as_deref(),
                 route_skills,
             };
-            add(&args.nats_url, &remote, json).await
+            add(&args.conn.nats_url, &remote, json).await
         }
-        A2aCommand::List => list(&args.nats_url, json).await,
-        A2aCommand::Remove { agent_id } => remove(&args.nats_url, &agent_id, json).await,
+        A2aCommand::List => list(&args.conn.nats_url, json).await,
+        A2aCommand::Remove { agent_id } => remove(&args.conn.nats_url, &agent_id, json).await,
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -8,7 +8,7 @@ use switchboard_client::proto::audit::{HistoryRequest, ThreadRequest};
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
-use crate::DEFAULT_NATS_URL;
+use super::args::Connection;
 
 /// A filter over the trail (history and export).
 #[derive(Debug, Args)]
@@ -56,8 +56,21 @@ impl Filter {
     }
 }
 
-/// Arguments of `switchboard history`.
+/// The conversation around a message, call or task id, from the audit trail.
 #[derive(Debug, Args)]
+#[command(after_help = "Example:\n  switchboard thread 0193a1b2-0000-7000-8000-0000000000cc")]
+pub struct ThreadArgs {
+    /// A message id, correlation id or task id.
+    id: uuid::Uuid,
+    #[command(flatten)]
+    conn: Connection,
+}
+
+/// Audit records by agent, goal, task, time and kind, one page.
+#[derive(Debug, Args)]
+#[command(
+    after_help = "Examples:\n  switchboard history --agent researcher\n  switchboard history --agent researcher --kind 'call.*' --limit 20\n  switchboard history --task <task_id> --since 2026-11-22T00:00:00Z"
+)]
 pub struct HistoryArgs {
     #[command(flatten)]
     filter: Filter,
@@ -67,19 +80,21 @@ pub struct HistoryArgs {
     /// `next_cursor` of the previous page.
     #[arg(long)]
     cursor: Option<u64>,
-    /// NATS URL; a comma-separated list is a cluster's servers, failed over between.
-    #[arg(long, env = "NATS_URL", default_value = DEFAULT_NATS_URL)]
-    nats_url: String,
+    #[command(flatten)]
+    conn: Connection,
 }
 
-/// Arguments of `switchboard audit`.
+/// The audit trail: export (JSON lines), verify the hash chain, pending requests.
 #[derive(Debug, Args)]
+#[command(
+    after_help = "Examples:\n  switchboard audit export --since 2026-11-22T00:00:00Z > manifest.jsonl\n  switchboard audit verify\n  switchboard audit pending",
+    mut_args(super::args::global_nats_url)
+)]
 pub struct AuditArgs {
     #[command(subcommand)]
     command: AuditCommand,
-    /// NATS URL; a comma-separated list is a cluster's servers, failed over between.
-    #[arg(long, env = "NATS_URL", default_value = DEFAULT_NATS_URL, global = true)]
-    nats_url: String,
+    #[command(flatten)]
+    conn: Connection,
 }
 
 #[derive(Debug, Subcommand)]
@@ -101,12 +116,12 @@ enum AuditCommand {
 }
 
 /// `switchboard thread <id>`: the conversation around a message, call or task id.
-pub async fn thread(nats_url: &str, id: uuid::Uuid) -> anyhow::Result<serde_json::Value> {
-    let client = crate::nats::connect(nats_url).await?;
+pub async fn thread(args: ThreadArgs) -> anyhow::Result<serde_json::Value> {
+    let client = crate::nats::connect(&args.conn.nats_url).await?;
     let query = ThreadRequest {
-        message_id: Some(id),
-        correlation_id: Some(id),
-        task_id: Some(id),
+        message_id: Some(args.id),
+        correlation_id: Some(args.id),
+        task_id: Some(args.id),
     };
     let records = switchboard_client::audit_thread(&client, &query).await?;
     Ok(serde_json::to_value(records)?)
@@ -114,7 +129,7 @@ pub async fn thread(nats_url: &str, id: uuid::Uuid) -> anyhow::Result<serde_json
 
 /// `switchboard history …`: one page of records.
 pub async fn history(args: HistoryArgs) -> anyhow::Result<serde_json::Value> {
-    let client = crate::nats::connect(&args.nats_url).await?;
+    let client = crate::nats::connect(&args.conn.nats_url).await?;
     let mut query = args.filter.request()?;
     query.limit = args.limit;
     query.cursor = args.cursor;
@@ -134,7 +149,7 @@ impl AuditArgs {
 
 /// `switchboard audit …`. Export writes its lines itself and returns `None`.
 pub async fn run(args: AuditArgs) -> anyhow::Result<Option<serde_json::Value>> {
-    let client = crate::nats::connect(&args.nats_url).await?;
+    let client = crate::nats::connect(&args.conn.nats_url).await?;
     match args.command {
         AuditCommand::Export { filter } => {
             let query = filter.request()?;

@@ -9,19 +9,25 @@ use switchboard_client::proto::{AgentId, GoalId, TaskState};
 
 use tracing::Instrument as _;
 
-use crate::DEFAULT_NATS_URL;
+use super::args::Connection;
 
-/// Arguments of `switchboard task`.
+/// Tasks: create (or spawn a subtask), get, list, cancel, and the assignee's steps
+/// (accept, reject, start, progress, ask, complete, fail).
 #[derive(Debug, Args)]
+#[command(
+    after_help = "Examples:\n  switchboard task create --as coordinator --to researcher \"find 3 sources\" --deadline-ms 600000\n  switchboard task get --as coordinator <task_id>\n  switchboard task list --as researcher --role assignee --state submitted\n  switchboard task cancel --as coordinator <task_id> --reason \"plans changed\"",
+    mut_args(super::args::global_nats_url)
+)]
 pub struct TaskArgs {
     #[command(subcommand)]
     command: TaskCommand,
+    // Not `super::args::Acting`: global, so it may come before or after the subcommand, and
+    // clap refuses a global flag that is required — `run` says it is missing.
     /// The agent acting (requester for create/cancel, any party for get/list).
     #[arg(long = "as", value_name = "AGENT", global = true)]
     as_agent: Option<String>,
-    /// NATS URL; a comma-separated list is a cluster's servers, failed over between.
-    #[arg(long, env = "NATS_URL", default_value = DEFAULT_NATS_URL, global = true)]
-    nats_url: String,
+    #[command(flatten)]
+    conn: Connection,
 }
 
 #[derive(Debug, Subcommand)]
@@ -177,7 +183,7 @@ pub async fn run(args: TaskArgs) -> anyhow::Result<serde_json::Value> {
         anyhow::bail!("--as <AGENT> is required: tasks are created and read as an agent");
     };
     let agent = AgentId::parse(&as_agent)?;
-    let url = &args.nats_url;
+    let url = &args.conn.nats_url;
     let subject = |op: TaskRequestOp| op.subject(&agent);
     match args.command {
         TaskCommand::Create {

@@ -14,17 +14,23 @@ use switchboard_client::proto::subject;
 use switchboard_client::proto::{AgentId, GoalId, InboxMessage};
 use switchboard_runtime::request::request_json;
 
+use super::args::{Acting, Connection};
+
 /// How often `--follow` looks again when nothing new arrived.
 const FOLLOW_EVERY: Duration = Duration::from_millis(250);
 /// How long one request may take.
 const TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Arguments of `switchboard inbox`.
+/// Print a goal's inbox as <peer-message> elements (JSON lines with --json) without
+/// consuming it (--follow keeps tailing), or take it as the agent does (--take).
 #[derive(Debug, Args)]
+#[command(
+    after_help = "Example:\n  switchboard inbox --as researcher --goal 0193a1b2-0000-7000-8000-000000000001 --follow",
+    mut_args(super::args::agent_help("The agent that owns the goal"))
+)]
 pub struct InboxArgs {
-    /// The agent that owns the goal.
-    #[arg(long = "as", value_name = "AGENT")]
-    as_agent: String,
+    #[command(flatten)]
+    acting: Acting,
     /// The goal whose inbox to print.
     #[arg(long)]
     goal: String,
@@ -35,9 +41,8 @@ pub struct InboxArgs {
     /// them, so they are not handed out again.
     #[arg(long)]
     take: bool,
-    /// NATS URL; a comma-separated list is a cluster's servers, failed over between.
-    #[arg(long, env = "NATS_URL", default_value = crate::DEFAULT_NATS_URL)]
-    nats_url: String,
+    #[command(flatten)]
+    conn: Connection,
 }
 
 /// Prints the inbox (`<peer-message>` blocks, or JSON lines with `--json`); exit 1 on errors.
@@ -109,9 +114,9 @@ impl Inbox {
 }
 
 async fn read(args: InboxArgs, json: bool) -> anyhow::Result<()> {
-    let agent = AgentId::parse(&args.as_agent)?;
+    let agent = args.acting.id()?;
     let inbox = Inbox {
-        nats: crate::nats::connect_as(&args.nats_url, Some(&agent)).await?,
+        nats: crate::nats::connect_as(&args.conn.nats_url, Some(&agent)).await?,
         agent,
         goal: GoalId::parse(&args.goal)?,
     };

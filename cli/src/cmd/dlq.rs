@@ -2,17 +2,21 @@
 
 use clap::{Args, Subcommand};
 
-use crate::DEFAULT_NATS_URL;
+use super::args::Connection;
 use crate::output::View;
 
-/// `switchboard dlq …`.
+/// The dead letters: messages given up on after the delivery limit or rejected by their
+/// reader, with why and where from; replay puts one back.
 #[derive(Debug, Args)]
+#[command(
+    after_help = "Examples:\n  switchboard dlq list\n  switchboard dlq replay 42",
+    mut_args(super::args::global_nats_url)
+)]
 pub struct DlqArgs {
     #[command(subcommand)]
     command: DlqCommand,
-    /// NATS URL; a comma-separated list is a cluster's servers, failed over between.
-    #[arg(long, env = "NATS_URL", default_value = DEFAULT_NATS_URL, global = true)]
-    nats_url: String,
+    #[command(flatten)]
+    conn: Connection,
 }
 
 #[derive(Debug, Subcommand)]
@@ -46,7 +50,7 @@ impl DlqArgs {
 
 /// Runs the command.
 pub async fn run(args: DlqArgs) -> anyhow::Result<serde_json::Value> {
-    let client = crate::nats::connect(&args.nats_url).await?;
+    let client = crate::nats::connect(&args.conn.nats_url).await?;
     Ok(match args.command {
         DlqCommand::List { limit } => {
             serde_json::to_value(switchboard_client::dlq_list(&client, limit).await?)?

@@ -11,13 +11,19 @@ use clap::Args;
 use directory::DirectoryConfig;
 use inbox_fanout::FanoutConfig;
 use reply_correlator::CorrelatorConfig;
-use switchboard_runtime::embedded::EmbeddedNats;
 use switchboard_runtime::{RuntimeConfig, config, nats, shutdown, telemetry};
 use task_lifecycle::TaskConfig;
 
-/// Arguments of `switchboard up`.
+use crate::embedded::EmbeddedNats;
+
+/// Run every service in this process (and a local nats-server unless --nats-url is given).
 #[derive(Debug, Args)]
+#[command(
+    after_help = "Examples:\n  switchboard up\n  switchboard up --port 4333 --data-dir /tmp/sb\n  switchboard up --nats-url nats://10.0.0.5:4222"
+)]
 pub struct UpArgs {
+    // Not `super::args::Connection`: without the flag `up` starts its own server, and
+    // `NATS_URL` is not read.
     /// Use this NATS (with JetStream) instead of starting a local nats-server; a
     /// comma-separated list is a cluster's servers (`nats://a:4222,nats://b:4222`), failed
     /// over between. Without it, `nats.urls` from switchboard.toml / SWITCHBOARD_NATS__URLS is
@@ -152,7 +158,7 @@ async fn serve(args: UpArgs, services: &mut Services, otlp: Option<&str>) -> any
             // Under the generated accounts the operator's skill grants decide who is routed
             // `skill:` work (unless the config names another grants file).
             if let Some(auth) = &args.auth {
-                let grants = auth.join(switchboard_runtime::permissions::SKILL_GRANTS_FILE);
+                let grants = auth.join(crate::permissions::SKILL_GRANTS_FILE);
                 if grants.is_file() && services.directory.skill_grants_file.is_none() {
                     services.directory.skill_grants_file = Some(grants);
                 }

@@ -8,13 +8,23 @@ use futures::StreamExt as _;
 use switchboard_client::proto::subject;
 use switchboard_runtime::service::export_line;
 
+use super::args::Connection;
+
 /// How long the instances of a service have to answer.
 const ANSWER_WITHIN: Duration = Duration::from_secs(1);
 
+/// Whether every service answers, and whether each exports its telemetry (exit 1 if not).
+#[derive(Debug, clap::Args)]
+#[command(after_help = "Example:\n  switchboard health")]
+pub struct HealthArgs {
+    #[command(flatten)]
+    conn: Connection,
+}
+
 /// Prints one line per service instance; exits 1 when a service has no instance answering or
 /// an instance's export fails.
-pub async fn run(nats_url: &str, json: bool) -> ExitCode {
-    let client = match crate::nats::connect(nats_url).await {
+pub async fn run(args: &HealthArgs, json: bool) -> ExitCode {
+    let client = match crate::nats::connect(&args.conn.nats_url).await {
         Ok(client) => client,
         Err(err) => {
             eprintln!("switchboard: {err:#}");
@@ -23,7 +33,7 @@ pub async fn run(nats_url: &str, json: bool) -> ExitCode {
     };
     let mut healthy = true;
     let mut report = Vec::new();
-    for service in crate::up::SERVICES {
+    for service in super::up::SERVICES {
         let instances = stats_of(&client, service).await;
         if instances.is_empty() {
             healthy = false;
