@@ -527,3 +527,61 @@ fn strongly_connected(edges: &[Vec<usize>]) -> Vec<Vec<usize>> {
     }
     walk.found
 }
+
+/// The packages `package` needs, directly or not, as `Cargo.lock` records them (dev-dependencies
+/// included, so this errs on the side of more).
+fn locked_closure(package: &str) -> std::collections::BTreeSet<String> {
+    let lock = read(&root().join("Cargo.lock"));
+    let mut needs: std::collections::HashMap<String, Vec<String>> = Default::default();
+    for block in lock.split("[[package]]").skip(1) {
+        let field = |key: &str| {
+            block.lines().find_map(|line| {
+                line.strip_prefix(key)
+                    .map(|value| value.trim().trim_matches('"').to_owned())
+            })
+        };
+        let Some(name) = field("name = ") else {
+            continue;
+        };
+        let deps = block
+            .split("dependencies = [")
+            .nth(1)
+            .and_then(|list| list.split(']').next())
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|line| {
+                let entry = line.trim().trim_end_matches(',').trim_matches('"');
+                entry.split(' ').next().filter(|dep| !dep.is_empty())
+            })
+            .map(str::to_owned)
+            .collect::<Vec<_>>();
+        needs.entry(name).or_default().extend(deps);
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    let mut todo = vec![package.to_owned()];
+    while let Some(next) = todo.pop() {
+        if seen.insert(next.clone()) {
+            todo.extend(needs.get(&next).into_iter().flatten().cloned());
+        }
+    }
+    seen
+}
+
+/// An agent built on the Rust client gets proto and the thin request layer, not the services'
+/// runtime: no config loader, no OpenTelemetry exporter (issue 30).
+#[test]
+fn the_rust_client_pulls_in_no_config_loader_or_exporter() {
+    let closure = locked_closure("switchboard-client");
+    assert!(closure.contains("switchboard-request"), "{closure:?}");
+    for heavy in [
+        "switchboard-runtime",
+        "figment",
+        "opentelemetry-otlp",
+        "tonic",
+    ] {
+        assert!(
+            !closure.contains(heavy),
+            "switchboard-client depends on {heavy}"
+        );
+    }
+}
