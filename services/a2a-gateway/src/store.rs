@@ -1,7 +1,8 @@
 //! What the gateway reads and writes in JetStream: agent records (through the registry view
 //! the other services share), a task's stored events from `AGENT_EVENTS` (read one by one,
-//! by the task's subject, so no consumer is made per stream or wait), and the webhooks of the
-//! `a2a_push` bucket.
+//! by the task's subject, so no consumer is made per stream or wait), the webhooks of the
+//! `a2a_push` bucket, a task's follow-ups (`a2a_history`), the remote agents of
+//! `a2a_remotes` and the remote tasks paused on a question (`a2a_paused`).
 
 use a2a::TaskPushNotificationConfig;
 use async_nats::jetstream::{self, kv, stream};
@@ -412,6 +413,16 @@ pub struct RemoteAgent {
     /// sent to it by name reaches it.
     #[serde(default)]
     pub route_skills: bool,
+}
+
+/// The raw `agent_registry` record of `id`, if an agent registered it: `switchboard a2a add`
+/// reads it before the gateway runs (so not through a registry view).
+pub async fn registered(
+    js: &jetstream::Context,
+    id: &AgentId,
+) -> Result<Option<bytes::Bytes>, async_nats::Error> {
+    let registry = js.get_key_value(switchboard_proto::REGISTRY_BUCKET).await?;
+    Ok(registry.get(id.as_str()).await?)
 }
 
 /// The `a2a_remotes` bucket.

@@ -1,7 +1,8 @@
 //! Remote A2A agents on the fabric (docs/a2a.md, "Outbound"): `switchboard a2a add <card-url>`
 //! fetches the agent's card, checks it, and records the agent in the `a2a_remotes` bucket; a
-//! gateway replica then carries the agent (`bridge.rs`). This file holds the record, the card
-//! checks and how an A2A card becomes a directory card.
+//! gateway replica then carries the agent (`bridge.rs`). This file holds `add`, the card
+//! checks and how an A2A card becomes a directory card; the record (`RemoteAgent`) and its
+//! KV reads and writes are in `store.rs`.
 //!
 //! The card URL is the operator's word; everything the card says is the remote's. So the
 //! gateway only ever POSTs to a JSON-RPC URL on the card URL's own origin (scheme, host and
@@ -386,14 +387,9 @@ pub async fn add_with(
         }
         // An id a Switchboard agent registered is not taken over: messages meant for that
         // agent would go to the remote.
-        let registry = js
-            .get_key_value(switchboard_proto::REGISTRY_BUCKET)
+        if let Some(value) = store::registered(js, &agent_id)
             .await
-            .map_err(|err| RemoteError::Store(err.to_string()))?;
-        if let Some(value) = registry
-            .get(agent_id.as_str())
-            .await
-            .map_err(|err| RemoteError::Store(err.to_string()))?
+            .map_err(RemoteError::store)?
         {
             let remote_card = serde_json::from_slice::<switchboard_proto::AgentRecord>(&value)
                 .is_ok_and(|record| record.card.metadata.contains_key(CARD_URL_KEY));
