@@ -4,7 +4,9 @@
 //!   renaming one there renames it for the services, the clients and the NATS permissions;
 //! - every service has the same files for the same jobs;
 //! - no source file grows past what anyone reads at once without saying why;
-//! - the concept → file map in CONTRIBUTING.md names the file that holds each concept.
+//! - the concept → file map in CONTRIBUTING.md names the file that holds each concept;
+//! - no two files of one crate import each other, directly or in a longer circle (issue 30);
+//! - the Rust client needs neither the services' runtime nor its config loader and exporter.
 //!
 //! These read the source tree; they need no nats-server.
 

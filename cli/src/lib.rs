@@ -12,6 +12,7 @@
 //!   an agent's card and goals.
 //! - `switchboard peers --as <agent>`, `agents`, `lookup <agent>`: the directory.
 //! - `switchboard send --as <agent> --to <peer|*> "text"`: send_to_peer or a broadcast.
+//! - `switchboard status --as <agent> <message-id>`: a sent message's receipts.
 //! - `switchboard inbox --as <agent> --goal <id> [--follow | --take]`: a goal's inbox, peeked
 //!   or taken.
 //! - `switchboard call`, `reply`, `pending`: correlated calls.
@@ -19,6 +20,8 @@
 //! - `switchboard thread <id>`, `history …`, `audit export|verify|pending`: the audit trail.
 //! - `switchboard dlq list|replay`: the dead letters.
 //! - `switchboard nats-config --agents agents.toml --out DIR`: the NATS accounts and NKeys.
+//! - `switchboard a2a token|add|list|remove`: A2A client tokens and remote A2A agents.
+//! - `switchboard health`: whether every service answers.
 //!
 //! Layout: `cmd/` is the command table and one module per command (its flags and what it
 //! does); `mcp/` the MCP server; `card.rs` the card flags `register` and `mcp` share;

@@ -1,6 +1,7 @@
-//! The HTTP pieces both sides of the gateway use: the A2A protocol version, the HTTP client
-//! builder (remote agents and webhooks) and a bounded body reader. A leaf: it imports nothing
-//! from the gateway.
+//! HTTP client pieces: the builder of every HTTP client the gateway uses (remote agents from
+//! `remote/`, webhooks from `serve/push.rs`), the A2A protocol version and a bounded body
+//! reader the remote side speaks with. A leaf: it imports nothing from the gateway, so neither
+//! side imports the other for it.
 
 use std::time::Duration;
 

@@ -14,16 +14,18 @@
 //! cards in the directory; any number of replicas serve the same clients.
 //!
 //! Layout (the accept loop — HTTP/1.1, header-read timeout, graceful stop — is
-//! `switchboard_runtime::http`, shared with every service's `/metrics`): this file
-//! (`start`/`run`), `config.rs` (`[a2a_gateway]`), `endpoints.rs` (the HTTP routes and the
-//! JSON-RPC envelope), `params.rs` (a request's params read as ProtoJSON), `error.rs` (`GatewayError` → the spec's codes),
-//! `auth.rs` (bearer tokens → client agents), `gateway.rs` (the `Gateway` and how it speaks to
-//! the fabric), `cards.rs` (agent cards), `tasks.rs` (the task methods), `stream.rs` (SSE
-//! streams), `push.rs` (webhooks), `webhook_target.rs` (where a webhook may point), `mapping.rs` (Switchboard ↔ A2A states, parts and tasks),
-//! `store.rs` (agent records, task events, webhook configs and paused remote tasks in
-//! JetStream), `remote.rs` (remote agents: record, card checks), `outbound.rs` (the A2A
-//! client), `answer.rs` (what a remote answers, decoded lean and bounded), `bridge.rs` (leases and sessions of remote agents), `carrier.rs` (carrying a remote
-//! agent's inbox to it).
+//! `switchboard_runtime::http`, shared with every service's `/metrics`):
+//! - this file (`start`/`run`), `config.rs` (`[a2a_gateway]`), `endpoints.rs` (the HTTP
+//!   routes: the gateway's endpoints, as in every service);
+//! - [`serve`]: the A2A server — both bindings, the checks every request passes, cards, the
+//!   methods, streams, push notifications;
+//! - [`remote`]: remote A2A agents on the fabric — card checks, leases, carrying an inbox, the
+//!   A2A client;
+//! - what both sides share: `gateway.rs` (the `Gateway` and how it speaks to the fabric),
+//!   `store.rs` (agent records, task events, push configs, history, the `a2a_remotes` records
+//!   and paused remote tasks in JetStream), `mapping.rs` (Switchboard ↔ A2A states, parts and
+//!   tasks), `error.rs` (`GatewayError` → the spec's codes) and the leaf `http.rs` (the HTTP
+//!   client builder; the A2A version and bounded bodies the remote side reads with).
 
 pub mod config;
 pub mod endpoints;

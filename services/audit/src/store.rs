@@ -124,7 +124,7 @@ pub(crate) fn stored_hash(stored: &StoredMessage) -> String {
 /// delivered again **in order**, so a cumulative ack never passes a source a writer that died
 /// had been given but not recorded (a redelivery would come after newer ones). Sources already
 /// recorded are recognised and acknowledged. The new consumer exists before the old ones go, so
-/// the inbox's audit floor (`shared/runtime/src/room.rs`) is never without one.
+/// the inbox's audit floor (`shared/delivery/src/room.rs`) is never without one.
 pub(crate) async fn source_consumer(
     js: &jetstream::Context,
     stream_name: &str,
@@ -182,7 +182,7 @@ pub(crate) async fn source_consumer(
     for old in older {
         if let Err(err) = stream.delete_consumer(&old).await {
             // Left in place, its ack floor would hold back every goal inbox's purge of read
-            // messages (shared/runtime/src/room.rs): tried again in the background.
+            // messages (shared/delivery/src/room.rs): tried again in the background.
             tracing::warn!(consumer = %old, error = %err, "an earlier audit consumer was not deleted; trying again");
             let stream = stream.clone();
             tokio::spawn(async move { delete_later(&stream, &old).await });

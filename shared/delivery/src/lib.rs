@@ -7,7 +7,7 @@
 //!   its sender, or refuse under `overflow: refuse`);
 //! - [`receipts`]: the receipt records in KV `agent_receipts`;
 //! - [`registry_view`]: a service's local view of the registry, which resolves who a message
-//!   goes to.
+//!   goes to (the directory and the gateway read agents and goals through it too).
 //!
 //! The dependency points inward: this crate builds on `switchboard-runtime`'s generic durable
 //! publish and KV reads; the runtime knows nothing of goals.

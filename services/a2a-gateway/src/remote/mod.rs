@@ -1,10 +1,11 @@
 //! Remote A2A agents on the fabric (docs/a2a.md, "Outbound"): a remote agent added with
 //! `switchboard a2a add <card-url>` gets a fabric identity, and the gateway carries its inbox
 //! to it. `card` fetches and checks its card and keeps the record; `bridge` holds a lease per
-//! agent and runs a `carrier` for each; `outbound` is the A2A client, `answer` decodes what a
-//! remote answers.
+//! agent and runs a `carrier` for each, counting offers in `attempts`; `outbound` is the A2A
+//! client, `answer` decodes what a remote answers.
 //!
-//! It shares only the gateway handle, the store and the mapping with `serve/`.
+//! It shares only `gateway.rs`, `store.rs`, `mapping.rs`, `error.rs`, `config.rs` and the leaf
+//! `http.rs` with `serve/`, and imports nothing from it.
 
 pub mod answer;
 pub(crate) mod attempts;

@@ -100,7 +100,7 @@ pub struct RemoteClient {
 }
 
 impl RemoteClient {
-    /// A client for the JSON-RPC endpoint at `url` (checked by `remote::jsonrpc_url`).
+    /// A client for the JSON-RPC endpoint at `url` (checked by `card::jsonrpc_url`).
     pub fn new(http: reqwest::Client, url: String) -> Self {
         Self { http, url }
     }

@@ -1,10 +1,12 @@
 //! The A2A server: what clients of the fabric's agents call. The routes are in
 //! `endpoints.rs`; here are the handlers of both bindings (`jsonrpc`, `rest`), the checks
 //! every request passes (`checks`, `auth`), agent cards (`cards`), the methods (`tasks`,
-//! `messages` carried as calls, `history`), streams (`stream`, `events`, `sse`) and push
-//! notifications (`push`, `webhook_target`).
+//! `messages` carried as calls, `history`, with `params` reading their requests), streams
+//! (`stream`, `events`, `sse`) and push notifications (`push`, with the background consumer
+//! that delivers them, and `webhook_target`).
 //!
-//! It shares only the gateway handle, the store and the mapping with `remote/`.
+//! It shares only `gateway.rs`, `store.rs`, `mapping.rs`, `error.rs`, `config.rs` and the leaf
+//! `http.rs` with `remote/`, and imports nothing from it.
 
 pub mod auth;
 pub mod cards;
