@@ -145,7 +145,7 @@ async fn a_scripted_conversation_reads_back_as_one_thread_in_causal_order() {
         })
     };
     let nats_writer = writer.nats().clone();
-    let answer: switchboard_proto::call::CallAnswer = switchboard_runtime::request::request_json(
+    let answer: switchboard_proto::call::CallAnswer = switchboard_request::request::request_json(
         &nats_writer,
         "agent.call.writer",
         &CallRequest {

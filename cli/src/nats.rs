@@ -3,7 +3,7 @@
 
 use switchboard_client::proto::AgentId;
 use switchboard_client::proto::subject;
-use switchboard_runtime::request::RequestFailure;
+use switchboard_request::request::RequestFailure;
 
 /// The NKey seed every connection of this process signs in with, if any (set once in `main`).
 static NKEY_SEED: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
@@ -90,12 +90,12 @@ pub(crate) async fn request_with_retry<T: serde::Serialize>(
     request: &T,
 ) -> anyhow::Result<serde_json::Value> {
     let client = connect_as(nats_url, caller_of(subject).as_ref()).await?;
-    switchboard_runtime::request::request_json_retrying(
+    switchboard_request::request::request_json_retrying(
         &client,
         subject,
         request,
         std::time::Duration::from_secs(10),
-        switchboard_runtime::request::IDEMPOTENT_RETRIES,
+        switchboard_request::request::IDEMPOTENT_RETRIES,
     )
     .await
     .map_err(cli_failure)
@@ -137,7 +137,7 @@ pub(crate) async fn request_json_within<T: serde::Serialize>(
     timeout: std::time::Duration,
 ) -> anyhow::Result<serde_json::Value> {
     let client = connect_as(nats_url, caller_of(subject).as_ref()).await?;
-    switchboard_runtime::request::request_json(&client, subject, body, timeout)
+    switchboard_request::request::request_json(&client, subject, body, timeout)
         .await
         .map_err(cli_failure)
 }

@@ -209,7 +209,7 @@ async fn remove(nats_url: &str, agent_id: &str, json: bool) -> anyhow::Result<()
     // The replica carrying it lets go within a tick; the directory forgets its goal.
     let subject = switchboard_proto::subject::RegistryOp::Deregister.subject(&id);
     let deregistered: anyhow::Result<serde_json::Value> =
-        switchboard_runtime::request::request_json(
+        switchboard_request::request::request_json(
             &client,
             &subject,
             &serde_json::json!({}),

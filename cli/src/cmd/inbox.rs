@@ -12,7 +12,7 @@ use switchboard_client::proto::inbox::{
 };
 use switchboard_client::proto::subject;
 use switchboard_client::proto::{AgentId, GoalId, InboxMessage};
-use switchboard_runtime::request::request_json;
+use switchboard_request::request::request_json;
 
 use super::args::{Acting, Connection};
 

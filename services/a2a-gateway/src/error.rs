@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use a2a::{A2AError, JsonRpcError, TypedDetail, error_code};
 use switchboard_proto::{ErrorKind, ErrorReply};
-use switchboard_runtime::request::RequestFailure;
+use switchboard_request::request::RequestFailure;
 
 /// Caller text as an error message shows it: at most 80 characters, control characters
 /// dropped, so an error never reflects a megabyte (or a line break) back.

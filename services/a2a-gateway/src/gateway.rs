@@ -16,7 +16,7 @@ use switchboard_proto::inbox::{AckRequest, FetchReply, FetchRequest};
 use switchboard_proto::registry::{GoalCloseRequest, GoalOpenRequest};
 use switchboard_proto::subject::{self, RegistryOp};
 use switchboard_proto::{AgentCard, AgentId, ErrorKind, GoalId};
-use switchboard_runtime::request::{RequestFailure, request_json};
+use switchboard_request::request::{RequestFailure, request_json};
 
 use crate::config::GatewayConfig;
 use crate::error::GatewayError;

@@ -101,7 +101,7 @@ async fn change_json<T: Default + Serialize + serde::de::DeserializeOwned>(
                 .map(|_| ())
                 .map_err(|err| {
                     (
-                        switchboard_runtime::kv::already_exists(&err),
+                        switchboard_request::kv::already_exists(&err),
                         err.to_string(),
                     )
                 })
@@ -109,7 +109,7 @@ async fn change_json<T: Default + Serialize + serde::de::DeserializeOwned>(
             let update = bucket.update(key, bytes.into(), revision).await;
             update.map(|_| ()).map_err(|err| {
                 (
-                    switchboard_runtime::kv::lost_revision(&err),
+                    switchboard_request::kv::lost_revision(&err),
                     err.to_string(),
                 )
             })

@@ -464,7 +464,7 @@ impl Appender {
             }
             other => {
                 match other {
-                    Err(err) if switchboard_runtime::kv::lost_expectation(&err) => {
+                    Err(err) if switchboard_request::kv::lost_expectation(&err) => {
                         tracing::debug!("another writer moved the audit stream; catching up");
                     }
                     Err(err) => {

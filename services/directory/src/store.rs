@@ -23,7 +23,7 @@ use switchboard_proto::inbox::{CursorRecord, cursor_key};
 use switchboard_proto::registry::{RegistryEventPayload, goal_key};
 use switchboard_proto::subject::{self, RegistryEvent};
 use switchboard_proto::{AgentId, AgentRecord, AgentStatus, GoalId, GoalRecord, new_id, timestamp};
-use switchboard_runtime::kv::{leader_entry, snapshot};
+use switchboard_request::kv::{leader_entry, snapshot};
 use switchboard_runtime::publish::publish_event;
 
 use crate::error::DirectoryError;
@@ -110,12 +110,12 @@ impl RegistryStore {
         match revision {
             None => match self.agents.create(agent.as_str(), value).await {
                 Ok(_) => Ok(Cas::Done),
-                Err(err) if switchboard_runtime::kv::already_exists(&err) => Ok(Cas::Conflict),
+                Err(err) if switchboard_request::kv::already_exists(&err) => Ok(Cas::Conflict),
                 Err(err) => Err(DirectoryError::store("creating agent record", err)),
             },
             Some(revision) => match self.agents.update(agent.as_str(), value, revision).await {
                 Ok(_) => Ok(Cas::Done),
-                Err(err) if switchboard_runtime::kv::lost_revision(&err) => Ok(Cas::Conflict),
+                Err(err) if switchboard_request::kv::lost_revision(&err) => Ok(Cas::Conflict),
                 Err(err) => Err(DirectoryError::store("updating agent record", err)),
             },
         }
@@ -296,7 +296,7 @@ impl RegistryStore {
         let key = cursor_key(goal_id);
         match self.cursors.create(key.as_str(), encode(record)?).await {
             Ok(_) => return Ok(()),
-            Err(err) if switchboard_runtime::kv::already_exists(&err) => {}
+            Err(err) if switchboard_request::kv::already_exists(&err) => {}
             Err(err) => return Err(DirectoryError::store("creating goal cursor", err)),
         }
         match self.cursor(goal_id).await? {
@@ -372,7 +372,7 @@ impl RegistryStore {
                 .await;
             let marker = match stored {
                 Ok(ack) => ack.sequence,
-                Err(err) if switchboard_runtime::kv::lost_expectation(&err) => {
+                Err(err) if switchboard_request::kv::lost_expectation(&err) => {
                     continue;
                 }
                 Err(err) => return Err(DirectoryError::store("deleting goal cursor", err)),

@@ -17,9 +17,9 @@ use switchboard_proto::{
     AgentCard, AgentId, ErrorKind, ErrorReply, GoalId, INBOX_CAP_PER_GOAL, INBOX_HEADER_ALLOWANCE,
     InboxMessage, MAX_INBOX_MESSAGE_BYTES, acl, new_id, subject, timestamp,
 };
+use switchboard_request::request::route_by_skill;
 use switchboard_runtime::micro::AgentRequest;
 use switchboard_runtime::publish::{PublishFailure, Published, publish_refusal};
-use switchboard_runtime::request::route_by_skill;
 use tracing::Instrument;
 
 use crate::config::FanoutConfig;

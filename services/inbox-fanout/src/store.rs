@@ -2,7 +2,7 @@
 //! a goal's unread messages by one batched direct get, and dead letters into `AGENT_DLQ`.
 //!
 //! No consumer is involved anywhere: a read is a batched direct get (ADR-31, nats-server ≥ 2.11,
-//! [`switchboard_runtime::kv::direct_batch`]) of `agent.inbox.<goal_id>` from the sequence after
+//! [`switchboard_request::kv::direct_batch`]) of `agent.inbox.<goal_id>` from the sequence after
 //! the cursor, so it costs the server nothing between reads and any replica can answer it.
 
 use std::collections::HashMap;
@@ -18,7 +18,7 @@ use switchboard_proto::{
     GoalId, HEADER_DLQ_CONSUMER, HEADER_DLQ_DELIVERIES, HEADER_DLQ_REASON, HEADER_DLQ_SEQ,
     HEADER_DLQ_STREAM, HEADER_DLQ_SUBJECT, HEADER_MSG_ID, INBOX_STREAM, inbox_consumer, subject,
 };
-use switchboard_runtime::kv::{BatchEnd, direct_batch, direct_sequence, leader_entry};
+use switchboard_request::kv::{BatchEnd, direct_batch, direct_sequence, leader_entry};
 use switchboard_runtime::store::StoreError;
 
 /// How long one batched read may take to arrive in full.
@@ -221,7 +221,7 @@ impl InboxStore {
                 self.recent.put(goal, record, revision);
                 Ok(Cas::Done(revision))
             }
-            Err(err) if switchboard_runtime::kv::lost_revision(&err) => {
+            Err(err) if switchboard_request::kv::lost_revision(&err) => {
                 self.recent.forget(goal);
                 Ok(Cas::Conflict)
             }
@@ -323,7 +323,7 @@ impl InboxStore {
         );
         headers.insert(
             HEADER_DLQ_REASON,
-            switchboard_runtime::headers::safe_value(reason),
+            switchboard_request::headers::safe_value(reason),
         );
         headers.insert(HEADER_DLQ_STREAM, INBOX_STREAM);
         headers.insert(HEADER_DLQ_SEQ, seq.to_string().as_str());

@@ -22,7 +22,7 @@ use switchboard_proto::call::{
 };
 use switchboard_proto::send::{DeliveryReport, SendRequest, Target, check_gates, unknown_agent};
 use switchboard_proto::{AgentId, ErrorKind, GoalId, MessageKind, new_id, subject, timestamp};
-use switchboard_runtime::request::route_by_skill;
+use switchboard_request::request::route_by_skill;
 use tokio::sync::mpsc;
 
 use crate::correlator::{Correlator, HANDOVER_TIMEOUT, Held, LocalAnswer, Taken, WaitingGuard};

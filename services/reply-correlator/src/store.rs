@@ -31,7 +31,7 @@ use switchboard_proto::call::{
 };
 use switchboard_proto::subject::CALLS_OPEN_INDEX;
 use switchboard_proto::{AgentId, timestamp};
-use switchboard_runtime::kv::stream_snapshot;
+use switchboard_request::kv::stream_snapshot;
 use switchboard_runtime::publish::{publish_all, send_all};
 use switchboard_runtime::store::StoreError;
 use uuid::Uuid;
@@ -314,7 +314,7 @@ impl CallStore {
             .await
         {
             Ok(revision) => Ok(Some(revision)),
-            Err(err) if switchboard_runtime::kv::already_exists(&err) => Ok(None),
+            Err(err) if switchboard_request::kv::already_exists(&err) => Ok(None),
             Err(err) => Err(StoreError::store("recording the call", err)),
         }
     }
@@ -421,7 +421,7 @@ impl CallStore {
             .await
         {
             Ok(revision) => Ok(Some(CallEntry { call, revision })),
-            Err(err) if switchboard_runtime::kv::lost_revision(&err) => Ok(None),
+            Err(err) if switchboard_request::kv::lost_revision(&err) => Ok(None),
             Err(err) => Err(StoreError::store("updating the call", err)),
         }
     }

@@ -15,7 +15,7 @@ use switchboard_proto::task::{CreateTask, TaskRecord, TaskRefusal, TaskReply};
 use switchboard_proto::{
     AgentId, ErrorKind, GoalId, InboxMessage, MessageKind, TaskState, acl, new_id, timestamp,
 };
-use switchboard_runtime::request::route_by_skill;
+use switchboard_request::request::route_by_skill;
 use switchboard_runtime::store::StoreError;
 use time::OffsetDateTime;
 use uuid::Uuid;

@@ -14,7 +14,7 @@ use std::time::Duration;
 use switchboard_proto::registry::TaskLoadReport;
 use switchboard_proto::task::TaskRecord;
 use switchboard_proto::{AgentId, TaskState, acl, subject, timestamp};
-use switchboard_runtime::request::request_json;
+use switchboard_request::request::request_json;
 use switchboard_runtime::store::StoreError;
 use uuid::Uuid;
 

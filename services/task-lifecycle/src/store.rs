@@ -24,7 +24,7 @@ use switchboard_proto::registry::goal_key;
 use switchboard_proto::subject::TASKS_INDEX;
 use switchboard_proto::task::TaskRecord;
 use switchboard_proto::{AgentCard, AgentId, AgentRecord, GoalId};
-use switchboard_runtime::kv::{snapshot, stream_snapshot};
+use switchboard_request::kv::{snapshot, stream_snapshot};
 use switchboard_runtime::publish::publish_durable;
 use switchboard_runtime::store::StoreError;
 use time::OffsetDateTime;
@@ -189,7 +189,7 @@ impl TaskStore {
                 task: task.clone(),
                 revision,
             })),
-            Err(err) if switchboard_runtime::kv::already_exists(&err) => Ok(None),
+            Err(err) if switchboard_request::kv::already_exists(&err) => Ok(None),
             Err(err) => Err(StoreError::store("recording the task", err)),
         }
     }
@@ -212,7 +212,7 @@ impl TaskStore {
                 }
                 Ok(Some(TaskEntry { task, revision }))
             }
-            Err(err) if switchboard_runtime::kv::lost_revision(&err) => Ok(None),
+            Err(err) if switchboard_request::kv::lost_revision(&err) => Ok(None),
             Err(err) => Err(StoreError::store("updating the task", err)),
         }
     }
@@ -306,12 +306,12 @@ impl TaskStore {
         match revision {
             Some(revision) => match self.tasks.update(key, payload, revision).await {
                 Ok(_) => Ok(true),
-                Err(err) if switchboard_runtime::kv::lost_revision(&err) => Ok(false),
+                Err(err) if switchboard_request::kv::lost_revision(&err) => Ok(false),
                 Err(err) => Err(StoreError::store("writing the task load", err)),
             },
             None => match self.tasks.create(key, payload).await {
                 Ok(_) => Ok(true),
-                Err(err) if switchboard_runtime::kv::already_exists(&err) => Ok(false),
+                Err(err) if switchboard_request::kv::already_exists(&err) => Ok(false),
                 Err(err) => Err(StoreError::store("writing the task load", err)),
             },
         }

@@ -22,7 +22,7 @@ use futures::StreamExt;
 use switchboard_proto::{AgentCard, AgentId, AgentRecord, GoalId};
 use tokio_util::sync::CancellationToken;
 
-use switchboard_runtime::kv::snapshot;
+use switchboard_request::kv::snapshot;
 use switchboard_runtime::store::StoreError;
 
 /// What the view knows about one agent.
@@ -445,7 +445,7 @@ pub async fn owns_goal(
     if entry.is_some_and(|entry| entry.operation == kv::Operation::Put) {
         return Ok(true);
     }
-    switchboard_runtime::kv::leader_entry(goals, &key)
+    switchboard_request::kv::leader_entry(goals, &key)
         .await
         .map(|entry| entry.is_some())
         .map_err(|err| StoreError::store("reading the goal", err))

@@ -3,8 +3,8 @@
 //! the W3C trace context every message carries; header values made safe from agents' text;
 //! consistent KV snapshots through direct get.
 //!
-//! The services reach it through `switchboard-runtime` (which re-exports `headers`, `kv`,
-//! `request`, and the `trace` functions from its `telemetry`); an
+//! The services use it directly (the runtime re-exports only the `trace` functions, from its
+//! `telemetry`); an
 //! agent built on `switchboard-client` gets it without the runtime's config loader and
 //! OpenTelemetry exporter.
 

@@ -23,8 +23,9 @@
 //! - [`store`]: the error type of a service's JetStream-backed state.
 //! - [`places`]: a bounded number of places per agent, each freed when its guard drops.
 //! - [`lease`]: a lease on one KV key (one writer among replicas), renewed or lost.
-//! - [`headers`], [`request`], [`kv`]: re-exported from `switchboard-request` (header values
-//!   without CR/LF, JSON requests with typed error replies, consistent KV snapshots).
+//!
+//! JSON requests, safe header values and KV snapshots are `switchboard-request`, which the
+//! services and the Rust client use directly.
 
 pub mod budget;
 pub mod config;
@@ -41,5 +42,4 @@ pub mod store;
 pub mod telemetry;
 
 pub use config::RuntimeConfig;
-pub use switchboard_request::{headers, kv, request};
 pub use tokio_util::sync::CancellationToken;

@@ -17,9 +17,9 @@ use serde_json::Value;
 use switchboard_proto::AgentId;
 use switchboard_proto::registry::{GoalOpenRequest, HeartbeatRequest};
 use switchboard_proto::subject::RegistryOp;
+use switchboard_request::request::request_json;
 use switchboard_runtime::CancellationToken;
 use switchboard_runtime::lease::Lease;
-use switchboard_runtime::request::request_json;
 
 use crate::gateway::{Gateway, SERVICE_TIMEOUT};
 use crate::remote::attempts::Attempts;

@@ -25,8 +25,8 @@ use switchboard_proto::send::SendRequest;
 use switchboard_proto::subject::{self, RegistryOp};
 use switchboard_proto::task::{TaskAction, TaskOp, TaskReply, TaskRequestOp};
 use switchboard_proto::{AgentId, GoalId, InboxMessage, MessageKind, TaskState};
+use switchboard_request::request::{RequestFailure, request_json};
 use switchboard_runtime::CancellationToken;
-use switchboard_runtime::request::{RequestFailure, request_json};
 use tracing::Instrument;
 
 use crate::gateway::{Gateway, SERVICE_TIMEOUT};

@@ -158,7 +158,7 @@ fn trace_headers(headers: &HeaderMap) -> async_nats::HeaderMap {
         switchboard_proto::HEADER_TRACESTATE,
     ] {
         if let Some(value) = headers.get(name).and_then(|value| value.to_str().ok()) {
-            out.insert(name, switchboard_runtime::headers::safe_value(value));
+            out.insert(name, switchboard_request::headers::safe_value(value));
         }
     }
     out

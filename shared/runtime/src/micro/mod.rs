@@ -491,7 +491,7 @@ async fn handle(
             // The message may quote the caller's own words (a bad id, a reason).
             headers.insert(
                 HEADER_SERVICE_ERROR,
-                crate::headers::safe_value(&err.error.message),
+                switchboard_request::headers::safe_value(&err.error.message),
             );
             headers.insert(
                 HEADER_SERVICE_ERROR_CODE,

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use switchboard_proto::{ErrorKind, ErrorReply, HEADER_SERVICE_ERROR_CODE};
-use switchboard_runtime::request::{HEDGE_AFTER, RequestFailure, request_json_retrying};
+use switchboard_request::request::{HEDGE_AFTER, RequestFailure, request_json_retrying};
 use switchboard_testkit::NatsServer;
 use tokio::task::JoinHandle;
 

@@ -6,7 +6,7 @@
 use std::collections::BTreeSet;
 
 use async_nats::jetstream::{self, kv};
-use switchboard_runtime::kv::snapshot;
+use switchboard_request::kv::snapshot;
 use switchboard_testkit::NatsServer;
 
 async fn bucket(js: &jetstream::Context, name: &str, history: i64) -> kv::Store {
@@ -128,7 +128,7 @@ async fn snapshot_of_more_keys_than_one_direct_batch_is_complete() {
     });
     let mut scans = 0;
     while !writer.is_finished() || scans == 0 {
-        let keys: Vec<String> = switchboard_runtime::kv::scan_snapshot(&js, &store, ">")
+        let keys: Vec<String> = switchboard_request::kv::scan_snapshot(&js, &store, ">")
             .await
             .unwrap()
             .into_iter()
