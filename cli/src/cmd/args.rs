@@ -86,3 +86,14 @@ pub(crate) fn global_nats_url(arg: clap::Arg) -> clap::Arg {
         arg
     }
 }
+
+/// Sends a registry request as `acting` without registering it.
+pub(crate) async fn registry_request<T: serde::Serialize>(
+    conn: &Connection,
+    op: switchboard_client::proto::subject::RegistryOp,
+    acting: &Acting,
+    body: &T,
+) -> anyhow::Result<serde_json::Value> {
+    let agent = acting.id()?;
+    crate::nats::request_json(&conn.nats_url, &op.subject(&agent), body).await
+}

@@ -8,8 +8,7 @@ use switchboard_client::proto::inbox::Overflow;
 use switchboard_client::proto::registry::{GoalCloseRequest, GoalKind, GoalOpenRequest};
 use switchboard_client::proto::subject::RegistryOp;
 
-use super::args::{Acting, Connection};
-use super::registry::registry_request;
+use super::args::{Acting, Connection, registry_request};
 
 /// Open or close a goal (a live run with its own durable inbox).
 #[derive(Debug, clap::Args)]

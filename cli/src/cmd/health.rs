@@ -33,7 +33,7 @@ pub async fn run(args: &HealthArgs, json: bool) -> ExitCode {
     };
     let mut healthy = true;
     let mut report = Vec::new();
-    for service in super::up::SERVICES {
+    for service in super::SERVICES {
         let instances = stats_of(&client, service).await;
         if instances.is_empty() {
             healthy = false;

@@ -208,3 +208,14 @@ fn view_of(command: &Command) -> View {
         | Command::A2a(_) => View::Json,
     }
 }
+
+/// The services `up` runs (the services of a running system), by the names they answer
+/// `$SRV` requests and export telemetry under.
+pub(crate) const SERVICES: [&str; 6] = [
+    ::directory::SPEC.name,
+    inbox_fanout::SPEC.name,
+    reply_correlator::SPEC.name,
+    task_lifecycle::SPEC.name,
+    ::audit::SPEC.name,
+    a2a_gateway::SPEC.name,
+];

@@ -6,7 +6,7 @@ use serde_json::Value;
 use switchboard_client::proto::registry::{LookupRequest, PeersRequest};
 use switchboard_client::proto::subject::RegistryOp;
 
-use super::args::{Acting, Connection};
+use super::args::{Acting, Connection, registry_request};
 use crate::card::CardArgs;
 use crate::nats::request_json;
 
@@ -92,17 +92,6 @@ pub(crate) struct LookupArgs {
     acting: Acting,
     #[command(flatten)]
     conn: Connection,
-}
-
-/// Sends a registry request as `acting` without registering it.
-pub(super) async fn registry_request<T: serde::Serialize>(
-    conn: &Connection,
-    op: RegistryOp,
-    acting: &Acting,
-    body: &T,
-) -> anyhow::Result<Value> {
-    let agent = acting.id()?;
-    request_json(&conn.nats_url, &op.subject(&agent), body).await
 }
 
 /// `switchboard register`: the agent's card, sent as the agent (also a heartbeat).

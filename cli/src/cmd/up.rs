@@ -52,17 +52,6 @@ pub struct UpArgs {
     metrics_listen: Option<String>,
 }
 
-/// The services `up` runs (the services of a running system), by the names they answer
-/// `$SRV` requests and export telemetry under.
-pub(crate) const SERVICES: [&str; 6] = [
-    directory::SPEC.name,
-    inbox_fanout::SPEC.name,
-    reply_correlator::SPEC.name,
-    task_lifecycle::SPEC.name,
-    audit::SPEC.name,
-    a2a_gateway::SPEC.name,
-];
-
 /// Where `up` serves `/metrics` when neither the flag nor the config says.
 const METRICS_LISTEN: &str = "127.0.0.1:9464";
 
@@ -96,7 +85,8 @@ pub async fn run(args: UpArgs) -> ExitCode {
         None => {}
     }
     let telemetry =
-        match telemetry::init_hosting("switchboard", &SERVICES, &services.runtime.telemetry) {
+        match telemetry::init_hosting("switchboard", &super::SERVICES, &services.runtime.telemetry)
+        {
             Ok(guard) => guard,
             Err(err) => {
                 eprintln!("switchboard: {err}");
