@@ -26,7 +26,7 @@ use crate::remote::attempts::Attempts;
 use crate::remote::card::{self, RemoteAgent};
 use crate::remote::carrier::Carrier;
 use crate::remote::outbound::RemoteClient;
-use crate::store::Paused;
+use crate::store::{self, Paused};
 
 /// How long a lease lives without renewal (the `a2a_leases` bucket's `max_age`).
 pub const LEASE_TTL: Duration = Duration::from_secs(15);
@@ -43,7 +43,7 @@ pub(crate) async fn run(
     shutdown: CancellationToken,
 ) {
     let buckets = (
-        card::bucket(&js).await,
+        store::remotes_bucket(&js).await,
         js.get_key_value(switchboard_proto::A2A_LEASES_BUCKET).await,
         js.get_key_value(switchboard_proto::A2A_PAUSED_BUCKET).await,
     );
@@ -77,7 +77,7 @@ pub(crate) async fn run(
                 tokio::spawn(held.stop(None));
             }
         }
-        let wanted = match card::list(&remotes).await {
+        let wanted = match store::remotes(&remotes).await {
             Ok(wanted) => wanted,
             Err(err) => {
                 tracing::warn!(error = %err, "remote agents not listed");

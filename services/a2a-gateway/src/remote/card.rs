@@ -1,8 +1,8 @@
 //! Remote A2A agents on the fabric (docs/a2a.md, "Outbound"): `switchboard a2a add <card-url>`
 //! fetches the agent's card, checks it, and records the agent in the `a2a_remotes` bucket; a
-//! gateway replica then carries the agent (`bridge.rs`). This file holds `add`, the card
-//! checks and how an A2A card becomes a directory card; the record (`RemoteAgent`) and its
-//! KV reads and writes are in `store.rs`.
+//! gateway replica then carries the agent (`bridge.rs`). This file holds the card checks and
+//! how an A2A card becomes a directory card; `add.rs` adds an agent, and the record
+//! (`RemoteAgent`) and its KV reads and writes are in `store.rs`.
 //!
 //! The card URL is the operator's word; everything the card says is the remote's. So the
 //! gateway only ever POSTs to a JSON-RPC URL on the card URL's own origin (scheme, host and
@@ -11,13 +11,10 @@
 use std::time::Duration;
 
 use a2a::AgentCard as A2aCard;
-use async_nats::jetstream;
-use serde::Serialize;
 use serde_json::Value;
-use switchboard_proto::{AgentCard, AgentId, GoalId, Skill};
+use switchboard_proto::{AgentCard, AgentId, Skill};
 
 use crate::http::{BodyError, bounded_body};
-use crate::store;
 pub use crate::store::RemoteAgent;
 
 /// Largest card the gateway reads (a card is a few KiB; a bigger answer is not a card).
@@ -83,7 +80,7 @@ pub enum RemoteError {
     Client(String),
     /// Reading or writing the `a2a_remotes` bucket failed.
     #[error("the remote-agent bucket: {0}")]
-    Store(String),
+    Store(#[source] async_nats::Error),
 }
 
 /// The HTTP client the gateway reaches remote agents with ([`crate::http::http_builder`]:
@@ -271,14 +268,14 @@ pub fn fabric_card(remote: &RemoteAgent, card: &A2aCard) -> AgentCard {
 
 /// Remote text fit for an error message on a terminal: no control characters (escape
 /// sequences), at most `max` bytes.
-fn printable(text: &str, max: usize) -> String {
+pub(crate) fn printable(text: &str, max: usize) -> String {
     let clean: String = text.chars().filter(|c| !c.is_control()).collect();
     bounded(&clean, max)
 }
 
 /// At most `max` bytes of `text`, cut at a character boundary (a remote's card is not trusted
 /// to be small).
-fn bounded(text: &str, max: usize) -> String {
+pub(crate) fn bounded(text: &str, max: usize) -> String {
     let mut end = text.len().min(max);
     while !text.is_char_boundary(end) {
         end -= 1;
@@ -296,135 +293,15 @@ fn few(list: Option<&[String]>) -> Vec<String> {
 
 impl RemoteError {
     /// A failure of the `a2a_remotes` bucket.
-    fn store(err: async_nats::Error) -> Self {
-        Self::Store(err.to_string())
+    pub(crate) fn store(err: async_nats::Error) -> Self {
+        Self::Store(err)
     }
-}
-
-/// Opens `a2a_remotes` (created by the gateway at start-up).
-pub async fn bucket(js: &jetstream::Context) -> Result<jetstream::kv::Store, RemoteError> {
-    store::remotes_bucket(js).await.map_err(RemoteError::store)
-}
-
-/// Every remote agent recorded (unreadable entries are skipped with a warning).
-pub async fn list(remotes: &jetstream::kv::Store) -> Result<Vec<RemoteAgent>, RemoteError> {
-    store::remotes(remotes).await.map_err(RemoteError::store)
-}
-
-/// Records `agent` (replacing an earlier record of the same id, whose goal it keeps).
-pub async fn put(remotes: &jetstream::kv::Store, agent: &RemoteAgent) -> Result<(), RemoteError> {
-    store::put_remote(remotes, agent)
-        .await
-        .map_err(RemoteError::store)
-}
-
-/// Forgets remote agent `id`; false when it was not recorded.
-pub async fn remove(remotes: &jetstream::kv::Store, id: &AgentId) -> Result<bool, RemoteError> {
-    store::remove_remote(remotes, id)
-        .await
-        .map_err(RemoteError::store)
-}
-
-/// What `switchboard a2a add` did.
-#[derive(Debug, Clone, Serialize)]
-pub struct Added {
-    /// The record written.
-    pub remote: RemoteAgent,
-    /// The card's name.
-    pub name: String,
-    /// Where the gateway sends to.
-    pub jsonrpc_url: String,
-    /// Whether the remote streams (its answers then come as they are made).
-    pub streaming: bool,
-    /// The skill ids it lists (its capabilities on the fabric).
-    pub skills: Vec<String>,
-}
-
-/// Adds (or updates) the remote agent whose card is at `card_url`, as `as_id` or an id made
-/// from the card's name: checks the card and its JSON-RPC interface, refuses an id a
-/// Switchboard agent holds, keeps the goal of an earlier record of the same id. The
-/// `a2a_remotes` bucket must exist (a gateway that ran once created it).
-pub async fn add(
-    js: &jetstream::Context,
-    http: &reqwest::Client,
-    card_url: &str,
-    as_id: Option<&str>,
-) -> Result<Added, RemoteError> {
-    add_with(js, http, card_url, as_id, false).await
-}
-
-/// [`add`], and with `route_skills` open it to `skill:` routing for the skills its card lists
-/// now (pinned: a later card cannot add to them).
-pub async fn add_with(
-    js: &jetstream::Context,
-    http: &reqwest::Client,
-    card_url: &str,
-    as_id: Option<&str>,
-    route_skills: bool,
-) -> Result<Added, RemoteError> {
-    let requested = as_id.map(check_id).transpose()?;
-    let card = fetch_card(http, card_url).await?;
-    let url = jsonrpc_url(&card, card_url)?;
-    let agent_id = match requested {
-        Some(id) => id,
-        None => agent_id_from_name(&card.name).ok_or_else(|| {
-            RemoteError::BadId(format!(
-                "the card's name `{}` makes no agent id; give one with --as",
-                printable(&card.name, 80)
-            ))
-        })?,
-    };
-    let remotes = bucket(js).await.map_err(|err| {
-        RemoteError::Store(format!(
-            "{err} (start the A2A gateway once: it creates the bucket)"
-        ))
-    })?;
-    let known = list(&remotes).await?;
-    let earlier = known.iter().find(|r| r.agent_id == agent_id);
-    if earlier.is_none() {
-        if known.len() >= MAX_REMOTES {
-            return Err(RemoteError::TooMany);
-        }
-        // An id a Switchboard agent registered is not taken over: messages meant for that
-        // agent would go to the remote.
-        if let Some(value) = store::registered(js, &agent_id)
-            .await
-            .map_err(RemoteError::store)?
-        {
-            let remote_card = serde_json::from_slice::<switchboard_proto::AgentRecord>(&value)
-                .is_ok_and(|record| record.card.metadata.contains_key(CARD_URL_KEY));
-            if !remote_card {
-                return Err(RemoteError::Taken(agent_id));
-            }
-        }
-    }
-    let remote = RemoteAgent {
-        agent_id,
-        card_url: card_url.to_owned(),
-        goal_id: earlier.map_or_else(GoalId::default, |r| r.goal_id),
-        added_at: earlier.map_or_else(switchboard_proto::timestamp::now, |r| r.added_at),
-        skills: Some(
-            card.skills
-                .iter()
-                .take(64)
-                .map(|skill| bounded(&skill.id, 64))
-                .collect(),
-        ),
-        route_skills,
-    };
-    put(&remotes, &remote).await?;
-    Ok(Added {
-        remote,
-        name: card.name.clone(),
-        jsonrpc_url: url,
-        streaming: card.capabilities.streaming == Some(true),
-        skills: card.skills.iter().map(|skill| skill.id.clone()).collect(),
-    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use switchboard_proto::GoalId;
 
     fn card(interfaces: &[(&str, &str, &str)]) -> A2aCard {
         let interfaces: Vec<Value> = interfaces
