@@ -477,3 +477,112 @@ async fn a_hostile_rest_client_reaches_nothing_that_is_not_its_own() {
     .await;
     assert_eq!(again.status, 200);
 }
+
+/// The limits a message carried as a call runs into: an agent that takes calls but never
+/// answers (the blocking wait ends with the fabric's `timeout`, as -32603 over JSON-RPC), and
+/// a client whose every stream slot is held (a blocking call takes one too: 429 over REST,
+/// at once, not after the wait).
+#[tokio::test]
+async fn a_silent_call_taker_times_out_and_a_client_at_its_slot_cap_gets_429() {
+    use a2a_gateway::serve::messages::{AS_CALLS, MESSAGES_KEY};
+    let a2a = A2a::start_with(|config| {
+        config.blocking_timeout_ms = 1_000;
+        config.max_streams_per_client = 1;
+    })
+    .await;
+    let mut card = switchboard_tests::card("silent");
+    card.metadata.insert(MESSAGES_KEY.into(), AS_CALLS.into());
+    let silent =
+        switchboard_tests::agent_with(&a2a.fabric.url(), card, Duration::from_secs(3600)).await;
+    let _goal = silent.open_goal().await.unwrap();
+
+    let started = std::time::Instant::now();
+    let waited = a2a
+        .rpc(
+            "silent",
+            "SendMessage",
+            json!({"message": message("anyone?", None)}),
+        )
+        .await;
+    assert_eq!(waited["error"]["code"], -32603, "{waited}");
+    let info = &waited["error"]["data"][0];
+    assert_eq!(info["metadata"]["switchboardKind"], "timeout", "{waited}");
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(900) && took < Duration::from_secs(10),
+        "the wait is blocking_timeout_ms: {took:?}"
+    );
+
+    // One stream held (the sleeper never takes its task) fills the client's one slot.
+    let _held = a2a
+        .stream_to(
+            "sleeper",
+            "SendStreamingMessage",
+            json!({"message": message("hold", None)}),
+            None,
+        )
+        .await;
+    let started = std::time::Instant::now();
+    let body = json!({"message": message("anyone?", None)}).to_string();
+    let refused = rest(
+        &a2a,
+        "POST",
+        "/agents/silent/message:send",
+        &[],
+        body.as_bytes(),
+    )
+    .await;
+    let (status, _, grpc_status, _) = rest_error(&refused);
+    assert_eq!(status, 429, "{}", refused.json());
+    assert_eq!(grpc_status, "RESOURCE_EXHAUSTED");
+    assert!(
+        started.elapsed() < Duration::from_millis(900),
+        "refused at once"
+    );
+}
+
+/// `Task.history` of a task that asks more questions than `a2a_history` keeps (each question
+/// and its answer are two of its 32): the request that made the task stays first, then the
+/// latest 32 follow-ups; the oldest question and answer go.
+#[tokio::test]
+async fn a_tasks_history_keeps_its_request_and_the_latest_32_follow_ups() {
+    let a2a = A2a::start().await;
+    let _caller = a2a.spawn_caller().await;
+    let asked = a2a
+        .rpc(
+            "caller",
+            "SendMessage",
+            json!({"message": message("ask 17", None)}),
+        )
+        .await;
+    let mut task = asked["result"]["task"].clone();
+    let id = task["id"].as_str().unwrap().to_owned();
+    for n in 1..=17 {
+        assert_eq!(
+            task["status"]["state"], "TASK_STATE_INPUT_REQUIRED",
+            "question {n}: {task}"
+        );
+        let mut answer = message(&format!("a{n}"), None);
+        answer["taskId"] = json!(id);
+        let sent = a2a
+            .rpc("caller", "SendMessage", json!({"message": answer}))
+            .await;
+        task = sent["result"]["task"].clone();
+    }
+    assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED", "{task}");
+    let got = a2a.rpc("caller", "GetTask", json!({"id": id})).await;
+    let history = got["result"]["history"].as_array().unwrap();
+    let texts: Vec<&str> = history
+        .iter()
+        .map(|item| item["parts"][0]["text"].as_str().unwrap_or(""))
+        .collect();
+    // 17 questions and answers are 34 follow-ups: the first two went.
+    assert_eq!(history.len(), 1 + 32, "{texts:?}");
+    assert_eq!(texts[0], "ask 17", "{texts:?}");
+    assert_eq!(texts[1], "q2?", "{texts:?}");
+    assert_eq!(texts.last().copied(), Some("a17"), "{texts:?}");
+    assert!(
+        !texts.contains(&"q1?") && !texts.contains(&"a1"),
+        "{texts:?}"
+    );
+}

@@ -44,11 +44,17 @@ pub struct A2a {
     pub fabric: Fabric,
     pub port: u16,
     gateway: Option<Replica>,
+    config: GatewayConfig,
     stop: CancellationToken,
 }
 
 impl A2a {
     pub async fn start() -> Self {
+        Self::start_with(|_| {}).await
+    }
+
+    /// As [`A2a::start`], with the gateway's settings changed by `settings` (lower limits).
+    pub async fn start_with(settings: impl FnOnce(&mut GatewayConfig)) -> Self {
         let fabric = Fabric::start().await;
         let (echo, goal) = fabric.agent_with_goal("echo").await;
         let _sleeper = fabric.agent_with_goal("sleeper").await;
@@ -68,10 +74,13 @@ impl A2a {
         // The sleeper's agent stays registered, with a goal, and reads nothing.
         std::mem::forget(_sleeper);
         let port = free_port();
+        let mut config = gateway_config(port);
+        settings(&mut config);
         let mut a2a = Self {
             fabric,
             port,
             gateway: None,
+            config,
             stop,
         };
         a2a.start_gateway().await;
@@ -79,7 +88,7 @@ impl A2a {
     }
 
     async fn start_gateway(&mut self) {
-        let (replica, Handle::Listening(address)) = Service::Gateway(gateway_config(self.port))
+        let (replica, Handle::Listening(address)) = Service::Gateway(self.config.clone())
             .start_with_handle(&runtime(&self.fabric.url()))
             .await
         else {
@@ -287,7 +296,9 @@ impl A2a {
                             caller.reply_part(call, 1, "one ").await.unwrap();
                             caller.reply_part(call, 2, "two ").await.unwrap();
                             caller.reply(call, "three").await.unwrap();
-                        } else if message.body.starts_with("task") || message.body == "ask twice" {
+                        } else if message.body.starts_with("task")
+                            || message.body.starts_with("ask ")
+                        {
                             let marker = switchboard_proto::Part::Data {
                                 data: json!({ TASK_MARKER_KEY: TASK_MARKER }),
                             };
@@ -328,9 +339,17 @@ impl A2a {
                             };
                             caller.task_op(TaskOp::Progress, progress).await.unwrap();
                         }
-                        let outcome = if message.body == "ask twice" {
+                        let questions: Vec<String> = match message.body.as_str() {
+                            "ask twice" => vec!["first?".into(), "second?".into()],
+                            body => body
+                                .strip_prefix("ask ")
+                                .and_then(|count| count.parse::<usize>().ok())
+                                .map(|count| (1..=count).map(|n| format!("q{n}?")).collect())
+                                .unwrap_or_default(),
+                        };
+                        let outcome = if !questions.is_empty() {
                             let mut answers = Vec::new();
-                            for question in ["first?", "second?"] {
+                            for question in &questions {
                                 caller.ask_requester(task_id, question).await.unwrap();
                                 let answer = loop {
                                     let answer = next().await;
