@@ -8,14 +8,12 @@
 mod common;
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use common::System;
 use switchboard_client::proto::{AgentCard, AgentId};
 use switchboard_client::{Agent, AgentOptions, TaskOutcome};
 use switchboard_runtime::CancellationToken;
-use switchboard_testkit::{python_bin, workspace_root};
-use tokio::io::{AsyncBufReadExt, BufReader};
+use switchboard_testkit::{python_call, start_ts_relay};
 
 fn seed(system: &System, agent: &str) -> String {
     std::fs::read_to_string(system.agent_key(agent))
@@ -50,66 +48,19 @@ async fn both_sdks_work_signed_in_with_their_generated_keys() {
             .await;
     });
 
-    let mut relay = tokio::process::Command::new("node")
-        .current_dir(workspace_root().join("sdk/typescript"))
-        .args([
-            "dist/examples/relay.js",
-            &system.url(),
-            "ts-relay",
-            "rust-worker",
-        ])
-        .env("SWITCHBOARD_NKEY_SEED", seed(&system, "ts-relay"))
-        .stdout(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("node runs the built TypeScript SDK (make test builds it)");
-    let mut lines = BufReader::new(relay.stdout.take().unwrap()).lines();
-    let ready = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
-        .await
-        .expect("the TypeScript agent starts within 30 s")
-        .unwrap()
-        .unwrap_or_default();
-    assert!(ready.starts_with("ready"), "{ready}");
+    let relay_seed = seed(&system, "ts-relay");
+    let mut relay =
+        start_ts_relay(&system.url(), "ts-relay", "rust-worker", Some(&relay_seed)).await;
 
-    let script = format!(
-        "import asyncio\nfrom switchboard import Agent\n\
-         async def main():\n    \
-             async with await Agent.connect({url:?}, 'py-sdk', nkey_seed={seed:?}) as agent:\n        \
-                 print((await agent.call('ts-relay', 'hello', timeout_ms=20000))['body'])\n\
-         asyncio.run(main())\n",
-        url = system.url(),
-        seed = seed(&system, "py-sdk"),
-    );
-    let output = tokio::time::timeout(
-        Duration::from_secs(60),
-        tokio::process::Command::new(python_bin())
-            .args(["-c", &script])
-            .env("PYTHONPATH", workspace_root().join("sdk/python"))
-            .output(),
-    )
-    .await
-    .expect("the Python agent finishes within 60 s")
-    .unwrap();
+    let py_seed = seed(&system, "py-sdk");
+    let output = python_call(&system.url(), "py-sdk", Some(&py_seed), "ts-relay", "hello").await;
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "{stdout}\n{stderr}");
     assert_eq!(stdout.trim(), "via ts-relay: rust did: hello");
 
     // Signed in as itself only: the Python SDK with another agent's key cannot speak as it.
-    let impostor = format!(
-        "import asyncio\nfrom switchboard import Agent\n\
-         async def main():\n    \
-             await Agent.connect({url:?}, 'ts-relay', nkey_seed={seed:?})\n\
-         asyncio.run(main())\n",
-        url = system.url(),
-        seed = seed(&system, "py-sdk"),
-    );
-    let refused = tokio::process::Command::new(python_bin())
-        .args(["-c", &impostor])
-        .env("PYTHONPATH", workspace_root().join("sdk/python"))
-        .output()
-        .await
-        .unwrap();
+    let refused = python_call(&system.url(), "ts-relay", Some(&py_seed), "ts-relay", "hi").await;
     assert!(!refused.status.success(), "py-sdk's key spoke as ts-relay");
     stop.cancel();
     let _ = relay.kill().await;

@@ -54,7 +54,8 @@
 //! [`create_stream`]), `eventually.rs` (the bounded polling), `spawn.rs` (the process plumbing
 //! both share), `paths.rs` (where nats-server and the Python venv are), `process.rs` (service
 //! binaries as child processes), `binary.rs` ([`ServiceBinary`]: the start, ask, stop and
-//! bad-settings checks every `services/*/tests/binary.rs` runs).
+//! bad-settings checks every `services/*/tests/binary.rs` runs), `sdk.rs` (the TypeScript relay
+//! and a Python SDK caller the cross-language tests run).
 
 // Panicking with a clear message is the intended way for test setup to fail,
 // so unwrap/expect (denied workspace-wide outside tests) are fine here.
@@ -66,6 +67,7 @@ mod eventually;
 mod login;
 mod paths;
 pub mod process;
+mod sdk;
 mod server;
 mod spawn;
 
@@ -76,6 +78,7 @@ pub use cluster::{NatsCluster, create_stream};
 pub use eventually::eventually;
 pub use login::Login;
 pub use paths::{nats_server_bin, python_bin, workspace_root};
+pub use sdk::{python_call, start_ts_relay};
 pub use server::NatsServer;
 pub use spawn::free_port;
 
