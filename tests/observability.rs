@@ -192,10 +192,9 @@ async fn settled(
     root: &str,
     done: impl Fn(&[&ReceivedSpan]) -> bool,
 ) -> Vec<ReceivedSpan> {
+    // The trace's size when it is whole and `done`.
     let is_settled = |spans: &[ReceivedSpan]| {
-        let Some(top) = spans.iter().find(|span| span.name == root) else {
-            return false;
-        };
+        let top = spans.iter().find(|span| span.name == root)?;
         let trace: Vec<&ReceivedSpan> = spans
             .iter()
             .filter(|span| span.trace_id == top.trace_id)
@@ -204,13 +203,14 @@ async fn settled(
         let whole = trace
             .iter()
             .all(|span| span.parent.is_empty() || ids.contains(span.parent.as_str()));
-        whole && done(&trace)
+        (whole && done(&trace)).then_some(trace.len())
     };
-    // The spans as they were when the trace settled (later ones are not the caller's).
+    // The spans as they were when the trace settled (later ones are not the caller's). A
+    // caller's `done` names every span it checks: services export on their own schedules.
     let found = std::cell::RefCell::new(None);
     let _settled = switchboard_testkit::eventually(Duration::from_secs(10), || async {
         let spans = otlp.spans();
-        let now = is_settled(&spans);
+        let now = is_settled(&spans).is_some();
         if now {
             *found.borrow_mut() = Some(spans);
         }
@@ -288,29 +288,15 @@ async fn the_demo_is_whole_traces_per_service_and_the_metrics_move() {
         trace.iter().any(|span| span.name == "inbox-fanout.send")
     })
     .await;
-    let spans = settled(&otlp, "demo-coordinator: delegate a task", |trace| {
-        trace
-            .iter()
-            .filter(|span| span.service == "task-lifecycle")
-            .count()
-            >= 5
-    })
-    .await;
-    let task = trace_of(&spans, "demo-coordinator: delegate a task");
-    assert_one_tree(&task, "demo-coordinator: delegate a task");
-    let services: BTreeSet<&str> = task.iter().map(|span| span.service.as_str()).collect();
-    for service in [
+    const SERVICES: [&str; 6] = [
         "demo-coordinator",
         "demo-researcher",
         "demo-writer",
         "task-lifecycle",
         "reply-correlator",
         "inbox-fanout",
-    ] {
-        assert!(services.contains(service), "{service} not in {services:?}");
-    }
-    let names: BTreeSet<&str> = task.iter().map(|span| span.name.as_str()).collect();
-    for name in [
+    ];
+    const NAMES: [&str; 7] = [
         "task-lifecycle.create",
         "task-lifecycle.accept",
         "task-lifecycle.start",
@@ -318,7 +304,23 @@ async fn the_demo_is_whole_traces_per_service_and_the_metrics_move() {
         "task-lifecycle.complete",
         "reply-correlator.call",
         "reply-correlator.reply",
-    ] {
+    ];
+    // Settled once every span the checks below name has arrived (each service exports on
+    // its own schedule: a reply's span may come after the task's).
+    let spans = settled(&otlp, "demo-coordinator: delegate a task", |trace| {
+        let has = |wanted: &str| trace.iter().any(|span| span.name == wanted);
+        let from = |wanted: &str| trace.iter().any(|span| span.service == wanted);
+        NAMES.iter().all(|name| has(name)) && SERVICES.iter().all(|service| from(service))
+    })
+    .await;
+    let task = trace_of(&spans, "demo-coordinator: delegate a task");
+    assert_one_tree(&task, "demo-coordinator: delegate a task");
+    let services: BTreeSet<&str> = task.iter().map(|span| span.service.as_str()).collect();
+    for service in SERVICES {
+        assert!(services.contains(service), "{service} not in {services:?}");
+    }
+    let names: BTreeSet<&str> = task.iter().map(|span| span.name.as_str()).collect();
+    for name in NAMES {
         assert!(names.contains(name), "{name} not in {names:?}");
     }
     // The ids are attributes: every task span names the one task, the call's spans its id.
