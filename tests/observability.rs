@@ -807,8 +807,18 @@ async fn a_task_with_two_subtasks_its_transitions_and_updates_are_one_trace() {
     .await;
     let spans = settled(&otlp, "lead: plan", |trace| {
         let named = |name: &str| trace.iter().filter(|span| span.name == name).count();
+        let read = |reader: &str| {
+            trace
+                .iter()
+                .any(|span| span.service == reader && span.name == "process agent.inbox")
+        };
         named("task-lifecycle.create") + named("task-lifecycle.spawn") == 3
-            && named("task-lifecycle.complete") == 3
+            && ["accept", "start", "complete"]
+                .iter()
+                .all(|op| named(&format!("task-lifecycle.{op}")) == 3)
+            && ["helper", "lead", "worker"]
+                .iter()
+                .all(|reader| read(reader))
     })
     .await;
     let trace = trace_of(&spans, "lead: plan");
