@@ -18,8 +18,6 @@ A2A spec says.
 import argparse
 import asyncio
 import json
-import sys
-import uuid
 
 import httpx
 from a2a.client import A2ACardResolver, ClientCallContext, ClientConfig, ClientFactory
@@ -27,9 +25,6 @@ from a2a.types import (
     CancelTaskRequest,
     GetTaskRequest,
     ListTasksRequest,
-    Message,
-    Part,
-    Role,
     SendMessageConfiguration,
     SendMessageRequest,
     SubscribeToTaskRequest,
@@ -37,15 +32,7 @@ from a2a.types import (
     TaskState,
 )
 
-
-def message(text: str) -> Message:
-    return Message(role=Role.ROLE_USER, message_id=str(uuid.uuid4()), parts=[Part(text=text)])
-
-
-def check(condition: bool, what: str) -> None:
-    if not condition:
-        print(f"FAILED: {what}", file=sys.stderr)
-        sys.exit(1)
+from a2a_common import check, message
 
 
 def event_seq(event) -> int:
@@ -116,10 +103,7 @@ async def input_round_trip(http: httpx.AsyncClient, base: str) -> dict:
         asked = event.task
     check(asked.status.state == TaskState.TASK_STATE_INPUT_REQUIRED, f"asks: {asked.status}")
     question = asked.status.message.parts[0].text
-    answer = Message(
-        role=Role.ROLE_USER, message_id=str(uuid.uuid4()), task_id=asked.id,
-        parts=[Part(text="French")],
-    )
+    answer = message("French", task_id=asked.id)
     done = None
     async for event in blocking.send_message(SendMessageRequest(message=answer)):
         done = event.task

@@ -15,7 +15,6 @@ A2A spec says.
 import argparse
 import asyncio
 import json
-import sys
 import uuid
 
 import httpx
@@ -24,7 +23,6 @@ from a2a.types import (
     CancelTaskRequest,
     GetTaskRequest,
     ListTasksRequest,
-    Message,
     Part,
     Role,
     SendMessageConfiguration,
@@ -32,18 +30,9 @@ from a2a.types import (
     TaskState,
 )
 
+from a2a_common import check, message
+
 RAW = b"\x00\x01tck\xff"
-
-
-def message(text: str, task_id: str = "", context_id: str = "", parts=()) -> Message:
-    return Message(role=Role.ROLE_USER, message_id=str(uuid.uuid4()), task_id=task_id,
-                   context_id=context_id, parts=[Part(text=text), *parts])
-
-
-def check(condition: bool, what: str) -> None:
-    if not condition:
-        print(f"FAILED: {what}", file=sys.stderr)
-        sys.exit(1)
 
 
 async def one(client, request: SendMessageRequest):
