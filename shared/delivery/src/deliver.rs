@@ -13,7 +13,9 @@ use bytes::Bytes;
 use serde_json::{Map, Value};
 use switchboard_proto::receipt::{PendingRead, RECEIPT_MARK, ReceiptState};
 use switchboard_proto::{AgentId, GoalId, InboxMessage, MessageKind, subject, timestamp};
-use switchboard_runtime::publish::{PublishFailure, Published, publish_all, publish_durable};
+use switchboard_runtime::publish::{
+    PublishFailure, Published, json_payload, publish_all, publish_durable,
+};
 
 use crate::room::{self, Room};
 
@@ -59,13 +61,7 @@ pub async fn deliver_json<T: serde::Serialize>(
     msg_id: &str,
     value: &T,
 ) -> Result<Published, PublishFailure> {
-    let payload = serde_json::to_vec(value).map_err(|err| PublishFailure {
-        subject: subject.to_owned(),
-        attempts: 0,
-        last: format!("encoding: {err}"),
-        full: false,
-    })?;
-    deliver(js, subject, msg_id, payload.into()).await
+    deliver(js, subject, msg_id, json_payload(subject, value)?).await
 }
 
 /// Delivers several messages (subject, `Nats-Msg-Id`, payload) at once: every publish is sent

@@ -240,6 +240,22 @@ impl Sent<'_> {
     }
 }
 
+/// `value` as the JSON payload of a publish to `subject`; a value that does not encode is a
+/// failure of that publish (no attempt made).
+pub fn json_payload<T: serde::Serialize>(
+    subject: &str,
+    value: &T,
+) -> Result<Bytes, PublishFailure> {
+    serde_json::to_vec(value)
+        .map(Bytes::from)
+        .map_err(|err| PublishFailure {
+            subject: subject.to_owned(),
+            attempts: 0,
+            last: format!("encoding: {err}"),
+            full: false,
+        })
+}
+
 /// Encodes `value` as JSON and publishes it with [`publish_durable`].
 pub async fn publish_json<T: serde::Serialize>(
     js: &jetstream::Context,
@@ -247,13 +263,7 @@ pub async fn publish_json<T: serde::Serialize>(
     msg_id: &str,
     value: &T,
 ) -> Result<Published, PublishFailure> {
-    let payload = serde_json::to_vec(value).map_err(|err| PublishFailure {
-        subject: subject.to_owned(),
-        attempts: 0,
-        last: format!("encoding: {err}"),
-        full: false,
-    })?;
-    publish_durable(js, subject, msg_id, payload.into()).await
+    publish_durable(js, subject, msg_id, json_payload(subject, value)?).await
 }
 
 /// Publishes an event about a state change that is already committed: it is retried like any
