@@ -12,33 +12,11 @@
 
 use std::path::{Path, PathBuf};
 
+use switchboard_tests::rust_files;
+
 /// The workspace root (this crate lives in `tests/`).
 fn root() -> PathBuf {
     Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/..")).to_path_buf()
-}
-
-/// Every `.rs` file below `dir`, skipping build output.
-fn rust_files(dir: &Path) -> Vec<PathBuf> {
-    let mut found = Vec::new();
-    let mut todo = vec![dir.to_path_buf()];
-    while let Some(dir) = todo.pop() {
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            continue;
-        };
-        for entry in entries.flatten() {
-            let path = entry.path();
-            let name = entry.file_name();
-            if path.is_dir() {
-                if name != "target" && name != ".git" && name != ".venv" {
-                    todo.push(path);
-                }
-            } else if path.extension().is_some_and(|ext| ext == "rs") {
-                found.push(path);
-            }
-        }
-    }
-    found.sort();
-    found
 }
 
 fn relative(path: &Path) -> String {

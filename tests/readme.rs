@@ -16,6 +16,8 @@
 
 use std::path::{Path, PathBuf};
 
+use switchboard_tests::rust_files;
+
 /// README.md's size limit, in bytes.
 const MAX_README_BYTES: usize = 10 * 1024;
 
@@ -106,28 +108,6 @@ fn crates_under(dir: &str) -> Vec<String> {
         .map(|entry| format!("{dir}/{}", entry.file_name().to_string_lossy()))
         .collect();
     found.sort();
-    found
-}
-
-/// Every `.rs` file below `dir`, skipping build output.
-fn rust_files(dir: &Path) -> Vec<PathBuf> {
-    let mut found = Vec::new();
-    let mut todo = vec![dir.to_path_buf()];
-    while let Some(dir) = todo.pop() {
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            continue;
-        };
-        for entry in entries.flatten() {
-            let path = entry.path();
-            if path.is_dir() {
-                if entry.file_name() != "target" {
-                    todo.push(path);
-                }
-            } else if path.extension().is_some_and(|ext| ext == "rs") {
-                found.push(path);
-            }
-        }
-    }
     found
 }
 
