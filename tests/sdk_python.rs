@@ -5,7 +5,9 @@
 
 use std::time::Duration;
 
+use switchboard_testkit::{python_bin, stdout_of};
 use switchboard_tests::Fabric;
+use tokio::process::Command;
 
 #[tokio::test]
 async fn the_python_sdk_suite_passes_against_a_real_fabric() {
@@ -15,29 +17,25 @@ async fn the_python_sdk_suite_passes_against_a_real_fabric() {
     let source = tempfile::tempdir().unwrap();
     copy_tree(&root.join("sdk/python"), source.path()).expect("the SDK copies into a tempdir");
     let installed = tempfile::tempdir().unwrap();
-    let install = tokio::process::Command::new(switchboard_testkit::python_bin())
-        .current_dir(source.path())
-        .args([
-            "-m",
-            "pip",
-            "install",
-            "-q",
-            "--no-deps",
-            "--no-build-isolation",
-        ])
-        .args(["--target", &installed.path().display().to_string()])
-        .arg(".")
-        .output()
-        .await
-        .unwrap();
-    assert!(
-        install.status.success(),
-        "pip install ./sdk/python: {}",
-        String::from_utf8_lossy(&install.stderr)
-    );
-    let output = tokio::time::timeout(
+    stdout_of(
+        Command::new(python_bin())
+            .current_dir(source.path())
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "-q",
+                "--no-deps",
+                "--no-build-isolation",
+            ])
+            .args(["--target", &installed.path().display().to_string()])
+            .arg("."),
         Duration::from_secs(300),
-        tokio::process::Command::new(switchboard_testkit::python_bin())
+        "pip install ./sdk/python",
+    )
+    .await;
+    let stdout = stdout_of(
+        Command::new(python_bin())
             .current_dir(&root)
             .args([
                 "-m",
@@ -48,18 +46,11 @@ async fn the_python_sdk_suite_passes_against_a_real_fabric() {
                 "no:cacheprovider",
             ])
             .env("SWITCHBOARD_NATS_URL", fabric.url())
-            .env("PYTHONPATH", installed.path())
-            .output(),
+            .env("PYTHONPATH", installed.path()),
+        Duration::from_secs(300),
+        "the Python SDK suite (pytest)",
     )
-    .await
-    .expect("the SDK suite finishes within 300 s")
-    .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        output.status.success(),
-        "pytest failed:\n{stdout}\n{stderr}"
-    );
+    .await;
     assert!(stdout.contains("passed"), "{stdout}");
 }
 

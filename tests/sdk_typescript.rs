@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use switchboard_testkit::stdout_of;
 use switchboard_tests::Fabric;
 
 #[tokio::test]
@@ -20,24 +21,16 @@ async fn the_typescript_sdk_suite_passes_against_a_real_fabric() {
         .map(|name| format!("dist/test/{name}"))
         .collect();
     files.sort();
-    let output = tokio::time::timeout(
-        Duration::from_secs(300),
+    let stdout = stdout_of(
         tokio::process::Command::new("node")
             .current_dir(&sdk)
             .args(["--test", "--test-reporter=spec"])
             .args(&files)
-            .env("SWITCHBOARD_NATS_URL", fabric.url())
-            .output(),
+            .env("SWITCHBOARD_NATS_URL", fabric.url()),
+        Duration::from_secs(300),
+        "the TypeScript SDK suite",
     )
-    .await
-    .expect("the SDK suite finishes within 300 s")
-    .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        output.status.success(),
-        "the TypeScript SDK suite failed:\n{stdout}\n{stderr}"
-    );
+    .await;
     assert!(
         stdout.contains("pass ") && stdout.contains("fail 0"),
         "{stdout}"

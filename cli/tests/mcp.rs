@@ -9,7 +9,7 @@ mod common;
 use std::time::Duration;
 
 use common::{BIN, System, json};
-use switchboard_testkit::{python_bin, workspace_root};
+use switchboard_testkit::{python_bin, stdout_of, workspace_root};
 
 #[tokio::test]
 async fn two_mcp_agents_exchange_a_message_and_a_call_through_the_official_sdk() {
@@ -25,8 +25,7 @@ async fn the_official_sdk_drives_agents_signed_in_with_their_own_keys() {
 
 async fn exchange(system: &System) {
     let script = workspace_root().join("tests/python/mcp_two_agents.py");
-    let output = tokio::time::timeout(
-        Duration::from_secs(120),
+    let stdout = stdout_of(
         tokio::process::Command::new(python_bin())
             .arg(&script)
             .arg(BIN)
@@ -36,19 +35,11 @@ async fn exchange(system: &System) {
                     .keys
                     .as_ref()
                     .map(|_| system.agent_key("KEY").parent().unwrap().to_owned()),
-            )
-            .kill_on_drop(true)
-            .output(),
+            ),
+        Duration::from_secs(120),
+        "the MCP client session",
     )
-    .await
-    .expect("the MCP session finishes within 120 s")
-    .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        output.status.success(),
-        "MCP client failed:\n{stderr}\n{stdout}"
-    );
+    .await;
     let report: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap())
         .unwrap_or_else(|err| panic!("{err}: {stdout}"));
 

@@ -241,24 +241,16 @@ impl A2a {
         let script = switchboard_testkit::workspace_root()
             .join("tests/python")
             .join(script);
-        let output = tokio::time::timeout(
-            Duration::from_secs(120),
+        let stdout = switchboard_testkit::stdout_of(
             tokio::process::Command::new(switchboard_testkit::python_bin())
                 .arg(script)
                 .args(["--base", &format!("http://127.0.0.1:{}", self.port)])
                 .args(["--token", TOKEN])
-                .args(args)
-                .output(),
+                .args(args),
+            Duration::from_secs(120),
+            &format!("the a2a-sdk client {args:?}"),
         )
-        .await
-        .expect("the SDK client finishes within 120 s")
-        .unwrap();
-        let stdout = String::from_utf8_lossy(&output.stdout);
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert!(
-            output.status.success(),
-            "{args:?}: stdout: {stdout}\nstderr: {stderr}"
-        );
+        .await;
         serde_json::from_str(stdout.trim()).unwrap()
     }
 }

@@ -78,7 +78,7 @@ pub use cluster::{NatsCluster, create_stream};
 pub use eventually::eventually;
 pub use login::Login;
 pub use paths::{nats_server_bin, python_bin, workspace_root};
-pub use sdk::{python_call, start_ts_relay};
+pub use sdk::{python_call, start_ts_relay, stdout_of};
 pub use server::NatsServer;
 pub use spawn::free_port;
 

@@ -1,6 +1,8 @@
-//! The SDK agents the cross-language tests run beside a Rust one: the TypeScript SDK's relay
-//! example (`sdk/typescript/examples/relay.ts`, built by `make test`) and a Python SDK agent
-//! that makes one call. Both take an NKey seed when the fabric runs under generated accounts.
+//! The programs in other languages the tests run: any of them to success within a deadline
+//! ([`stdout_of`]), and the SDK agents the cross-language tests run beside a Rust one — the
+//! TypeScript SDK's relay example (`sdk/typescript/examples/relay.ts`, built by `make test`)
+//! and a Python SDK agent that makes one call. Both take an NKey seed when the fabric runs
+//! under generated accounts.
 
 use std::process::Output;
 use std::time::Duration;
@@ -9,6 +11,24 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
 use crate::paths::{python_bin, workspace_root};
+
+/// Runs `command` (its output captured) and returns its stdout, failing the test when it does
+/// not finish within `within` or exits non-zero (`what` names it; its stdout and stderr are
+/// shown).
+pub async fn stdout_of(command: &mut Command, within: Duration, what: &str) -> String {
+    let output = tokio::time::timeout(within, command.kill_on_drop(true).output())
+        .await
+        .unwrap_or_else(|_| panic!("{what} finishes within {within:?}"))
+        .unwrap_or_else(|err| panic!("{what} runs: {err}"));
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "{what} failed ({}):\n{stdout}\n{stderr}",
+        output.status
+    );
+    stdout
+}
 
 /// Starts the TypeScript relay as agent `id` on `nats_url`: it answers each call by giving
 /// the work as a task to `worker` and answering with its result (`via <id>: <result>`).
