@@ -490,3 +490,35 @@ pub async fn remove_remote(
     }
     Ok(known)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn said(n: usize, bytes: usize) -> a2a::Message {
+        crate::mapping::agent_message("t", "c", &"x".repeat(bytes), format!("m{n}"))
+    }
+
+    #[test]
+    fn a_history_keeps_the_latest_32_messages_within_256_kib() {
+        // By count: 40 short messages, the latest 32 stay, in order.
+        let mut short: Vec<a2a::Message> = (0..40).map(|n| said(n, 10)).collect();
+        bound_history(&mut short);
+        assert_eq!(short.len(), HISTORY_MESSAGES);
+        assert_eq!(short[0].message_id, "m8");
+        assert_eq!(short[31].message_id, "m39");
+
+        // By size: six of 60 KiB are 360 KiB; the oldest go until the rest fit.
+        let mut long: Vec<a2a::Message> = (0..6).map(|n| said(n, 60 * 1024)).collect();
+        bound_history(&mut long);
+        let kept = serde_json::to_vec(&long).unwrap().len();
+        assert!(kept <= HISTORY_BYTES, "{kept} bytes kept");
+        assert_eq!(long.len(), 4, "four of 60 KiB fit, five do not");
+        assert_eq!(long.last().unwrap().message_id, "m5");
+
+        // One message larger than the whole bound is not kept at all.
+        let mut huge = vec![said(0, HISTORY_BYTES + 1)];
+        bound_history(&mut huge);
+        assert!(huge.is_empty());
+    }
+}
