@@ -240,6 +240,18 @@ class Agent:
         return None
 
     # ----------------------------------------------------------------------- messages
+    def _addressed(self, to: str, text: str, parts: Sequence[Part],
+                   metadata: Mapping[str, Any] | None, **fields: Any) -> JSON:
+        """The body a send or a call shares: who to, the text, this goal, parts, metadata."""
+        body: JSON = {"to": to, "message": text, **fields}
+        if self.goal_id:
+            body["from_goal_id"] = self.goal_id
+        if parts:
+            body["parts"] = list(parts)
+        if metadata:
+            body["metadata"] = dict(metadata)
+        return body
+
     async def send(self, to: str, text: str, *, parts: Sequence[Part] = (),
                    metadata: Mapping[str, Any] | None = None,
                    receipt: Literal["delivered", "read"] | None = None,
@@ -250,13 +262,8 @@ class Agent:
         to tell, not to ask (``call`` waits for an answer). ``receipt`` asks for ``delivered``
         or ``read`` receipts, back in this goal's inbox; ``in_reply_to`` threads the message
         and passes on its hop budget. The id is chosen here, so a retry is stored once."""
-        body: JSON = {"to": to, "message": text, "id": message_id or str(uuid.uuid4())}
-        if self.goal_id:
-            body["from_goal_id"] = self.goal_id
-        if parts:
-            body["parts"] = list(parts)
-        if metadata:
-            body["metadata"] = dict(metadata)
+        body = self._addressed(to, text, parts, metadata,
+                               id=message_id or str(uuid.uuid4()))
         if receipt:
             body["receipt"] = receipt
         if kind:
@@ -282,14 +289,8 @@ class Agent:
     def _call_body(self, to: str, text: str, timeout_ms: int, parts: Sequence[Part],
                    metadata: Mapping[str, Any] | None, serving: Message | None,
                    correlation_id: str | None = None) -> JSON:
-        body: JSON = {"to": to, "message": text, "timeout_ms": timeout_ms,
-                      "correlation_id": correlation_id or str(uuid.uuid4())}
-        if self.goal_id:
-            body["from_goal_id"] = self.goal_id
-        if parts:
-            body["parts"] = list(parts)
-        if metadata:
-            body["metadata"] = dict(metadata)
+        body = self._addressed(to, text, parts, metadata, timeout_ms=timeout_ms,
+                               correlation_id=correlation_id or str(uuid.uuid4()))
         if serving is not None:
             if serving.correlation_id:  # a call made while answering one (§9, the chain)
                 body["parent_correlation_id"] = serving.correlation_id
