@@ -373,6 +373,43 @@ fn parse_path(text: &str) -> (Vec<Vec<String>>, usize) {
     (vec![segments], at)
 }
 
+/// The files of the crate in `dir` (module path, file) and, for each, the files it names
+/// (indices into the first list); the crate root and `mod.rs` files name none.
+fn import_graph(dir: &Path) -> (Vec<(String, PathBuf)>, Vec<Vec<usize>>) {
+    let modules = crate_modules(&dir.join("src"));
+    let index = |path: &[String]| -> Option<usize> {
+        // The longest prefix of `path` that is a module of this crate.
+        (0..=path.len()).rev().find_map(|len| {
+            let name = path[..len].join("::");
+            modules.iter().position(|(module, _)| *module == name)
+        })
+    };
+    let mut edges: Vec<Vec<usize>> = vec![Vec::new(); modules.len()];
+    for (from, (module, path)) in modules.iter().enumerate() {
+        let name = path
+            .file_name()
+            .map(|name| name.to_string_lossy().into_owned());
+        let is_mod_file = name.as_deref() == Some("mod.rs");
+        if module.is_empty() || is_mod_file {
+            continue;
+        }
+        let text = read(path);
+        let code: String = shipped_lines(&text)
+            .map(|(_, line)| line)
+            .collect::<Vec<_>>()
+            .join("\n");
+        for named in named_paths(&code, module) {
+            if let Some(to) = index(&named)
+                && to != from
+                && !edges[from].contains(&to)
+            {
+                edges[from].push(to);
+            }
+        }
+    }
+    (modules, edges)
+}
+
 /// Import circles between the files of each crate: a file uses another that (through others)
 /// uses it back. The crate root and each folder's `mod.rs` are left out as the side that
 /// names its modules: they assemble the crate, so every module may use what they define.
@@ -390,37 +427,7 @@ fn no_import_circle_between_the_files_of_a_crate() {
         .filter(|dir| dir.join("src").is_dir())
         .collect();
     for dir in crates {
-        let modules = crate_modules(&dir.join("src"));
-        let index = |path: &[String]| -> Option<usize> {
-            // The longest prefix of `path` that is a module of this crate.
-            (0..=path.len()).rev().find_map(|len| {
-                let name = path[..len].join("::");
-                modules.iter().position(|(module, _)| *module == name)
-            })
-        };
-        let mut edges: Vec<Vec<usize>> = vec![Vec::new(); modules.len()];
-        for (from, (module, path)) in modules.iter().enumerate() {
-            let name = path
-                .file_name()
-                .map(|name| name.to_string_lossy().into_owned());
-            let is_mod_file = name.as_deref() == Some("mod.rs");
-            if module.is_empty() || is_mod_file {
-                continue;
-            }
-            let text = read(path);
-            let code: String = shipped_lines(&text)
-                .map(|(_, line)| line)
-                .collect::<Vec<_>>()
-                .join("\n");
-            for named in named_paths(&code, module) {
-                if let Some(to) = index(&named)
-                    && to != from
-                    && !edges[from].contains(&to)
-                {
-                    edges[from].push(to);
-                }
-            }
-        }
+        let (modules, edges) = import_graph(&dir);
         for component in strongly_connected(&edges) {
             if component.len() < 2 {
                 continue;
@@ -564,4 +571,28 @@ fn the_rust_client_pulls_in_no_config_loader_or_exporter() {
             "switchboard-client depends on {heavy}"
         );
     }
+}
+
+/// The circle check sees what it must: an import the gateway has, grouped `use` paths, and a
+/// circle in a graph made for the purpose (so a parser that saw nothing would fail here).
+#[test]
+fn the_circle_check_sees_imports_and_circles() {
+    let (modules, edges) = import_graph(&root().join("services/a2a-gateway"));
+    let at = |name: &str| {
+        modules
+            .iter()
+            .position(|(module, _)| module == name)
+            .unwrap_or_else(|| panic!("no module {name}"))
+    };
+    assert!(edges[at("serve::tasks")].contains(&at("mapping")));
+    assert!(edges[at("remote::bridge")].contains(&at("remote::attempts")));
+    let named = named_paths("use crate::{a::{b, c}, d};\nsuper::e::f();", "x::y");
+    let named: Vec<String> = named.iter().map(|path| path.join("::")).collect();
+    assert_eq!(named, ["a::b", "a::c", "d", "x::e::f"]);
+    let circles: Vec<Vec<usize>> = strongly_connected(&[vec![1], vec![2], vec![0], vec![]])
+        .into_iter()
+        .filter(|component| component.len() > 1)
+        .collect();
+    assert_eq!(circles.len(), 1);
+    assert_eq!(circles[0].len(), 3);
 }
