@@ -16,6 +16,7 @@
 
 pub mod export;
 pub mod ids;
+pub mod lines;
 pub mod metrics;
 pub mod route;
 
@@ -228,7 +229,7 @@ pub fn init_hosting(
         LogFormat::Text => (
             Some(
                 fmt::layer()
-                    .with_writer(std::io::stderr)
+                    .with_writer(lines::SafeLines::new(std::io::stderr, ansi))
                     .with_target(true)
                     .with_ansi(ansi),
             ),
