@@ -11,13 +11,15 @@ pub const VERSION: &str = "1.0";
 /// The builder of every HTTP client the gateway uses (remote agents, webhooks): rustls (ring,
 /// like the NATS connection) verifying with the platform's roots plus `extra_roots` (a
 /// private CA, `ca_file`), no redirects (one could leave the checked origin or address), 5 s
-/// to connect.
+/// to connect, and no proxy from the environment: `HTTP_PROXY` and its kin would resolve the
+/// host again and undo the pin to the checked address (issue 37).
 pub fn http_builder(extra_roots: &[reqwest::Certificate]) -> reqwest::ClientBuilder {
     switchboard_runtime::nats::install_crypto_provider();
     reqwest::Client::builder()
         .tls_backend_rustls()
         .tls_certs_merge(extra_roots.iter().cloned())
         .redirect(reqwest::redirect::Policy::none())
+        .no_proxy()
         .connect_timeout(Duration::from_secs(5))
 }
 

@@ -15,6 +15,12 @@ use crate::error::GatewayError;
 /// connect to, so the POST goes where the check looked (no second lookup to rebind).
 pub(crate) async fn allowed_target(url: &str, allow_private: bool) -> Result<Target, GatewayError> {
     let bad = |why: &str| GatewayError::InvalidParams(format!("webhook URL refused: {why}"));
+    // The URL parser silently drops tabs and line breaks; a URL that holds any control or
+    // space character is refused instead, so what is stored, logged and posted to is the
+    // text the client sent.
+    if url.chars().any(|c| c.is_control() || c.is_whitespace()) {
+        return Err(bad("control characters or spaces in the URL"));
+    }
     let parsed = reqwest::Url::parse(url).map_err(|_| bad("not a URL"))?;
     if !matches!(parsed.scheme(), "http" | "https") {
         return Err(bad("only http and https"));
@@ -173,6 +179,14 @@ mod tests {
             ("http://[::127.0.0.1]:9/hook", false),
             ("http://[::ffff:0:127.0.0.1]:9/hook", false),
             ("http://[64:ff9b::127.0.0.1]:9/hook", false),
+            // Issue 37: line breaks the URL parser would drop, to forge a log line.
+            (
+                "http://127.0.0.1:9/hook\n2026-01-01T00:00:00Z ERROR audit: forged",
+                true,
+            ),
+            ("http://127.0.0.1:9/ho\r\nok", true),
+            ("http://127.0.0.1:9/\u{1b}[2J", true),
+            ("http://127.0.0.1:9/a b", true),
         ] {
             assert!(allowed_target(url, private_ok).await.is_err(), "{url}");
         }
