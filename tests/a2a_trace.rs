@@ -79,8 +79,8 @@ async fn a_clients_trace_runs_through_the_gateway_into_the_task_service() {
             .iter()
             .any(|span| span.name == "task-lifecycle.create" && hex(&span.trace_id) == trace_id)
     });
-    let spans = spans();
-    let in_trace: Vec<&Span> = spans
+    let all_spans = spans();
+    let in_trace: Vec<&Span> = all_spans
         .iter()
         .filter(|span| hex(&span.trace_id) == trace_id)
         .collect();
@@ -106,6 +106,44 @@ async fn a_clients_trace_runs_through_the_gateway_into_the_task_service() {
         hex(&create.parent_span_id),
         hex(&gateway.span_id),
         "the task service's span is the gateway's child"
+    );
+
+    // Issue 37: a method name from the wire never becomes a span name. Sixty made-up
+    // methods, some with CR/LF, give one span name, `a2a-gateway.unknown`.
+    for n in 0..60 {
+        let body = json!({"jsonrpc": "2.0", "id": n, "method": format!("Forged{n}\r\nX-Evil: {n}"),
+            "params": {}});
+        let response = http::request(
+            a2a.addr(),
+            "POST",
+            "/agents/echo",
+            &[
+                ("Content-Type", "application/json"),
+                ("A2A-Version", "1.0"),
+                ("Authorization", &auth),
+            ],
+            body.to_string().as_bytes(),
+        )
+        .await;
+        assert_eq!(response.json()["error"]["code"], -32601, "method not found");
+    }
+    assert_eventually!(Duration::from_secs(15), async {
+        spans()
+            .iter()
+            .filter(|span| span.name == "a2a-gateway.unknown")
+            .count()
+            == 60
+    });
+    let names: std::collections::BTreeSet<String> = spans()
+        .into_iter()
+        .map(|span| span.name)
+        .filter(|name| name.starts_with("a2a-gateway."))
+        .collect();
+    assert!(
+        names
+            .iter()
+            .all(|name| name == "a2a-gateway.unknown" || name == "a2a-gateway.SendMessage"),
+        "only served methods and `unknown` name spans: {names:?}"
     );
 
     // Out: a call to a remote a2a-sdk agent carries the caller's trace over HTTP (the agent

@@ -133,6 +133,7 @@ pub(crate) fn request_span(
     caller: &AgentId,
     headers: &HeaderMap,
 ) -> tracing::Span {
+    let method = served_method(method);
     let span = tracing::info_span!(
         "a2a",
         otel.name = %format!("a2a-gateway.{method}"),
@@ -173,6 +174,18 @@ fn supported(version: &str) -> bool {
             .is_some_and(|minor| minor.parse::<u32>().is_ok())
 }
 
+/// The method name a span or a metric may carry: one of the A2A methods, else `unknown`.
+/// Only the methods the gateway serves become a span name or a label: a client's made-up
+/// method (with line breaks, or a new one per request) must not mint a span name or a time
+/// series (issue 37).
+pub(crate) fn served_method(method: &str) -> &str {
+    if a2a::methods::is_valid(method) {
+        method
+    } else {
+        "unknown"
+    }
+}
+
 /// One point of `messaging.process.duration` for a JSON-RPC request answered at once, and
 /// the request span's status when it failed (`error.type` = the A2A error reason).
 pub(crate) fn record(
@@ -182,12 +195,7 @@ pub(crate) fn record(
     err: Option<&GatewayError>,
 ) {
     use switchboard_runtime::telemetry::metrics;
-    // Only the methods the gateway serves become a label: a client's made-up method name
-    // must not mint a time series.
-    let method = match err {
-        Some(GatewayError::MethodNotFound(_)) => "unknown",
-        _ => method,
-    };
+    let method = served_method(method);
     let mut attributes = vec![
         metrics::service(crate::SPEC.name),
         metrics::KeyValue::new("rpc.system", binding),
