@@ -208,8 +208,13 @@ impl Secured {
             .await
             .unwrap();
         let mut replicas = Vec::new();
+        // Issue 37: keyed services need the grants file (or routing said open).
+        let directory = directory::DirectoryConfig {
+            skill_grants_file: Some(dir.path().join(permissions::SKILL_GRANTS_FILE)),
+            ..Default::default()
+        };
         for service in [
-            Service::Directory(Default::default()),
+            Service::Directory(directory),
             Service::Fanout(Default::default()),
             Service::Correlator(Default::default()),
             Service::Tasks(fast_tasks()),
@@ -1043,4 +1048,35 @@ async fn an_agent_cannot_pile_up_held_fetches() {
     // Held fetches are released when they end: bob, and mallory again, may hold one.
     assert!(fetch("bob", bob_goal.id()).await >= Duration::from_millis(2_500));
     assert!(fetch("mallory", mallory_goal.id()).await >= Duration::from_millis(2_500));
+}
+
+/// Issue 37, an insecure default: services signed in under the generated accounts with no
+/// skill grants would route `skill:` work to any card that claims the skill. The directory
+/// refuses to start so, and starts with the grants file or with routing explicitly open.
+#[tokio::test]
+async fn a_keyed_directory_without_skill_grants_refuses_to_start() {
+    let secured = Secured::start(&[("alice", false)]).await;
+    let mut settings = RuntimeConfig::default();
+    settings.nats.urls = vec![secured.nats.url()];
+    settings.nats.nkey_seed = Some(Secret::new(
+        read_seed(&secured.dir.path().join(permissions::SERVICES_SEED_FILE)).unwrap(),
+    ));
+    let client = switchboard_runtime::nats::connect(&settings.nats, "services")
+        .await
+        .unwrap();
+    let Err(refused) =
+        directory::start(&client, &settings, directory::DirectoryConfig::default()).await
+    else {
+        panic!("no grants file, routing not opened: the directory must refuse to start");
+    };
+    assert!(
+        refused.to_string().contains("skill_grants_file"),
+        "the refusal says what to set: {refused}"
+    );
+    let open = directory::DirectoryConfig {
+        open_skill_routing: true,
+        ..Default::default()
+    };
+    let started = directory::start(&client, &settings, open).await;
+    assert!(started.is_ok(), "explicitly open: starts");
 }

@@ -143,8 +143,14 @@ impl System {
 
     async fn start_on(nats: NatsServer, keys: Option<(tempfile::TempDir, String)>) -> System {
         let mut up = switchboard();
-        if let Some((_, seed)) = &keys {
+        if let Some((dir, seed)) = &keys {
             up.env(NKEY_SEED_ENV, seed);
+            // Keyed services need the grants nats-config wrote (issue 37: the directory
+            // refuses to start without them).
+            up.env(
+                "SWITCHBOARD_DIRECTORY__SKILL_GRANTS_FILE",
+                dir.path().join("auth/skill-grants.json"),
+            );
         }
         let up = up
             .args([

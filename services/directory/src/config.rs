@@ -1,6 +1,7 @@
 //! The `[directory]` config section.
 
 use serde::{Deserialize, Serialize};
+use switchboard_runtime::config::RuntimeConfig;
 
 /// Directory settings (`[directory]` in `switchboard.toml`, `SWITCHBOARD_DIRECTORY__*` env).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -18,6 +19,11 @@ pub struct DirectoryConfig {
     /// agent listed there is routed `skill:` work only for the skills granted to it. Unset (an
     /// open laptop setup): a card's skills are taken at its word.
     pub skill_grants_file: Option<std::path::PathBuf>,
+    /// Route `skill:` work by what cards claim even though the services sign in with an NKey
+    /// (the generated accounts) and no `skill_grants_file` is set. Off by default: under the
+    /// generated accounts a directory without its grants file refuses to start, because a
+    /// self-declared translator would otherwise get every `skill:translate` message.
+    pub open_skill_routing: bool,
 }
 
 impl Default for DirectoryConfig {
@@ -27,6 +33,7 @@ impl Default for DirectoryConfig {
             sweep_interval_ms: 5_000,
             max_goals_per_agent: 16,
             skill_grants_file: None,
+            open_skill_routing: false,
         }
     }
 }
@@ -39,6 +46,29 @@ impl switchboard_runtime::config::Section for DirectoryConfig {
         {
             return Err(
                 "heartbeat_timeout_ms, sweep_interval_ms and max_goals_per_agent must be above 0"
+                    .to_owned(),
+            );
+        }
+        Ok(())
+    }
+
+    fn validate_with(&self, runtime: &RuntimeConfig) -> Result<(), String> {
+        self.check_skill_routing(runtime)
+    }
+}
+
+impl DirectoryConfig {
+    /// Refuses the insecure default (issue 37): services signed in with an NKey (the
+    /// generated accounts) and no skill grants would take every card's claimed skills at
+    /// their word. Either name the grants file or say `open_skill_routing = true`.
+    pub fn check_skill_routing(&self, runtime: &RuntimeConfig) -> Result<(), String> {
+        let keyed = runtime.nats.nkey_seed.is_some() || runtime.nats.nkey_file.is_some();
+        if keyed && self.skill_grants_file.is_none() && !self.open_skill_routing {
+            return Err(
+                "the services sign in with an NKey (generated accounts) but \
+                 skill_grants_file is not set: set it to the skill-grants.json \
+                 `switchboard nats-config` wrote, or set open_skill_routing = true to route \
+                 skill work by what cards claim"
                     .to_owned(),
             );
         }
@@ -65,5 +95,26 @@ mod tests {
             ..config
         };
         assert!(zero.validate().is_err());
+    }
+
+    #[test]
+    fn keyed_services_without_grants_refuse_unless_routing_is_open() {
+        let mut keyed = RuntimeConfig::default();
+        keyed.nats.nkey_file = Some("services.nk".into());
+        let open_laptop = RuntimeConfig::default();
+        let config = DirectoryConfig::default();
+        assert!(config.validate_with(&open_laptop).is_ok());
+        let refused = config.validate_with(&keyed).unwrap_err();
+        assert!(refused.contains("skill_grants_file"), "{refused}");
+        let granted = DirectoryConfig {
+            skill_grants_file: Some("skill-grants.json".into()),
+            ..DirectoryConfig::default()
+        };
+        assert!(granted.validate_with(&keyed).is_ok());
+        let open = DirectoryConfig {
+            open_skill_routing: true,
+            ..DirectoryConfig::default()
+        };
+        assert!(open.validate_with(&keyed).is_ok());
     }
 }

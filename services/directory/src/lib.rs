@@ -57,6 +57,9 @@ pub async fn start(
     runtime: &RuntimeConfig,
     config: DirectoryConfig,
 ) -> Result<Directory, StartError> {
+    config
+        .check_skill_routing(runtime)
+        .map_err(StartError::Config)?;
     let js = jetstream::new(client.clone());
     resources::ensure_stream(&js, resources::inbox_stream(&runtime.jetstream)).await?;
     resources::ensure_stream(&js, resources::events_stream(&runtime.jetstream)).await?;

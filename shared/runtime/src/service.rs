@@ -385,6 +385,10 @@ pub enum StartError {
         /// Why (missing, not PEM, no certificate in it).
         message: String,
     },
+    /// The settings cannot run safely together (checked again at start, for services
+    /// started in-process without `service::main`).
+    #[error("config: {0}")]
+    Config(String),
     /// An HTTP listener (the A2A gateway's) could not bind its address.
     #[error("listening on {address}: {message}")]
     Listen {
