@@ -799,3 +799,214 @@ async fn a_consumer_of_one_goal_does_not_hold_back_another_goals_purge() {
         .unwrap_or(0);
     assert_eq!(stored, 1, "the read messages were purged, not kept");
 }
+
+/// The fetch that reports what a flood removed from `goal`, and then everything `goal` still
+/// holds (taken), oldest first.
+async fn removed_and_kept(
+    goal: &Goal,
+) -> (switchboard_proto::inbox::ExpiredUnread, Vec<InboxMessage>) {
+    let first = goal.fetch(1, Duration::ZERO, None).await.unwrap();
+    let removed = first
+        .expired_unread
+        .expect("the fetch reports what was removed");
+    (removed, goal.drain().await.unwrap())
+}
+
+/// The ids of the `expired_unread` notices in `goal` (taken), oldest first.
+async fn notices_in(goal: &Goal) -> Vec<uuid::Uuid> {
+    goal.drain()
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|m| {
+            m.kind == MessageKind::Notify
+                && m.metadata.get("reason").and_then(|r| r.as_str()) == Some("expired_unread")
+        })
+        .filter_map(|m| m.in_reply_to)
+        .collect()
+}
+
+fn senders(counts: &[(&str, u64)]) -> Vec<switchboard_proto::inbox::SenderCount> {
+    counts
+        .iter()
+        .map(|(agent, count)| switchboard_proto::inbox::SenderCount {
+            agent_id: AgentId::parse(agent).unwrap(),
+            count: *count,
+        })
+        .collect()
+}
+
+/// Issue 37, hole 9: a full goal is fair under `evict_oldest`. alice sends bob one message,
+/// then mallory sends 132 (with alice's, bob's room and 5 more): before, every message past
+/// the room evicted the oldest of the goal, alice's first, and 128 more would have removed
+/// everything anyone else had sent. Now a full goal takes room from the sender holding the most of it:
+/// mallory's own oldest go, alice's stays, alice's next message lands (taking mallory's oldest
+/// too), and bob's fetch names mallory as whose messages went.
+#[tokio::test]
+async fn a_flood_into_a_shared_goal_evicts_only_the_flooders_own_messages() {
+    let fabric = Fabric::start().await;
+    let (alice, alice_goal) = fabric.agent_with_goal("alice").await;
+    let (mallory, mallory_goal) = fabric.agent_with_goal("mallory").await;
+    let (_bob, bob_goal) = fabric.agent_with_goal("bob").await;
+    let room = switchboard_proto::INBOX_STORED_PER_GOAL.unsigned_abs() as usize;
+    alice.send_to_peer("bob", "alice early").await.unwrap();
+    let mut flood = Vec::new();
+    for n in 0..room + 4 {
+        let report = mallory
+            .send_to_peer("bob", &format!("flood {n:03}"))
+            .await
+            .unwrap();
+        assert_eq!(
+            report.delivered_to,
+            vec![bob_goal.id()],
+            "flood {n} is stored"
+        );
+        flood.push(report.message_id.unwrap());
+    }
+    let late = alice.send_to_peer("bob", "alice late").await.unwrap();
+    assert_eq!(
+        late.delivered_to,
+        vec![bob_goal.id()],
+        "alice still gets in"
+    );
+
+    // 127 of mallory's filled the goal beside alice's; her 5 more and alice's late one each
+    // removed mallory's oldest.
+    let (removed, kept) = removed_and_kept(&bob_goal).await;
+    assert_eq!(removed.count, 6);
+    assert_eq!(removed.ids, flood[..6].to_vec(), "mallory's oldest went");
+    assert_eq!(
+        removed.from,
+        senders(&[("mallory", 6)]),
+        "bob sees who filled it"
+    );
+    let bodies: Vec<&str> = kept.iter().map(|m| m.body.as_str()).collect();
+    assert_eq!(bodies.len(), room);
+    assert_eq!(
+        bodies[0], "alice early",
+        "alice's unread message survived the flood"
+    );
+    assert_eq!(bodies[1], "flood 006");
+    assert_eq!(bodies[room - 1], "alice late");
+    // Only mallory is told her messages went unread.
+    assert_eq!(notices_in(&mallory_goal).await, flood[..6].to_vec());
+    assert!(notices_in(&alice_goal).await.is_empty());
+}
+
+/// Issue 37, hole 9: a full goal is fair under `overflow: refuse`. Before, once mallory had
+/// filled bob's goal every other sender got `inbox_full` too. Now a sender holding its share
+/// of the goal (held × senders ≥ waiting) is refused; one under it takes room from the biggest
+/// holder instead, so alice and a newcomer still get in, alice's earlier message is kept, and
+/// mallory stays refused.
+#[tokio::test]
+async fn a_flood_into_a_refusing_goal_refuses_only_the_flooder() {
+    use switchboard_proto::inbox::Overflow;
+    use switchboard_proto::registry::GoalOpenRequest;
+    let fabric = Fabric::start().await;
+    let (alice, alice_goal) = fabric.agent_with_goal("alice").await;
+    let (mallory, mallory_goal) = fabric.agent_with_goal("mallory").await;
+    let carol = fabric.agent("carol").await;
+    let bob = fabric.agent("bob").await;
+    let bob_goal = bob
+        .open_goal_with(GoalOpenRequest {
+            overflow: Some(Overflow::Refuse),
+            ..GoalOpenRequest::default()
+        })
+        .await
+        .unwrap();
+    let room = switchboard_proto::INBOX_STORED_PER_GOAL.unsigned_abs() as usize;
+    alice.send_to_peer("bob", "alice early").await.unwrap();
+    let mut flood = Vec::new();
+    for n in 0..room + 2 {
+        let sent = mallory.send_to_peer("bob", &format!("flood {n:03}")).await;
+        if n < room - 1 {
+            flood.push(sent.unwrap().message_id.unwrap());
+        } else {
+            let err = sent.unwrap_err();
+            assert_eq!(err.kind(), Some(ErrorKind::InboxFull), "flood {n}: {err}");
+        }
+    }
+    // alice (1 of 128) and carol (none) are under their share: each takes mallory's oldest.
+    let late = alice.send_to_peer("bob", "alice late").await.unwrap();
+    assert_eq!(
+        late.delivered_to,
+        vec![bob_goal.id()],
+        "alice is not refused"
+    );
+    let new = carol.send_to_peer("bob", "carol").await.unwrap();
+    assert_eq!(
+        new.delivered_to,
+        vec![bob_goal.id()],
+        "a newcomer is not refused"
+    );
+    let err = mallory
+        .send_to_peer("bob", "still flooding")
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), Some(ErrorKind::InboxFull), "{err}");
+
+    let (removed, kept) = removed_and_kept(&bob_goal).await;
+    assert_eq!(removed.count, 2);
+    assert_eq!(removed.ids, flood[..2].to_vec());
+    assert_eq!(
+        removed.from,
+        senders(&[("mallory", 2)]),
+        "bob sees who filled it"
+    );
+    let bodies: Vec<&str> = kept.iter().map(|m| m.body.as_str()).collect();
+    assert_eq!(bodies.len(), room);
+    assert_eq!(bodies[0], "alice early", "nothing of alice's was removed");
+    assert_eq!(bodies[1], "flood 002");
+    assert_eq!(bodies[room - 2..], ["alice late", "carol"]);
+    assert_eq!(notices_in(&mallory_goal).await, flood[..2].to_vec());
+    assert!(notices_in(&alice_goal).await.is_empty());
+}
+
+/// Issue 37, hole 9: fairness counts only what waits. bob holds a full fetch of mallory's 64
+/// (not acked yet) when alice's message and 64 more of mallory's arrive: the one past the room
+/// takes mallory's oldest *waiting* message — not alice's, the oldest waiting one, as before,
+/// and never one bob holds.
+#[tokio::test]
+async fn fairness_never_takes_what_the_reader_holds() {
+    let fabric = Fabric::start().await;
+    let (alice, _alice_goal) = fabric.agent_with_goal("alice").await;
+    let (mallory, _mallory_goal) = fabric.agent_with_goal("mallory").await;
+    let (_bob, bob_goal) = fabric.agent_with_goal("bob").await;
+    let cap = switchboard_proto::INBOX_CAP_PER_GOAL.unsigned_abs() as usize;
+    for n in 0..cap {
+        mallory
+            .send_to_peer("bob", &format!("held {n:02}"))
+            .await
+            .unwrap();
+    }
+    let held = bob_goal.fetch(64, Duration::ZERO, None).await.unwrap();
+    assert_eq!(held.messages.len(), cap);
+    alice.send_to_peer("bob", "alice waiting").await.unwrap();
+    let mut waiting = Vec::new();
+    for n in 0..cap {
+        let report = mallory
+            .send_to_peer("bob", &format!("waiting {n:02}"))
+            .await
+            .unwrap();
+        waiting.push(report.message_id.unwrap());
+    }
+    // Handed out again (not acked): all 64 still there, and one of mallory's waiting ones went.
+    let again = bob_goal.fetch(64, Duration::ZERO, None).await.unwrap();
+    assert_eq!(again.messages.len(), cap);
+    assert_eq!(again.messages[0].message.body, "held 00");
+    let removed = again.expired_unread.expect("one went");
+    assert_eq!(removed.ids, vec![waiting[0]]);
+    assert_eq!(removed.from, senders(&[("mallory", 1)]));
+    let next = bob_goal
+        .fetch(64, Duration::ZERO, again.messages.last().map(|m| m.seq))
+        .await
+        .unwrap();
+    let bodies: Vec<&str> = next
+        .messages
+        .iter()
+        .map(|m| m.message.body.as_str())
+        .collect();
+    assert_eq!(bodies.len(), cap);
+    assert_eq!(bodies[0], "alice waiting");
+    assert_eq!(bodies[1], "waiting 01");
+}

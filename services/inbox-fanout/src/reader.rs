@@ -375,7 +375,9 @@ impl Reader {
                         continue;
                     }
                 }
-                // Stored before the reply, so the reader's ack (and its `read`) comes after.
+                // Stored before the reply, so the reader's ack (and its `read`) comes after —
+                // or, into a sender's full goal, queued in order before its `read` and stored
+                // after the reply: one round of publishes, never room-making, on this path.
                 self.receipts
                     .tell(caller, &goal, &delivered, ReceiptState::Delivered)
                     .await;

@@ -1,7 +1,8 @@
 //! Delivering into a goal inbox (docs/protocol.md §7, "The inbox cap"): a durable publish
 //! that, when the goal is full, makes room in it first ([`crate::room`]) — purging what its
-//! reader has read, else evicting the oldest unread message with a notice to its sender, or
-//! refusing under the owner's `overflow: refuse` — and the receipts owed to senders.
+//! reader has read, else evicting the oldest waiting message of the sender holding the most of
+//! the goal with a notice to its sender, or refusing a sender holding its share under the
+//! owner's `overflow: refuse` — and the receipts owed to senders.
 //!
 //! Publishers to one goal from one process take turns at making room, so a burst does not
 //! evict more than it needs.
@@ -92,6 +93,12 @@ async fn with_room(
     let Some(goal) = room::goal_of(subject) else {
         return outcome;
     };
+    if !matches!(&outcome, Err(failed) if failed.full) {
+        return outcome;
+    }
+    // Whose message it is: a full goal takes room from the sender holding the most of it, and
+    // under `overflow: refuse` refuses a sender holding its share already.
+    let incoming = room::sender_of(&payload);
     let mut outcome = outcome;
     let mut room_made = 0;
     let mut last_room = None;
@@ -122,14 +129,14 @@ async fn with_room(
         // still full does one go. Once a purge found nothing, the goal is full of messages it
         // cannot purge: every further round evicts.
         let evict = matches!(last_room, Some(Room::Purged(0) | Room::Evicted));
-        match room::make_room(js, subject, evict, true).await {
+        match room::make_room(js, subject, evict, true, incoming.as_ref()).await {
             Ok(Room::Refused) => {
                 return Err(PublishFailure {
                     subject: subject.to_owned(),
                     attempts: room_made as usize,
                     last: format!(
-                        "the goal's inbox is full ({} messages) and refuses new ones \
-                         (overflow: refuse)",
+                        "the goal's inbox is full ({} messages) and refuses new ones from a \
+                         sender holding its share of it (overflow: refuse)",
                         switchboard_proto::INBOX_STORED_PER_GOAL
                     ),
                     full: true,
@@ -155,6 +162,23 @@ pub async fn tell(
     pending: &PendingRead,
     state: ReceiptState,
 ) {
+    let Some((subject, msg_id, payload)) = receipt_message(reader, goal, pending, state) else {
+        return;
+    };
+    if let Err(err) = deliver(js, &subject, &msg_id, payload).await {
+        tracing::warn!(message_id = %pending.id, error = %err, "receipt not stored");
+    }
+}
+
+/// The receipt [`tell`] stores, as `(subject, Nats-Msg-Id, payload)` for [`deliver`] or a
+/// batch publish: for a caller that publishes many receipts at once and makes room in full
+/// goals off its own path (the inbox service's reader). `None` when it does not encode.
+pub fn receipt_message(
+    reader: &AgentId,
+    goal: &GoalId,
+    pending: &PendingRead,
+    state: ReceiptState,
+) -> Option<(String, String, Bytes)> {
     let at = timestamp::now();
     let mut receipt = InboxMessage::new(
         reader.clone(),
@@ -180,20 +204,13 @@ pub async fn tell(
     metadata.insert("state".to_owned(), Value::String(state.as_str().to_owned()));
     metadata.insert("at".to_owned(), Value::String(timestamp::format(at)));
     receipt.metadata = metadata;
-    let Ok(payload) = serde_json::to_vec(&receipt) else {
-        return;
-    };
+    let payload = serde_json::to_vec(&receipt).ok()?;
     // Keyed on the copy's stream sequence, not the message id a sender may choose: another
     // sender reusing an id cannot make this receipt a duplicate of its own.
     let msg_id = format!("receipt:{}:{}", pending.seq, state.as_str());
-    if let Err(err) = deliver(
-        js,
-        &subject::inbox(&pending.to_goal),
-        &msg_id,
+    Some((
+        subject::inbox(&pending.to_goal),
+        msg_id,
         Bytes::from(payload),
-    )
-    .await
-    {
-        tracing::warn!(message_id = %pending.id, error = %err, "receipt not stored");
-    }
+    ))
 }

@@ -1,18 +1,33 @@
 //! Room in a full goal inbox (docs/protocol.md, "The inbox cap"). `AGENT_INBOX` keeps at most
 //! 128 messages per goal (`INBOX_STORED_PER_GOAL`) and refuses the next
 //! (`discard_new_per_subject`) instead of dropping the oldest unseen, so the publisher removes
-//! the goal's oldest message *not yet handed out* itself and knows which one went — or, when
-//! the goal's owner chose `overflow: refuse`, removes nothing and refuses the new one. When the goal's owner had not read it, the message's sender gets a `kind: notify`
-//! in its goal (`metadata.reason: "expired_unread"`, `in_reply_to` the message) and the goal's
-//! cursor counts it for the owner's next fetch. Every publish into an inbox goes through
-//! [`crate::deliver`], which calls [`make_room`] when the stream refuses one as full.
+//! a message *not yet handed out* itself and knows which one went — the oldest of the sender
+//! holding the most of the goal, so one flood cannot push everyone else's messages out — or,
+//! when the goal's owner chose `overflow: refuse`, refuses the new one when its sender already
+//! holds its share of the goal. When the goal's owner had not read the message removed, its
+//! sender gets a `kind: notify` in its goal (`metadata.reason: "expired_unread"`, `in_reply_to`
+//! the message) and the goal's cursor counts it, and whose it was, for the owner's next fetch.
+//! Every publish into an inbox goes through [`crate::deliver`], which calls [`make_room`] when
+//! the stream refuses one as full.
+
+// Longer than 600 lines because making room is one decision: whether the goal is full of
+// what was read (purge), whose waiting message gives way (the fair choice, issue 37) or
+// whether the sender is refused, and the notice that says so; the scan, the choice and the
+// notice share their types.
+
+use std::time::Duration;
 
 use async_nats::jetstream;
 use async_nats::jetstream::stream::DirectGetErrorKind;
 use bytes::Bytes;
 use serde_json::{Map, Value};
-use switchboard_proto::inbox::{CursorRecord, EXPIRED_UNREAD, Overflow, cursor_key};
-use switchboard_proto::{GoalId, InboxMessage, MessageKind, subject, timestamp};
+use switchboard_proto::inbox::{
+    CursorRecord, EXPIRED_UNREAD, FETCH_REPLY_BYTES, Overflow, cursor_key,
+};
+use switchboard_proto::{
+    AgentId, GoalId, INBOX_STREAM, InboxMessage, MessageKind, subject, timestamp,
+};
+use switchboard_request::kv::{BatchEnd, direct_batch, direct_sequence};
 
 use switchboard_runtime::publish::is_full;
 use switchboard_runtime::telemetry;
@@ -35,20 +50,23 @@ pub enum Room {
     Refused,
 }
 
-/// Makes room in the full inbox `inbox_subject`. The goal's read messages go first, all at
+/// Makes room in the full inbox `inbox_subject` for a message from `incoming` (its
+/// `from_agent_id`; `None` when it names none). The goal's read messages go first, all at
 /// once (one purge of what its cursor has passed: a reader that keeps up pays this once per
 /// 128 messages, not per message). Only with `evict` (the publisher found the inbox still full
-/// after a purge that found nothing) does one message go: the oldest read one a consumer held
-/// back from the purge (logged: the audit, behind, will miss it), else the oldest not yet
-/// handed out, else the oldest — or, under the goal's `overflow: refuse`, none
-/// ([`Room::Refused`]). An unread one is counted on the goal's cursor and, when `notify`, its
-/// sender is told (a notice that itself finds a full inbox makes room there without a further
-/// notice).
+/// after a purge that found nothing) does one message go, as `victim` chooses: the oldest
+/// read one a consumer held back from the purge (logged: the audit, behind, will miss it),
+/// else the oldest waiting one of the sender holding the most of the goal, else the oldest —
+/// or, under the goal's `overflow: refuse` when `incoming` holds its share already, none
+/// ([`Room::Refused`]). An unread one is counted on the goal's cursor (with its sender) and,
+/// when `notify`, its sender is told (a notice that itself finds a full inbox makes room there
+/// without a further notice).
 pub async fn make_room(
     js: &jetstream::Context,
     inbox_subject: &str,
     evict: bool,
     notify: bool,
+    incoming: Option<&AgentId>,
 ) -> Result<Room, async_nats::Error> {
     let goal =
         goal_of(inbox_subject).ok_or_else(|| format!("{inbox_subject} is not a goal inbox"))?;
@@ -81,45 +99,27 @@ pub async fn make_room(
         return Ok(Room::Purged(purged.purged));
     }
     // Nothing left to purge: the goal's owner decides whether a message goes or the new one is
-    // refused.
-    if record
+    // refused, and the goal's holders decide whose goes (issue 37: one sender flooding a goal
+    // takes room from itself, not from everyone else).
+    let refuse = record
         .as_ref()
-        .is_some_and(|record| record.overflow == Overflow::Refuse)
-    {
-        return Ok(Room::Refused);
-    }
-    // What goes, in this order: the oldest message the reader has read (one the purge kept for
-    // a consumer that has not seen it yet) — silently; else the oldest message not yet handed
-    // out — what the reader holds from its last fetch is its own until it acks, so a reader
-    // that keeps up loses nothing to a burst; only when every stored message has been handed
-    // out (a reader hoarding with `after`) does the oldest handed-out one go.
+        .is_some_and(|record| record.overflow == Overflow::Refuse);
+    // What the reader holds from its last fetch is its own until it acks, so a reader that
+    // keeps up loses nothing to a burst: only when every stored message has been handed out (a
+    // reader hoarding with `after`) does the oldest handed-out one go.
     let handed = record
         .as_ref()
         .map_or(0, |record| record.handed.max(record.cursor));
     let mut removed = None;
     for _ in 0..16 {
-        let oldest = stream
-            .direct_get_next_for_subject(inbox_subject, None)
-            .await
-            .map_err(async_nats::Error::from)?;
-        let victim = if oldest.sequence <= cursor || oldest.sequence > handed {
-            oldest
-        } else {
-            match stream
-                .direct_get_next_for_subject(inbox_subject, Some(handed.saturating_add(1)))
-                .await
-            {
-                Ok(waiting) => waiting,
-                Err(err) if err.kind() == DirectGetErrorKind::NotFound => oldest,
-                Err(err) => return Err(err.into()),
-            }
-        };
-        if stream
-            .delete_message(victim.sequence)
-            .await
-            .unwrap_or(false)
-        {
-            removed = Some(victim);
+        let chosen =
+            match victim(js, &stream, inbox_subject, cursor, handed, refuse, incoming).await? {
+                Decision::Refuse => return Ok(Room::Refused),
+                Decision::Again => continue,
+                Decision::Remove(chosen) => chosen,
+            };
+        if stream.delete_message(chosen.seq).await.unwrap_or(false) {
+            removed = Some(chosen);
             break;
         }
     }
@@ -128,24 +128,23 @@ pub async fn make_room(
     };
     // A read message (one the audit still holds back from the purge) goes without a word, as
     // the stream's own limit used to drop it.
-    if oldest.sequence <= cursor {
+    if oldest.seq <= cursor {
         // The purge kept it: a consumer of the stream (the audit) had not taken it yet, and
         // now never will.
-        tracing::warn!(goal_id = %goal, seq = oldest.sequence, "a full goal removed a read message the audit had not recorded");
+        tracing::warn!(goal_id = %goal, seq = oldest.seq, "a full goal removed a read message the audit had not recorded");
         return Ok(Room::Evicted);
     }
     telemetry::metrics::instruments().inbox_evicted.add(1, &[]);
     let message: Option<InboxMessage> = serde_json::from_slice(&oldest.payload).ok();
     // Chosen as not handed out yet: a fetch that handed it out meanwhile (its cursor write
     // came first) gave it to the reader, who has it — not removed unread.
-    let unhanded = oldest.sequence > handed;
-    let Some(owner) = count_unread(&cursors, &goal, oldest.sequence, unhanded, &message).await?
-    else {
+    let unhanded = oldest.seq > handed;
+    let Some(owner) = count_unread(&cursors, &goal, oldest.seq, unhanded, &message).await? else {
         return Ok(Room::Evicted);
     };
     // A receipted message's status says it went unread.
     if let Some(message) = &message
-        && let Some(pending) = crate::receipts::owed(message, oldest.sequence)
+        && let Some(pending) = crate::receipts::owed(message, oldest.seq)
         && let Ok(receipts) = crate::receipts::bucket(js).await
     {
         crate::receipts::advance_logged(
@@ -157,7 +156,12 @@ pub async fn make_room(
         )
         .await;
     }
-    tracing::info!(goal_id = %goal, seq = oldest.sequence, "a full goal inbox dropped its oldest unread message");
+    tracing::info!(
+        goal_id = %goal,
+        seq = oldest.seq,
+        from_agent_id = message.as_ref().map_or("", |message| message.from_agent_id.as_str()),
+        "a full goal inbox dropped an unread message of its biggest holder"
+    );
     if let Some(message) = &message {
         call_dropped(
             js,
@@ -179,6 +183,238 @@ pub async fn make_room(
         notify_sender(js, &goal, &owner, &message).await;
     }
     Ok(Room::Evicted)
+}
+
+/// How many bytes of a full goal's waiting messages one choice of [`victim`] reads at most:
+/// one fetch's worth, so a send into a full goal costs the server no more than a fetch does.
+/// That is the whole goal unless its waiting messages average more than 6 KiB; what lies past
+/// it counts as one more holder ([`Scan::beyond`]).
+const SCAN_BYTES: usize = FETCH_REPLY_BYTES;
+/// How long the read of a full goal's waiting messages may take.
+const SCAN_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A message chosen to go: its sequence and payload.
+#[derive(Debug, Clone)]
+struct Victim {
+    seq: u64,
+    payload: Bytes,
+}
+
+impl From<jetstream::message::StreamMessage> for Victim {
+    fn from(message: jetstream::message::StreamMessage) -> Self {
+        Self {
+            seq: message.sequence,
+            payload: message.payload,
+        }
+    }
+}
+
+/// What [`victim`] decided.
+#[derive(Debug)]
+enum Decision {
+    /// Remove this message.
+    Remove(Victim),
+    /// Refuse the new message (`overflow: refuse`, its sender holds its share).
+    Refuse,
+    /// What was chosen went meanwhile: choose again.
+    Again,
+}
+
+/// One waiting message (stored, not handed out yet) as a scan read it.
+#[derive(Debug, Clone)]
+struct Waiting {
+    seq: u64,
+    /// Its `from_agent_id` (`None`: it does not decode as an inbox message).
+    from: Option<AgentId>,
+    payload: Bytes,
+}
+
+/// A full goal's waiting messages, oldest first, as far as one read of [`SCAN_BYTES`] gets.
+#[derive(Debug, Default)]
+struct Scan {
+    /// The sequence the read started after (the highest handed out).
+    after: u64,
+    /// The messages read.
+    seen: Vec<Waiting>,
+    /// How many more wait past them (newer than every one read).
+    beyond: u64,
+}
+
+/// Which message [`pick`] chose.
+#[derive(Debug, PartialEq, Eq)]
+enum Pick {
+    /// The new message is refused.
+    Refuse,
+    /// The scanned message at this index goes.
+    Seen(usize),
+    /// The oldest message past the scan (after this sequence) goes.
+    Beyond(u64),
+    /// Nothing waits (every stored message was handed out): the oldest goes.
+    Oldest,
+}
+
+/// The sender (`from_agent_id`) an inbox message's payload names, `None` when it does not
+/// decode as one.
+pub(crate) fn sender_of(payload: &[u8]) -> Option<AgentId> {
+    #[derive(serde::Deserialize)]
+    struct Sender {
+        from_agent_id: AgentId,
+    }
+    serde_json::from_slice::<Sender>(payload)
+        .ok()
+        .map(|sender| sender.from_agent_id)
+}
+
+/// One holder of a full goal's waiting messages: who, how many, and the index of its oldest.
+struct Holding<'a> {
+    from: Option<&'a AgentId>,
+    count: u64,
+    oldest: usize,
+}
+
+/// The fair choice in a full goal (docs/protocol.md §8, "The inbox cap"), for a new message
+/// from `incoming`, among the messages `scan` found waiting (those handed out to the reader are
+/// not in it: they are the reader's until it acks).
+///
+/// - `refuse`: with `n` holders (the senders of waiting messages, the new message's sender
+///   among them even when it holds none, and everything past the scan as one more) and `m`
+///   waiting messages, a sender holding its share already (`held × n ≥ m`) is refused; one
+///   holding less takes room from the biggest holder, who then holds more than its share;
+/// - either way, what goes is the oldest waiting message of the biggest holder; on a tie, the
+///   new message's own sender's, else the holder whose oldest message is oldest. Messages past
+///   the scan count as one holder whose oldest is the first past it.
+fn pick(scan: &Scan, incoming: Option<&AgentId>, refuse: bool) -> Pick {
+    let mut holders: Vec<Holding<'_>> = Vec::new();
+    for (index, waiting) in scan.seen.iter().enumerate() {
+        let from = waiting.from.as_ref();
+        match holders.iter_mut().find(|holding| holding.from == from) {
+            Some(holding) => holding.count += 1,
+            None => holders.push(Holding {
+                from,
+                count: 1,
+                oldest: index,
+            }),
+        }
+    }
+    let total = scan.seen.len() as u64 + scan.beyond;
+    if refuse {
+        let mine = holders
+            .iter()
+            .find(|holding| holding.from == incoming)
+            .map_or(0, |holding| holding.count);
+        let newcomer = !holders.iter().any(|holding| holding.from == incoming);
+        let senders = holders.len() as u64 + u64::from(scan.beyond > 0) + u64::from(newcomer);
+        if total == 0 || mine.saturating_mul(senders) >= total {
+            return Pick::Refuse;
+        }
+    }
+    if total == 0 {
+        return Pick::Oldest;
+    }
+    let biggest = holders.iter().max_by_key(|holding| {
+        (
+            holding.count,
+            holding.from == incoming,
+            std::cmp::Reverse(holding.oldest),
+        )
+    });
+    match biggest {
+        // Past the scan is one holder that wins only with more: on a tie, a seen holder's
+        // oldest is older (and the new message's sender is never known to be there).
+        Some(holding) if holding.count >= scan.beyond => Pick::Seen(holding.oldest),
+        _ => Pick::Beyond(scan.seen.last().map_or(scan.after, |waiting| waiting.seq)),
+    }
+}
+
+/// Reads the waiting messages of the goal `inbox_subject` (those after sequence `after`, the
+/// highest handed out), at most [`SCAN_BYTES`] of them.
+async fn waiting(
+    js: &jetstream::Context,
+    inbox_subject: &str,
+    after: u64,
+) -> Result<Scan, async_nats::Error> {
+    let request = serde_json::json!({
+        "seq": after.saturating_add(1),
+        "next_by_subj": inbox_subject,
+        "batch": switchboard_proto::INBOX_STORED_PER_GOAL,
+        "max_bytes": SCAN_BYTES,
+    });
+    let mut scan = Scan {
+        after,
+        ..Scan::default()
+    };
+    let seen = &mut scan.seen;
+    let end = direct_batch(js, INBOX_STREAM, &request, SCAN_TIMEOUT, |message| {
+        let seq = direct_sequence(&message)?;
+        seen.push(Waiting {
+            seq,
+            from: sender_of(&message.payload),
+            payload: message.payload,
+        });
+        Ok(())
+    })
+    .await?;
+    match end {
+        BatchEnd::Done { pending } => scan.beyond = pending,
+        BatchEnd::NotFound => {}
+        BatchEnd::TooLarge | BatchEnd::NotReady => {
+            return Err(format!(
+                "reading a full goal's waiting messages: the replica was not ready ({end:?})"
+            )
+            .into());
+        }
+    }
+    Ok(scan)
+}
+
+/// Which message goes from the full goal `inbox_subject` (nothing was left to purge; its
+/// cursor is at `cursor`, messages through `handed` were handed out), or whether the new
+/// message from `incoming` is refused:
+/// 1. under `evict_oldest`, a read message the purge kept for a consumer (the audit) that is
+///    behind, silently;
+/// 2. else the oldest waiting message of the biggest holder ([`pick`]) — under `refuse` only
+///    when `incoming` holds less than its share, else the new message is refused;
+/// 3. else (nothing waits: every stored message was handed out, a reader hoarding with
+///    `after`) under `evict_oldest` the oldest message, under `refuse` none.
+async fn victim(
+    js: &jetstream::Context,
+    stream: &jetstream::stream::Stream<()>,
+    inbox_subject: &str,
+    cursor: u64,
+    handed: u64,
+    refuse: bool,
+    incoming: Option<&AgentId>,
+) -> Result<Decision, async_nats::Error> {
+    let next_after = |after: Option<u64>| async move {
+        match stream
+            .direct_get_next_for_subject(inbox_subject, after)
+            .await
+        {
+            Ok(message) => Ok(Decision::Remove(message.into())),
+            Err(err) if err.kind() == DirectGetErrorKind::NotFound => Ok(Decision::Again),
+            Err(err) => Err(async_nats::Error::from(err)),
+        }
+    };
+    if !refuse && cursor > 0 {
+        // A read message (one the purge kept for a consumer behind) goes first, silently.
+        if let Decision::Remove(oldest) = next_after(None).await?
+            && oldest.seq <= cursor
+        {
+            return Ok(Decision::Remove(oldest));
+        }
+    }
+    let scan = waiting(js, inbox_subject, handed).await?;
+    match pick(&scan, incoming, refuse) {
+        Pick::Refuse => Ok(Decision::Refuse),
+        Pick::Seen(index) => Ok(scan.seen.get(index).map_or(Decision::Again, |waiting| {
+            Decision::Remove(Victim {
+                seq: waiting.seq,
+                payload: waiting.payload.clone(),
+            })
+        })),
+        Pick::Beyond(after) => next_after(Some(after.saturating_add(1))).await,
+        Pick::Oldest => next_after(None).await,
+    }
 }
 
 /// When `message` is a call's request, tells the replica holding the call (if it is a waiting
@@ -278,7 +514,10 @@ async fn count_unread(
             return Ok(None);
         }
         owner = Some(record.agent_id.clone());
-        record.expired(message.as_ref().and_then(|message| message.id));
+        record.expired_sent_by(
+            message.as_ref().and_then(|message| message.id),
+            message.as_ref().map(|message| &message.from_agent_id),
+        );
         // Never read: no `read` receipt is owed for it any more.
         record.forget_read(seq);
         let value = serde_json::to_vec(&record).map_err(async_nats::Error::from)?;
@@ -373,9 +612,11 @@ async fn notify_sender(
         match sent {
             Ok(()) => return,
             Err(err) if is_full(&err) => {
-                let purged = Box::pin(make_room(js, &target, false, false)).await;
+                let purged = Box::pin(make_room(js, &target, false, false, Some(owner))).await;
                 let made = match purged {
-                    Ok(Room::Purged(0)) => Box::pin(make_room(js, &target, true, false)).await,
+                    Ok(Room::Purged(0)) => {
+                        Box::pin(make_room(js, &target, true, false, Some(owner))).await
+                    }
                     other => other,
                 };
                 if let Err(err) = made {
@@ -422,6 +663,119 @@ mod tests {
             ..Default::default()
         };
         assert!(reads(&several, goal));
+    }
+
+    /// A waiting message `seq` from `from`.
+    fn held(seq: u64, from: &str) -> Waiting {
+        Waiting {
+            seq,
+            from: Some(AgentId::parse(from).unwrap()),
+            payload: Bytes::new(),
+        }
+    }
+
+    /// A scan of waiting messages after sequence 10, `senders[i]` sent the one at `11 + i`.
+    fn scan(senders: &[&str], beyond: u64) -> Scan {
+        Scan {
+            after: 10,
+            seen: senders
+                .iter()
+                .zip(11..)
+                .map(|(from, seq)| held(seq, from))
+                .collect(),
+            beyond,
+        }
+    }
+
+    fn agent(id: &str) -> AgentId {
+        AgentId::parse(id).unwrap()
+    }
+
+    #[test]
+    fn a_full_goal_takes_room_from_its_biggest_holder() {
+        // alice's one message is the oldest; mallory holds the other 127.
+        let mut senders = vec!["alice"];
+        senders.extend(std::iter::repeat_n("mallory", 127));
+        let flooded = scan(&senders, 0);
+        for incoming in ["mallory", "alice", "carol"] {
+            assert_eq!(
+                pick(&flooded, Some(&agent(incoming)), false),
+                Pick::Seen(1),
+                "{incoming}'s message takes mallory's oldest, never alice's"
+            );
+        }
+        // A tie: the new message's own sender gives way, else the oldest holder.
+        let tied = scan(&["alice", "bob", "alice", "bob"], 0);
+        assert_eq!(pick(&tied, Some(&agent("bob")), false), Pick::Seen(1));
+        assert_eq!(pick(&tied, Some(&agent("alice")), false), Pick::Seen(0));
+        assert_eq!(pick(&tied, Some(&agent("carol")), false), Pick::Seen(0));
+        assert_eq!(pick(&tied, None, false), Pick::Seen(0));
+        // One sender alone: its oldest, as before.
+        let alone = scan(&["writer"; 128], 0);
+        assert_eq!(pick(&alone, Some(&agent("writer")), false), Pick::Seen(0));
+        // Nothing waits (all handed out): the oldest of all.
+        assert_eq!(
+            pick(&scan(&[], 0), Some(&agent("writer")), false),
+            Pick::Oldest
+        );
+    }
+
+    #[test]
+    fn refuse_refuses_a_sender_holding_its_share_and_lets_the_others_in() {
+        let mut senders = vec!["alice"];
+        senders.extend(std::iter::repeat_n("mallory", 127));
+        let flooded = scan(&senders, 0);
+        assert_eq!(pick(&flooded, Some(&agent("mallory")), true), Pick::Refuse);
+        assert_eq!(pick(&flooded, Some(&agent("alice")), true), Pick::Seen(1));
+        assert_eq!(pick(&flooded, Some(&agent("carol")), true), Pick::Seen(1));
+        // A sender alone is refused (the reader must see everything), a newcomer is not.
+        let alone = scan(&["mallory"; 128], 0);
+        assert_eq!(pick(&alone, Some(&agent("mallory")), true), Pick::Refuse);
+        assert_eq!(pick(&alone, Some(&agent("alice")), true), Pick::Seen(0));
+        // Half each: both hold their share, both are refused.
+        let mut halves = vec!["alice"; 64];
+        halves.extend(std::iter::repeat_n("mallory", 64));
+        let halves = scan(&halves, 0);
+        assert_eq!(pick(&halves, Some(&agent("alice")), true), Pick::Refuse);
+        assert_eq!(pick(&halves, Some(&agent("mallory")), true), Pick::Refuse);
+        // 63 and 65: the one under its share takes room from the other.
+        let mut uneven = vec!["alice"; 63];
+        uneven.extend(std::iter::repeat_n("mallory", 65));
+        let uneven = scan(&uneven, 0);
+        assert_eq!(pick(&uneven, Some(&agent("alice")), true), Pick::Seen(63));
+        assert_eq!(pick(&uneven, Some(&agent("mallory")), true), Pick::Refuse);
+        // Nothing waits: refused, nothing handed out is removed.
+        assert_eq!(
+            pick(&scan(&[], 0), Some(&agent("alice")), true),
+            Pick::Refuse
+        );
+    }
+
+    #[test]
+    fn messages_past_the_scan_count_as_one_more_holder() {
+        // Big messages: 5 read, 100 more past the budget. They are the biggest holder.
+        let big = scan(&["alice", "alice", "alice", "mallory", "mallory"], 100);
+        assert_eq!(pick(&big, Some(&agent("mallory")), false), Pick::Beyond(15));
+        assert_eq!(pick(&big, Some(&agent("alice")), false), Pick::Beyond(15));
+        assert_eq!(pick(&big, Some(&agent("alice")), true), Pick::Beyond(15));
+        // As many past the scan as alice holds: alice's (a tie goes to the older holder).
+        let even = scan(&["alice", "alice", "alice"], 3);
+        assert_eq!(pick(&even, Some(&agent("bob")), false), Pick::Seen(0));
+        // Nothing read at all yet more waiting: past the scan's start.
+        let none = Scan {
+            after: 10,
+            seen: Vec::new(),
+            beyond: 4,
+        };
+        assert_eq!(pick(&none, Some(&agent("bob")), false), Pick::Beyond(10));
+    }
+
+    #[test]
+    fn the_sender_of_a_payload_is_its_from_agent_id() {
+        let message = InboxMessage::new(agent("alice"), GoalId::default(), agent("bob"), "hi");
+        let payload = serde_json::to_vec(&message).unwrap();
+        assert_eq!(sender_of(&payload), Some(agent("alice")));
+        assert_eq!(sender_of(b"not json"), None);
     }
 
     #[test]

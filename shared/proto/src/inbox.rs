@@ -197,6 +197,10 @@ pub struct CursorRecord {
     /// Their message ids, the newest [`EXPIRED_IDS_KEPT`].
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub expired_ids: Vec<Uuid>,
+    /// Whose they were: each sender with how many of its messages were removed (at most
+    /// [`EXPIRED_SENDERS_KEPT`] senders, those with the most kept).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub expired_from: Vec<SenderCount>,
     /// `read` receipts owed: messages handed out whose senders asked for `read`, until the
     /// cursor passes them (at most [`PENDING_READS_MAX`], oldest dropped).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -235,17 +239,38 @@ impl Overflow {
 /// How many ids of messages removed unread a cursor keeps for its owner's next fetch.
 pub const EXPIRED_IDS_KEPT: usize = 16;
 
+/// How many senders of messages removed unread a cursor names for its owner's next fetch
+/// (the senders with the most removed; a full goal removes from its biggest holder, so the
+/// first of them is who filled it).
+pub const EXPIRED_SENDERS_KEPT: usize = 8;
+
+/// A sender and how many of its messages something counted (docs/protocol.md §8, "The inbox
+/// cap": whose messages a full goal removed unread).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct SenderCount {
+    /// The sender (`from_agent_id` of its messages).
+    pub agent_id: AgentId,
+    /// How many of its messages.
+    pub count: u64,
+}
+
 /// `metadata.reason` of the notice a sender gets when its message was removed unread.
 pub const EXPIRED_UNREAD: &str = "expired_unread";
 
 /// Messages of a goal removed before its owner read them (the goal was full: each new
-/// message past the cap removes the oldest), as a fetch reports them.
+/// message past the cap removed the oldest waiting message of the sender holding the most of
+/// the goal), as a fetch reports them.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ExpiredUnread {
     /// How many, since the previous fetch.
     pub count: u64,
     /// Their message ids, the newest [`EXPIRED_IDS_KEPT`].
     pub ids: Vec<Uuid>,
+    /// Whose they were, most removed first (at most [`EXPIRED_SENDERS_KEPT`] senders):
+    /// a full goal removes the messages of the sender holding the most of it, so this names
+    /// who filled it. Omitted when unknown (messages removed before issue 37).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub from: Vec<SenderCount>,
 }
 
 #[allow(clippy::trivially_copy_pass_by_ref)]
@@ -270,6 +295,7 @@ impl CursorRecord {
             head_deliveries: 0,
             expired_unread: 0,
             expired_ids: Vec::new(),
+            expired_from: Vec::new(),
             pending_reads: Vec::new(),
             overflow: Overflow::EvictOldest,
         }
@@ -311,11 +337,49 @@ impl CursorRecord {
         }
     }
 
+    /// Records that message `id`, sent by `from`, was removed unread: [`CursorRecord::expired`],
+    /// and counted against its sender (the [`EXPIRED_SENDERS_KEPT`] senders with the most
+    /// removed are kept; a new one takes the place of the one with the fewest).
+    pub fn expired_sent_by(&mut self, id: Option<Uuid>, from: Option<&AgentId>) {
+        self.expired(id);
+        let Some(from) = from else {
+            return;
+        };
+        if let Some(sender) = self.expired_from.iter_mut().find(|s| s.agent_id == *from) {
+            sender.count = sender.count.saturating_add(1);
+            return;
+        }
+        if self.expired_from.len() >= EXPIRED_SENDERS_KEPT
+            && let Some(fewest) = self
+                .expired_from
+                .iter()
+                .enumerate()
+                .min_by_key(|(_, sender)| sender.count)
+                .map(|(index, _)| index)
+        {
+            self.expired_from.remove(fewest);
+        }
+        self.expired_from.push(SenderCount {
+            agent_id: from.clone(),
+            count: 1,
+        });
+    }
+
     /// Takes what expired since the last fetch (clearing it); `None` when nothing did.
     pub fn take_expired(&mut self) -> Option<ExpiredUnread> {
-        (self.expired_unread > 0).then(|| ExpiredUnread {
+        if self.expired_unread == 0 {
+            return None;
+        }
+        let mut from = std::mem::take(&mut self.expired_from);
+        from.sort_by(|a, b| {
+            b.count
+                .cmp(&a.count)
+                .then_with(|| a.agent_id.cmp(&b.agent_id))
+        });
+        Some(ExpiredUnread {
             count: std::mem::take(&mut self.expired_unread),
             ids: std::mem::take(&mut self.expired_ids),
+            from,
         })
     }
 
@@ -450,6 +514,56 @@ mod tests {
             .is_err()
         );
         assert_eq!(clean_reason(&"y".repeat(10_000)).chars().count(), 200 + 24);
+    }
+
+    #[test]
+    fn removed_messages_name_their_senders_most_first_and_are_taken_once() {
+        let alice = AgentId::parse("alice").unwrap();
+        let mallory = AgentId::parse("mallory").unwrap();
+        let mut record = CursorRecord::new(alice.clone(), 0);
+        assert_eq!(record.take_expired(), None);
+        record.expired_sent_by(Some(Uuid::now_v7()), Some(&alice));
+        for _ in 0..3 {
+            record.expired_sent_by(Some(Uuid::now_v7()), Some(&mallory));
+        }
+        record.expired_sent_by(None, None);
+        // Kept on the wire (the cursor record round-trips through KV).
+        let stored: CursorRecord =
+            serde_json::from_value(serde_json::to_value(&record).unwrap()).unwrap();
+        assert_eq!(stored, record);
+        let expired = record.take_expired().unwrap();
+        assert_eq!(expired.count, 5);
+        assert_eq!(expired.ids.len(), 4);
+        assert_eq!(
+            expired.from,
+            vec![
+                SenderCount {
+                    agent_id: mallory,
+                    count: 3
+                },
+                SenderCount {
+                    agent_id: alice.clone(),
+                    count: 1
+                },
+            ]
+        );
+        assert_eq!(record.take_expired(), None, "taken once");
+        // At most EXPIRED_SENDERS_KEPT senders: a newcomer replaces the one with the fewest.
+        for n in 0..EXPIRED_SENDERS_KEPT {
+            let sender = AgentId::parse(&format!("s{n}")).unwrap();
+            for _ in 0..=n {
+                record.expired_sent_by(None, Some(&sender));
+            }
+        }
+        record.expired_sent_by(None, Some(&alice));
+        let expired = record.take_expired().unwrap();
+        assert_eq!(expired.from.len(), EXPIRED_SENDERS_KEPT);
+        assert!(expired.from.iter().all(|s| s.agent_id.as_str() != "s0"));
+        assert_eq!(expired.from.last().unwrap().agent_id, alice);
+        // An older reply without `from` still decodes.
+        let old: ExpiredUnread =
+            serde_json::from_value(serde_json::json!({"count": 1, "ids": []})).unwrap();
+        assert!(old.from.is_empty());
     }
 
     #[test]
