@@ -999,6 +999,76 @@ async fn a_question_from_the_agent_is_answered_by_the_next_message() {
     assert_eq!(again["error"]["code"], -32004, "{again}");
 }
 
+/// Issue 37: a question takes one answer. Forty answers at once to one `input_required`
+/// question: one goes to the agent, thirty-nine are refused (UnsupportedOperation), and the
+/// history holds the question and the one answer, no copies.
+#[tokio::test]
+async fn a_question_takes_one_answer_and_the_history_no_copies() {
+    let a2a = A2a::start().await;
+    let worker = a2a.spawn_asker().await;
+    let asked = a2a
+        .rpc(
+            "asker",
+            "SendMessage",
+            json!({"message": message("translate hello", None),
+                   "configuration": {"returnImmediately": false}}),
+        )
+        .await;
+    let task_id = asked["result"]["task"]["id"].as_str().unwrap().to_owned();
+    assert_eq!(
+        state(&asked["result"]["task"]),
+        "TASK_STATE_INPUT_REQUIRED",
+        "{asked}"
+    );
+    let answers = (0..40).map(|n| {
+        let a2a = &a2a;
+        let task_id = task_id.clone();
+        async move {
+            a2a.rpc(
+                "asker",
+                "SendMessage",
+                json!({"message": {"messageId": format!("answer-{n}"), "role": "ROLE_USER",
+                                   "taskId": task_id, "parts": [{"text": "French"}]},
+                       "configuration": {"returnImmediately": true}}),
+            )
+            .await
+        }
+    });
+    let replies = futures::future::join_all(answers).await;
+    let accepted = replies
+        .iter()
+        .filter(|reply| reply.get("result").is_some())
+        .count();
+    assert_eq!(accepted, 1, "one answer per question: {replies:?}");
+    assert!(
+        replies
+            .iter()
+            .filter(|reply| reply.get("error").is_some())
+            .all(|reply| reply["error"]["code"] == -32004),
+        "the others are refused: {replies:?}"
+    );
+    worker.await.unwrap();
+    let task = a2a.rpc("asker", "GetTask", json!({"id": task_id})).await;
+    let history = task["result"]["history"].as_array().unwrap();
+    let texts: Vec<&str> = history
+        .iter()
+        .filter_map(|message| message["parts"][0]["text"].as_str())
+        .collect();
+    assert_eq!(
+        texts
+            .iter()
+            .filter(|text| **text == "which language?")
+            .count(),
+        1,
+        "the question once: {texts:?}"
+    );
+    assert_eq!(
+        texts.iter().filter(|text| **text == "French").count(),
+        1,
+        "the one answer: {texts:?}"
+    );
+}
+
 /// Issue 19 through the official SDK as well: a stream it drops mid-task, resumed after the
 /// gateway restarted (`Last-Event-ID` from the items' `switchboardEventSeq`), a webhook set
 /// with the message, and the input-required round trip.
@@ -1182,4 +1252,180 @@ async fn connections_that_never_finish_their_headers_are_closed() {
             "a stalled connection was still open after {limit:?}"
         );
     }
+}
+
+/// Creates a task for `echo` as the client of `token` in `context`, answered at once; its id.
+async fn task_in_context(a2a: &A2a, token: &str, text: &str, context: &str) -> String {
+    let reply = a2a
+        .rpc_as(
+            token,
+            "echo",
+            "SendMessage",
+            json!({"message": message(text, Some(context)), "configuration": {"returnImmediately": true}}),
+        )
+        .await;
+    reply["result"]["task"]["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no task: {reply}"))
+        .to_owned()
+}
+
+/// Runs one `ListTasks` as the client of `token` and returns its result with the `list`
+/// requests the task service got meanwhile (read off the wire).
+async fn list_counting(
+    a2a: &A2a,
+    wiretap: &async_nats::Client,
+    lists: &mut async_nats::Subscriber,
+    token: &str,
+    params: Value,
+) -> (Value, Vec<Value>) {
+    use futures::StreamExt;
+    let reply = a2a.rpc_as(token, "echo", "ListTasks", params).await;
+    // Every request the gateway published before its answer is on the wiretap's connection
+    // ahead of this round trip.
+    switchboard_runtime::nats::sync(wiretap).await.unwrap();
+    let mut seen = Vec::new();
+    while let Ok(Some(request)) =
+        tokio::time::timeout(Duration::from_millis(200), lists.next()).await
+    {
+        seen.push(serde_json::from_slice(&request.payload).unwrap());
+    }
+    let result = reply["result"].clone();
+    assert!(result.is_object(), "{reply}");
+    (result, seen)
+}
+
+/// Issue 37, hole 2: one `ListTasks` is one task-service `list`, with the client, the agent,
+/// the context, the status, the page size and the page token pushed down, and the answer is
+/// only the caller's tasks in that context. Before, a `contextId` made the gateway read up to
+/// 16 pages (16 requests, each reading every task the agent was given by anyone and, with a
+/// status, up to 1,000 records to count), and a context whose task sat behind 16 newer ones
+/// came back empty.
+#[tokio::test]
+async fn list_tasks_costs_one_task_service_read() {
+    let a2a = A2a::start().await;
+    // The planner's oldest task is the only one in its context; 20 newer ones are in other
+    // contexts, and the other client has tasks for the same agent in a context of that name.
+    let needle = task_in_context(&a2a, TOKEN, "needle", "ctx-needle").await;
+    let mut planners = vec![needle.clone()];
+    for n in 0..20 {
+        let (text, context) = (format!("hay {n}"), format!("ctx-hay-{n}"));
+        planners.push(task_in_context(&a2a, TOKEN, &text, &context).await);
+    }
+    let mut others = Vec::new();
+    for n in 0..5 {
+        let text = format!("other {n}");
+        others.push(task_in_context(&a2a, OTHER_TOKEN, &text, "ctx-needle").await);
+    }
+    let wiretap = a2a.fabric.nats.client().await;
+    let mut lists = wiretap.subscribe("agent.task.list.>").await.unwrap();
+    switchboard_runtime::nats::sync(&wiretap).await.unwrap();
+    let ids = |result: &Value| -> Vec<String> {
+        result["tasks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|task| task["id"].as_str().unwrap().to_owned())
+            .collect()
+    };
+
+    // One context, a page of one: the needle, found by one request that names the context.
+    let (found, requests) = list_counting(
+        &a2a,
+        &wiretap,
+        &mut lists,
+        TOKEN,
+        json!({"contextId": "ctx-needle", "pageSize": 1}),
+    )
+    .await;
+    assert!(
+        (1..=2).contains(&requests.len()),
+        "{} task-service lists for one ListTasks: {requests:?}",
+        requests.len()
+    );
+    assert_eq!(requests[0]["metadata"]["a2a_context_id"], "ctx-needle");
+    assert_eq!(requests[0]["peer"], "echo");
+    assert_eq!(requests[0]["limit"], 1);
+    assert_eq!(ids(&found), vec![needle.clone()], "{found}");
+    assert_eq!(found["nextPageToken"], "", "{found}");
+    assert_eq!(found["totalSize"], 1, "{found}");
+
+    // The other client's context of the same name: its own five, none of the planner's.
+    let (theirs, requests) = list_counting(
+        &a2a,
+        &wiretap,
+        &mut lists,
+        OTHER_TOKEN,
+        json!({"contextId": "ctx-needle"}),
+    )
+    .await;
+    assert!((1..=2).contains(&requests.len()), "{requests:?}");
+    let mut listed = ids(&theirs);
+    listed.sort();
+    others.sort();
+    assert_eq!(listed, others, "{theirs}");
+
+    // Paging the planner's 21 tasks five at a time: one request per page, every task once,
+    // none of the other client's.
+    let mut paged = Vec::new();
+    let mut token = String::new();
+    let mut pages = 0;
+    loop {
+        let mut params = json!({"pageSize": 5});
+        if !token.is_empty() {
+            params["pageToken"] = json!(token);
+        }
+        let (page, requests) = list_counting(&a2a, &wiretap, &mut lists, TOKEN, params).await;
+        assert!((1..=2).contains(&requests.len()), "{requests:?}");
+        assert_eq!(page["totalSize"], 21, "{page}");
+        paged.extend(ids(&page));
+        pages += 1;
+        assert!(pages <= 10, "paging does not end: {page}");
+        token = page["nextPageToken"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        if token.is_empty() {
+            break;
+        }
+    }
+    paged.sort();
+    planners.sort();
+    assert_eq!(paged, planners);
+
+    // A status filter is counted by the task service in the same one request.
+    switchboard_testkit::assert_eventually!(
+        Duration::from_secs(20),
+        async {
+            let done = a2a
+                .rpc(
+                    "echo",
+                    "ListTasks",
+                    json!({"status": "TASK_STATE_COMPLETED", "pageSize": 1}),
+                )
+                .await;
+            done["result"]["totalSize"] == 21
+        },
+        "the planner's 21 tasks never all completed"
+    );
+    // Drain what the waiting loop sent.
+    switchboard_runtime::nats::sync(&wiretap).await.unwrap();
+    while let Ok(Some(_)) = tokio::time::timeout(
+        Duration::from_millis(200),
+        futures::StreamExt::next(&mut lists),
+    )
+    .await
+    {}
+    let (completed, requests) = list_counting(
+        &a2a,
+        &wiretap,
+        &mut lists,
+        TOKEN,
+        json!({"status": "TASK_STATE_COMPLETED", "contextId": "ctx-needle"}),
+    )
+    .await;
+    assert!((1..=2).contains(&requests.len()), "{requests:?}");
+    assert_eq!(requests[0]["state"], "completed");
+    assert_eq!(ids(&completed), vec![needle], "{completed}");
+    assert_eq!(completed["totalSize"], 1, "{completed}");
 }

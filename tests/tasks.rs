@@ -1635,3 +1635,139 @@ async fn task_requests_are_micro_endpoints() {
         );
     }
 }
+
+/// Issue 37, hole 2: a `list` reads at most `LIST_READ_MAX` records per request, whatever its
+/// filter matches. Over more candidates than that, a `metadata` filter that matches only the
+/// oldest task answers an empty page with a cursor (not a scan of every task), and the next
+/// page finds it; over fewer, the filter is counted and paged exactly. `peer` lists one pair's
+/// tasks only, and a `metadata` filter of too many keys is refused.
+#[tokio::test]
+async fn a_listing_reads_a_bounded_number_of_records_and_filters_by_metadata() {
+    use futures::StreamExt;
+    use switchboard_proto::task::{LIST_METADATA_MAX, LIST_READ_MAX};
+
+    let fabric = Fabric::start().await;
+    let p = pair(&fabric).await;
+    let topic = |value: &str| {
+        let mut metadata = serde_json::Map::new();
+        metadata.insert("topic".to_owned(), serde_json::json!(value));
+        metadata
+    };
+    let create = |to: &'static str, text: String, value: &'static str| {
+        p.boss.create_task(CreateTask {
+            to: Some(to.to_owned()),
+            message: Some(text),
+            metadata: topic(value),
+            ..CreateTask::default()
+        })
+    };
+    // The needle first (the oldest id), then more hay than one listing reads.
+    let needle = create("worker", "needle".to_owned(), "needle")
+        .await
+        .unwrap()
+        .task
+        .task_id;
+    let hay = LIST_READ_MAX + 20;
+    let made: Vec<_> = futures::stream::iter(0..hay)
+        .map(|n| create("worker", format!("hay {n}"), "hay"))
+        .buffer_unordered(16)
+        .collect()
+        .await;
+    let failed: Vec<_> = made.iter().filter_map(|made| made.as_ref().err()).collect();
+    assert!(failed.is_empty(), "creates failed: {failed:?}");
+
+    // Newest first, the needle is the last candidate: the first page spends its reads on hay.
+    let needles = |cursor| ListTasks {
+        role: ListRole::Requester,
+        peer: Some(AgentId::parse("worker").unwrap()),
+        limit: Some(1),
+        cursor,
+        newest_first: true,
+        metadata: topic("needle"),
+        ..ListTasks::default()
+    };
+    let first = p.boss.list_tasks(&needles(None)).await.unwrap();
+    assert!(first.tasks.is_empty(), "{} tasks", first.tasks.len());
+    assert!(
+        first.next_cursor.is_some(),
+        "a page cut short by the read budget says where to read on"
+    );
+    assert_eq!(first.total, None, "too many candidates to count");
+    let second = p
+        .boss
+        .list_tasks(&needles(first.next_cursor))
+        .await
+        .unwrap();
+    let found: Vec<Uuid> = second.tasks.iter().map(|t| t.task_id).collect();
+    assert_eq!(found, vec![needle]);
+    assert_eq!(second.next_cursor, None, "the end of the list");
+
+    // Few candidates: the filter is counted and paged exactly (another pair of agents).
+    let (_third, _third_goal) = fabric.agent_with_goal("third").await;
+    let mut ours = Vec::new();
+    for (n, value) in ["a", "b", "a"].into_iter().enumerate() {
+        ours.push(
+            create("third", format!("for third {n}"), value)
+                .await
+                .unwrap()
+                .task
+                .task_id,
+        );
+    }
+    let topic_a = |cursor| ListTasks {
+        role: ListRole::Requester,
+        peer: Some(AgentId::parse("third").unwrap()),
+        limit: Some(1),
+        cursor,
+        metadata: topic("a"),
+        ..ListTasks::default()
+    };
+    let page = p.boss.list_tasks(&topic_a(None)).await.unwrap();
+    assert_eq!(page.total, Some(2), "counted record by record");
+    assert_eq!(
+        page.tasks.iter().map(|t| t.task_id).collect::<Vec<_>>(),
+        vec![ours[0]]
+    );
+    let last = p.boss.list_tasks(&topic_a(page.next_cursor)).await.unwrap();
+    assert_eq!(
+        last.tasks.iter().map(|t| t.task_id).collect::<Vec<_>>(),
+        vec![ours[2]]
+    );
+    assert_eq!(last.next_cursor, None);
+    // The pair's own entries: the third agent's tasks are none of the worker's.
+    let with_third = p
+        .boss
+        .list_tasks(&ListTasks {
+            role: ListRole::Requester,
+            peer: Some(AgentId::parse("third").unwrap()),
+            ..ListTasks::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(with_third.total, Some(3));
+    assert_eq!(
+        with_third
+            .tasks
+            .iter()
+            .map(|t| t.task_id)
+            .collect::<Vec<_>>(),
+        ours
+    );
+
+    // A filter of too many keys is refused before anything is read.
+    let mut wide = serde_json::Map::new();
+    for n in 0..=LIST_METADATA_MAX {
+        wide.insert(format!("k{n}"), serde_json::json!(n));
+    }
+    assert_eq!(
+        kind(
+            p.boss
+                .list_tasks(&ListTasks {
+                    metadata: wide,
+                    ..ListTasks::default()
+                })
+                .await
+        ),
+        ErrorKind::BadRequest
+    );
+}

@@ -247,6 +247,7 @@ pub async fn run(args: TaskArgs) -> anyhow::Result<serde_json::Value> {
                     .map(switchboard_proto::AgentId::parse)
                     .transpose()?,
                 newest_first,
+                ..ListTasks::default()
             };
             crate::nats::request_json(url, &subject(TaskRequestOp::List), &request).await
         }

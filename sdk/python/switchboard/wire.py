@@ -195,11 +195,12 @@ class ErrorReply(TypedDict):
     error: ErrorBody
 
 
-class ExpiredUnread(TypedDict):
-    """Messages of a goal removed before its owner read them (the goal was full: each new
-message past the cap removes the oldest), as a fetch reports them."""
-    count: int
-    ids: list[str]
+# Messages of a goal removed before its owner read them (the goal was full: each new
+ExpiredUnread = TypedDict('ExpiredUnread', {
+    'count': 'int',
+    'from': 'NotRequired[list[SenderCount]]',
+    'ids': 'list[str]',
+})
 
 
 class ExportDone(TypedDict):
@@ -317,6 +318,7 @@ class ListTasks(TypedDict):
     """`list`: the caller's tasks by role and state, or the children of a parent, paged."""
     cursor: NotRequired[str | None]
     limit: NotRequired[int | None]
+    metadata: NotRequired[dict[str, Any]]
     newest_first: NotRequired[bool]
     parent: NotRequired[str | None]
     peer: NotRequired[AgentId | None]
@@ -485,6 +487,13 @@ class SendStatusReply(TypedDict):
 class SendStatusRequest(TypedDict):
     """`agent.send.status.<agent_id>`: where a message the caller sent with a receipt is."""
     message_id: str
+
+
+class SenderCount(TypedDict):
+    """A sender and how many of its messages something counted (docs/protocol.md §8, "The inbox
+cap": whose messages a full goal removed unread)."""
+    agent_id: AgentId
+    count: int
 
 
 class Skill(TypedDict):

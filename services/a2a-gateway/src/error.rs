@@ -61,6 +61,13 @@ pub enum GatewayError {
         /// Its Switchboard state.
         state: &'static str,
     },
+    /// The task's current question has been answered already (one answer per question;
+    /// the task asks again with a new `input_required` if it needs more).
+    #[error("task {task}'s question has been answered already: wait for it to ask again")]
+    AlreadyAnswered {
+        /// The task.
+        task: String,
+    },
     /// The task has no push config by that id: invalid params in JSON-RPC (A2A names no
     /// code of its own), 404 over HTTP+JSON.
     #[error("task {} has no push config `{}`", shown(.task), shown(.id))]
@@ -138,7 +145,7 @@ impl GatewayError {
             Self::SlowBody(_) => (error_code::INVALID_REQUEST, None),
             Self::Version(_) => (error_code::VERSION_NOT_SUPPORTED, None),
             Self::TaskNotFound(_) => (error_code::TASK_NOT_FOUND, None),
-            Self::SubscribeEnded(_) | Self::NotAnswerable { .. } => {
+            Self::SubscribeEnded(_) | Self::NotAnswerable { .. } | Self::AlreadyAnswered { .. } => {
                 (error_code::UNSUPPORTED_OPERATION, None)
             }
             Self::NotCancelable { .. } => (error_code::TASK_NOT_CANCELABLE, None),

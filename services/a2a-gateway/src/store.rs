@@ -177,6 +177,79 @@ impl Store {
         .await
     }
 
+    /// Claims the answer to a task's question number `question` (the task's transition count
+    /// when it asked): `Ok(true)` for the first claim, `Ok(false)` when that question (or a
+    /// later one) was claimed before — by this or another replica, with compare-and-set on
+    /// the `<task>.answered` key of `a2a_history`.
+    pub async fn claim_answer(&self, task_id: &Uuid, question: u32) -> Result<bool, GatewayError> {
+        let key = format!("{task_id}.answered");
+        let step = "recording the task's answer";
+        for _ in 0..CAS_ATTEMPTS {
+            let read: Option<(Option<u32>, u64)> =
+                read_json(&self.history, &key, "reading the task's answers").await?;
+            let (answered, revision) = read.unwrap_or((None, 0));
+            // Claimed already: refused without a write, so forty answers at once cost one
+            // write and thirty-nine reads, not a contest of writes.
+            if answered.is_some_and(|last| last >= question) {
+                return Ok(false);
+            }
+            let bytes = serde_json::to_vec(&Some(question)).unwrap_or_default();
+            let written = if revision == 0 {
+                self.history
+                    .create(&key, bytes.into())
+                    .await
+                    .map(|_| ())
+                    .map_err(|err| {
+                        (
+                            switchboard_request::kv::already_exists(&err),
+                            err.to_string(),
+                        )
+                    })
+            } else {
+                self.history
+                    .update(&key, bytes.into(), revision)
+                    .await
+                    .map(|_| ())
+                    .map_err(|err| {
+                        (
+                            switchboard_request::kv::lost_revision(&err),
+                            err.to_string(),
+                        )
+                    })
+            };
+            match written {
+                Ok(()) => return Ok(true),
+                // Another answer wrote first: read again (it most likely claimed this one).
+                Err((true, _)) => continue,
+                Err((false, message)) => return Err(GatewayError::unavailable(step, message)),
+            }
+        }
+        Err(GatewayError::unavailable(
+            step,
+            "other answers kept changing it",
+        ))
+    }
+
+    /// Gives back a claim of [`Store::claim_answer`] whose answer could not be sent, so the
+    /// client may answer again (best effort: a failure leaves the question answered).
+    pub async fn release_answer(&self, task_id: &Uuid, question: u32) {
+        let released = change_json(
+            &self.history,
+            &format!("{task_id}.answered"),
+            ("reading the task's answers", "releasing the task's answer"),
+            |answered: &mut Option<u32>| {
+                if *answered == Some(question) {
+                    *answered = question.checked_sub(1);
+                }
+                Ok(())
+            },
+        )
+        .await;
+        if let Err(err) = released {
+            tracing::warn!(task_id = %task_id, error = %err, "an unsent answer stays claimed");
+        }
+    }
+
     /// The webhooks of a task, `None` when it has none.
     pub async fn push_configs(&self, task_id: &Uuid) -> Result<Option<PushConfigs>, GatewayError> {
         Ok(self.push_entry(task_id).await?.map(|(configs, _)| configs))

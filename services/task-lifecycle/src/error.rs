@@ -4,7 +4,9 @@
 //! Both go on the wire once, in `From<TaskError> for ErrorReply`.
 
 use switchboard_proto::send::{no_live_goals, unknown_agent};
-use switchboard_proto::task::{DEADLINE_EXPIRED, LIST_LIMIT_MAX, TaskOp, TaskRefusal};
+use switchboard_proto::task::{
+    DEADLINE_EXPIRED, LIST_LIMIT_MAX, LIST_METADATA_MAX, TaskOp, TaskRefusal,
+};
 use switchboard_proto::{AgentId, ErrorKind, ErrorReply, GoalId, MAX_BODY_BYTES, acl, timestamp};
 use switchboard_runtime::store::StoreError;
 use time::OffsetDateTime;
@@ -218,6 +220,9 @@ pub enum TaskError {
     /// A list `limit` out of range.
     #[error("`limit` must be 1 to {}", LIST_LIMIT_MAX)]
     BadLimit,
+    /// A list `metadata` filter naming too many keys.
+    #[error("`metadata` may name at most {} keys", LIST_METADATA_MAX)]
+    BadMetadataFilter,
     /// A KV or JetStream read or write failed.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -237,7 +242,8 @@ impl TaskError {
             | Self::ReasonRequired(_)
             | Self::QuestionRequired
             | Self::NoteRequired
-            | Self::BadLimit => ErrorKind::BadRequest,
+            | Self::BadLimit
+            | Self::BadMetadataFilter => ErrorKind::BadRequest,
             Self::Gate(reply) => reply.kind(),
             Self::TaskForSelf => ErrorKind::SelfSend,
             Self::UnknownAssignee(_) | Self::NoLiveGoals(_) | Self::NoSkill(_) => {

@@ -1,14 +1,17 @@
-//! Reading tasks: get (one task) and list (the caller's tasks by role, state and other party,
-//! or a task's children; oldest or newest first; with the total), for the parties only.
+//! Reading tasks: get (one task) and list (the caller's tasks by role, state, metadata and
+//! other party, or a task's children; oldest or newest first; with the total), for the
+//! parties only.
 //!
 //! A task is visible to its requester, its assignee and the parties of its ancestors (who
 //! handed down the work). The index a listing reads is only a hint: each record says who its
-//! parties are, and one undecodable record is skipped rather than failing every listing.
+//! parties are, and one undecodable record is skipped rather than failing every listing. A
+//! listing's cost is bounded per request: a snapshot of the index entries it needs (one per
+//! side) and at most [`LIST_READ_MAX`] records.
 
 use switchboard_proto::AgentId;
 use switchboard_proto::task::{
-    LIST_COUNT_MAX, LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX, ListRole, ListTasks, TaskAction, TaskList,
-    TaskRecord, TaskReply,
+    LIST_COUNT_MAX, LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX, LIST_METADATA_MAX, LIST_READ_MAX, ListRole,
+    ListTasks, TaskAction, TaskList, TaskRecord, TaskReply,
 };
 use switchboard_runtime::store::StoreError;
 use uuid::Uuid;
@@ -16,6 +19,9 @@ use uuid::Uuid;
 use crate::error::TaskError;
 use crate::store::Side;
 use crate::tasks::Tasks;
+
+/// How many records a listing reads at once.
+const READ_AHEAD: usize = 16;
 
 impl Tasks {
     /// get: one task, for its requester, its assignee, or a party of an ancestor.
@@ -55,74 +61,89 @@ impl Tasks {
         })
     }
 
-    /// list: the caller's tasks by role, state and other party, or a task's children, oldest
-    /// (or newest) first, paged by task id, with how many match in all.
+    /// list: the caller's tasks by role, state, metadata and other party, or a task's
+    /// children, oldest (or newest) first, paged by task id, with how many match in all.
+    ///
+    /// One request costs a snapshot of the index entries it needs (the pair's own with a
+    /// `peer`, the caller's otherwise; one per side asked for) and at most [`LIST_READ_MAX`]
+    /// record reads, the count included: a filter that matches little answers a short page
+    /// with a `next_cursor` instead of reading on.
     pub async fn list(&self, caller: &AgentId, request: ListTasks) -> Result<TaskList, TaskError> {
         let limit = request.limit.unwrap_or(LIST_LIMIT_DEFAULT);
         if limit == 0 || limit > LIST_LIMIT_MAX {
             return Err(TaskError::BadLimit);
         }
+        if request.metadata.len() > LIST_METADATA_MAX {
+            return Err(TaskError::BadMetadataFilter);
+        }
         let mut ids = match request.parent {
             Some(parent) => {
                 let mut children = self.visible(caller, &parent).await?.children;
                 children.sort_unstable();
+                children.dedup();
                 children
             }
-            None => {
-                let ids = self.ids_of(caller, request.role, false).await?;
-                match &request.peer {
-                    // The pair's tasks: the caller's side of the index against the peer's
-                    // other side, without reading a record.
-                    Some(peer) => {
-                        let theirs = self.ids_of(peer, request.role, true).await?;
-                        ids.into_iter()
-                            .filter(|id| theirs.binary_search(id).is_ok())
-                            .collect()
-                    }
-                    None => ids,
-                }
-            }
+            None => match &request.peer {
+                // The pair's tasks: their own index entries, without reading either agent's
+                // other tasks (a busy assignee has many requesters).
+                Some(peer) => self.pair_ids(caller, peer, request.role).await?,
+                None => self.ids_of(caller, request.role).await?,
+            },
         };
         if request.newest_first {
             ids.reverse();
         }
-        // Without a state filter the index's count is the total; with one, the candidates are
-        // read one by one (at most LIST_COUNT_MAX of them).
-        let total = match request.state {
-            None => Some(ids.len() as u64),
-            Some(_) if ids.len() <= LIST_COUNT_MAX => {
-                let mut count = 0;
-                for id in &ids {
-                    if self.listed(caller, &request, id).await?.is_some() {
-                        count += 1;
-                    }
-                }
-                Some(count)
-            }
-            Some(_) => None,
+        // Where this page starts: after the cursor, in the listing's order.
+        let start = match request.cursor {
+            Some(cursor) if request.newest_first => ids.partition_point(|id| *id >= cursor),
+            Some(cursor) => ids.partition_point(|id| *id <= cursor),
+            None => 0,
         };
-        if let Some(cursor) = request.cursor {
-            ids.retain(|id| {
-                if request.newest_first {
-                    *id < cursor
-                } else {
-                    *id > cursor
-                }
-            });
+        let filtered = request.state.is_some() || !request.metadata.is_empty();
+        if filtered && ids.len() <= LIST_COUNT_MAX {
+            return self.counted(caller, &request, &ids, start, limit).await;
         }
+        // Without a filter the index's count is the total; a filter over more candidates than
+        // one request reads is not counted.
+        let total = (!filtered).then_some(ids.len() as u64);
         let mut tasks = Vec::new();
         let mut next_cursor = None;
-        for (i, id) in ids.iter().enumerate() {
-            let Some(task) = self.listed(caller, &request, id).await? else {
-                continue;
+        let mut at = start;
+        while at < ids.len() {
+            let read = at - start;
+            if read >= LIST_READ_MAX {
+                // The budget is spent with candidates left: the next page reads on from the
+                // last one read.
+                next_cursor = at.checked_sub(1).and_then(|last| ids.get(last)).copied();
+                break;
+            }
+            // A filter is expected to pass some candidates by: read ahead. Without one,
+            // only what the page still needs.
+            let ahead = if filtered {
+                READ_AHEAD
+            } else {
+                (limit - tasks.len()).min(READ_AHEAD)
             };
-            tasks.push(task);
-            if tasks.len() == limit {
-                if i + 1 < ids.len() {
-                    next_cursor = Some(*id);
+            let want = ahead.min(LIST_READ_MAX - read);
+            let chunk = &ids[at..ids.len().min(at + want)];
+            let found = self.read_listed(caller, &request, chunk).await?;
+            let mut full_at = None;
+            for (offset, task) in found.into_iter().enumerate() {
+                if let Some(task) = task {
+                    tasks.push(task);
+                    if tasks.len() == limit {
+                        full_at = Some(at + offset);
+                        break;
+                    }
+                }
+            }
+            if let Some(last) = full_at {
+                if last + 1 < ids.len() {
+                    next_cursor = ids.get(last).copied();
                 }
                 break;
             }
+            at += chunk.len();
         }
         Ok(TaskList {
             tasks,
@@ -131,26 +152,86 @@ impl Tasks {
         })
     }
 
-    /// The ids the index holds for `agent` in `role` (its `other` side: the requester side
-    /// for an assignee role and back), sorted.
-    async fn ids_of(
+    /// A filtered listing of few enough candidates to read them all once: the matches are
+    /// counted and the page is taken from them (`start`: where the page begins in `ids`).
+    async fn counted(
         &self,
-        agent: &AgentId,
-        role: ListRole,
-        other: bool,
-    ) -> Result<Vec<Uuid>, TaskError> {
-        let (mine, theirs) = (Side::Requester, Side::Assignee);
-        let (requester_side, assignee_side) = if other {
-            (theirs, mine)
+        caller: &AgentId,
+        request: &ListTasks,
+        ids: &[Uuid],
+        start: usize,
+        limit: usize,
+    ) -> Result<TaskList, TaskError> {
+        let mut total: u64 = 0;
+        let mut tasks = Vec::new();
+        let mut more = false;
+        for (n, chunk) in ids.chunks(READ_AHEAD).enumerate() {
+            let found = self.read_listed(caller, request, chunk).await?;
+            for (offset, task) in found.into_iter().enumerate() {
+                let Some(task) = task else { continue };
+                total += 1;
+                if n * READ_AHEAD + offset < start {
+                    continue;
+                }
+                if tasks.len() < limit {
+                    tasks.push(task);
+                } else {
+                    more = true;
+                }
+            }
+        }
+        let next_cursor = if more {
+            tasks.last().map(|task| task.task_id)
         } else {
-            (mine, theirs)
+            None
         };
+        Ok(TaskList {
+            tasks,
+            next_cursor,
+            total: Some(total),
+        })
+    }
+
+    /// [`Tasks::listed`] for each of `ids` at once, in their order.
+    async fn read_listed(
+        &self,
+        caller: &AgentId,
+        request: &ListTasks,
+        ids: &[Uuid],
+    ) -> Result<Vec<Option<TaskRecord>>, TaskError> {
+        futures::future::try_join_all(ids.iter().map(|id| self.listed(caller, request, id))).await
+    }
+
+    /// The ids the index holds for `agent` in `role`, sorted.
+    async fn ids_of(&self, agent: &AgentId, role: ListRole) -> Result<Vec<Uuid>, TaskError> {
         let mut ids = Vec::new();
         if matches!(role, ListRole::Requester | ListRole::Any) {
-            ids.extend(self.store.ids(requester_side, agent).await?);
+            ids.extend(self.store.ids(Side::Requester, agent).await?);
         }
         if matches!(role, ListRole::Assignee | ListRole::Any) {
-            ids.extend(self.store.ids(assignee_side, agent).await?);
+            ids.extend(self.store.ids(Side::Assignee, agent).await?);
+        }
+        ids.sort_unstable();
+        ids.dedup();
+        Ok(ids)
+    }
+
+    /// The ids of the tasks between `caller` and `peer` in `role` (the caller's side), sorted:
+    /// the tasks the caller gave the peer (requester), the peer gave the caller (assignee).
+    async fn pair_ids(
+        &self,
+        caller: &AgentId,
+        peer: &AgentId,
+        role: ListRole,
+    ) -> Result<Vec<Uuid>, TaskError> {
+        let mut ids = Vec::new();
+        if matches!(role, ListRole::Requester | ListRole::Any) {
+            ids.extend(self.store.pair_ids(caller, peer).await?);
+        }
+        // The tasks an agent gave itself are one pair: read once.
+        let read_already = role == ListRole::Any && caller == peer;
+        if matches!(role, ListRole::Assignee | ListRole::Any) && !read_already {
+            ids.extend(self.store.pair_ids(peer, caller).await?);
         }
         ids.sort_unstable();
         ids.dedup();
@@ -158,7 +239,8 @@ impl Tasks {
     }
 
     /// The task `id` when the listing shows it: the record exists, the caller (and the peer)
-    /// are its parties (or it is a child of the listed parent), in the state asked for.
+    /// are its parties (or it is a child of the listed parent), in the state asked for, with
+    /// the metadata asked for.
     async fn listed(
         &self,
         caller: &AgentId,
@@ -186,6 +268,10 @@ impl Tasks {
             }
         };
         let state = request.state.is_none_or(|state| state == task.state);
-        Ok((parties && state).then_some(task))
+        let metadata = request
+            .metadata
+            .iter()
+            .all(|(key, value)| task.metadata.get(key) == Some(value));
+        Ok((parties && state && metadata).then_some(task))
     }
 }

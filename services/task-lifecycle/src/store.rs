@@ -6,7 +6,9 @@
 //!   waiting for input), also written with compare-and-set, so concurrent accepts for one
 //!   assignee are decided one at a time and never exceed its `max_concurrent_tasks`.
 //! - The `AGENT_TASKS_INDEX` stream: `req.<agent>.<id>` and `asg.<agent>.<id>` (who asked, who
-//!   works; kept with the task, for `list`) and `open.<id>` (only for a task with a deadline
+//!   works; kept with the task, for `list`), `pair.<requester>.<assignee>.<id>` (both, so a
+//!   listing of one pair's tasks reads only theirs: `list` with `peer`, the A2A gateway's
+//!   `ListTasks`) and `open.<id>` (only for a task with a deadline
 //!   or a parent, carrying both; removed with a filtered purge when the task ends, for the
 //!   deadline sweep and the orphan check, whose cost is then what can be due). A plain
 //!   stream for the same reason as the open-call index: a KV delete leaves a marker that
@@ -170,20 +172,26 @@ impl TaskStore {
         let mut entries = vec![
             (format!("req.{}.{id}", task.requester), Bytes::new()),
             (format!("asg.{}.{id}", task.assignee), Bytes::new()),
+            (
+                format!("pair.{}.{}.{id}", task.requester, task.assignee),
+                Bytes::new(),
+            ),
         ];
         // Only a task with a deadline or a parent can ever need the sweep.
         if task.deadline.is_some() || task.parent.is_some() {
             entries.push((format!("open.{id}"), open));
         }
-        for (key, payload) in entries {
+        // The entries are independent of each other: written at once, all before the record.
+        let writes = entries.into_iter().map(|(key, payload)| async move {
             let subject = TASKS_INDEX.entry(&key);
             // The subject keeps one entry anyway; a fresh id per create attempt keeps an entry
             // purged by `forget` from being de-duplicated away when the create is retried.
             let msg_id = format!("{subject}:{}", switchboard_proto::new_id());
             publish_durable(&self.js, &subject, &msg_id, payload)
                 .await
-                .map_err(|err| StoreError::store("indexing the task", err))?;
-        }
+                .map_err(|err| StoreError::store("indexing the task", err))
+        });
+        futures::future::try_join_all(writes).await?;
         match self.tasks.create(task_key(&id), encode(task)?).await {
             Ok(revision) => Ok(Some(TaskEntry {
                 task: task.clone(),
@@ -230,6 +238,7 @@ impl TaskStore {
     pub async fn forget(&self, id: &Uuid) -> Result<(), StoreError> {
         for filter in [
             TASKS_INDEX.entry(&format!("*.*.{id}")),
+            TASKS_INDEX.entry(&format!("pair.*.*.{id}")),
             TASKS_INDEX.entry(&format!("open.{id}")),
         ] {
             if let Err(err) = self.index.purge().filter(filter.as_str()).await {
@@ -244,9 +253,24 @@ impl TaskStore {
 
     /// Ids of the tasks `agent` asked for or works on, in id order.
     pub async fn ids(&self, side: Side, agent: &AgentId) -> Result<Vec<Uuid>, StoreError> {
-        let filter = format!("{}.{agent}.*", side.token());
+        self.indexed(&format!("{}.{agent}.*", side.token())).await
+    }
+
+    /// Ids of the tasks `requester` gave `assignee`, in id order: one read of that pair's
+    /// entries, however many tasks either of them has with anyone else.
+    pub async fn pair_ids(
+        &self,
+        requester: &AgentId,
+        assignee: &AgentId,
+    ) -> Result<Vec<Uuid>, StoreError> {
+        self.indexed(&format!("pair.{requester}.{assignee}.*"))
+            .await
+    }
+
+    /// The task ids of the index entries matching `filter` (one snapshot), in id order.
+    async fn indexed(&self, filter: &str) -> Result<Vec<Uuid>, StoreError> {
         let mut ids: Vec<Uuid> =
-            stream_snapshot(&self.js, &self.index, TASKS_INDEX.prefix(), &filter)
+            stream_snapshot(&self.js, &self.index, TASKS_INDEX.prefix(), filter)
                 .await
                 .map_err(|err| StoreError::store("listing tasks", err))?
                 .into_iter()

@@ -10,6 +10,10 @@
 //! Pure rules, so the task service, its compare-and-set writes and property tests share one
 //! definition. Terminal states never change.
 
+// Longer than 600 lines because it holds the task's whole wire vocabulary (states, ops,
+// records, events, the list query and its bounds) beside the one state machine they share;
+// split, each half would import the other.
+
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use time::OffsetDateTime;
@@ -372,14 +376,25 @@ pub struct ListTasks {
     /// Newest first (default: oldest first); the cursor pages in the same order.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub newest_first: bool,
+    /// Only tasks whose `metadata` has each of these keys with exactly this value (at most
+    /// [`LIST_METADATA_MAX`] keys): the A2A gateway lists one context by `a2a_context_id`.
+    #[serde(default, skip_serializing_if = "Map::is_empty")]
+    pub metadata: Map<String, Value>,
 }
 
 /// Default page size of `list`.
 pub const LIST_LIMIT_DEFAULT: usize = 50;
 /// Largest page size of `list`.
 pub const LIST_LIMIT_MAX: usize = 200;
-/// Most candidate tasks `list` reads one by one to count the matches of a `state` filter.
-pub const LIST_COUNT_MAX: usize = 1_000;
+/// Most task records one `list` reads, its page and its count together: a listing that
+/// reaches it answers with what it found and a `next_cursor` to read on from, so a filter
+/// that matches little costs a bounded amount per request, never a scan of every task.
+pub const LIST_READ_MAX: usize = 256;
+/// Most candidate tasks among which `list` counts the matches of a `state` or `metadata`
+/// filter (each is read once, within [`LIST_READ_MAX`]); past it `total` is left out.
+pub const LIST_COUNT_MAX: usize = LIST_READ_MAX;
+/// Most keys a `list`'s `metadata` filter may name.
+pub const LIST_METADATA_MAX: usize = 8;
 
 /// One change in a task's life, as kept in its record.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -545,11 +560,13 @@ pub struct TaskReply {
 pub struct TaskList {
     /// Tasks, oldest first (newest first when asked).
     pub tasks: Vec<TaskRecord>,
-    /// Pass as `cursor` for the next page; absent on the last page.
+    /// Pass as `cursor` for the next page; absent on the last page. A page may be short (even
+    /// empty) and still have one, when the listing read [`LIST_READ_MAX`] records.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_cursor: Option<Uuid>,
-    /// How many tasks match on all pages. Counted record by record when a `state` is asked
-    /// for (absent past [`LIST_COUNT_MAX`] candidates); otherwise from the task index.
+    /// How many tasks match on all pages. Counted record by record when a `state` or
+    /// `metadata` filter is asked for (absent past [`LIST_COUNT_MAX`] candidates); otherwise
+    /// from the task index.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub total: Option<u64>,
 }

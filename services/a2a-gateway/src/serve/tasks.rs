@@ -28,10 +28,6 @@ use crate::serve::params::{check_message_id, message_content, message_context};
 /// `ListTasks` page size when the client gives none, and the most it may ask for.
 const PAGE_DEFAULT: usize = 50;
 const PAGE_MAX: usize = 100;
-/// How many pages of the caller's tasks one `ListTasks` with a `contextId` reads, at most,
-/// to fill its page: the filter is applied here, so a context with few tasks among many is
-/// found within this many reads per page.
-pub const CONTEXT_PAGES: usize = 16;
 
 /// Whether a blocking `SendMessage` stops waiting at this state: it ended, or it asks the
 /// client for input.
@@ -260,14 +256,25 @@ impl Gateway {
             metadata,
             ..Default::default()
         };
-        let _: Value = self
+        // One answer per question (issue 37): the first claim of this question sends, every
+        // later answer to it is refused — on any replica — and adds nothing to the history.
+        if !self.store.claim_answer(&id, after).await? {
+            return Err(GatewayError::AlreadyAnswered {
+                task: id.to_string(),
+            });
+        }
+        let sent: Result<Value, GatewayError> = self
             .request(
                 caller,
                 &subject::send(caller),
                 &send,
                 "answering the task's question",
             )
-            .await?;
+            .await;
+        if let Err(err) = sent {
+            self.store.release_answer(&id, after).await;
+            return Err(err);
+        }
         // The history shows the question and this answer (the answer went through whether
         // or not the history takes it).
         let context = mapping::context_of(&record);
@@ -378,8 +385,11 @@ impl Gateway {
     }
 
     /// `ListTasks`: the tasks the caller asked `agent` for, a page at a time; `contextId` and
-    /// `status` filter. A page is short, and `nextPageToken` empty, only at the end of the
-    /// list (or after [`CONTEXT_PAGES`] reads that a context filter mostly discarded).
+    /// `status` filter. One task-service request per call: the pair, the state, the context
+    /// (the tasks' `a2a_context_id` metadata), the page size and the cursor all go to the task
+    /// service, which reads only that pair's index entries and a bounded number of records. A
+    /// page may be short, even empty, with a `nextPageToken` (the task service's read budget
+    /// was spent first); an empty `nextPageToken` is the end of the list.
     pub async fn list_tasks(
         &self,
         caller: &AgentId,
@@ -407,58 +417,56 @@ impl Gateway {
                 GatewayError::InvalidParams("no task is ever in that status here".to_owned())
             })?),
         };
+        // ProtoJSON: an empty string is an unset field.
+        let context = request
+            .context_id
+            .as_deref()
+            .filter(|context| !context.is_empty());
         let include_artifacts = request.include_artifacts.unwrap_or(false);
         let keep = history_length(request.history_length)?;
-        // A context filter is applied here, on the caller's tasks for this agent: read on until
-        // the page is full or the list ends (at most CONTEXT_PAGES reads), so a page is short —
-        // and `nextPageToken` empty — only at the end.
-        let mut tasks: Vec<Task> = Vec::new();
-        let mut cursor = cursor;
-        let mut reads = 0;
-        let listed = loop {
-            let list = ListTasks {
-                role: ListRole::Requester,
-                state,
-                parent: None,
-                limit: Some(page - tasks.len()),
-                cursor,
-                peer: Some(agent.clone()),
-                newest_first: true,
-            };
-            let listed: TaskList = self
-                .request(
-                    caller,
-                    &TaskRequestOp::List.subject(caller),
-                    &list,
-                    "listing tasks",
-                )
-                .await?;
-            reads += 1;
-            let shown = listed.tasks.iter().filter(|record| {
-                request
-                    .context_id
-                    .as_ref()
-                    .is_none_or(|context| mapping::context_of(record) == *context)
-            });
-            let shown = shown.map(|record| async move {
-                let mut task = self.a2a_task(record, keep).await;
-                if !include_artifacts {
-                    task.artifacts = None;
-                }
-                task
-            });
-            tasks.extend(futures::future::join_all(shown).await);
-            if tasks.len() >= page || listed.next_cursor.is_none() || reads >= CONTEXT_PAGES {
-                break listed;
+        let mut metadata = Map::new();
+        if let Some(context) = context {
+            metadata.insert(CONTEXT_KEY.to_owned(), Value::String(context.to_owned()));
+        }
+        let list = ListTasks {
+            role: ListRole::Requester,
+            state,
+            parent: None,
+            limit: Some(page),
+            cursor,
+            peer: Some(agent.clone()),
+            newest_first: true,
+            metadata,
+        };
+        let listed: TaskList = self
+            .request(
+                caller,
+                &TaskRequestOp::List.subject(caller),
+                &list,
+                "listing tasks",
+            )
+            .await?;
+        // The task service filtered; the records decide here too (only this client's tasks
+        // for this agent, in the context asked for).
+        let shown = listed.tasks.iter().filter(|record| {
+            record.requester == *caller
+                && record.assignee == *agent
+                && context.is_none_or(|context| mapping::context_of(record) == context)
+        });
+        let shown = shown.map(|record| async move {
+            let mut task = self.a2a_task(record, keep).await;
+            if !include_artifacts {
+                task.artifacts = None;
             }
-            cursor = listed.next_cursor;
-        };
-        // The task service counts the pair's tasks (by state when asked, up to its counting
-        // limit); a context filter is applied here, so its total is what this page shows.
-        let total = match (&request.context_id, listed.total) {
-            (None, Some(total)) => usize::try_from(total).unwrap_or(usize::MAX),
-            _ => tasks.len(),
-        };
+            task
+        });
+        let tasks: Vec<Task> = futures::future::join_all(shown).await;
+        // The task service counts what matches on every page (a filter over more candidates
+        // than it reads in one request is not counted: then this page's own count).
+        let total = listed
+            .total
+            .and_then(|total| usize::try_from(total).ok())
+            .unwrap_or(tasks.len());
         Ok(ListTasksResponse {
             total_size: i32::try_from(total).unwrap_or(i32::MAX),
             page_size: i32::try_from(page).unwrap_or(i32::MAX),
