@@ -338,6 +338,76 @@ async fn one_context_is_one_goal_of_the_client() {
     );
 }
 
+/// Issue 37, item 3: `lookup` of a client's agent lists its context goals, and once the
+/// gateway's LRU closed one (past 8 contexts) any agent could open that goal id and hold it,
+/// so the context's later tasks had no goal. Context goal ids (UUID version 8) are reserved to
+/// `a2a-` agents: the open is refused, and the context gets its goal back.
+#[tokio::test]
+async fn an_agent_cannot_take_a_context_goal_the_gateway_closed() {
+    let a2a = A2a::start().await;
+    let nats = a2a.fabric.nats.client().await;
+    let goal_of = |id: String| {
+        let nats = nats.clone();
+        async move {
+            let reply = nats
+                .request(
+                    "agent.task.get.a2a-planner",
+                    json!({"task_id": id}).to_string().into(),
+                )
+                .await
+                .unwrap();
+            let reply: Value = serde_json::from_slice(&reply.payload).unwrap();
+            reply["task"]["requester_goal"].as_str().map(str::to_owned)
+        }
+    };
+    let send = |context: String| {
+        let a2a = &a2a;
+        async move {
+            let reply = a2a
+                .rpc(
+                    "echo",
+                    "SendMessage",
+                    json!({"message": message("hello", Some(context.as_str()))}),
+                )
+                .await;
+            let task = &reply["result"]["task"];
+            assert_eq!(state(task), "TASK_STATE_COMPLETED", "{reply}");
+            task["id"].as_str().unwrap().to_owned()
+        }
+    };
+    let held = goal_of(send("ctx-held".to_owned()).await)
+        .await
+        .expect("the context has a goal");
+    // Eight more contexts: the gateway closes the least recently used goal, ctx-held's.
+    for n in 0..8 {
+        send(format!("ctx-{n}")).await;
+    }
+    let mallory = a2a.fabric.agent("mallory").await;
+    let closed = switchboard_testkit::eventually(Duration::from_secs(10), || async {
+        mallory
+            .lookup("a2a-planner")
+            .await
+            .is_ok_and(|found| !found.live_goals.iter().any(|goal| goal.to_string() == held))
+    })
+    .await;
+    assert!(closed, "the LRU closed the context's goal");
+    let taken = mallory
+        .open_goal_with(switchboard_proto::registry::GoalOpenRequest {
+            goal_id: Some(switchboard_proto::GoalId::parse(&held).unwrap()),
+            kind: None,
+            overflow: None,
+        })
+        .await;
+    assert_eq!(
+        taken.err().and_then(|err| err.kind()),
+        Some(switchboard_proto::ErrorKind::Conflict),
+        "an agent opened a client's context goal"
+    );
+    // The context's next task has its goal again.
+    let again = goal_of(send("ctx-held".to_owned()).await).await;
+    assert_eq!(again.as_deref(), Some(held.as_str()));
+}
+
 /// Every item of a stream: (the client's last event id after it, the JSON-RPC result). A
 /// result artifact has no id of its own: SSE keeps the one before.
 async fn read_until_end(stream: &mut SseStream) -> Vec<(u64, Value)> {

@@ -7,6 +7,10 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
+// Longer than 600 lines because it holds one scenario per attack a remote A2A agent can make
+// (issues 26 and 37) beside the fakes that make them; every integration file is its own test
+// binary, so a topic gets one file however many tests it has.
+
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -17,7 +21,9 @@ use switchboard_proto::send::SendRequest;
 use switchboard_proto::{AgentStatus, MessageKind, TaskState};
 use switchboard_testkit::{eventually, free_port};
 use switchboard_tests::a2a::PythonAgent;
-use switchboard_tests::{Fabric, Handle, Replica, Service, fast_offline, runtime};
+use switchboard_tests::{
+    DirectoryConfig, Fabric, Handle, Replica, Service, fast_offline, runtime, service_bin,
+};
 use uuid::Uuid;
 
 /// The fabric (offline after 1.5 s without heartbeats) and a gateway that refreshes remote
@@ -28,7 +34,15 @@ async fn fabric_and_gateway() -> (Fabric, Replica) {
 
 /// [`fabric_and_gateway`], the gateway trusting the CA in `ca_file` too.
 async fn fabric_and_gateway_trusting(ca_file: Option<std::path::PathBuf>) -> (Fabric, Replica) {
-    let fabric = Fabric::start_directory_with(fast_offline(1_500)).await;
+    fabric_and_gateway_with(fast_offline(1_500), ca_file).await
+}
+
+/// [`fabric_and_gateway_trusting`], the directory with `directory`'s settings.
+async fn fabric_and_gateway_with(
+    directory: DirectoryConfig,
+    ca_file: Option<std::path::PathBuf>,
+) -> (Fabric, Replica) {
+    let fabric = Fabric::start_directory_with(directory).await;
     let config = GatewayConfig {
         listen: SocketAddr::from(([127, 0, 0, 1], free_port())),
         remote_refresh_ms: 1_000,
@@ -284,12 +298,21 @@ async fn hostile_remote_with(
     status: u16,
     answer: &'static [u8],
 ) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    remote_named("hostile", status, answer).await
+}
+
+/// [`hostile_remote_with`], its card named `name` (on loopback only).
+async fn remote_named(
+    name: &str,
+    status: u16,
+    answer: &'static [u8],
+) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();
     let card = json!({
-        "name": "hostile", "description": "answers badly", "version": "1",
+        "name": name, "description": "answers badly", "version": "1",
         "supportedInterfaces": [{"url": format!("http://{address}/rpc"),
                                  "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}],
         "capabilities": {}, "defaultInputModes": ["text/plain"],
@@ -513,4 +536,153 @@ async fn an_echo_remote_and_an_agent_that_does_not_read_do_not_loop() {
     assert!(kept.iter().all(|message| message.body == "echo"
         && message.in_reply_to.is_some()
         && message.ttl == Some(1)));
+}
+
+/// A remote's answer to every message: one A2A message, `echo`.
+const ECHO: &[u8] = br#"{"jsonrpc":"2.0","id":1,"result":{"message":{"messageId":"e","role":"ROLE_AGENT","parts":[{"text":"echo"}]}}}"#;
+
+/// Issue 37, item 1: a remote could take the id of an agent listed in `agents.toml` that had
+/// not signed in yet (`a2a add` looked only for a registry record), and got its messages. The
+/// directory knows the keyed ids from the grants file `nats-config` writes
+/// (`directory.skill_grants_file`) and refuses the remote's card under one, so `a2a add` of a
+/// card named after the agent, or `--as` it, is refused before anything is recorded; the agent
+/// signs in later and gets what is sent to it.
+#[tokio::test]
+async fn a_remote_named_after_a_keyed_agent_not_signed_in_yet_is_refused_at_add() {
+    let dir = tempfile::tempdir().unwrap();
+    let grants = dir.path().join("skill-grants.json");
+    std::fs::write(&grants, r#"{"keyed-bob": []}"#).unwrap();
+    let directory = DirectoryConfig {
+        skill_grants_file: Some(grants),
+        ..fast_offline(1_500)
+    };
+    let (fabric, _gateway) = fabric_and_gateway_with(directory, None).await;
+    let (card_url, posts) = remote_named("Keyed Bob", 200, ECHO).await;
+    let js = async_nats::jetstream::new(fabric.nats.client().await);
+    let http = a2a_gateway::remote::http_client(&[]).unwrap();
+    for as_id in [None, Some("keyed-bob")] {
+        let refused = a2a_gateway::remote::add(&js, &http, &card_url, as_id).await;
+        assert!(
+            matches!(&refused, Err(a2a_gateway::remote::RemoteError::Taken(id)) if id.as_str() == "keyed-bob"),
+            "{as_id:?}: {refused:?}"
+        );
+    }
+    let remotes = a2a_gateway::remote::bucket(&js).await.unwrap();
+    let recorded = a2a_gateway::remote::list(&remotes).await.unwrap();
+    assert!(recorded.is_empty(), "nothing recorded: {recorded:?}");
+    let (sender, _goal) = fabric.agent_with_goal("sender").await;
+    assert!(
+        sender.lookup("keyed-bob").await.is_err(),
+        "nothing registered: the id waits for its agent"
+    );
+    // The agent signs in later: what is sent to it reaches it, and the remote gets nothing.
+    let (_bob, bob_goal) = fabric.agent_with_goal("keyed-bob").await;
+    sender.send_to_peer("keyed-bob", "for bob").await.unwrap();
+    let delivery = bob_goal
+        .recv(Duration::from_secs(10))
+        .await
+        .unwrap()
+        .expect("bob's message");
+    assert_eq!(delivery.ack().await.unwrap().body, "for bob");
+    assert_eq!(posts.load(std::sync::atomic::Ordering::SeqCst), 0);
+}
+
+/// Issue 37, item 1: a remote carried under an id whose agent then signs in (keyed after
+/// `a2a add`, or a directory without grants) kept the id in part: the gateway only logged the
+/// refused card refresh and went on heartbeating and reading the remote's goal, so the remote
+/// got a copy of the agent's traffic. Now it stops the moment the agent's card replaces its
+/// own: its goal is closed, nothing more is carried to it, and nobody heartbeats for the id.
+#[tokio::test]
+async fn a_remote_stops_heartbeating_and_reading_once_the_agent_of_its_id_signs_in() {
+    let (fabric, _gateway) = fabric_and_gateway().await;
+    let (card_url, posts) = hostile_remote(ECHO).await;
+    add(&fabric, &card_url, "shadow").await;
+    let (sender, _goal) = fabric.agent_with_goal("sender").await;
+    let count = || posts.load(std::sync::atomic::Ordering::SeqCst);
+    sender
+        .send_to_peer("shadow", "for the remote")
+        .await
+        .unwrap();
+    assert!(
+        eventually(Duration::from_secs(20), || async { count() >= 1 }).await,
+        "carried while the remote holds the id"
+    );
+    let carried = count();
+    // The agent signs in as `shadow` (and in this test never heartbeats).
+    let (_shadow, shadow_goal) = fabric.agent_with_goal("shadow").await;
+    let only_its_goal = eventually(Duration::from_secs(10), || async {
+        sender
+            .lookup("shadow")
+            .await
+            .is_ok_and(|found| found.live_goals == [shadow_goal.id()])
+    })
+    .await;
+    assert!(
+        only_its_goal,
+        "the remote's goal is still open beside the agent's: {:?}",
+        sender.lookup("shadow").await.map(|found| found.live_goals)
+    );
+    sender
+        .send_to_peer("shadow", "for the agent")
+        .await
+        .unwrap();
+    let delivery = shadow_goal
+        .recv(Duration::from_secs(10))
+        .await
+        .unwrap()
+        .expect("the agent's message");
+    assert_eq!(delivery.ack().await.unwrap().body, "for the agent");
+    // A real wait: proving nothing more reaches the remote needs a window.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        count(),
+        carried,
+        "the remote got a copy of the agent's message"
+    );
+    // Nobody heartbeats for `shadow` now: offline after the directory's 1.5 s, with the
+    // agent's own card.
+    let offline = eventually(Duration::from_secs(10), || async {
+        sender
+            .lookup("shadow")
+            .await
+            .is_ok_and(|found| found.status == AgentStatus::Offline)
+    })
+    .await;
+    assert!(offline, "the gateway still heartbeats for the agent's id");
+    let found = sender.lookup("shadow").await.unwrap();
+    assert!(!found.card.is_remote(), "{:?}", found.card.metadata);
+}
+
+/// Issue 37, item 1: `switchboard a2a remove` deregistered the id, which closes every goal of
+/// it: once the agent of the id had signed in, its goals and their unread messages. Now it
+/// closes only the remote's own goal.
+#[tokio::test]
+async fn removing_a_remote_leaves_the_agent_of_its_id_and_its_messages_alone() {
+    let (fabric, _gateway) = fabric_and_gateway().await;
+    let (card_url, _posts) = hostile_remote(ECHO).await;
+    add(&fabric, &card_url, "twin").await;
+    let (_twin, twin_goal) = fabric.agent_with_goal("twin").await;
+    let (sender, _goal) = fabric.agent_with_goal("sender").await;
+    sender.send_to_peer("twin", "unread").await.unwrap();
+    let removed = tokio::process::Command::new(service_bin("switchboard"))
+        .args(["a2a", "remove", "twin"])
+        .env("NATS_URL", fabric.url())
+        .output()
+        .await
+        .unwrap();
+    assert!(removed.status.success(), "{removed:?}");
+    // A real wait: the carrying replica lets go of a removed remote within its 2 s tick.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let found = sender.lookup("twin").await.unwrap();
+    assert_eq!(
+        found.live_goals,
+        [twin_goal.id()],
+        "the agent's goal is open"
+    );
+    let delivery = twin_goal
+        .recv(Duration::from_secs(5))
+        .await
+        .unwrap()
+        .expect("the agent's unread message");
+    assert_eq!(delivery.ack().await.unwrap().body, "unread");
 }

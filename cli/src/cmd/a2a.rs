@@ -59,7 +59,8 @@ enum A2aCommand {
     },
     /// The remote agents carried, with their card URLs and status.
     List,
-    /// Stop carrying a remote agent: it is deregistered (its queued messages are dropped).
+    /// Stop carrying a remote agent: its goal is closed (its queued messages are dropped);
+    /// nothing else of its id is touched.
     Remove {
         /// The remote agent's id.
         agent_id: String,
@@ -203,29 +204,31 @@ async fn remove(nats_url: &str, agent_id: &str, json: bool) -> anyhow::Result<()
     let client = crate::nats::connect(nats_url).await?;
     let js = async_nats::jetstream::new(client.clone());
     let remotes = a2a_gateway::remote::bucket(&js).await?;
+    let record = a2a_gateway::remote::list(&remotes)
+        .await?
+        .into_iter()
+        .find(|remote| remote.agent_id == id);
     if !a2a_gateway::remote::remove(&remotes, &id).await? {
         anyhow::bail!("`{id}` is not a remote A2A agent (see `switchboard a2a list`)");
     }
-    // The replica carrying it lets go within a tick; the directory forgets its goal.
-    let subject = switchboard_proto::subject::RegistryOp::Deregister.subject(&id);
-    let deregistered: anyhow::Result<serde_json::Value> =
-        switchboard_request::request::request_json(
-            &client,
-            &subject,
-            &serde_json::json!({}),
-            std::time::Duration::from_secs(10),
-        )
-        .await
-        .map_err(|failure| anyhow::anyhow!("{failure}"));
+    // The replica carrying it lets go within a tick. Only the remote's own goal is closed
+    // (dropping what is queued there): the id is never deregistered, since it may be a
+    // Switchboard agent's by now and a deregister would close that agent's goals.
+    let released = match &record {
+        Some(remote) => a2a_gateway::remote::release(&client, remote)
+            .await
+            .map_err(anyhow::Error::from),
+        None => Err(anyhow::anyhow!("its record could not be read")),
+    };
     if json {
         println!(
             "{}",
-            serde_json::json!({"removed": id, "deregistered": deregistered.is_ok()})
+            serde_json::json!({"removed": id, "goal_closed": released.is_ok()})
         );
     } else {
-        println!("removed `{id}`");
-        if let Err(err) = deregistered {
-            println!("(not deregistered: {err:#}; it goes offline when its heartbeats stop)");
+        println!("removed `{id}`; it goes offline when its heartbeats stop");
+        if let Err(err) = released {
+            println!("(its goal was not closed: {err:#}; the carrying replica closes it)");
         }
     }
     Ok(())

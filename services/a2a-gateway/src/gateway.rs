@@ -282,6 +282,9 @@ impl Gateway {
 /// restart, and not guessable by an agent (keyed with the client's token hash from the
 /// config, or for a client without a token with `anonymous_key`, a random secret every replica
 /// shares through the `a2a_push` bucket), so no agent can take a client's context goal first.
+/// It is a UUID of version 8, a form the directory opens for `a2a-` agents only
+/// ([`GoalId::is_a2a_context`]), so no agent can take it either once the LRU closed it
+/// (`lookup` of the client lists it).
 pub fn context_goal_id(
     config: &GatewayConfig,
     anonymous_key: &str,
@@ -325,5 +328,17 @@ mod tests {
             actual,
             context_goal_id(&config, &"ab".repeat(32), &anonymous, "ctx-2")
         );
+    }
+
+    /// Issue 37, item 3: a context goal id has the form only `a2a-` agents may open, so an
+    /// agent cannot take one its client's LRU closed.
+    #[test]
+    fn a_context_goal_id_has_the_form_reserved_to_clients() {
+        let config = GatewayConfig::default();
+        let client = AgentId::parse("a2a-planner").unwrap_or_else(|_| unreachable!());
+        for context in ["ctx-1", "", "a context of any length and text"] {
+            assert!(context_goal_id(&config, &"ab".repeat(32), &client, context).is_a2a_context());
+        }
+        assert!(!GoalId::new().is_a2a_context(), "minted goals are not");
     }
 }

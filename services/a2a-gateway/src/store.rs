@@ -488,16 +488,6 @@ pub struct RemoteAgent {
     pub route_skills: bool,
 }
 
-/// The raw `agent_registry` record of `id`, if an agent registered it: `switchboard a2a add`
-/// reads it before the gateway runs (so not through a registry view).
-pub async fn registered(
-    js: &jetstream::Context,
-    id: &AgentId,
-) -> Result<Option<bytes::Bytes>, async_nats::Error> {
-    let registry = js.get_key_value(switchboard_proto::REGISTRY_BUCKET).await?;
-    Ok(registry.get(id.as_str()).await?)
-}
-
 /// The `a2a_remotes` bucket.
 pub async fn remotes_bucket(
     js: &jetstream::Context,

@@ -46,6 +46,25 @@ pub enum DirectoryError {
         /// The goal.
         goal: GoalId,
     },
+    /// A goal id of the A2A gateway's context form (UUID version 8) opened by an agent that is
+    /// not an A2A client's (`a2a-…`).
+    #[error(
+        "goal `{goal}` has the form of an A2A client's context goal (UUID version 8): only \
+         `a2a-` agents open those"
+    )]
+    ReservedGoal {
+        /// The goal.
+        goal: GoalId,
+    },
+    /// A remote A2A agent's card (`metadata.a2a_card_url`) registered under an id that is a
+    /// Switchboard agent's: keyed in the agents file, or registered by the agent itself.
+    #[error("`{agent}` {why}: a remote A2A agent's card cannot be registered under it")]
+    NotForRemotes {
+        /// The caller.
+        agent: AgentId,
+        /// Whose id it is.
+        why: &'static str,
+    },
     /// The caller holds the most live goals allowed; close one first.
     #[error("you already hold {cap} live goals, the most allowed; close one first")]
     TooManyGoals {
@@ -105,7 +124,10 @@ impl DirectoryError {
             Self::InvalidAgentId(_) => ErrorKind::InvalidAgentId,
             Self::NotRegistered(_) => ErrorKind::NotRegistered,
             Self::UnknownAgent(_) | Self::UnknownGoal { .. } => ErrorKind::NotFound,
-            Self::GoalOwnedElsewhere { .. } | Self::Contention { .. } => ErrorKind::Conflict,
+            Self::GoalOwnedElsewhere { .. }
+            | Self::ReservedGoal { .. }
+            | Self::Contention { .. } => ErrorKind::Conflict,
+            Self::NotForRemotes { .. } => ErrorKind::NotAllowed,
             Self::TooManyGoals { .. } => ErrorKind::TooManyGoals,
             Self::NoSkill { .. } => ErrorKind::Unreachable,
             Self::Store { .. } => ErrorKind::Unavailable,

@@ -3,7 +3,9 @@
 //! Each goal owns a cursor in `agent_cursors` (docs/protocol.md §4.4), created when the goal
 //! opens, so messages sent before its runtime reads wait for it (buffer-on-demand); the
 //! cursor names the goal's owner, which makes a goal id an address nobody else can read or
-//! claim. Live goals are capped per agent, so one agent cannot fill the cluster.
+//! claim. Live goals are capped per agent, so one agent cannot fill the cluster. Goal ids of
+//! the A2A gateway's context form (UUID version 8) only `a2a-` agents open, so a context goal
+//! stays its client's even while it is closed.
 
 use switchboard_proto::inbox::{CursorRecord, Overflow};
 use switchboard_proto::registry::{GoalCloseReply, GoalOpenReply, GoalOpenRequest};
@@ -20,7 +22,8 @@ const VIEW_LAG_MARGIN: usize = 8;
 impl Registry {
     /// goal.open: create the goal's cursor (claiming the goal id for the caller) and record the
     /// goal. Re-opening a goal the caller already owns is idempotent; a goal id another agent
-    /// holds (a live goal record, or its cursor) is refused.
+    /// holds (a live goal record, or its cursor) is refused, and so is a goal id of the A2A
+    /// gateway's context form ([`GoalId::is_a2a_context`]) unless the caller is an `a2a-` agent.
     pub async fn open_goal(
         &self,
         caller: &AgentId,
@@ -30,6 +33,15 @@ impl Registry {
             return Err(DirectoryError::NotRegistered(caller.clone()));
         }
         let goal_id = request.goal_id.unwrap_or_default();
+        // The A2A gateway's context goals (UUID version 8) are its clients' alone: `lookup`
+        // lists them, and one the gateway closed must not be taken by another agent.
+        if goal_id.is_a2a_context()
+            && !caller
+                .as_str()
+                .starts_with(switchboard_proto::A2A_CLIENT_PREFIX)
+        {
+            return Err(DirectoryError::ReservedGoal { goal: goal_id });
+        }
         let holders = self.store.goal_holders(&goal_id).await?;
         if holders.iter().any(|holder| holder != caller) {
             return Err(DirectoryError::GoalOwnedElsewhere { goal: goal_id });

@@ -95,6 +95,15 @@ impl Grants {
     }
 }
 
+impl Grants {
+    /// Whether `agent` is listed in the grants file: an agent of `agents.toml`, which signs in
+    /// with an NKey of its own (false without a file). A remote A2A agent never takes such an
+    /// id (docs/a2a.md, "Outbound").
+    pub fn lists(&self, agent: &str) -> bool {
+        self.table().is_some_and(|table| table.contains_key(agent))
+    }
+}
+
 fn read(path: &PathBuf) -> Result<(Table, Option<SystemTime>), String> {
     let modified = std::fs::metadata(path).and_then(|m| m.modified()).ok();
     let text = std::fs::read(path)

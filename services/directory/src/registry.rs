@@ -76,7 +76,9 @@ impl Registry {
         self.store.migrate_v1_consumers().await
     }
 
-    /// register: create or update the caller's card. `body` is the raw JSON object.
+    /// register: create or update the caller's card. `body` is the raw JSON object. A remote
+    /// A2A agent's card ([`AgentCard::is_remote`]) is refused (`not_allowed`) for an id keyed
+    /// in the agents file, and over the record of an agent that registered itself.
     pub async fn register(
         &self,
         caller: &AgentId,
@@ -115,10 +117,27 @@ impl Registry {
             )));
         }
 
+        // A remote A2A agent's card (what the gateway registers for `switchboard a2a add`) never
+        // takes a Switchboard agent's id: not one keyed in the agents file (signed in or not),
+        // not one its agent registered. The agent's own card always takes its id back from a
+        // remote; the gateway then stops carrying the remote (docs/a2a.md, "Outbound").
+        let remote = card.is_remote();
+        if remote && self.grants.lists(caller.as_str()) {
+            return Err(DirectoryError::NotForRemotes {
+                agent: caller.clone(),
+                why: "is keyed in the agents file",
+            });
+        }
         let now = timestamp::now();
         let (_, record) = self
             .store
             .modify(caller, |current| {
+                if remote && current.is_some_and(|r| !r.card.is_remote()) {
+                    return Err(DirectoryError::NotForRemotes {
+                        agent: caller.clone(),
+                        why: "is registered by a Switchboard agent",
+                    });
+                }
                 Ok(AgentRecord {
                     card: card.clone(),
                     status: match current.map(|r| r.status) {

@@ -157,6 +157,14 @@ impl GoalId {
     pub fn uuid(&self) -> Uuid {
         self.0
     }
+
+    /// Whether this id has the form the A2A gateway gives its clients' context goals: a UUID of
+    /// version 8 (made from an HMAC). Only an A2A client's agent (`a2a-…`) may open such a goal
+    /// (docs/protocol.md §4.4), so no agent can take a context goal after its client closed
+    /// it. The directory mints version 7.
+    pub fn is_a2a_context(&self) -> bool {
+        self.0.get_version_num() == 8
+    }
 }
 
 impl Default for GoalId {
@@ -271,5 +279,9 @@ mod tests {
         assert!(GoalId::parse(&text.replace('-', "")).is_err());
         assert!(GoalId::parse(&format!("{{{text}}}")).is_err());
         assert_eq!(new_id().get_version_num(), 7);
+        // Minted ids are never of the A2A gateway's context form (version 8).
+        assert!(!id.is_a2a_context());
+        let context = uuid::Builder::from_custom_bytes([7; 16]).into_uuid();
+        assert!(GoalId::from(context).is_a2a_context());
     }
 }

@@ -64,6 +64,13 @@ fn everyone() -> Vec<String> {
 /// still lists skills for others to read.
 pub const ROUTES_SKILLS_KEY: &str = "routes_skills";
 
+/// The card metadata key the A2A gateway writes on the card of a remote A2A agent it carries
+/// (`switchboard a2a add`): the remote's card URL. It marks the directory record as the
+/// remote's: the directory never lets such a card replace a Switchboard agent's card, nor
+/// take an id keyed in the agents file, while the agent itself may always take its id back
+/// from a remote (docs/protocol.md §4.1).
+pub const REMOTE_CARD_URL_KEY: &str = "a2a_card_url";
+
 /// Default of [`AgentCard::max_concurrent_tasks`].
 pub const DEFAULT_MAX_CONCURRENT_TASKS: u32 = 3;
 
@@ -376,6 +383,12 @@ impl AgentCard {
     /// Whether the card lists `skill`: as a capability or as a skill's id.
     pub fn has_skill(&self, skill: &str) -> bool {
         self.capabilities.iter().any(|c| c == skill) || self.skills.iter().any(|s| s.id == skill)
+    }
+
+    /// Whether this is the card of a remote A2A agent the gateway carries: its metadata
+    /// names the remote's card URL ([`REMOTE_CARD_URL_KEY`]).
+    pub fn is_remote(&self) -> bool {
+        self.metadata.contains_key(REMOTE_CARD_URL_KEY)
     }
 }
 

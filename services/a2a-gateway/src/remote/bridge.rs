@@ -6,6 +6,12 @@
 //! Messages are acknowledged after they are carried: a gateway that stops mid-way leaves them
 //! for the next holder (at least once). A remote that cannot be reached keeps its messages in
 //! its inbox until it can.
+//!
+//! A remote never holds a Switchboard agent's id: when the directory refuses its card, or the
+//! agent signs in and its own card replaces the remote's, the carrier stops at once (no more
+//! heartbeats, fetches or sends), closes the remote's own goal and carries it no more. A
+//! removed remote gives up only its own goal ([`crate::remote::add::release`]), never
+//! deregisters the id.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -17,11 +23,11 @@ use serde_json::Value;
 use switchboard_proto::AgentId;
 use switchboard_proto::registry::{GoalOpenRequest, HeartbeatRequest};
 use switchboard_proto::subject::RegistryOp;
-use switchboard_request::request::request_json;
 use switchboard_runtime::CancellationToken;
 use switchboard_runtime::lease::Lease;
 
-use crate::gateway::{Gateway, SERVICE_TIMEOUT};
+use crate::gateway::Gateway;
+use crate::remote::add;
 use crate::remote::attempts::Attempts;
 use crate::remote::card::{self, RemoteAgent};
 use crate::remote::carrier::Carrier;
@@ -34,6 +40,9 @@ pub const LEASE_TTL: Duration = Duration::from_secs(15);
 /// How often each replica looks at `a2a_remotes`, renews its leases and tries to take the
 /// free ones.
 const TICK: Duration = Duration::from_secs(2);
+
+/// Why a session ends when the remote lost its id.
+const LOST: &str = "the id is a Switchboard agent's";
 
 /// Runs until `shutdown`: takes, renews and gives up the leases of the remote agents, and
 /// carries the agents it holds.
@@ -84,7 +93,7 @@ pub(crate) async fn run(
                 continue;
             }
         };
-        // Give up what was removed (and deregister it: its open work fails over to nobody)
+        // Give up what was removed (and close its goal: its open work fails over to nobody)
         // or changed (a changed record starts afresh below).
         let gone: Vec<AgentId> = carried
             .iter()
@@ -140,10 +149,12 @@ struct Carried {
 }
 
 impl Carried {
-    /// Stops carrying (bounded wait), deregisters the agent when `deregister` says (it was
-    /// removed: `switchboard a2a remove`), and gives the lease up so another replica can take
-    /// it.
-    async fn stop(mut self, deregister: Option<Arc<Gateway>>) {
+    /// Stops carrying (bounded wait), gives up the remote's own goal when `release` says (it
+    /// was removed: `switchboard a2a remove`; in case a session opened the goal again after the
+    /// command closed it), and gives the lease up so another replica can take it. The id is
+    /// never deregistered: it may be a Switchboard agent's by now, and a deregister would
+    /// close that agent's goals.
+    async fn stop(mut self, release: Option<Arc<Gateway>>) {
         self.stop.cancel();
         if tokio::time::timeout(Duration::from_secs(10), &mut self.task)
             .await
@@ -151,19 +162,14 @@ impl Carried {
         {
             self.task.abort();
         }
-        if let Some(gateway) = deregister {
+        if let Some(gateway) = release {
             let id = &self.record.agent_id;
-            let deregistered: Result<Value, _> = request_json(
-                &gateway.client,
-                &RegistryOp::Deregister.subject(id),
-                &serde_json::json!({}),
-                SERVICE_TIMEOUT,
-            )
-            .await;
-            match deregistered {
-                Ok(_) => tracing::info!(agent_id = %id, "remote agent removed and deregistered"),
+            match add::release(&gateway.client, &self.record).await {
+                Ok(purged) => {
+                    tracing::info!(agent_id = %id, purged, "remote agent removed; its goal is closed")
+                }
                 Err(err) => {
-                    tracing::warn!(agent_id = %id, error = %err, "removed remote agent not deregistered")
+                    tracing::warn!(agent_id = %id, error = %err, "removed remote agent's goal not closed")
                 }
             }
         }
@@ -187,9 +193,21 @@ async fn carry(
         }
     };
     let attempts = Arc::new(Attempts::default());
+    let lost = CancellationToken::new();
     let mut pause = Duration::from_secs(1);
     while !stop.is_cancelled() {
-        match session(&gateway, &http, &record, &pauses, &attempts, &stop).await {
+        let ended = session(&gateway, &http, &record, &pauses, &attempts, &stop, &lost).await;
+        if lost.is_cancelled() {
+            // The id is a Switchboard agent's: the remote gets none of its traffic. Its own
+            // goal (chosen at `add`) is closed, so no copy of the agent's messages waits there.
+            let closed = add::release(&gateway.client, &record).await;
+            return tracing::warn!(
+                agent_id = %record.agent_id, goal_closed = closed.is_ok(),
+                "the id is a Switchboard agent's (keyed, or signed in): the remote agent is not \
+                 carried; `switchboard a2a remove` forgets it"
+            );
+        }
+        match ended {
             Ok(()) => return,
             Err(err) => tracing::warn!(
                 agent_id = %record.agent_id, error = %err,
@@ -208,7 +226,8 @@ async fn carry(
 }
 
 /// One session: fetch the card, register, then carry the inbox until `stop` (`Ok`) or until
-/// the card cannot be fetched or the remote cannot be reached (`Err`).
+/// the card cannot be fetched, the remote cannot be reached, or the id turns out to be a
+/// Switchboard agent's (`Err`; `lost` is cancelled then).
 async fn session(
     gateway: &Arc<Gateway>,
     http: &reqwest::Client,
@@ -216,6 +235,7 @@ async fn session(
     pauses: &Paused,
     attempts: &Arc<Attempts>,
     stop: &CancellationToken,
+    lost: &CancellationToken,
 ) -> Result<(), async_nats::Error> {
     let card = card::fetch_card(http, &record.card_url).await?;
     let url = card::jsonrpc_url(&card, &record.card_url)?;
@@ -223,13 +243,13 @@ async fn session(
     let carrier = Carrier {
         gateway: Arc::clone(gateway),
         agent: id.clone(),
-        card_url: record.card_url.clone(),
         goal: record.goal_id,
         client: RemoteClient::new(http.clone(), url),
         streaming: card.capabilities.streaming == Some(true),
         pauses: pauses.clone(),
         attempts: Arc::clone(attempts),
         record: record.clone(),
+        lost: lost.clone(),
     };
     carrier.register(&card).await?;
     carrier
@@ -244,8 +264,9 @@ async fn session(
         .await
         .map_err(|failure| failure.to_string())?;
     // Heartbeats and card refreshes run beside the inbox loop (never cancelling a fetch,
-    // which would count as a hand-out of its messages); a card that cannot be fetched ends
-    // the session, and so does the inbox loop when a message cannot reach the remote.
+    // which would count as a hand-out of its messages, unless the id is lost: then nothing
+    // more is read); a card that cannot be fetched ends the session, and so does the inbox
+    // loop when a message cannot reach the remote.
     let ended = stop.child_token();
     let keep_alive = keep_alive(&carrier, http, record, ended.clone());
     let serve = carrier.serve(&ended);
@@ -253,15 +274,16 @@ async fn session(
         serve.await;
         ended.cancel();
     });
-    if stop.is_cancelled() {
+    if stop.is_cancelled() && !lost.is_cancelled() {
         return Ok(());
     }
     Err(reason.into())
 }
 
 /// Heartbeats every `remote_heartbeat_ms` and refreshes the card every `remote_refresh_ms`
-/// until `ended`; returns why the session ended (a card that cannot be fetched, or the inbox
-/// loop giving up: the remote or the fabric unreachable).
+/// until `ended`; returns why the session ended (a card that cannot be fetched, the inbox
+/// loop giving up: the remote or the fabric unreachable, or the id lost to a Switchboard
+/// agent: checked before every heartbeat, and by the directory at every refresh).
 async fn keep_alive(
     carrier: &Carrier,
     http: &reqwest::Client,
@@ -279,7 +301,16 @@ async fn keep_alive(
             () = ended.cancelled() => {
                 return "a message could not reach the remote agent, or the inbox service".to_owned();
             }
+            () = carrier.lost.cancelled() => {
+                ended.cancel();
+                return LOST.to_owned();
+            }
             _ = heartbeat.tick() => {
+                // Never a heartbeat for an id a Switchboard agent signed in as.
+                if carrier.taken_over().await {
+                    ended.cancel();
+                    return LOST.to_owned();
+                }
                 let beat = HeartbeatRequest::default();
                 if let Err(err) = carrier
                     .fabric::<Value>(&RegistryOp::Heartbeat.subject(&carrier.agent), &beat)
@@ -291,6 +322,10 @@ async fn keep_alive(
             _ = refresh.tick() => match card::fetch_card(http, &record.card_url).await {
                 Ok(card) => {
                     if let Err(err) = carrier.register(&card).await {
+                        if carrier.lost.is_cancelled() {
+                            ended.cancel();
+                            return LOST.to_owned();
+                        }
                         tracing::warn!(agent_id = %carrier.agent, error = %err, "card not refreshed");
                     }
                 }

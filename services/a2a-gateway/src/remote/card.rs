@@ -26,8 +26,9 @@ pub const CARD_TIMEOUT: Duration = Duration::from_secs(10);
 /// Most remote agents one deployment carries (`switchboard a2a add` refuses past it).
 pub const MAX_REMOTES: usize = 1_000;
 
-/// Metadata key of a remote agent's card URL on its directory card.
-pub const CARD_URL_KEY: &str = "a2a_card_url";
+/// Metadata key of a remote agent's card URL on its directory card: it marks the directory
+/// record as the remote's ([`switchboard_proto::registry::REMOTE_CARD_URL_KEY`]).
+pub const CARD_URL_KEY: &str = switchboard_proto::registry::REMOTE_CARD_URL_KEY;
 
 /// Why a remote agent cannot be added or reached.
 #[derive(Debug, thiserror::Error)]
@@ -69,9 +70,16 @@ pub enum RemoteError {
     /// No usable agent id: `--as` is invalid, or the card's name makes none.
     #[error("agent id: {0}")]
     BadId(String),
-    /// The id is taken by a Switchboard agent (a remote agent would shadow it).
-    #[error("`{0}` is a registered Switchboard agent; choose another id with --as")]
+    /// The id is a Switchboard agent's (a remote agent would shadow it): keyed in the agents
+    /// file, or registered by the agent; the directory refused it.
+    #[error(
+        "`{0}` is a Switchboard agent's id (keyed in the agents file, or registered by the \
+         agent); choose another id with --as"
+    )]
     Taken(AgentId),
+    /// The directory did not answer, or refused the remote's card for another reason.
+    #[error("the directory: {0}")]
+    Directory(String),
     /// As many remote agents as allowed are carried already.
     #[error("{MAX_REMOTES} remote agents are carried already; remove one first")]
     TooMany,

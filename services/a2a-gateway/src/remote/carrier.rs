@@ -20,9 +20,8 @@ use serde::Serialize;
 use serde_json::Value;
 use switchboard_proto::call::ReplyRequest;
 use switchboard_proto::inbox::{AckRequest, FetchReply, FetchRequest, FetchedMessage};
-use switchboard_proto::registry::LookupReply;
 use switchboard_proto::send::SendRequest;
-use switchboard_proto::subject::{self, RegistryOp};
+use switchboard_proto::subject;
 use switchboard_proto::task::{TaskAction, TaskOp, TaskReply, TaskRequestOp};
 use switchboard_proto::{AgentId, GoalId, InboxMessage, MessageKind, TaskState};
 use switchboard_request::request::{RequestFailure, request_json};
@@ -32,8 +31,8 @@ use tracing::Instrument;
 use crate::gateway::{Gateway, SERVICE_TIMEOUT};
 use crate::remote::answer::OutboundError;
 use crate::remote::attempts::Attempts;
-use crate::remote::card;
 use crate::remote::outbound::{Outcome, RemoteClient, fit};
+use crate::remote::{add, card};
 use crate::store::{Paused, PausedTask};
 
 /// How long one inbox fetch waits for a message.
@@ -43,7 +42,6 @@ const FETCH_WAIT_MS: i64 = 5_000;
 pub(crate) struct Carrier {
     pub(crate) gateway: Arc<Gateway>,
     pub(crate) agent: AgentId,
-    pub(crate) card_url: String,
     pub(crate) goal: GoalId,
     pub(crate) client: RemoteClient,
     pub(crate) streaming: bool,
@@ -51,6 +49,8 @@ pub(crate) struct Carrier {
     pub(crate) attempts: Arc<Attempts>,
     /// The remote as the operator added it (its pinned skills, whether it is routed skills).
     pub(crate) record: card::RemoteAgent,
+    /// Cancelled once the id is found to be a Switchboard agent's: the session stops at once.
+    pub(crate) lost: CancellationToken,
 }
 
 /// A failed request to a service, as the carrier sees it: a refusal is final, anything else
@@ -73,33 +73,35 @@ impl Carrier {
         request_json(&self.gateway.client, subject, body, SERVICE_TIMEOUT).await
     }
 
-    /// Registers the agent with a card made from `card`, unless the id is now held by an
-    /// agent that is not this remote (registered after `a2a add`): its card is never
-    /// overwritten.
+    /// Registers the agent with a card made from `card`. The directory refuses it when the id
+    /// is a Switchboard agent's (keyed in the agents file, or registered by the agent after
+    /// `a2a add`): that agent's card is never overwritten, and the session is [`Carrier::lost`].
     pub(crate) async fn register(&self, card: &a2a::AgentCard) -> Result<(), async_nats::Error> {
-        let lookup = serde_json::json!({ "agent_id": self.agent });
-        let found: Result<LookupReply, _> = self
-            .fabric(&RegistryOp::Lookup.subject(&self.agent), &lookup)
-            .await;
-        if let Ok(found) = found
-            && found
-                .card
-                .metadata
-                .get(card::CARD_URL_KEY)
-                .and_then(Value::as_str)
-                != Some(self.card_url.as_str())
-        {
-            return Err(format!(
-                "`{}` is registered by an agent that is not this remote; not carried",
-                self.agent
-            )
-            .into());
-        }
         let ours = card::fabric_card(&self.record, card);
-        self.fabric::<Value>(&RegistryOp::Register.subject(&self.agent), &ours)
-            .await
-            .map(|_| ())
-            .map_err(async_nats::Error::from)
+        match add::claim(&self.gateway.client, &self.agent, &ours).await {
+            Ok(()) => Ok(()),
+            Err(err @ card::RemoteError::Taken(_)) => {
+                self.lost.cancel();
+                Err(err.into())
+            }
+            Err(err) => Err(err.into()),
+        }
+    }
+
+    /// Whether the id is a Switchboard agent's now (the registry view holds a card that is not
+    /// a remote's: the agent signed in); marks the session [`Carrier::lost`] when it is.
+    pub(crate) async fn taken_over(&self) -> bool {
+        if self.lost.is_cancelled() {
+            return true;
+        }
+        let taken = matches!(
+            self.gateway.store.agent(&self.agent).await,
+            Ok(Some(record)) if !record.card.is_remote()
+        );
+        if taken {
+            self.lost.cancel();
+        }
+        taken
     }
 
     /// Reads the inbox in batches of `remote_concurrency`, carries each batch at once, and
@@ -116,10 +118,15 @@ impl Carrier {
                 ack_through: done,
                 ..Default::default()
             };
-            let reply: FetchReply = match self
-                .fabric(&subject::inbox_fetch(&self.agent), &fetch)
-                .await
-            {
+            // A remote that lost its id stops reading at once: what the fetch hands out then
+            // is the agent's, and the remote's goal is closed after the session.
+            let fetch_subject = subject::inbox_fetch(&self.agent);
+            let fetching = self.fabric::<FetchReply>(&fetch_subject, &fetch);
+            let fetched = tokio::select! {
+                fetched = fetching => fetched,
+                () = self.lost.cancelled() => return,
+            };
+            let reply: FetchReply = match fetched {
                 Ok(reply) => reply,
                 // Five in a row (the services away, the goal lost): a new session registers
                 // and opens the goal again.
@@ -136,6 +143,10 @@ impl Carrier {
                 }
             };
             failures = 0;
+            // Nothing is carried once the id is a Switchboard agent's (the registry view's word).
+            if !reply.messages.is_empty() && self.taken_over().await {
+                return;
+            }
             let results = join_all(
                 reply
                     .messages
