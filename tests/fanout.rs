@@ -893,6 +893,49 @@ async fn a_flood_into_a_shared_goal_evicts_only_the_flooders_own_messages() {
     assert!(notices_in(&alice_goal).await.is_empty());
 }
 
+/// Issue 37, hole 9, found in review: a full goal's read of who holds it stops at a fetch's
+/// worth of bytes, so mallory first sends 14 messages of 60 KiB (more than one read takes),
+/// then alice three small ones, then mallory floods. Counting what lies past the read as one
+/// holder that could win made every eviction take the first message past mallory's large
+/// ones — soon alice's. Now only holders the read saw are chosen: mallory's own go.
+#[tokio::test]
+async fn large_messages_first_do_not_turn_a_flood_against_the_others() {
+    let fabric = Fabric::start().await;
+    let (alice, _alice_goal) = fabric.agent_with_goal("alice").await;
+    let (mallory, _mallory_goal) = fabric.agent_with_goal("mallory").await;
+    let (_bob, bob_goal) = fabric.agent_with_goal("bob").await;
+    let room = switchboard_proto::INBOX_STORED_PER_GOAL.unsigned_abs() as usize;
+    let large = "x".repeat(60 * 1024);
+    for _ in 0..14 {
+        mallory.send_to_peer("bob", &large).await.unwrap();
+    }
+    for n in 0..3 {
+        alice
+            .send_to_peer("bob", &format!("alice {n}"))
+            .await
+            .unwrap();
+    }
+    for n in 0..room {
+        mallory
+            .send_to_peer("bob", &format!("flood {n:03}"))
+            .await
+            .unwrap();
+    }
+    let (removed, kept) = removed_and_kept(&bob_goal).await;
+    let bodies: Vec<&str> = kept.iter().map(|m| m.body.as_str()).collect();
+    for n in 0..3 {
+        assert!(
+            bodies.contains(&format!("alice {n}").as_str()),
+            "alice's message {n} survived mallory's flood"
+        );
+    }
+    assert_eq!(
+        removed.from,
+        senders(&[("mallory", removed.count)]),
+        "only mallory's messages went"
+    );
+}
+
 /// Issue 37, hole 9: a full goal is fair under `overflow: refuse`. Before, once mallory had
 /// filled bob's goal every other sender got `inbox_full` too. Now a sender holding its share
 /// of the goal (held × senders ≥ waiting) is refused; one under it takes room from the biggest

@@ -105,7 +105,15 @@ async fn with_room(
     loop {
         match &outcome {
             Err(failed) if failed.full && room_made < ROOM_ROUNDS => {}
-            _ => return outcome,
+            Ok(published) => {
+                // Room was made: the goal is full again now, and what this process remembers
+                // of its holders (the next send's choice) counts this message too.
+                if !published.duplicate {
+                    crate::holders::stored(subject, published.sequence, incoming.clone());
+                }
+                return outcome;
+            }
+            Err(_) => return outcome,
         }
         room_made += 1;
         // Publishers to one goal from this process take turns: one that finds the inbox full

@@ -5,6 +5,8 @@
 //!   the `kind: receipt` messages owed to senders;
 //! - [`room`]: how room is made (purge read messages, evict the oldest unread with a notice to
 //!   its sender, or refuse under `overflow: refuse`);
+//! - [`holders`]: who holds a full goal, remembered for a moment so a goal nobody reads is
+//!   not read again for every send into it;
 //! - [`receipts`]: the receipt records in KV `agent_receipts`;
 //! - [`registry_view`]: a service's local view of the registry, which resolves who a message
 //!   goes to (the directory and the gateway read agents and goals through it too).
@@ -13,6 +15,7 @@
 //! publish and KV reads; the runtime knows nothing of goals.
 
 pub mod deliver;
+pub mod holders;
 pub mod receipts;
 pub mod registry_view;
 pub mod room;

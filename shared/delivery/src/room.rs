@@ -32,6 +32,8 @@ use switchboard_request::kv::{BatchEnd, direct_batch, direct_sequence};
 use switchboard_runtime::publish::is_full;
 use switchboard_runtime::telemetry;
 
+use crate::holders::{self, Held, Holders};
+
 /// The goal an inbox subject (`agent.inbox.<goal_id>`) belongs to.
 pub fn goal_of(inbox_subject: &str) -> Option<GoalId> {
     let goal = inbox_subject.strip_prefix(subject::INBOX_SUBJECT_PREFIX)?;
@@ -111,7 +113,9 @@ pub async fn make_room(
         .as_ref()
         .map_or(0, |record| record.handed.max(record.cursor));
     let mut removed = None;
-    for _ in 0..16 {
+    // A choice found gone (another publisher removed it, the reader took it) is made again,
+    // a few times: each may read the goal.
+    for _ in 0..3 {
         let chosen =
             match victim(js, &stream, inbox_subject, cursor, handed, refuse, incoming).await? {
                 Decision::Refuse => return Ok(Room::Refused),
@@ -119,6 +123,7 @@ pub async fn make_room(
                 Decision::Remove(chosen) => chosen,
             };
         if stream.delete_message(chosen.seq).await.unwrap_or(false) {
+            holders::removed(inbox_subject, chosen.seq);
             removed = Some(chosen);
             break;
         }
@@ -188,7 +193,7 @@ pub async fn make_room(
 /// How many bytes of a full goal's waiting messages one choice of [`victim`] reads at most:
 /// one fetch's worth, so a send into a full goal costs the server no more than a fetch does.
 /// That is the whole goal unless its waiting messages average more than 6 KiB; what lies past
-/// it counts as one more holder ([`Scan::beyond`]).
+/// it counts as one more holder ([`Holders::beyond`]).
 const SCAN_BYTES: usize = FETCH_REPLY_BYTES;
 /// How long the read of a full goal's waiting messages may take.
 const SCAN_TIMEOUT: Duration = Duration::from_secs(5);
@@ -218,26 +223,6 @@ enum Decision {
     Refuse,
     /// What was chosen went meanwhile: choose again.
     Again,
-}
-
-/// One waiting message (stored, not handed out yet) as a scan read it.
-#[derive(Debug, Clone)]
-struct Waiting {
-    seq: u64,
-    /// Its `from_agent_id` (`None`: it does not decode as an inbox message).
-    from: Option<AgentId>,
-    payload: Bytes,
-}
-
-/// A full goal's waiting messages, oldest first, as far as one read of [`SCAN_BYTES`] gets.
-#[derive(Debug, Default)]
-struct Scan {
-    /// The sequence the read started after (the highest handed out).
-    after: u64,
-    /// The messages read.
-    seen: Vec<Waiting>,
-    /// How many more wait past them (newer than every one read).
-    beyond: u64,
 }
 
 /// Which message [`pick`] chose.
@@ -280,10 +265,13 @@ struct Holding<'a> {
 ///   among them even when it holds none, and everything past the scan as one more) and `m`
 ///   waiting messages, a sender holding its share already (`held × n ≥ m`) is refused; one
 ///   holding less takes room from the biggest holder, who then holds more than its share;
-/// - either way, what goes is the oldest waiting message of the biggest holder; on a tie, the
-///   new message's own sender's, else the holder whose oldest message is oldest. Messages past
-///   the scan count as one holder whose oldest is the first past it.
-fn pick(scan: &Scan, incoming: Option<&AgentId>, refuse: bool) -> Pick {
+/// - either way, what goes is the oldest waiting message of the biggest holder the read saw;
+///   on a tie, the new message's own sender's, else the holder whose oldest message is
+///   oldest. Messages past the read count in the share but never win the choice while the
+///   read saw any (a sender that put a few large messages first would otherwise make what
+///   lies past them — everyone else's — go first); only when it saw none does the first past
+///   `after` go.
+fn pick(scan: &Holders, after: u64, incoming: Option<&AgentId>, refuse: bool) -> Pick {
     let mut holders: Vec<Holding<'_>> = Vec::new();
     for (index, waiting) in scan.seen.iter().enumerate() {
         let from = waiting.from.as_ref();
@@ -319,10 +307,8 @@ fn pick(scan: &Scan, incoming: Option<&AgentId>, refuse: bool) -> Pick {
         )
     });
     match biggest {
-        // Past the scan is one holder that wins only with more: on a tie, a seen holder's
-        // oldest is older (and the new message's sender is never known to be there).
-        Some(holding) if holding.count >= scan.beyond => Pick::Seen(holding.oldest),
-        _ => Pick::Beyond(scan.seen.last().map_or(scan.after, |waiting| waiting.seq)),
+        Some(holding) => Pick::Seen(holding.oldest),
+        None => Pick::Beyond(after),
     }
 }
 
@@ -332,24 +318,20 @@ async fn waiting(
     js: &jetstream::Context,
     inbox_subject: &str,
     after: u64,
-) -> Result<Scan, async_nats::Error> {
+) -> Result<Holders, async_nats::Error> {
     let request = serde_json::json!({
         "seq": after.saturating_add(1),
         "next_by_subj": inbox_subject,
         "batch": switchboard_proto::INBOX_STORED_PER_GOAL,
         "max_bytes": SCAN_BYTES,
     });
-    let mut scan = Scan {
-        after,
-        ..Scan::default()
-    };
+    let mut scan = Holders::default();
     let seen = &mut scan.seen;
     let end = direct_batch(js, INBOX_STREAM, &request, SCAN_TIMEOUT, |message| {
         let seq = direct_sequence(&message)?;
-        seen.push(Waiting {
+        seen.push(Held {
             seq,
             from: sender_of(&message.payload),
-            payload: message.payload,
         });
         Ok(())
     })
@@ -403,18 +385,55 @@ async fn victim(
             return Ok(Decision::Remove(oldest));
         }
     }
-    let scan = waiting(js, inbox_subject, handed).await?;
-    match pick(&scan, incoming, refuse) {
-        Pick::Refuse => Ok(Decision::Refuse),
-        Pick::Seen(index) => Ok(scan.seen.get(index).map_or(Decision::Again, |waiting| {
-            Decision::Remove(Victim {
-                seq: waiting.seq,
-                payload: waiting.payload.clone(),
-            })
-        })),
-        Pick::Beyond(after) => next_after(Some(after.saturating_add(1))).await,
-        Pick::Oldest => next_after(None).await,
+    // What this process read of the goal a moment ago serves the next choices (the module
+    // `holders`): a goal nobody reads needs a choice per send. The pick leaves the memory at
+    // once, so publishers racing for room in the goal pick different messages.
+    let choose = |scan: &Holders| {
+        let after = handed.max(scan.seen.last().map_or(0, |held| held.seq));
+        match pick(scan, after, incoming, refuse) {
+            Pick::Refuse => (Chosen::Refuse, None),
+            Pick::Seen(index) => match scan.seen.get(index) {
+                Some(held) => (Chosen::Seq(held.seq), Some(held.seq)),
+                None => (Chosen::After(None), None),
+            },
+            Pick::Beyond(after) => (Chosen::After(Some(after.saturating_add(1))), None),
+            Pick::Oldest => (Chosen::After(None), None),
+        }
+    };
+    let chosen = match holders::choose_from(inbox_subject, handed, choose) {
+        Some(chosen) => chosen,
+        None => {
+            let scan = waiting(js, inbox_subject, handed).await?;
+            holders::remember(inbox_subject, scan);
+            match holders::choose_from(inbox_subject, handed, choose) {
+                Some(chosen) => chosen,
+                None => return Ok(Decision::Again),
+            }
+        }
+    };
+    match chosen {
+        Chosen::Refuse => Ok(Decision::Refuse),
+        Chosen::Seq(seq) => match stream.direct_get(seq).await {
+            Ok(message) if message.subject.as_str() == inbox_subject => {
+                Ok(Decision::Remove(message.into()))
+            }
+            // Gone meanwhile (another publisher removed it, or the reader's purge did).
+            Ok(_) => Ok(Decision::Again),
+            Err(err) if err.kind() == DirectGetErrorKind::NotFound => Ok(Decision::Again),
+            Err(err) => Err(async_nats::Error::from(err)),
+        },
+        Chosen::After(from) => next_after(from).await,
     }
+}
+
+/// What [`victim`] settled on, from [`pick`]'s choice.
+enum Chosen {
+    /// Refuse the new message.
+    Refuse,
+    /// Remove the message at this sequence.
+    Seq(u64),
+    /// Remove the goal's first message from this sequence on (`None`: its oldest).
+    After(Option<u64>),
 }
 
 /// When `message` is a call's request, tells the replica holding the call (if it is a waiting
@@ -666,18 +685,21 @@ mod tests {
     }
 
     /// A waiting message `seq` from `from`.
-    fn held(seq: u64, from: &str) -> Waiting {
-        Waiting {
+    fn held(seq: u64, from: &str) -> Held {
+        Held {
             seq,
             from: Some(AgentId::parse(from).unwrap()),
-            payload: Bytes::new(),
         }
     }
 
+    /// The choice in a goal whose reader was handed everything through sequence 10.
+    fn choose(scan: &Holders, incoming: Option<&AgentId>, refuse: bool) -> Pick {
+        pick(scan, 10, incoming, refuse)
+    }
+
     /// A scan of waiting messages after sequence 10, `senders[i]` sent the one at `11 + i`.
-    fn scan(senders: &[&str], beyond: u64) -> Scan {
-        Scan {
-            after: 10,
+    fn scan(senders: &[&str], beyond: u64) -> Holders {
+        Holders {
             seen: senders
                 .iter()
                 .zip(11..)
@@ -699,23 +721,23 @@ mod tests {
         let flooded = scan(&senders, 0);
         for incoming in ["mallory", "alice", "carol"] {
             assert_eq!(
-                pick(&flooded, Some(&agent(incoming)), false),
+                choose(&flooded, Some(&agent(incoming)), false),
                 Pick::Seen(1),
                 "{incoming}'s message takes mallory's oldest, never alice's"
             );
         }
         // A tie: the new message's own sender gives way, else the oldest holder.
         let tied = scan(&["alice", "bob", "alice", "bob"], 0);
-        assert_eq!(pick(&tied, Some(&agent("bob")), false), Pick::Seen(1));
-        assert_eq!(pick(&tied, Some(&agent("alice")), false), Pick::Seen(0));
-        assert_eq!(pick(&tied, Some(&agent("carol")), false), Pick::Seen(0));
-        assert_eq!(pick(&tied, None, false), Pick::Seen(0));
+        assert_eq!(choose(&tied, Some(&agent("bob")), false), Pick::Seen(1));
+        assert_eq!(choose(&tied, Some(&agent("alice")), false), Pick::Seen(0));
+        assert_eq!(choose(&tied, Some(&agent("carol")), false), Pick::Seen(0));
+        assert_eq!(choose(&tied, None, false), Pick::Seen(0));
         // One sender alone: its oldest, as before.
         let alone = scan(&["writer"; 128], 0);
-        assert_eq!(pick(&alone, Some(&agent("writer")), false), Pick::Seen(0));
+        assert_eq!(choose(&alone, Some(&agent("writer")), false), Pick::Seen(0));
         // Nothing waits (all handed out): the oldest of all.
         assert_eq!(
-            pick(&scan(&[], 0), Some(&agent("writer")), false),
+            choose(&scan(&[], 0), Some(&agent("writer")), false),
             Pick::Oldest
         );
     }
@@ -725,49 +747,55 @@ mod tests {
         let mut senders = vec!["alice"];
         senders.extend(std::iter::repeat_n("mallory", 127));
         let flooded = scan(&senders, 0);
-        assert_eq!(pick(&flooded, Some(&agent("mallory")), true), Pick::Refuse);
-        assert_eq!(pick(&flooded, Some(&agent("alice")), true), Pick::Seen(1));
-        assert_eq!(pick(&flooded, Some(&agent("carol")), true), Pick::Seen(1));
+        assert_eq!(
+            choose(&flooded, Some(&agent("mallory")), true),
+            Pick::Refuse
+        );
+        assert_eq!(choose(&flooded, Some(&agent("alice")), true), Pick::Seen(1));
+        assert_eq!(choose(&flooded, Some(&agent("carol")), true), Pick::Seen(1));
         // A sender alone is refused (the reader must see everything), a newcomer is not.
         let alone = scan(&["mallory"; 128], 0);
-        assert_eq!(pick(&alone, Some(&agent("mallory")), true), Pick::Refuse);
-        assert_eq!(pick(&alone, Some(&agent("alice")), true), Pick::Seen(0));
+        assert_eq!(choose(&alone, Some(&agent("mallory")), true), Pick::Refuse);
+        assert_eq!(choose(&alone, Some(&agent("alice")), true), Pick::Seen(0));
         // Half each: both hold their share, both are refused.
         let mut halves = vec!["alice"; 64];
         halves.extend(std::iter::repeat_n("mallory", 64));
         let halves = scan(&halves, 0);
-        assert_eq!(pick(&halves, Some(&agent("alice")), true), Pick::Refuse);
-        assert_eq!(pick(&halves, Some(&agent("mallory")), true), Pick::Refuse);
+        assert_eq!(choose(&halves, Some(&agent("alice")), true), Pick::Refuse);
+        assert_eq!(choose(&halves, Some(&agent("mallory")), true), Pick::Refuse);
         // 63 and 65: the one under its share takes room from the other.
         let mut uneven = vec!["alice"; 63];
         uneven.extend(std::iter::repeat_n("mallory", 65));
         let uneven = scan(&uneven, 0);
-        assert_eq!(pick(&uneven, Some(&agent("alice")), true), Pick::Seen(63));
-        assert_eq!(pick(&uneven, Some(&agent("mallory")), true), Pick::Refuse);
+        assert_eq!(choose(&uneven, Some(&agent("alice")), true), Pick::Seen(63));
+        assert_eq!(choose(&uneven, Some(&agent("mallory")), true), Pick::Refuse);
         // Nothing waits: refused, nothing handed out is removed.
         assert_eq!(
-            pick(&scan(&[], 0), Some(&agent("alice")), true),
+            choose(&scan(&[], 0), Some(&agent("alice")), true),
             Pick::Refuse
         );
     }
 
     #[test]
-    fn messages_past_the_scan_count_as_one_more_holder() {
-        // Big messages: 5 read, 100 more past the budget. They are the biggest holder.
+    fn messages_past_the_scan_count_in_the_share_but_never_win_the_choice() {
+        // Big messages: 5 read, 100 more past the budget. What goes is the biggest holder the
+        // read saw (alice put three large messages first): never what lies past them, which
+        // would be everyone else's (issue 37's review: large messages first, then a flood).
         let big = scan(&["alice", "alice", "alice", "mallory", "mallory"], 100);
-        assert_eq!(pick(&big, Some(&agent("mallory")), false), Pick::Beyond(15));
-        assert_eq!(pick(&big, Some(&agent("alice")), false), Pick::Beyond(15));
-        assert_eq!(pick(&big, Some(&agent("alice")), true), Pick::Beyond(15));
+        assert_eq!(choose(&big, Some(&agent("mallory")), false), Pick::Seen(0));
+        assert_eq!(choose(&big, Some(&agent("alice")), false), Pick::Seen(0));
+        // Under `refuse`, past the read counts as one more sender in the share: alice's 3 of
+        // 105 with 3 senders is under it, so she takes room from herself.
+        assert_eq!(choose(&big, Some(&agent("alice")), true), Pick::Seen(0));
         // As many past the scan as alice holds: alice's (a tie goes to the older holder).
         let even = scan(&["alice", "alice", "alice"], 3);
-        assert_eq!(pick(&even, Some(&agent("bob")), false), Pick::Seen(0));
+        assert_eq!(choose(&even, Some(&agent("bob")), false), Pick::Seen(0));
         // Nothing read at all yet more waiting: past the scan's start.
-        let none = Scan {
-            after: 10,
+        let none = Holders {
             seen: Vec::new(),
             beyond: 4,
         };
-        assert_eq!(pick(&none, Some(&agent("bob")), false), Pick::Beyond(10));
+        assert_eq!(choose(&none, Some(&agent("bob")), false), Pick::Beyond(10));
     }
 
     #[test]
