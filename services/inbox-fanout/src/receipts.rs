@@ -324,6 +324,10 @@ impl Receipts {
 /// left behind).
 async fn store_queued(js: jetstream::Context, waiting: Arc<Waiting>, goal: GoalId) {
     loop {
+        // A few goals at a time; the semaphore is never closed. The turn comes first, so a
+        // receipt leaves the queue (and its count) only when it is about to be stored: the
+        // queue's bounds count every receipt this replica holds.
+        let _turn = waiting.making_room.acquire().await.ok();
         let next = {
             let mut backlog = waiting
                 .backlog
@@ -342,8 +346,6 @@ async fn store_queued(js: jetstream::Context, waiting: Arc<Waiting>, goal: GoalI
             }
         };
         let (subject, msg_id, payload) = next;
-        // A few goals at a time; the semaphore is never closed.
-        let _turn = waiting.making_room.acquire().await.ok();
         if let Err(err) =
             switchboard_delivery::deliver::deliver(&js, &subject, &msg_id, payload).await
         {
