@@ -126,6 +126,11 @@ async fn change_json<T: Default + Serialize + serde::de::DeserializeOwned>(
     ))
 }
 
+/// The `a2a_history` key recording the last question of a task that was answered.
+fn answered_key(task_id: &Uuid) -> String {
+    format!("{task_id}.answered")
+}
+
 /// An event's number within its task: `n` of its id `<task_id>:<n>` (0 is the creation). The
 /// SSE id of the event's stream item, and what a client resumes after.
 pub fn event_number(event: &TaskEvent) -> Option<u32> {
@@ -182,52 +187,28 @@ impl Store {
     /// later one) was claimed before — by this or another replica, with compare-and-set on
     /// the `<task>.answered` key of `a2a_history`.
     pub async fn claim_answer(&self, task_id: &Uuid, question: u32) -> Result<bool, GatewayError> {
-        let key = format!("{task_id}.answered");
-        let step = "recording the task's answer";
-        for _ in 0..CAS_ATTEMPTS {
-            let read: Option<(Option<u32>, u64)> =
-                read_json(&self.history, &key, "reading the task's answers").await?;
-            let (answered, revision) = read.unwrap_or((None, 0));
-            // Claimed already: refused without a write, so forty answers at once cost one
-            // write and thirty-nine reads, not a contest of writes.
-            if answered.is_some_and(|last| last >= question) {
-                return Ok(false);
-            }
-            let bytes = serde_json::to_vec(&Some(question)).unwrap_or_default();
-            let written = if revision == 0 {
-                self.history
-                    .create(&key, bytes.into())
-                    .await
-                    .map(|_| ())
-                    .map_err(|err| {
-                        (
-                            switchboard_request::kv::already_exists(&err),
-                            err.to_string(),
-                        )
-                    })
-            } else {
-                self.history
-                    .update(&key, bytes.into(), revision)
-                    .await
-                    .map(|_| ())
-                    .map_err(|err| {
-                        (
-                            switchboard_request::kv::lost_revision(&err),
-                            err.to_string(),
-                        )
-                    })
-            };
-            match written {
-                Ok(()) => return Ok(true),
-                // Another answer wrote first: read again (it most likely claimed this one).
-                Err((true, _)) => continue,
-                Err((false, message)) => return Err(GatewayError::unavailable(step, message)),
-            }
+        // Claimed already: refused before any write, so forty answers at once cost one write
+        // and thirty-nine reads, not a contest of writes.
+        let claimed = change_json(
+            &self.history,
+            &answered_key(task_id),
+            ("reading the task's answers", "recording the task's answer"),
+            |answered: &mut Option<u32>| {
+                if answered.is_some_and(|last| last >= question) {
+                    return Err(GatewayError::AlreadyAnswered {
+                        task: task_id.to_string(),
+                    });
+                }
+                *answered = Some(question);
+                Ok(())
+            },
+        )
+        .await;
+        match claimed {
+            Ok(()) => Ok(true),
+            Err(GatewayError::AlreadyAnswered { .. }) => Ok(false),
+            Err(err) => Err(err),
         }
-        Err(GatewayError::unavailable(
-            step,
-            "other answers kept changing it",
-        ))
     }
 
     /// Gives back a claim of [`Store::claim_answer`] whose answer could not be sent, so the
@@ -235,7 +216,7 @@ impl Store {
     pub async fn release_answer(&self, task_id: &Uuid, question: u32) {
         let released = change_json(
             &self.history,
-            &format!("{task_id}.answered"),
+            &answered_key(task_id),
             ("reading the task's answers", "releasing the task's answer"),
             |answered: &mut Option<u32>| {
                 if *answered == Some(question) {

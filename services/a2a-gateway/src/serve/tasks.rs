@@ -272,7 +272,11 @@ impl Gateway {
             )
             .await;
         if let Err(err) = sent {
-            self.store.release_answer(&id, after).await;
+            // Given back only when the fabric refused the answer for sure: after a timeout
+            // it may have gone through, and a second answer must not follow it.
+            if matches!(err, GatewayError::Refused(_)) {
+                self.store.release_answer(&id, after).await;
+            }
             return Err(err);
         }
         // The history shows the question and this answer (the answer went through whether
