@@ -19,10 +19,12 @@ pub struct DirectoryConfig {
     /// agent listed there is routed `skill:` work only for the skills granted to it. Unset (an
     /// open laptop setup): a card's skills are taken at its word.
     pub skill_grants_file: Option<std::path::PathBuf>,
-    /// Route `skill:` work by what cards claim even though the services sign in with an NKey
-    /// (the generated accounts) and no `skill_grants_file` is set. Off by default: under the
-    /// generated accounts a directory without its grants file refuses to start, because a
-    /// self-declared translator would otherwise get every `skill:translate` message.
+    /// Route `skill:` work by what cards claim even though the services sign in (an NKey from
+    /// the generated accounts, or a creds file, user or token) and no `skill_grants_file` is
+    /// set. Off by default: a signed-in directory without its grants file refuses to start,
+    /// because a self-declared translator would otherwise get every `skill:translate` message.
+    /// Without the file the directory also cannot tell which ids are keyed agents, so `a2a
+    /// add` may shadow one that has not signed in yet (until it does).
     pub open_skill_routing: bool,
 }
 
@@ -62,15 +64,20 @@ impl DirectoryConfig {
     /// generated accounts) and no skill grants would take every card's claimed skills at
     /// their word. Either name the grants file or say `open_skill_routing = true`.
     pub fn check_skill_routing(&self, runtime: &RuntimeConfig) -> Result<(), String> {
-        let keyed = runtime.nats.nkey_seed.is_some() || runtime.nats.nkey_file.is_some();
+        // Any sign-in at all: the generated accounts (an NKey), or credentials of an
+        // operator's own (a .creds file, a user, a token) — identities are managed.
+        let nats = &runtime.nats;
+        let keyed = nats.nkey_seed.is_some()
+            || nats.nkey_file.is_some()
+            || nats.creds_file.is_some()
+            || nats.user.is_some()
+            || nats.token.is_some();
         if keyed && self.skill_grants_file.is_none() && !self.open_skill_routing {
-            return Err(
-                "the services sign in with an NKey (generated accounts) but \
+            return Err("the services sign in (NKey, creds, user or token) but \
                  skill_grants_file is not set: set it to the skill-grants.json \
                  `switchboard nats-config` wrote, or set open_skill_routing = true to route \
                  skill work by what cards claim"
-                    .to_owned(),
-            );
+                .to_owned());
         }
         Ok(())
     }

@@ -122,6 +122,18 @@ impl Registry {
         // not one its agent registered. The agent's own card always takes its id back from a
         // remote; the gateway then stops carrying the remote (docs/a2a.md, "Outbound").
         let remote = card.is_remote();
+        // The A2A gateway's client agents (`a2a-…`) are its own: never a remote's id either,
+        // checked here where every register passes, not only in the gateway.
+        if remote
+            && caller
+                .as_str()
+                .starts_with(switchboard_proto::A2A_CLIENT_PREFIX)
+        {
+            return Err(DirectoryError::NotForRemotes {
+                agent: caller.clone(),
+                why: "is an A2A client's agent",
+            });
+        }
         if remote && self.grants.lists(caller.as_str()) {
             return Err(DirectoryError::NotForRemotes {
                 agent: caller.clone(),

@@ -81,7 +81,15 @@ pub fn escape(buf: &[u8], colours: bool) -> Vec<u8> {
             '\n' => out.push_str("\\n"),
             '\r' => out.push_str("\\r"),
             '\t' => out.push('\t'),
-            c if c.is_control() || matches!(c, '\u{2028}' | '\u{2029}') => {
+            // Controls, line and paragraph separators, and the bidirectional overrides and
+            // isolates that reorder what a terminal shows (Trojan Source).
+            c if c.is_control()
+                || matches!(
+                    c,
+                    '\u{2028}' | '\u{2029}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}'
+                        | '\u{2066}'..='\u{2069}'
+                ) =>
+            {
                 out.push_str(&format!("\\u{{{:x}}}", c as u32));
             }
             c => out.push(c),
@@ -125,6 +133,8 @@ mod tests {
     fn control_characters_and_separators_are_escaped_colours_kept_when_on() {
         let out = escaped("a\u{1b}[2Jb\u{0}c\u{2028}d\u{85}e\tf", false);
         assert_eq!(out, "a\\u{1b}[2Jb\\u{0}c\\u{2028}d\\u{85}e\tf");
+        let out = escaped("x\u{202e}gnp.exe\u{2066}y", false);
+        assert_eq!(out, "x\\u{202e}gnp.exe\\u{2066}y");
         let out = escaped("\u{1b}[1;31mERROR\u{1b}[0m x=\u{1b}[2J", true);
         assert_eq!(out, "\u{1b}[1;31mERROR\u{1b}[0m x=\\u{1b}[2J");
     }
