@@ -328,28 +328,56 @@ async fn store_queued(js: jetstream::Context, waiting: Arc<Waiting>, goal: GoalI
         // receipt leaves the queue (and its count) only when it is about to be stored: the
         // queue's bounds count every receipt this replica holds.
         let _turn = waiting.making_room.acquire().await.ok();
-        let next = {
+        let batch: Vec<Receipt> = {
             let mut backlog = waiting
                 .backlog
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner);
-            let next = backlog.queued.get_mut(&goal).and_then(VecDeque::pop_front);
-            match next {
-                Some(receipt) => {
-                    backlog.total = backlog.total.saturating_sub(1);
-                    receipt
-                }
-                None => {
-                    backlog.queued.remove(&goal);
-                    return;
-                }
+            let batch: Vec<Receipt> = backlog
+                .queued
+                .get_mut(&goal)
+                .map(|queue| queue.drain(..).collect())
+                .unwrap_or_default();
+            if batch.is_empty() {
+                backlog.queued.remove(&goal);
+                return;
             }
+            backlog.total = backlog.total.saturating_sub(batch.len());
+            batch
         };
-        let (subject, msg_id, payload) = next;
+        store_in_order(&js, &goal, &batch).await;
+    }
+}
+
+/// Stores a goal's waiting receipts, oldest first: the first makes room as any message does
+/// (a purge of what its reader read makes room for many), the rest go in one round of
+/// publishes; from the first the goal refused again, the same once more. A receipt stored
+/// twice is stored once (its `Nats-Msg-Id`).
+async fn store_in_order(js: &jetstream::Context, goal: &GoalId, batch: &[Receipt]) {
+    let mut rest = batch;
+    while let Some(((subject, msg_id, payload), after)) = rest.split_first() {
         if let Err(err) =
-            switchboard_delivery::deliver::deliver(&js, &subject, &msg_id, payload).await
+            switchboard_delivery::deliver::deliver(js, subject, msg_id, payload.clone()).await
         {
             tracing::warn!(goal_id = %goal, error = %err, "receipt not stored");
+        }
+        if after.is_empty() {
+            return;
+        }
+        let results = switchboard_runtime::publish::publish_all(js, after).await;
+        let refused = results
+            .iter()
+            .position(|result| matches!(result, Err(failed) if failed.full));
+        for result in &results {
+            if let Err(err) = result
+                && !err.full
+            {
+                tracing::warn!(goal_id = %goal, error = %err, "receipt not stored");
+            }
+        }
+        match refused {
+            Some(at) => rest = &after[at..],
+            None => return,
         }
     }
 }
