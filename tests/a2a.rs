@@ -394,6 +394,7 @@ async fn an_agent_cannot_take_a_context_goal_the_gateway_closed() {
     let taken = mallory
         .open_goal_with(switchboard_proto::registry::GoalOpenRequest {
             goal_id: Some(switchboard_proto::GoalId::parse(&held).unwrap()),
+            name: None,
             kind: None,
             overflow: None,
         })

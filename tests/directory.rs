@@ -136,6 +136,7 @@ async fn goals_open_and_close() {
     let daemon = agent
         .open_goal_with(GoalOpenRequest {
             goal_id: Some(chosen),
+            name: None,
             kind: Some(GoalKind::Daemon),
             overflow: None,
         })
@@ -156,6 +157,7 @@ async fn goals_open_and_close() {
     let again = agent
         .open_goal_with(GoalOpenRequest {
             goal_id: Some(chosen),
+            name: None,
             kind: None,
             overflow: None,
         })
@@ -199,6 +201,7 @@ async fn goals_open_and_close() {
     let err = thief
         .open_goal_with(GoalOpenRequest {
             goal_id: Some(bg.id()),
+            name: None,
             kind: None,
             overflow: None,
         })
@@ -270,6 +273,7 @@ async fn buffer_on_demand_send_before_subscribe() {
     let goal = agent
         .open_goal_with(GoalOpenRequest {
             goal_id: Some(goal_id),
+            name: None,
             kind: None,
             overflow: None,
         })
@@ -667,6 +671,7 @@ async fn restart_of_directory_and_server_loses_nothing() {
     let goal = back
         .open_goal_with(GoalOpenRequest {
             goal_id: Some(goal_id),
+            name: None,
             kind: None,
             overflow: None,
         })
@@ -1012,6 +1017,7 @@ async fn two_agents_racing_for_one_goal_id_never_both_win() {
         let goal_id = GoalId::new();
         let request = GoalOpenRequest {
             goal_id: Some(goal_id),
+            name: None,
             kind: None,
             overflow: None,
         };
@@ -1113,6 +1119,7 @@ async fn a_directory_replaces_v1_goal_consumers_with_cursors_at_their_ack_floor(
     let other = agent_with(&nats.url(), card("other"), LONG).await;
     let request = GoalOpenRequest {
         goal_id: Some(goal_id),
+        name: None,
         kind: None,
         overflow: None,
     };

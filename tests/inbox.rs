@@ -593,6 +593,7 @@ async fn a_goal_id_claimed_after_its_close_hands_out_nothing_of_the_old_owner() 
     let denied = mallory
         .open_goal_with(switchboard_proto::registry::GoalOpenRequest {
             goal_id: Some(goal_id),
+            name: None,
             kind: None,
             overflow: None,
         })
@@ -620,6 +621,7 @@ async fn a_goal_id_claimed_after_its_close_hands_out_nothing_of_the_old_owner() 
     let claimed = mallory
         .open_goal_with(switchboard_proto::registry::GoalOpenRequest {
             goal_id: Some(goal_id),
+            name: None,
             kind: None,
             overflow: None,
         })
@@ -1167,4 +1169,78 @@ async fn publishers_racing_into_a_full_goal_remove_exactly_one_message_each() {
         "{:?}",
         expired.ids
     );
+}
+
+/// Issue 38: an agent that restarts resumes its goal by name. The worker opens its goal
+/// `main`, then dies without closing it (as a crash would); alice sends three messages while
+/// it is down; the worker, connected again, opens `main` again: the same goal, with the three
+/// waiting, and `lookup` shows one live goal, not two. Ids of the named form are opened by
+/// name only — mallory cannot open the worker's named goal by its id first — and bad names
+/// are refused.
+#[tokio::test]
+async fn a_restarted_agent_resumes_its_named_goal_and_reads_what_came_meanwhile() {
+    use switchboard_proto::registry::GoalOpenRequest;
+    let fabric = Fabric::start().await;
+    let (alice, _alice_goal) = fabric.agent_with_goal("alice").await;
+    let worker = fabric.agent("worker").await;
+    let first = worker.open_named_goal("main").await.unwrap();
+    let goal_id = first.id();
+    assert_eq!(goal_id, GoalId::named(worker.id(), "main"));
+    drop(first);
+    drop(worker);
+
+    for n in 0..3 {
+        alice
+            .send_to_peer("worker", &format!("while down {n}"))
+            .await
+            .unwrap();
+    }
+    let worker = fabric.agent("worker").await;
+    let resumed = worker.open_named_goal("main").await.unwrap();
+    assert_eq!(resumed.id(), goal_id, "the same goal");
+    let taken: Vec<String> = resumed
+        .drain()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|message| message.body)
+        .collect();
+    assert_eq!(taken, ["while down 0", "while down 1", "while down 2"]);
+    let live = worker.lookup("worker").await.unwrap().live_goals;
+    assert_eq!(live.len(), 1, "one live goal after the restart: {live:?}");
+
+    let mallory = fabric.agent("mallory").await;
+    let squat = GoalId::named(&AgentId::parse("bob").unwrap(), "main");
+    let refused = mallory
+        .open_goal_with(GoalOpenRequest {
+            goal_id: Some(squat),
+            name: None,
+            ..GoalOpenRequest::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(
+        refused.kind(),
+        Some(switchboard_proto::ErrorKind::BadRequest)
+    );
+    for bad in ["", "Main", "a b", "x/y", &"n".repeat(65)] {
+        let refused = mallory.open_named_goal(bad).await.unwrap_err();
+        assert_eq!(
+            refused.kind(),
+            Some(switchboard_proto::ErrorKind::BadRequest),
+            "name {bad:?}"
+        );
+    }
+    let both = mallory
+        .open_goal_with(GoalOpenRequest {
+            goal_id: Some(GoalId::new()),
+            name: Some("main".to_owned()),
+            ..GoalOpenRequest::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(both.kind(), Some(switchboard_proto::ErrorKind::BadRequest));
+    // mallory's own `main` is hers, another goal than the worker's.
+    let hers = mallory.open_named_goal("main").await.unwrap();
+    assert_ne!(hers.id(), goal_id);
 }

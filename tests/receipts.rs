@@ -399,6 +399,7 @@ async fn a_goal_id_opened_again_by_another_agent_gets_none_of_the_first_owners_n
     let claimed = alice
         .open_goal_with(switchboard_proto::registry::GoalOpenRequest {
             goal_id: Some(goal_id),
+            name: None,
             kind: None,
             overflow: None,
         })

@@ -341,3 +341,94 @@ async fn a_streamed_answer_is_bounded_in_parts_and_bytes() {
     assert_eq!(last.kind(), Some(ErrorKind::BodyTooLarge), "{last}");
     bob.reply(call, "done").await.unwrap();
 }
+
+/// Issue 38: a callee whose handler failed answers with `error` at once — the waiting caller
+/// gets it in the answer, not a timeout at its deadline — and a streamed answer ends cleanly
+/// with an empty final reply after its parts. Bad error replies are refused.
+#[tokio::test]
+async fn a_failed_call_is_answered_at_once_and_a_stream_ends_without_more_text() {
+    let fabric = Fabric::start().await;
+    let (alice, _alice_goal) = fabric.agent_with_goal("alice").await;
+    let (bob, bob_goal) = fabric.agent_with_goal("bob").await;
+
+    let asking = std::sync::Arc::new(alice);
+    let caller = std::sync::Arc::clone(&asking);
+    let started = tokio::time::Instant::now();
+    let waiting = tokio::spawn(async move {
+        caller
+            .call("bob", "divide by zero", Duration::from_secs(20))
+            .await
+    });
+    let request = next_request(&bob_goal).await;
+    let call = request.correlation_id.unwrap();
+    let client = fabric.nats.client().await;
+    for (bad, why) in [
+        (
+            json!({"correlation_id": call, "error": {"kind": "Bad Kind", "message": "x"}}),
+            "a kind outside [a-z0-9_]",
+        ),
+        (
+            json!({"correlation_id": call, "error": {"kind": "k", "message": "x".repeat(1025)}}),
+            "a message over 1,024 characters",
+        ),
+        (
+            json!({"correlation_id": call, "message": "text", "error": {"kind": "k"}}),
+            "an error with text",
+        ),
+        (
+            json!({"correlation_id": call, "partial": true, "error": {"kind": "k"}}),
+            "a partial error",
+        ),
+        (
+            json!({"correlation_id": call}),
+            "an empty final reply to a call that streamed nothing",
+        ),
+    ] {
+        let refused = raw(
+            &client,
+            &subject::reply(bob.id()),
+            serde_json::to_vec(&bad).unwrap(),
+        )
+        .await;
+        assert!(
+            matches!(
+                refused.error_kind().as_str(),
+                "bad_request" | "empty_message"
+            ),
+            "{why}: {:?}",
+            refused.error_kind()
+        );
+    }
+    bob.reply_error(call, "handler_error", "ZeroDivisionError: division by zero")
+        .await
+        .unwrap();
+    let answer = waiting.await.unwrap().unwrap();
+    assert!(started.elapsed() < Duration::from_secs(5), "at once");
+    let error = answer.error.expect("the answer says the call failed");
+    assert_eq!(error.kind, "handler_error");
+    assert_eq!(error.message, "ZeroDivisionError: division by zero");
+    assert_eq!(answer.body, "");
+
+    // A stream that says everything in parts ends with an empty final reply.
+    let mut stream = Box::pin(
+        asking
+            .call_streamed(question("bob", "count"))
+            .await
+            .unwrap(),
+    );
+    let request = next_request(&bob_goal).await;
+    let call = request.correlation_id.unwrap();
+    bob.reply_part(call, 1, "one, ").await.unwrap();
+    bob.reply_part(call, 2, "two").await.unwrap();
+    bob.end_stream(call).await.unwrap();
+    let mut last = None;
+    while let Some(event) = stream.next().await {
+        last = Some(event.unwrap());
+    }
+    let Some(CallEvent::Answer(answer)) = last else {
+        panic!("the stream ends with the answer: {last:?}");
+    };
+    assert_eq!(answer.body, "one, two");
+    assert_eq!(answer.streamed, 2);
+    assert!(answer.error.is_none());
+}

@@ -68,6 +68,7 @@ pub(crate) async fn run(args: GoalArgs) -> anyhow::Result<Value> {
         } => {
             let request = GoalOpenRequest {
                 goal_id: goal.as_deref().map(GoalId::parse).transpose()?,
+                name: None,
                 kind: Some(kind),
                 overflow,
             };

@@ -89,6 +89,7 @@ async fn serve(args: McpArgs) -> anyhow::Result<()> {
     let goal = agent
         .open_goal_with(GoalOpenRequest {
             goal_id: None,
+            name: None,
             kind: Some(args.goal_kind),
             overflow: None,
         })

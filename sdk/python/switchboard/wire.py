@@ -69,6 +69,7 @@ class CallAnswer(TypedDict):
     body: str
     clamped: NotRequired[bool]
     correlation_id: str
+    error: NotRequired[ReplyError | None]
     from_agent_id: AgentId
     parts: NotRequired[list[Part]]
     streamed: NotRequired[int]
@@ -257,6 +258,7 @@ class GoalOpenRequest(TypedDict):
     """Body of `goal.open`."""
     goal_id: NotRequired[GoalId | None]
     kind: NotRequired[GoalKind | None]
+    name: NotRequired[str | None]
     overflow: NotRequired[Overflow | None]
 
 
@@ -447,9 +449,18 @@ class ReplyAck(TypedDict):
     part: NotRequired[int | None]
 
 
+class ReplyError(TypedDict):
+    """A callee's failure, answered instead of a result (`reply` with `error`): a stable `kind`
+the caller matches on and a message for people. The SDKs answer `handler_error` when an
+agent's handler raises."""
+    kind: str
+    message: NotRequired[str]
+
+
 class ReplyRequest(TypedDict):
     """Body of `agent.reply.<agent_id>` (reply_to_peer): no target, only the correlation."""
     correlation_id: NotRequired[str | None]
+    error: NotRequired[ReplyError | None]
     message: NotRequired[str | None]
     part: NotRequired[int | None]
     partial: NotRequired[bool]

@@ -202,6 +202,7 @@ impl Gateway {
         }
         let open = GoalOpenRequest {
             goal_id: Some(goal),
+            name: None,
             kind: None,
             overflow: None,
         };

@@ -27,6 +27,8 @@ struct RawGoalOpen {
     kind: Option<switchboard_proto::GoalKind>,
     #[serde(default)]
     overflow: Option<switchboard_proto::inbox::Overflow>,
+    #[serde(default)]
+    name: Option<String>,
 }
 
 #[derive(serde::Deserialize)]
@@ -101,6 +103,7 @@ fn endpoint(op: RegistryOp, registry: Arc<Registry>) -> Endpoint {
                         goal_id,
                         kind: req.body.kind,
                         overflow: req.body.overflow,
+                        name: req.body.name,
                     };
                     Ok::<_, ErrorReply>(registry.open_goal(&req.caller, request).await?)
                 }

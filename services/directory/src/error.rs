@@ -56,6 +56,10 @@ pub enum DirectoryError {
         /// The goal.
         goal: GoalId,
     },
+    /// A named goal's request that does not hold together: a bad name, a name with a
+    /// `goal_id`, or a `goal_id` of the named form (version 5) given directly.
+    #[error("{0}")]
+    BadGoalName(String),
     /// A remote A2A agent's card (`metadata.a2a_card_url`) registered under an id that is a
     /// Switchboard agent's: keyed in the agents file, or registered by the agent itself.
     #[error("`{agent}` {why}: a remote A2A agent's card cannot be registered under it")]
@@ -116,9 +120,10 @@ impl DirectoryError {
     /// The stable kind callers match on.
     pub fn kind(&self) -> ErrorKind {
         match self {
-            Self::InvalidCard(_) | Self::HeartbeatOffline | Self::BadHeartbeat(_) => {
-                ErrorKind::BadRequest
-            }
+            Self::InvalidCard(_)
+            | Self::HeartbeatOffline
+            | Self::BadHeartbeat(_)
+            | Self::BadGoalName(_) => ErrorKind::BadRequest,
             Self::IdentityMismatch { .. } => ErrorKind::IdentityMismatch,
             Self::InvalidAgentId(IdError::GoalId(_)) => ErrorKind::InvalidGoalId,
             Self::InvalidAgentId(_) => ErrorKind::InvalidAgentId,

@@ -32,7 +32,28 @@ impl Registry {
         if self.store.record(caller).await?.is_none() {
             return Err(DirectoryError::NotRegistered(caller.clone()));
         }
-        let goal_id = request.goal_id.unwrap_or_default();
+        // A named goal (issue 38): the same name always opens the same goal of this agent, so
+        // a restarted agent resumes it. Ids of that form (UUID version 5) are opened by name
+        // only, so no agent can open another's named goal first and hold it.
+        let goal_id = match (&request.name, request.goal_id) {
+            (Some(_), Some(_)) => {
+                return Err(DirectoryError::BadGoalName(
+                    "give `name` or `goal_id`, not both".to_owned(),
+                ));
+            }
+            (Some(name), None) => {
+                switchboard_proto::ids::check_goal_name(name)
+                    .map_err(DirectoryError::BadGoalName)?;
+                GoalId::named(caller, name)
+            }
+            (None, Some(goal_id)) if goal_id.is_named() => {
+                return Err(DirectoryError::BadGoalName(format!(
+                    "goal `{goal_id}` has the form of a named goal (UUID version 5): open it \
+                     by its `name`"
+                )));
+            }
+            (None, goal_id) => goal_id.unwrap_or_default(),
+        };
         // The A2A gateway's context goals (UUID version 8) are its clients' alone: `lookup`
         // lists them, and one the gateway closed must not be taken by another agent.
         if goal_id.is_a2a_context()

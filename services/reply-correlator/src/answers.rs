@@ -7,7 +7,14 @@ use switchboard_proto::call::{
     AnswerRoute, CallAnswer, CallEventKind, CallState, PendingCall, ReplyAck, ReplyRequest,
 };
 use switchboard_proto::send::{SendRequest, check_content_fits, check_gates};
-use switchboard_proto::{AgentId, GoalId, InboxMessage, MessageKind, new_id, subject, timestamp};
+use switchboard_proto::{
+    AgentId, ErrorKind, ErrorReply, GoalId, InboxMessage, MessageKind, new_id, subject, timestamp,
+};
+
+/// A reply refused as malformed (`bad_request`).
+fn bad_request(message: String) -> CorrelatorError {
+    CorrelatorError::Gate(ErrorReply::new(ErrorKind::BadRequest, message))
+}
 
 use crate::correlator::{Correlator, HANDOVER_TIMEOUT, check_callee, expired};
 use crate::error::CorrelatorError;
@@ -29,14 +36,31 @@ impl Correlator {
         let Some(correlation_id) = request.correlation_id else {
             return Err(CorrelatorError::MissingCorrelationId);
         };
+        // A failure (`error`) is a final reply with nothing else; a final reply with nothing
+        // at all may only end a streamed answer (checked once the call is read).
+        let text = request.message.as_deref().unwrap_or("");
+        let bare = text.is_empty() && request.parts.is_empty();
+        if let Some(error) = &request.error {
+            error.check().map_err(bad_request)?;
+            if request.partial || !bare {
+                return Err(bad_request(
+                    "a reply with `error` is final and carries no `message` or `parts`".to_owned(),
+                ));
+            }
+        }
         // The message gates of a send (non-empty, ≤ 64 KiB), with the caller as a stand-in
         // target so gates 1–2 pass.
-        let probe = SendRequest {
-            to: Some("_".to_owned()),
-            message: request.message.clone(),
-            ..SendRequest::default()
+        let body = if bare && !request.partial {
+            ""
+        } else {
+            let probe = SendRequest {
+                to: Some("_".to_owned()),
+                message: request.message.clone(),
+                ..SendRequest::default()
+            };
+            check_gates(callee, &probe).map_err(CorrelatorError::Gate)?;
+            text
         };
-        let (_, body) = check_gates(callee, &probe).map_err(CorrelatorError::Gate)?;
         // An answer that could not be stored must be refused before the call is claimed.
         check_content_fits("the answer with its parts", body, &request.parts, &[])
             .map_err(CorrelatorError::Gate)?;
@@ -116,6 +140,13 @@ impl Correlator {
                     }
                 }
                 (CallState::Open, _) => {
+                    if bare && request.error.is_none() && call.streamed.is_empty() {
+                        return Err(CorrelatorError::Gate(ErrorReply::new(
+                            ErrorKind::EmptyMessage,
+                            "`message` is required and must not be empty (an empty final reply \
+                             only ends a streamed answer)",
+                        )));
+                    }
                     // The whole answer (every part, then this reply) must fit a message: it
                     // may be written into an inbox.
                     if !call.streamed.is_empty() {
@@ -203,6 +234,7 @@ impl Correlator {
             answered_at: timestamp::now(),
             clamped: false,
             streamed: u32::try_from(call.streamed.len()).unwrap_or(u32::MAX),
+            error: request.error.clone(),
         }
     }
 
@@ -260,6 +292,12 @@ impl Correlator {
             message
                 .metadata
                 .insert("streamed".to_owned(), answer.streamed.into());
+        }
+        // A failure reaches a parked caller as the response's `metadata.error`.
+        if let Some(error) = &answer.error
+            && let Ok(error) = serde_json::to_value(error)
+        {
+            message.metadata.insert("error".to_owned(), error);
         }
         self.to_caller_inbox(call, &message, "response").await?;
         Ok(AnswerRoute::Inbox)

@@ -5,9 +5,7 @@ use std::time::Duration;
 use async_nats::Client;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use switchboard_proto::call::{
-    CallAnswer, CallParked, CallRequest, PendingCalls, ReplyAck, ReplyRequest,
-};
+use switchboard_proto::call::{CallAnswer, CallParked, CallRequest, PendingCalls};
 use switchboard_proto::registry::{
     DeregisterReply, GoalCloseReply, GoalCloseRequest, GoalOpenReply, GoalOpenRequest,
     HeartbeatReply, HeartbeatRequest, LookupReply, LookupRequest, PEERS_PAGE_MAX, PeersReply,
@@ -18,7 +16,6 @@ use switchboard_proto::subject::{self, RegistryOp};
 use switchboard_proto::{AgentCard, AgentId, GoalId, GoalKind};
 use switchboard_request::request::{RequestFailure, request_json, request_json_retrying};
 use tokio_util::sync::{CancellationToken, DropGuard};
-use uuid::Uuid;
 
 use crate::error::ClientError;
 use crate::goal::Goal;
@@ -384,74 +381,6 @@ impl Agent {
         }
     }
 
-    /// reply_to_peer: answers the call `correlation_id` (no target needed).
-    ///
-    /// Retried and hedged like a send: the correlator delivers an answer once however many
-    /// copies reach it (a later copy gets `duplicate: true`), so a correlator replica that goes
-    /// away mid-request costs a fraction of a second, not the request timeout.
-    pub async fn reply(
-        &self,
-        correlation_id: Uuid,
-        message: &str,
-    ) -> Result<ReplyAck, ClientError> {
-        self.send_reply(&ReplyRequest {
-            correlation_id: Some(correlation_id),
-            message: Some(message.to_owned()),
-            ..ReplyRequest::default()
-        })
-        .await
-    }
-
-    /// reply_to_peer with structured content: answers the call `correlation_id` with
-    /// `message` and `parts` (data, files), carried to the caller as they are.
-    pub async fn reply_with_parts(
-        &self,
-        correlation_id: Uuid,
-        message: &str,
-        parts: Vec<switchboard_proto::Part>,
-    ) -> Result<ReplyAck, ClientError> {
-        self.send_reply(&ReplyRequest {
-            correlation_id: Some(correlation_id),
-            message: Some(message.to_owned()),
-            parts,
-            ..ReplyRequest::default()
-        })
-        .await
-    }
-
-    /// Sends a reply (whole or partial), retried and hedged: both are taken once however
-    /// many copies arrive.
-    async fn send_reply(&self, body: &ReplyRequest) -> Result<ReplyAck, ClientError> {
-        request_json_retrying(
-            &self.nats,
-            &subject::reply(self.id()),
-            body,
-            self.options.request_timeout,
-            self.options.send_retries,
-        )
-        .await
-        .map_err(ClientError::from)
-    }
-
-    /// A partial reply to the call `correlation_id`: part `part` (1, 2, 3…) of a streamed
-    /// answer. The call stays open until [`Agent::reply`] sends the final part. Retried like a
-    /// reply: the number makes a repeat a duplicate, never a second part.
-    pub async fn reply_part(
-        &self,
-        correlation_id: Uuid,
-        part: u32,
-        message: &str,
-    ) -> Result<ReplyAck, ClientError> {
-        self.send_reply(&ReplyRequest {
-            correlation_id: Some(correlation_id),
-            message: Some(message.to_owned()),
-            partial: true,
-            part: Some(part),
-            ..ReplyRequest::default()
-        })
-        .await
-    }
-
     /// Where a message this agent sent with `receipt` is, per receiving goal (`stored`,
     /// `delivered`, `read`, `expired_unread`); `not_found` for any other message id.
     pub async fn send_status(
@@ -507,9 +436,19 @@ impl Agent {
     /// Opens a goal of `kind`.
     pub async fn open_goal_of(&self, kind: GoalKind) -> Result<Goal, ClientError> {
         self.open_goal_with(GoalOpenRequest {
-            goal_id: None,
             kind: Some(kind),
-            overflow: None,
+            ..GoalOpenRequest::default()
+        })
+        .await
+    }
+
+    /// Opens, or re-opens, the goal named `name` (1–64 of `[a-z0-9_.-]`): the same name
+    /// always opens the same goal of this agent, so after a restart the agent reads what was
+    /// sent while it was down, and no second live goal is left behind.
+    pub async fn open_named_goal(&self, name: &str) -> Result<Goal, ClientError> {
+        self.open_goal_with(GoalOpenRequest {
+            name: Some(name.to_owned()),
+            ..GoalOpenRequest::default()
         })
         .await
     }

@@ -30,6 +30,7 @@ mod dlq;
 mod error;
 mod goal;
 mod render;
+mod replies;
 mod serving;
 mod stream;
 mod tasks;

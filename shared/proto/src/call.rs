@@ -103,6 +103,10 @@ pub struct CallAnswer {
     /// omitted when none.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub streamed: u32,
+    /// Set when the callee answered with a failure (`reply` with `error`); `body` then holds
+    /// only what was streamed before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<ReplyError>,
 }
 
 #[allow(clippy::trivially_copy_pass_by_ref)]
@@ -193,6 +197,47 @@ pub struct CallParts {
     pub answer: Option<CallAnswer>,
 }
 
+/// A callee's failure, answered instead of a result (`reply` with `error`): a stable `kind`
+/// the caller matches on and a message for people. The SDKs answer `handler_error` when an
+/// agent's handler raises.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReplyError {
+    /// 1–64 characters of `[a-z0-9_]`, e.g. `handler_error`.
+    pub kind: String,
+    /// What went wrong, at most 1,024 characters.
+    #[serde(default)]
+    pub message: String,
+}
+
+/// The most characters of a [`ReplyError`]'s kind.
+pub const REPLY_ERROR_KIND_MAX: usize = 64;
+/// The most characters of a [`ReplyError`]'s message.
+pub const REPLY_ERROR_MESSAGE_MAX: usize = 1024;
+
+impl ReplyError {
+    /// Checks the kind's characters and both lengths.
+    pub fn check(&self) -> Result<(), String> {
+        let kind_ok = !self.kind.is_empty()
+            && self.kind.len() <= REPLY_ERROR_KIND_MAX
+            && self
+                .kind
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+        if !kind_ok {
+            return Err(format!(
+                "error.kind must be 1-{REPLY_ERROR_KIND_MAX} characters of [a-z0-9_]"
+            ));
+        }
+        if self.message.chars().count() > REPLY_ERROR_MESSAGE_MAX {
+            return Err(format!(
+                "error.message must be at most {REPLY_ERROR_MESSAGE_MAX} characters"
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// Body of `agent.reply.<agent_id>` (reply_to_peer): no target, only the correlation.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -214,6 +259,10 @@ pub struct ReplyRequest {
     /// is a duplicate, one past the next is `bad_request`. Omitted: the next number.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub part: Option<u32>,
+    /// The call failed: a final reply with this instead of a result (no `message`, no
+    /// `parts`, not `partial`). The caller's answer carries it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<ReplyError>,
 }
 
 /// Where an answer went.

@@ -165,6 +165,43 @@ impl GoalId {
     pub fn is_a2a_context(&self) -> bool {
         self.0.get_version_num() == 8
     }
+
+    /// The goal `agent` opens by `name` (`goal.open` with `name`, docs/protocol.md §4.4): a
+    /// UUID of version 5 from the agent id and the name, so the same name always gives the
+    /// same goal and a restarted agent resumes it. Only the directory opens ids of this form,
+    /// and only for the agent they were made for.
+    pub fn named(agent: &AgentId, name: &str) -> Self {
+        let key = format!("{agent}/{name}");
+        Self(Uuid::new_v5(&GOAL_NAMESPACE, key.as_bytes()))
+    }
+
+    /// Whether this id has the form of a named goal (UUID version 5, [`GoalId::named`]).
+    pub fn is_named(&self) -> bool {
+        self.0.get_version_num() == 5
+    }
+}
+
+/// The namespace of named goal ids (a fixed, random UUID).
+const GOAL_NAMESPACE: Uuid = Uuid::from_u128(0x6f1c_2b7e_9d4a_4c31_8e55_3a0f_b2d9_7c14);
+
+/// The most characters of a goal's name.
+pub const GOAL_NAME_MAX: usize = 64;
+
+/// Checks a goal's name: 1–64 characters of `[a-z0-9_.-]`.
+pub fn check_goal_name(name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= GOAL_NAME_MAX
+        && name.bytes().all(|b| {
+            b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'_' | b'.' | b'-')
+        });
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "goal name `{}` is invalid: use 1-{GOAL_NAME_MAX} characters of [a-z0-9_.-]",
+            name.chars().take(80).collect::<String>()
+        ))
+    }
 }
 
 impl Default for GoalId {

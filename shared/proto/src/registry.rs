@@ -244,6 +244,11 @@ pub struct GoalOpenRequest {
     /// Reuse this goal id (re-open after a restart); a fresh one when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub goal_id: Option<GoalId>,
+    /// Open the goal by name (1–64 characters of `[a-z0-9_.-]`, not with `goal_id`): the same
+    /// name always opens the same goal of this agent ([`GoalId::named`]), so an agent that
+    /// restarts resumes it and reads what was sent while it was down.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
     /// What kind of run this is (default `interactive`); ignored when re-opening a goal.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<GoalKind>,

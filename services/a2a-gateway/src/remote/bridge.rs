@@ -257,6 +257,7 @@ async fn session(
             &RegistryOp::GoalOpen.subject(id),
             &GoalOpenRequest {
                 goal_id: Some(record.goal_id),
+                name: None,
                 kind: None,
                 overflow: None,
             },

@@ -170,6 +170,14 @@ impl Gateway {
                 return Err(GatewayError::unavailable("calling the agent", "the gateway is stopping"));
             }
         };
+        // The agent failed its call (`reply` with `error`): the client gets an error, not an
+        // empty message.
+        if let Some(error) = &answer.error {
+            return Err(GatewayError::unavailable(
+                "the agent's answer",
+                format!("the agent failed: {} ({})", error.message, error.kind),
+            ));
+        }
         if asks_for_task(&answer.parts) {
             return Ok(Called::Task);
         }
@@ -412,6 +420,7 @@ mod tests {
             answered_at: time::OffsetDateTime::UNIX_EPOCH,
             clamped: false,
             streamed: 0,
+            error: None,
         };
         let message = answer_message(&answer, "ctx");
         assert_eq!(message.role, Role::Agent);
