@@ -5,9 +5,11 @@ answer, give and work on tasks (docs/protocol.md is the contract this implements
 """
 
 from .agent import Agent
-from .errors import (AccessDenied, BadRequest, Busy, CallTimeout, Conflict, Expired, Internal,
-                     NotFound, SwitchboardError, Unavailable)
+from .errors import (AccessDenied, BadRequest, Busy, CallFailed, CallTimeout, Conflict, Expired,
+                     Internal, NotFound, SwitchboardError, Unavailable)
 from .message import Message, TaskHandle
+from .serving import HANDLER_ERROR
 
 __all__ = ["Agent", "Message", "TaskHandle", "SwitchboardError", "BadRequest", "AccessDenied",
-           "NotFound", "Conflict", "Busy", "Expired", "CallTimeout", "Unavailable", "Internal"]
+           "NotFound", "Conflict", "Busy", "Expired", "CallTimeout", "CallFailed", "Unavailable",
+           "Internal", "HANDLER_ERROR"]

@@ -1,13 +1,17 @@
 """An agent on a Switchboard fabric (docs/protocol.md, the wire contract; every subject and body
 below is described there, by section).
 
-    async with await Agent.connect("nats://127.0.0.1:4222", "echo") as agent:
-        async for message in agent.messages():
-            if message.is_call:
-                await message.reply(f"echo: {message.body}")
+    async def handle(message):
+        if message.is_call:
+            await message.reply(f"echo: {message.body}")
 
-``connect`` registers the agent, opens a goal (its inbox) and keeps it online; leaving the
-``async with`` closes the goal and deregisters it.
+    async with await Agent.connect("nats://127.0.0.1:4222", "echo") as agent:
+        await agent.serve(handle)          # until SIGTERM/SIGINT or agent.stop()
+
+``connect`` registers the agent, opens its goal (its inbox; named ``"main"`` unless told
+otherwise, so a restarted agent finds what was sent while it was down) and keeps it online.
+A graceful stop, or leaving the ``async with`` normally, closes the goal and deregisters;
+leaving it because of an exception only disconnects, and keeps the goal for the restart.
 """
 
 from __future__ import annotations
@@ -16,15 +20,16 @@ import asyncio
 import contextlib
 import json
 import uuid
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 import nats
 from nats.errors import NoRespondersError
 
 from . import wire
-from .errors import SwitchboardError, Unavailable, error_for
+from .errors import CallFailed, SwitchboardError, Unavailable, error_for
 from .message import Message, TaskHandle
+from .serving import ERROR_MESSAGE_MAX, Handler, Serving, default_signals
 
 JSON = dict[str, Any]
 #: A message part (docs/protocol.md §7): {"type": "text"|"data"|"file", …}.
@@ -33,6 +38,8 @@ Part = Mapping[str, Any]
 HEARTBEAT_EVERY_S = 10.0  # §4.2: one every 10 s keeps an agent online (offline after 30 s)
 REQUEST_TIMEOUT_S = 10.0  # a send may retry a goal's delivery for up to 8 s (§8)
 CALL_TIMEOUT_MS = 30_000  # §9: the correlator's default
+DEFAULT_GOAL = "main"  # the goal name connect opens unless told otherwise (§4.4, `name`)
+_STOP_SIGNALS = object()  # serve()'s default: SIGTERM and SIGINT
 
 
 def _trace_headers(trace: Mapping[str, str] | None) -> dict[str, str] | None:
@@ -60,8 +67,11 @@ class Agent:
         self.nc, self.id = nc, agent_id
         self.request_timeout = request_timeout
         self.goal_id: str | None = None
+        #: The name the current goal was opened by (``None`` for a goal opened by id).
+        self.goal_name: str | None = None
         self._beats: asyncio.Task | None = None
         self._closed = asyncio.Event()
+        self._serving: Serving | None = None
 
     # ----------------------------------------------------------------------- the connection
     @classmethod
@@ -74,18 +84,30 @@ class Agent:
         capabilities: Sequence[str] = (),
         card: Mapping[str, Any] | None = None,
         nkey_seed: str | None = None,
+        goal: str | None = DEFAULT_GOAL,
         goal_kind: Literal["interactive", "background", "daemon"] = "daemon",
         goal_id: str | None = None,
         open_goal: bool = True,
         request_timeout: float = REQUEST_TIMEOUT_S,
     ) -> "Agent":
-        """Connects as ``agent_id``, registers its card (§4.1, §5), opens a goal (§4.4) and
+        """Connects as ``agent_id``, registers its card (§4.1, §5), opens its goal (§4.4) and
         heartbeats every 10 s. ``nkey_seed`` signs in under the generated NATS accounts
         (``switchboard nats-config``; needs the ``nkeys`` extra); replies always arrive under
-        ``_INBOX.<agent_id>``, the only inboxes those accounts let an agent read. ``goal_id``
-        re-opens a goal this agent held before a restart, with what it still holds.
+        ``_INBOX.<agent_id>``, the only inboxes those accounts let an agent read.
 
-        Use it when an agent starts; ``async with`` it so the goal closes when it stops."""
+        ``goal`` names the goal (1–64 characters of ``[a-z0-9_.-]``, default ``"main"``): the
+        directory derives the goal's id from the agent and the name, so the same name is the
+        same goal, re-opened as it was. A restarted agent therefore reads what was sent while
+        it was down, and a restart never leaves a second live goal behind. Two processes of
+        one agent that use the same name **share one goal** (both read the same messages, and
+        an ack by one moves the cursor for both): give each worker its own name
+        (``goal="worker-1"``), and each gets every send to the agent. ``goal=None`` opens a
+        fresh goal with a minted id (the old behaviour: a goal nobody finds again after a
+        restart). ``goal_id`` re-opens a goal by its id instead (it wins over ``goal``).
+
+        Use it when an agent starts; ``async with`` it: a normal exit closes the goal and
+        deregisters, an exception only disconnects (the goal and its messages wait for the
+        restart)."""
         options: dict[str, Any] = {"name": f"switchboard-py-{agent_id}",
                                    "inbox_prefix": f"_INBOX.{agent_id}"}
         if nkey_seed:
@@ -98,7 +120,8 @@ class Agent:
         try:
             await agent.request(f"agent.registry.register.{agent_id}", body)
             if open_goal:
-                await agent.open_goal(goal_id=goal_id, kind=goal_kind)
+                await agent.open_goal(goal_id=goal_id, name=None if goal_id else goal,
+                                      kind=goal_kind)
         except BaseException:
             await nc.close()
             raise
@@ -108,19 +131,30 @@ class Agent:
     async def __aenter__(self) -> "Agent":
         return self
 
-    async def __aexit__(self, *_exc: object) -> None:
-        await self.close()
+    async def __aexit__(self, exc_type: type[BaseException] | None, *_exc: object) -> None:
+        # Only a clean exit closes the goal. An exception (a handler's, a cancellation,
+        # Ctrl-C on a messages() loop) is a crash: disconnect, and keep the goal and what it
+        # holds for the restart, which re-opens it by its name.
+        await self.close(keep_goal=exc_type is not None)
 
     async def close(self, deregister: bool = True, *, keep_goal: bool = False) -> None:
         """Closes the current goal (its inbox is purged, §4.5), deregisters (§4.3) and
-        disconnects. ``keep_goal`` only disconnects: the goal keeps its messages for a restart
-        (``connect(..., goal_id=…)``), and the directory marks the agent offline 30 s later.
-        Safe to call twice; never raises over an error that is already on its way out."""
+        disconnects, at once: a ``serve`` loop ends and its handlers in progress are
+        cancelled (:meth:`stop` lets them finish first). ``keep_goal`` only disconnects: the
+        goal keeps its messages for a restart (``connect`` with the same ``goal`` name), and
+        the directory marks the agent offline 30 s later. Safe to call twice; never raises
+        over an error that is already on its way out."""
         if self._closed.is_set():
             return
         self._closed.set()
         if self._beats:
             self._beats.cancel()
+        if self._serving is not None:
+            self._serving.request_stop()  # it sees the agent closed: ends, cancels handlers
+        # Shielded: a close made from a handler goes on when serve cancels that handler.
+        await asyncio.shield(self._shut(deregister, keep_goal))
+
+    async def _shut(self, deregister: bool, keep_goal: bool) -> None:
         if not keep_goal:
             with contextlib.suppress(Exception):
                 if self.goal_id:
@@ -134,6 +168,21 @@ class Agent:
     def is_closed(self) -> bool:
         """Whether :meth:`close` was called."""
         return self._closed.is_set()
+
+    async def stop(self) -> None:
+        """The graceful stop: a :meth:`serve` loop takes no new message, lets the handlers in
+        progress finish and acknowledges them, then the goal is closed and the agent
+        deregistered. Without a ``serve`` loop, the same as :meth:`close`. Called from inside a
+        handler it only asks for the stop (the loop ends once that handler returns)."""
+        serving = self._serving
+        if serving is None:
+            await self.close()
+            return
+        serving.request_stop()
+        if asyncio.current_task() in serving.tasks:
+            return  # a handler stopping its own loop: it cannot wait for itself
+        await serving.finished.wait()
+        await self.close()
 
     async def _heartbeats(self) -> None:
         while not self._closed.is_set():
@@ -158,30 +207,41 @@ class Agent:
         return _decode(subject, msg)
 
     # ----------------------------------------------------------------------- the directory
-    async def open_goal(self, *, goal_id: str | None = None,
+    async def open_goal(self, *, name: str | None = None, goal_id: str | None = None,
                         kind: str = "daemon", overflow: str | None = None) -> str:
         """Opens a goal: an inbox of its own, one run of work (§4.4). It becomes the current
-        goal, where answers, parked calls and task updates land."""
+        goal, where answers, parked calls and task updates land. ``name`` (1–64 characters of
+        ``[a-z0-9_.-]``) opens the goal of that name, the same one every time (re-opening it
+        keeps its unread messages); ``goal_id`` re-opens a goal by id; neither mints a fresh
+        goal. Returns the goal id."""
+        if name is not None and goal_id is not None:
+            raise ValueError("open a goal by name or by goal_id, not both")
         body: JSON = {"kind": kind}
         if goal_id:
             body["goal_id"] = goal_id
+        if name is not None:
+            body["name"] = name
         if overflow:
             body["overflow"] = overflow
         reply = await self.request(f"agent.registry.goal.open.{self.id}", body)
-        self.goal_id = reply["goal_id"]
+        self.goal_id, self.goal_name = reply["goal_id"], name
         return reply["goal_id"]
 
     async def close_goal(self, goal_id: str) -> wire.GoalCloseReply:
         """Closes a goal and purges its inbox (§4.5)."""
         reply = await self.request(f"agent.registry.goal.close.{self.id}", {"goal_id": goal_id})
         if goal_id == self.goal_id:
-            self.goal_id = None
+            self.goal_id = self.goal_name = None
         return reply
 
     async def list_peers(self, *, limit: int | None = None,
                          after: str | None = None) -> list[wire.PeerSummary]:
-        """The agents this agent may reach, with their cards and status (§4.6): what an LLM
-        looks at to choose whom to ask. Every page, unless ``limit`` asks for one page."""
+        """Every other registered agent, with its card and status (§4.6): what an LLM looks
+        at to choose whom to ask. Each peer is a dict (``wire.PeerSummary``): ``agent_id``,
+        ``description``, ``capabilities``, ``status`` (``"idle"``, ``"busy"`` or
+        ``"offline"``: offline agents are listed too) and ``reachable`` (you may message it
+        and it has a live goal; an offline agent with a goal is reachable, its messages
+        wait). Every page, unless ``limit`` asks for one page."""
         peers: list = []
         while True:
             body: JSON = {}
@@ -202,11 +262,17 @@ class Agent:
     # ----------------------------------------------------------------------- the inbox
     async def messages(self, *, goal_id: str | None = None, batch: int = 16,
                        wait_ms: int = 1000) -> AsyncIterator[Message]:
-        """The goal's inbox as it fills (§7): fetched in batches, each held up to ``wait_ms``
-        when nothing is unread. A message is acknowledged when the loop asks for the next one,
-        after your handler returned: at least once, so a message whose handler raised (or a
-        crash) hands it out again. Leaving the loop with ``break``? Call
-        :meth:`Message.ack` first. Ends when the agent closes."""
+        """The goal's inbox as it fills (§7), one message at a time: fetched in batches, each
+        held up to ``wait_ms`` when nothing is unread. A message is acknowledged when the loop
+        asks for the next one, after your loop body finished with it. If the body raises, the
+        message is **not** acknowledged: the exception leaves the loop (and an ``async with
+        Agent`` around it keeps the goal), and the message is handed out again by the next
+        read, after a restart too. Leaving the loop with ``break``? Call :meth:`Message.ack`
+        first. Ends when the agent closes.
+
+        For a long-running agent prefer :meth:`serve`: a raising handler answers its caller
+        with an error and the loop goes on, handlers may run concurrently, and SIGTERM stops
+        it gracefully."""
         goal = goal_id or self.goal_id
         if goal is None:
             raise ValueError("no goal: open one first")
@@ -223,6 +289,47 @@ class Agent:
                 message = Message(self, goal, entry)
                 yield message
                 await message.ack()  # the handler returned: done with it
+
+    async def serve(self, handler: Handler, *, max_concurrent: int = 1,
+                    stop_signals: Iterable[int] | None | object = _STOP_SIGNALS,
+                    goal_id: str | None = None, batch: int = 16, wait_ms: int = 1000) -> None:
+        """Runs ``handler(message)`` (a coroutine function, or a plain function) on every
+        message of the goal's inbox until the agent stops; the crash-safe way to serve.
+
+        - **A handler that raises never loses its message, and serving goes on.** A call is
+          answered at once with ``error = {"kind": "handler_error", "message": <the
+          exception's text, at most 1024 characters>}``: its caller's ``call`` raises
+          :class:`~switchboard.errors.CallFailed` instead of waiting for the deadline. Any
+          other message is rejected into the dead letters (§7, ``ack`` with ``reject``) with
+          the exception's text as the reason (``switchboard dlq list`` shows it,
+          ``switchboard dlq replay`` puts it back). The exception is logged (logger
+          ``switchboard``).
+        - **Up to ``max_concurrent`` handlers run at once**, and acknowledgements stay
+          cumulative and correct: the goal's cursor moves through a message only when it and
+          every message before it are done, so a crash hands out again what was not finished.
+          Do not call ``message.ack()`` in a handler (it does nothing here); ``await
+          message.reject(reason)`` gives a message up on purpose.
+        - **A graceful stop** on any of ``stop_signals`` (default SIGTERM and SIGINT; ``()``
+          installs none) or :meth:`stop`: no new message is started, the handlers in progress
+          finish and are acknowledged, then the goal is closed and the agent deregistered, and
+          ``serve`` returns. A second signal stops at once: the handlers still running are
+          cancelled, unacknowledged, and the goal is kept (as after a crash). Signals are
+          handled only on the main thread's event loop (elsewhere, call :meth:`stop`).
+
+        A handler that returns without answering a call leaves its caller waiting until the
+        call's deadline: answer every call (``reply``, ``end_stream`` or ``reply_error``).
+        ``serve`` raises (and keeps the goal) only when reading the inbox fails for good, e.g.
+        the goal was closed under it; while the fabric is unavailable it retries."""
+        goal = goal_id or self.goal_id
+        if goal is None:
+            raise ValueError("no goal: open one first")
+        if self._serving is not None and not self._serving.finished.is_set():
+            raise RuntimeError("this agent is serving already")
+        signals = default_signals() if stop_signals is _STOP_SIGNALS else tuple(stop_signals or ())
+        serving = Serving(self, goal, handler, max_concurrent=max_concurrent, batch=batch,
+                          wait_ms=wait_ms)
+        self._serving = serving
+        await serving.run(signals)
 
     async def next_message(self, *, goal_id: str | None = None,
                            wait_ms: int = 5000) -> Message | None:
@@ -257,11 +364,15 @@ class Agent:
                    receipt: Literal["delivered", "read"] | None = None,
                    in_reply_to: Message | None = None, message_id: str | None = None,
                    kind: str | None = None) -> wire.DeliveryReport:
-        """send_to_peer (§8): fire-and-forget into every live goal of ``to``; the reply is the
-        delivery report (``message_id``, ``delivered_to``, ``unreachable_reasons``). Use it
-        to tell, not to ask (``call`` waits for an answer). ``receipt`` asks for ``delivered``
-        or ``read`` receipts, back in this goal's inbox; ``in_reply_to`` threads the message
-        and passes on its hop budget. The id is chosen here, so a retry is stored once."""
+        """send_to_peer (§8): fire-and-forget into every live goal of ``to``. Returns the
+        delivery report, a dict (``wire.DeliveryReport``): ``message_id`` (the id given or
+        chosen here; absent when nothing was attempted), ``delivered_to`` (the goal ids that stored it; empty when nobody got
+        it), ``unreachable_reasons`` (why not, e.g. ``no live goals for `x```) and, for
+        ``to="skill:<name>"``, ``routed_to``. An unreachable peer is a reason in the report,
+        not an exception. Use it to tell, not to ask (``call`` waits for an answer).
+        ``receipt`` asks for ``delivered`` or ``read`` receipts, back in this goal's inbox;
+        ``in_reply_to`` threads the message and passes on its hop budget. The id is chosen
+        here, so a retry is stored once."""
         body = self._addressed(to, text, parts, metadata,
                                id=message_id or str(uuid.uuid4()))
         if receipt:
@@ -301,25 +412,35 @@ class Agent:
                    parts: Sequence[Part] = (), metadata: Mapping[str, Any] | None = None,
                    serving: Message | None = None,
                    correlation_id: str | None = None) -> wire.CallAnswer:
-        """Asks ``to`` and waits for the answer (§9): the ``CallAnswer`` (``body``, ``parts``).
-        Use it when the next step needs the answer. ``serving`` is the call this one is made
-        while answering: its deadline bounds this one and cycles are refused. Raises
+        """Asks ``to`` and waits for the answer (§9). Returns the ``CallAnswer``, a dict
+        (``wire.CallAnswer``): ``body`` (the answer's text; a streamed answer's parts joined),
+        ``parts``, ``from_agent_id``, ``correlation_id``, ``answered_at``, ``streamed`` (how
+        many parts it was streamed in). Use it when the next step needs the answer.
+        ``serving`` is the call this one is made while answering: its deadline bounds this one
+        and cycles are refused. Raises :class:`~switchboard.errors.CallFailed` when the callee
+        answered with an error (its handler raised: kind ``handler_error``),
         :class:`~switchboard.errors.CallTimeout` when nobody answers in time. After
         :class:`~switchboard.errors.Unavailable`, send it again with the same
         ``correlation_id``: the retry joins the first call instead of asking twice."""
         body = self._call_body(to, text, timeout_ms, parts, metadata, serving, correlation_id)
-        return await self.request(f"agent.call.{self.id}", body,
-                                  trace=serving.trace if serving else None,
-                                  timeout=timeout_ms / 1000 + self.request_timeout)
+        answer = await self.request(f"agent.call.{self.id}", body,
+                                    trace=serving.trace if serving else None,
+                                    timeout=timeout_ms / 1000 + self.request_timeout)
+        return _answered(answer)
 
     async def call_parked(self, to: str, text: str, *, timeout_ms: int = CALL_TIMEOUT_MS,
                           parts: Sequence[Part] = (),
                           metadata: Mapping[str, Any] | None = None,
                           serving: Message | None = None,
                           correlation_id: str | None = None) -> wire.CallParked:
-        """Asks ``to`` without waiting (§9, ``wait: false``): ``CallParked`` at once; the
-        answer (``kind: response``) or a timeout notice (``kind: notify``) lands in this goal's
-        inbox later. Use it to ask several agents at once, or when the agent has other work."""
+        """Asks ``to`` without waiting (§9, ``wait: false``): ``CallParked`` at once (a dict:
+        ``correlation_id``, ``delivered_to``, ``deadline``); the answer (a ``kind: response``
+        message with this ``correlation_id``) or a timeout notice (``kind: notify``) lands in
+        this goal's inbox later. A streamed answer comes as ``response`` messages with
+        ``message.part`` 1, 2, … then the final one (``part`` ``None``). An answer that is an
+        error has ``message.error``; ``message.raise_for_error()`` raises it as
+        :class:`~switchboard.errors.CallFailed`. Use it to ask several agents at once, or
+        when the agent has other work."""
         body = self._call_body(to, text, timeout_ms, parts, metadata, serving, correlation_id)
         body["wait"] = False
         return await self.request(f"agent.call.{self.id}", body,
@@ -331,10 +452,22 @@ class Agent:
                           serving: Message | None = None,
                           correlation_id: str | None = None,
                           ) -> AsyncIterator[wire.CallPart | wire.CallAnswer]:
-        """Asks ``to`` and yields its answer as it comes (§9, "Streamed answers"): each
-        ``CallPart`` (``partial: true``, numbered 1, 2, …) in order, then the final
-        ``CallAnswer``, whose ``body`` is everything joined. Parts lost in a reconnect are
-        read back. Use it to show a long answer while it is written."""
+        """Asks ``to`` and yields its answer as it comes (§9, "Streamed answers"), as dicts:
+        each part first, a ``CallPart`` (``partial: True``, ``part`` numbered from 1, ``body``
+        that part's text, ``parts``), in order and without gaps; then, last, the final
+        ``CallAnswer`` (no ``partial``), whose ``body`` is every part's text joined plus the
+        final reply's (which may add nothing) and ``streamed`` the number of parts. A callee
+        that does not stream yields just the ``CallAnswer``. Parts lost in a reconnect are
+        read back. Raises :class:`~switchboard.errors.CallFailed` in place of the final
+        answer when the callee ended with an error (the parts before it were yielded), and
+        :class:`~switchboard.errors.CallTimeout` as ``call`` does. Use it to show a long
+        answer while it is written:
+
+            async for event in agent.call_stream("writer", "draft"):
+                if event.get("partial"):
+                    print(event["body"], end="")       # part 1, 2, …
+                else:
+                    answer = event                     # the whole answer"""
         body = self._call_body(to, text, timeout_ms, parts, metadata, serving, correlation_id)
         body["stream"] = True
         inbox = self.nc.new_inbox()
@@ -356,7 +489,7 @@ class Agent:
                             next_part += 1
                             yield part
                     if back.get("answer"):
-                        yield back["answer"]
+                        yield _answered(back["answer"])
                         return
                     raise error_for("timeout", 504,
                                     f"no answer from `{to}` within {timeout_ms} ms") from None
@@ -378,7 +511,7 @@ class Agent:
                         if part["part"] == next_part:
                             next_part += 1
                             yield part
-                yield reply
+                yield _answered(reply)
                 return
         finally:
             with contextlib.suppress(Exception):
@@ -389,10 +522,22 @@ class Agent:
                                   {"correlation_id": correlation_id, "after": after})
 
     async def reply(self, correlation_id: str, text: str, *, parts: Sequence[Part] = (),
+                    error: Mapping[str, str] | None = None,
                     trace: Mapping[str, str] | None = None) -> wire.ReplyAck:
-        """reply_to_peer (§9): answers the call ``correlation_id``; the ``ReplyAck`` says
-        where the answer went. A repeat is ``duplicate: true`` and sends nothing."""
-        body: JSON = {"correlation_id": correlation_id, "message": text}
+        """reply_to_peer (§9): the final answer to the call ``correlation_id``; the
+        ``ReplyAck`` says where the answer went. A repeat is ``duplicate: true`` and sends
+        nothing. After streamed parts, ``text`` is appended to theirs and may be empty (it
+        just ends the stream). ``error={"kind", "message"}`` answers with an error instead
+        (kind 1–64 characters of ``[a-z0-9_]``, message cut to 1024 characters; ``text`` then
+        empty): the caller gets :class:`~switchboard.errors.CallFailed`."""
+        body: JSON = {"correlation_id": correlation_id}
+        if error is not None:  # a failure is a final reply with nothing else (§9)
+            if text or parts:
+                raise ValueError("a reply with `error` carries no text or parts")
+            body["error"] = {"kind": error["kind"],
+                             "message": str(error.get("message", ""))[:ERROR_MESSAGE_MAX]}
+        else:
+            body["message"] = text
         if parts:
             body["parts"] = list(parts)
         return await self.request(f"agent.reply.{self.id}", body, trace=trace)
@@ -400,8 +545,9 @@ class Agent:
     async def reply_part(self, correlation_id: str, part: int, text: str, *,
                          parts: Sequence[Part] = (),
                          trace: Mapping[str, str] | None = None) -> wire.ReplyAck:
-        """Part ``part`` (1, 2, …) of a streamed answer (§9): the call stays open until
-        :meth:`reply` sends the final part. Numbered, so a retry is taken once."""
+        """Part ``part`` of a streamed answer (§9), numbered from 1 (1, 2, …): the call stays
+        open until :meth:`reply` sends the final answer (``reply(id, "")`` adds no text).
+        Numbered, so a retry is taken once."""
         body: JSON = {"correlation_id": correlation_id, "message": text, "partial": True,
                       "part": part}
         if parts:
@@ -483,6 +629,15 @@ class Agent:
         return await self.task_op("cancel", task_id, reason)
 
 
+def _answered(answer: JSON) -> JSON:
+    """``answer`` when it is an answer; :class:`CallFailed` when the callee answered with an
+    error (§9, ``error``)."""
+    failed = CallFailed.from_answer(answer)
+    if failed is not None:
+        raise failed
+    return answer
+
+
 def _decode(subject: str, msg: Any) -> JSON:
     """A reply's body, or the exception of its error (§2: the micro error headers and a
     top-level ``error`` object). A status message with no body and status 503 is NATS saying
@@ -494,7 +649,12 @@ def _decode(subject: str, msg: Any) -> JSON:
     except ValueError:
         raise error_for("internal", 502, f"the reply on {subject} is not JSON") from None
     headers = msg.headers or {}
-    if isinstance(data, dict) and ("error" in data or "Nats-Service-Error-Code" in headers):
+    # A refusal has the micro error header (and a top-level `error`). A call's answer may carry
+    # an `error` too, the callee's (§9: `{kind, message}` beside `correlation_id`): that one
+    # is an answer, which `call` raises as CallFailed.
+    refused = "Nats-Service-Error-Code" in headers or (
+        isinstance(data, dict) and "error" in data and "correlation_id" not in data)
+    if isinstance(data, dict) and refused:
         err = data.get("error") or {}
         code = err.get("code") or headers.get("Nats-Service-Error-Code") or 500
         raise error_for(err.get("kind", "unknown"), int(code),

@@ -3,10 +3,14 @@
 Every refusal a service sends is ``{"error": {"code", "kind", "message"}}``; the SDK raises
 the class of its kind. Catch a family (``NotFound``, ``Busy``, ``Unavailable``…) to decide what
 to do, or :class:`SwitchboardError` for all; ``kind``, ``code`` and ``message`` are always
-there.
+there. One class is not a service's refusal: :class:`CallFailed`, a callee that answered a
+call with an error (its handler raised).
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
 
 
 class SwitchboardError(Exception):
@@ -66,6 +70,40 @@ class CallTimeout(SwitchboardError):
     """A waiting call got no answer by its deadline."""
 
     kinds = ("timeout",)
+
+
+class CallFailed(SwitchboardError):
+    """The callee answered, with an error instead of an answer (§9, ``error`` on a reply):
+    its handler raised (kind ``handler_error``, what the SDKs' ``serve`` sends) or it chose to
+    fail (``message.reply_error(...)``). Not the fabric's refusal: ``kind`` is the callee's
+    word (1–64 characters of ``[a-z0-9_]``), ``message`` its text (at most 1024 characters),
+    ``code`` is always 502. ``answer`` is the whole ``CallAnswer`` (``correlation_id``,
+    ``from_agent_id``, ``answered_at``, ``error``), ``callee`` who answered. Do not retry it
+    as it is: the callee will likely fail again."""
+
+    code_for_callee_errors = 502
+
+    def __init__(self, kind: str, message: str, *, callee: str | None = None,
+                 answer: Mapping[str, Any] | None = None):
+        super().__init__(kind, self.code_for_callee_errors, message)
+        self.callee = callee
+        self.answer: dict[str, Any] = dict(answer or {})
+        self.correlation_id: str | None = self.answer.get("correlation_id")
+
+    def __str__(self) -> str:
+        who = f"`{self.callee}` failed" if self.callee else "the callee failed"
+        return f"{who}: {self.kind}: {self.message}"
+
+    @classmethod
+    def from_answer(cls, answer: Mapping[str, Any]) -> "CallFailed | None":
+        """The exception an answer carrying ``error`` stands for, or ``None`` for a real
+        answer. Takes a ``CallAnswer`` (a waiting call, ``call_stream``'s last item, a
+        read-back) or a ``kind: response`` inbox message's JSON (a parked call)."""
+        error = answer.get("error")
+        if not isinstance(error, Mapping):
+            return None
+        return cls(str(error.get("kind") or "unknown"), str(error.get("message") or ""),
+                   callee=answer.get("from_agent_id"), answer=answer)
 
 
 class Unavailable(SwitchboardError):

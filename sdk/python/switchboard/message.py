@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from . import wire
     from .agent import Agent
+    from .serving import Serving
 
 JSON = dict[str, Any]
 
@@ -27,13 +28,33 @@ class Message:
         #: The sender's W3C trace context, carried on by every answer to this message.
         self.trace = {k: entry[k] for k in ("traceparent", "tracestate") if entry.get(k)}
         self.acked = False
+        self._serving: "Serving | None" = None  # set when Agent.serve hands it out
+        self._reject_reason: str | None = None
 
     async def ack(self) -> None:
         """Done with this message (and every earlier one of its goal): it is not handed out
-        again (§7, ``ack``). The inbox loop does this after your handler returns."""
+        again (§7, ``ack``). ``messages()`` does this after your loop body returns. Under
+        :meth:`Agent.serve` it does nothing: serve acknowledges in order once the handler
+        returns (an ack of this one now could pass messages still being handled)."""
+        if self._serving is not None or self.acked:
+            return
+        await self.agent.request(f"agent.inbox.ack.{self.agent.id}",
+                                 {"goal_id": self.goal_id, "through": self.seq})
+        self.acked = True
+
+    async def reject(self, reason: str) -> None:
+        """Gives up on this message: it goes to the dead letters with ``reason`` (§7, ``ack``
+        with ``reject``; an operator lists them with ``switchboard dlq list`` and can replay
+        one), and every earlier message of the goal counts as done. Under
+        :meth:`Agent.serve` the reject is made in order, once the handler returns (and a
+        handler that raises is rejected this way by itself)."""
+        if self._serving is not None:
+            self._reject_reason = reason or "rejected"
+            return
         if not self.acked:
             await self.agent.request(f"agent.inbox.ack.{self.agent.id}",
-                                     {"goal_id": self.goal_id, "through": self.seq})
+                                     {"goal_id": self.goal_id, "seq": self.seq,
+                                      "reject": reason})
             self.acked = True
 
     # The fields of §7, absent ones as their defaults.
@@ -81,6 +102,36 @@ class Message:
         return self.metadata.get("call_deadline")
 
     @property
+    def error(self) -> JSON | None:
+        """A parked call's answer (``kind: response``) that is an error instead: ``{"kind",
+        "message"}`` (the callee's handler raised, or it answered with ``reply_error``);
+        ``None`` for a real answer. :meth:`raise_for_error` raises it as
+        :class:`~switchboard.errors.CallFailed`."""
+        if self.kind != "response":
+            return None
+        error = self.metadata.get("error")  # §9: a parked caller's failed answer
+        return dict(error) if isinstance(error, Mapping) else None
+
+    def raise_for_error(self) -> None:
+        """Raises :class:`~switchboard.errors.CallFailed` when this is a call's answer that is
+        an error (:attr:`error`); does nothing otherwise."""
+        from .errors import CallFailed
+
+        if self.error is not None:
+            raise CallFailed(str(self.error.get("kind") or "unknown"),
+                             str(self.error.get("message") or ""), callee=self.sender,
+                             answer={"correlation_id": self.correlation_id,
+                                     "from_agent_id": self.sender, "body": self.body,
+                                     "error": self.error})
+
+    @property
+    def part(self) -> int | None:
+        """For a parked call's streamed answer: the part's number (1, 2, …) while
+        ``metadata.partial``; ``None`` for the final answer and every other message."""
+        meta = self.metadata
+        return meta.get("part") if meta.get("partial") else None
+
+    @property
     def is_call(self) -> bool:
         """A call waiting for an answer (§9, "Recognising a call")."""
         return (self.kind == "request" and bool(self.raw.get("expects_reply"))
@@ -104,18 +155,38 @@ class Message:
         return f"Message(kind={self.kind!r}, sender={self.sender!r}, body={self.body[:40]!r})"
 
     # Answers.
-    async def reply(self, text: str, *, parts: Sequence[Mapping[str, Any]] = ()) -> "wire.ReplyAck":
-        """Answers this call (§9). Use it once per call; a second answer is a duplicate."""
+    def _call_id(self) -> str:
         if not self.correlation_id:
             raise ValueError("only a call (kind request) takes a reply")
-        return await self.agent.reply(self.correlation_id, text, parts=parts, trace=self.trace)
+        return self.correlation_id
 
-    async def reply_part(self, part: int, text: str) -> "wire.ReplyAck":
-        """Part ``part`` (1, 2, …) of a streamed answer to this call; finish with
-        :meth:`reply`."""
-        if not self.correlation_id:
-            raise ValueError("only a call (kind request) takes a reply")
-        return await self.agent.reply_part(self.correlation_id, part, text, trace=self.trace)
+    async def reply(self, text: str, *, parts: Sequence[Mapping[str, Any]] = ()) -> "wire.ReplyAck":
+        """Answers this call (§9): the final answer. Use it once per call; a second answer is
+        a duplicate. After streamed parts its text is appended to theirs, and it may be
+        empty (``reply("")``, the same as :meth:`end_stream`)."""
+        return await self.agent.reply(self._call_id(), text, parts=parts, trace=self.trace)
+
+    async def reply_part(self, part: int, text: str, *,
+                         parts: Sequence[Mapping[str, Any]] = ()) -> "wire.ReplyAck":
+        """Part ``part`` of a streamed answer to this call, numbered **from 1** (1, 2, 3…; a
+        retried number is taken once). The call stays open: end it with :meth:`end_stream`
+        (nothing more to say) or :meth:`reply` (a last piece of text)."""
+        return await self.agent.reply_part(self._call_id(), part, text, parts=parts,
+                                           trace=self.trace)
+
+    async def end_stream(self) -> "wire.ReplyAck":
+        """Ends a streamed answer with no more text: the final answer is the parts joined
+        (§9, "Streamed answers"; a final reply after parts may be empty)."""
+        return await self.agent.reply(self._call_id(), "", trace=self.trace)
+
+    async def reply_error(self, kind: str, text: str) -> "wire.ReplyAck":
+        """Answers this call with an error instead of an answer: the caller's ``call``
+        raises :class:`~switchboard.errors.CallFailed` (``kind``, ``text``). ``kind`` is
+        1–64 characters of ``[a-z0-9_]`` (e.g. ``"bad_input"``, ``"not_supported"``),
+        ``text`` at most 1024 characters. Ends the call, after parts too. A handler under
+        :meth:`Agent.serve` that raises is answered this way with kind ``handler_error``."""
+        return await self.agent.reply(self._call_id(), "", error={"kind": kind, "message": text},
+                                      trace=self.trace)
 
     async def ask_back(self, question: str, *, timeout_ms: int = 30_000) -> "wire.CallAnswer":
         """Asks the caller of this call a question and waits for its answer, without ending
@@ -153,6 +224,18 @@ class TaskHandle:
     @property
     def message(self) -> str:
         return self.record.get("message", "")
+
+    @property
+    def result(self) -> str | None:
+        """What the assignee finished it with (``complete``'s text), once ``completed``;
+        ``None`` before. The record's ``result_parts`` hold its parts. Read the task again
+        (:meth:`refresh`) to see it change."""
+        return self.record.get("result")
+
+    @property
+    def reason(self) -> str | None:
+        """Why it was rejected, failed or canceled, once it was."""
+        return self.record.get("reason")
 
     async def _op(self, op: str, text: str | None = None,
                   parts: Sequence[Mapping[str, Any]] = ()) -> "TaskHandle":

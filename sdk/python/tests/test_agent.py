@@ -8,7 +8,8 @@ import uuid
 
 import pytest
 
-from switchboard import (Agent, BadRequest, CallTimeout, Conflict, NotFound, SwitchboardError)
+from switchboard import (Agent, BadRequest, CallFailed, CallTimeout, Conflict, NotFound,
+                         SwitchboardError)
 
 URL = os.environ.get("SWITCHBOARD_NATS_URL", "nats://127.0.0.1:4222")
 
@@ -278,4 +279,295 @@ def test_a_broadcast_reaches_every_peer_and_tasks_can_be_rejected_or_failed():
             await task.start()
             assert (await task.fail("it broke")).state == "failed"
             assert (await failed.refresh()).record["reason"] == "it broke"
+    run(scenario)
+
+
+# --------------------------------------------------------------------------- issue 38
+async def serving(agent: Agent, handle, **options) -> asyncio.Task:
+    """`agent.serve(handle)` in the background, without signal handlers (pytest's own)."""
+    task = asyncio.create_task(agent.serve(handle, stop_signals=(), wait_ms=200, **options))
+    await asyncio.sleep(0)
+    return task
+
+
+async def unread(agent: Agent) -> dict:
+    """The agent's goal as a peek sees it (nothing recorded): ``cursor`` and ``unread``."""
+    return await agent.request(f"agent.inbox.fetch.{agent.id}",
+                               {"goal_id": agent.goal_id, "peek": True})
+
+
+async def eventually(check, seconds: float = 5.0):
+    """Waits until ``await check()`` is truthy; its last value."""
+    deadline = asyncio.get_running_loop().time() + seconds
+    while True:
+        value = await check()
+        if value or asyncio.get_running_loop().time() > deadline:
+            return value
+        await asyncio.sleep(0.05)
+
+
+async def until(predicate, seconds: float = 5.0) -> None:
+    """Waits until ``predicate()`` holds, failing after ``seconds``."""
+    deadline = asyncio.get_running_loop().time() + seconds
+    while not predicate():
+        assert asyncio.get_running_loop().time() < deadline, "timed out waiting"
+        await asyncio.sleep(0.02)
+
+
+def test_a_raising_handler_answers_its_caller_at_once_rejects_a_message_and_serves_on():
+    import nats
+
+    async def scenario():
+        caller, callee = name("caller"), name("fragile")
+        handled = []
+        async with await Agent.connect(URL, caller) as a, \
+                await Agent.connect(URL, callee) as b:
+            async def handle(message):
+                if message.body.startswith("boom"):
+                    raise ValueError(f"cannot do {message.body!r}")
+                if message.body == "half":
+                    await message.reply_part(1, "half an answer")
+                    raise RuntimeError("broke after one part")
+                if message.is_call:
+                    await message.reply(f"ok: {message.body}")
+                handled.append(message.body)
+            worker = await serving(b, handle)
+
+            # A call whose handler raises: the caller hears it at once, with the reason.
+            started = asyncio.get_running_loop().time()
+            with pytest.raises(CallFailed) as failed:
+                await a.call(callee, "boom", timeout_ms=10_000)
+            assert asyncio.get_running_loop().time() - started < 1.0
+            assert failed.value.kind == "handler_error"
+            assert failed.value.message == "cannot do 'boom'"
+            assert failed.value.callee == callee and isinstance(failed.value, SwitchboardError)
+            # ... and the next one is served.
+            assert (await a.call(callee, "ping", timeout_ms=10_000))["body"] == "ok: ping"
+
+            # A parked call's answer that is an error says so, and raises on request.
+            parked = await a.call_parked(callee, "boom, parked", timeout_ms=10_000)
+            response = None
+            async for message in a.messages(wait_ms=200):
+                if message.kind == "response" \
+                        and message.correlation_id == parked["correlation_id"]:
+                    response = message
+                    await message.ack()
+                    break
+            assert response.error == {"kind": "handler_error",
+                                      "message": "cannot do 'boom, parked'"}
+            with pytest.raises(CallFailed) as parked_failed:
+                response.raise_for_error()
+            assert parked_failed.value.callee == callee
+
+            # A stream whose handler raises after a part: the part, then CallFailed.
+            events = []
+            with pytest.raises(CallFailed) as broken:
+                async for event in a.call_stream(callee, "half", timeout_ms=10_000):
+                    events.append(event)
+            assert [e["body"] for e in events] == ["half an answer"]
+            assert broken.value.kind == "handler_error"
+            assert "broke after one part" in broken.value.message
+
+            # A plain message whose handler raises is rejected into the dead letters, with
+            # the reason; the message after it is handled.
+            await a.send(callee, "boom (a plain message)")
+            await a.send(callee, "after it")
+            await until(lambda: "after it" in handled)
+            assert await eventually(lambda: _nothing_unread(b)), await unread(b)
+            watcher = await nats.connect(URL)
+            try:
+                letter = await watcher.jetstream().get_last_msg(
+                    "AGENT_DLQ", f"agent.dlq.AGENT_INBOX.inbox-{b.goal_id}")
+                assert b"boom (a plain message)" in letter.data
+                reason = letter.headers["Switchboard-Dlq-Reason"]
+                assert reason.startswith("rejected by its reader: cannot do"), reason
+            finally:
+                await watcher.close()
+            assert not worker.done()  # still serving
+            await b.stop()
+            await worker
+    run(scenario)
+
+
+async def _nothing_unread(agent: Agent) -> bool:
+    return (await unread(agent))["unread"] == 0
+
+
+def test_a_restarted_agent_reads_what_was_sent_while_it_was_down_from_one_goal():
+    async def scenario():
+        sender, worker = name("sender"), name("restarts")
+        async with await Agent.connect(URL, sender) as s:
+            # The first run crashes in its handler: leaving `async with` by an exception only
+            # disconnects, the goal and its messages stay.
+            with pytest.raises(RuntimeError):
+                async with await Agent.connect(URL, worker) as first:
+                    goal = first.goal_id
+                    assert first.goal_name == "main"
+                    await s.send(worker, "before the crash")
+                    async for message in first.messages(wait_ms=200):
+                        raise RuntimeError(f"crashed on {message.body}")
+            assert first.is_closed
+            # Sent while it is down: it goes to the same goal.
+            report = await s.send(worker, "while it was down")
+            assert report["delivered_to"] == [goal]
+
+            async with await Agent.connect(URL, worker) as second:
+                assert second.goal_id == goal  # the same name is the same goal
+                found = await s.lookup(worker)
+                assert found["live_goals"] == [goal]
+                seen = []
+                async for message in second.messages(wait_ms=200):
+                    seen.append(message.body)
+                    if len(seen) == 2:
+                        await message.ack()
+                        break
+                assert seen == ["before the crash", "while it was down"]
+                # Another name is another goal (a second worker of the same agent).
+                async with await Agent.connect(URL, worker, goal="worker-2") as third:
+                    assert third.goal_id != goal
+                    assert set((await s.lookup(worker))["live_goals"]) == {goal, third.goal_id}
+                    await third.close(deregister=False)
+                assert (await s.lookup(worker))["live_goals"] == [goal]
+            # A clean exit closes it and deregisters.
+            found = await s.lookup(worker)
+            assert found["live_goals"] == [] and found["status"] == "offline"
+    run(scenario)
+
+
+def test_a_crash_under_serve_keeps_the_goal_and_the_restart_serves_what_waited():
+    async def scenario():
+        sender, worker = name("sender"), name("restarts")
+        async with await Agent.connect(URL, sender) as s:
+            release = asyncio.Event()
+
+            async def stuck(message):
+                await release.wait()  # never finishes: the crash comes first
+
+            with pytest.raises(asyncio.TimeoutError):
+                async with await Agent.connect(URL, worker) as first:
+                    goal = first.goal_id
+                    await s.send(worker, "in progress at the crash")
+                    await asyncio.wait_for(first.serve(stuck, stop_signals=(), wait_ms=200), 1.0)
+            await s.send(worker, "while it was down")
+            got = []
+            async with await Agent.connect(URL, worker) as second:
+                assert second.goal_id == goal
+                assert (await s.lookup(worker))["live_goals"] == [goal]
+
+                async def handle(message):
+                    got.append(message.body)
+                task = await serving(second, handle)
+                await until(lambda: len(got) == 2)
+                await second.stop()
+                await task
+            assert got == ["in progress at the crash", "while it was down"]
+    run(scenario)
+
+
+def test_serve_runs_up_to_max_concurrent_handlers_and_acks_in_order():
+    async def scenario():
+        sender, worker = name("sender"), name("parallel")
+        async with await Agent.connect(URL, sender) as s, \
+                await Agent.connect(URL, worker) as w:
+            running, peak, done = 0, 0, []
+            four_in, release = asyncio.Event(), asyncio.Event()
+
+            async def handle(message):
+                nonlocal running, peak
+                running += 1
+                peak = max(peak, running)
+                try:
+                    if message.body.startswith("together"):
+                        if running == 4:
+                            four_in.set()
+                        await four_in.wait()
+                        await asyncio.sleep(0.05)
+                    elif message.body == "slow":
+                        await release.wait()
+                finally:
+                    running -= 1
+                done.append(message.body)
+            task = await serving(w, handle, max_concurrent=4)
+
+            # Five at once: four run together, the fifth waits for a slot.
+            for i in range(5):
+                await s.send(worker, f"together {i}")
+            await asyncio.wait_for(four_in.wait(), 5)
+            await until(lambda: len(done) == 5)
+            assert peak == 4, peak
+            assert await eventually(lambda: _nothing_unread(w)), await unread(w)
+
+            # A slow first message holds the cursor back while those after it finish.
+            await s.send(worker, "slow")
+            for i in range(5):
+                await s.send(worker, f"fast {i}")
+            await until(lambda: len(done) == 10)
+            assert "slow" not in done and len(done) == 10
+            await asyncio.sleep(0.3)  # room for a wrong ack to be written
+            peek = await unread(w)
+            assert peek["unread"] == 6, peek  # nothing acknowledged past the slow one
+            assert peek["messages"][0]["message"]["body"] == "slow"
+            release.set()
+            await until(lambda: len(done) == 11)
+            assert await eventually(lambda: _nothing_unread(w)), await unread(w)
+            await w.stop()
+            await task
+    run(scenario)
+
+
+def test_a_stream_ends_with_no_final_text_and_reply_error_fails_the_call():
+    async def scenario():
+        caller, writer = name("caller"), name("streamer")
+        async with await Agent.connect(URL, caller) as a, \
+                await Agent.connect(URL, writer) as w:
+            async def handle(message):
+                if not message.is_call:
+                    return
+                if message.body == "stream":
+                    await message.reply_part(1, "one")
+                    await message.reply_part(2, " two")
+                    await message.end_stream()
+                elif message.body == "stream, then nothing":
+                    await message.reply_part(1, "only part")
+                    await message.reply("")
+                else:
+                    await message.reply_error("not_supported", f"no idea what {message.body} is")
+            task = await serving(w, handle, max_concurrent=2)
+            events = [e async for e in a.call_stream(writer, "stream", timeout_ms=10_000)]
+            assert [(e.get("part"), e["body"]) for e in events[:-1]] == [(1, "one"), (2, " two")]
+            assert events[-1]["body"] == "one two" and events[-1].get("streamed") == 2
+            assert "partial" not in events[-1]
+            answer = await a.call(writer, "stream, then nothing", timeout_ms=10_000)
+            assert answer["body"] == "only part" and answer.get("streamed") == 1
+            with pytest.raises(CallFailed) as failed:
+                await a.call(writer, "frobnicate", timeout_ms=10_000)
+            assert failed.value.kind == "not_supported"
+            assert failed.value.message == "no idea what frobnicate is"
+            assert failed.value.answer["correlation_id"] == failed.value.correlation_id
+            await w.stop()
+            await task
+    run(scenario)
+
+
+def test_stop_finishes_the_handler_in_progress_then_closes_the_goal():
+    async def scenario():
+        caller, worker = name("caller"), name("stopping")
+        async with await Agent.connect(URL, caller) as a:
+            w = await Agent.connect(URL, worker)
+            started, finished = asyncio.Event(), []
+
+            async def handle(message):
+                started.set()
+                await asyncio.sleep(0.5)
+                finished.append(message.body)
+                await message.reply("finished")
+            task = await serving(w, handle)
+            call = asyncio.create_task(a.call(worker, "take your time", timeout_ms=10_000))
+            await asyncio.wait_for(started.wait(), 5)
+            await w.stop()  # waits for the handler in progress
+            assert finished == ["take your time"] and w.is_closed
+            await task
+            assert (await call)["body"] == "finished"
+            found = await a.lookup(worker)
+            assert found["live_goals"] == [] and found["status"] == "offline"
     run(scenario)

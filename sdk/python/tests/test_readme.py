@@ -1,7 +1,10 @@
 """The README's quick start runs as written: its echo agent and its caller, taken from the
 README's code blocks, each in a process of its own, against the fabric (only the NATS URL is
-replaced by SWITCHBOARD_NATS_URL's)."""
+replaced by SWITCHBOARD_NATS_URL's). The echo agent is stopped with SIGTERM, as a process
+manager would: it must exit cleanly, its goal closed."""
 
+import asyncio
+import json
 import os
 import pathlib
 import re
@@ -43,7 +46,28 @@ def test_the_quick_start_runs_as_written(tmp_path):
         lines = done.stdout.splitlines()
         assert "echo" in lines[0], lines  # the peers it may ask
         assert lines[1] == "echo: hello?", lines
-        assert lines[2] in ("submitted", "accepted", "working", "completed"), lines
+        assert lines[2] == "3 parts: one two three", lines  # a stream ended with no final text
+        assert lines[3] == "completed echo: summarise this", lines  # task.result
+        assert lines[4] == "sent to 1 goal(s)", lines
     finally:
+        # SIGTERM: the example's serve() stops gracefully and exits cleanly.
         echo.terminate()
-        echo.wait(timeout=10)
+        _, stderr = echo.communicate(timeout=20)
+    assert echo.returncode == 0, stderr
+    assert "Traceback" not in stderr, stderr
+    # ... having closed its goal and deregistered.
+    found = asyncio.run(lookup("echo"))
+    assert found["live_goals"] == [] and found["status"] == "offline", found
+
+
+async def lookup(agent_id: str) -> dict:
+    """`agent.registry.lookup` of `agent_id` (the caller need not be registered, §4.7)."""
+    import nats
+
+    nc = await nats.connect(URL)
+    try:
+        reply = await nc.request("agent.registry.lookup.readme-test",
+                                 json.dumps({"agent_id": agent_id}).encode(), timeout=5)
+        return json.loads(reply.data)
+    finally:
+        await nc.close()
