@@ -1,11 +1,14 @@
 // An agent on a Switchboard fabric (docs/protocol.md is the contract; sections cited below).
 // The same surface as the Python SDK (sdk/python), with TypeScript names.
 
+import { AsyncLocalStorage } from 'node:async_hooks';
+
 import { connect, createInbox, headers, nkeyAuthenticator, RequestError, TimeoutError }
   from '@nats-io/transport-node';
 import type { Msg, MsgHdrs, NatsConnection } from '@nats-io/transport-node';
 
-import { errorFor, Unavailable } from './errors.js';
+import { CallFailed, errorFor, SwitchboardError, Unavailable } from './errors.js';
+import type { CallError } from './errors.js';
 import type {
   AgentCard, CallAnswer, CallParked, CallPart, CallParts, DeliveryReport, FetchReply,
   LookupReply, PeersReply, PendingCalls, ReplyAck, SendRequest, SendStatusReply, TaskList,
@@ -24,6 +27,7 @@ export type Trace = { traceparent?: string; tracestate?: string };
 const HEARTBEAT_EVERY_MS = 10_000; // §4.2: offline after 30 s of silence
 const REQUEST_TIMEOUT_MS = 10_000; // a send may retry a goal's delivery for up to 8 s (§8)
 const CALL_TIMEOUT_MS = 30_000; // §9: the correlator's default
+const ERROR_TEXT_MAX = 1024; // §9: an error answer's `message`
 
 /** What `Agent.connect` takes besides the URL and the id. */
 export interface ConnectOptions {
@@ -34,8 +38,15 @@ export interface ConnectOptions {
   /** Sign in with this NKey seed (`switchboard nats-config` writes one per agent). */
   nkeySeed?: string;
   goalKind?: 'interactive' | 'background' | 'daemon';
-  /** Re-open this goal (one this agent held before a restart) instead of a fresh one: its
-   * unread messages and task updates are still there. */
+  /** The goal's name (§4.4; 1–64 characters of [a-z0-9_.-]), default `"main"`. The directory
+   * derives the goal id from (agent id, name), so the same name always opens the same goal:
+   * an agent that restarts (crashed, killed, or `close({keepGoal: true})`) gets its goal back
+   * with what was sent meanwhile, and `lookup` still shows one live goal. Two processes of one
+   * agent with the same name share one goal, and read the same messages: give each its own
+   * name (`worker-1`, `worker-2`). `null`: a fresh, unnamed goal each time. */
+  goal?: string | null;
+  /** Re-open this goal by id instead of by name (an unnamed goal this agent held before a
+   * restart; a named goal is re-opened by its name, its id is refused here). */
   goalId?: string;
   openGoal?: boolean;
   requestTimeoutMs?: number;
@@ -62,7 +73,11 @@ function decode<T>(subject: string, msg: Msg): T {
     throw errorFor('internal', 502, `the reply on ${subject} is not JSON`);
   }
   const code = msg.headers?.get('Nats-Service-Error-Code');
-  if (data && typeof data === 'object' && ('error' in data || code)) {
+  // An error reply (§2) has the header and a body of only `error`; a call's answer may carry an
+  // `error` of the callee's (§9) next to its correlation id: that is an answer, not a refusal.
+  const refusal = data && typeof data === 'object' && 'error' in data
+    && !('correlation_id' in data);
+  if (data && typeof data === 'object' && (refusal || code)) {
     const err = ((data as Json).error ?? {}) as Json;
     throw errorFor(String(err.kind ?? 'unknown'), Number(err.code ?? code ?? 500),
       String(err.message ?? msg.headers?.get('Nats-Service-Error') ?? ''));
@@ -70,11 +85,58 @@ function decode<T>(subject: string, msg: Msg): T {
   return data as T;
 }
 
+/** What `serve` runs for each message. */
+export type Handler = (message: Message) => unknown | Promise<unknown>;
+
+/** Options of `serve`. */
+export interface ServeOptions {
+  /** How many handlers run at once (default 1: one message at a time, in order). */
+  maxConcurrent?: number;
+  /** Signals that stop the agent gracefully (default SIGTERM and SIGINT; `[]`: none). A
+   * second one while stopping ends the process at once. */
+  stopSignals?: NodeJS.Signals[];
+  /** The goal to read (default: the agent's goal). */
+  goalId?: string;
+  /** Messages fetched at once (default 16, at least `maxConcurrent`). */
+  batch?: number;
+  /** How long a fetch waits for a message (default 1000 ms). */
+  waitMs?: number;
+  /** Told about each handler that threw (default: `console.error`). */
+  onError?: (error: unknown, message: Message) => void;
+}
+
+/** `text` cut to `max` characters (code points, as the services count them). */
+function cut(text: string, max = ERROR_TEXT_MAX): string {
+  if (text.length <= max) return text;
+  const chars = Array.from(text);
+  return chars.length > max ? chars.slice(0, max).join('') : text;
+}
+
+/** The text of a thrown value, at most `max` characters. */
+function errorText(err: unknown, max = ERROR_TEXT_MAX): string {
+  let text: string;
+  if (err instanceof Error) text = err.message || err.name;
+  else {
+    try {
+      text = typeof err === 'string' ? err : JSON.stringify(err) ?? String(err);
+    } catch {
+      text = String(err);
+    }
+  }
+  return cut(text || 'the handler failed', max);
+}
+
+const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
+
 /** One agent: its NATS connection, its card, its current goal. Build it with `connect`. */
 export class Agent {
   goalId: string | undefined;
+  /** The name the current goal was opened by (§4.4), if any. */
+  goalName: string | undefined;
   private beats: NodeJS.Timeout | undefined;
   private closed = false;
+  private closing: Promise<void> | undefined;
+  private server: Server | undefined;
 
   private constructor(readonly nc: NatsConnection, readonly id: string,
     readonly requestTimeoutMs: number) {}
@@ -100,7 +162,9 @@ export class Agent {
         ...options.card,
       });
       if (options.openGoal ?? true) {
-        await agent.openGoal({ kind: options.goalKind ?? 'daemon', goalId: options.goalId });
+        await agent.openGoal({ kind: options.goalKind ?? 'daemon', goalId: options.goalId,
+          name: options.goalId ? undefined : options.goal === undefined ? 'main'
+            : options.goal ?? undefined });
       }
     } catch (err) {
       await nc.close();
@@ -112,11 +176,20 @@ export class Agent {
     return agent;
   }
 
-  /** Closes the current goal (its inbox is purged, §4.5), deregisters (§4.3), disconnects.
-   * With `keepGoal`, only disconnects: the goal keeps its messages for a restart
-   * (`connect(..., {goalId})`), and the directory marks the agent offline 30 s later. */
-  async close(opts: { keepGoal?: boolean } = {}): Promise<void> {
-    if (this.closed) return;
+  /** Stops gracefully: when `serve` runs, it stops taking messages and the handlers in
+   * progress finish and are acknowledged first; then closes the current goal (its inbox is
+   * purged, §4.5), deregisters (§4.3) and disconnects. With `keepGoal`, only disconnects (after
+   * the handlers in progress): the goal keeps its messages for a restart (`connect` with the
+   * same `goal` name), and the directory marks the agent offline 30 s later. Called from
+   * inside a handler, it returns at once and the stop completes once the handler returns. */
+  close(opts: { keepGoal?: boolean } = {}): Promise<void> {
+    this.closing ??= this.shutDown(opts);
+    if (this.server && handlerScope.getStore() === this.server) return Promise.resolve();
+    return this.closing;
+  }
+
+  private async shutDown(opts: { keepGoal?: boolean }): Promise<void> {
+    if (this.server) await this.server.drain();
     this.closed = true;
     clearInterval(this.beats);
     if (!opts.keepGoal) {
@@ -130,9 +203,14 @@ export class Agent {
     await this.nc.close();
   }
 
+  /** The graceful stop (what SIGTERM does to `serve`): the same as `close()`. */
+  stop(): Promise<void> {
+    return this.close();
+  }
+
   /** Whether `close` was called. */
   get isClosed(): boolean {
-    return this.closed;
+    return this.closed || this.closing !== undefined;
   }
 
   /** One request to a service (§1): the reply, or the error reply's error (§2). */
@@ -156,21 +234,25 @@ export class Agent {
   }
 
   // ------------------------------------------------------------------- the directory
-  /** Opens a goal, an inbox of its own (§4.4); it becomes the current goal. */
-  async openGoal(opts: { goalId?: string; kind?: string; overflow?: string } = {}):
+  /** Opens a goal, an inbox of its own (§4.4); it becomes the current goal. By `name`: the
+   * same name always opens the same goal (re-opened with what it holds); by `goalId`: that
+   * goal; neither: a fresh one. */
+  async openGoal(opts: { name?: string; goalId?: string; kind?: string; overflow?: string } = {}):
     Promise<string> {
     const body: Json = { kind: opts.kind ?? 'daemon' };
     if (opts.goalId) body.goal_id = opts.goalId;
+    else if (opts.name) body.name = opts.name;
     if (opts.overflow) body.overflow = opts.overflow;
     const reply = await this.request<{ goal_id: string }>(`agent.registry.goal.open.${this.id}`, body);
     this.goalId = reply.goal_id;
+    this.goalName = opts.goalId ? undefined : opts.name;
     return reply.goal_id;
   }
 
   /** Closes a goal and purges its inbox (§4.5). */
   async closeGoal(goalId: string): Promise<Json> {
     const reply = await this.request(`agent.registry.goal.close.${this.id}`, { goal_id: goalId });
-    if (goalId === this.goalId) this.goalId = undefined;
+    if (goalId === this.goalId) this.goalId = this.goalName = undefined;
     return reply;
   }
 
@@ -194,22 +276,25 @@ export class Agent {
   }
 
   // ------------------------------------------------------------------- the inbox
-  /** The goal's inbox as it fills (§7), fetched in batches held up to `waitMs`. A message is
-   * acknowledged when the loop asks for the next one, after your handler returned (at least
-   * once); call `message.ack()` before a `break`. Ends when the agent closes. */
+  /** The goal's inbox as it fills (§7), fetched in batches held up to `waitMs`, one message at
+   * a time. A message is acknowledged when the loop asks for the next one, after your loop
+   * body is done with it (at least once); call `message.ack()` before a `break`. If the loop
+   * body throws, that message is not acknowledged (the next reader gets it again) and the goal
+   * stays open: only `close()` closes it. `serve` does the same with error answers, rejects,
+   * concurrency and graceful stops. Ends when the agent closes. */
   async *messages(opts: { goalId?: string; batch?: number; waitMs?: number } = {}):
     AsyncGenerator<Message> {
     const goal = opts.goalId ?? this.goalId;
     if (!goal) throw new Error('no goal: open one first');
     const waitMs = opts.waitMs ?? 1000;
-    while (!this.closed) {
+    while (!this.isClosed) {
       let page: FetchReply;
       try {
         page = await this.request<FetchReply>(`agent.inbox.fetch.${this.id}`,
           { goal_id: goal, max: opts.batch ?? 16, wait_ms: waitMs },
           { timeoutMs: this.requestTimeoutMs + waitMs });
       } catch (err) {
-        if (this.closed) return; // closed while a fetch was held: the loop just ends
+        if (this.isClosed) return; // closed while a fetch was held: the loop just ends
         throw err;
       }
       for (const entry of page.messages) {
@@ -218,6 +303,52 @@ export class Agent {
         await message.ack();
       }
     }
+  }
+
+  /** Runs `handler` on every message of the goal until the agent stops: the agent's main
+   * loop. Up to `maxConcurrent` handlers run at once; acknowledgements stay cumulative (a
+   * message is acknowledged once it and every message before it are done), so a crash loses
+   * nothing: what was not acknowledged is read again after a restart.
+   *
+   * A handler that throws loses nothing either, and the loop goes on with the next message:
+   * a call is answered at once with an error (`error: {kind: "handler_error", message: <the
+   * error's text>}`, which the caller gets as `CallFailed`); any other message is rejected
+   * (§7, `ack` with `reject`: it goes to the dead letters with the error's text as the reason,
+   * where an operator can `switchboard dlq replay` it).
+   *
+   * On SIGTERM or SIGINT (`stopSignals`), or `close()`, it stops gracefully: it takes no new
+   * message, lets the handlers in progress finish and acknowledges them, then closes the goal,
+   * deregisters and disconnects; then the promise resolves. Do not `await agent.close()` and
+   * `await agent.serve()` from one function at once before the loop returns: call close from a
+   * handler or a signal. */
+  async serve(handler: Handler, opts: ServeOptions = {}): Promise<void> {
+    if (this.server) throw new Error('this agent is serving already');
+    if (this.isClosed) throw new Error('this agent is closed');
+    const goal = opts.goalId ?? this.goalId;
+    if (!goal) throw new Error('no goal: open one first');
+    const server = new Server(this, goal, handler, opts);
+    this.server = server;
+    const signals = opts.stopSignals ?? ['SIGTERM', 'SIGINT'];
+    let stopping = false;
+    const onSignal = (signal: NodeJS.Signals) => {
+      if (stopping) {
+        // A second signal: stop waiting. Without our listeners the signal's default ends us.
+        for (const s of signals) process.removeListener(s, onSignal);
+        process.kill(process.pid, signal);
+        return;
+      }
+      stopping = true;
+      void this.close().catch(() => undefined);
+    };
+    for (const signal of signals) process.on(signal, onSignal);
+    try {
+      await server.run();
+    } finally {
+      for (const signal of signals) process.removeListener(signal, onSignal);
+      if (!this.closing) this.server = undefined; // failed: another serve may start
+    }
+    // The loop ended for a stop: the goal closes (or is kept) once the handlers are done.
+    if (this.closing) await this.closing;
   }
 
   // ------------------------------------------------------------------- messages
@@ -281,25 +412,37 @@ export class Agent {
     return body;
   }
 
-  /** Asks `to` and waits for the answer (§9). `serving` is the call being answered while
-   * this one is made (its deadline bounds this one). Throws `CallTimeout` in time. */
+  /** Asks `to` and waits for the answer (§9): a `CallAnswer`, its text in `body`. `serving`
+   * is the call being answered while this one is made (its deadline bounds this one). Throws
+   * `CallTimeout` when no answer came in time, `CallFailed` when the callee answered with an
+   * error (its handler threw, or it called `replyError`). */
   async call(to: string, text: string, opts: CallOptions = {}): Promise<CallAnswer> {
     const body = this.callBody(to, text, opts);
-    return this.request<CallAnswer>(`agent.call.${this.id}`, body, {
+    const answer = await this.request<CallAnswer>(`agent.call.${this.id}`, body, {
       trace: opts.serving?.trace,
       timeoutMs: Number(body.timeout_ms) + this.requestTimeoutMs,
     });
+    const failed = CallFailed.fromAnswer(answer as unknown as Json);
+    if (failed) throw failed;
+    return answer;
   }
 
-  /** Asks without waiting (§9, `wait: false`): the answer lands in this goal's inbox. */
+  /** Asks without waiting (§9, `wait: false`): the answer lands in this goal's inbox as a
+   * `kind: response` message (`correlationId` = this call's; a streamed answer's parts first,
+   * `message.part` 1, 2, …); an error answer has `message.error` set
+   * (`message.raiseForError()` throws it as `CallFailed`). */
   async callParked(to: string, text: string, opts: CallOptions = {}): Promise<CallParked> {
     const body: Json = { ...this.callBody(to, text, opts), wait: false };
     return this.request<CallParked>(`agent.call.${this.id}`, body, { trace: opts.serving?.trace });
   }
 
-  /** Asks and yields the answer as it comes (§9, "Streamed answers"): each part in order
-   * (gaps read back), then the final answer. Throws `CallTimeout` past the deadline (after
-   * reading back what the call has, in case the answer itself was lost). */
+  /** Asks and yields the answer as it comes (§9, "Streamed answers"): each part as a
+   * `CallPart` (`partial: true`, `part` 1, 2, 3… in order with no gap, `body` that part's
+   * text), then the final `CallAnswer` (`body` every part's text joined with the final
+   * reply's, `streamed` how many parts came before it) — always last, and only once; tell
+   * them apart by `'partial' in event`. Throws `CallTimeout` past the deadline (after reading
+   * back what the call has, in case the answer itself was lost), `CallFailed` (after the parts)
+   * when the callee ended it with an error. */
   async *callStream(to: string, text: string, opts: CallOptions = {}):
     AsyncGenerator<CallPart | CallAnswer> {
     const body: Json = { ...this.callBody(to, text, opts), stream: true };
@@ -335,6 +478,8 @@ export class Agent {
           const back = await readBack();
           yield* back.parts;
           if (back.answer) {
+            const failed = CallFailed.fromAnswer(back.answer as unknown as Json);
+            if (failed) throw failed;
             yield back.answer;
             return;
           }
@@ -352,6 +497,8 @@ export class Agent {
         }
         const answer = reply as unknown as CallAnswer;
         if ((answer.streamed ?? 0) >= next) yield* (await readBack()).parts;
+        const failed = CallFailed.fromAnswer(reply);
+        if (failed) throw failed;
         yield answer;
         return;
       }
@@ -373,12 +520,30 @@ export class Agent {
     return this.request<ReplyAck>(`agent.reply.${this.id}`, body, { trace: opts.trace });
   }
 
-  /** Part `part` (1, 2, …) of a streamed answer (§9); finish with `reply`. */
+  /** Part `part` of a streamed answer (§9): numbered from 1, then 2, 3… (a retried number is
+   * taken once). Finish with `reply(text)` (its text comes last) or `endStream` (no more
+   * text). */
   async replyPart(correlationId: string, part: number, text: string,
     opts: { parts?: Part[]; trace?: Trace } = {}): Promise<ReplyAck> {
     const body: Json = { correlation_id: correlationId, message: text, partial: true, part };
     if (opts.parts?.length) body.parts = opts.parts;
     return this.request<ReplyAck>(`agent.reply.${this.id}`, body, { trace: opts.trace });
+  }
+
+  /** Ends a streamed answer with no more text (§9: a final reply after parts may be empty):
+   * the caller's final answer is the parts' text joined. */
+  async endStream(correlationId: string, opts: { trace?: Trace } = {}): Promise<ReplyAck> {
+    return this.reply(correlationId, '', opts);
+  }
+
+  /** Answers the call `correlationId` with an error instead of an answer (§9, `error` on a
+   * final reply): the caller gets `CallFailed` with this `kind` (1–64 characters of
+   * [a-z0-9_]) and `text` (cut to 1024 characters). It ends a stream too. */
+  async replyError(correlationId: string, kind: string, text: string,
+    opts: { trace?: Trace } = {}): Promise<ReplyAck> {
+    const error: CallError = { kind, message: cut(text) };
+    return this.request<ReplyAck>(`agent.reply.${this.id}`,
+      { correlation_id: correlationId, message: '', error }, { trace: opts.trace });
   }
 
   // ------------------------------------------------------------------- tasks
@@ -466,6 +631,8 @@ export class Message {
   /** The sender's W3C trace context, carried on by every answer. */
   readonly trace: Trace;
   acked = false;
+  /** Set while `serve` runs this message: the loop acknowledges or rejects it. */
+  private served: ServedEntry | undefined;
 
   constructor(readonly agent: Agent, readonly goalId: string, entry: FetchReply['messages'][number]) {
     this.seq = entry.seq;
@@ -502,11 +669,32 @@ export class Message {
     return (this.raw.task as { state?: string } | undefined)?.state;
   }
 
-  /** Done with this message (and every earlier one of its goal) (§7, ack). */
+  /** @internal `serve` takes over acknowledging this message. */
+  serveAs(entry: ServedEntry): void {
+    this.served = entry;
+  }
+
+  /** Done with this message (and every earlier one of its goal) (§7, ack). Inside `serve`
+   * there is nothing to do: the loop acknowledges a message once its handler returned. */
   async ack(): Promise<void> {
-    if (this.acked) return;
+    if (this.acked || this.served) return;
     await this.agent.request(`agent.inbox.ack.${this.agent.id}`,
       { goal_id: this.goalId, through: this.seq });
+    this.acked = true;
+  }
+
+  /** Gives up on this message for good (§7, ack with `reject`): it goes to the dead letters
+   * with `reason` (an operator can replay it), and counts as done, as do the messages before
+   * it. Inside `serve`, it is rejected once its handler returned, after the messages before
+   * it are done. */
+  async reject(reason: string): Promise<void> {
+    if (this.served) {
+      this.served.reject = reason;
+      return;
+    }
+    if (this.acked) return;
+    await this.agent.request(`agent.inbox.ack.${this.agent.id}`,
+      { goal_id: this.goalId, seq: this.seq, reject: cut(reason) });
     this.acked = true;
   }
 
@@ -516,10 +704,46 @@ export class Message {
     return this.agent.reply(this.correlationId, text, { ...opts, trace: this.trace });
   }
 
-  /** Part `part` of a streamed answer to this call. */
-  async replyPart(part: number, text: string): Promise<ReplyAck> {
+  /** Part `part` of a streamed answer to this call: 1, then 2, 3…; end the stream with
+   * `reply(text)` or `endStream()`. */
+  async replyPart(part: number, text: string, opts: { parts?: Part[] } = {}): Promise<ReplyAck> {
     if (!this.correlationId) throw new Error('only a call (kind request) takes a reply');
-    return this.agent.replyPart(this.correlationId, part, text, { trace: this.trace });
+    return this.agent.replyPart(this.correlationId, part, text, { ...opts, trace: this.trace });
+  }
+
+  /** Ends this call's streamed answer with no more text: the caller's answer is the parts'
+   * text joined. */
+  async endStream(): Promise<ReplyAck> {
+    if (!this.correlationId) throw new Error('only a call (kind request) takes a reply');
+    return this.agent.endStream(this.correlationId, { trace: this.trace });
+  }
+
+  /** Answers this call with an error (§9): the caller gets `CallFailed` (`kind`, `text`). */
+  async replyError(kind: string, text: string): Promise<ReplyAck> {
+    if (!this.correlationId) throw new Error('only a call (kind request) takes a reply');
+    return this.agent.replyError(this.correlationId, kind, text, { trace: this.trace });
+  }
+
+  /** The error of a parked call's answer (a `kind: response` whose callee failed), if any. */
+  get error(): CallError | undefined {
+    const error = (this.raw.error ?? this.metadata.error) as CallError | undefined | null;
+    return error && typeof error === 'object' ? error : undefined;
+  }
+
+  /** Throws `CallFailed` when this is a call's answer that is an error (`error`), as a
+   * waiting call would; does nothing otherwise. */
+  raiseForError(): void {
+    const error = this.error;
+    if (this.kind === 'response' && error) {
+      throw CallFailed.fromAnswer({ correlation_id: this.correlationId,
+        from_agent_id: this.sender, body: this.body, error })!;
+    }
+  }
+
+  /** For a parked call's streamed answer: the part's number (1, 2, …) while
+   * `metadata.partial`; `undefined` for the final answer and every other message. */
+  get part(): number | undefined {
+    return this.metadata.partial ? (this.metadata.part as number | undefined) : undefined;
   }
 
   /** Asks this call's caller a question without ending the call (§9, "Asking back"). */
@@ -548,6 +772,10 @@ export class TaskHandle {
     this.id = record.task_id;
   }
   get state(): string | undefined { return this.record.state; }
+  /** What the assignee's `complete` said (once `completed`). */
+  get result(): string | undefined { return this.record.result ?? undefined; }
+  /** Why it was rejected, failed or canceled. */
+  get reason(): string | undefined { return this.record.reason ?? undefined; }
   private async op(op: string, text?: string, parts?: Part[]): Promise<TaskHandle> {
     this.record = await this.agent.taskOp(op, this.id, text, { parts, trace: this.trace });
     return this;
@@ -577,5 +805,196 @@ export class TaskHandle {
     if (this.agent.goalId) body.from_goal_id = this.agent.goalId;
     if (this.record.message_id) body.in_reply_to = this.record.message_id;
     return this.agent.request<DeliveryReport>(`agent.send.${this.agent.id}`, body);
+  }
+}
+
+/** A message `serve` fetched, in sequence order: done once its handler returned. */
+interface ServedEntry {
+  seq: number;
+  done: boolean;
+  /** Reject it (to the dead letters) with this reason instead of acknowledging it. */
+  reject?: string;
+}
+
+/** The handler a `close()` is called from, so that it does not wait for itself. */
+const handlerScope = new AsyncLocalStorage<Server>();
+
+/** `Agent.serve`'s loop: fetches, runs up to `max` handlers, acknowledges in order. */
+class Server {
+  private readonly max: number;
+  private readonly batch: number;
+  private readonly waitMs: number;
+  /** Fetched and not yet acknowledged, in sequence order. */
+  private readonly window: ServedEntry[] = [];
+  /** Fetched and not yet started. */
+  private readonly queue: Message[] = [];
+  private readonly running = new Set<Promise<void>>();
+  /** The highest sequence fetched: the next fetch reads after it (§7 `after`). */
+  private highest: number | undefined;
+  /** Acknowledgements, one at a time and in order. */
+  private acks: Promise<void> = Promise.resolve();
+  private stopping = false;
+  private wake: () => void = () => undefined;
+  private readonly woken: Promise<void>;
+  private loop: Promise<void> | undefined;
+
+  constructor(readonly agent: Agent, readonly goal: string, readonly handler: Handler,
+    readonly opts: ServeOptions) {
+    this.max = Math.max(1, Math.floor(opts.maxConcurrent ?? 1));
+    this.batch = Math.min(64, Math.max(opts.batch ?? 16, this.max));
+    this.waitMs = opts.waitMs ?? 1000;
+    this.woken = new Promise<void>((resolve) => { this.wake = resolve; });
+  }
+
+  run(): Promise<void> {
+    this.loop ??= this.fetchAndRun();
+    return this.loop;
+  }
+
+  /** Takes no new message; resolves once the handlers in progress are done and acknowledged. */
+  async drain(): Promise<void> {
+    this.stopping = true;
+    this.wake();
+    try {
+      await this.loop;
+    } catch {
+      // The loop's own failure is `serve`'s to report.
+    }
+  }
+
+  private async fetchAndRun(): Promise<void> {
+    let failure: unknown;
+    try {
+      while (!this.stopping) {
+        if (this.running.size >= this.max) {
+          await Promise.race([...this.running, this.woken]);
+          continue;
+        }
+        if (this.queue.length) {
+          this.start(this.queue.shift()!);
+          continue;
+        }
+        await this.fetch();
+      }
+    } catch (err) {
+      failure = err;
+    }
+    // Stopping (or failed): what was fetched and not started stays unacknowledged.
+    this.queue.length = 0;
+    await Promise.allSettled([...this.running]);
+    await this.acks;
+    if (failure !== undefined) throw failure;
+  }
+
+  private async fetch(): Promise<void> {
+    const body: Json = { goal_id: this.goal, max: this.batch, wait_ms: this.waitMs };
+    if (this.highest !== undefined) body.after = this.highest;
+    let page: FetchReply;
+    try {
+      const fetched = this.agent.request<FetchReply>(`agent.inbox.fetch.${this.agent.id}`, body,
+        { timeoutMs: this.agent.requestTimeoutMs + this.waitMs });
+      const got = await Promise.race([fetched, this.woken.then(() => undefined)]);
+      if (got === undefined) {
+        fetched.catch(() => undefined); // a stop while the fetch was held: nothing taken
+        return;
+      }
+      page = got;
+    } catch (err) {
+      if (this.stopping) return;
+      if (err instanceof SwitchboardError && (err.retryable || err.kind === 'conflict')) {
+        await Promise.race([sleep(500), this.woken]);
+        return;
+      }
+      throw err;
+    }
+    for (const entry of page.messages) {
+      if (this.highest !== undefined && entry.seq <= this.highest) continue;
+      this.highest = entry.seq;
+      const message = new Message(this.agent, this.goal, entry);
+      const served: ServedEntry = { seq: entry.seq, done: false };
+      message.serveAs(served);
+      this.window.push(served);
+      this.queue.push(message);
+    }
+  }
+
+  private start(message: Message): void {
+    const task = this.handle(message).finally(() => this.running.delete(task));
+    this.running.add(task);
+  }
+
+  private async handle(message: Message): Promise<void> {
+    const entry = (message as unknown as { served: ServedEntry }).served;
+    try {
+      await handlerScope.run(this, async () => this.handler(message));
+    } catch (err) {
+      try {
+        (this.opts.onError ?? ((e: unknown, m: Message) => {
+          console.error(`switchboard: the handler failed on message ${m.seq} (${m.kind}):`, e);
+        }))(err, message);
+      } catch {
+        // An onError that throws changes nothing below.
+      }
+      const text = errorText(err);
+      if (message.isCall) {
+        try {
+          await message.replyError('handler_error', text);
+        } catch (replyErr) {
+          // Over already (expired, answered): nothing to keep. Otherwise keep it as a letter.
+          if (!(replyErr instanceof SwitchboardError
+            && ['expired', 'not_found', 'conflict'].includes(replyErr.kind))) {
+            entry.reject = `${text} (its error answer failed: ${errorText(replyErr, 200)})`;
+          }
+        }
+      } else {
+        entry.reject = text;
+      }
+    }
+    entry.done = true;
+    await this.commit();
+  }
+
+  /** Acknowledges the done messages at the front of the window: one `through` for a run of
+   * them, a `reject` for each rejected one (which also covers those before it, §7). */
+  private commit(): Promise<void> {
+    this.acks = this.acks.then(() => this.flush());
+    return this.acks;
+  }
+
+  private async flush(): Promise<void> {
+    let through: number | undefined;
+    while (this.window.length && this.window[0].done) {
+      const entry = this.window[0];
+      if (entry.reject !== undefined) {
+        const ok = await this.ackRequest({ seq: entry.seq, reject: cut(entry.reject) });
+        if (!ok) return; // kept at the front: the next commit tries again
+        through = undefined;
+      } else {
+        through = entry.seq;
+      }
+      this.window.shift();
+    }
+    if (through !== undefined) {
+      // If this fails the messages are handed out again after a restart (at least once),
+      // unless a later acknowledgement covers them first.
+      await this.ackRequest({ through });
+    }
+  }
+
+  private async ackRequest(body: Json): Promise<boolean> {
+    for (let attempt = 0; ; attempt++) {
+      try {
+        await this.agent.request(`agent.inbox.ack.${this.agent.id}`,
+          { goal_id: this.goal, ...body });
+        return true;
+      } catch (err) {
+        const again = err instanceof SwitchboardError && (err.retryable || err.kind === 'conflict');
+        if (!again || attempt >= 4) {
+          console.error(`switchboard: acknowledging ${JSON.stringify(body)} failed:`, err);
+          return false;
+        }
+        await sleep(200 * (attempt + 1));
+      }
+    }
   }
 }

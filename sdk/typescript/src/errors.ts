@@ -6,9 +6,12 @@
 export class SwitchboardError extends Error {
   /** Whether the same request may simply be sent again. */
   readonly retryable: boolean = false;
+  /** The service's (or callee's) own text, without the kind and code `message` adds. */
+  readonly detail: string;
   constructor(readonly kind: string, readonly code: number, message: string) {
     super(`${kind} (${code}): ${message}`);
     this.name = new.target.name;
+    this.detail = message;
   }
 }
 /** The request itself is wrong: fix it, do not retry it as it is. */
@@ -27,6 +30,45 @@ export class Busy extends SwitchboardError {
 export class Expired extends SwitchboardError {}
 /** A waiting call got no answer by its deadline. */
 export class CallTimeout extends SwitchboardError {}
+/** What a callee's error answer says (§9, `error` on a final reply). */
+export interface CallError {
+  /** The callee's word for it: 1–64 characters of [a-z0-9_]; `handler_error` when its
+   * handler threw inside `serve`. */
+  kind: string;
+  /** Its text, at most 1024 characters. */
+  message: string;
+}
+
+/** The callee answered with an error instead of an answer (§9, `error` on a reply): its
+ * handler threw inside `serve` (kind `handler_error`) or it chose to fail
+ * (`message.replyError(kind, text)`). Not the fabric's refusal: `kind` is the callee's word,
+ * `detail` its text, `code` is always 502. Thrown by `call`, `callStream` and `askBack`; a
+ * parked call's answer carries it as `message.error` (`message.raiseForError()` throws it).
+ * Do not retry it as it is: the callee will likely fail again. */
+export class CallFailed extends SwitchboardError {
+  /** The whole answer (`correlation_id`, `from_agent_id`, `answered_at`, `error`). */
+  readonly answer: Record<string, unknown>;
+  /** Who answered. */
+  readonly callee: string | undefined;
+  readonly correlationId: string | undefined;
+  constructor(kind: string, message: string,
+    opts: { callee?: string; answer?: Record<string, unknown> } = {}) {
+    super(kind, 502, message);
+    this.message = `${opts.callee ? `\`${opts.callee}\` failed` : 'the callee failed'}: ${kind}: ${message}`;
+    this.callee = opts.callee;
+    this.answer = opts.answer ?? {};
+    this.correlationId = this.answer.correlation_id as string | undefined;
+  }
+
+  /** The error an answer carrying `error` stands for, or `undefined` for a real answer: a
+   * `CallAnswer`, a read-back's answer, or a `kind: response` inbox message's JSON. */
+  static fromAnswer(answer: Record<string, unknown> | undefined | null): CallFailed | undefined {
+    const error = answer?.error as Partial<CallError> | undefined | null;
+    if (!error || typeof error !== 'object') return undefined;
+    return new CallFailed(String(error.kind || 'unknown'), String(error.message ?? ''),
+      { callee: answer!.from_agent_id as string | undefined, answer: answer! });
+  }
+}
 /** The fabric could not do it now; safe to retry the same request. */
 export class Unavailable extends SwitchboardError {
   override readonly retryable = true;

@@ -2,10 +2,14 @@
 // SWITCHBOARD_NATS_URL (tests/sdk_typescript.rs starts a fabric and sets it). Each test is one
 // scenario two or three agents play out.
 import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
+import { dirname, join } from 'node:path';
 import { test } from 'node:test';
+import { fileURLToPath } from 'node:url';
 
-import { Agent, BadRequest, CallTimeout, Conflict, Message, NotFound } from '../src/index.js';
+import { Agent, BadRequest, CallFailed, CallTimeout, Conflict, Message, NotFound }
+  from '../src/index.js';
 
 const URL = process.env.SWITCHBOARD_NATS_URL ?? 'nats://127.0.0.1:4222';
 const name = (prefix: string) => `${prefix}-${randomUUID().slice(0, 8)}`;
@@ -220,5 +224,226 @@ test('a broadcast reaches every peer; a task can be rejected or failed', async (
   } finally {
     await a.close();
     await b.close();
+  }
+});
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** Waits until `check` holds (or fails after `ms`). */
+async function until(check: () => boolean, ms = 10_000): Promise<void> {
+  for (const end = Date.now() + ms; !check(); await sleep(20)) {
+    if (Date.now() > end) throw new Error('timed out waiting');
+  }
+}
+
+/** The reason the dead letters give for `goalId`'s last rejected message (read as the
+ * operator would, with the JetStream API of the open test fabric). */
+async function lastDeadLetterReason(agent: Agent, goalId: string): Promise<string | undefined> {
+  const reply = await agent.nc.request('$JS.API.STREAM.MSG.GET.AGENT_DLQ',
+    JSON.stringify({ last_by_subj: `agent.dlq.AGENT_INBOX.inbox-${goalId}` }), { timeout: 5000 });
+  const got = reply.json<{ message?: { hdrs?: string } }>();
+  const headers = Buffer.from(got.message?.hdrs ?? '', 'base64').toString('utf8');
+  return /^Switchboard-Dlq-Reason: (.*)$/m.exec(headers)?.[1]?.trim();
+}
+
+test('a handler that throws on a call: the caller gets CallFailed at once, the loop goes on',
+  async () => {
+    const calleeId = name('fragile');
+    const a = await Agent.connect(URL, name('caller'));
+    const b = await Agent.connect(URL, calleeId);
+    const thrown: unknown[] = [];
+    const served = b.serve(async (m) => {
+      if (m.body === 'boom') throw new Error('kaboom');
+      if (m.body === 'stream then boom') {
+        await m.replyPart(1, 'so far ');
+        throw new Error('half way');
+      }
+      if (m.isCall) await m.reply(`ok: ${m.body}`);
+    }, { stopSignals: [], onError: (err) => thrown.push(err) });
+    try {
+      assert.equal((await a.call(calleeId, 'warm up', { timeoutMs: 10_000 })).body, 'ok: warm up');
+      const started = Date.now();
+      await assert.rejects(a.call(calleeId, 'boom', { timeoutMs: 10_000 }), (err: unknown) =>
+        err instanceof CallFailed && err.kind === 'handler_error' && err.detail === 'kaboom'
+        && err.callee === calleeId && err.code === 502);
+      assert.ok(Date.now() - started < 1000, `CallFailed after ${Date.now() - started} ms`);
+      // The loop serves the next call.
+      assert.equal((await a.call(calleeId, 'next', { timeoutMs: 10_000 })).body, 'ok: next');
+      // A stream whose handler throws: the parts so far, then CallFailed.
+      const parts: string[] = [];
+      await assert.rejects((async () => {
+        for await (const event of a.callStream(calleeId, 'stream then boom', { timeoutMs: 10_000 })) {
+          if ('partial' in event) parts.push(event.body);
+        }
+      })(), (err: unknown) => err instanceof CallFailed && err.detail === 'half way');
+      assert.deepEqual(parts, ['so far ']);
+      // A parked call's error answer arrives as a response carrying the error.
+      const parked = await a.callParked(calleeId, 'boom', { timeoutMs: 10_000 });
+      const response = await firstMessage(a, (m) => m.correlationId === parked.correlation_id);
+      assert.deepEqual(response.error, { kind: 'handler_error', message: 'kaboom' });
+      assert.throws(() => response.raiseForError(),
+        (err: unknown) => err instanceof CallFailed && err.kind === 'handler_error');
+      assert.equal(thrown.length, 3);
+    } finally {
+      await b.close();
+      await served;
+      await a.close();
+    }
+  });
+
+test('a handler that throws on a message: it is rejected with the reason, the loop goes on',
+  async () => {
+    const readerId = name('reader');
+    const s = await Agent.connect(URL, name('sender'));
+    const r = await Agent.connect(URL, readerId);
+    const seen: string[] = [];
+    const served = r.serve(async (m) => {
+      seen.push(m.body);
+      if (m.body === 'poison') throw new Error(`cannot digest ${m.body}`);
+    }, { stopSignals: [], onError: () => undefined });
+    try {
+      await s.send(readerId, 'poison');
+      await s.send(readerId, 'bread');
+      await until(() => seen.includes('bread'));
+      assert.deepEqual(seen, ['poison', 'bread']);
+      // Not lost: in the dead letters, with the error's text.
+      assert.equal(await lastDeadLetterReason(s, r.goalId!),
+        'rejected by its reader: cannot digest poison');
+      await s.send(readerId, 'water');
+      await until(() => seen.includes('water'));
+      assert.deepEqual(seen, ['poison', 'bread', 'water']);
+    } finally {
+      await r.close();
+      await served;
+      await s.close();
+    }
+  });
+
+test('a restarted agent resumes its named goal and reads what came while it was down',
+  async () => {
+    const workerId = name('worker');
+    const s = await Agent.connect(URL, name('sender'));
+    const first = await Agent.connect(URL, workerId, { goal: 'worker-1' });
+    const goalId = first.goalId!;
+    try {
+      assert.equal(first.goalName, 'worker-1');
+      await s.send(workerId, 'one');
+      // The loop body throws: the message stays unacknowledged and the goal open.
+      await assert.rejects((async () => {
+        for await (const m of first.messages({ waitMs: 200 })) throw new Error(`crash on ${m.body}`);
+      })(), /crash on one/);
+      await first.close({ keepGoal: true }); // the process dies: nothing is closed
+      const report = await s.send(workerId, 'two'); // while it is down
+      assert.deepEqual(report.delivered_to, [goalId]);
+
+      const again = await Agent.connect(URL, workerId, { goal: 'worker-1' });
+      try {
+        assert.equal(again.goalId, goalId);
+        const bodies = [];
+        for (let m; (m = await again.nextMessage({ waitMs: 1000 })); ) bodies.push(m.body);
+        assert.deepEqual(bodies, ['one', 'two']);
+        assert.deepEqual((await s.lookup(workerId)).live_goals, [goalId]);
+        // Another name is another goal; the default name is "main".
+        const other = await Agent.connect(URL, name('worker'));
+        assert.equal(other.goalName, 'main');
+        await other.close();
+      } finally {
+        await again.close();
+      }
+    } finally {
+      await s.close();
+    }
+  });
+
+test('serve runs up to maxConcurrent handlers and acknowledges every message', async () => {
+  const workerId = name('pool');
+  const s = await Agent.connect(URL, name('sender'));
+  const w = await Agent.connect(URL, workerId, { goal: 'pool' });
+  try {
+    for (let i = 0; i < 10; i++) await s.send(workerId, `job ${i}`);
+    let active = 0;
+    let peak = 0;
+    const done: string[] = [];
+    const served = w.serve(async (m) => {
+      active += 1;
+      peak = Math.max(peak, active);
+      // Later jobs finish first: acknowledgements must still only cover finished work.
+      await sleep(400 - 30 * Number(m.body.split(' ')[1]));
+      if (m.body === 'job 3') throw new Error('job 3 is broken');
+      active -= 1;
+      done.push(m.body);
+    }, { maxConcurrent: 4, stopSignals: [], onError: () => { active -= 1; } });
+    await until(() => done.length === 9);
+    assert.equal(peak, 4);
+    assert.equal(active, 0);
+    await w.close({ keepGoal: true });
+    await served;
+    // Every message is acknowledged (job 3 rejected): nothing is left unread for a restart.
+    const again = await Agent.connect(URL, workerId, { goal: 'pool' });
+    try {
+      assert.equal(again.goalId, w.goalId);
+      assert.equal(await again.nextMessage({ waitMs: 500 }), undefined);
+      assert.equal(await lastDeadLetterReason(s, w.goalId!), 'rejected by its reader: job 3 is broken');
+    } finally {
+      await again.close();
+    }
+  } finally {
+    await s.close();
+  }
+});
+
+test('a stream ends with no final text', async () => {
+  const writerId = name('writer');
+  const a = await Agent.connect(URL, name('caller'));
+  const w = await Agent.connect(URL, writerId);
+  const served = w.serve(async (m) => {
+    if (!m.isCall) return;
+    await m.replyPart(1, 'one ');
+    await m.replyPart(2, 'two');
+    await m.endStream();
+  }, { stopSignals: [] });
+  try {
+    const events = [];
+    for await (const event of a.callStream(writerId, 'draft', { timeoutMs: 10_000 })) {
+      events.push(event);
+    }
+    assert.deepEqual(events.map((e) => ('partial' in e ? e.part : 'end')), [1, 2, 'end']);
+    const answer = events.at(-1)!;
+    assert.ok(!('partial' in answer));
+    assert.equal(answer.body, 'one two');
+    assert.equal(answer.streamed, 2);
+    // A caller that does not stream gets the joined text.
+    assert.equal((await a.call(writerId, 'draft', { timeoutMs: 10_000 })).body, 'one two');
+  } finally {
+    await w.close();
+    await served;
+    await a.close();
+  }
+});
+
+test('SIGTERM stops a serving agent gracefully: the call in progress is answered', async () => {
+  const workerId = name('slow');
+  const fixture = join(dirname(fileURLToPath(import.meta.url)), 'fixtures', 'slow-worker.js');
+  const child = spawn(process.execPath, [fixture, URL, workerId],
+    { stdio: ['ignore', 'pipe', 'inherit'] });
+  let out = '';
+  child.stdout.setEncoding('utf8').on('data', (chunk: string) => { out += chunk; });
+  const exited = new Promise<number | null>((resolve) => child.on('exit', resolve));
+  const a = await Agent.connect(URL, name('caller'));
+  try {
+    await until(() => out.includes('ready'));
+    const answer = a.call(workerId, 'take your time', { timeoutMs: 10_000 });
+    await until(() => out.includes('started'));
+    child.kill('SIGTERM');
+    assert.equal((await answer).body, 'done: take your time');
+    assert.equal(await exited, 0);
+    assert.match(out, /started[\s\S]*finished[\s\S]*stopped/);
+    // It closed its goal and left.
+    const after = await a.lookup(workerId);
+    assert.equal(after.status, 'offline');
+    assert.deepEqual(after.live_goals, []);
+  } finally {
+    child.kill('SIGKILL');
+    await a.close();
   }
 });
