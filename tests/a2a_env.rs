@@ -87,6 +87,22 @@ async fn webhooks_ignore_proxy_variables_and_client_text_never_forges_a_log_line
     }
 }
 
+/// A `SendMessage` to `echo` that returns at once and asks for pushes to `url`.
+async fn send_with_webhook(a2a: &A2a, url: &str) -> serde_json::Value {
+    a2a.rpc(
+        "echo",
+        "SendMessage",
+        json!({
+            "message": message("hello", None),
+            "configuration": {
+                "returnImmediately": true,
+                "taskPushNotificationConfig": {"url": url, "token": "tok"},
+            },
+        }),
+    )
+    .await
+}
+
 /// Run by the outer test in a child process with the proxy variables set.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "run by webhooks_ignore_proxy_variables_and_client_text_never_forges_a_log_line"]
@@ -103,19 +119,7 @@ async fn inner_gateway_under_proxy_variables() {
 
     // A webhook URL with a line break (the URL parser would drop it) is refused.
     let forged_url = format!("http://127.0.0.1:9/hook\n{FORGED}");
-    let refused = a2a
-        .rpc(
-            "echo",
-            "SendMessage",
-            json!({
-                "message": message("hello", None),
-                "configuration": {
-                    "returnImmediately": true,
-                    "taskPushNotificationConfig": {"url": forged_url, "token": "t"},
-                },
-            }),
-        )
-        .await;
+    let refused = send_with_webhook(&a2a, &forged_url).await;
     assert_eq!(refused["error"]["code"], -32602, "{refused}");
 
     // Any field of any event: the real pipeline keeps it on its own line.
@@ -126,19 +130,7 @@ async fn inner_gateway_under_proxy_variables() {
 
     // A webhook is posted straight to its pinned address, not through the proxy.
     let (url, received) = http::webhook_sink(0).await;
-    let reply = a2a
-        .rpc(
-            "echo",
-            "SendMessage",
-            json!({
-                "message": message("hello", None),
-                "configuration": {
-                    "returnImmediately": true,
-                    "taskPushNotificationConfig": {"url": url, "token": "tok"},
-                },
-            }),
-        )
-        .await;
+    let reply = send_with_webhook(&a2a, &url).await;
     assert!(reply["result"]["task"]["id"].is_string(), "{reply}");
     assert_eventually!(Duration::from_secs(20), async {
         received
