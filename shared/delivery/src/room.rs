@@ -506,13 +506,19 @@ fn matches(filter: &str, subject: &str) -> bool {
     }
 }
 
+/// How many times [`count_unread`] tries its compare-and-set: more than the publishers a
+/// burst brings to one full goal at once in any test or bench (64), each round letting one in.
+const COUNT_ATTEMPTS: u32 = 256;
+
 /// Counts message `seq` as removed unread on `goal`'s cursor when the owner had not read it;
 /// returns the owner then (`None`: it had been read, handed out since it was chosen as
 /// `unhanded`, or the goal has closed). The compare-and-set orders this against a fetch
 /// handing it out: whichever writes the cursor first wins (a fetch that loses reads the stream
-/// again and no longer finds it). When racing
-/// writers win every compare-and-set, the count is left short but the owner is returned, so
-/// the sender is still told.
+/// again and no longer finds it). Every publisher that made room in one burst writes this one
+/// record, so a lost compare-and-set is tried again after a short pause spread by `seq` (each
+/// round one writer wins: 64 racing publishers settle in 64 rounds); only when racing writers
+/// win every one of [`COUNT_ATTEMPTS`] is the count left short — the owner is returned, so the
+/// sender is still told.
 async fn count_unread(
     cursors: &jetstream::kv::Store,
     goal: &GoalId,
@@ -522,7 +528,12 @@ async fn count_unread(
 ) -> Result<Option<switchboard_proto::AgentId>, async_nats::Error> {
     let key = cursor_key(goal);
     let mut owner = None;
-    for _ in 0..5 {
+    for attempt in 0..COUNT_ATTEMPTS {
+        if attempt > 0 {
+            // Spread the retries of publishers that lost together (their `seq`s differ).
+            let pause = 1 + (seq.wrapping_mul(7).wrapping_add(u64::from(attempt)) % 4);
+            tokio::time::sleep(Duration::from_millis(pause)).await;
+        }
         let Some(entry) = cursors.entry(&key).await.map_err(async_nats::Error::from)? else {
             return Ok(None);
         };
