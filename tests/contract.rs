@@ -99,3 +99,32 @@ fn the_asyncapi_document_passes_the_official_parser() {
     );
     assert!(stdout.contains("docs/asyncapi.yaml: valid"), "{stdout}");
 }
+
+/// Issue 38: `docs/mcp-tools.json` is the list of tools `switchboard mcp` offers, which both
+/// SDKs turn into their OpenAI and Anthropic tool definitions at build time: the same names,
+/// descriptions and schemas wherever an LLM meets the fabric. Regenerated with the contract.
+#[test]
+fn the_committed_tool_list_is_what_switchboard_mcp_offers() {
+    let _files = FILES
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let path = docs().join("mcp-tools.json");
+    let text = serde_json::to_string_pretty(&switchboard::tool_definitions()).unwrap() + "\n";
+    if std::env::var_os(WRITE).is_some() {
+        std::fs::write(&path, &text).unwrap();
+    }
+    assert!(
+        std::fs::read_to_string(&path).ok().as_deref() == Some(text.as_str()),
+        "the MCP tools changed and docs/mcp-tools.json is stale: \
+         regenerate with {WRITE}=1 cargo test -p switchboard-tests --test contract"
+    );
+    let tools = switchboard::tool_definitions();
+    let names: Vec<&str> = tools
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|tool| tool["name"].as_str())
+        .collect();
+    assert_eq!(names.len(), 13, "{names:?}");
+    assert!(names.contains(&"talk_to_agent") && names.contains(&"check_inbox"));
+}

@@ -40,3 +40,4 @@ pub mod permissions;
 mod traces;
 
 pub use cmd::run;
+pub use mcp::tool_definitions;

@@ -182,6 +182,27 @@ impl Unanswered {
     }
 }
 
+/// The tools `switchboard mcp` offers, as its `tools/list` shows them: name, description and
+/// input JSON Schema of each, sorted by name. The SDKs' LLM tool definitions are generated from
+/// this list (`docs/mcp-tools.json`, which the contract test keeps equal to it), so an LLM gets
+/// the same tools whether it reaches the fabric through MCP or through an SDK.
+pub fn tool_definitions() -> serde_json::Value {
+    let mut tools = SwitchboardMcp::tool_router().list_all();
+    tools.sort_by(|a, b| a.name.cmp(&b.name));
+    serde_json::Value::Array(
+        tools
+            .into_iter()
+            .map(|tool| {
+                serde_json::json!({
+                    "name": tool.name,
+                    "description": tool.description,
+                    "inputSchema": tool.input_schema,
+                })
+            })
+            .collect(),
+    )
+}
+
 impl SwitchboardMcp {
     fn new(agent: Arc<Agent>, goal: Arc<Goal>) -> Self {
         Self {
