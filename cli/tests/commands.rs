@@ -39,6 +39,36 @@ async fn an_agents_whole_life_from_the_command_line() {
         out.starts_with("goal ") && out.contains("inbox:    agent.inbox."),
         "{out}"
     );
+    // A named goal is the same goal each time it is opened (a restarted agent resumes it),
+    // and a bad name is refused with the service's kind.
+    let named = [
+        "goal",
+        "open",
+        "--as",
+        "beta",
+        "--name",
+        "main",
+        "--nats-url",
+        url,
+    ];
+    let (ok, first, err) = json(&named).await;
+    assert!(ok, "{err}");
+    let (ok, again, err) = json(&named).await;
+    assert!(ok, "{err}");
+    assert_eq!(first["goal_id"], again["goal_id"], "{first} {again}");
+    assert_ne!(first["goal_id"].as_str(), Some(goal.as_str()));
+    let (ok, _, err) = text(&[
+        "goal",
+        "open",
+        "--as",
+        "beta",
+        "--name",
+        "no/slash",
+        "--nats-url",
+        url,
+    ])
+    .await;
+    assert!(!ok && err.contains("bad_request"), "{err}");
 
     let (ok, out, _) = text(&["peers", "--as", "beta", "--nats-url", url]).await;
     assert!(ok);

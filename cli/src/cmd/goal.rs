@@ -25,7 +25,7 @@ pub(crate) struct GoalArgs {
 enum GoalCommand {
     /// Open a goal; prints its inbox subject (read it with `switchboard inbox`).
     #[command(
-        after_help = "Examples:\n  switchboard goal open --as researcher\n  switchboard goal open --as researcher --kind daemon --json | jq -r .goal_id\n  switchboard goal open --as auditor --overflow refuse"
+        after_help = "Examples:\n  switchboard goal open --as researcher\n  switchboard goal open --as researcher --kind daemon --json | jq -r .goal_id\n  switchboard goal open --as auditor --overflow refuse\n  switchboard goal open --as worker --name main"
     )]
     Open {
         #[command(flatten)]
@@ -39,8 +39,13 @@ enum GoalCommand {
         #[arg(long, value_parser = crate::card::parse_overflow)]
         overflow: Option<Overflow>,
         /// Re-open this goal (after a restart) instead of a new one.
-        #[arg(long, value_name = "GOAL_ID")]
+        #[arg(long, value_name = "GOAL_ID", conflicts_with = "name")]
         goal: Option<String>,
+        /// Open the agent's goal of this name: the same goal every time (an agent that
+        /// restarts finds what was sent while it was down), opened again if it is live.
+        /// 1–64 characters of `a-z`, `0-9`, `_`, `.` and `-`.
+        #[arg(long, value_name = "NAME")]
+        name: Option<String>,
         #[command(flatten)]
         conn: Connection,
     },
@@ -64,11 +69,12 @@ pub(crate) async fn run(args: GoalArgs) -> anyhow::Result<Value> {
             kind,
             overflow,
             goal,
+            name,
             conn,
         } => {
             let request = GoalOpenRequest {
                 goal_id: goal.as_deref().map(GoalId::parse).transpose()?,
-                name: None,
+                name,
                 kind: Some(kind),
                 overflow,
             };
