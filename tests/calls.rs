@@ -893,3 +893,104 @@ async fn waiting_calls_past_the_cap_are_refused_until_one_ends() {
         call.await.unwrap().unwrap();
     }
 }
+
+/// Issue 38, the Rust client: `Agent::serve` survives its handler. A call whose handler
+/// fails, or panics, is answered at once with `handler_error` (the caller does not wait for
+/// its 10 s deadline); a plain message whose handler fails goes to the dead letters with the
+/// reason; the loop goes on serving; and a stop lets the handler in progress finish and be
+/// acknowledged — nothing is handed out again to the next reader of the goal.
+#[tokio::test]
+async fn a_served_handler_that_fails_or_panics_answers_the_caller_and_serving_goes_on() {
+    use std::sync::Arc;
+    use switchboard_client::{HANDLER_ERROR, ServeOptions};
+    let fabric = Fabric::start().await;
+    let (alice, _alice_goal) = fabric.agent_with_goal("alice").await;
+    let worker = Arc::new(fabric.agent("worker").await);
+    let goal = worker.open_named_goal("main").await.unwrap();
+    let stop = tokio_util::sync::CancellationToken::new();
+    let serving = {
+        let worker = Arc::clone(&worker);
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let replier = Arc::clone(&worker);
+            worker
+                .serve(
+                    &goal,
+                    stop,
+                    ServeOptions {
+                        max_concurrent: 4,
+                        ..ServeOptions::default()
+                    },
+                    move |message| {
+                        let replier = Arc::clone(&replier);
+                        async move {
+                            match message.body.as_str() {
+                                "boom" => return Err("no such thing".to_owned()),
+                                "panic" => panic!("the model returned garbage"),
+                                "slow" => tokio::time::sleep(Duration::from_millis(800)).await,
+                                _ => {}
+                            }
+                            if let Some(call) = message.correlation_id {
+                                replier
+                                    .reply(call, &format!("done: {}", message.body))
+                                    .await
+                                    .map_err(|err| err.to_string())?;
+                            }
+                            Ok(())
+                        }
+                    },
+                )
+                .await
+                .map(|served| (served, goal))
+        })
+    };
+
+    for (question, text) in [
+        ("boom", "no such thing"),
+        ("panic", "the model returned garbage"),
+    ] {
+        let started = tokio::time::Instant::now();
+        let answer = alice
+            .call("worker", question, Duration::from_secs(10))
+            .await
+            .unwrap();
+        let error = answer.error.expect("an error answer");
+        assert_eq!(error.kind, HANDLER_ERROR);
+        assert!(error.message.contains(text), "{}", error.message);
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "answered at once, not at the deadline: {:?}",
+            started.elapsed()
+        );
+    }
+    let answer = alice
+        .call("worker", "hello", Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert_eq!(answer.body, "done: hello", "the loop goes on");
+
+    // A plain message whose handler fails: in the dead letters with its reason.
+    alice.send_to_peer("worker", "boom").await.unwrap();
+    let nats = fabric.nats.client().await;
+    assert_eventually!(Duration::from_secs(5), async {
+        switchboard_client::dlq_list(&nats, 10)
+            .await
+            .is_ok_and(|letters| letters.iter().any(|l| l.reason.contains("no such thing")))
+    });
+
+    // A stop while a handler runs: it finishes, and its message is acknowledged.
+    alice.send_to_peer("worker", "slow").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    stop.cancel();
+    let (served, goal) = serving.await.unwrap().unwrap();
+    assert_eq!(served.answered_with_error, 2, "{served:?}");
+    assert_eq!(served.rejected, 1, "{served:?}");
+    assert_eq!(served.handled, 2, "hello and slow: {served:?}");
+    assert!(
+        goal.recv(Duration::from_millis(300))
+            .await
+            .unwrap()
+            .is_none(),
+        "nothing is handed out again"
+    );
+}

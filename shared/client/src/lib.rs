@@ -19,6 +19,7 @@
 //! ```
 //!
 //! Layout: `agent.rs` (identity, registry calls, heartbeat), `goal.rs` (inbox reading),
+//! `serve.rs` (the crash-safe handler loop), `replies.rs` (answering calls),
 //! `stream.rs` (streamed calls), `tasks.rs` (task ops and the worker loop), `render.rs` (the
 //! `<peer-message>` block),
 //! `admin.rs` (operator views), `audit.rs` (trail queries), `dlq.rs` (dead letters), `error.rs`.
@@ -31,6 +32,7 @@ mod error;
 mod goal;
 mod render;
 mod replies;
+mod serve;
 mod serving;
 mod stream;
 mod tasks;
@@ -42,6 +44,7 @@ pub use dlq::{DeadLetter, Replayed, dlq_list, dlq_replay};
 pub use error::ClientError;
 pub use goal::{Delivery, Goal};
 pub use render::render_peer_messages_block;
+pub use serve::{HANDLER_ERROR, ServeOptions, Served};
 pub use serving::{current as serving_call, serving};
 pub use stream::{CallEvent, call_streamed_on};
 pub use switchboard_proto as proto;
