@@ -46,12 +46,19 @@ async fn the_python_sdk_suite_passes_against_a_real_fabric() {
                 "no:cacheprovider",
             ])
             .env("SWITCHBOARD_NATS_URL", fabric.url())
+            // The CLI, for the suite's secured fabric (`up --auth` with generated NKeys).
+            .env(
+                "SWITCHBOARD_BIN",
+                switchboard_tests::service_bin("switchboard"),
+            )
             .env("PYTHONPATH", installed.path()),
         Duration::from_secs(300),
         "the Python SDK suite (pytest)",
     )
     .await;
     assert!(stdout.contains("passed"), "{stdout}");
+    // Every test ran: the secured-fabric one skips only without SWITCHBOARD_BIN.
+    assert!(!stdout.contains("skipped"), "{stdout}");
 }
 
 /// Copies the SDK's sources (not its caches) from `from` into `to`.

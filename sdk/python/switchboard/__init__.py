@@ -2,14 +2,25 @@
 answer, give and work on tasks (docs/protocol.md is the contract this implements).
 
     from switchboard import Agent
+
+What the fabric answers is typed (``switchboard.wire``, generated from docs/schema): objects
+read with attributes that are dicts too. The ones the agent's methods return are exported here.
 """
 
 from .agent import Agent
+from .connection import ConfigError
 from .errors import (AccessDenied, BadRequest, Busy, CallFailed, CallTimeout, Conflict, Expired,
                      Internal, NotFound, SwitchboardError, Unavailable)
 from .message import Message, TaskHandle
 from .serving import HANDLER_ERROR
+from .wire import (CallAnswer, CallParked, CallPart, DeliveryReport, LookupReply, PartData,
+                   PartFile, PartText, PeerSummary, PendingCalls, ReplyAck, ReplyError,
+                   SendStatusReply, TaskList, TaskRecord, WireObject)
 
 __all__ = ["Agent", "Message", "TaskHandle", "SwitchboardError", "BadRequest", "AccessDenied",
            "NotFound", "Conflict", "Busy", "Expired", "CallTimeout", "CallFailed", "Unavailable",
-           "Internal", "HANDLER_ERROR"]
+           "Internal", "HANDLER_ERROR", "ConfigError",
+           # what the methods return (switchboard.wire has every wire type)
+           "WireObject", "CallAnswer", "CallPart", "CallParked", "DeliveryReport", "LookupReply",
+           "PeerSummary", "PendingCalls", "ReplyAck", "ReplyError", "SendStatusReply", "TaskList",
+           "TaskRecord", "PartText", "PartData", "PartFile"]

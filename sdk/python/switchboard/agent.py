@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import uuid
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from typing import Any, Literal
@@ -27,9 +28,11 @@ import nats
 from nats.errors import NoRespondersError
 
 from . import wire
+from .connection import nats_options
 from .errors import CallFailed, SwitchboardError, Unavailable, error_for
 from .message import Message, TaskHandle
 from .serving import ERROR_MESSAGE_MAX, Handler, Serving, default_signals
+from .tools import Toolbox
 
 JSON = dict[str, Any]
 #: A message part (docs/protocol.md §7): {"type": "text"|"data"|"file", …}.
@@ -72,18 +75,21 @@ class Agent:
         self._beats: asyncio.Task | None = None
         self._closed = asyncio.Event()
         self._serving: Serving | None = None
+        self._toolbox: Toolbox | None = None
 
     # ----------------------------------------------------------------------- the connection
     @classmethod
     async def connect(
         cls,
-        nats_url: str | Sequence[str],
-        agent_id: str,
+        nats_url: str | Sequence[str] | None = None,
+        agent_id: str | None = None,
         *,
         description: str = "",
         capabilities: Sequence[str] = (),
         card: Mapping[str, Any] | None = None,
-        nkey_seed: str | None = None,
+        nkey_seed: str | os.PathLike[str] | None = None,
+        creds: str | os.PathLike[str] | None = None,
+        context: str | None = None,
         goal: str | None = DEFAULT_GOAL,
         goal_kind: Literal["interactive", "background", "daemon"] = "daemon",
         goal_id: str | None = None,
@@ -91,9 +97,19 @@ class Agent:
         request_timeout: float = REQUEST_TIMEOUT_S,
     ) -> "Agent":
         """Connects as ``agent_id``, registers its card (§4.1, §5), opens its goal (§4.4) and
-        heartbeats every 10 s. ``nkey_seed`` signs in under the generated NATS accounts
-        (``switchboard nats-config``; needs the ``nkeys`` extra); replies always arrive under
-        ``_INBOX.<agent_id>``, the only inboxes those accounts let an agent read.
+        heartbeats every 10 s. Replies always arrive under ``_INBOX.<agent_id>``, the only
+        inboxes the generated NATS accounts let an agent read.
+
+        Signing in, as NATS users do (:mod:`switchboard.connection`): ``nkey_seed`` is an NKey
+        seed file (``switchboard nats-config`` writes ``agents/<agent_id>.nk``) or the seed
+        itself; ``creds`` a NATS credentials file (``user.creds``); both need the ``nkeys``
+        extra. ``context`` names a NATS CLI context (``~/.config/nats/context/<name>.json``,
+        under ``$XDG_CONFIG_HOME`` when set): its ``url`` (then ``nats_url`` may be left
+        out), ``creds``, ``nkey``, ``user``/``password``, ``token`` and TLS files. A URL,
+        ``creds`` or ``nkey_seed`` given here win over the context's. With neither a URL nor
+        ``context``, the context ``$NATS_CONTEXT`` names is used. A setting that cannot be
+        used (no such context, a missing file) raises
+        :class:`~switchboard.connection.ConfigError` (a ``ValueError``) before connecting.
 
         ``goal`` names the goal (1–64 characters of ``[a-z0-9_.-]``, default ``"main"``): the
         directory derives the goal's id from the agent and the name, so the same name is the
@@ -108,11 +124,12 @@ class Agent:
         Use it when an agent starts; ``async with`` it: a normal exit closes the goal and
         deregisters, an exception only disconnects (the goal and its messages wait for the
         restart)."""
+        if not agent_id:
+            raise TypeError("Agent.connect needs agent_id")
+        servers, sign_in = nats_options(nats_url, creds=creds, nkey_seed=nkey_seed,
+                                        context=context)
         options: dict[str, Any] = {"name": f"switchboard-py-{agent_id}",
-                                   "inbox_prefix": f"_INBOX.{agent_id}"}
-        if nkey_seed:
-            options["nkeys_seed_str"] = nkey_seed
-        servers = [nats_url] if isinstance(nats_url, str) else list(nats_url)
+                                   "inbox_prefix": f"_INBOX.{agent_id}", **sign_in}
         nc = await nats.connect(servers=servers, **options)
         agent = cls(nc, agent_id, request_timeout)
         body: JSON = {"description": description, "capabilities": list(capabilities)}
@@ -163,6 +180,17 @@ class Agent:
                     await self.request(f"agent.registry.deregister.{self.id}", {})
         with contextlib.suppress(Exception):
             await self.nc.close()
+
+    @property
+    def tools(self) -> Toolbox:
+        """The fabric as function-calling tools for an LLM, bound to this agent (the same
+        :class:`~switchboard.tools.Toolbox` each time): ``tools.openai()`` and
+        ``tools.anthropic()`` are the 13 tools of ``switchboard mcp`` in those formats, and
+        ``await tools.run(call)`` runs a model's tool call as this agent and returns the
+        result message to append to the conversation."""
+        if self._toolbox is None:
+            self._toolbox = Toolbox(self)
+        return self._toolbox
 
     @property
     def is_closed(self) -> bool:
@@ -232,32 +260,35 @@ class Agent:
         reply = await self.request(f"agent.registry.goal.close.{self.id}", {"goal_id": goal_id})
         if goal_id == self.goal_id:
             self.goal_id = self.goal_name = None
-        return reply
+        return wire.parse(wire.GoalCloseReply, reply)
 
     async def list_peers(self, *, limit: int | None = None,
                          after: str | None = None) -> list[wire.PeerSummary]:
         """Every other registered agent, with its card and status (§4.6): what an LLM looks
-        at to choose whom to ask. Each peer is a dict (``wire.PeerSummary``): ``agent_id``,
-        ``description``, ``capabilities``, ``status`` (``"idle"``, ``"busy"`` or
-        ``"offline"``: offline agents are listed too) and ``reachable`` (you may message it
-        and it has a live goal; an offline agent with a goal is reachable, its messages
-        wait). Every page, unless ``limit`` asks for one page."""
-        peers: list = []
+        at to choose whom to ask. Each peer is a ``wire.PeerSummary`` (attributes; a dict
+        too): ``agent_id``, ``description``, ``capabilities``, ``status`` (``"idle"``,
+        ``"busy"`` or ``"offline"``: offline agents are listed too) and ``reachable`` (you may
+        message it and it has a live goal; an offline agent with a goal is reachable, its
+        messages wait). Every page, unless ``limit`` asks for one page."""
+        peers: list[wire.PeerSummary] = []
         while True:
             body: JSON = {}
             if limit is not None:
                 body["limit"] = limit
             if after is not None:
                 body["after"] = after
-            page = await self.request(f"agent.registry.peers.{self.id}", body)
-            peers.extend(page["peers"])
-            if limit is not None or not page.get("next"):
+            page = wire.parse(wire.PeersReply,
+                              await self.request(f"agent.registry.peers.{self.id}", body))
+            peers.extend(page.peers)
+            if limit is not None or not page.next:
                 return peers
-            after = page["next"]
+            after = page.next
 
     async def lookup(self, agent_id: str) -> wire.LookupReply:
-        """One agent's card, status and live goals (§4.7)."""
-        return await self.request(f"agent.registry.lookup.{self.id}", {"agent_id": agent_id})
+        """One agent's card, status and live goals (§4.7): a ``wire.LookupReply``
+        (``reply.card.description``, ``reply.status``, ``reply.live_goals``)."""
+        return wire.parse(wire.LookupReply, await self.request(
+            f"agent.registry.lookup.{self.id}", {"agent_id": agent_id}))
 
     # ----------------------------------------------------------------------- the inbox
     async def messages(self, *, goal_id: str | None = None, batch: int = 16,
@@ -365,14 +396,14 @@ class Agent:
                    in_reply_to: Message | None = None, message_id: str | None = None,
                    kind: str | None = None) -> wire.DeliveryReport:
         """send_to_peer (§8): fire-and-forget into every live goal of ``to``. Returns the
-        delivery report, a dict (``wire.DeliveryReport``): ``message_id`` (the id given or
-        chosen here; absent when nothing was attempted), ``delivered_to`` (the goal ids that stored it; empty when nobody got
-        it), ``unreachable_reasons`` (why not, e.g. ``no live goals for `x```) and, for
-        ``to="skill:<name>"``, ``routed_to``. An unreachable peer is a reason in the report,
-        not an exception. Use it to tell, not to ask (``call`` waits for an answer).
-        ``receipt`` asks for ``delivered`` or ``read`` receipts, back in this goal's inbox;
-        ``in_reply_to`` threads the message and passes on its hop budget. The id is chosen
-        here, so a retry is stored once."""
+        delivery report, a ``wire.DeliveryReport`` (attributes; a dict too): ``message_id``
+        (the id given or chosen here; absent when nothing was attempted), ``delivered_to`` (the
+        goal ids that stored it; empty when nobody got it), ``unreachable_reasons`` (why not,
+        e.g. ``no live goals for `x```) and, for ``to="skill:<name>"``, ``routed_to``. An
+        unreachable peer is a reason in the report, not an exception. Use it to tell, not to
+        ask (``call`` waits for an answer). ``receipt`` asks for ``delivered`` or ``read``
+        receipts, back in this goal's inbox; ``in_reply_to`` threads the message and passes on
+        its hop budget. The id is chosen here, so a retry is stored once."""
         body = self._addressed(to, text, parts, metadata,
                                id=message_id or str(uuid.uuid4()))
         if receipt:
@@ -385,7 +416,8 @@ class Agent:
             if in_reply_to.ttl is not None:
                 body["ttl"] = in_reply_to.ttl
             trace = in_reply_to.trace
-        return await self.request(f"agent.send.{self.id}", body, trace=trace)
+        return wire.parse(wire.DeliveryReport,
+                          await self.request(f"agent.send.{self.id}", body, trace=trace))
 
     async def broadcast(self, text: str, **options: Any) -> wire.DeliveryReport:
         """A message to every agent this one may reach (§8, ``to: "*"``)."""
@@ -393,8 +425,9 @@ class Agent:
 
     async def send_status(self, message_id: str) -> wire.SendStatusReply:
         """Where a message sent with a ``receipt`` is, per goal: stored, delivered, read,
-        expired_unread (§8, Receipts)."""
-        return await self.request(f"agent.send.status.{self.id}", {"message_id": message_id})
+        expired_unread (§8, Receipts): ``status.goals``, each a ``wire.GoalReceipt``."""
+        return wire.parse(wire.SendStatusReply, await self.request(
+            f"agent.send.status.{self.id}", {"message_id": message_id}))
 
     # ----------------------------------------------------------------------- calls
     def _call_body(self, to: str, text: str, timeout_ms: int, parts: Sequence[Part],
@@ -412,8 +445,8 @@ class Agent:
                    parts: Sequence[Part] = (), metadata: Mapping[str, Any] | None = None,
                    serving: Message | None = None,
                    correlation_id: str | None = None) -> wire.CallAnswer:
-        """Asks ``to`` and waits for the answer (§9). Returns the ``CallAnswer``, a dict
-        (``wire.CallAnswer``): ``body`` (the answer's text; a streamed answer's parts joined),
+        """Asks ``to`` and waits for the answer (§9). Returns the ``wire.CallAnswer``
+        (attributes; a dict too): ``body`` (the answer's text; a streamed answer's parts joined),
         ``parts``, ``from_agent_id``, ``correlation_id``, ``answered_at``, ``streamed`` (how
         many parts it was streamed in). Use it when the next step needs the answer.
         ``serving`` is the call this one is made while answering: its deadline bounds this one
@@ -433,8 +466,8 @@ class Agent:
                           metadata: Mapping[str, Any] | None = None,
                           serving: Message | None = None,
                           correlation_id: str | None = None) -> wire.CallParked:
-        """Asks ``to`` without waiting (§9, ``wait: false``): ``CallParked`` at once (a dict:
-        ``correlation_id``, ``delivered_to``, ``deadline``); the answer (a ``kind: response``
+        """Asks ``to`` without waiting (§9, ``wait: false``): a ``wire.CallParked`` at once
+        (``correlation_id``, ``delivered_to``, ``deadline``); the answer (a ``kind: response``
         message with this ``correlation_id``) or a timeout notice (``kind: notify``) lands in
         this goal's inbox later. A streamed answer comes as ``response`` messages with
         ``message.part`` 1, 2, … then the final one (``part`` ``None``). An answer that is an
@@ -443,8 +476,8 @@ class Agent:
         when the agent has other work."""
         body = self._call_body(to, text, timeout_ms, parts, metadata, serving, correlation_id)
         body["wait"] = False
-        return await self.request(f"agent.call.{self.id}", body,
-                                  trace=serving.trace if serving else None)
+        return wire.parse(wire.CallParked, await self.request(
+            f"agent.call.{self.id}", body, trace=serving.trace if serving else None))
 
     async def call_stream(self, to: str, text: str, *, timeout_ms: int = CALL_TIMEOUT_MS,
                           parts: Sequence[Part] = (),
@@ -452,8 +485,8 @@ class Agent:
                           serving: Message | None = None,
                           correlation_id: str | None = None,
                           ) -> AsyncIterator[wire.CallPart | wire.CallAnswer]:
-        """Asks ``to`` and yields its answer as it comes (§9, "Streamed answers"), as dicts:
-        each part first, a ``CallPart`` (``partial: True``, ``part`` numbered from 1, ``body``
+        """Asks ``to`` and yields its answer as it comes (§9, "Streamed answers"): each part
+        first, a ``wire.CallPart`` (``partial`` true, ``part`` numbered from 1, ``body``
         that part's text, ``parts``), in order and without gaps; then, last, the final
         ``CallAnswer`` (no ``partial``), whose ``body`` is every part's text joined plus the
         final reply's (which may add nothing) and ``streamed`` the number of parts. A callee
@@ -464,10 +497,10 @@ class Agent:
         answer while it is written:
 
             async for event in agent.call_stream("writer", "draft"):
-                if event.get("partial"):
-                    print(event["body"], end="")       # part 1, 2, …
+                if isinstance(event, CallPart):
+                    print(event.body, end="")          # part 1, 2, …
                 else:
-                    answer = event                     # the whole answer"""
+                    answer = event                     # the whole answer (a CallAnswer)"""
         body = self._call_body(to, text, timeout_ms, parts, metadata, serving, correlation_id)
         body["stream"] = True
         inbox = self.nc.new_inbox()
@@ -484,31 +517,32 @@ class Agent:
                     msg = await sub.next_msg(timeout=max(left, 0.001))
                 except nats.errors.TimeoutError:
                     back = await self._parts_after(correlation_id, next_part - 1)
-                    for part in back.get("parts", []):
-                        if part["part"] == next_part:
+                    for part in back.parts:
+                        if part.part == next_part:
                             next_part += 1
                             yield part
-                    if back.get("answer"):
-                        yield _answered(back["answer"])
+                    if back.answer:
+                        yield _answered(back.answer)
                         return
                     raise error_for("timeout", 504,
                                     f"no answer from `{to}` within {timeout_ms} ms") from None
                 reply = _decode(f"agent.call.{self.id}", msg)
                 if reply.get("partial"):
-                    if reply["part"] > next_part:  # a gap: read back what is missing
+                    streamed = wire.parse(wire.CallPart, reply)
+                    if streamed.part > next_part:  # a gap: read back what is missing
                         back = await self._parts_after(correlation_id, next_part - 1)
-                        for part in back.get("parts", []):
-                            if part["part"] == next_part:
+                        for part in back.parts:
+                            if part.part == next_part:
                                 next_part += 1
                                 yield part
-                    if reply["part"] == next_part:
+                    if streamed.part == next_part:
                         next_part += 1
-                        yield reply
+                        yield streamed
                     continue
                 if reply.get("streamed", 0) >= next_part:  # parts that never arrived
                     back = await self._parts_after(correlation_id, next_part - 1)
-                    for part in back.get("parts", []):
-                        if part["part"] == next_part:
+                    for part in back.parts:
+                        if part.part == next_part:
                             next_part += 1
                             yield part
                 yield _answered(reply)
@@ -518,8 +552,8 @@ class Agent:
                 await sub.unsubscribe()
 
     async def _parts_after(self, correlation_id: str, after: int) -> wire.CallParts:
-        return await self.request(f"agent.calls.parts.{self.id}",
-                                  {"correlation_id": correlation_id, "after": after})
+        return wire.parse(wire.CallParts, await self.request(
+            f"agent.calls.parts.{self.id}", {"correlation_id": correlation_id, "after": after}))
 
     async def reply(self, correlation_id: str, text: str, *, parts: Sequence[Part] = (),
                     error: Mapping[str, str] | None = None,
@@ -540,7 +574,8 @@ class Agent:
             body["message"] = text
         if parts:
             body["parts"] = list(parts)
-        return await self.request(f"agent.reply.{self.id}", body, trace=trace)
+        return wire.parse(wire.ReplyAck,
+                          await self.request(f"agent.reply.{self.id}", body, trace=trace))
 
     async def reply_part(self, correlation_id: str, part: int, text: str, *,
                          parts: Sequence[Part] = (),
@@ -552,11 +587,14 @@ class Agent:
                       "part": part}
         if parts:
             body["parts"] = list(parts)
-        return await self.request(f"agent.reply.{self.id}", body, trace=trace)
+        return wire.parse(wire.ReplyAck,
+                          await self.request(f"agent.reply.{self.id}", body, trace=trace))
 
     async def pending_calls(self) -> wire.PendingCalls:
-        """This agent's open calls, ``outgoing`` and ``incoming`` (§9)."""
-        return await self.request(f"agent.calls.pending.{self.id}", {})
+        """This agent's open calls, ``outgoing`` and ``incoming`` (§9), each a list of
+        ``wire.PendingCall``."""
+        return wire.parse(wire.PendingCalls,
+                          await self.request(f"agent.calls.pending.{self.id}", {}))
 
     # ----------------------------------------------------------------------- tasks
     async def create_task(self, to: str, text: str, *, parts: Sequence[Part] = (),
@@ -570,9 +608,10 @@ class Agent:
         is recognised."""
         body = self._task_body(to, text, parts, deadline_in_ms, task_id, metadata, callback,
                                in_reply_to)
-        reply = await self.request(f"agent.task.create.{self.id}", body,
-                                   trace=in_reply_to.trace if in_reply_to else None)
-        return TaskHandle(self, reply["task"])
+        reply = wire.parse(wire.TaskReply, await self.request(
+            f"agent.task.create.{self.id}", body,
+            trace=in_reply_to.trace if in_reply_to else None))
+        return TaskHandle(self, reply.task)
 
     async def spawn(self, parent_task_id: str, to: str, text: str, **options: Any) -> TaskHandle:
         """A subtask of the task this agent is working on (§10, Subtasks); ``to="self"`` keeps
@@ -581,8 +620,8 @@ class Agent:
                                options.get("deadline_in_ms"), options.get("task_id"),
                                options.get("metadata"), options.get("callback"), None)
         body["parent_task_id"] = parent_task_id
-        reply = await self.request(f"agent.task.spawn.{self.id}", body)
-        return TaskHandle(self, reply["task"])
+        reply = wire.parse(wire.TaskReply, await self.request(f"agent.task.spawn.{self.id}", body))
+        return TaskHandle(self, reply.task)
 
     def _task_body(self, to, text, parts, deadline_in_ms, task_id, metadata, callback,
                    in_reply_to) -> JSON:
@@ -605,7 +644,8 @@ class Agent:
                       parts: Sequence[Part] = (),
                       trace: Mapping[str, str] | None = None) -> wire.TaskRecord:
         """One transition (§10): ``accept``, ``reject``, ``start``, ``progress``,
-        ``input_required``, ``complete``, ``fail`` or ``cancel``; the task after it."""
+        ``input_required``, ``complete``, ``fail`` or ``cancel``; the task after it, a
+        ``wire.TaskRecord`` (``record.state``, ``record.result``)."""
         body: JSON = {"task_id": task_id}
         if text is not None:
             body["message"] = text
@@ -613,29 +653,32 @@ class Agent:
             body["parts"] = list(parts)
         if op == "accept" and self.goal_id:
             body["from_goal_id"] = self.goal_id
-        return (await self.request(f"agent.task.{op}.{self.id}", body, trace=trace))["task"]
+        reply = await self.request(f"agent.task.{op}.{self.id}", body, trace=trace)
+        return wire.parse(wire.TaskReply, reply).task
 
     async def get_task(self, task_id: str) -> wire.TaskRecord:
         """A task this agent is a party of, as stored (§10)."""
-        return (await self.request(f"agent.task.get.{self.id}", {"task_id": task_id}))["task"]
+        reply = await self.request(f"agent.task.get.{self.id}", {"task_id": task_id})
+        return wire.parse(wire.TaskReply, reply).task
 
     async def list_tasks(self, **filters: Any) -> wire.TaskList:
         """This agent's tasks (§10): ``role``, ``state``, ``parent``, ``peer``, ``limit``,
-        ``cursor``, ``newest_first``; ``{tasks, next_cursor?, total?}``."""
-        return await self.request(f"agent.task.list.{self.id}", filters)
+        ``cursor``, ``newest_first``; a ``wire.TaskList``: ``tasks`` (each a
+        ``wire.TaskRecord``), ``next_cursor``, ``total``."""
+        return wire.parse(wire.TaskList, await self.request(f"agent.task.list.{self.id}", filters))
 
     async def cancel_task(self, task_id: str, reason: str | None = None) -> wire.TaskRecord:
         """Cancels a task this agent gave, and its open subtasks (§10)."""
         return await self.task_op("cancel", task_id, reason)
 
 
-def _answered(answer: JSON) -> JSON:
-    """``answer`` when it is an answer; :class:`CallFailed` when the callee answered with an
-    error (§9, ``error``)."""
+def _answered(answer: Mapping[str, Any]) -> wire.CallAnswer:
+    """``answer`` as a ``wire.CallAnswer`` when it is an answer; :class:`CallFailed` when the
+    callee answered with an error (§9, ``error``)."""
     failed = CallFailed.from_answer(answer)
     if failed is not None:
         raise failed
-    return answer
+    return wire.parse(wire.CallAnswer, answer)
 
 
 def _decode(subject: str, msg: Any) -> JSON:

@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from . import wire
+
 
 class SwitchboardError(Exception):
     """A request a service refused, or one no service answered."""
@@ -77,7 +79,7 @@ class CallFailed(SwitchboardError):
     its handler raised (kind ``handler_error``, what the SDKs' ``serve`` sends) or it chose to
     fail (``message.reply_error(...)``). Not the fabric's refusal: ``kind`` is the callee's
     word (1–64 characters of ``[a-z0-9_]``), ``message`` its text (at most 1024 characters),
-    ``code`` is always 502. ``answer`` is the whole ``CallAnswer`` (``correlation_id``,
+    ``code`` is always 502. ``answer`` is the whole ``wire.CallAnswer`` (``correlation_id``,
     ``from_agent_id``, ``answered_at``, ``error``), ``callee`` who answered. Do not retry it
     as it is: the callee will likely fail again."""
 
@@ -87,7 +89,7 @@ class CallFailed(SwitchboardError):
                  answer: Mapping[str, Any] | None = None):
         super().__init__(kind, self.code_for_callee_errors, message)
         self.callee = callee
-        self.answer: dict[str, Any] = dict(answer or {})
+        self.answer: wire.CallAnswer = wire.CallAnswer(answer or {})
         self.correlation_id: str | None = self.answer.get("correlation_id")
 
     def __str__(self) -> str:

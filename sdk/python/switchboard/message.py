@@ -7,8 +7,9 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from . import wire
+
 if TYPE_CHECKING:
-    from . import wire
     from .agent import Agent
     from .serving import Serving
 
@@ -24,7 +25,8 @@ class Message:
     def __init__(self, agent: "Agent", goal_id: str, entry: Mapping[str, Any]):
         self.agent, self.goal_id = agent, goal_id
         self.seq: int = entry["seq"]
-        self.raw: JSON = dict(entry["message"])
+        #: The message as it came (§7), a ``wire.InboxMessage`` (attributes; a dict too).
+        self.raw: wire.InboxMessage = wire.InboxMessage(entry["message"])
         #: The sender's W3C trace context, carried on by every answer to this message.
         self.trace = {k: entry[k] for k in ("traceparent", "tracestate") if entry.get(k)}
         self.acked = False
@@ -76,7 +78,9 @@ class Message:
         return self.raw.get("body", "")
 
     @property
-    def parts(self) -> list[JSON]:
+    def parts(self) -> list[wire.Part]:
+        """Its structured content: ``wire.PartText`` (``part.text``), ``wire.PartData``
+        (``part.data``), ``wire.PartFile`` (``part.uri``), each a dict too."""
         return list(self.raw.get("parts", []))
 
     @property
@@ -102,27 +106,28 @@ class Message:
         return self.metadata.get("call_deadline")
 
     @property
-    def error(self) -> JSON | None:
-        """A parked call's answer (``kind: response``) that is an error instead: ``{"kind",
-        "message"}`` (the callee's handler raised, or it answered with ``reply_error``);
-        ``None`` for a real answer. :meth:`raise_for_error` raises it as
-        :class:`~switchboard.errors.CallFailed`."""
+    def error(self) -> wire.ReplyError | None:
+        """A parked call's answer (``kind: response``) that is an error instead: a
+        ``wire.ReplyError`` (``error.kind``, ``error.message``; the callee's handler raised,
+        or it answered with ``reply_error``); ``None`` for a real answer.
+        :meth:`raise_for_error` raises it as :class:`~switchboard.errors.CallFailed`."""
         if self.kind != "response":
             return None
         error = self.metadata.get("error")  # §9: a parked caller's failed answer
-        return dict(error) if isinstance(error, Mapping) else None
+        return wire.ReplyError(error) if isinstance(error, Mapping) else None
 
     def raise_for_error(self) -> None:
         """Raises :class:`~switchboard.errors.CallFailed` when this is a call's answer that is
         an error (:attr:`error`); does nothing otherwise."""
         from .errors import CallFailed
 
-        if self.error is not None:
-            raise CallFailed(str(self.error.get("kind") or "unknown"),
-                             str(self.error.get("message") or ""), callee=self.sender,
+        error = self.error
+        if error is not None:
+            raise CallFailed(str(error.kind or "unknown"), str(error.message or ""),
+                             callee=self.sender,
                              answer={"correlation_id": self.correlation_id,
                                      "from_agent_id": self.sender, "body": self.body,
-                                     "error": self.error})
+                                     "error": error})
 
     @property
     def part(self) -> int | None:
@@ -210,11 +215,13 @@ class Message:
 
 class TaskHandle:
     """A task, from either side: the requester cancels it and reads it, the assignee moves it
-    through its states (§10, "States and who may do what")."""
+    through its states (§10, "States and who may do what"). ``record`` is the task as last
+    read, a ``wire.TaskRecord`` (``task.record.result_parts``, ``task.record.history``…)."""
 
     def __init__(self, agent: "Agent", record: Mapping[str, Any],
                  trace: Mapping[str, str] | None = None):
-        self.agent, self.record, self.trace = agent, dict(record), trace
+        self.agent, self.trace = agent, trace
+        self.record: wire.TaskRecord = wire.TaskRecord(record)
         self.id: str = record["task_id"]
 
     @property
@@ -285,14 +292,15 @@ class TaskHandle:
         """A subtask of this task (``to="self"`` keeps it)."""
         return await self.agent.spawn(self.id, to, text, **options)
 
-    async def answer(self, text: str) -> JSON:
+    async def answer(self, text: str) -> wire.DeliveryReport:
         """(Requester) answers the assignee's question (``input_required``): a message to it
         naming the task (``metadata.task_id``), in reply to the task (§10: there is no answer
-        op)."""
+        op). Returns its ``wire.DeliveryReport``."""
         body: JSON = {"to": self.record["assignee"], "message": text, "id": str(uuid.uuid4()),
                       "metadata": {"task_id": self.id}}
         if self.agent.goal_id:
             body["from_goal_id"] = self.agent.goal_id
         if self.record.get("message_id"):
             body["in_reply_to"] = self.record["message_id"]
-        return await self.agent.request(f"agent.send.{self.agent.id}", body, trace=self.trace)
+        return wire.parse(wire.DeliveryReport, await self.agent.request(
+            f"agent.send.{self.agent.id}", body, trace=self.trace))

@@ -8,8 +8,8 @@ import uuid
 
 import pytest
 
-from switchboard import (Agent, BadRequest, CallFailed, CallTimeout, Conflict, NotFound,
-                         SwitchboardError)
+from switchboard import (Agent, BadRequest, CallAnswer, CallFailed, CallPart, CallTimeout,
+                         Conflict, NotFound, PeerSummary, SwitchboardError, wire)
 
 URL = os.environ.get("SWITCHBOARD_NATS_URL", "nats://127.0.0.1:4222")
 
@@ -44,14 +44,18 @@ def test_register_heartbeat_peers_and_leave():
         first, second = name("peer"), name("peer")
         async with await Agent.connect(URL, first, description="the first") as a:
             async with await Agent.connect(URL, second, capabilities=["search"]):
-                peers = {p["agent_id"]: p for p in await a.list_peers(limit=200)}
-                assert second in peers
-                assert peers[second]["capabilities"] == ["search"]
+                # Typed objects (attributes) that are the reply's dicts too (issue 38).
+                peers = {p.agent_id: p for p in await a.list_peers(limit=200)}
+                assert second in peers and isinstance(peers[second], PeerSummary)
+                assert peers[second].capabilities == ["search"] == peers[second]["capabilities"]
+                assert peers[second].status == "idle" and peers[second].reachable
                 found = await a.lookup(second)
-                assert found["card"]["agent_id"] == second and found["live_goals"]
+                assert isinstance(found.card, wire.AgentCard)
+                assert found.card.agent_id == second and found.live_goals
+                assert found["card"]["agent_id"] == second
             # Gone: closed its goal and deregistered.
             found = await a.lookup(second)
-            assert found["status"] == "offline" and not found["live_goals"]
+            assert found.status == "offline" and not found.live_goals
     run(scenario)
 
 
@@ -62,7 +66,8 @@ def test_send_read_and_ack_at_least_once():
                 await Agent.connect(URL, reader) as r:
             for i in range(3):
                 report = await s.send(reader, f"hello {i}")
-                assert report["delivered_to"] == [r.goal_id]
+                assert report.delivered_to == [r.goal_id] == report["delivered_to"]
+                assert report.unreachable_reasons == [] and report.message_id
             seen = []
             async for message in r.messages(wait_ms=200):
                 seen.append(message.body)
@@ -97,14 +102,17 @@ def test_a_waiting_call_a_parked_call_and_errors():
                     await message.reply(f"re: {message.body}")
             worker = await serve(b, answer)
             got = await a.call(callee, "ping", timeout_ms=10_000)
-            assert got["body"] == "re: ping" and got["from_agent_id"] == callee
+            assert isinstance(got, CallAnswer) and got.error is None and got.streamed == 0
+            assert got.body == "re: ping" and got.from_agent_id == callee
+            assert got["body"] == "re: ping"
             parked = await a.call_parked(callee, "later", timeout_ms=10_000)
+            assert isinstance(parked, wire.CallParked) and parked.delivered_to
             response = None
             async for message in a.messages(wait_ms=200):
                 if message.kind == "response":
                     response = message
                     break
-            assert response.correlation_id == parked["correlation_id"]
+            assert response.correlation_id == parked.correlation_id
             assert response.body == "re: later"
             await stop(worker)
             # Errors are the kind's class.
@@ -141,7 +149,8 @@ def test_a_streamed_call_and_asking_back():
             answering = await serve(a, answer_questions)
             events = [e async for e in a.call_stream(writer, "draft", timeout_ms=10_000)]
             assert [e.get("part") for e in events[:-1]] == [1, 2]
-            assert events[-1]["body"] == "one two three"
+            assert all(isinstance(e, CallPart) for e in events[:-1])
+            assert isinstance(events[-1], CallAnswer) and events[-1].body == "one two three"
             got = await a.call(writer, "title?", timeout_ms=10_000)
             assert got["body"] == "a short title"
             await stop(worker)
@@ -184,7 +193,12 @@ def test_a_task_through_every_state_and_the_cancel_tree():
                         break
             assert updates[-1] == "completed" and "working" in updates
             done = await task.refresh()
-            assert done.record["result"] == "done as pdf"
+            assert done.record["result"] == "done as pdf" == done.record.result == done.result
+            last = done.record.history[-1]
+            assert isinstance(last, wire.TaskTransition)
+            assert (last.from_, last.op, last.to) == ("working", "complete", "completed")
+            listed = await b.list_tasks(role="requester")
+            assert task.id in [t.task_id for t in listed.tasks]
 
             # A tree: canceling the parent cancels the open subtask.
             big = await b.create_task(worker_id, "big job")
@@ -278,7 +292,7 @@ def test_a_broadcast_reaches_every_peer_and_tasks_can_be_rejected_or_failed():
             task = await given.task().accept()
             await task.start()
             assert (await task.fail("it broke")).state == "failed"
-            assert (await failed.refresh()).record["reason"] == "it broke"
+            assert (await failed.refresh()).record.reason == "it broke"
     run(scenario)
 
 
@@ -537,8 +551,10 @@ def test_a_stream_ends_with_no_final_text_and_reply_error_fails_the_call():
             assert [(e.get("part"), e["body"]) for e in events[:-1]] == [(1, "one"), (2, " two")]
             assert events[-1]["body"] == "one two" and events[-1].get("streamed") == 2
             assert "partial" not in events[-1]
+            assert [(e.part, e.body) for e in events[:-1] if isinstance(e, CallPart)] == [
+                (1, "one"), (2, " two")]
             answer = await a.call(writer, "stream, then nothing", timeout_ms=10_000)
-            assert answer["body"] == "only part" and answer.get("streamed") == 1
+            assert answer.body == "only part" and answer.streamed == 1
             with pytest.raises(CallFailed) as failed:
                 await a.call(writer, "frobnicate", timeout_ms=10_000)
             assert failed.value.kind == "not_supported"
