@@ -26,13 +26,18 @@ async fn the_typescript_sdk_suite_passes_against_a_real_fabric() {
             .current_dir(&sdk)
             .args(["--test", "--test-reporter=spec"])
             .args(&files)
-            .env("SWITCHBOARD_NATS_URL", fabric.url()),
+            .env("SWITCHBOARD_NATS_URL", fabric.url())
+            // The CLI, for the suite's secured fabric (`up --auth` with generated NKeys).
+            .env(
+                "SWITCHBOARD_BIN",
+                switchboard_tests::service_bin("switchboard"),
+            ),
         Duration::from_secs(300),
         "the TypeScript SDK suite",
     )
     .await;
     assert!(
-        stdout.contains("pass ") && stdout.contains("fail 0"),
+        stdout.contains("pass ") && stdout.contains("fail 0") && stdout.contains("skipped 0"),
         "{stdout}"
     );
 }

@@ -1,6 +1,8 @@
 // Generates src/wire/<Type>.ts from the committed JSON Schemas (docs/schema/*.json, which the
-// Rust wire types generate), and src/wire/index.ts exporting each type by name. Run by
-// `npm run build`; the generated files are not committed, so they never drift.
+// Rust wire types generate), and src/wire/index.ts exporting each type by name; and
+// src/tools.generated.ts from docs/mcp-tools.json (the tools `switchboard mcp` lists, which the
+// Rust code generates), for src/tools.ts. Run by `npm run build`; the generated files are not
+// committed, so they never drift.
 import { readdirSync, readFileSync, mkdirSync, writeFileSync, rmSync } from 'node:fs';
 import { join, dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -31,3 +33,33 @@ writeFileSync(
     names.map((n) => `export type { ${n} } from './${n}.js';`).join('\n') + '\n',
 );
 console.log(`generated ${names.length} wire types into src/wire`);
+
+// The MCP tools, as `switchboard mcp` lists them: name, description, inputSchema. Checked here
+// so that a malformed file fails the build rather than a model's request.
+const toolsFile = join(here, '..', '..', '..', 'docs', 'mcp-tools.json');
+const tools = JSON.parse(readFileSync(toolsFile, 'utf8'));
+if (!Array.isArray(tools) || !tools.length) throw new Error(`${toolsFile}: not a list of tools`);
+const seen = new Set();
+for (const tool of tools) {
+  const { name, description, inputSchema } = tool ?? {};
+  if (typeof name !== 'string' || !/^[a-zA-Z0-9_-]{1,64}$/.test(name) || seen.has(name)
+    || typeof description !== 'string' || !description
+    || inputSchema?.type !== 'object') {
+    throw new Error(`${toolsFile}: a tool without a unique name, a description and an object `
+      + `inputSchema: ${JSON.stringify(tool).slice(0, 200)}`);
+  }
+  seen.add(name);
+}
+writeFileSync(
+  join(here, '..', 'src', 'tools.generated.ts'),
+  '// Generated from docs/mcp-tools.json by scripts/generate-types.mjs; do not edit.\n' +
+    '// The tools of `switchboard mcp`: name, description, inputSchema (JSON Schema).\n\n' +
+    '/** The name of one of the fabric\'s tools. */\n' +
+    `export type ToolName =\n${tools.map((t) => `  | ${JSON.stringify(t.name)}`).join('\n')};\n\n` +
+    '/** One tool as the MCP server lists it. */\n' +
+    'export interface ToolDefinition {\n  name: ToolName;\n  description: string;\n' +
+    '  inputSchema: Record<string, unknown>;\n}\n\n' +
+    '/** Every tool, in the order of docs/mcp-tools.json. */\n' +
+    `export const TOOL_DEFINITIONS: readonly ToolDefinition[] = ${JSON.stringify(tools, null, 2)};\n`,
+);
+console.log(`generated ${tools.length} tool definitions into src/tools.generated.ts`);

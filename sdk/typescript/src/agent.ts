@@ -3,12 +3,14 @@
 
 import { AsyncLocalStorage } from 'node:async_hooks';
 
-import { connect, createInbox, headers, nkeyAuthenticator, RequestError, TimeoutError }
-  from '@nats-io/transport-node';
+import { connect, createInbox, headers, RequestError, TimeoutError } from '@nats-io/transport-node';
 import type { Msg, MsgHdrs, NatsConnection } from '@nats-io/transport-node';
 
+import { signIn } from './connection.js';
+import type { SignIn } from './connection.js';
 import { CallFailed, errorFor, SwitchboardError, Unavailable } from './errors.js';
 import type { CallError } from './errors.js';
+import { Toolbox } from './tools.js';
 import type {
   AgentCard, CallAnswer, CallParked, CallPart, CallParts, DeliveryReport, FetchReply,
   LookupReply, PeersReply, PendingCalls, ReplyAck, SendRequest, SendStatusReply, TaskList,
@@ -29,14 +31,20 @@ const REQUEST_TIMEOUT_MS = 10_000; // a send may retry a goal's delivery for up 
 const CALL_TIMEOUT_MS = 30_000; // §9: the correlator's default
 const ERROR_TEXT_MAX = 1024; // §9: an error answer's `message`
 
-/** What `Agent.connect` takes besides the URL and the id. */
-export interface ConnectOptions {
+/** What `Agent.connect` takes besides the URL and the id. How it signs in, as NATS users do
+ * (at most one of `creds` and `nkeySeed`; either replaces the context's credentials):
+ * - `creds`: path to a NATS credentials file (`.creds`, a user JWT and its seed);
+ * - `nkeySeed`: path to an NKey seed file (`switchboard nats-config` writes
+ *   `agents/<id>.nk`), or the seed itself (`SU…`);
+ * - `context`: a NATS CLI context by name, `$XDG_CONFIG_HOME/nats/context/<name>.json`
+ *   (default `~/.config/nats/context/`): its `url` (when `connect` is given no URL), its
+ *   credentials (`creds`, `nkey`, `user` and `password`, or `token`) and TLS files (`ca`,
+ *   `cert`, `key`). */
+export interface ConnectOptions extends SignIn {
   description?: string;
   capabilities?: string[];
   /** More card fields (§5): skills, ACLs, max_concurrent_tasks, metadata. */
   card?: Partial<AgentCard>;
-  /** Sign in with this NKey seed (`switchboard nats-config` writes one per agent). */
-  nkeySeed?: string;
   goalKind?: 'interactive' | 'background' | 'daemon';
   /** The goal's name (§4.4; 1–64 characters of [a-z0-9_.-]), default `"main"`. The directory
    * derives the goal id from (agent id, name), so the same name always opens the same goal:
@@ -134,6 +142,7 @@ export class Agent {
   /** The name the current goal was opened by (§4.4), if any. */
   goalName: string | undefined;
   private beats: NodeJS.Timeout | undefined;
+  private toolbox: Toolbox | undefined;
   private closed = false;
   private closing: Promise<void> | undefined;
   private server: Server | undefined;
@@ -143,16 +152,16 @@ export class Agent {
 
   /** Connects as `agentId`, registers its card (§4.1), opens a goal (§4.4) and heartbeats
    * every 10 s. Replies arrive under `_INBOX.<agentId>`, the only inboxes the generated NATS
-   * accounts let an agent read. Call `close()` when the agent stops. */
-  static async connect(natsUrl: string | string[], agentId: string,
+   * accounts let an agent read. `natsUrl` may be `undefined` (or `null`) when
+   * `options.context` names a NATS CLI context with a `url`. Throws before connecting when a
+   * credentials, seed or context file is missing or malformed (the message names the file).
+   * Call `close()` when the agent stops. */
+  static async connect(natsUrl: string | string[] | null | undefined, agentId: string,
     options: ConnectOptions = {}): Promise<Agent> {
     const nc = await connect({
-      servers: natsUrl,
+      ...signIn(natsUrl, options),
       name: `switchboard-ts-${agentId}`,
       inboxPrefix: `_INBOX.${agentId}`,
-      // Seed files end with a newline (`switchboard nats-config` writes them so).
-      authenticator: options.nkeySeed
-        ? nkeyAuthenticator(new TextEncoder().encode(options.nkeySeed.trim())) : undefined,
     });
     const agent = new Agent(nc, agentId, options.requestTimeoutMs ?? REQUEST_TIMEOUT_MS);
     try {
@@ -208,6 +217,15 @@ export class Agent {
     return this.close();
   }
 
+  /** The fabric as tools for an LLM (function calling), bound to this agent: `.openai()` and
+   * `.anthropic()` give the definitions, `.run(call)` / `.runAll(calls)` run a model's tool
+   * calls and give back results in the model's format. One `Toolbox` per agent (it keeps what
+   * `check_inbox` showed, for `reply_to_peer`); `new Toolbox(agent, options)` makes another. */
+  get tools(): Toolbox {
+    this.toolbox ??= new Toolbox(this);
+    return this.toolbox;
+  }
+
   /** Whether `close` was called. */
   get isClosed(): boolean {
     return this.closed || this.closing !== undefined;
@@ -258,16 +276,27 @@ export class Agent {
 
   /** The agents this one may reach, with cards and status (§4.6): whom an LLM may ask.
    * Every page, unless `limit` asks for one page of that size. */
-  async listPeers(opts: { limit?: number; after?: string } = {}): Promise<PeersReply['peers']> {
+  async listPeers(opts: { limit?: number; after?: string; skill?: string } = {}):
+    Promise<PeersReply['peers']> {
     const peers: PeersReply['peers'] = [];
     let after = opts.after;
     for (;;) {
-      const page = await this.request<PeersReply>(`agent.registry.peers.${this.id}`,
-        { ...opts, after });
+      const page = await this.peersPage({ ...opts, after });
       peers.push(...page.peers);
       if (opts.limit !== undefined || !page.next) return peers;
       after = page.next;
     }
+  }
+
+  /** One page of peers (§4.6), in id order: `peers`, and `next` (the `after` of the next page)
+   * when there are more. `skill`: only agents whose card lists it. */
+  async peersPage(opts: { limit?: number; after?: string; skill?: string } = {}):
+    Promise<PeersReply> {
+    const body: Json = {};
+    if (opts.after !== undefined) body.after = opts.after;
+    if (opts.limit !== undefined) body.limit = opts.limit;
+    if (opts.skill !== undefined) body.skill = opts.skill;
+    return this.request<PeersReply>(`agent.registry.peers.${this.id}`, body);
   }
 
   /** One agent's card, status and live goals (§4.7). */
@@ -354,22 +383,26 @@ export class Agent {
   // ------------------------------------------------------------------- messages
   /** send_to_peer (§8): into every live goal of `to`; the delivery report. Use it to tell,
    * not to ask (`call` waits). `receipt` asks for delivered/read receipts; `inReplyTo`
-   * threads it and passes on the hop budget. */
+   * threads it (a message, which also passes on its hop budget, or a message id);
+   * `correlationId` is carried to the receiver unchanged. */
   async send(to: string, text: string, opts: {
-    parts?: Part[]; metadata?: Json; receipt?: 'delivered' | 'read'; inReplyTo?: Message;
-    messageId?: string;
+    parts?: Part[]; metadata?: Json; receipt?: 'delivered' | 'read';
+    inReplyTo?: Message | string; messageId?: string; correlationId?: string;
   } = {}): Promise<DeliveryReport> {
     const body: Json = { to, message: text, id: opts.messageId ?? crypto.randomUUID() };
     if (this.goalId) body.from_goal_id = this.goalId;
     if (opts.parts?.length) body.parts = opts.parts;
     if (opts.metadata) body.metadata = opts.metadata;
     if (opts.receipt) body.receipt = opts.receipt;
-    if (opts.inReplyTo) {
-      body.in_reply_to = opts.inReplyTo.id;
-      if (opts.inReplyTo.raw.ttl !== undefined) body.ttl = opts.inReplyTo.raw.ttl;
+    if (opts.correlationId) body.correlation_id = opts.correlationId;
+    const inReplyTo = typeof opts.inReplyTo === 'string' ? undefined : opts.inReplyTo;
+    if (typeof opts.inReplyTo === 'string') body.in_reply_to = opts.inReplyTo;
+    if (inReplyTo) {
+      body.in_reply_to = inReplyTo.id;
+      if (inReplyTo.raw.ttl !== undefined) body.ttl = inReplyTo.raw.ttl;
     }
     return this.request<DeliveryReport>(`agent.send.${this.id}`, body,
-      { trace: opts.inReplyTo?.trace });
+      { trace: inReplyTo?.trace });
   }
 
   /** A message to every agent this one may reach (§8, `to: "*"`). */
@@ -405,6 +438,7 @@ export class Agent {
     if (this.goalId) body.from_goal_id = this.goalId;
     if (opts.parts?.length) body.parts = opts.parts;
     if (opts.metadata) body.metadata = opts.metadata;
+    if (opts.receipt) body.receipt = opts.receipt;
     if (opts.serving) {
       if (opts.serving.correlationId) body.parent_correlation_id = opts.serving.correlationId;
       body.in_reply_to = opts.serving.id;
@@ -550,17 +584,24 @@ export class Agent {
   /** Hands `to` work with a state, followed to its end (§10): for work that takes long, may
    * ask questions or splits into subtasks. Updates come to this goal. */
   async createTask(to: string, text: string, opts: TaskOptions = {}): Promise<TaskHandle> {
-    const reply = await this.request<TaskReply>(`agent.task.create.${this.id}`,
-      this.taskBody(to, text, opts));
-    return new TaskHandle(this, reply.task);
+    return new TaskHandle(this, (await this.createTaskReply(to, text, opts)).task);
   }
 
   /** A subtask of the task this agent works on (§10); `to: "self"` keeps it. */
   async spawn(parentTaskId: string, to: string, text: string, opts: TaskOptions = {}):
     Promise<TaskHandle> {
-    const reply = await this.request<TaskReply>(`agent.task.spawn.${this.id}`,
+    return new TaskHandle(this, (await this.createTaskReply(to, text, opts, parentTaskId)).task);
+  }
+
+  /** @internal `createTask` (or, with `parentTaskId`, `spawn`): the whole reply, with
+   * `delivered_to` and `deadline_clamped`. */
+  async createTaskReply(to: string, text: string, opts: TaskOptions = {}, parentTaskId?: string):
+    Promise<TaskReply> {
+    if (parentTaskId === undefined) {
+      return this.request<TaskReply>(`agent.task.create.${this.id}`, this.taskBody(to, text, opts));
+    }
+    return this.request<TaskReply>(`agent.task.spawn.${this.id}`,
       { ...this.taskBody(to, text, opts), parent_task_id: parentTaskId });
-    return new TaskHandle(this, reply.task);
   }
 
   private taskBody(to: string, text: string, opts: TaskOptions): Json {
@@ -570,6 +611,7 @@ export class Agent {
     if (opts.deadlineInMs !== undefined) body.deadline_in_ms = opts.deadlineInMs;
     if (opts.metadata) body.metadata = opts.metadata;
     if (opts.inReplyTo) body.in_reply_to = opts.inReplyTo.id;
+    if (opts.receipt) body.receipt = opts.receipt;
     return body;
   }
 
@@ -582,12 +624,17 @@ export class Agent {
    * fail, cancel; the task after it. */
   async taskOp(op: string, taskId: string, text?: string,
     opts: { parts?: Part[]; trace?: Trace } = {}): Promise<TaskRecord> {
+    return (await this.taskOpReply(op, taskId, text, opts)).task;
+  }
+
+  /** @internal `taskOp`: the whole reply, with `duplicate` and (a cancel's) `descendants`. */
+  async taskOpReply(op: string, taskId: string, text?: string,
+    opts: { parts?: Part[]; trace?: Trace } = {}): Promise<TaskReply> {
     const body: Json = { task_id: taskId };
     if (text !== undefined) body.message = text;
     if (opts.parts?.length) body.parts = opts.parts;
     if (op === 'accept' && this.goalId) body.from_goal_id = this.goalId;
-    return (await this.request<TaskReply>(`agent.task.${op}.${this.id}`, body,
-      { trace: opts.trace })).task;
+    return this.request<TaskReply>(`agent.task.${op}.${this.id}`, body, { trace: opts.trace });
   }
 
   /** A task this agent is a party of (§10). */
@@ -608,6 +655,9 @@ export interface CallOptions {
   metadata?: Json;
   /** The call being answered while this one is made (§9, the chain and budgets). */
   serving?: Message;
+  /** Receipts for the question while the call waits (§8, "Receipts"): `kind: receipt`
+   * messages in this goal when the callee's session receives (and reads) it. */
+  receipt?: 'delivered' | 'read';
   /** The call's id. Choose it and send the same call again with it after `Unavailable`: the
    * retry joins the first call instead of asking twice (§9, "Retrying a call"). */
   correlationId?: string;
@@ -621,6 +671,9 @@ export interface TaskOptions {
   metadata?: Json;
   /** The message that prompted the task (threads it in the audit trail). */
   inReplyTo?: Message;
+  /** Receipts for the task message (§8, "Receipts"): when the assignee's session receives
+   * (and reads) it. */
+  receipt?: 'delivered' | 'read';
 }
 
 /** One inbox message (§7). `kind`: message, request (a call: `reply`), response, notify,

@@ -1,9 +1,22 @@
 // Switchboard agents in TypeScript (Node 20+, ESM only): connect to the NATS fabric, serve your
-// inbox, send, call and answer, give and work on tasks. docs/protocol.md is the contract this
-// implements; the wire types (./wire) are generated from docs/schema.
+// inbox, send, call and answer, give and work on tasks; hand the fabric to an LLM as tools
+// (OpenAI and Anthropic function calling). docs/protocol.md is the contract this implements;
+// the wire types (./wire) are generated from docs/schema, the tools from docs/mcp-tools.json.
 export { Agent, Message, TaskHandle } from './agent.js';
 export type {
   CallOptions, ConnectOptions, Handler, Part, ServeOptions, TaskOptions, TaskRecord, Trace,
 } from './agent.js';
+export { contextDir, readContext } from './connection.js';
+export type { NatsContext, SignIn } from './connection.js';
 export * from './errors.js';
+export {
+  anthropicTools, openaiResponsesTools, openaiTools, renderPeerMessages, TOOL_DEFINITIONS,
+  toolDefinitions, Toolbox,
+} from './tools.js';
+export type {
+  AnthropicTool, AnthropicToolResult, AnthropicToolUse, OpenAIResponsesTool,
+  OpenAIResponsesToolCall, OpenAIResponsesToolOutput, OpenAITool, OpenAIToolCall,
+  OpenAIToolMessage, ResultOf, ToolboxOptions, ToolCall, ToolCallResult, ToolDefinition,
+  ToolName, ToolOutcome,
+} from './tools.js';
 export type * from './wire/index.js';
