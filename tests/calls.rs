@@ -896,8 +896,8 @@ async fn waiting_calls_past_the_cap_are_refused_until_one_ends() {
 
 /// Issue 38, the Rust client: `Agent::serve` survives its handler. A call whose handler
 /// fails, or panics, is answered at once with `handler_error` (the caller does not wait for
-/// its 10 s deadline); a plain message whose handler fails goes to the dead letters with the
-/// reason; the loop goes on serving; and a stop lets the handler in progress finish and be
+/// its 10 s deadline); a task whose handler fails is rejected for its requester; a plain
+/// message whose handler fails goes to the dead letters with the reason; the loop goes on; and a stop lets the handler in progress finish and be
 /// acknowledged — nothing is handed out again to the next reader of the goal.
 #[tokio::test]
 async fn a_served_handler_that_fails_or_panics_answers_the_caller_and_serving_goes_on() {
@@ -926,6 +926,15 @@ async fn a_served_handler_that_fails_or_panics_answers_the_caller_and_serving_go
                         async move {
                             match message.body.as_str() {
                                 "boom" => return Err("no such thing".to_owned()),
+                                "take, then boom" => {
+                                    // Taken (accepted, not started) before it fails.
+                                    let task = message.task.as_ref().map(|task| task.id);
+                                    replier
+                                        .accept_task(task.unwrap_or_default())
+                                        .await
+                                        .map_err(|err| err.to_string())?;
+                                    return Err("gave up".to_owned());
+                                }
                                 "panic" => panic!("the model returned garbage"),
                                 "slow" => tokio::time::sleep(Duration::from_millis(800)).await,
                                 _ => {}
@@ -978,6 +987,37 @@ async fn a_served_handler_that_fails_or_panics_answers_the_caller_and_serving_go
             .is_ok_and(|letters| letters.iter().any(|l| l.reason.contains("no such thing")))
     });
 
+    // A task whose handler fails: its requester sees it rejected, with the reason.
+    let task = alice
+        .give_task("worker", "boom")
+        .await
+        .unwrap()
+        .task
+        .task_id;
+    assert_eventually!(Duration::from_secs(5), async {
+        alice.get_task(task).await.is_ok_and(|record| {
+            record.state == switchboard_proto::TaskState::Rejected
+                && record
+                    .reason
+                    .as_deref()
+                    .is_some_and(|r| r.contains("no such thing"))
+        })
+    });
+
+    // Taken first: failed (started first: only a working task can fail), with the reason.
+    let task = alice
+        .give_task("worker", "take, then boom")
+        .await
+        .unwrap()
+        .task
+        .task_id;
+    assert_eventually!(Duration::from_secs(5), async {
+        alice.get_task(task).await.is_ok_and(|record| {
+            record.state == switchboard_proto::TaskState::Failed
+                && record.reason.as_deref() == Some("gave up")
+        })
+    });
+
     // A stop while a handler runs: it finishes, and its message is acknowledged.
     alice.send_to_peer("worker", "slow").await.unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -985,6 +1025,7 @@ async fn a_served_handler_that_fails_or_panics_answers_the_caller_and_serving_go
     let (served, goal) = serving.await.unwrap().unwrap();
     assert_eq!(served.answered_with_error, 2, "{served:?}");
     assert_eq!(served.rejected, 1, "{served:?}");
+    assert_eq!(served.tasks_ended, 2, "{served:?}");
     assert_eq!(served.handled, 2, "hello and slow: {served:?}");
     assert!(
         goal.recv(Duration::from_millis(300))

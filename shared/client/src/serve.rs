@@ -5,9 +5,10 @@
 //!
 //! - **A failing handler never loses its message.** A call is answered at once with
 //!   `error = {kind: "handler_error", message: <the error's text>}` (its caller gets the error,
-//!   not a timeout); any other message is rejected into the dead letters with the text as the
-//!   reason (`switchboard dlq list`, `dlq replay`). A panic counts as a failure. Then the next
-//!   message is served.
+//!   not a timeout); a task is rejected (not taken yet) or failed (taken) with the text as the
+//!   reason, so its requester is told; any other message is rejected into the dead letters
+//!   with the text as the reason (`switchboard dlq list`, `dlq replay`). A panic counts as a
+//!   failure. Then the next message is served.
 //! - **Acknowledgements stay cumulative and correct** with many handlers at once: the goal's
 //!   cursor passes a message only when every message before it is settled ([`Delivery::ack`]).
 //! - **A graceful stop** (the `stop` token): no new message is started, the handlers in
@@ -19,7 +20,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use switchboard_proto::{InboxMessage, MessageKind};
+use switchboard_proto::{GoalId, InboxMessage, MessageKind, TaskState};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -57,6 +58,8 @@ pub struct Served {
     pub handled: u64,
     /// Calls whose handler failed, answered with a `handler_error` (acknowledged).
     pub answered_with_error: u64,
+    /// Tasks whose handler failed, rejected or failed for their requester (acknowledged).
+    pub tasks_ended: u64,
     /// Other messages whose handler failed, rejected into the dead letters.
     pub rejected: u64,
 }
@@ -65,6 +68,7 @@ pub struct Served {
 enum Outcome {
     Handled,
     Answered,
+    TaskEnded,
     Rejected,
     /// Not settled (the fabric could not take the ack, answer or reject): given back, so it
     /// is handed out again.
@@ -76,8 +80,8 @@ impl Agent {
     /// `options.max_concurrent` at once, each in the span of its delivery (its replies, calls
     /// and sends join the sender's trace) and, for a call, as the handling of that call (calls
     /// it makes name it as their parent). `Ok(())` acknowledges the message; `Err(text)` or a
-    /// panic answers a call with a `handler_error` or rejects any other message into the dead
-    /// letters, and the loop goes on. The handler replies to calls itself
+    /// panic answers a call with a `handler_error`, rejects or fails a task for its requester,
+    /// or rejects any other message into the dead letters, and the loop goes on. The handler replies to calls itself
     /// ([`Agent::reply`]); it gets the message, and reaches the agent through its own `Arc`.
     ///
     /// Returns once `stop` is cancelled and every handler in progress has finished and been
@@ -112,8 +116,9 @@ impl Agent {
                 let Some(delivery) = delivery else { continue };
                 let agent = Arc::clone(self);
                 let handler = Arc::clone(&handler);
+                let goal_id = goal.id();
                 running.spawn(async move {
-                    let outcome = handle(&agent, delivery, handler.as_ref()).await;
+                    let outcome = handle(&agent, goal_id, delivery, handler.as_ref()).await;
                     drop(slot);
                     outcome
                 });
@@ -136,6 +141,7 @@ fn count(served: &mut Served, done: Result<Outcome, tokio::task::JoinError>) {
     match done {
         Ok(Outcome::Handled) => served.handled += 1,
         Ok(Outcome::Answered) => served.answered_with_error += 1,
+        Ok(Outcome::TaskEnded) => served.tasks_ended += 1,
         Ok(Outcome::Rejected) => served.rejected += 1,
         // The settling task itself cannot panic (the handler runs in a task of its own);
         // given back, the message comes again.
@@ -145,7 +151,12 @@ fn count(served: &mut Served, done: Result<Outcome, tokio::task::JoinError>) {
 
 /// Runs the handler on one delivery in a task of its own (a panic is caught there) and
 /// settles the delivery by how it ended.
-async fn handle<F, Fut>(agent: &Arc<Agent>, delivery: Delivery, handler: &F) -> Outcome
+async fn handle<F, Fut>(
+    agent: &Arc<Agent>,
+    goal: GoalId,
+    delivery: Delivery,
+    handler: &F,
+) -> Outcome
 where
     F: Fn(InboxMessage) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Result<(), String>> + Send + 'static,
@@ -187,6 +198,24 @@ where
         text
     };
     tracing::warn!(parent: &span, error = %text, seq = delivery.seq, "the handler failed");
+    if let Some(task) = delivery
+        .message
+        .task
+        .as_ref()
+        .filter(|_| delivery.message.kind == MessageKind::Task)
+        .map(|task| task.id)
+    {
+        // The requester is told: the task is rejected (not taken yet) or failed (taken).
+        if end_task(agent, goal, task, &text)
+            .instrument(span.clone())
+            .await
+        {
+            return match delivery.ack().instrument(span).await {
+                Ok(_) => Outcome::TaskEnded,
+                Err(_) => Outcome::GivenBack,
+            };
+        }
+    }
     if let Some(correlation_id) = call {
         match agent
             .reply_error(correlation_id, HANDLER_ERROR, &text)
@@ -215,6 +244,41 @@ where
     match delivery.reject(&text).instrument(span).await {
         Ok(()) => Outcome::Rejected,
         Err(_) => Outcome::GivenBack,
+    }
+}
+
+/// Ends task `task` whose handler failed with `text`, in `goal`: rejected while still
+/// submitted, failed once taken (started first when only accepted or waiting for input: the
+/// state machine fails only working tasks), left alone when it ended already. `false` when
+/// that could not be done — the task is gone, it is not this agent's, another goal of this
+/// agent took it — and the message is then rejected into the dead letters as any other.
+async fn end_task(agent: &Agent, goal: GoalId, task: uuid::Uuid, text: &str) -> bool {
+    let Ok(record) = agent.get_task(task).await else {
+        return false;
+    };
+    if record.assignee != *agent.id() {
+        return false;
+    }
+    let ended = match record.state {
+        state if state.is_terminal() => return true,
+        TaskState::Submitted => agent.reject_task(task, text).await,
+        // Another goal of this agent took it: its work is that goal's to end.
+        _ if record.assignee_goal.is_some_and(|taker| taker != goal) => return false,
+        TaskState::Working => agent.fail_task(task, text).await,
+        _ => match agent.start_task(task).await {
+            Ok(_) => agent.fail_task(task, text).await,
+            Err(err) => Err(err),
+        },
+    };
+    match ended {
+        Ok(_) => true,
+        // Ended meanwhile (canceled, or its deadline passed): nothing left to tell.
+        Err(err) => matches!(
+            err.kind(),
+            Some(
+                switchboard_proto::ErrorKind::TaskTerminal | switchboard_proto::ErrorKind::Expired
+            )
+        ),
     }
 }
 
