@@ -330,10 +330,14 @@ class Agent:
         - **A handler that raises never loses its message, and serving goes on.** A call is
           answered at once with ``error = {"kind": "handler_error", "message": <the
           exception's text, at most 1024 characters>}``: its caller's ``call`` raises
-          :class:`~switchboard.errors.CallFailed` instead of waiting for the deadline. Any
-          other message is rejected into the dead letters (§7, ``ack`` with ``reject``) with
-          the exception's text as the reason (``switchboard dlq list`` shows it,
-          ``switchboard dlq replay`` puts it back). The exception is logged (logger
+          :class:`~switchboard.errors.CallFailed` instead of waiting for the deadline. A
+          task (``kind: task``) is ended for its requester with the exception's text as the
+          reason: ``rejected`` while still ``submitted``, ``failed`` once this goal accepted
+          it (started first if need be), left alone if it has ended already; the message is
+          then acknowledged. Any other message, and a task that cannot be ended (gone, held
+          by another goal, refused), is rejected into the dead letters (§7, ``ack`` with
+          ``reject``) with the exception's text as the reason (``switchboard dlq list`` shows
+          it, ``switchboard dlq replay`` puts it back). The exception is logged (logger
           ``switchboard``).
         - **Up to ``max_concurrent`` handlers run at once**, and acknowledgements stay
           cumulative and correct: the goal's cursor moves through a message only when it and
@@ -343,9 +347,11 @@ class Agent:
         - **A graceful stop** on any of ``stop_signals`` (default SIGTERM and SIGINT; ``()``
           installs none) or :meth:`stop`: no new message is started, the handlers in progress
           finish and are acknowledged, then the goal is closed and the agent deregistered, and
-          ``serve`` returns. A second signal stops at once: the handlers still running are
-          cancelled, unacknowledged, and the goal is kept (as after a crash). Signals are
-          handled only on the main thread's event loop (elsewhere, call :meth:`stop`).
+          ``serve`` returns. An idle loop does not wait out its held read (``wait_ms``): the
+          read is dropped and the stop takes only the goal's close and the deregistration. A
+          second signal stops at once: the handlers still running are cancelled,
+          unacknowledged, and the goal is kept (as after a crash). Signals are handled only on
+          the main thread's event loop (elsewhere, call :meth:`stop`).
 
         A handler that returns without answering a call leaves its caller waiting until the
         call's deadline: answer every call (``reply``, ``end_stream`` or ``reply_error``).

@@ -49,7 +49,8 @@ class Message:
         with ``reject``; an operator lists them with ``switchboard dlq list`` and can replay
         one), and every earlier message of the goal counts as done. Under
         :meth:`Agent.serve` the reject is made in order, once the handler returns (and a
-        handler that raises is rejected this way by itself)."""
+        handler that raises on a message that is neither a call nor a task is rejected this
+        way by itself)."""
         if self._serving is not None:
             self._reject_reason = reason or "rejected"
             return

@@ -5,10 +5,16 @@ What it guarantees:
 
 - **A handler that raises never loses its message.** A call (§9) is answered at once with
   ``error = {"kind": "handler_error", "message": <the exception's text>}``, so its caller gets
-  :class:`~switchboard.errors.CallFailed` instead of waiting for the deadline; any other
-  message is rejected into the dead letters (§7, ``ack`` with ``seq`` and ``reject``) with
-  the exception's text as the reason, where an operator sees it (``switchboard dlq list``) and
-  can put it back (``switchboard dlq replay``). Then the next message is served.
+  :class:`~switchboard.errors.CallFailed` instead of waiting for the deadline. A task (§10,
+  ``kind: task``) is ended for its requester with the exception's text as the reason:
+  ``rejected`` while it is still ``submitted``, ``failed`` once this goal accepted it (from
+  ``accepted`` or ``input_required`` it is started first, since only a ``working`` task can
+  fail); a task that has ended already is left as it is. Either way the message is then
+  acknowledged. Any other message (and a task that cannot be ended: it is gone, another goal
+  holds it, the fabric refused) is rejected into the dead letters (§7, ``ack`` with ``seq``
+  and ``reject``) with the exception's text as the reason, where an operator sees it
+  (``switchboard dlq list``) and can put it back (``switchboard dlq replay``). Then the next
+  message is served.
 - **Acknowledgements stay cumulative and correct** however many handlers run at once: the
   goal's cursor moves through a sequence only when every message at or below it is done, so a
   crash hands out again exactly the messages not finished (and, being at least once, perhaps a
@@ -27,10 +33,10 @@ import inspect
 import logging
 import signal
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from .errors import Expired, SwitchboardError, Unavailable
+from .errors import Expired, SwitchboardError, Unavailable, error_for
 from .message import Message
 
 if TYPE_CHECKING:
@@ -42,6 +48,8 @@ log = logging.getLogger("switchboard")
 HANDLER_ERROR = "handler_error"
 #: The most of an exception's text an error answer carries (the wire's limit).
 ERROR_MESSAGE_MAX = 1024
+#: The task states nothing changes again (docs/protocol.md §10).
+TERMINAL_TASK_STATES = ("completed", "failed", "rejected", "canceled")
 
 Handler = Callable[[Message], Awaitable[Any] | Any]
 
@@ -235,9 +243,13 @@ class Serving:
         await self._advance()
 
     async def _after_failure(self, message: Message, exc: Exception) -> str | None:
-        """A raising handler's message: a call is answered with the error at once (``None``:
-        then acknowledged); anything else is to be rejected with the reason returned."""
+        """A raising handler's message: a call is answered with the error at once, a task is
+        ended for its requester (``None``: then acknowledged); anything else is to be
+        rejected with the reason returned."""
         text = exception_text(exc)
+        task = message.raw.get("task")  # only the task service writes it (§8: not a send)
+        if message.kind == "task" and isinstance(task, Mapping) and task.get("id"):
+            return await self._end_task(message, str(task["id"]), text)
         if not message.is_call:
             return text
         try:
@@ -249,6 +261,46 @@ class Serving:
             log.warning("switchboard: could not answer call %s with its error (%s); "
                         "rejecting it", message.correlation_id, failed)
             return f"{text} (the error answer failed: {failed})"
+
+    async def _end_task(self, message: Message, task_id: str, text: str) -> str | None:
+        """Ends the task of a ``kind: task`` message whose handler raised, so that its
+        requester hears why (§10): ``reject`` while it is ``submitted``; ``fail`` once this
+        goal accepted it (``start`` first from ``accepted`` or ``input_required``: only a
+        ``working`` task fails); nothing once it ended. ``None`` when it is done (the message
+        is then acknowledged), else the reason to reject the message with (the task is gone,
+        another goal took it, or the fabric refused)."""
+        agent = self.agent
+        reason = text if text.strip() else "the handler failed"
+
+        async def op(name: str, body: str | None = None) -> None:
+            await agent.task_op(name, task_id, body, trace=message.trace)
+
+        try:
+            record = await agent.get_task(task_id)
+            state = record.get("state")
+            if record.get("assignee") != agent.id:
+                raise error_for("not_allowed", 403, f"task {task_id} is not given to {agent.id}")
+            if state == "submitted":
+                await op("reject", reason)
+            elif state in ("accepted", "working", "input_required"):
+                holder = record.get("assignee_goal")
+                if holder not in (None, self.goal_id, agent.goal_id):
+                    raise error_for("conflict", 409,
+                                    f"task {task_id} is held by another goal ({holder})")
+                if state != "working":
+                    await op("start")
+                await op("fail", reason)
+            elif state not in TERMINAL_TASK_STATES:
+                raise error_for("illegal_transition", 409,
+                                f"task {task_id} is {state}: it cannot be ended")
+            return None  # ended now, or already: the requester has its answer
+        except Exception as failed:  # gone, held elsewhere, refused: keep the message
+            if isinstance(failed, SwitchboardError) and failed.kind in ("expired",
+                                                                        "task_terminal"):
+                return None  # it ended meanwhile (its deadline, a cancel): nothing to do
+            log.warning("switchboard: could not end task %s after its handler raised (%s); "
+                        "rejecting its message", task_id, failed)
+            return f"{text} (the task could not be ended: {failed})"
 
     async def _advance(self) -> None:
         """Moves the cursor through every message done at the front of the order: one ack

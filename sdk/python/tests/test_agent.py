@@ -403,6 +403,61 @@ def test_a_raising_handler_answers_its_caller_at_once_rejects_a_message_and_serv
     run(scenario)
 
 
+def test_a_handler_that_raises_on_a_task_ends_it_for_the_requester_and_serves_on():
+    import nats
+
+    async def scenario():
+        requester, worker_id = name("requester"), name("flaky")
+        handled = []
+        async with await Agent.connect(URL, requester) as a, \
+                await Agent.connect(URL, worker_id) as w:
+            async def handle(message):
+                if message.kind == "task":
+                    if message.body != "refuse":
+                        task = await message.task().accept()
+                        if message.body == "start, then raise":
+                            await task.start()
+                    raise RuntimeError(f"cannot do {message.body!r}")
+                handled.append(message.body)
+            worker = await serving(w, handle)
+
+            async def ended(task):
+                """The task's end as its requester sees it, within two seconds."""
+                started = asyncio.get_running_loop().time()
+                while (await task.refresh()).state not in ("completed", "failed", "rejected",
+                                                           "canceled"):
+                    assert asyncio.get_running_loop().time() - started < 2.0, task.state
+                    await asyncio.sleep(0.05)
+                return task.state, task.reason
+
+            # Raised before accepting: the task is rejected, with the exception's text.
+            refused = await a.create_task(worker_id, "refuse", deadline_in_ms=60_000)
+            assert await ended(refused) == ("rejected", "cannot do 'refuse'")
+            # Raised after accepting (and after starting): it fails, with the text.
+            accepted = await a.create_task(worker_id, "accept, then raise")
+            assert await ended(accepted) == ("failed", "cannot do 'accept, then raise'")
+            started = await a.create_task(worker_id, "start, then raise")
+            assert await ended(started) == ("failed", "cannot do 'start, then raise'")
+            ops = [step.op for step in started.record.history]
+            assert ops == ["accept", "start", "fail"], ops
+
+            # The worker serves on; its task messages were acknowledged, not dead letters.
+            await a.send(worker_id, "after them")
+            await until(lambda: "after them" in handled)
+            assert await eventually(lambda: _nothing_unread(w)), await unread(w)
+            watcher = await nats.connect(URL)
+            try:
+                with pytest.raises(nats.js.errors.NotFoundError):
+                    await watcher.jetstream().get_last_msg(
+                        "AGENT_DLQ", f"agent.dlq.AGENT_INBOX.inbox-{w.goal_id}")
+            finally:
+                await watcher.close()
+            assert not worker.done()  # still serving
+            await w.stop()
+            await worker
+    run(scenario)
+
+
 async def _nothing_unread(agent: Agent) -> bool:
     return (await unread(agent))["unread"] == 0
 

@@ -60,6 +60,14 @@ def test_the_quick_start_runs_as_written(tmp_path):
     assert found["live_goals"] == [] and found["status"] == "offline", found
 
 
+def test_every_python_block_compiles():
+    """The blocks that are not run (signing in, the model loops) are at least valid Python."""
+    code = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
+    assert len(code) >= 6, len(code)
+    for block in code:
+        compile(block, "README.md", "exec")
+
+
 async def lookup(agent_id: str) -> dict:
     """`agent.registry.lookup` of `agent_id` (the caller need not be registered, §4.7)."""
     import nats

@@ -30,6 +30,8 @@ const HEARTBEAT_EVERY_MS = 10_000; // §4.2: offline after 30 s of silence
 const REQUEST_TIMEOUT_MS = 10_000; // a send may retry a goal's delivery for up to 8 s (§8)
 const CALL_TIMEOUT_MS = 30_000; // §9: the correlator's default
 const ERROR_TEXT_MAX = 1024; // §9: an error answer's `message`
+/** The task states nothing changes again (§10). */
+const TERMINAL_TASK_STATES = ['completed', 'failed', 'rejected', 'canceled'];
 
 /** What `Agent.connect` takes besides the URL and the id. How it signs in, as NATS users do
  * (at most one of `creds` and `nkeySeed`; either replaces the context's credentials):
@@ -153,7 +155,8 @@ export class Agent {
   /** Connects as `agentId`, registers its card (§4.1), opens a goal (§4.4) and heartbeats
    * every 10 s. Replies arrive under `_INBOX.<agentId>`, the only inboxes the generated NATS
    * accounts let an agent read. `natsUrl` may be `undefined` (or `null`) when
-   * `options.context` names a NATS CLI context with a `url`. Throws before connecting when a
+   * `options.context` names a NATS CLI context with a `url`; with neither, the context
+   * `$NATS_CONTEXT` names is used (when it is set). Throws before connecting when a
    * credentials, seed or context file is missing or malformed (the message names the file).
    * Call `close()` when the agent stops. */
   static async connect(natsUrl: string | string[] | null | undefined, agentId: string,
@@ -341,13 +344,18 @@ export class Agent {
    *
    * A handler that throws loses nothing either, and the loop goes on with the next message:
    * a call is answered at once with an error (`error: {kind: "handler_error", message: <the
-   * error's text>}`, which the caller gets as `CallFailed`); any other message is rejected
-   * (§7, `ack` with `reject`: it goes to the dead letters with the error's text as the reason,
-   * where an operator can `switchboard dlq replay` it).
+   * error's text>}`, which the caller gets as `CallFailed`); a task (`kind: task`) is ended
+   * for its requester with the error's text as the reason (`rejected` while still
+   * `submitted`, `failed` once this goal accepted it, started first if need be; left alone if
+   * it ended already) and its message acknowledged; any other message, and a task that cannot
+   * be ended (gone, held by another goal, refused), is rejected (§7, `ack` with `reject`: it
+   * goes to the dead letters with the error's text as the reason, where an operator can
+   * `switchboard dlq replay` it).
    *
    * On SIGTERM or SIGINT (`stopSignals`), or `close()`, it stops gracefully: it takes no new
    * message, lets the handlers in progress finish and acknowledges them, then closes the goal,
-   * deregisters and disconnects; then the promise resolves. Do not `await agent.close()` and
+   * deregisters and disconnects; then the promise resolves. An idle loop does not wait out its
+   * held read (`waitMs`): the read is dropped at once. Do not `await agent.close()` and
    * `await agent.serve()` from one function at once before the loop returns: call close from a
    * handler or a signal. */
   async serve(handler: Handler, opts: ServeOptions = {}): Promise<void> {
@@ -989,7 +997,11 @@ class Server {
         // An onError that throws changes nothing below.
       }
       const text = errorText(err);
-      if (message.isCall) {
+      // `task` is written only by the task service (§8: a send cannot set it).
+      const taskId = (message.raw.task as { id?: string } | undefined)?.id;
+      if (message.kind === 'task' && taskId) {
+        entry.reject = await this.endTask(message, taskId, text);
+      } else if (message.isCall) {
         try {
           await message.replyError('handler_error', text);
         } catch (replyErr) {
@@ -1005,6 +1017,47 @@ class Server {
     }
     entry.done = true;
     await this.commit();
+  }
+
+  /** Ends the task of a `kind: task` message whose handler threw, so that its requester
+   * hears why (§10): `reject` while it is `submitted`; `fail` once this goal accepted it
+   * (`start` first from `accepted` or `input_required`: only a `working` task fails); nothing
+   * once it ended. `undefined` when that is done (the message is then acknowledged), else the
+   * reason to reject the message with (the task is gone, another goal took it, or the fabric
+   * refused). */
+  private async endTask(message: Message, taskId: string, text: string):
+    Promise<string | undefined> {
+    const agent = this.agent;
+    const reason = text.trim() ? text : 'the handler failed';
+    const op = (name: string, body?: string) =>
+      agent.taskOp(name, taskId, body, { trace: message.trace });
+    try {
+      const record = await agent.getTask(taskId);
+      const state = record.state;
+      if (record.assignee !== agent.id) {
+        throw errorFor('not_allowed', 403, `task ${taskId} is not given to ${agent.id}`);
+      }
+      if (state === 'submitted') {
+        await op('reject', reason);
+      } else if (state === 'accepted' || state === 'working' || state === 'input_required') {
+        const holder = record.assignee_goal;
+        if (holder && holder !== this.goal && holder !== agent.goalId) {
+          throw errorFor('conflict', 409, `task ${taskId} is held by another goal (${holder})`);
+        }
+        if (state !== 'working') await op('start');
+        await op('fail', reason);
+      } else if (!TERMINAL_TASK_STATES.includes(state as string)) {
+        throw errorFor('illegal_transition', 409, `task ${taskId} is ${state}: it cannot be ended`);
+      }
+      return undefined; // ended now, or already: the requester has its answer
+    } catch (err) {
+      if (err instanceof SwitchboardError && ['expired', 'task_terminal'].includes(err.kind)) {
+        return undefined; // it ended meanwhile (its deadline, a cancel): nothing to do
+      }
+      console.error(`switchboard: could not end task ${taskId} after its handler failed; `
+        + 'rejecting its message:', err);
+      return `${text} (the task could not be ended: ${errorText(err, 200)})`;
+    }
   }
 
   /** Acknowledges the done messages at the front of the window: one `through` for a run of

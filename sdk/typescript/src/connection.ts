@@ -21,7 +21,8 @@ export interface SignIn {
    * itself (`SU…`). */
   nkeySeed?: string;
   /** A NATS CLI context by name: `$XDG_CONFIG_HOME/nats/context/<name>.json` (default
-   * `~/.config/nats/context/<name>.json`), as `nats context save` writes it. */
+   * `~/.config/nats/context/<name>.json`), as `nats context save` writes it. With neither a URL
+   * nor `context`, the context `$NATS_CONTEXT` names is used, if it is set. */
   context?: string;
 }
 
@@ -40,6 +41,10 @@ export interface NatsContext {
   key?: string;
   tls_first?: boolean;
 }
+
+/** The environment variable the nats CLI reads a context name from: used when `connect` is
+ * given neither a URL nor a `context`. */
+export const CONTEXT_ENV = 'NATS_CONTEXT';
 
 /** A seed as `nkeys` encodes one: `S`, the key type, then base32 (58 characters in all). */
 const SEED = /^S[A-Z2-7]{57}$/;
@@ -137,22 +142,28 @@ function nkeyFrom(seedOrPath: string, what: string): Authenticator {
 }
 
 /** The servers, authenticator and TLS files of a connection: `natsUrl` when given, else the
- * context's URL; `creds` or `nkeySeed` when given (an empty string is none), else the
- * context's credentials (creds, nkey, user and password, or token, the first the context
- * has). */
+ * context's URL (the `context` option's, else, with no URL either, `$NATS_CONTEXT`'s);
+ * `creds` or `nkeySeed` when given (an empty string is none), else the context's
+ * credentials (creds, nkey, user and password, or token, the first the context has). */
 export function signIn(natsUrl: string | string[] | null | undefined, options: SignIn):
   Pick<NodeConnectionOptions, 'servers' | 'authenticator' | 'tls'> {
   if (options.creds && options.nkeySeed) {
     throw new Error('give `creds` or `nkeySeed`, not both');
   }
-  const context = options.context !== undefined ? readContext(options.context) : undefined;
-  const from = context ? `NATS context "${options.context}" (${context.path}):` : '';
   let servers: string | string[] | undefined = natsUrl ?? undefined;
-  if (servers === undefined || (Array.isArray(servers) && !servers.length) || servers === '') {
+  const noUrl = servers === undefined || (Array.isArray(servers) && !servers.length)
+    || servers === '';
+  // With neither a URL nor a context, the context $NATS_CONTEXT names (as the nats CLI does).
+  const contextName = options.context
+    ?? (noUrl && process.env[CONTEXT_ENV] ? process.env[CONTEXT_ENV] : undefined);
+  const context = contextName !== undefined ? readContext(contextName) : undefined;
+  const from = context ? `NATS context "${contextName}" (${context.path}):` : '';
+  if (noUrl) {
     servers = context?.url?.split(',').map((url) => url.trim()).filter(Boolean);
     if (!servers?.length) {
       throw new Error(context ? `${from} no \`url\`: give the NATS URL to connect` : 'no NATS URL: '
-        + 'give one (e.g. nats://127.0.0.1:4222) or a `context` that has a `url`');
+        + 'give one (e.g. nats://127.0.0.1:4222), a `context` that has a `url`, or '
+        + `$${CONTEXT_ENV}`);
     }
   }
   let authenticator: Authenticator | undefined;

@@ -19,12 +19,15 @@ import { Agent, contextDir, readContext } from '../src/index.js';
 const URL = process.env.SWITCHBOARD_NATS_URL ?? 'nats://127.0.0.1:4222';
 const name = (prefix: string) => `${prefix}-${randomUUID().slice(0, 8)}`;
 
-/** Runs `body` with XDG_CONFIG_HOME set to a fresh folder holding `contexts` (name → JSON). */
+/** Runs `body` with XDG_CONFIG_HOME set to a fresh folder holding `contexts` (name → JSON),
+ * and NATS_CONTEXT unset. */
 async function withContexts(contexts: Record<string, unknown>,
   body: (config: string) => Promise<void>): Promise<void> {
   const config = mkdtempSync(join(tmpdir(), 'sb-xdg-'));
   const before = process.env.XDG_CONFIG_HOME;
+  const contextBefore = process.env.NATS_CONTEXT;
   process.env.XDG_CONFIG_HOME = config;
+  delete process.env.NATS_CONTEXT;
   try {
     mkdirSync(join(config, 'nats', 'context'), { recursive: true });
     for (const [ctx, value] of Object.entries(contexts)) {
@@ -35,6 +38,8 @@ async function withContexts(contexts: Record<string, unknown>,
   } finally {
     if (before === undefined) delete process.env.XDG_CONFIG_HOME;
     else process.env.XDG_CONFIG_HOME = before;
+    if (contextBefore === undefined) delete process.env.NATS_CONTEXT;
+    else process.env.NATS_CONTEXT = contextBefore;
     rmSync(config, { recursive: true, force: true });
   }
 }
@@ -59,6 +64,35 @@ test('a NATS CLI context gives the URL; an explicit URL wins over it', async () 
       await peer.close();
     }
   });
+});
+
+test('$NATS_CONTEXT names the context when neither a URL nor `context` is given', async () => {
+  await withContexts({ fabric: { url: URL }, elsewhere: { url: 'nats://127.0.0.1:1' } },
+    async (config) => {
+      process.env.NATS_CONTEXT = 'fabric';
+      const peerId = name('env-ctx');
+      const peer = await Agent.connect(undefined, peerId);   // the URL of $NATS_CONTEXT's
+      // `context` wins over $NATS_CONTEXT, and so does a URL given (the context is not read).
+      process.env.NATS_CONTEXT = 'elsewhere';
+      const other = await Agent.connect(null, name('env-ctx'), { context: 'fabric' });
+      process.env.NATS_CONTEXT = 'nope';
+      const third = await Agent.connect(URL, name('env-ctx'));
+      try {
+        const report = await other.send(peerId, 'found through $NATS_CONTEXT');
+        assert.deepEqual(report.delivered_to, [peer.goalId]);
+        assert.equal((await peer.nextMessage({ waitMs: 5000 }))?.body,
+          'found through $NATS_CONTEXT');
+        assert.equal((await third.lookup(peerId)).live_goals.length, 1);
+      } finally {
+        await Promise.all([third.close(), other.close(), peer.close()]);
+      }
+      // A $NATS_CONTEXT that names no context is an error naming it, before connecting.
+      await assert.rejects(Agent.connect(undefined, name('env-ctx')),
+        (err: Error) => err.message === `NATS context "nope": ${join(config, 'nats', 'context',
+          'nope.json')}: no such file`);
+      process.env.NATS_CONTEXT = '';
+      await assert.rejects(Agent.connect(undefined, name('env-ctx')), /no NATS URL/);
+    });
 });
 
 test('context names that leave the context folder are refused; missing files are named',

@@ -319,6 +319,53 @@ test('a handler that throws on a message: it is rejected with the reason, the lo
     }
   });
 
+test('a handler that throws on a task: its requester sees it end with the reason, the loop goes on',
+  async () => {
+    const workerId = name('flaky');
+    const a = await Agent.connect(URL, name('requester'));
+    const w = await Agent.connect(URL, workerId);
+    const seen: string[] = [];
+    const served = w.serve(async (m) => {
+      if (m.kind === 'task') {
+        if (m.body !== 'refuse') {
+          const task = await m.task().accept();
+          if (m.body === 'start, then throw') await task.start();
+        }
+        throw new Error(`cannot do ${m.body}`);
+      }
+      seen.push(m.body);
+    }, { stopSignals: [], onError: () => undefined });
+    /** The task's end as its requester sees it, within two seconds. */
+    const ended = async (task: Awaited<ReturnType<Agent['createTask']>>) => {
+      const started = Date.now();
+      const over = ['completed', 'failed', 'rejected', 'canceled'];
+      while (!over.includes((await task.refresh()).state ?? '')) {
+        assert.ok(Date.now() - started < 2000, `still ${task.state} after 2 s`);
+        await sleep(50);
+      }
+      return [task.state, task.reason];
+    };
+    try {
+      // Thrown before accepting: rejected, with the error's text.
+      const refused = await a.createTask(workerId, 'refuse', { deadlineInMs: 60_000 });
+      assert.deepEqual(await ended(refused), ['rejected', 'cannot do refuse']);
+      // Thrown after accepting (and after starting): failed, with the text.
+      const accepted = await a.createTask(workerId, 'accept, then throw');
+      assert.deepEqual(await ended(accepted), ['failed', 'cannot do accept, then throw']);
+      const started = await a.createTask(workerId, 'start, then throw');
+      assert.deepEqual(await ended(started), ['failed', 'cannot do start, then throw']);
+      assert.deepEqual(started.record.history?.map((step) => step.op), ['accept', 'start', 'fail']);
+      // The loop goes on, and the task messages were acknowledged, not dead letters.
+      await a.send(workerId, 'after them');
+      await until(() => seen.includes('after them'));
+      assert.equal(await lastDeadLetterReason(a, w.goalId!), undefined);
+    } finally {
+      await w.close();
+      await served;
+      await a.close();
+    }
+  });
+
 test('a restarted agent resumes its named goal and reads what came while it was down',
   async () => {
     const workerId = name('worker');
