@@ -153,6 +153,26 @@ async fn timeouts_default_clamp_and_notify_a_parked_caller() {
     assert_no_more(&goal).await;
 }
 
+/// A waiting call that times out at the replica holding it ends with one `expired` event, as
+/// a parked one does (found by the fault test: such a call had no ending in the trail).
+#[tokio::test]
+async fn a_waiting_call_that_times_out_has_its_expired_event() {
+    let fabric = Fabric::start().await;
+    let (_callee, callee_goal) = fabric.agent_with_goal("silent").await;
+    let (caller, _goal) = fabric.agent_with_goal("caller").await;
+    let timed_out = caller
+        .call("silent", "anyone?", Duration::from_millis(300))
+        .await;
+    assert_eq!(kind(timed_out), ErrorKind::Timeout);
+    let request = next(&callee_goal).await;
+    let client = fabric.nats.client().await;
+    let filter = format!("agent.calls.events.*.{}", request.correlation_id.unwrap());
+    assert_eventually!(Duration::from_secs(5), async {
+        let events: Vec<CallEvent> = stored_json(&client, &filter).await;
+        events.iter().map(|e| e.event).collect::<Vec<_>>() == vec![CallEventKind::Expired]
+    });
+}
+
 #[tokio::test]
 async fn a_late_reply_is_expired_and_never_delivered() {
     let fabric = Fabric::start().await;

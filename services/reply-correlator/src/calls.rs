@@ -510,7 +510,11 @@ impl Correlator {
                         break;
                     }
                     match self.store.end(&stored, CallState::Expired, indexed).await? {
-                        Some(_) => break,
+                        // Its one ending in the trail (`expired`), then the caller's timeout.
+                        Some(_) => {
+                            self.on_expired(call).await;
+                            break;
+                        }
                         None => {
                             // Changed meanwhile: answered just now (its hand-over is on the
                             // way) or expired by a sweeper.
