@@ -13,7 +13,7 @@ import type { CallError } from './errors.js';
 import { Toolbox } from './tools.js';
 import type {
   AgentCard, CallAnswer, CallParked, CallPart, CallParts, DeliveryReport, FetchReply,
-  LookupReply, PeersReply, PendingCalls, ReplyAck, SendRequest, SendStatusReply, TaskList,
+  GoalCloseReply, LookupReply, PeersReply, PendingCalls, ReplyAck, SendRequest, SendStatusReply, TaskList,
   TaskReply,
 } from './wire/index.js';
 
@@ -271,8 +271,8 @@ export class Agent {
   }
 
   /** Closes a goal and purges its inbox (§4.5). */
-  async closeGoal(goalId: string): Promise<Json> {
-    const reply = await this.request(`agent.registry.goal.close.${this.id}`, { goal_id: goalId });
+  async closeGoal(goalId: string): Promise<GoalCloseReply> {
+    const reply = await this.request<GoalCloseReply>(`agent.registry.goal.close.${this.id}`, { goal_id: goalId });
     if (goalId === this.goalId) this.goalId = this.goalName = undefined;
     return reply;
   }
