@@ -182,6 +182,10 @@ async fn main() {
         println!("{}", render(&report, ops, 0, Duration::ZERO));
         return;
     }
+    if std::env::var("BENCH_ONLY").as_deref() == Ok("full-goal") {
+        full_goal_only(ops).await;
+        return;
+    }
     let agents_total = bench_agents().max(20);
     let started = Instant::now();
     let nats = NatsServer::start().await;
@@ -517,7 +521,46 @@ async fn main() {
     }
 }
 
-/// Registers `from..to` filler agents with raw register requests, 64 in flight.
+/// `BENCH_ONLY=full-goal`: the full-goal row alone, three times on one fabric, beside raw
+/// request/reply — to look into that row without the whole report's 3 minutes.
+async fn full_goal_only(ops: usize) {
+    let nats = NatsServer::start().await;
+    let url = nats.url();
+    let mut services = Vec::new();
+    for service in SERVICES {
+        services
+            .push(ServiceProcess::start(&service_bin(service), service, &url, SERVICE_ENV).await);
+    }
+    let client = async_nats::connect(&url).await.unwrap();
+    let js = jetstream::new(client.clone());
+    let mut requests = client.subscribe("bench.echo").await.unwrap();
+    let echo = client.clone();
+    tokio::spawn(async move {
+        while let Some(message) = requests.next().await {
+            if let Some(reply) = message.reply {
+                echo.publish(reply, message.payload).await.unwrap();
+            }
+        }
+    });
+    let requester = async_nats::connect(&url).await.unwrap();
+    let raw_rr = measure(ops, 2, IN_FLIGHT, move || {
+        let client = requester.clone();
+        async move {
+            client
+                .request("bench.echo", Bytes::from("x".repeat(256)))
+                .await
+                .unwrap();
+        }
+    })
+    .await;
+    let mut report = Report::default();
+    report.row("request/reply", "raw NATS request/reply (256 B)", raw_rr);
+    for _ in 0..3 {
+        full_goal_row(&mut report, &url, &js, ops, raw_rr).await;
+    }
+    println!("{}", render(&report, ops, 0, Duration::ZERO));
+}
+
 /// A send into a goal nobody reads, once it is full: each send removes the oldest unread
 /// message and tells its sender (docs/protocol.md, "The inbox cap"). The goal is filled first,
 /// so every measured send takes that path.
@@ -528,28 +571,28 @@ async fn full_goal_row(
     ops: usize,
     raw_rr: Sample,
 ) {
-    let sender = Arc::new(agent(url, "bench-full-sender").await);
+    // Fresh agents each time the row runs (`BENCH_ONLY=full-goal` runs it three times).
+    let run = uuid::Uuid::new_v4().simple().to_string();
+    let (sender_id, receiver_id) = (
+        format!("bench-full-sender-{}", &run[..8]),
+        format!("bench-full-receiver-{}", &run[..8]),
+    );
+    let sender = Arc::new(agent(url, &sender_id).await);
     // The sender's notices are read (one per removed message), so its own goal stays open.
     let sender_goal = sender.open_goal().await.unwrap();
     let notices = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let keeper = keep_reading(sender_goal, Arc::clone(&notices));
-    let receiver = agent(url, "bench-full-receiver").await;
+    let receiver = agent(url, &receiver_id).await;
     let _unread = receiver.open_goal().await.unwrap();
     let body = "x".repeat(256);
     for _ in 0..switchboard_proto::INBOX_STORED_PER_GOAL {
-        sender
-            .send_to_peer("bench-full-receiver", &body)
-            .await
-            .unwrap();
+        sender.send_to_peer(&receiver_id, &body).await.unwrap();
     }
     wait_until_audited(js).await;
     let full = measure(ops, 1, 8, move || {
-        let (sender, body) = (Arc::clone(&sender), body.clone());
+        let (sender, body, to) = (Arc::clone(&sender), body.clone(), receiver_id.clone());
         async move {
-            let report = sender
-                .send_to_peer("bench-full-receiver", &body)
-                .await
-                .unwrap();
+            let report = sender.send_to_peer(&to, &body).await.unwrap();
             assert_eq!(report.delivered_to.len(), 1, "{report:?}");
         }
     })
@@ -570,6 +613,7 @@ async fn full_goal_row(
     );
 }
 
+/// Registers `from..to` filler agents with raw register requests, 64 in flight.
 async fn register_fillers(client: &async_nats::Client, from: usize, to: usize) {
     futures::stream::iter(from..to)
         .map(|n| {
