@@ -122,7 +122,7 @@ pub async fn make_room(
                 Decision::Again => continue,
                 Decision::Remove(chosen) => chosen,
             };
-        if stream.delete_message(chosen.seq).await.unwrap_or(false) {
+        if remove(js, chosen.seq).await {
             holders::removed(inbox_subject, chosen.seq);
             removed = Some(chosen);
             break;
@@ -188,6 +188,26 @@ pub async fn make_room(
         notify_sender(js, &goal, &owner, &message).await;
     }
     Ok(Room::Evicted)
+}
+
+/// Removes message `seq` from `AGENT_INBOX` without erasing its bytes on disk (`no_erase`):
+/// whether it was removed here (`false`: gone already, or the request failed). The server's
+/// default delete overwrites the message in its block, and that cost grows with the stream:
+/// in the full-goal bench row it was 6 ms, then 11, then 13 ms per removal over three runs on
+/// one server, most of a send into a full goal (docs/performance.md, issue 37). The message
+/// is gone from the stream either way; its bytes go when the block is compacted or removed.
+async fn remove(js: &jetstream::Context, seq: u64) -> bool {
+    let request = serde_json::json!({ "seq": seq, "no_erase": true });
+    let reply: Result<Value, _> = js
+        .request(format!("STREAM.MSG.DELETE.{INBOX_STREAM}"), &request)
+        .await;
+    match reply {
+        Ok(reply) => reply.get("success").and_then(Value::as_bool) == Some(true),
+        Err(err) => {
+            tracing::debug!(seq, error = %err, "removing a message from a full goal failed");
+            false
+        }
+    }
 }
 
 /// How many bytes of a full goal's waiting messages one choice of [`victim`] reads at most:
