@@ -94,6 +94,15 @@ async fn with_room(
         return outcome;
     };
     if !matches!(&outcome, Err(failed) if failed.full) {
+        // Stored at once (room made before, perhaps by a first attempt of this very message
+        // whose ack was lost): a remembered full goal counts it too, or its holders' counts
+        // fall behind and the fair choice leans on the wrong sender.
+        if let Ok(published) = &outcome
+            && !published.duplicate
+            && crate::holders::remembers(subject)
+        {
+            crate::holders::stored(subject, published.sequence, room::sender_of(&payload));
+        }
         return outcome;
     }
     // Whose message it is: a full goal takes room from the sender holding the most of it, and

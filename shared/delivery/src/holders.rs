@@ -132,6 +132,12 @@ pub fn removed(inbox_subject: &str, seq: u64) {
     }
 }
 
+/// Whether this process remembers the goal's holders now (stored messages must then be
+/// counted in, with [`stored`]).
+pub fn remembers(inbox_subject: &str) -> bool {
+    goals().contains_key(inbox_subject)
+}
+
 /// This process stored message `seq` from `from` in the goal: it holds one more.
 pub fn stored(inbox_subject: &str, seq: u64, from: Option<AgentId>) {
     if let Some(remembered) = goals().get_mut(inbox_subject) {
