@@ -737,7 +737,18 @@ async fn fill_and_consume_raw(js: &jetstream::Context, count: usize) -> (f64, u6
     let mut read = 0;
     let mut began = None;
     while read < count {
-        let message = messages.next().await.unwrap().unwrap();
+        let message = match messages.next().await.unwrap() {
+            Ok(message) => message,
+            // A heartbeat the loaded server sent late (the debug smoke run in CI): the
+            // pull goes on.
+            Err(err)
+                if err.kind()
+                    == async_nats::jetstream::consumer::pull::MessagesErrorKind::MissingHeartbeat =>
+            {
+                continue;
+            }
+            Err(err) => panic!("pulling the backlog: {err}"),
+        };
         began.get_or_insert_with(Instant::now);
         message.ack().await.unwrap();
         read += 1;
