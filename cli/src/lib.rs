@@ -36,6 +36,7 @@ mod embedded;
 mod mcp;
 mod nats;
 mod output;
+mod people_text;
 pub mod permissions;
 mod traces;
 

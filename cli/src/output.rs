@@ -46,6 +46,10 @@ pub enum View {
     DeadLetters,
     /// A dead letter put back.
     Replayed,
+    /// A page of a person's inbox.
+    PeopleInbox,
+    /// One item addressed to a person.
+    PersonItem,
 }
 
 /// Writes `text` and a newline to stdout; a closed pipe ends the program (exit 0).
@@ -116,6 +120,8 @@ pub fn render(view: View, value: &Value) -> String {
         View::Verify => verify(value),
         View::DeadLetters => dead_letters(value),
         View::Replayed => replayed(value),
+        View::PeopleInbox => crate::people_text::inbox(value),
+        View::PersonItem => crate::people_text::item(value),
     };
     text.unwrap_or_else(|| serde_json::to_string_pretty(value).unwrap_or_default())
 }

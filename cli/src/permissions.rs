@@ -219,6 +219,11 @@ pub fn check_agents(file: &AgentsFile) -> Result<Vec<(AgentId, bool)>, Permissio
                 switchboard_proto::A2A_CLIENT_PREFIX
             )));
         }
+        if id.as_str() == switchboard_proto::PEOPLE_AGENT {
+            return Err(PermissionsError::Input(format!(
+                "agent `{id}`: the id is the people service's (persons' answers arrive from it)"
+            )));
+        }
         if !seen.insert(id.clone()) {
             return Err(PermissionsError::Input(format!(
                 "agent `{id}` appears twice"

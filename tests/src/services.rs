@@ -83,6 +83,16 @@ pub fn fast_calls() -> reply_correlator::CorrelatorConfig {
     }
 }
 
+/// People settings for tests: quick sweeps and reloads of the people file at `file`.
+pub fn fast_people(file: &std::path::Path) -> people::PeopleConfig {
+    people::PeopleConfig {
+        file: Some(file.to_owned()),
+        sweep_interval_ms: 50,
+        reload_interval_ms: 50,
+        ..Default::default()
+    }
+}
+
 /// Audit settings for tests: quick redelivery and catch-up, index in a private temp file.
 pub fn fast_audit() -> audit::AuditConfig {
     audit::AuditConfig {
@@ -137,6 +147,7 @@ pub enum Service {
     Tasks(task_lifecycle::TaskConfig),
     Audit(audit::AuditConfig),
     Gateway(a2a_gateway::GatewayConfig),
+    People(people::PeopleConfig),
 }
 
 /// What a test may reach into while a service runs.
@@ -161,6 +172,7 @@ impl Service {
             Self::Tasks(_) => "task-lifecycle",
             Self::Audit(_) => "audit",
             Self::Gateway(_) => "a2a-gateway",
+            Self::People(_) => "people",
         }
     }
 
@@ -228,6 +240,12 @@ impl Service {
                 let address = running.local_addr().unwrap();
                 let replica = Replica::spawn(name, |stop| running.run(stop));
                 (replica, Handle::Listening(address))
+            }
+            Self::People(config) => {
+                let running = Box::pin(people::start(&client, runtime, config))
+                    .await
+                    .unwrap();
+                (Replica::spawn(name, |stop| running.run(stop)), Handle::None)
             }
         }
     }

@@ -3,7 +3,7 @@
 //! One module per command or group of commands, each holding its arguments — the about text,
 //! the examples and the flags — and what it does: `up`; `registry` (register, heartbeat,
 //! deregister, peers, agents, lookup); `goal`; `send` (send, status); `call` (call, reply,
-//! pending); `inbox`; `task`; `audit` (thread, history, audit); `nats_config`; `a2a`; `dlq`;
+//! pending); `inbox`; `task`; `audit` (thread, history, audit); `nats_config`; `a2a`; `dlq`; `people`;
 //! `demo`; `health`. `args` declares the flags many of them share (the NATS URL, `--as`)
 //! once. `switchboard mcp` is [`crate::mcp`].
 
@@ -17,6 +17,7 @@ mod goal;
 mod health;
 mod inbox;
 mod nats_config;
+mod people;
 mod registry;
 mod send;
 mod task;
@@ -86,6 +87,7 @@ enum Command {
     Audit(audit::AuditArgs),
     A2a(a2a::A2aArgs),
     Dlq(dlq::DlqArgs),
+    People(people::PeopleArgs),
     Demo(demo::DemoArgs),
     Health(health::HealthArgs),
 }
@@ -146,6 +148,7 @@ async fn dispatch(command: Command, json: bool, view: View) -> ExitCode {
         Command::Demo(args) => demo::run(args, json).await,
         Command::Health(args) => return health::run(&args, json).await,
         Command::Dlq(args) => dlq::run(args).await,
+        Command::People(args) => people::run(args).await,
         Command::Register(args) => registry::register(args).await,
         Command::Heartbeat(args) => registry::heartbeat(args).await,
         Command::Deregister(args) => registry::deregister(args).await,
@@ -200,6 +203,7 @@ fn view_of(command: &Command) -> View {
         Command::Audit(args) => args.view(),
         Command::Demo(_) => View::Records,
         Command::Dlq(args) => args.view(),
+        Command::People(args) => args.view(),
         Command::Up(_)
         | Command::Mcp(_)
         | Command::Inbox(_)
@@ -211,11 +215,12 @@ fn view_of(command: &Command) -> View {
 
 /// The services `up` runs (the services of a running system), by the names they answer
 /// `$SRV` requests and export telemetry under.
-pub(crate) const SERVICES: [&str; 6] = [
+pub(crate) const SERVICES: [&str; 7] = [
     ::directory::SPEC.name,
     inbox_fanout::SPEC.name,
     reply_correlator::SPEC.name,
     task_lifecycle::SPEC.name,
     ::audit::SPEC.name,
     a2a_gateway::SPEC.name,
+    ::people::SPEC.name,
 ];

@@ -10,6 +10,7 @@ use audit::AuditConfig;
 use clap::Args;
 use directory::DirectoryConfig;
 use inbox_fanout::FanoutConfig;
+use people::PeopleConfig;
 use reply_correlator::CorrelatorConfig;
 use switchboard_runtime::{RuntimeConfig, config, nats, shutdown, telemetry};
 use task_lifecycle::TaskConfig;
@@ -66,6 +67,7 @@ pub async fn run(args: UpArgs) -> ExitCode {
             tasks: config::section_for(&figment, task_lifecycle::config::SECTION, &runtime)?,
             audit: config::section_for(&figment, audit::config::SECTION, &runtime)?,
             gateway: config::section_for(&figment, a2a_gateway::config::SECTION, &runtime)?,
+            people: config::section_for(&figment, people::config::SECTION, &runtime)?,
             runtime,
         })
     });
@@ -135,6 +137,36 @@ struct Services {
     tasks: TaskConfig,
     audit: AuditConfig,
     gateway: GatewayConfig,
+    people: PeopleConfig,
+}
+
+/// What `up` writes as the people file when the data folder has none: the local administrator
+/// (docs/protocol.md §14, "Who people are").
+const DEFAULT_PEOPLE: &str = "\
+# People who answer agents' notes, questions and approvals (docs/protocol.md section 14).
+# Edit freely: a change applies within seconds, without a restart.
+[[person]]
+id = \"admin\"
+name = \"Local administrator\"
+roles = [\"admin\"]
+access = [\"viewer\", \"operator\", \"approver\"]
+";
+
+/// The people file `up` uses: the configured one, else `<data-dir>/people.toml`, written with
+/// the local administrator when missing.
+fn people_file(
+    configured: Option<&std::path::Path>,
+    data_dir: &std::path::Path,
+) -> anyhow::Result<PathBuf> {
+    if let Some(path) = configured {
+        return Ok(path.to_owned());
+    }
+    let path = data_dir.join("people.toml");
+    if !path.exists() {
+        std::fs::create_dir_all(data_dir)?;
+        std::fs::write(&path, DEFAULT_PEOPLE)?;
+    }
+    Ok(path)
 }
 
 async fn serve(args: UpArgs, services: &mut Services, otlp: Option<&str>) -> anyhow::Result<()> {
@@ -222,6 +254,15 @@ async fn serve(args: UpArgs, services: &mut Services, otlp: Option<&str>) -> any
         gateway_config.listen = listen;
     }
     let gateway = a2a_gateway::start(&client, runtime, gateway_config).await?;
+    let mut people_config = services.people.clone();
+    if embedded.is_some() {
+        people_config.file = Some(people_file(people_config.file.as_deref(), &args.data_dir)?);
+    }
+    let people_file_shown = people_config.file.as_ref().map_or_else(
+        || "none ([people] file)".to_owned(),
+        |path| path.display().to_string(),
+    );
+    let people_service = people::start(&client, runtime, people_config).await?;
     let a2a_url = gateway.gateway().config().base_url();
     let tasks = vec![
         tokio::spawn(directory.run(shutdown.clone())),
@@ -230,6 +271,7 @@ async fn serve(args: UpArgs, services: &mut Services, otlp: Option<&str>) -> any
         tokio::spawn(task_service.run(shutdown.clone())),
         tokio::spawn(audit_service.run(shutdown.clone())),
         tokio::spawn(gateway.run(shutdown.clone())),
+        tokio::spawn(people_service.run(shutdown.clone())),
     ];
 
     match &embedded {
@@ -249,7 +291,7 @@ async fn serve(args: UpArgs, services: &mut Services, otlp: Option<&str>) -> any
         None => println!("Switchboard is up.\n  NATS:      {url}"),
     }
     println!(
-        "  services:  directory, inbox-fanout, reply-correlator, task-lifecycle, audit, a2a-gateway\n  A2A:       {a2a_url}/agents/<agent_id> (A2A v1.0, JSON-RPC and HTTP+JSON; card at …/.well-known/agent-card.json)\n  traces:    {traces}\n  metrics:   {metrics}\n\nAn agent in any language connects to {url} and sends\n  agent.registry.register.<agent_id>   (its card, JSON)\n  agent.registry.goal.open.<agent_id>  (then agent.inbox.fetch.<agent_id> / agent.inbox.ack.<agent_id>)\n  agent.send.<agent_id>                ({{\"to\": \"peer\", \"message\": \"…\"}})\n  agent.call.<agent_id> / agent.reply.<agent_id>   (calls that wait for an answer)\n  agent.task.<op>.<agent_id>           (tasks: create, accept, start, complete, spawn, …)\nTry:  switchboard agents   |   switchboard peers --as <agent_id>\nStop: Ctrl-C"
+        "  services:  directory, inbox-fanout, reply-correlator, task-lifecycle, audit, a2a-gateway, people\n  people:    {people_file_shown} (who answers agents' questions and approvals: switchboard people --help)\n  A2A:       {a2a_url}/agents/<agent_id> (A2A v1.0, JSON-RPC and HTTP+JSON; card at …/.well-known/agent-card.json)\n  traces:    {traces}\n  metrics:   {metrics}\n\nAn agent in any language connects to {url} and sends\n  agent.registry.register.<agent_id>   (its card, JSON)\n  agent.registry.goal.open.<agent_id>  (then agent.inbox.fetch.<agent_id> / agent.inbox.ack.<agent_id>)\n  agent.send.<agent_id>                ({{\"to\": \"peer\", \"message\": \"…\"}})\n  agent.call.<agent_id> / agent.reply.<agent_id>   (calls that wait for an answer)\n  agent.task.<op>.<agent_id>           (tasks: create, accept, start, complete, spawn, …)\nTry:  switchboard agents   |   switchboard peers --as <agent_id>\nStop: Ctrl-C"
     );
 
     shutdown.cancelled().await;

@@ -36,6 +36,15 @@ class AckRequest(WireObject):
     """Done with every message through this sequence (it must have been handed out)."""
 
 
+class Action(WireObject):
+    """The action a person approves: a tool and its arguments."""
+    arguments: Any
+    """Its arguments, exactly as they will be passed: any JSON, with no duplicated keys and no
+    integer beyond ±(2^53 − 1) (send such numbers as strings)."""
+    tool: str
+    """The tool the agent will call (1–128 characters, no control characters)."""
+
+
 class AgentCard(WireObject):
     """What an agent says about itself (A2A-style agent card plus access rules)."""
     agent_id: AgentId
@@ -67,6 +76,119 @@ class AgentCard(WireObject):
         'metadata': {},
         'skills': [],
     }
+
+
+class Answer(WireObject):
+    """Who answered an item, what and when."""
+    at: Timestamp
+    """When."""
+    by: Party
+    """The person who answered (`person:bob`), also when the item went to a role."""
+    decision: Decision | None
+    """An approval's decision."""
+    message: str | None
+    """The answer's text (an ask), or the note given with a decision."""
+
+
+class AnswerAck(WireObject):
+    """The reply to an answer."""
+    delivered: bool
+    """Whether the answer is in the agent's inbox (false for a note, or when the agent's goal
+    is gone)."""
+    item_id: str
+    """The item."""
+    state: ItemState
+    """Its state now."""
+
+
+class AnswerRequest(WireObject):
+    """`_SB.ops.people.answer`: a person answers an ask, decides an approval or marks a note read."""
+    action_hash: str | None
+    """The action hash the person was shown: it must equal the item's, so a person approves
+    exactly the action they saw."""
+    decision: Decision | None
+    """An approval's decision (required for approvals, refused otherwise)."""
+    item_id: str
+    """The item."""
+    message: str | None
+    """An ask's answer, or a decision's note."""
+    person: str
+    """The person answering."""
+
+
+class ApprovalRequest(WireObject):
+    """`agent.people.approval.request.<agent>`: ask a person or a role to approve one action."""
+    action: Action
+    """The exact action to approve."""
+    approval_id: str | None
+    """A client-chosen id: a retry with it joins the first request."""
+    escalate_after_ms: int | None
+    """Undecided this long, it goes to `escalate_to` (once)."""
+    escalate_to: str | None
+    """Who gets it then."""
+    expires_in_ms: int
+    """How long the request may wait and an approval stay usable (at most seven days)."""
+    from_goal_id: GoalId
+    """The caller's goal the decision goes to."""
+    reason: str
+    """Why the agent wants to do it (shown to the person)."""
+    to: str
+    """`person:<id>` or `role:<name>`; the person, or a member of the role, needs approver
+    access."""
+
+
+class ApprovalUse(WireObject):
+    """`agent.people.approval.use.<agent>`: before acting, check the approval for this exact
+    action and spend it (single use)."""
+    action: Action
+    """The action about to be done: it must hash to what was approved."""
+    approval_id: str
+    """The approval."""
+    use_id: str | None
+    """A client-chosen id: a retry with it gets the first use's reply back."""
+
+
+class ApprovalUsed(WireObject):
+    """The reply to a successful use: go ahead, once."""
+    action_hash: str
+    """The hash it is bound to."""
+    approval_id: str
+    """The approval."""
+    decided_at: Timestamp
+    """When they did."""
+    decided_by: Party
+    """The person who approved."""
+    duplicate: bool
+    """True when this reply repeats an earlier use with the same `use_id`."""
+    note: str | None
+    """Their note."""
+    used_at: Timestamp
+    """When it was used."""
+
+    _defaults = {'duplicate': False}
+
+
+class AskRequest(WireObject):
+    """`agent.people.ask.<agent>`: ask a person or a role; the answer arrives in `from_goal_id`'s
+    inbox as `kind: response` with `correlation_id` = `ask_id` and `from_person`."""
+    ask_id: str | None
+    """A client-chosen id: a retry with it joins the first ask instead of asking twice."""
+    escalate_after_ms: int | None
+    """Unanswered this long, the question goes to `escalate_to` (once)."""
+    escalate_to: str | None
+    """Who gets it then."""
+    from_goal_id: GoalId
+    """The caller's goal the answer goes to (one of its live goals)."""
+    message: str
+    """The question."""
+    metadata: dict[str, Any]
+    """Free metadata."""
+    timeout_ms: int | None
+    """How long the answer may take (default one hour, at most seven days)."""
+    to: str
+    """`person:<id>` or `role:<name>`."""
+
+    _defaults = {'metadata': {}}
 
 
 class AuditEntry(WireObject):
@@ -543,6 +665,9 @@ class InboxMessage(WireObject):
     """Sender agent (taken from the send subject, never from the body)."""
     from_goal_id: GoalId
     """Sender goal (the caller's, or a fresh one when it gave none)."""
+    from_person: str | None
+    """The person who wrote it (`person:bob`), when a person answered through the people
+    service (`from_agent_id` is then `people`): show this as the sender."""
     id: str | None
     """Message id, one per send; also the de-duplication key."""
     in_reply_to: str | None
@@ -568,6 +693,42 @@ class InboxMessage(WireObject):
     """Remaining hop budget of a forwarded message."""
 
     _defaults = {'expects_reply': False, 'metadata': {}, 'parts': [], 'trace': []}
+
+
+class InboxPage(WireObject):
+    """A page of a person's inbox."""
+    items_: list[PersonItem]
+    """Interleaved across senders (one each in turn, oldest first), so no sender's flood pushes
+    another's items off the first page."""
+    next: int | None
+    """The `after` of the next page, if there is one."""
+    senders: list[SenderShare]
+    """Every sender with open items, most first."""
+
+    _keys = {'items_': 'items'}
+
+
+class InboxQuery(WireObject):
+    """`_SB.ops.people.inbox` (services and the console only): a person's items."""
+    after: int | None
+    """Skip this many (the page's `next`)."""
+    limit: int | None
+    """At most this many items (1–100, default 50)."""
+    person: str
+    """The person asking (`person:<id>`); the console and the operator CLI name the signed-in
+    person."""
+    sender: AgentId | None
+    """Only this agent's items."""
+    state: InboxState
+    """`open` (waiting for them, the default) or `done`."""
+
+    _defaults = {'state': 'open'}
+
+
+class ItemRequest(WireObject):
+    """`agent.people.get.<agent>`: one of the caller's own items."""
+    item_id: str
+    """The item."""
 
 
 class ListTasks(WireObject):
@@ -614,6 +775,44 @@ class LookupRequest(WireObject):
     """Body of `lookup`."""
     agent_id: str
     """The agent to look up (validated by the service, so a bad id gets `invalid_agent_id`)."""
+
+
+class NoteReport(WireObject):
+    """The reply to a note."""
+    item_id: str
+    """The note's item id."""
+    to: Party
+    """Whom it went to."""
+
+
+class NoteRequest(WireObject):
+    """`agent.people.note.<agent>`: note a person; nothing waits."""
+    message: str
+    """The note."""
+    metadata: dict[str, Any]
+    """Free metadata."""
+    to: str
+    """`person:<id>` or `role:<name>`."""
+
+    _defaults = {'metadata': {}}
+
+
+class Parked(WireObject):
+    """The reply to an ask or an approval request: it is parked."""
+    action_hash: str | None
+    """An approval's binding hash."""
+    deadline: Timestamp
+    """When it times out (an ask) or expires (an approval)."""
+    escalate_at: Timestamp | None
+    """When it escalates, if it may."""
+    item_id: str
+    """The item's id: the `correlation_id` of the answer to come."""
+    joined: bool
+    """True when a retry joined the item made before."""
+    to: Party
+    """Whom it went to."""
+
+    _defaults = {'joined': False}
 
 
 class PartData(WireObject):
@@ -727,6 +926,120 @@ class PendingCalls(WireObject):
     """Open calls this agent made."""
 
 
+class PendingItems(WireObject):
+    """`agent.people.pending.<agent>`: the caller's asks and approvals still waiting for a person,
+    and approvals approved but not used yet."""
+    items_: list[PersonItem]
+    """Oldest first."""
+
+    _keys = {'items_': 'items'}
+
+
+class PeopleEvent(WireObject):
+    """One people event."""
+    action_hash: str | None
+    """An approval's binding hash."""
+    addressee: Party
+    """Who must answer now."""
+    at: Timestamp
+    """When."""
+    by: Party | None
+    """The person who acted (read, answered, approved, denied)."""
+    event: PeopleEventKind
+    """What happened."""
+    from_agent: AgentId
+    """The agent that wrote the item."""
+    id: str
+    """A fresh id per event."""
+    item_id: str
+    """The item."""
+    kind: ItemKind
+    """Its kind."""
+    to: Party
+    """Whom the agent addressed."""
+
+
+class PeopleList(WireObject):
+    """The reply to `agent.people.list`: everyone an operator configured."""
+    people: list[PersonEntry]
+    """The people."""
+    roles: list[RoleEntry]
+    """The roles."""
+
+
+class PersonEntry(WireObject):
+    """One person as agents see them (`agent.people.list`)."""
+    approver: bool
+    """Whether they may decide approvals."""
+    id: Party
+    """`person:<id>`."""
+    name: str
+    """Display name (operator-written)."""
+    reachable: bool
+    """Whether the caller may reach them."""
+    roles: list[Party]
+    """The roles they hold, as `role:<name>`."""
+
+
+class PersonItem(WireObject):
+    """One item addressed to a person or a role: the record in `agent_people_items`, and what
+    `people.get` and the person-side `item` return."""
+    action: Action | None
+    """An approval's action."""
+    action_hash: str | None
+    """An approval's binding: lowercase hex SHA-256 of the action's RFC 8785 JSON."""
+    addressee: Party
+    """Who must answer now: `to`, or `escalate_to` once escalated."""
+    answer: Answer | None
+    """The answer, once given."""
+    created_at: Timestamp
+    """When the agent wrote it."""
+    deadline: Timestamp | None
+    """When an ask times out, or an approval expires (unanswered or unused)."""
+    delivered: bool
+    """Whether the answer or the timeout notice is in the agent's goal inbox."""
+    escalate_at: Timestamp | None
+    """When an unanswered item goes to `escalate_to`."""
+    escalate_to: Party | None
+    """Who gets it at `escalate_at`."""
+    escalated_at: Timestamp | None
+    """When it was escalated (once at most)."""
+    from_agent: AgentId
+    """The agent that wrote it."""
+    from_goal: GoalId | None
+    """The agent's goal its answer goes to (asks and approvals)."""
+    item_id: str
+    """The item's id (an ask's `ask_id`, an approval's `approval_id`)."""
+    kind: ItemKind
+    """Note, ask or approval."""
+    message: str
+    """The note, the question, or an approval's reason (agent-written: hostile text)."""
+    metadata: dict[str, Any]
+    """Free metadata the agent attached."""
+    request_id: str
+    """The id of the request message answers and notices reply to (`in_reply_to`)."""
+    state: ItemState
+    """Where it is in its life."""
+    to: Party
+    """Whom the agent addressed."""
+    traceparent: str | None
+    """The W3C trace context the item was made in (its answer joins that trace)."""
+    use_id: str | None
+    """The `use_id` of that use (a retried use with it gets the same reply)."""
+    used_at: Timestamp | None
+    """When an approval was used."""
+
+    _defaults = {'delivered': False, 'metadata': {}}
+
+
+class PersonItemQuery(WireObject):
+    """`_SB.ops.people.item`: one item the person is or was addressed by."""
+    item_id: str
+    """The item."""
+    person: str
+    """The person asking."""
+
+
 class RefusalEvent(WireObject):
     """A request a service refused by a rule, published on
     `agent.refusals.<service>.<agent_id>` (in `AGENT_EVENTS`) so the audit records it."""
@@ -817,6 +1130,16 @@ class ReplyRequest(WireObject):
     _defaults = {'partial': False, 'parts': []}
 
 
+class RoleEntry(WireObject):
+    """One role as agents see it (`agent.people.list`)."""
+    id: Party
+    """`role:<name>`."""
+    members: list[Party]
+    """Its members, as `person:<id>`."""
+    reachable: bool
+    """Whether the caller may reach it."""
+
+
 class SendRequest(WireObject):
     """Body of `agent.send.<agent_id>`.
 
@@ -879,6 +1202,16 @@ class SenderCount(WireObject):
     """The sender (`from_agent_id` of its messages)."""
     count: int
     """How many of its messages."""
+
+
+class SenderShare(WireObject):
+    """One sender's share of a person's inbox: a flood shows as such."""
+    agent: AgentId
+    """The agent."""
+    at_cap: bool
+    """Whether it holds its full share (further items are refused `inbox_full`)."""
+    open: int
+    """Its items waiting for the person."""
 
 
 class Skill(WireObject):
@@ -1125,14 +1458,20 @@ AgentStatus: TypeAlias = Literal["idle", "busy", "offline"]
 AnswerRoute: TypeAlias = Literal["caller", "inbox"]
 CallEventKind: TypeAlias = Literal["answered", "expired", "late_answer", "refused"]
 CallState: TypeAlias = Literal["open", "answered", "expired"]
+Decision: TypeAlias = Literal["approved", "denied"]
 Empty: TypeAlias = dict[str, Any]
-ErrorKind: TypeAlias = Literal["bad_request", "invalid_agent_id", "invalid_goal_id", "identity_mismatch", "not_registered", "not_found", "conflict", "unavailable", "internal", "missing_to", "self_send", "empty_message", "body_too_large", "broadcast_too_large", "unreachable", "timeout", "cycle", "depth_exceeded", "too_many_calls", "expired", "not_callee", "task_terminal", "illegal_transition", "not_allowed", "acl_denied", "at_capacity", "too_many_children", "sender_mismatch", "bad_reply_subject", "too_many_goals", "rate_limited", "inbox_full", "unknown"]
+ErrorKind: TypeAlias = Literal["bad_request", "invalid_agent_id", "invalid_goal_id", "identity_mismatch", "not_registered", "not_found", "conflict", "unavailable", "internal", "missing_to", "self_send", "empty_message", "body_too_large", "broadcast_too_large", "unreachable", "timeout", "cycle", "depth_exceeded", "too_many_calls", "expired", "not_callee", "task_terminal", "illegal_transition", "not_allowed", "acl_denied", "at_capacity", "too_many_children", "sender_mismatch", "bad_reply_subject", "too_many_goals", "rate_limited", "inbox_full", "not_addressee", "already_answered", "approval_pending", "approval_denied", "approval_used", "action_mismatch", "unknown"]
 GoalId: TypeAlias = str
 GoalKind: TypeAlias = Literal["interactive", "background", "daemon"]
+InboxState: TypeAlias = Literal["open", "done"]
+ItemKind: TypeAlias = Literal["note", "ask", "approval"]
+ItemState: TypeAlias = Literal["unread", "read", "open", "escalated", "answered", "approved", "denied", "expired", "used"]
 ListRole: TypeAlias = Literal["requester", "assignee", "any"]
 MessageKind: TypeAlias = Literal["message", "request", "response", "notify", "task", "task_update", "receipt"]
 Overflow: TypeAlias = Literal["evict_oldest", "refuse"]
 Part: TypeAlias = PartText | PartData | PartFile
+Party: TypeAlias = str
+PeopleEventKind: TypeAlias = Literal["noted", "asked", "approval_requested", "read", "answered", "approved", "denied", "escalated", "expired", "used"]
 ReceiptLevel: TypeAlias = Literal["delivered", "read"]
 ReceiptState: TypeAlias = Literal["stored", "delivered", "read", "expired_unread"]
 RegistryEvent: TypeAlias = Literal["registered", "deregistered", "status", "goal_opened", "goal_closed", "offline"]
@@ -1144,6 +1483,8 @@ Timestamp: TypeAlias = str
 # How each class builds its nested objects (key → class), when made and when read.
 _Part = Tagged("type", {"text": PartText, "data": PartData, "file": PartFile})
 AgentCard._nested = {'skills': ListOf(Skill)}
+ApprovalRequest._nested = {'action': Action}
+ApprovalUse._nested = {'action': Action}
 AuditRecords._nested = {'records': ListOf(AuditEntry)}
 CallAnswer._nested = {'error': ReplyError, 'parts': ListOf(_Part)}
 CallPart._nested = {'parts': ListOf(_Part)}
@@ -1155,10 +1496,14 @@ ExpiredUnread._nested = {'from': ListOf(SenderCount)}
 FetchReply._nested = {'expired_unread': ExpiredUnread, 'messages': ListOf(FetchedMessage)}
 FetchedMessage._nested = {'message': InboxMessage}
 InboxMessage._nested = {'parts': ListOf(_Part), 'task': TaskRef}
+InboxPage._nested = {'items': ListOf(PersonItem), 'senders': ListOf(SenderShare)}
 LookupReply._nested = {'card': AgentCard}
 PeersReply._nested = {'peers': ListOf(PeerSummary)}
 PendingCall._nested = {'answer': CallAnswer, 'streamed': ListOf(StreamedPart)}
 PendingCalls._nested = {'incoming': ListOf(PendingCall), 'outgoing': ListOf(PendingCall)}
+PendingItems._nested = {'items': ListOf(PersonItem)}
+PeopleList._nested = {'people': ListOf(PersonEntry), 'roles': ListOf(RoleEntry)}
+PersonItem._nested = {'action': Action, 'answer': Answer}
 ReplyRequest._nested = {'error': ReplyError, 'parts': ListOf(_Part)}
 SendRequest._nested = {'parts': ListOf(_Part)}
 SendStatusReply._nested = {'goals': ListOf(GoalReceipt)}

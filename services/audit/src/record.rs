@@ -75,7 +75,8 @@ pub fn from_source(
             record.task_id = uuid(task, "id");
             record.parent_task_id = uuid(task, "parent");
         }
-        record.from_agent = text(&body, "from_agent_id");
+        // A person's answer, written by the people service, is the person's (§14).
+        record.from_agent = text(&body, "from_person").or_else(|| text(&body, "from_agent_id"));
         record.from_goal = goal(&body, "from_goal_id");
         record.to_agent = text(&body, "to_agent_id");
         record.to_goal = GoalId::parse(goal_id).ok();
@@ -110,6 +111,22 @@ pub fn from_source(
                     assignee
                 };
                 record.from_agent = by.or_else(|| Some("switchboard".to_owned()));
+            }
+            ["agent", "people", "events", event, ..] => {
+                // docs/protocol.md §14: what a person did names the person; what an agent did,
+                // the agent. The item id is the thread's correlation id (an ask's answer is a
+                // `response` with it).
+                record.kind = format!("people.{event}");
+                record.correlation_id = uuid(&body, "item_id");
+                let agent = text(&body, "from_agent");
+                let party = text(&body, "by").or_else(|| text(&body, "addressee"));
+                if text(&body, "by").is_some() {
+                    record.from_agent = party;
+                    record.to_agent = agent;
+                } else {
+                    record.from_agent = agent;
+                    record.to_agent = party;
+                }
             }
             ["agent", "refusals", service, ..] => {
                 record.kind = format!("refused.{service}");
@@ -180,5 +197,24 @@ mod tests {
         let garbage = from_source("AGENT_EVENTS", 10, at, "agent.refusals.x.y", b"\xff");
         assert_eq!(garbage.kind, "refused.x");
         assert!(garbage.payload.is_string());
+
+        let decided = json!({"id": "0193a1b2-0000-7000-8000-0000000000ee", "event": "approved",
+            "item_id": "0193a1b2-0000-7000-8000-0000000000ff", "kind": "approval",
+            "from_agent": "deployer", "to": "role:oncall", "addressee": "role:oncall",
+            "by": "person:bob", "at": "2026-04-30T14:00:00Z"});
+        let record = from_source(
+            "AGENT_EVENTS",
+            11,
+            at,
+            "agent.people.events.approved.0193a1b2-0000-7000-8000-0000000000ff",
+            &serde_json::to_vec(&decided).unwrap(),
+        );
+        assert_eq!(record.kind, "people.approved");
+        assert_eq!(record.from_agent.as_deref(), Some("person:bob"));
+        assert_eq!(record.to_agent.as_deref(), Some("deployer"));
+        assert_eq!(
+            record.correlation_id.map(|id| id.to_string()).as_deref(),
+            Some("0193a1b2-0000-7000-8000-0000000000ff")
+        );
     }
 }

@@ -60,6 +60,10 @@ pub enum DirectoryError {
     /// `goal_id`, or a `goal_id` of the named form (version 5) given directly.
     #[error("{0}")]
     BadGoalName(String),
+    /// The id is reserved for a service's own agent (`people`, whose messages carry persons'
+    /// answers).
+    #[error("`{0}` is reserved for the people service; register under another id")]
+    ReservedId(AgentId),
     /// A remote A2A agent's card (`metadata.a2a_card_url`) registered under an id that is a
     /// Switchboard agent's: keyed in the agents file, or registered by the agent itself.
     #[error("`{agent}` {why}: a remote A2A agent's card cannot be registered under it")]
@@ -132,7 +136,7 @@ impl DirectoryError {
             Self::GoalOwnedElsewhere { .. }
             | Self::ReservedGoal { .. }
             | Self::Contention { .. } => ErrorKind::Conflict,
-            Self::NotForRemotes { .. } => ErrorKind::NotAllowed,
+            Self::NotForRemotes { .. } | Self::ReservedId(_) => ErrorKind::NotAllowed,
             Self::TooManyGoals { .. } => ErrorKind::TooManyGoals,
             Self::NoSkill { .. } => ErrorKind::Unreachable,
             Self::Store { .. } => ErrorKind::Unavailable,

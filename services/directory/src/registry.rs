@@ -84,6 +84,11 @@ impl Registry {
         caller: &AgentId,
         body: serde_json::Value,
     ) -> Result<RegisterReply, DirectoryError> {
+        // The people service writes persons' answers as `people` (docs/protocol.md §14): an
+        // agent under that id could pass its messages off as a person's.
+        if caller.as_str() == switchboard_proto::PEOPLE_AGENT {
+            return Err(DirectoryError::ReservedId(caller.clone()));
+        }
         let serde_json::Value::Object(mut fields) = body else {
             return Err(DirectoryError::InvalidCard(
                 "the body must be a JSON object (the agent card)".to_owned(),

@@ -324,6 +324,7 @@ impl Fanout {
                 callback: request.callback.clone(),
                 metadata: request.metadata.clone(),
                 receipt: request.receipt,
+                from_person: None,
             };
             let payload =
                 serde_json::to_vec(&message).map_err(|err| FanoutError::Encode(err.into()))?;

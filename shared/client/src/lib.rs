@@ -30,6 +30,7 @@ mod audit;
 mod dlq;
 mod error;
 mod goal;
+mod people;
 mod render;
 mod replies;
 mod serve;
@@ -43,6 +44,7 @@ pub use audit::{audit_export, audit_history, audit_pending, audit_thread, audit_
 pub use dlq::{DeadLetter, Replayed, dlq_list, dlq_replay};
 pub use error::ClientError;
 pub use goal::{Delivery, Goal};
+pub use people::PersonAnswer;
 pub use render::render_peer_messages_block;
 pub use serve::{HANDLER_ERROR, ServeOptions, Served};
 pub use serving::{current as serving_call, serving};

@@ -67,6 +67,25 @@ pub fn check(from: &AgentCard, to: &AgentCard) -> Result<(), Denial> {
     Ok(())
 }
 
+/// Whether `from` may reach a person or a role (docs/protocol.md §14): the same three steps as
+/// between agents, with the party's full id (`person:alice`, `role:oncall`) matched against
+/// the sender's `deny_talk_to` and `can_talk_to`, and the sender's id against the party's
+/// `allow_from` (for a role, the role's own, not its members').
+pub fn check_party(from: &AgentCard, to: &str, allow_from: &[String]) -> Result<(), Denial> {
+    if let Some(pattern) = first_match(&from.deny_talk_to, to) {
+        return Err(Denial::SenderDenies {
+            pattern: pattern.to_owned(),
+        });
+    }
+    if first_match(&from.can_talk_to, to).is_none() {
+        return Err(Denial::SenderNotAllowed);
+    }
+    if first_match(allow_from, from.agent_id.as_str()).is_none() {
+        return Err(Denial::ReceiverRefuses);
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -103,6 +122,27 @@ mod tests {
         );
         assert_eq!(check(&a, &card("wiki")), Ok(()));
         assert_eq!(check(&a, &card("other")), Err(Denial::SenderNotAllowed));
+    }
+
+    #[test]
+    fn parties_follow_the_same_steps() {
+        let mut a = card("deployer");
+        assert_eq!(check_party(&a, "person:alice", &["*".into()]), Ok(()));
+        assert_eq!(
+            check_party(&a, "person:alice", &["ops-*".into()]),
+            Err(Denial::ReceiverRefuses)
+        );
+        a.deny_talk_to = vec!["person:*".into()];
+        assert!(matches!(
+            check_party(&a, "person:alice", &["*".into()]),
+            Err(Denial::SenderDenies { .. })
+        ));
+        assert_eq!(check_party(&a, "role:oncall", &["*".into()]), Ok(()));
+        a.can_talk_to = vec!["writer".into()];
+        assert_eq!(
+            check_party(&a, "role:oncall", &["*".into()]),
+            Err(Denial::SenderNotAllowed)
+        );
     }
 
     #[test]

@@ -102,6 +102,11 @@ pub fn agent_endpoints() -> Vec<AgentEndpoint> {
             .iter()
             .map(|op| AgentEndpoint::by_caller(op.prefix(), ANSWER_WITHIN_MS)),
     );
+    all.extend(
+        crate::people::PeopleOp::ALL
+            .iter()
+            .map(|op| AgentEndpoint::by_caller(op.prefix(), ANSWER_WITHIN_MS)),
+    );
     all.extend(AuditOp::ALL.iter().map(|op| AgentEndpoint {
         prefix: op.subject(),
         by_caller: false,
@@ -135,6 +140,7 @@ mod tests {
             RegistryOp::GoalOpen.subject(&a),
             TaskRequestOp::Create.subject(&a),
             AuditOp::Export.subject(),
+            crate::people::PeopleOp::ApprovalUse.subject(&a),
         ] {
             assert!(subjects.contains(&wanted), "{wanted} missing");
         }

@@ -77,6 +77,19 @@ pub enum ErrorKind {
     /// The receiving goal is full and its owner chose `overflow: refuse` (nothing was stored:
     /// back off and retry), or a waiting call's request was removed from a full inbox unread.
     InboxFull,
+    /// The person is not who the item waits for (another person's, or escalated away).
+    NotAddressee,
+    /// Someone answered the item first (the losing side of a role race): the message names
+    /// who and when.
+    AlreadyAnswered,
+    /// The approval is not decided yet.
+    ApprovalPending,
+    /// The approval was denied.
+    ApprovalDenied,
+    /// The approval was used already (each is good for one use).
+    ApprovalUsed,
+    /// The action differs from the one approved (its hash does not match).
+    ActionMismatch,
     /// A kind this client version does not know yet.
     #[serde(other)]
     Unknown,
@@ -107,6 +120,11 @@ impl ErrorKind {
             Self::Conflict => 409,
             Self::Unavailable => 503,
             Self::Internal | Self::Unknown => 500,
+            Self::NotAddressee | Self::ApprovalDenied => 403,
+            Self::AlreadyAnswered
+            | Self::ApprovalPending
+            | Self::ApprovalUsed
+            | Self::ActionMismatch => 409,
         }
     }
 
@@ -161,6 +179,12 @@ impl ErrorKind {
             Self::InboxFull => "inbox_full",
             Self::AtCapacity => "at_capacity",
             Self::TooManyChildren => "too_many_children",
+            Self::NotAddressee => "not_addressee",
+            Self::AlreadyAnswered => "already_answered",
+            Self::ApprovalPending => "approval_pending",
+            Self::ApprovalDenied => "approval_denied",
+            Self::ApprovalUsed => "approval_used",
+            Self::ActionMismatch => "action_mismatch",
             Self::Unknown => "unknown",
         }
     }

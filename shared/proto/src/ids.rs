@@ -235,6 +235,116 @@ pub fn new_id() -> Uuid {
     Uuid::now_v7()
 }
 
+/// The prefix of a person's id.
+pub const PERSON_PREFIX: &str = "person:";
+/// The prefix of a role's id.
+pub const ROLE_PREFIX: &str = "role:";
+
+/// A person or a role: whom an agent addresses (`person:alice`, `role:oncall`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub enum Party {
+    /// One person.
+    Person(AgentId),
+    /// Everyone holding a role: the first member to answer answers.
+    Role(AgentId),
+}
+
+/// Why a `to` is not a party.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PartyError {
+    /// Neither `person:` nor `role:`.
+    #[error("`to` must be person:<id> or role:<name>, not `{0}`")]
+    NotAParty(String),
+    /// The part after the prefix breaks the agent-id rule.
+    #[error(
+        "`{0}` is not a valid person or role: after the prefix use 1-64 characters of [a-z0-9_-]"
+    )]
+    Invalid(String),
+}
+
+impl Party {
+    /// Parses `person:<id>` or `role:<id>`.
+    pub fn parse(raw: &str) -> Result<Self, PartyError> {
+        let shown = || raw.chars().take(80).collect::<String>();
+        let (local, person) = if let Some(local) = raw.strip_prefix(PERSON_PREFIX) {
+            (local, true)
+        } else if let Some(local) = raw.strip_prefix(ROLE_PREFIX) {
+            (local, false)
+        } else {
+            return Err(PartyError::NotAParty(shown()));
+        };
+        let id = AgentId::parse(local).map_err(|_| PartyError::Invalid(shown()))?;
+        Ok(if person {
+            Self::Person(id)
+        } else {
+            Self::Role(id)
+        })
+    }
+
+    /// Whether `raw` names a person or a role (by its prefix), valid or not: what the SDKs
+    /// route to `note` instead of `send`.
+    pub fn looks_like(raw: &str) -> bool {
+        raw.starts_with(PERSON_PREFIX) || raw.starts_with(ROLE_PREFIX)
+    }
+
+    /// The local part (`alice` of `person:alice`).
+    pub fn local(&self) -> &AgentId {
+        match self {
+            Self::Person(id) | Self::Role(id) => id,
+        }
+    }
+
+    /// The subject-safe spelling: `person.alice`, `role.oncall`.
+    pub fn token(&self) -> String {
+        match self {
+            Self::Person(id) => format!("person.{id}"),
+            Self::Role(id) => format!("role.{id}"),
+        }
+    }
+
+    /// Whether this is a person (not a role).
+    pub fn is_person(&self) -> bool {
+        matches!(self, Self::Person(_))
+    }
+}
+
+impl fmt::Display for Party {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Person(id) => write!(f, "{PERSON_PREFIX}{id}"),
+            Self::Role(id) => write!(f, "{ROLE_PREFIX}{id}"),
+        }
+    }
+}
+
+impl TryFrom<String> for Party {
+    type Error = PartyError;
+    fn try_from(raw: String) -> Result<Self, Self::Error> {
+        Self::parse(&raw)
+    }
+}
+
+impl From<Party> for String {
+    fn from(party: Party) -> Self {
+        party.to_string()
+    }
+}
+
+impl schemars::JsonSchema for Party {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Party".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "type": "string",
+            "pattern": "^(person|role):[a-z0-9][a-z0-9_-]{0,63}$",
+            "description": "A person (`person:alice`) or a role (`role:oncall`, answered by the first of its members).",
+        })
+    }
+}
+
 /// An agent id's schema: a string of 1–64 characters of `[a-z0-9_-]`, starting with a letter
 /// or digit.
 impl schemars::JsonSchema for AgentId {

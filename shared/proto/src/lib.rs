@@ -20,10 +20,13 @@
 //! - [`call`]: correlated calls, the pending-call record, chain/cycle/depth rules.
 //! - [`task`]: the task state machine (who may do what, legal transitions).
 //! - [`receipt`]: delivered/read receipts, their KV record and the status request.
+//! - [`people`]: persons and roles as parties, notes, asks, and the person-side operations.
+//! - [`approval`]: approvals bound to an exact action (RFC 8785 hash, strict parse, single use).
 //! - [`audit`]: audit records, refusal events and the audit queries.
 //! - [`error`]: `ErrorKind` and the `{"error":{code,kind,message}}` reply.
 
 pub mod acl;
+pub mod approval;
 pub mod audit;
 pub mod call;
 pub mod endpoint;
@@ -32,6 +35,7 @@ pub mod ids;
 pub mod inbox;
 pub mod message;
 pub mod names;
+pub mod people;
 pub mod receipt;
 pub mod registry;
 pub mod send;

@@ -63,6 +63,10 @@ pub struct InboxMessage {
     /// copy is delivered (and read).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub receipt: Option<crate::receipt::ReceiptLevel>,
+    /// The person who wrote it (`person:bob`), when a person answered through the people
+    /// service (`from_agent_id` is then `people`): show this as the sender.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from_person: Option<String>,
 }
 
 impl InboxMessage {
@@ -86,6 +90,7 @@ impl InboxMessage {
             callback: None,
             metadata: Map::new(),
             receipt: None,
+            from_person: None,
         }
     }
 }

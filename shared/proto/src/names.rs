@@ -175,3 +175,11 @@ pub fn inbox_consumer(goal_id: &crate::GoalId) -> String {
 /// Metadata key naming the agent that owned a v1 goal inbox consumer (v1 wrote it; migration
 /// trusts the goal's record instead).
 pub const CONSUMER_META_AGENT: &str = "switchboard.agent_id";
+
+/// NATS micro service name (and queue group) of the people service (docs/protocol.md §14).
+pub const PEOPLE_SERVICE: &str = "people";
+/// KV bucket of the items agents address to people: `item.<item_id>` → `PersonItem`.
+pub const PEOPLE_ITEMS_BUCKET: &str = "agent_people_items";
+/// The reserved agent id the people service writes answers and notices as: no agent may
+/// register it (`nats-config` refuses it in `agents.toml`; the directory refuses it too).
+pub const PEOPLE_AGENT: &str = "people";

@@ -9,6 +9,7 @@
 use schemars::{JsonSchema, schema_for};
 use serde_json::{Map, Value, json};
 
+use crate::approval::{ApprovalRequest, ApprovalUse, ApprovalUsed};
 use crate::audit::{
     AuditRecords, ExportDone, HistoryRequest, RefusalEvent, ThreadRequest, VerifyReply,
 };
@@ -17,6 +18,11 @@ use crate::call::{
     ReplyAck, ReplyRequest,
 };
 use crate::inbox::{AckReply, AckRequest, FetchReply, FetchRequest};
+use crate::people::ops::{AnswerAck, AnswerRequest, InboxPage, InboxQuery, PersonItemQuery};
+use crate::people::{
+    AskRequest, ItemRequest, NoteReport, NoteRequest, Parked, PendingItems, PeopleEvent,
+    PeopleList, PersonItem,
+};
 use crate::receipt::{SendStatusReply, SendStatusRequest};
 use crate::registry::{
     AgentCard, DeregisterReply, GoalCloseReply, GoalCloseRequest, GoalOpenReply, GoalOpenRequest,
@@ -45,6 +51,12 @@ pub fn schemas() -> Vec<(&'static str, Value)> {
         AckReply,
         AckRequest,
         AgentCard,
+        AnswerAck,
+        AnswerRequest,
+        ApprovalRequest,
+        ApprovalUse,
+        ApprovalUsed,
+        AskRequest,
         AuditRecords,
         CallAnswer,
         CallEvent,
@@ -69,12 +81,23 @@ pub fn schemas() -> Vec<(&'static str, Value)> {
         HeartbeatRequest,
         HistoryRequest,
         InboxMessage,
+        InboxPage,
+        InboxQuery,
+        ItemRequest,
         ListTasks,
         LookupReply,
         LookupRequest,
+        NoteReport,
+        NoteRequest,
+        Parked,
         PeersReply,
         PeersRequest,
         PendingCalls,
+        PendingItems,
+        PeopleEvent,
+        PeopleList,
+        PersonItem,
+        PersonItemQuery,
         RefusalEvent,
         RegisterReply,
         RegistryEventPayload,
@@ -309,6 +332,62 @@ pub const SUBJECTS: &[Subject] = &[
         replies: &[],
     },
     Subject {
+        id: "peopleNote",
+        address: "agent.people.note.{agent_id}",
+        summary: "Note a person or a role: recorded in their inbox; nothing waits (§14).",
+        message: "NoteRequest",
+        replies: &["NoteReport"],
+    },
+    Subject {
+        id: "peopleAsk",
+        address: "agent.people.ask.{agent_id}",
+        summary: "Ask a person or a role; the answer arrives in from_goal_id's inbox as kind: response with from_person (§14).",
+        message: "AskRequest",
+        replies: &["Parked"],
+    },
+    Subject {
+        id: "peopleApprovalRequest",
+        address: "agent.people.approval.request.{agent_id}",
+        summary: "Request an approval of one exact action, bound to its RFC 8785 SHA-256 (§14).",
+        message: "ApprovalRequest",
+        replies: &["Parked"],
+    },
+    Subject {
+        id: "peopleApprovalUse",
+        address: "agent.people.approval.use.{agent_id}",
+        summary: "Check an approval for this exact action and spend it: single use (§14).",
+        message: "ApprovalUse",
+        replies: &["ApprovalUsed"],
+    },
+    Subject {
+        id: "peopleGet",
+        address: "agent.people.get.{agent_id}",
+        summary: "One of the caller's items addressed to people (§14).",
+        message: "ItemRequest",
+        replies: &["PersonItem"],
+    },
+    Subject {
+        id: "peoplePending",
+        address: "agent.people.pending.{agent_id}",
+        summary: "The caller's asks and approvals waiting for a person, and approvals not used yet (§14).",
+        message: "Empty",
+        replies: &["PendingItems"],
+    },
+    Subject {
+        id: "peopleList",
+        address: "agent.people.list.{agent_id}",
+        summary: "The persons and roles configured, and whether the caller may reach each (§14).",
+        message: "Empty",
+        replies: &["PeopleList"],
+    },
+    Subject {
+        id: "peopleEvents",
+        address: "agent.people.events.{event}.{item_id}",
+        summary: "Published by people: what happened to an item addressed to a person (§14, Events).",
+        message: "PeopleEvent",
+        replies: &[],
+    },
+    Subject {
         id: "auditThread",
         address: "agent.audit.thread",
         summary: "A conversation's audit records (§11).",
@@ -355,13 +434,15 @@ pub fn asyncapi() -> Value {
     let message_ref = |name: &str| json!({ "$ref": format!("#/components/messages/{name}") });
     for subject in SUBJECTS {
         let mut parameters = Map::new();
-        for parameter in ["agent_id", "task_id"] {
+        for parameter in ["agent_id", "task_id", "event", "item_id"] {
             if subject.address.contains(&format!("{{{parameter}}}")) {
                 let description = match parameter {
                     "agent_id" => {
                         "The caller's agent id: the last token is the caller, never a body field (§1)."
                     }
-                    _ => "The task the events are about.",
+                    "task_id" => "The task the events are about.",
+                    "event" => "What happened (PeopleEventKind).",
+                    _ => "The item addressed to a person the event is about.",
                 };
                 parameters.insert(parameter.to_owned(), json!({ "description": description }));
             }

@@ -276,6 +276,21 @@ pub fn call_events(event: CallEventKind, correlation_id: &Uuid) -> String {
     format!("{CALL_EVENTS_PREFIX}.{}.{correlation_id}", event.token())
 }
 
+/// Prefix of the people requests: `agent.people.<op>.<agent_id>` ([`crate::people::PeopleOp`]).
+pub const PEOPLE_PREFIX: &str = "agent.people";
+/// Prefix of people events: `agent.people.events.<event>.<item_id>`
+/// ([`crate::people::PeopleEventKind::subject`]).
+pub const PEOPLE_EVENTS_PREFIX: &str = "agent.people.events";
+
+/// Prefix of the operator endpoints (services, the console and the operator CLI only; agents
+/// get a permission violation): `_SB.ops.<service>.<op>`.
+pub const OPS_PREFIX: &str = "_SB.ops";
+
+/// `_SB.ops.<service>.<op>`.
+pub fn ops(service: &str, op: &str) -> String {
+    format!("{OPS_PREFIX}.{service}.{op}")
+}
+
 /// Prefix of the audit queries: `agent.audit.<op>` ([`crate::audit::AuditOp`]).
 pub const AUDIT_PREFIX: &str = "agent.audit";
 /// The subject of `AGENT_AUDIT` written before writers had their own (services only).

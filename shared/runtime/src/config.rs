@@ -422,6 +422,9 @@ pub struct JetStreamConfig {
     /// How long a task record (and its index entries) is kept after its last change, in
     /// seconds; a task left untouched longer is forgotten.
     pub tasks_max_age_secs: u64,
+    /// How long an item addressed to a person (note, ask, approval) is kept after its last
+    /// change, in seconds: longer than the seven days an ask or approval may wait.
+    pub people_max_age_secs: u64,
     /// How long the audit trail keeps a record, in seconds (0 = forever).
     pub audit_max_age_secs: u64,
     /// Most bytes the audit trail keeps, oldest dropped first (0 = no limit).
@@ -437,6 +440,7 @@ impl Default for JetStreamConfig {
             events_max_age_secs: 7 * 24 * 3600,
             calls_max_age_secs: 24 * 3600,
             tasks_max_age_secs: 30 * 24 * 3600,
+            people_max_age_secs: 30 * 24 * 3600,
             audit_max_age_secs: 90 * 24 * 3600,
             audit_max_bytes: 0,
         }

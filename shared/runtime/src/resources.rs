@@ -148,12 +148,13 @@ pub fn inbox_stream(config: &JetStreamConfig) -> stream::Config {
 pub fn events_stream(config: &JetStreamConfig) -> stream::Config {
     stream::Config {
         name: EVENTS_STREAM.to_owned(),
-        description: Some("Switchboard registry, call, task and refusal events".to_owned()),
+        description: Some("Switchboard registry, call, task, refusal and people events".to_owned()),
         subjects: vec![
             REGISTRY_EVENTS_ALL.to_owned(),
             subject::below(subject::CALL_EVENTS_PREFIX),
             subject::below(subject::TASK_EVENTS_PREFIX),
             subject::below(subject::REFUSALS_PREFIX),
+            subject::below(subject::PEOPLE_EVENTS_PREFIX),
         ],
         duplicate_window: Duration::from_secs(config.duplicate_window_secs),
         max_age: Duration::from_secs(config.events_max_age_secs),
@@ -244,6 +245,22 @@ pub fn calls_bucket(config: &JetStreamConfig) -> kv::Config {
         description: "Switchboard pending calls".to_owned(),
         history: 1,
         max_age: Duration::from_secs(config.calls_max_age_secs),
+        num_replicas: config.replicas,
+        storage: stream::StorageType::File,
+        ..Default::default()
+    }
+}
+
+/// `agent_people_items`: the items agents address to people, key = `item.<item_id>`
+/// (docs/protocol.md §14). Every state change is a compare-and-set on the record; records stay
+/// after they end (a retried answer or use is told what happened) and age out after
+/// `people_max_age_secs`.
+pub fn people_items_bucket(config: &JetStreamConfig) -> kv::Config {
+    kv::Config {
+        bucket: switchboard_proto::PEOPLE_ITEMS_BUCKET.to_owned(),
+        description: "Switchboard notes, asks and approvals addressed to people".to_owned(),
+        history: 1,
+        max_age: Duration::from_secs(config.people_max_age_secs),
         num_replicas: config.replicas,
         storage: stream::StorageType::File,
         ..Default::default()
