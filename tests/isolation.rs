@@ -219,6 +219,7 @@ impl Secured {
             Service::Correlator(Default::default()),
             Service::Tasks(fast_tasks()),
             Service::Audit(fast_audit()),
+            Service::People(Default::default()),
         ] {
             replicas.push(service.start(&settings).await);
         }
@@ -502,6 +503,10 @@ async fn every_attack_fails_under_the_generated_config() {
         // Appending to the audit trail, on the old subject or as a writer of its own.
         "_SB.audit.records",
         "_SB.audit.records.mallory",
+        // Issue 39: persons answer through the operator endpoints; an agent never may (it
+        // would answer its own question or approve its own action).
+        "_SB.ops.people.answer",
+        "_SB.ops.people.inbox",
     ] {
         evil.publish(api.to_owned(), "".into()).await.unwrap();
         violation(&mut errors, &format!("Publish to \"{api}\"")).await;

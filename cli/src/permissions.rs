@@ -387,6 +387,14 @@ mod tests {
         assert!(err.to_string().contains("A2A clients"), "{err}");
     }
 
+    #[test]
+    fn the_people_service_id_gets_no_key() {
+        let err = check_agents(&file(&[("people", false)]))
+            .map(|_| ())
+            .unwrap_err();
+        assert!(err.to_string().contains("people service"), "{err}");
+    }
+
     fn file(ids: &[(&str, bool)]) -> AgentsFile {
         AgentsFile {
             agents: ids
