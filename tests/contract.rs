@@ -125,6 +125,6 @@ fn the_committed_tool_list_is_what_switchboard_mcp_offers() {
         .iter()
         .filter_map(|tool| tool["name"].as_str())
         .collect();
-    assert_eq!(names.len(), 13, "{names:?}");
+    assert_eq!(names.len(), 17, "{names:?}");
     assert!(names.contains(&"talk_to_agent") && names.contains(&"check_inbox"));
 }

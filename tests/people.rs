@@ -6,7 +6,6 @@
 //! notice), requests an approval of an exact action and uses it once; escalation happens once;
 //! two people answering at once get one winner; and every refusal has its stable kind.
 
-
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 use std::path::Path;
@@ -157,6 +156,24 @@ async fn a_note_waits_in_the_inbox_and_an_answered_ask_reaches_the_agent_once() 
         )
         .await;
     assert_eq!(ok(&read)["state"], "read");
+    // A note retried by its id is noted once.
+    let note_id = Uuid::now_v7();
+    let once = json!({"to": "person:alice", "message": "once", "note_id": note_id});
+    for _ in 0..2 {
+        let noted = agent_op(&agent, PeopleOp::Note, once.clone()).await;
+        assert_eq!(id_of(&noted), note_id);
+    }
+    let inbox = world
+        .op(PeopleOpsOp::Inbox, json!({"person": "alice"}))
+        .await;
+    assert_eq!(ok(&inbox)["items"].as_array().unwrap().len(), 1);
+    let read = world
+        .op(
+            PeopleOpsOp::Answer,
+            json!({"person": "alice", "item_id": note_id}),
+        )
+        .await;
+    assert_eq!(ok(&read)["state"], "read");
     let inbox = world
         .op(PeopleOpsOp::Inbox, json!({"person": "alice"}))
         .await;
@@ -219,7 +236,8 @@ async fn a_note_waits_in_the_inbox_and_an_answered_ask_reaches_the_agent_once() 
             json!({"person": "alice", "state": "done"}),
         )
         .await;
-    assert_eq!(ok(&done)["items"].as_array().unwrap().len(), 2);
+    // Two notes read and the question answered.
+    assert_eq!(ok(&done)["items"].as_array().unwrap().len(), 3);
 }
 
 #[tokio::test]

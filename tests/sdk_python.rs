@@ -12,6 +12,10 @@ use tokio::process::Command;
 #[tokio::test]
 async fn the_python_sdk_suite_passes_against_a_real_fabric() {
     let fabric = Fabric::start().await;
+    // The people the suite asks and gets approvals from (SDK_PEOPLE).
+    let people_dir = tempfile::tempdir().unwrap();
+    let _people =
+        switchboard_tests::services::start_sdk_people(&fabric.url(), people_dir.path()).await;
     let root = switchboard_testkit::workspace_root();
     // Built from a copy: setuptools writes build/ and *.egg-info beside the sources.
     let source = tempfile::tempdir().unwrap();

@@ -11,6 +11,10 @@ use switchboard_tests::Fabric;
 #[tokio::test]
 async fn the_typescript_sdk_suite_passes_against_a_real_fabric() {
     let fabric = Fabric::start().await;
+    // The people the suite asks and gets approvals from (SDK_PEOPLE).
+    let people_dir = tempfile::tempdir().unwrap();
+    let _people =
+        switchboard_tests::services::start_sdk_people(&fabric.url(), people_dir.path()).await;
     let sdk = switchboard_testkit::workspace_root().join("sdk/typescript");
     // The test files by name (a folder argument works on Node 20 only).
     let mut files: Vec<String> = std::fs::read_dir(sdk.join("dist/test"))

@@ -83,6 +83,35 @@ pub fn fast_calls() -> reply_correlator::CorrelatorConfig {
     }
 }
 
+/// The people the SDK suites address (`sdk/python/tests`, `sdk/typescript/test`): alice and
+/// bob answer for `role:oncall`, alice may approve; carol may approve only.
+pub const SDK_PEOPLE: &str = r#"
+[[person]]
+id = "alice"
+name = "Alice"
+roles = ["oncall"]
+access = ["viewer", "approver"]
+
+[[person]]
+id = "bob"
+name = "Bob"
+roles = ["oncall"]
+
+[[person]]
+id = "carol"
+name = "Carol"
+access = ["approver"]
+"#;
+
+/// A people replica on `url` reading [`SDK_PEOPLE`] (written into `dir`).
+pub async fn start_sdk_people(url: &str, dir: &std::path::Path) -> Replica {
+    let file = dir.join("people.toml");
+    std::fs::write(&file, SDK_PEOPLE).expect("the people file is written");
+    Service::People(fast_people(&file))
+        .start(&runtime(url))
+        .await
+}
+
 /// People settings for tests: quick sweeps and reloads of the people file at `file`.
 pub fn fast_people(file: &std::path::Path) -> people::PeopleConfig {
     people::PeopleConfig {

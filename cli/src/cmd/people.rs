@@ -337,7 +337,7 @@ async fn decide(
         );
     }
     let body = json!({"person": person, "item_id": item_id, "decision": decision,
-        "note": note, "action_hash": hash});
+        "message": note, "action_hash": hash});
     request_json(url, &PeopleOpsOp::Answer.subject(), &without_nulls(body)).await
 }
 

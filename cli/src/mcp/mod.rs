@@ -14,6 +14,7 @@
 //! inbox resource and the announcements of new messages.
 
 mod params;
+mod people;
 mod resources;
 mod tools;
 
@@ -187,7 +188,7 @@ impl Unanswered {
 /// this list (`docs/mcp-tools.json`, which the contract test keeps equal to it), so an LLM gets
 /// the same tools whether it reaches the fabric through MCP or through an SDK.
 pub fn tool_definitions() -> serde_json::Value {
-    let mut tools = SwitchboardMcp::tool_router().list_all();
+    let mut tools = SwitchboardMcp::all_tools().list_all();
     tools.sort_by(|a, b| a.name.cmp(&b.name));
     serde_json::Value::Array(
         tools
@@ -211,8 +212,13 @@ impl SwitchboardMcp {
             unanswered: Arc::new(Mutex::new(Vec::new())),
             parts: Arc::default(),
             subscribed: Arc::new(std::sync::atomic::AtomicBool::new(false)),
-            tool_router: Self::tool_router(),
+            tool_router: Self::all_tools(),
         }
+    }
+
+    /// Every tool: the agent tools and the people tools.
+    fn all_tools() -> ToolRouter<Self> {
+        Self::tool_router() + Self::people_router()
     }
 
     /// The most recent request shown, not answered, whose caller still waits (requests past

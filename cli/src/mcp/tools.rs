@@ -27,7 +27,7 @@ use super::params::{
 };
 
 /// A successful tool result: the service's reply as pretty JSON.
-fn reply<T: serde::Serialize>(value: &T) -> CallToolResult {
+pub(super) fn reply<T: serde::Serialize>(value: &T) -> CallToolResult {
     let text = serde_json::to_string_pretty(value).unwrap_or_else(|err| err.to_string());
     CallToolResult::success(vec![ContentBlock::text(text)])
 }
@@ -35,7 +35,7 @@ fn reply<T: serde::Serialize>(value: &T) -> CallToolResult {
 /// A failed tool result: `{"error": {"kind", "message"}}` with `isError` set, where `kind` is
 /// the service's stable error kind (or `unavailable` / `timeout` / `transport` when no service
 /// answered) so the model can decide what to do next.
-fn failure(err: &ClientError) -> CallToolResult {
+pub(super) fn failure(err: &ClientError) -> CallToolResult {
     let kind = match err {
         ClientError::Service(reply) => reply.kind().to_string(),
         ClientError::InvalidId(_) => "bad_request".to_owned(),
@@ -51,7 +51,7 @@ fn refused(kind: &str, message: &str) -> CallToolResult {
     CallToolResult::error(vec![ContentBlock::text(body.to_string())])
 }
 
-fn outcome<T: serde::Serialize>(result: Result<T, ClientError>) -> CallToolResult {
+pub(super) fn outcome<T: serde::Serialize>(result: Result<T, ClientError>) -> CallToolResult {
     match result {
         Ok(value) => reply(&value),
         Err(err) => failure(&err),
@@ -87,9 +87,14 @@ impl SwitchboardMcp {
                        every live session of that agent. Use to=\"*\" to broadcast to every peer \
                        you may reach. Returns the delivery report: which sessions got it and, \
                        for peers it could not reach, why. Call list_peers first to pick the id. \
-                       To get an answer back, use talk_to_agent instead."
+                       To get an answer back, use talk_to_agent instead. to=\"person:<id>\" or \
+                       \"role:<name>\" notes a person (list_people); a person's answer comes \
+                       only through ask_person."
     )]
     async fn send_to_peer(&self, Parameters(params): Parameters<SendParams>) -> CallToolResult {
+        if switchboard_client::proto::people::Party::looks_like(&params.to) {
+            return outcome(self.agent.note_person(&params.to, &params.message).await);
+        }
         let request = SendRequest {
             to: Some(params.to),
             message: Some(params.message),

@@ -7,6 +7,87 @@ server lists them. Generated from docs/mcp-tools.json by scripts/generate_tools.
 TOOLS = [
     {
         'description': (
+            'Ask a person (or a role: its first member to answer answers) and wait for a human '
+            'answer. The question is kept until answered or timed out, even across restarts. '
+            'With wait_s the tool waits up to 50 s and returns the answer if it came (state '
+            'answered, answer, answered_by); otherwise it returns state open and the answer '
+            'arrives later in check_inbox as kind="response" from="person:…" with '
+            'correlation_id = item_id (or a kind="notify" timeout notice). To tell a person '
+            'something without waiting, use send_to_peer with to="person:<id>".'
+        ),
+        'inputSchema': {
+            '$schema': 'https://json-schema.org/draft/2020-12/schema',
+            'properties': {
+                'escalate_after_s': {
+                    'default': None,
+                    'description': (
+                        'Unanswered this long (seconds), the question goes to escalate_to, '
+                        'once.'
+                    ),
+                    'format': 'uint64',
+                    'minimum': 0,
+                    'type': [
+                        'integer',
+                        'null',
+                    ],
+                },
+                'escalate_to': {
+                    'default': None,
+                    'description': 'Who gets it then: "person:<id>" or "role:<name>".',
+                    'type': [
+                        'string',
+                        'null',
+                    ],
+                },
+                'question': {
+                    'description': 'Your question, written for a person.',
+                    'type': 'string',
+                },
+                'timeout_s': {
+                    'default': None,
+                    'description': (
+                        'How long the person may take, in seconds (default 3600, at most '
+                        '604800).'
+                    ),
+                    'format': 'uint64',
+                    'minimum': 0,
+                    'type': [
+                        'integer',
+                        'null',
+                    ],
+                },
+                'to': {
+                    'description': (
+                        '"person:<id>" or "role:<name>" (the first member of the role to '
+                        'answer answers); see\nlist_people.'
+                    ),
+                    'type': 'string',
+                },
+                'wait_s': {
+                    'default': None,
+                    'description': (
+                        'Wait this long for the answer before returning (0-50 s, default 0: '
+                        'return at once; the\nanswer then arrives in check_inbox as '
+                        'kind="response" from="person:…").'
+                    ),
+                    'format': 'uint64',
+                    'minimum': 0,
+                    'type': [
+                        'integer',
+                        'null',
+                    ],
+                },
+            },
+            'required': [
+                'to',
+                'question',
+            ],
+            'type': 'object',
+        },
+        'name': 'ask_person',
+    },
+    {
+        'description': (
             'Cancel a task you created (its open subtasks are canceled too; the assignee is '
             'told). Returns the task record and descendants: every subtask with the state the '
             'cancel left it in, so you know what was stopped; or task_terminal if it already '
@@ -181,6 +262,19 @@ TOOLS = [
     },
     {
         'description': (
+            'The people you can ask or notify: persons (person:<id>) with their roles and '
+            'whether they can approve, and roles (role:<name>) with their members; reachable '
+            'says whether you may address them. Call before ask_person, request_approval, or '
+            'send_to_peer to a person.'
+        ),
+        'inputSchema': {
+            'properties': {},
+            'type': 'object',
+        },
+        'name': 'list_people',
+    },
+    {
+        'description': (
             'Where a message you sent with receipt="delivered" or "read" is, for each session '
             'of the receiver: stored (not picked up yet), delivered (received, not read yet), '
             'read, or expired_unread (dropped unread: its inbox was full). Use it before '
@@ -263,11 +357,90 @@ TOOLS = [
     },
     {
         'description': (
+            'Ask a person to approve one exact action before you do it (a payment, a deploy, a '
+            'deletion): the approval is bound to this tool and these arguments and no others. '
+            'Returns approval_id and state (open until a person decides; with wait_s the tool '
+            'waits up to 50 s). The decision also arrives in check_inbox as kind="response" '
+            'from="person:…". When approved, call use_approval with the same tool and '
+            'arguments right before acting; never act on an approval you have not used.'
+        ),
+        'inputSchema': {
+            '$schema': 'https://json-schema.org/draft/2020-12/schema',
+            'properties': {
+                'arguments': {
+                    'description': 'Its exact arguments: the approval is for these and no others.',
+                },
+                'escalate_after_s': {
+                    'default': None,
+                    'description': 'Undecided this long (seconds), it goes to escalate_to, once.',
+                    'format': 'uint64',
+                    'minimum': 0,
+                    'type': [
+                        'integer',
+                        'null',
+                    ],
+                },
+                'escalate_to': {
+                    'default': None,
+                    'description': 'Who gets it then.',
+                    'type': [
+                        'string',
+                        'null',
+                    ],
+                },
+                'expires_in_s': {
+                    'description': (
+                        'How long the request may wait and the approval stay usable, in '
+                        'seconds.'
+                    ),
+                    'format': 'uint64',
+                    'minimum': 0,
+                    'type': 'integer',
+                },
+                'reason': {
+                    'description': 'Why, for the person deciding.',
+                    'type': 'string',
+                },
+                'to': {
+                    'description': 'An approver: "person:<id>" or "role:<name>"; see list_people.',
+                    'type': 'string',
+                },
+                'tool': {
+                    'description': 'The tool you want to call.',
+                    'type': 'string',
+                },
+                'wait_s': {
+                    'default': None,
+                    'description': (
+                        'Wait this long for the decision before returning (0-50 s, default 0).'
+                    ),
+                    'format': 'uint64',
+                    'minimum': 0,
+                    'type': [
+                        'integer',
+                        'null',
+                    ],
+                },
+            },
+            'required': [
+                'tool',
+                'arguments',
+                'reason',
+                'to',
+                'expires_in_s',
+            ],
+            'type': 'object',
+        },
+        'name': 'request_approval',
+    },
+    {
+        'description': (
             'Send a one-way message to another agent (fire and forget): it lands in every live '
             'session of that agent. Use to="*" to broadcast to every peer you may reach. '
             'Returns the delivery report: which sessions got it and, for peers it could not '
             'reach, why. Call list_peers first to pick the id. To get an answer back, use '
-            'talk_to_agent instead.'
+            'talk_to_agent instead. to="person:<id>" or "role:<name>" notes a person '
+            "(list_people); a person's answer comes only through ask_person."
         ),
         'inputSchema': {
             '$schema': 'https://json-schema.org/draft/2020-12/schema',
@@ -521,5 +694,37 @@ TOOLS = [
             'type': 'object',
         },
         'name': 'update_task',
+    },
+    {
+        'description': (
+            'Spend an approval right before acting: succeeds once, only if a person approved '
+            'exactly this tool and these arguments and it has not expired. Refusals: '
+            'action_mismatch (the arguments differ from what was approved: do not act), '
+            'approval_pending (not decided yet), approval_denied, approval_used (already '
+            'spent), expired.'
+        ),
+        'inputSchema': {
+            '$schema': 'https://json-schema.org/draft/2020-12/schema',
+            'properties': {
+                'approval_id': {
+                    'description': 'The approval_id request_approval returned.',
+                    'type': 'string',
+                },
+                'arguments': {
+                    'description': 'The exact arguments you are about to pass.',
+                },
+                'tool': {
+                    'description': 'The tool you are about to call.',
+                    'type': 'string',
+                },
+            },
+            'required': [
+                'approval_id',
+                'tool',
+                'arguments',
+            ],
+            'type': 'object',
+        },
+        'name': 'use_approval',
     },
 ]

@@ -791,6 +791,8 @@ class NoteRequest(WireObject):
     """The note."""
     metadata: dict[str, Any]
     """Free metadata."""
+    note_id: str | None
+    """A client-chosen id: a retry with it is noted once."""
     to: str
     """`person:<id>` or `role:<name>`."""
 

@@ -1,9 +1,11 @@
 //! What agents do (docs/protocol.md §14, "Agents"): note, ask, request and use approvals,
 //! read their own items, list people.
 //!
-//! An ask and an approval request run the same checks in order: the texts, the parties, the
-//! caller's registration and goal, that someone can answer (an approver for approvals), the
-//! access rules for `to` and `escalate_to`, the caps, then the record is created.
+//! Every request runs its checks in one order: the texts (and an approval's action), the
+//! caller's registration, the parties and times, the caller's goal, that someone can answer
+//! (an approver for approvals), the access rules for `to` and `escalate_to`, a retry by id
+//! (joined when it asks the same: sender, kind, `to`, text, goal, action and `escalate_to`),
+//! the caps, then the record is created.
 
 use switchboard_proto::approval::{ApprovalRequest, ApprovalUse, ApprovalUsed};
 use switchboard_proto::people::{
@@ -105,22 +107,42 @@ impl People {
         request: NoteRequest,
     ) -> Result<NoteReport, PeopleError> {
         text("message", &request.message, MAX_PEOPLE_TEXT_BYTES)?;
-        let to = party(&request.to)?;
         let card = self.sender(caller).await?;
+        let to = party(&request.to)?;
         self.reach(&card, &to, false)?;
-        let _turn = self.turn(caller).lock().await;
-        self.caps(caller, &to, true).await?;
         let item = PersonItem {
             metadata: request.metadata,
-            ..self.item(caller, ItemKind::Note, to.clone(), request.message, None)
+            ..self.item(
+                caller,
+                ItemKind::Note,
+                to.clone(),
+                request.message,
+                request.note_id,
+            )
         };
-        let stored = self
-            .store
-            .create(&item)
-            .await?
-            .ok_or(PeopleError::IdTaken(item.item_id))?;
-        self.view.note(&stored.item, stored.revision);
-        self.emit(PeopleEventKind::Noted, &stored.item).await;
+        let _turn = self.turn(caller).lock().await;
+        if let Some(existing) = self.store.get(&item.item_id).await? {
+            self.join(&existing.item, &item)?;
+            return Ok(NoteReport {
+                item_id: item.item_id,
+                to,
+            });
+        }
+        self.caps(caller, &to, true).await?;
+        match self.store.create(&item).await? {
+            Some(stored) => {
+                self.view.note(&stored.item, stored.revision);
+                self.emit(PeopleEventKind::Noted, &stored.item).await;
+            }
+            None => {
+                let existing = self
+                    .store
+                    .get(&item.item_id)
+                    .await?
+                    .ok_or(PeopleError::IdTaken(item.item_id))?;
+                self.join(&existing.item, &item)?;
+            }
+        }
         Ok(NoteReport {
             item_id: item.item_id,
             to,

@@ -146,7 +146,7 @@ impl Book {
                 let hex = token.strip_prefix("sha256:").unwrap_or_default();
                 if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
                     return Err(format!(
-                        "person `{id}`: a token must be `sha256:<64 hex digits>` (`switchboard people token` writes one)"
+                        "person `{id}`: a token must be `sha256:<64 hex digits>` (the SHA-256 of the sign-in token)"
                     ));
                 }
             }

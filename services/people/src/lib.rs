@@ -87,6 +87,7 @@ pub async fn start(
         RegistryView::new(js, agents, goals),
         books,
         config.clone(),
+        Duration::from_secs(runtime.jetstream.people_max_age_secs),
     ));
     let running = micro::start(
         client,

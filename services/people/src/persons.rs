@@ -83,7 +83,8 @@ impl People {
         let (direct, via_role, shares) = self.view.with(|heads| {
             let mut direct = Vec::new();
             let mut via_role = Vec::new();
-            let mut shares: BTreeMap<AgentId, (usize, usize)> = BTreeMap::new();
+            // Per sender and `to`: the caps are counted that way.
+            let mut shares: BTreeMap<(AgentId, Party), (usize, usize)> = BTreeMap::new();
             for (id, head) in heads {
                 let Head {
                     from_agent,
@@ -104,7 +105,7 @@ impl People {
                     continue;
                 }
                 if open {
-                    let share = shares.entry(from_agent.clone()).or_default();
+                    let share = shares.entry((from_agent.clone(), to.clone())).or_default();
                     if head.kind == ItemKind::Note {
                         share.1 += 1;
                     } else {
@@ -129,15 +130,18 @@ impl People {
                 items.push(stored.item);
             }
         }
-        let mut senders: Vec<SenderShare> = shares
-            .into_iter()
-            .map(|(agent, (waiting, notes))| SenderShare {
+        let mut by_sender: BTreeMap<AgentId, SenderShare> = BTreeMap::new();
+        for ((agent, _), (waiting, notes)) in shares {
+            let share = by_sender.entry(agent.clone()).or_insert(SenderShare {
                 agent,
-                open: waiting + notes,
-                at_cap: waiting >= self.config.max_open_per_sender
-                    || notes >= self.config.max_unread_notes_per_sender,
-            })
-            .collect();
+                open: 0,
+                at_cap: false,
+            });
+            share.open += waiting + notes;
+            share.at_cap |= waiting >= self.config.max_open_per_sender
+                || notes >= self.config.max_unread_notes_per_sender;
+        }
+        let mut senders: Vec<SenderShare> = by_sender.into_values().collect();
         senders.sort_by(|a, b| b.open.cmp(&a.open).then(a.agent.cmp(&b.agent)));
         let next = (after + limit < total).then_some(after + limit);
         Ok(InboxPage {
@@ -204,6 +208,24 @@ impl People {
                     _ => format!("item {id} is not addressed to {me}"),
                 }));
             }
+            // Ended first: the losing side of a role race is told who answered.
+            let now = timestamp::now();
+            if !item.state.is_waiting() {
+                if item.kind == ItemKind::Note {
+                    return Ok(AnswerAck {
+                        item_id: id,
+                        state: item.state,
+                        delivered: false,
+                    });
+                }
+                return Err(self.ended(item));
+            }
+            if item.deadline.is_some_and(|at| at <= now) {
+                return Err(PeopleError::Expired {
+                    item: id,
+                    at: item.deadline.unwrap_or(now),
+                });
+            }
             let decision = match item.kind {
                 ItemKind::Approval => {
                     let access = book
@@ -248,25 +270,15 @@ impl People {
                     }
                     None
                 }
-                ItemKind::Note => None,
-            };
-            let now = timestamp::now();
-            if !item.state.is_waiting() {
-                if item.kind == ItemKind::Note {
-                    return Ok(AnswerAck {
-                        item_id: id,
-                        state: item.state,
-                        delivered: false,
-                    });
+                ItemKind::Note => {
+                    if request.decision.is_some() {
+                        return Err(PeopleError::BadRequest(
+                            "a note is marked read; it takes no `decision`".to_owned(),
+                        ));
+                    }
+                    None
                 }
-                return Err(self.ended(item));
-            }
-            if item.deadline.is_some_and(|at| at <= now) {
-                return Err(PeopleError::Expired {
-                    item: id,
-                    at: item.deadline.unwrap_or(now),
-                });
-            }
+            };
             let mut next = item.clone();
             next.state = match (item.kind, decision) {
                 (ItemKind::Note, _) => ItemState::Read,

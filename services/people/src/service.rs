@@ -36,6 +36,8 @@ pub struct People {
     pub(crate) registry: RegistryView,
     pub(crate) books: Books,
     pub(crate) config: PeopleConfig,
+    /// How long the bucket keeps a record (`jetstream.people_max_age_secs`).
+    pub(crate) keep: time::Duration,
     turns: Vec<tokio::sync::Mutex<()>>,
 }
 
@@ -67,6 +69,7 @@ impl People {
         registry: RegistryView,
         books: Books,
         config: PeopleConfig,
+        keep: std::time::Duration,
     ) -> Self {
         Self {
             js,
@@ -75,6 +78,7 @@ impl People {
             registry,
             books,
             config,
+            keep: time::Duration::try_from(keep).unwrap_or(time::Duration::MAX),
             turns: (0..TURNS).map(|_| tokio::sync::Mutex::new(())).collect(),
         }
     }

@@ -25,11 +25,19 @@ enum Due {
 impl People {
     /// One sweep; returns how many items it changed or delivered.
     pub async fn sweep(&self, now: OffsetDateTime) -> Result<usize, PeopleError> {
+        // The bucket drops records past its max age without telling watchers.
+        self.view.forget_before(now - self.keep);
         let due: Vec<(Uuid, Due)> = self.view.with(|heads| {
             heads
                 .iter()
                 .filter_map(|(id, head)| {
                     let past = |at: Option<OffsetDateTime>| at.is_some_and(|at| at <= now);
+                    // An answer claimed and not delivered is delivered before anything else
+                    // happens to its item (an approval past its deadline included): the
+                    // agent gets its one ending.
+                    if let Some(since) = head.undelivered_since {
+                        return (now - since >= REDELIVER_AFTER).then_some((*id, Due::Redeliver));
+                    }
                     let due = match head.state {
                         ItemState::Open | ItemState::Escalated | ItemState::Approved
                             if past(head.deadline) =>
@@ -38,12 +46,6 @@ impl People {
                         }
                         ItemState::Open if !head.escalated && past(head.escalate_at) => {
                             Due::Escalate
-                        }
-                        _ if head
-                            .undelivered_since
-                            .is_some_and(|at| now - at >= REDELIVER_AFTER) =>
-                        {
-                            Due::Redeliver
                         }
                         _ => return None,
                     };
@@ -100,9 +102,8 @@ impl People {
     async fn expire(&self, stored: Stored, now: OffsetDateTime) -> Result<bool, PeopleError> {
         let item = &stored.item;
         let waiting = matches!(item.state, ItemState::Open | ItemState::Escalated);
-        if !(waiting || item.state == ItemState::Approved)
-            || item.deadline.is_none_or(|at| at > now)
-        {
+        let unused = item.state == ItemState::Approved && item.delivered;
+        if !(waiting || unused) || item.deadline.is_none_or(|at| at > now) {
             return Ok(false);
         }
         let mut next = item.clone();

@@ -191,6 +191,17 @@ impl ItemsView {
         Ok(tokio::time::timeout(within, wait).await.is_ok())
     }
 
+    /// Drops the heads of items that ended and were written before `cutoff`: the bucket ages
+    /// records out without a watch event, so the view forgets them itself (an item changed
+    /// after it was written may still be in the bucket: it then only leaves the listings).
+    pub fn forget_before(&self, cutoff: OffsetDateTime) {
+        self.inner
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .heads
+            .retain(|_, head| head.waiting() || head.created_at >= cutoff);
+    }
+
     /// Runs `f` over every head (under a read lock: keep it short).
     pub fn with<R>(&self, f: impl FnOnce(&HashMap<Uuid, Head>) -> R) -> R {
         f(&self

@@ -95,11 +95,12 @@ impl Agent {
             to: to.to_owned(),
             message: message.to_owned(),
             metadata: serde_json::Map::new(),
+            note_id: Some(switchboard_proto::new_id()),
         };
         self.people_request(PeopleOp::Note, &body).await
     }
 
-    /// Asks a person or a role; the answer comes to `goal` (see [`Agent::await_person`]). The
+    /// Asks a person or a role; the answer comes to `goal` (tell it apart with [`PersonAnswer::of`]). The
     /// ask id is chosen here, so a retried request joins the first ask.
     pub async fn ask_person(
         &self,

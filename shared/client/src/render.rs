@@ -17,7 +17,8 @@ use switchboard_proto::timestamp;
 /// attribute when the message has one and a `kind` attribute when it
 /// is not a plain message (`request`, `response`, `notify`, …), and `task_id` / `task_state`
 /// on task messages and updates. `None` when there is nothing
-/// to show. A body cannot close its own element early: `</peer-message` inside a body is
+/// to show. A person's answer (written by the people service, `from_person` set) shows the
+/// person as the sender: `from="person:alice"`. A body cannot close its own element early: `</peer-message` inside a body is
 /// written as `<\/peer-message`, so one peer cannot forge another's message.
 pub fn render_peer_messages_block(messages: &[InboxMessage]) -> Option<String> {
     if messages.is_empty() {
@@ -25,9 +26,19 @@ pub fn render_peer_messages_block(messages: &[InboxMessage]) -> Option<String> {
     }
     let mut out = String::from("# PEER MESSAGES\n");
     for message in messages {
+        // Only the people service writes as `people` (the id is reserved), and only it sets
+        // `from_person`; a person id holds no quote (checked like an agent id).
+        let from = match &message.from_person {
+            Some(person)
+                if message.from_agent_id.as_str() == switchboard_proto::PEOPLE_AGENT
+                    && switchboard_proto::people::Party::parse(person).is_ok() =>
+            {
+                person.clone()
+            }
+            _ => message.from_agent_id.to_string(),
+        };
         out.push_str(&format!(
-            "<peer-message from=\"{}\" sent_at=\"{}\"",
-            message.from_agent_id,
+            "<peer-message from=\"{from}\" sent_at=\"{}\"",
             timestamp::format(message.sent_at)
         ));
         if let Some(id) = message.id {
@@ -76,6 +87,19 @@ mod tests {
                 body,
             )
         }
+    }
+
+    #[test]
+    fn a_persons_answer_shows_the_person() {
+        let mut answer = message("yes, roll back");
+        answer.from_agent_id = AgentId::parse("people").unwrap();
+        answer.from_person = Some("person:alice".to_owned());
+        let block = render_peer_messages_block(&[answer.clone()]).unwrap();
+        assert!(block.contains("from=\"person:alice\""), "{block}");
+        // Only the people service speaks for a person.
+        answer.from_agent_id = AgentId::parse("mallory").unwrap();
+        let block = render_peer_messages_block(&[answer]).unwrap();
+        assert!(block.contains("from=\"mallory\""), "{block}");
     }
 
     #[test]

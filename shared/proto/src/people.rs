@@ -250,6 +250,9 @@ pub struct NoteRequest {
     /// Free metadata.
     #[serde(default, skip_serializing_if = "Map::is_empty")]
     pub metadata: Map<String, Value>,
+    /// A client-chosen id: a retry with it is noted once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note_id: Option<Uuid>,
 }
 
 /// The reply to a note.
