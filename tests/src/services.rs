@@ -177,6 +177,7 @@ pub enum Service {
     Audit(audit::AuditConfig),
     Gateway(a2a_gateway::GatewayConfig),
     People(people::PeopleConfig),
+    Console(console::ConsoleConfig),
 }
 
 /// What a test may reach into while a service runs.
@@ -202,6 +203,7 @@ impl Service {
             Self::Audit(_) => "audit",
             Self::Gateway(_) => "a2a-gateway",
             Self::People(_) => "people",
+            Self::Console(_) => "console",
         }
     }
 
@@ -275,6 +277,14 @@ impl Service {
                     .await
                     .unwrap();
                 (Replica::spawn(name, |stop| running.run(stop)), Handle::None)
+            }
+            Self::Console(config) => {
+                let running = Box::pin(console::start(&client, runtime, config))
+                    .await
+                    .unwrap();
+                let address = running.local_addr().unwrap();
+                let replica = Replica::spawn(name, |stop| running.run(stop));
+                (replica, Handle::Listening(address))
             }
         }
     }

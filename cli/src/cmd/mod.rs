@@ -79,7 +79,8 @@ enum Command {
     NatsConfig(nats_config::NatsConfigArgs),
     /// Be one agent as an MCP server over stdio, for an LLM agent host: registers the agent,
     /// opens a goal, and offers list_peers, send_to_peer, talk_to_agent, reply_to_peer,
-    /// check_inbox and the task tools.
+    /// check_inbox, the task tools and the people tools (list_people, ask_person,
+    /// request_approval, use_approval).
     #[command(
         after_help = "Examples:\n  switchboard mcp --agent researcher --description \"finds and summarises sources\"\n  switchboard mcp --agent writer --card writer.toml --goal-kind background\n\nIn an MCP host's config (e.g. mcpServers in a JSON settings file):\n  \"switchboard\": {\"command\": \"switchboard\", \"args\": [\"mcp\", \"--agent\", \"researcher\"],\n                  \"env\": {\"NATS_URL\": \"nats://127.0.0.1:4222\"}}"
     )]
@@ -215,7 +216,7 @@ fn view_of(command: &Command) -> View {
 
 /// The services `up` runs (the services of a running system), by the names they answer
 /// `$SRV` requests and export telemetry under.
-pub(crate) const SERVICES: [&str; 7] = [
+pub(crate) const SERVICES: [&str; 8] = [
     ::directory::SPEC.name,
     inbox_fanout::SPEC.name,
     reply_correlator::SPEC.name,
@@ -223,4 +224,5 @@ pub(crate) const SERVICES: [&str; 7] = [
     ::audit::SPEC.name,
     a2a_gateway::SPEC.name,
     ::people::SPEC.name,
+    ::console::NAME,
 ];

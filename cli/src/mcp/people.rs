@@ -13,7 +13,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use switchboard_client::proto::approval::{Action, ApprovalRequest};
-use switchboard_client::proto::people::{AskRequest, ItemState, PersonItem};
+use switchboard_client::proto::people::{AskRequest, ItemKind, ItemState, PersonItem};
 use uuid::Uuid;
 
 use super::SwitchboardMcp;
@@ -89,12 +89,18 @@ fn ms(seconds: u64) -> u64 {
 
 /// What a waiting tool returns: the item's id, its state and, once answered, the answer.
 fn summary(item: &PersonItem) -> Value {
+    let id_key = match item.kind {
+        ItemKind::Approval => "approval_id",
+        _ => "ask_id",
+    };
     let mut out = json!({
         "item_id": item.item_id,
         "state": item.state,
         "to": item.to,
         "addressee": item.addressee,
     });
+    // What the model calls it: the approval_id use_approval takes, or the ask's id.
+    out[id_key] = json!(item.item_id);
     if let Some(answer) = &item.answer {
         out["answered_by"] = json!(answer.by);
         out["answer"] = json!(answer.message);

@@ -13,9 +13,10 @@ from .errors import (AccessDenied, BadRequest, Busy, CallFailed, CallTimeout, Co
                      Internal, NotFound, SwitchboardError, Unavailable)
 from .message import Message, TaskHandle
 from .serving import HANDLER_ERROR
-from .wire import (CallAnswer, CallParked, CallPart, DeliveryReport, LookupReply, PartData,
-                   PartFile, PartText, PeerSummary, PendingCalls, ReplyAck, ReplyError,
-                   SendStatusReply, TaskList, TaskRecord, WireObject)
+from .wire import (ApprovalUsed, CallAnswer, CallParked, CallPart, DeliveryReport, LookupReply,
+                   NoteReport, Parked, PartData, PartFile, PartText, PeerSummary, PendingCalls,
+                   PendingItems, PeopleList, PersonItem, ReplyAck, ReplyError, SendStatusReply,
+                   TaskList, TaskRecord, WireObject)
 
 __all__ = ["Agent", "Message", "TaskHandle", "SwitchboardError", "BadRequest", "AccessDenied",
            "NotFound", "Conflict", "Busy", "Expired", "CallTimeout", "CallFailed", "Unavailable",
@@ -23,4 +24,6 @@ __all__ = ["Agent", "Message", "TaskHandle", "SwitchboardError", "BadRequest", "
            # what the methods return (switchboard.wire has every wire type)
            "WireObject", "CallAnswer", "CallPart", "CallParked", "DeliveryReport", "LookupReply",
            "PeerSummary", "PendingCalls", "ReplyAck", "ReplyError", "SendStatusReply", "TaskList",
-           "TaskRecord", "PartText", "PartData", "PartFile"]
+           "TaskRecord", "PartText", "PartData", "PartFile",
+           # people (docs/protocol.md §14)
+           "NoteReport", "Parked", "ApprovalUsed", "PersonItem", "PendingItems", "PeopleList"]

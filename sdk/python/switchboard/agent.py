@@ -30,7 +30,7 @@ from nats.errors import NoRespondersError
 from . import wire
 from .connection import nats_options
 from .errors import CallFailed, SwitchboardError, Unavailable, error_for
-from .message import Message, TaskHandle
+from .message import Message, TaskHandle, is_party
 from .serving import ERROR_MESSAGE_MAX, Handler, Serving, default_signals
 from .tools import Toolbox
 
@@ -185,7 +185,7 @@ class Agent:
     def tools(self) -> Toolbox:
         """The fabric as function-calling tools for an LLM, bound to this agent (the same
         :class:`~switchboard.tools.Toolbox` each time): ``tools.openai()`` and
-        ``tools.anthropic()`` are the 13 tools of ``switchboard mcp`` in those formats, and
+        ``tools.anthropic()`` are the 17 tools of ``switchboard mcp`` in those formats, and
         ``await tools.run(call)`` runs a model's tool call as this agent and returns the
         result message to append to the conversation."""
         if self._toolbox is None:
@@ -400,7 +400,7 @@ class Agent:
                    metadata: Mapping[str, Any] | None = None,
                    receipt: Literal["delivered", "read"] | None = None,
                    in_reply_to: Message | None = None, message_id: str | None = None,
-                   kind: str | None = None) -> wire.DeliveryReport:
+                   kind: str | None = None) -> wire.DeliveryReport | wire.NoteReport:
         """send_to_peer (§8): fire-and-forget into every live goal of ``to``. Returns the
         delivery report, a ``wire.DeliveryReport`` (attributes; a dict too): ``message_id``
         (the id given or chosen here; absent when nothing was attempted), ``delivered_to`` (the
@@ -409,7 +409,18 @@ class Agent:
         unreachable peer is a reason in the report, not an exception. Use it to tell, not to
         ask (``call`` waits for an answer). ``receipt`` asks for ``delivered`` or ``read``
         receipts, back in this goal's inbox; ``in_reply_to`` threads the message and passes on
-        its hop budget. The id is chosen here, so a retry is stored once."""
+        its hop budget. The id is chosen here, so a retry is stored once.
+
+        A ``to`` of a person or a role (``"person:alice"``, ``"role:oncall"``) is not an agent:
+        the text goes to them as a note instead (:meth:`note_person`, with ``metadata`` and
+        ``message_id`` as its ``note_id``), and the result is its ``wire.NoteReport``
+        (``item_id``, ``to``). A note carries no ``parts``, ``receipt`` or ``kind``
+        (``ValueError``)."""
+        if is_party(to):
+            if parts or receipt or kind:
+                raise ValueError(f"a note to {to} carries only text and metadata: no parts, "
+                                 "receipt or kind")
+            return await self.note_person(to, text, metadata=metadata, note_id=message_id)
         body = self._addressed(to, text, parts, metadata,
                                id=message_id or str(uuid.uuid4()))
         if receipt:
@@ -676,6 +687,118 @@ class Agent:
     async def cancel_task(self, task_id: str, reason: str | None = None) -> wire.TaskRecord:
         """Cancels a task this agent gave, and its open subtasks (§10)."""
         return await self.task_op("cancel", task_id, reason)
+
+    # ----------------------------------------------------------------------- people
+    async def _people(self, op: str, body: Mapping[str, Any]) -> JSON:
+        return await self.request(f"agent.people.{op}.{self.id}", body)
+
+    def _answer_goal(self, goal_id: str | None) -> str:
+        goal = goal_id or self.goal_id
+        if goal is None:
+            raise ValueError("no goal: open one first (the answer comes to a goal's inbox)")
+        return goal
+
+    async def people(self) -> wire.PeopleList:
+        """The persons and roles of the people file (§14, ``list``): a ``wire.PeopleList``,
+        ``people`` (each a ``wire.PersonEntry``: ``id`` such as ``"person:alice"``, ``name``,
+        ``roles``, ``approver`` — whether they may decide approvals — and ``reachable`` —
+        whether this agent may address them) and ``roles`` (each a ``wire.RoleEntry``: ``id``
+        such as ``"role:oncall"``, ``members``, ``reachable``). Look here before asking."""
+        return wire.parse(wire.PeopleList, await self._people("list", {}))
+
+    async def note_person(self, to: str, text: str, *,
+                          metadata: Mapping[str, Any] | None = None,
+                          note_id: str | None = None) -> wire.NoteReport:
+        """Tells a person or a role something (``"person:alice"``, ``"role:oncall"``; §14,
+        ``note``): it waits, unread, in their inbox; nothing comes back when they read it. A
+        ``wire.NoteReport`` (``item_id``, ``to``). The id (``note_id``) is chosen here, so a
+        retry with the same one is noted once. To get an answer, :meth:`ask_person`.
+        ``send(to, text)`` with such a ``to`` does the same."""
+        body: JSON = {"to": to, "message": text, "note_id": note_id or str(uuid.uuid4())}
+        if metadata:
+            body["metadata"] = dict(metadata)
+        return wire.parse(wire.NoteReport, await self._people("note", body))
+
+    async def ask_person(self, to: str, question: str, *, timeout_ms: int | None = None,
+                         escalate_after_ms: int | None = None, escalate_to: str | None = None,
+                         goal_id: str | None = None, ask_id: str | None = None,
+                         metadata: Mapping[str, Any] | None = None) -> wire.Parked:
+        """Asks a person, or a role (its first member to answer answers; §14, ``ask``), and
+        returns at once: a ``wire.Parked`` (``item_id``, ``to``, ``deadline``,
+        ``escalate_at``). The answer comes later to the goal (``goal_id``, by default the
+        current one) as one message, ``kind: response`` from ``people`` with
+        ``correlation_id`` = ``item_id`` and :attr:`Message.from_person` the person; or, when
+        nobody answered within ``timeout_ms`` (default one hour, at most seven days), a
+        ``kind: notify`` timeout notice. ``message.person_answer(parked.item_id)`` tells them
+        from the rest of the goal's mail. ``escalate_after_ms`` with ``escalate_to``: unanswered
+        that long, the question goes to ``escalate_to`` too, once (a notice says so; it is not
+        the ending). The ask's id (``ask_id``) is chosen here: after
+        :class:`~switchboard.errors.Unavailable`, ask again with the same one and the retry
+        joins the first ask (``joined``) instead of asking twice."""
+        body: JSON = {"to": to, "message": question, "from_goal_id": self._answer_goal(goal_id),
+                      "ask_id": ask_id or str(uuid.uuid4())}
+        if timeout_ms is not None:
+            body["timeout_ms"] = timeout_ms
+        if escalate_after_ms is not None:
+            body["escalate_after_ms"] = escalate_after_ms
+        if escalate_to is not None:
+            body["escalate_to"] = escalate_to
+        if metadata:
+            body["metadata"] = dict(metadata)
+        return wire.parse(wire.Parked, await self._people("ask", body))
+
+    async def request_approval(self, tool: str, arguments: Any, reason: str, to: str,
+                               expires_in_ms: int, *, escalate_after_ms: int | None = None,
+                               escalate_to: str | None = None, goal_id: str | None = None,
+                               approval_id: str | None = None) -> wire.Parked:
+        """Asks a person with approver access (or a role with one among its members) to
+        approve one exact action before the agent does it (§14, "Approvals"): ``tool`` and
+        its ``arguments`` (any JSON; an integer beyond ±(2^53 − 1) is refused, send it as a
+        string), with ``reason`` shown to the person. Returns at once a ``wire.Parked`` whose
+        ``action_hash`` binds the approval to that action (SHA-256 of its RFC 8785 JSON: key
+        order does not matter, any other change does). The decision comes to the goal as the
+        answer of :meth:`ask_person` does (:attr:`Message.approved` says which), or a
+        timeout notice when nobody decided within ``expires_in_ms``, which is also how long the
+        approval may be used. When approved, :meth:`use_approval` right before acting. The
+        id (``approval_id``) is chosen here, so a retry with it joins the first request."""
+        body: JSON = {"action": {"tool": tool, "arguments": arguments}, "reason": reason,
+                      "to": to, "from_goal_id": self._answer_goal(goal_id),
+                      "expires_in_ms": expires_in_ms,
+                      "approval_id": approval_id or str(uuid.uuid4())}
+        if escalate_after_ms is not None:
+            body["escalate_after_ms"] = escalate_after_ms
+        if escalate_to is not None:
+            body["escalate_to"] = escalate_to
+        return wire.parse(wire.Parked, await self._people("approval.request", body))
+
+    async def use_approval(self, approval_id: str, tool: str, arguments: Any, *,
+                           use_id: str | None = None) -> wire.ApprovalUsed:
+        """Spends approval ``approval_id`` on the action about to be done (§14, "Use"): act
+        only when this returns. A ``wire.ApprovalUsed`` (``decided_by``, ``decided_at``,
+        ``note``, ``used_at``). Refused — do not act — with
+        :class:`~switchboard.errors.Conflict` ``action_mismatch`` when ``tool`` or
+        ``arguments`` differ from what was approved, ``approval_pending`` before the decision,
+        ``approval_used`` when it was used already (each approval is good for one use);
+        :class:`~switchboard.errors.AccessDenied` ``approval_denied``;
+        :class:`~switchboard.errors.Expired` past its deadline. The ``use_id`` is chosen here:
+        a retry with the same one gets the first use's reply again (``duplicate``)."""
+        body: JSON = {"approval_id": approval_id,
+                      "action": {"tool": tool, "arguments": arguments},
+                      "use_id": use_id or str(uuid.uuid4())}
+        return wire.parse(wire.ApprovalUsed, await self._people("approval.use", body))
+
+    async def person_item(self, item_id: str) -> wire.PersonItem:
+        """One of this agent's notes, asks or approvals as the people service holds it (§14,
+        ``get``): a ``wire.PersonItem``, ``state`` (``unread``, ``read``, ``open``,
+        ``escalated``, ``answered``, ``approved``, ``denied``, ``expired``, ``used``),
+        ``answer`` (``by``, ``message``, ``decision``) once a person answered, ``deadline``…"""
+        return wire.parse(wire.PersonItem, await self._people("get", {"item_id": item_id}))
+
+    async def people_pending(self) -> wire.PendingItems:
+        """This agent's asks and approvals still waiting for a person, and its approvals
+        approved and not used yet, oldest first (§14, ``pending``): a ``wire.PendingItems``
+        whose ``items_`` are ``wire.PersonItem`` (``pending["items"]`` too)."""
+        return wire.parse(wire.PendingItems, await self._people("pending", {}))
 
 
 def _answered(answer: Mapping[str, Any]) -> wire.CallAnswer:

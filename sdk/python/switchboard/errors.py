@@ -36,10 +36,11 @@ class BadRequest(SwitchboardError):
 
 
 class AccessDenied(SwitchboardError):
-    """A rule says no: ACLs, identity, who may act on a task or answer a call."""
+    """A rule says no: ACLs, identity, who may act on a task or answer a call; a person
+    denied the approval."""
 
     kinds = ("identity_mismatch", "bad_reply_subject", "not_callee", "not_allowed",
-             "acl_denied", "sender_mismatch")
+             "acl_denied", "sender_mismatch", "approval_denied", "not_addressee")
 
 
 class NotFound(SwitchboardError):
@@ -49,9 +50,11 @@ class NotFound(SwitchboardError):
 
 
 class Conflict(SwitchboardError):
-    """The state forbids it (a task that ended, a cycle), or a race was lost (retry)."""
+    """The state forbids it (a task that ended, a cycle, an approval not decided or used
+    already, or for another action), or a race was lost (retry)."""
 
-    kinds = ("conflict", "task_terminal", "illegal_transition", "cycle", "depth_exceeded")
+    kinds = ("conflict", "task_terminal", "illegal_transition", "cycle", "depth_exceeded",
+             "action_mismatch", "approval_pending", "approval_used", "already_answered")
 
 
 class Busy(SwitchboardError):

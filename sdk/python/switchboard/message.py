@@ -3,9 +3,10 @@ and a handle on a task (§10)."""
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from . import wire
 
@@ -14,6 +15,22 @@ if TYPE_CHECKING:
     from .serving import Serving
 
 JSON = dict[str, Any]
+
+#: The reserved agent id persons' answers and the people service's notices come from (§14).
+PEOPLE_AGENT = "people"
+#: The prefixes of a person (``person:alice``) and a role (``role:oncall``) (§14).
+PERSON_PREFIX, ROLE_PREFIX = "person:", "role:"
+# A valid person or role id: the prefix, then the agent-id rule.
+_PARTY = re.compile(r"(?:person|role):[a-z0-9][a-z0-9_-]{0,63}")
+# The notices that end an ask or an approval nobody answered (§14, "Timeout notice").
+_TIMEOUTS = ("ask_timeout", "approval_expired")
+
+
+def is_party(to: str) -> bool:
+    """Whether ``to`` names a person or a role by its prefix (``person:…``, ``role:…``), valid
+    or not: what :meth:`Agent.send` and the ``send_to_peer`` tool note instead of sending
+    (the people service refuses an invalid one)."""
+    return to.startswith((PERSON_PREFIX, ROLE_PREFIX))
 
 
 class Message:
@@ -71,8 +88,59 @@ class Message:
 
     @property
     def sender(self) -> str:
-        """``from_agent_id``: who wrote it (for fabric notices, the agent they are about)."""
+        """``from_agent_id``: who wrote it (for fabric notices, the agent they are about). A
+        person's answer comes from the people service, ``"people"``: :attr:`from_person`
+        names the person."""
         return self.raw["from_agent_id"]
+
+    @property
+    def from_person(self) -> str | None:
+        """The person who wrote this answer (``"person:alice"``; also when the question went
+        to a role), when the people service wrote it (§14, "How the answer arrives"):
+        ``from_person`` of a message from the reserved id ``people``, if it is a valid person
+        or role id. ``None`` for every other message, so no peer can speak as a person."""
+        person = self.raw.get("from_person")
+        if (self.sender == PEOPLE_AGENT and isinstance(person, str)
+                and _PARTY.fullmatch(person)):
+            return person
+        return None
+
+    def person_answer(self, item_id: str) -> Literal["answered", "timed_out"] | None:
+        """How this message ends your ask or approval ``item_id`` (the ``item_id`` of
+        :meth:`Agent.ask_person`'s or :meth:`Agent.request_approval`'s ``Parked``), if it does
+        (§14, "Exactly one ending"): ``"answered"`` for the person's answer or decision
+        (``kind: response``: :attr:`body` is the answer, :attr:`from_person` who gave it,
+        :attr:`approved` the decision), ``"timed_out"`` for the notice that nobody answered by
+        the deadline (``kind: notify``, ``metadata.switchboard`` ``ask_timeout`` or
+        ``approval_expired``), ``None`` for any other message — an escalation notice
+        (``metadata.switchboard`` ``escalated``) included: the ending still comes. Each ask
+        and approval gets exactly one ending. Only the people service writes as ``people``,
+        so a peer cannot forge one."""
+        about = (self.correlation_id or "").lower()
+        if self.sender != PEOPLE_AGENT or about != str(item_id).lower():
+            return None
+        if self.kind == "response":
+            return "answered"
+        if self.kind == "notify" and self.metadata.get("switchboard") in _TIMEOUTS:
+            return "timed_out"
+        return None
+
+    @property
+    def is_person_answer(self) -> bool:
+        """A person's answer to one of your asks or approvals (``kind: response`` from the
+        people service; ``correlation_id`` is the item's id, :attr:`from_person` the
+        person). :meth:`person_answer` tells whether it is the one you wait for."""
+        return (self.sender == PEOPLE_AGENT and self.kind == "response"
+                and self.correlation_id is not None)
+
+    @property
+    def approved(self) -> bool:
+        """For a person's decision on your approval: whether they approved it (then
+        :meth:`Agent.use_approval` it, once, right before acting). ``False`` for a denial and
+        for every other message."""
+        people = self.metadata.get("people")
+        return (self.is_person_answer and isinstance(people, Mapping)
+                and people.get("decision") == "approved")
 
     @property
     def body(self) -> str:

@@ -1,4 +1,4 @@
-"""The fabric as function-calling tools for an LLM: the 13 tools of ``switchboard mcp`` (the
+"""The fabric as function-calling tools for an LLM: the 17 tools of ``switchboard mcp`` (the
 same names, descriptions and JSON Schemas, generated from docs/mcp-tools.json), in the OpenAI
 and Anthropic formats, and a dispatcher that runs a model's tool calls as an agent.
 
@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from ._tool_specs import TOOLS as _SPECS
 from .errors import SwitchboardError
-from .message import Message
+from .message import Message, is_party
 
 if TYPE_CHECKING:
     from .agent import Agent
@@ -61,6 +61,8 @@ _CALL_TIMEOUT_MS = 30_000  # talk_to_agent's default
 _CALL_TIMEOUT_MAX_MS = 300_000  # the correlator's longest wait
 _LIST_LIMIT_MAX = 200  # a task listing's largest page
 _UINT_MAX = {"uint32": 2**32 - 1, "uint64": 2**64 - 1}
+_WAIT_MAX_S = 50  # the longest ask_person / request_approval wait for a person (wait_s)
+_POLL_S = 0.5  # how often such a wait reads the item's state
 # Arguments that are ids (uuids in the MCP server's parameter types).
 _UUIDS = {
     "send_to_peer": ("in_reply_to", "correlation_id"),
@@ -71,6 +73,7 @@ _UUIDS = {
     "complete_task": ("task_id",),
     "subagent_status": ("task_id", "parent_task_id"),
     "cancel_task": ("task_id",),
+    "use_approval": ("approval_id",),
 }
 _RECEIPTS = ("delivered", "read")
 # Error kinds that are not a refusal: the request may not have been taken, or was malformed.
@@ -299,11 +302,16 @@ def _open(message: Message) -> bool:
 def render_peer_messages(messages: Iterable[Message]) -> str | None:
     """Messages as check_inbox shows them to a model (the ``# PEER MESSAGES`` block of
     ``<peer-message>`` elements, as the Rust client renders it); ``None`` for none. A body
-    cannot close its element early: ``</peer-message`` in it is written ``<\\/peer-message``."""
+    cannot close its element early: ``</peer-message`` in it is written ``<\\/peer-message``.
+    A person's answer (from the people service, with ``from_person``) shows the person as
+    its sender: ``from="person:alice"``."""
     lines = []
     for message in messages:
         raw = message.raw
-        head = f'<peer-message from="{message.sender}" sent_at="{raw.get("sent_at", "")}"'
+        # A person's answer shows the person: only the people service (the reserved id) sets
+        # `from_person`, and a valid person id holds no quote.
+        sender = message.from_person or message.sender
+        head = f'<peer-message from="{sender}" sent_at="{raw.get("sent_at", "")}"'
         if message.id:
             head += f' message_id="{message.id}"'
         if message.correlation_id:
@@ -429,6 +437,8 @@ class Toolbox:
                                                              body))
 
     async def _send_to_peer(self, a: JSONBody) -> ToolResult:
+        if is_party(a["to"]):  # a person or a role: a note (its NoteReport), as the MCP tool
+            return _reply("send_to_peer", await self.agent.note_person(a["to"], a["message"]))
         body = {"to": a["to"], "message": a["message"], "id": str(uuid.uuid4()), **self._goal()}
         for key in ("in_reply_to", "correlation_id", "receipt"):
             if a[key] is not None:
@@ -582,6 +592,69 @@ class Toolbox:
     async def _pending_requests(self, a: JSONBody) -> ToolResult:
         return _reply("pending_requests",
                       await self.agent.request(self._subject("calls.pending"), {}))
+
+    # The people tools (cli/src/mcp/people.rs): seconds in the arguments, milliseconds on the
+    # wire. ask_person and request_approval return the item's summary, after waiting up to
+    # `wait_s` (at most 50 s) for a person to answer.
+    def _answer_goal(self) -> str:
+        if self.agent.goal_id is None:
+            raise _BadCall("this agent has no goal open, so no inbox for the answer")
+        return self.agent.goal_id
+
+    async def _list_people(self, a: JSONBody) -> ToolResult:
+        return _reply("list_people", await self.agent.people())
+
+    async def _ask_person(self, a: JSONBody) -> ToolResult:
+        parked = await self.agent.ask_person(
+            a["to"], a["question"], goal_id=self._answer_goal(), timeout_ms=_ms(a["timeout_s"]),
+            escalate_after_ms=_ms(a["escalate_after_s"]), escalate_to=a["escalate_to"])
+        return await self._wait_for_person("ask_person", parked.item_id, a["wait_s"])
+
+    async def _request_approval(self, a: JSONBody) -> ToolResult:
+        parked = await self.agent.request_approval(
+            a["tool"], a["arguments"], a["reason"], a["to"], _ms(a["expires_in_s"]),
+            escalate_after_ms=_ms(a["escalate_after_s"]), escalate_to=a["escalate_to"],
+            goal_id=self._answer_goal())
+        return await self._wait_for_person("request_approval", parked.item_id, a["wait_s"])
+
+    async def _use_approval(self, a: JSONBody) -> ToolResult:
+        return _reply("use_approval", await self.agent.use_approval(
+            a["approval_id"], a["tool"], a["arguments"]))
+
+    async def _wait_for_person(self, name: str, item_id: str, wait_s: int | None) -> ToolResult:
+        """Reads item ``item_id`` until it leaves ``open`` / ``escalated`` or ``wait_s`` (at
+        most 50 s) passed; its summary either way."""
+        loop = asyncio.get_running_loop()
+        until = loop.time() + min(wait_s or 0, _WAIT_MAX_S)
+        while True:
+            item = await self.agent.person_item(item_id)
+            if item.state not in ("open", "escalated") or loop.time() >= until:
+                return _reply(name, _summary(item))
+            await asyncio.sleep(_POLL_S)
+
+
+def _ms(seconds: int | None) -> int | None:
+    """Seconds as the wire's milliseconds (at most 2^64 − 1, as the MCP server saturates)."""
+    return None if seconds is None else min(seconds * 1000, _UINT_MAX["uint64"])
+
+
+def _summary(item: Mapping[str, Any]) -> JSONBody:
+    """What a waiting people tool returns: the item's id, state, to and addressee and, once
+    answered, who answered what (and an approval's decision and hash); keys in order, as the
+    MCP server writes them."""
+    out: JSONBody = {"item_id": item["item_id"], "state": item["state"], "to": item["to"],
+                     "addressee": item["addressee"]}
+    # What the model calls it: the approval_id use_approval takes, or the ask's id.
+    out["approval_id" if item.get("kind") == "approval" else "ask_id"] = item["item_id"]
+    answer = item.get("answer")
+    if answer:
+        out["answered_by"] = answer.get("by")
+        out["answer"] = answer.get("message")
+        if answer.get("decision") is not None:
+            out["decision"] = answer["decision"]
+    if item.get("action_hash") is not None:
+        out["action_hash"] = item["action_hash"]
+    return dict(sorted(out.items()))
 
 
 __all__ = ["ARGUMENTS_MAX_BYTES", "TOOL_NAMES", "ToolResult", "Toolbox", "anthropic_tools",

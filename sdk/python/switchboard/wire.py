@@ -232,6 +232,9 @@ class AuditEntry(WireObject):
     """Receiver (or the other party)."""
     to_goal: GoalId | None
     """Receiver goal: the goal whose inbox subject stored the message."""
+    trace_id: str | None
+    """The W3C trace id the source message carried in its `traceparent` header (32 lowercase
+    hex digits): the conversation's trace in the operator's OpenTelemetry backend."""
 
     _defaults = {'expects_reply': False}
 

@@ -12,9 +12,9 @@ import { CallFailed, errorFor, SwitchboardError, Unavailable } from './errors.js
 import type { CallError } from './errors.js';
 import { Toolbox } from './tools.js';
 import type {
-  AgentCard, CallAnswer, CallParked, CallPart, CallParts, DeliveryReport, FetchReply,
-  GoalCloseReply, LookupReply, PeersReply, PendingCalls, ReplyAck, SendRequest, SendStatusReply, TaskList,
-  TaskReply,
+  AgentCard, ApprovalUsed, CallAnswer, CallParked, CallPart, CallParts, DeliveryReport, FetchReply,
+  GoalCloseReply, LookupReply, NoteReport, Parked, PeersReply, PendingCalls, PendingItems,
+  PeopleList, PersonItem, ReplyAck, SendRequest, SendStatusReply, TaskList, TaskReply,
 } from './wire/index.js';
 
 /** A message part (§7): text, data or a file reference. */
@@ -25,6 +25,24 @@ type Json = Record<string, unknown>;
 export type TaskRecord = TaskReply['task'];
 /** W3C trace context carried by a request (§1 "Trace context"). */
 export type Trace = { traceparent?: string; tracestate?: string };
+
+/** A person (`person:alice`) or a role (`role:oncall`) of the people file (§14): a party an
+ * agent notes, asks or gets an approval from. */
+export type PartyId = `person:${string}` | `role:${string}`;
+
+/** The reserved agent id persons' answers and the people service's notices come from (§14). */
+export const PEOPLE_AGENT = 'people';
+/** A valid person or role id: the prefix, then the agent-id rule. */
+const PARTY = /^(?:person|role):[a-z0-9][a-z0-9_-]{0,63}$/;
+/** The notices that end an ask or an approval nobody answered (§14, "Timeout notice"). */
+const PERSON_TIMEOUTS = ['ask_timeout', 'approval_expired'];
+
+/** Whether `to` names a person or a role by its prefix (`person:…`, `role:…`), valid or not:
+ * what `send` and the `send_to_peer` tool note instead of sending (the people service refuses
+ * an invalid one). */
+export function isParty(to: string): to is PartyId {
+  return to.startsWith('person:') || to.startsWith('role:');
+}
 
 const HEARTBEAT_EVERY_MS = 10_000; // §4.2: offline after 30 s of silence
 const REQUEST_TIMEOUT_MS = 10_000; // a send may retry a goal's delivery for up to 8 s (§8)
@@ -392,11 +410,24 @@ export class Agent {
   /** send_to_peer (§8): into every live goal of `to`; the delivery report. Use it to tell,
    * not to ask (`call` waits). `receipt` asks for delivered/read receipts; `inReplyTo`
    * threads it (a message, which also passes on its hop budget, or a message id);
-   * `correlationId` is carried to the receiver unchanged. */
-  async send(to: string, text: string, opts: {
-    parts?: Part[]; metadata?: Json; receipt?: 'delivered' | 'read';
-    inReplyTo?: Message | string; messageId?: string; correlationId?: string;
-  } = {}): Promise<DeliveryReport> {
+   * `correlationId` is carried to the receiver unchanged.
+   *
+   * A `to` of a person or a role (`'person:alice'`, `'role:oncall'`) is not an agent: the text
+   * goes to them as a note instead (`notePerson`, with `metadata`, and `messageId` as its note
+   * id), and the promise resolves to its `NoteReport` (`item_id`, `to`) — also when `to` is
+   * typed as a plain `string` (check `'item_id' in report`, or call `notePerson`). A note
+   * carries no `parts`, `receipt` or `correlationId` (a `TypeError`). */
+  send(to: PartyId, text: string, opts?: SendOptions): Promise<NoteReport>;
+  send(to: string, text: string, opts?: SendOptions): Promise<DeliveryReport>;
+  async send(to: string, text: string, opts: SendOptions = {}):
+    Promise<DeliveryReport | NoteReport> {
+    if (isParty(to)) {
+      if (opts.parts?.length || opts.receipt || opts.correlationId) {
+        throw new TypeError(`a note to ${to} carries only text and metadata: no parts, receipt `
+          + 'or correlationId');
+      }
+      return this.notePerson(to, text, { metadata: opts.metadata, noteId: opts.messageId });
+    }
     const body: Json = { to, message: text, id: opts.messageId ?? crypto.randomUUID() };
     if (this.goalId) body.from_goal_id = this.goalId;
     if (opts.parts?.length) body.parts = opts.parts;
@@ -414,7 +445,7 @@ export class Agent {
   }
 
   /** A message to every agent this one may reach (§8, `to: "*"`). */
-  async broadcast(text: string, opts: Parameters<Agent['send']>[2] = {}): Promise<DeliveryReport> {
+  async broadcast(text: string, opts: SendOptions = {}): Promise<DeliveryReport> {
     return this.send('*', text, opts);
   }
 
@@ -654,6 +685,139 @@ export class Agent {
   async listTasks(filters: Json = {}): Promise<TaskList> {
     return this.request<TaskList>(`agent.task.list.${this.id}`, filters);
   }
+
+  // ------------------------------------------------------------------- people
+  private peopleRequest<T>(op: string, body: unknown): Promise<T> {
+    return this.request<T>(`agent.people.${op}.${this.id}`, body);
+  }
+
+  private answerGoal(goalId: string | undefined): string {
+    const goal = goalId ?? this.goalId;
+    if (!goal) throw new Error('no goal: open one first (the answer comes to a goal\'s inbox)');
+    return goal;
+  }
+
+  /** The persons and roles of the people file (§14, `list`): `people` (`{id: "person:alice",
+   * name, roles, approver, reachable}`: `approver` whether they may decide approvals,
+   * `reachable` whether this agent may address them) and `roles` (`{id: "role:oncall",
+   * members, reachable}`). Look here before asking. */
+  async people(): Promise<PeopleList> {
+    return this.peopleRequest<PeopleList>('list', {});
+  }
+
+  /** Tells a person or a role something (`'person:alice'`, `'role:oncall'`; §14, `note`): it
+   * waits, unread, in their inbox; nothing comes back when they read it. The note's id
+   * (`noteId`) is chosen here, so a retry with the same one is noted once. To get an answer,
+   * `askPerson`. `send(to, text)` with such a `to` does the same. */
+  async notePerson(to: string, text: string, opts: { metadata?: Json; noteId?: string } = {}):
+    Promise<NoteReport> {
+    const body: Json = { to, message: text, note_id: opts.noteId ?? crypto.randomUUID() };
+    if (opts.metadata) body.metadata = opts.metadata;
+    return this.peopleRequest<NoteReport>('note', body);
+  }
+
+  /** Asks a person, or a role (its first member to answer answers; §14, `ask`), and resolves
+   * at once to a `Parked` (`item_id`, `to`, `deadline`, `escalate_at`). The answer comes later
+   * to the goal (`goalId`, by default the current one) as one message, `kind: 'response'` from
+   * `people` with `correlationId` = `item_id` and `m.fromPerson` the person; or, when nobody
+   * answered within `timeoutMs` (default one hour, at most seven days), a `kind: 'notify'`
+   * timeout notice. `m.personAnswer(parked.item_id)` tells them from the rest of the goal's
+   * mail. `escalateAfterMs` with `escalateTo`: unanswered that long, the question goes to
+   * `escalateTo` too, once (a notice says so; it is not the ending). The ask's id (`askId`) is
+   * chosen here: after `Unavailable`, ask again with the same one and the retry joins the first
+   * (`joined`) instead of asking twice. */
+  async askPerson(to: string, question: string, opts: AskPersonOptions = {}): Promise<Parked> {
+    const body: Json = { to, message: question, from_goal_id: this.answerGoal(opts.goalId),
+      ask_id: opts.askId ?? crypto.randomUUID() };
+    if (opts.timeoutMs !== undefined) body.timeout_ms = opts.timeoutMs;
+    if (opts.escalateAfterMs !== undefined) body.escalate_after_ms = opts.escalateAfterMs;
+    if (opts.escalateTo !== undefined) body.escalate_to = opts.escalateTo;
+    if (opts.metadata) body.metadata = opts.metadata;
+    return this.peopleRequest<Parked>('ask', body);
+  }
+
+  /** Asks a person with approver access (or a role with one among its members) to approve one
+   * exact action before the agent does it (§14, "Approvals"): `tool` and its `args` (any JSON;
+   * an integer beyond ±(2^53 − 1) is refused: send it as a string), with `reason` shown to the
+   * person. Resolves at once to a `Parked` whose `action_hash` binds the approval to that
+   * action (SHA-256 of its RFC 8785 JSON: key order does not matter, any other change does).
+   * The decision comes to the goal as `askPerson`'s answer does (`m.approved` says which), or a
+   * timeout notice when nobody decided within `expiresInMs`, which is also how long the
+   * approval may be used. When approved, `useApproval` right before acting. The id
+   * (`approvalId`) is chosen here, so a retry with it joins the first request. */
+  async requestApproval(tool: string, args: unknown, reason: string, to: string,
+    expiresInMs: number, opts: RequestApprovalOptions = {}): Promise<Parked> {
+    const body: Json = { action: { tool, arguments: args }, reason, to,
+      from_goal_id: this.answerGoal(opts.goalId), expires_in_ms: expiresInMs,
+      approval_id: opts.approvalId ?? crypto.randomUUID() };
+    if (opts.escalateAfterMs !== undefined) body.escalate_after_ms = opts.escalateAfterMs;
+    if (opts.escalateTo !== undefined) body.escalate_to = opts.escalateTo;
+    return this.peopleRequest<Parked>('approval.request', body);
+  }
+
+  /** Spends approval `approvalId` on the action about to be done (§14, "Use"): act only when it
+   * resolves (`decided_by`, `decided_at`, `note`, `used_at`). Refused — do not act — with
+   * `Conflict` `action_mismatch` when `tool` or `args` differ from what was approved,
+   * `approval_pending` before the decision, `approval_used` when it was used already (each
+   * approval is good for one use); `AccessDenied` `approval_denied`; `Expired` past its
+   * deadline. The `useId` is chosen here: a retry with the same one gets the first use's reply
+   * again (`duplicate`). */
+  async useApproval(approvalId: string, tool: string, args: unknown,
+    opts: { useId?: string } = {}): Promise<ApprovalUsed> {
+    return this.peopleRequest<ApprovalUsed>('approval.use', { approval_id: approvalId,
+      action: { tool, arguments: args }, use_id: opts.useId ?? crypto.randomUUID() });
+  }
+
+  /** One of this agent's notes, asks or approvals as the people service holds it (§14, `get`):
+   * `state` (`unread`, `read`, `open`, `escalated`, `answered`, `approved`, `denied`,
+   * `expired`, `used`), `answer` (`by`, `message`, `decision`) once a person answered,
+   * `deadline`… */
+  async personItem(itemId: string): Promise<PersonItem> {
+    return this.peopleRequest<PersonItem>('get', { item_id: itemId });
+  }
+
+  /** This agent's asks and approvals still waiting for a person, and its approvals approved
+   * and not used yet, oldest first (§14, `pending`): `{items}`. */
+  async peoplePending(): Promise<PendingItems> {
+    return this.peopleRequest<PendingItems>('pending', {});
+  }
+}
+
+/** Options of `send`. */
+export interface SendOptions {
+  parts?: Part[];
+  metadata?: Json;
+  receipt?: 'delivered' | 'read';
+  inReplyTo?: Message | string;
+  messageId?: string;
+  correlationId?: string;
+}
+
+/** Options of `askPerson`. */
+export interface AskPersonOptions {
+  /** How long the person may take (default one hour, at most seven days). */
+  timeoutMs?: number;
+  /** Unanswered this long, the question goes to `escalateTo` (once; both or neither). */
+  escalateAfterMs?: number;
+  /** Who gets it then: `person:<id>` or `role:<name>`. */
+  escalateTo?: string;
+  /** The goal the answer comes to (default: the agent's goal). */
+  goalId?: string;
+  /** The ask's id (default: a fresh UUID): ask again with it to join the first ask. */
+  askId?: string;
+  metadata?: Json;
+}
+
+/** Options of `requestApproval`. */
+export interface RequestApprovalOptions {
+  /** Undecided this long, the request goes to `escalateTo` (once; both or neither). */
+  escalateAfterMs?: number;
+  /** Who gets it then: an approver, `person:<id>` or `role:<name>`. */
+  escalateTo?: string;
+  /** The goal the decision comes to (default: the agent's goal). */
+  goalId?: string;
+  /** The approval's id (default: a fresh UUID): request again with it to join the first. */
+  approvalId?: string;
 }
 
 /** Options of `call`, `callParked` and `callStream`. */
@@ -704,7 +868,47 @@ export class Message {
 
   get id(): string | undefined { return this.raw.id as string | undefined; }
   get kind(): string { return (this.raw.kind as string | undefined) ?? 'message'; }
+  /** `from_agent_id`: who wrote it. A person's answer comes from the people service,
+   * `'people'`: `fromPerson` names the person. */
   get sender(): string { return this.raw.from_agent_id as string; }
+  /** The person who wrote this answer (`'person:alice'`; also when the question went to a
+   * role), when the people service wrote it (§14, "How the answer arrives"): `from_person` of a
+   * message from the reserved id `people`, if it is a valid person or role id. `undefined` for
+   * every other message, so no peer can speak as a person. */
+  get fromPerson(): string | undefined {
+    const person = this.raw.from_person;
+    return this.sender === PEOPLE_AGENT && typeof person === 'string' && PARTY.test(person)
+      ? person : undefined;
+  }
+  /** How this message ends your ask or approval `itemId` (the `item_id` of `askPerson`'s or
+   * `requestApproval`'s `Parked`), if it does (§14, "Exactly one ending"): `'answered'` for the
+   * person's answer or decision (`kind: 'response'`: `body` is the answer, `fromPerson` who
+   * gave it, `approved` the decision), `'timed_out'` for the notice that nobody answered by the
+   * deadline (`kind: 'notify'`, `metadata.switchboard` `ask_timeout` or `approval_expired`),
+   * `undefined` for any other message — an escalation notice (`metadata.switchboard`
+   * `escalated`) included: the ending still comes. Each ask and approval gets exactly one
+   * ending. Only the people service writes as `people`, so a peer cannot forge one. */
+  personAnswer(itemId: string): 'answered' | 'timed_out' | undefined {
+    if (this.sender !== PEOPLE_AGENT
+      || (this.correlationId ?? '').toLowerCase() !== itemId.toLowerCase()) return undefined;
+    if (this.kind === 'response') return 'answered';
+    if (this.kind === 'notify' && PERSON_TIMEOUTS.includes(this.metadata.switchboard as string)) {
+      return 'timed_out';
+    }
+    return undefined;
+  }
+  /** A person's answer to one of your asks or approvals (`kind: 'response'` from the people
+   * service; `correlationId` is the item's id, `fromPerson` the person). `personAnswer` tells
+   * whether it is the one you wait for. */
+  get isPersonAnswer(): boolean {
+    return this.sender === PEOPLE_AGENT && this.kind === 'response' && !!this.correlationId;
+  }
+  /** For a person's decision on your approval: whether they approved it (then `useApproval`
+   * it, once, right before acting). `false` for a denial and every other message. */
+  get approved(): boolean {
+    const people = this.metadata.people as { decision?: unknown } | undefined | null;
+    return this.isPersonAnswer && people?.decision === 'approved';
+  }
   get body(): string { return (this.raw.body as string | undefined) ?? ''; }
   get parts(): Part[] { return (this.raw.parts as Part[] | undefined) ?? []; }
   get metadata(): Json { return (this.raw.metadata as Json | undefined) ?? {}; }

@@ -16,11 +16,13 @@ export class SwitchboardError extends Error {
 }
 /** The request itself is wrong: fix it, do not retry it as it is. */
 export class BadRequest extends SwitchboardError {}
-/** A rule says no: ACLs, identity, who may act on a task or answer a call. */
+/** A rule says no: ACLs, identity, who may act on a task or answer a call; a person denied
+ * the approval. */
 export class AccessDenied extends SwitchboardError {}
 /** No such thing for you: an agent, goal, call or task. */
 export class NotFound extends SwitchboardError {}
-/** The state forbids it (a task that ended, a cycle), or a race was lost. */
+/** The state forbids it (a task that ended, a cycle, an approval not decided or used already,
+ * or for another action), or a race was lost. */
 export class Conflict extends SwitchboardError {}
 /** Over a cap or a budget: back off, then retry. */
 export class Busy extends SwitchboardError {
@@ -80,9 +82,10 @@ const families: [new (kind: string, code: number, message: string) => Switchboar
   [BadRequest, ['bad_request', 'invalid_agent_id', 'invalid_goal_id', 'missing_to', 'self_send',
     'empty_message', 'body_too_large', 'broadcast_too_large']],
   [AccessDenied, ['identity_mismatch', 'bad_reply_subject', 'not_callee', 'not_allowed',
-    'acl_denied', 'sender_mismatch']],
+    'acl_denied', 'sender_mismatch', 'approval_denied', 'not_addressee']],
   [NotFound, ['not_registered', 'not_found', 'unreachable']],
-  [Conflict, ['conflict', 'task_terminal', 'illegal_transition', 'cycle', 'depth_exceeded']],
+  [Conflict, ['conflict', 'task_terminal', 'illegal_transition', 'cycle', 'depth_exceeded',
+    'action_mismatch', 'approval_pending', 'approval_used', 'already_answered']],
   [Busy, ['at_capacity', 'too_many_children', 'too_many_calls', 'too_many_goals', 'rate_limited',
     'inbox_full']],
   [Expired, ['expired']],

@@ -1,4 +1,4 @@
-// The fabric as tools for an LLM's function calling: the 13 tools of `switchboard mcp` (their
+// The fabric as tools for an LLM's function calling: the 17 tools of `switchboard mcp` (their
 // definitions generated from docs/mcp-tools.json into tools.generated.ts), in the OpenAI and
 // Anthropic formats, and a Toolbox that runs a model's tool calls as one agent and gives the
 // results back in the model's format. A result is what the MCP tool returns: the service's
@@ -8,11 +8,11 @@
 // result of kind `bad_request`, never an exception: the model reads it and tries again.
 
 import type { Agent, TaskRecord } from './agent.js';
-import { Message } from './agent.js';
+import { isParty, Message } from './agent.js';
 import { CallFailed, Internal, SwitchboardError } from './errors.js';
 import { TOOL_DEFINITIONS } from './tools.generated.js';
 import type { ToolDefinition, ToolName } from './tools.generated.js';
-import type { CallAnswer, CallPart, FetchReply, TaskList } from './wire/index.js';
+import type { CallAnswer, CallPart, FetchReply, PersonItem, TaskList } from './wire/index.js';
 
 /** Freezes `value` and everything in it: the embedded definitions cannot be changed. */
 function deepFreeze<T>(value: T): T {
@@ -163,10 +163,12 @@ const FETCH_MAX = 64; // protocol §7: the most messages one fetch hands out
 const TALK_TIMEOUT_MS = 30_000; // the correlator's default
 const TALK_TIMEOUT_MAX_MS = 300_000; // and its maximum
 const LIST_LIMIT_MAX = 200; // protocol §10: a task listing's largest page
+const PERSON_WAIT_MAX_S = 50; // the longest ask_person / request_approval wait (wait_s)
+const PERSON_POLL_MS = 500; // how often such a wait reads the item's state
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 /** Fields that hold ids (UUIDs) in every tool that has them (cli/src/mcp/params.rs). */
 const UUID_FIELDS = new Set(['task_id', 'parent_task_id', 'message_id', 'correlation_id',
-  'in_reply_to']);
+  'in_reply_to', 'approval_id']);
 /** Error kinds that are not a refusal: the request may or may not have been taken. */
 const NOT_REFUSALS = new Set(['bad_request', 'not_found', 'conflict', 'unavailable', 'internal',
   'timeout', 'unknown', 'no_responders', 'request_timeout']);
@@ -219,7 +221,9 @@ function checkArguments(tool: ToolDefinition, args: Json): Json {
     required?: string[] };
   const properties = schema.properties ?? {};
   for (const field of schema.required ?? []) {
-    if (args[field] === undefined || args[field] === null) {
+    // A field of any JSON (no `type`: use_approval's `arguments`) may be null.
+    const anyJson = properties[field] && properties[field].type === undefined;
+    if (args[field] === undefined || (args[field] === null && !anyJson)) {
       throw bad(`${tool.name}: \`${field}\` is required`);
     }
   }
@@ -232,6 +236,7 @@ function checkArguments(tool: ToolDefinition, args: Json): Json {
       if (types.length && !types.includes('null')) {
         throw bad(`${tool.name}: \`${field}\` cannot be null`);
       }
+      if (!types.length) out[field] = null; // any JSON: null is a value
       continue;
     }
     const wanted = types.filter((type) => type !== 'null');
@@ -288,13 +293,17 @@ interface Unanswered {
 }
 
 /** The seed's `# PEER MESSAGES` block (protocol §7, "Showing messages to an LLM"), as
- * `switchboard mcp`'s check_inbox renders it. */
+ * `switchboard mcp`'s check_inbox renders it. A person's answer (from the people service, with
+ * `from_person`) shows the person as its sender: `from="person:alice"`. */
 export function renderPeerMessages(messages: readonly Message[]): string | undefined {
   if (!messages.length) return undefined;
   let out = '# PEER MESSAGES\n';
   for (const message of messages) {
     const raw = message.raw;
-    out += `<peer-message from="${message.sender}" sent_at="${String(raw.sent_at ?? '')}"`;
+    // Only the people service (the reserved id) sets `from_person`; a valid person id holds
+    // no quote.
+    const sender = message.fromPerson ?? message.sender;
+    out += `<peer-message from="${sender}" sent_at="${String(raw.sent_at ?? '')}"`;
     if (message.id) out += ` message_id="${message.id}"`;
     if (message.correlationId) out += ` correlation_id="${message.correlationId}"`;
     if (message.kind !== 'message') out += ` kind="${message.kind}"`;
@@ -311,6 +320,26 @@ type Handler = (args: Json) => Promise<unknown>;
 
 const str = (args: Json, field: string) => args[field] as string;
 const opt = <T>(args: Json, field: string) => args[field] as T | undefined;
+/** Seconds (a people tool's argument) as the wire's milliseconds. */
+const ms = (seconds: number | undefined) =>
+  seconds === undefined ? undefined : Math.min(seconds * 1000, Number.MAX_SAFE_INTEGER);
+
+/** What a waiting people tool returns (as `switchboard mcp`): the item's id, state, to and
+ * addressee and, once answered, who answered what (and an approval's decision and hash); keys
+ * in order, as the MCP server writes them. */
+function personSummary(item: PersonItem): Json {
+  const out: Json = { item_id: item.item_id, state: item.state, to: item.to,
+    addressee: item.addressee };
+  // What the model calls it: the approval_id use_approval takes, or the ask's id.
+  out[item.kind === 'approval' ? 'approval_id' : 'ask_id'] = item.item_id;
+  if (item.answer) {
+    out.answered_by = item.answer.by;
+    out.answer = item.answer.message ?? null;
+    if (item.answer.decision) out.decision = item.answer.decision;
+  }
+  if (item.action_hash) out.action_hash = item.action_hash;
+  return Object.fromEntries(Object.entries(out).sort(([a], [b]) => (a < b ? -1 : 1)));
+}
 
 /**
  * The fabric's tools bound to one agent (`agent.tools`, or `new Toolbox(agent, options)`):
@@ -332,9 +361,12 @@ export class Toolbox {
     this.handlers = {
       list_peers: (args) => this.agent.peersPage({ after: opt(args, 'after'),
         limit: opt(args, 'limit'), skill: opt(args, 'skill') }),
-      send_to_peer: (args) => this.agent.send(str(args, 'to'), str(args, 'message'), {
-        inReplyTo: opt(args, 'in_reply_to'), correlationId: opt(args, 'correlation_id'),
-        receipt: opt(args, 'receipt') }),
+      // To a person or a role: a note (its NoteReport), as the MCP tool.
+      send_to_peer: (args) => isParty(str(args, 'to'))
+        ? this.agent.notePerson(str(args, 'to'), str(args, 'message'))
+        : this.agent.send(str(args, 'to'), str(args, 'message'), {
+          inReplyTo: opt(args, 'in_reply_to'), correlationId: opt(args, 'correlation_id'),
+          receipt: opt(args, 'receipt') }),
       message_status: (args) => this.agent.sendStatus(str(args, 'message_id')),
       talk_to_agent: (args) => this.talk(args),
       reply_to_peer: (args) => this.replyToPeer(args),
@@ -352,6 +384,25 @@ export class Toolbox {
       cancel_task: (args) => this.agent.taskOpReply('cancel', str(args, 'task_id'),
         opt(args, 'reason')),
       pending_requests: () => this.agent.pendingCalls(),
+      // The people tools (cli/src/mcp/people.rs): seconds in the arguments, milliseconds on
+      // the wire; ask_person and request_approval wait up to `wait_s` for the answer.
+      list_people: () => this.agent.people(),
+      ask_person: async (args) => {
+        const parked = await this.agent.askPerson(str(args, 'to'), str(args, 'question'), {
+          goalId: this.answerGoal(), timeoutMs: ms(opt(args, 'timeout_s')),
+          escalateAfterMs: ms(opt(args, 'escalate_after_s')),
+          escalateTo: opt(args, 'escalate_to') });
+        return this.waitForPerson(parked.item_id, opt(args, 'wait_s'));
+      },
+      request_approval: async (args) => {
+        const parked = await this.agent.requestApproval(str(args, 'tool'), args.arguments,
+          str(args, 'reason'), str(args, 'to'), ms(opt<number>(args, 'expires_in_s'))!, {
+            goalId: this.answerGoal(), escalateAfterMs: ms(opt(args, 'escalate_after_s')),
+            escalateTo: opt(args, 'escalate_to') });
+        return this.waitForPerson(parked.item_id, opt(args, 'wait_s'));
+      },
+      use_approval: (args) => this.agent.useApproval(str(args, 'approval_id'), str(args, 'tool'),
+        args.arguments),
     };
   }
 
@@ -606,6 +657,26 @@ export class Toolbox {
     }
     if (!answer) throw new ToolError('transport', 'the call ended without an answer');
     return answer;
+  }
+
+  /** The goal a person's answer comes to: where check_inbox reads. */
+  private answerGoal(): string {
+    const goal = this.options.goalId ?? this.agent.goalId;
+    if (!goal) throw bad('this agent has no goal (inbox) open for the answer');
+    return goal;
+  }
+
+  /** Reads item `itemId` until it leaves `open` / `escalated` or `waitS` (at most 50 s)
+   * passed; its summary either way. */
+  private async waitForPerson(itemId: string, waitS: number | undefined): Promise<Json> {
+    const until = Date.now() + Math.min(waitS ?? 0, PERSON_WAIT_MAX_S) * 1000;
+    for (;;) {
+      const item = await this.agent.personItem(itemId);
+      if ((item.state !== 'open' && item.state !== 'escalated') || Date.now() >= until) {
+        return personSummary(item);
+      }
+      await new Promise((resolve) => setTimeout(resolve, PERSON_POLL_MS));
+    }
   }
 
   private async status(args: Json): Promise<TaskRecord | TaskRecord[]> {
