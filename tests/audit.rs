@@ -750,6 +750,7 @@ async fn append_as_another_writer(js: &jetstream::Context, id: &str) -> u64 {
             to_goal: None,
             expects_reply: false,
             payload: serde_json::json!({"written": "by another replica"}),
+            trace_id: None,
             prev_hash,
         };
         let body = serde_json::to_vec(&record).unwrap();

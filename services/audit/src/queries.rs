@@ -225,6 +225,7 @@ mod tests {
                 to_goal: None,
                 expects_reply: false,
                 payload: serde_json::Value::String("p".repeat(payload_bytes)),
+                trace_id: None,
                 prev_hash: GENESIS_HASH.into(),
             },
         }

@@ -60,6 +60,7 @@ pub fn from_source(
         to_goal: None,
         expects_reply: false,
         payload: Value::Null,
+        trace_id: None,
         prev_hash: GENESIS_HASH.to_owned(),
     };
     let tokens: Vec<&str> = subject.split('.').collect();

@@ -253,13 +253,18 @@ pub(crate) async fn feed(
             let Ok(info) = message.info() else {
                 continue;
             };
-            let record = record::from_source(
+            let mut record = record::from_source(
                 info.stream,
                 info.stream_sequence,
                 info.published,
                 message.subject.as_str(),
                 &message.payload,
             );
+            record.trace_id = message
+                .headers
+                .as_ref()
+                .and_then(|headers| headers.get(switchboard_proto::HEADER_TRACEPARENT))
+                .and_then(|value| switchboard_proto::audit::trace_id_of(value.as_str()));
             if tx.send(Source { record, message }).await.is_err() {
                 return;
             }

@@ -112,8 +112,24 @@ pub struct AuditRecord {
     pub expects_reply: bool,
     /// The source message as it was (JSON; a body that was not JSON is kept as a string).
     pub payload: Value,
+    /// The W3C trace id the source message carried in its `traceparent` header (32 lowercase
+    /// hex digits): the conversation's trace in the operator's OpenTelemetry backend.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_id: Option<String>,
     /// The hash of the record before this one ([`GENESIS_HASH`] for the first).
     pub prev_hash: String,
+}
+
+/// The trace id of a W3C `traceparent` (`00-<trace id>-<span id>-<flags>`), when it is a
+/// well-formed, non-zero one.
+pub fn trace_id_of(traceparent: &str) -> Option<String> {
+    let mut parts = traceparent.split('-');
+    let (_version, id) = (parts.next()?, parts.next()?);
+    let hex = id.len() == 32
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+    (hex && id.bytes().any(|b| b != b'0')).then(|| id.to_owned())
 }
 
 /// A record with its place in `AGENT_AUDIT`, as queries return it.
@@ -268,4 +284,25 @@ pub fn hash_hex(digest: &[u8]) -> String {
         hex.push(char::from(DIGITS[usize::from(byte & 0x0f)]));
     }
     hex
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_traceparent_gives_its_trace_id_and_nothing_else_does() {
+        assert_eq!(
+            trace_id_of("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01").as_deref(),
+            Some("4bf92f3577b34da6a3ce929d0e0e4736")
+        );
+        for bad in [
+            "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+            "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
+            "00-javascript:alert(1)-x-01",
+            "",
+        ] {
+            assert_eq!(trace_id_of(bad), None, "{bad}");
+        }
+    }
 }
