@@ -1,5 +1,5 @@
 # The two commands (see README.md). Both install the pinned nats-server into .tools/ first.
-.PHONY: up test bench lint validate-deploy nats-server py-venv asyncapi-tools ts-sdk
+.PHONY: up test bench lint validate-deploy nats-server py-venv asyncapi-tools ts-sdk console-tools
 
 # Run the system: an embedded nats-server with JetStream (data in .data/nats) + every service.
 up: nats-server
@@ -7,8 +7,9 @@ up: nats-server
 
 # Run every test against real nats-server processes (and the pinned Python clients the
 # foreign-client tests drive: nats-py, the official MCP SDK; the official AsyncAPI parser
-# that checks docs/asyncapi.yaml; the TypeScript SDK, built).
-test: nats-server py-venv asyncapi-tools ts-sdk
+# that checks docs/asyncapi.yaml; the TypeScript SDK, built; Debian's chromium and the pinned
+# playwright-core that drive the console in a real browser).
+test: nats-server py-venv asyncapi-tools ts-sdk console-tools
 	cargo test --workspace --locked
 
 # The performance report: a private nats-server and the five services (release binaries),
@@ -41,3 +42,6 @@ asyncapi-tools:
 
 ts-sdk:
 	@bash sdk/typescript/install.sh
+
+console-tools:
+	@bash tests/console/install.sh

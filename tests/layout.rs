@@ -158,7 +158,7 @@ fn every_service_has_the_same_files_for_the_same_jobs() {
             }
         }
     }
-    assert_eq!(count, 7, "seven services expected");
+    assert_eq!(count, 8, "eight services expected");
     assert!(missing.is_empty(), "missing: {missing:?}");
 }
 

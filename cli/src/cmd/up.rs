@@ -51,6 +51,11 @@ pub struct UpArgs {
     /// banner shows; `off` serves none.
     #[arg(long, value_name = "ADDR")]
     metrics_listen: Option<String>,
+    /// Where to serve the console (default `[console] listen`, 127.0.0.1:8090); port 0 picks a
+    /// free one, which the banner shows with a one-time sign-in link; `off` serves none. An
+    /// address already taken (a second `up`) leaves the system running without it.
+    #[arg(long, value_name = "ADDR")]
+    console_listen: Option<String>,
 }
 
 /// Where `up` serves `/metrics` when neither the flag nor the config says.
@@ -68,6 +73,7 @@ pub async fn run(args: UpArgs) -> ExitCode {
             audit: config::section_for(&figment, audit::config::SECTION, &runtime)?,
             gateway: config::section_for(&figment, a2a_gateway::config::SECTION, &runtime)?,
             people: config::section_for(&figment, people::config::SECTION, &runtime)?,
+            console: config::section_for(&figment, console::config::SECTION, &runtime)?,
             runtime,
         })
     });
@@ -138,6 +144,7 @@ struct Services {
     audit: AuditConfig,
     gateway: GatewayConfig,
     people: PeopleConfig,
+    console: console::ConsoleConfig,
 }
 
 /// What `up` writes as the people file when the data folder has none: the local administrator
@@ -262,7 +269,45 @@ async fn serve(args: UpArgs, services: &mut Services, otlp: Option<&str>) -> any
         || "none ([people] file)".to_owned(),
         |path| path.display().to_string(),
     );
+    let console_address = match args.console_listen.as_deref() {
+        Some("off") => None,
+        Some(listen) => Some(
+            listen
+                .parse::<std::net::SocketAddr>()
+                .map_err(|err| BadConfig(format!("--console-listen {listen}: {err}")))?,
+        ),
+        None => Some(services.console.listen),
+    };
+    let console_file = people_config.file.clone();
     let people_service = people::start(&client, runtime, people_config).await?;
+    // The console: a one-time sign-in link for the local administrator, shown once below.
+    let (console_service, console_line) = match console_address {
+        None => (None, "not served (--console-listen ADDR)".to_owned()),
+        Some(listen) => {
+            let (token, hash) = console::one_time_token();
+            let config = console::ConsoleConfig {
+                listen,
+                people_file: services.console.people_file.clone().or(console_file),
+                bootstrap_token_sha256: Some(hash),
+                ..services.console.clone()
+            };
+            match console::start(&client, runtime, config).await {
+                Ok(running) => {
+                    let line = match running.local_addr() {
+                        Ok(bound) => format!(
+                            "http://{bound}/#login={token} (sign in once as the local administrator)"
+                        ),
+                        Err(err) => format!("not served ({err})"),
+                    };
+                    (Some(running), line)
+                }
+                Err(err) => {
+                    tracing::warn!(%listen, error = %err, "cannot serve the console");
+                    (None, format!("not served ({listen}: {err})"))
+                }
+            }
+        }
+    };
     let a2a_url = gateway.gateway().config().base_url();
     let tasks = vec![
         tokio::spawn(directory.run(shutdown.clone())),
@@ -273,6 +318,10 @@ async fn serve(args: UpArgs, services: &mut Services, otlp: Option<&str>) -> any
         tokio::spawn(gateway.run(shutdown.clone())),
         tokio::spawn(people_service.run(shutdown.clone())),
     ];
+    let mut tasks = tasks;
+    if let Some(console_service) = console_service {
+        tasks.push(tokio::spawn(console_service.run(shutdown.clone())));
+    }
 
     match &embedded {
         Some(server) => println!(
@@ -291,7 +340,7 @@ async fn serve(args: UpArgs, services: &mut Services, otlp: Option<&str>) -> any
         None => println!("Switchboard is up.\n  NATS:      {url}"),
     }
     println!(
-        "  services:  directory, inbox-fanout, reply-correlator, task-lifecycle, audit, a2a-gateway, people\n  people:    {people_file_shown} (who answers agents' questions and approvals: switchboard people --help)\n  A2A:       {a2a_url}/agents/<agent_id> (A2A v1.0, JSON-RPC and HTTP+JSON; card at …/.well-known/agent-card.json)\n  traces:    {traces}\n  metrics:   {metrics}\n\nAn agent in any language connects to {url} and sends\n  agent.registry.register.<agent_id>   (its card, JSON)\n  agent.registry.goal.open.<agent_id>  (then agent.inbox.fetch.<agent_id> / agent.inbox.ack.<agent_id>)\n  agent.send.<agent_id>                ({{\"to\": \"peer\", \"message\": \"…\"}})\n  agent.call.<agent_id> / agent.reply.<agent_id>   (calls that wait for an answer)\n  agent.task.<op>.<agent_id>           (tasks: create, accept, start, complete, spawn, …)\nTry:  switchboard agents   |   switchboard peers --as <agent_id>\nStop: Ctrl-C"
+        "  services:  directory, inbox-fanout, reply-correlator, task-lifecycle, audit, a2a-gateway, people, console\n  console:   {console_line}\n  people:    {people_file_shown} (who answers agents' questions and approvals: switchboard people --help)\n  A2A:       {a2a_url}/agents/<agent_id> (A2A v1.0, JSON-RPC and HTTP+JSON; card at …/.well-known/agent-card.json)\n  traces:    {traces}\n  metrics:   {metrics}\n\nAn agent in any language connects to {url} and sends\n  agent.registry.register.<agent_id>   (its card, JSON)\n  agent.registry.goal.open.<agent_id>  (then agent.inbox.fetch.<agent_id> / agent.inbox.ack.<agent_id>)\n  agent.send.<agent_id>                ({{\"to\": \"peer\", \"message\": \"…\"}})\n  agent.call.<agent_id> / agent.reply.<agent_id>   (calls that wait for an answer)\n  agent.task.<op>.<agent_id>           (tasks: create, accept, start, complete, spawn, …)\nTry:  switchboard agents   |   switchboard peers --as <agent_id>\nStop: Ctrl-C"
     );
 
     shutdown.cancelled().await;

@@ -179,6 +179,11 @@ impl Book {
         self.persons.get(id)
     }
 
+    /// Every person, in id order.
+    pub fn persons(&self) -> impl Iterator<Item = &Person> {
+        self.persons.values()
+    }
+
     /// A person named `person:<id>` (or a bare `<id>`).
     pub fn person_named(&self, raw: &str) -> Option<&Person> {
         let local = raw.strip_prefix("person:").unwrap_or(raw);

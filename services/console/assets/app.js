@@ -1,0 +1,361 @@
+// The Switchboard console's page. Every string an agent wrote (ids, card fields, bodies,
+// questions, reasons, action arguments) is hostile: it reaches the page only as text
+// (textContent, createElement), never parsed as markup, never an inline handler or a link
+// built from it; `inert` makes control and bidi characters visible. The only link an id
+// goes into is a trace link, and only a 32-hex trace id in an http(s) template.
+"use strict";
+
+const state = { me: null, view: "map", timer: null, events: null };
+
+const BIDI = /[\u200e\u200f\u061c\u202a-\u202e\u2066-\u2069]/g;
+const CONTROL = /[\u0000-\u0008\u000b-\u001f\u007f-\u009f]/g;
+
+function inert(value) {
+  const text = value === undefined || value === null ? "" : String(value);
+  return text
+    .replace(BIDI, (c) => "\u27e6U+" + c.charCodeAt(0).toString(16).toUpperCase().padStart(4, "0") + "\u27e7")
+    .replace(CONTROL, "\ufffd");
+}
+
+function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs || {})) {
+    if (key === "class") node.className = value;
+    else if (key === "text") node.textContent = inert(value);
+    else if (key.startsWith("data-")) node.setAttribute(key, value);
+    else if (key === "type" || key === "placeholder" || key === "rows" || key === "id" || key === "name") node.setAttribute(key, value);
+    else throw new Error("attribute not allowed: " + key);
+  }
+  for (const child of children) {
+    if (child === null || child === undefined) continue;
+    node.append(typeof child === "string" ? document.createTextNode(inert(child)) : child);
+  }
+  return node;
+}
+
+function agentText(value) {
+  return el("span", { class: "agent-text", text: value });
+}
+
+function safeTraceLink(traceId) {
+  const template = state.me && state.me.trace_url_template;
+  if (!template || !/^https?:\/\//.test(template) || !/^[0-9a-f]{32}$/.test(String(traceId || ""))) return null;
+  const link = document.createElement("a");
+  link.href = template.replace("{trace_id}", traceId);
+  link.rel = "noopener noreferrer";
+  link.target = "_blank";
+  link.textContent = "trace";
+  return link;
+}
+
+async function api(path, options) {
+  const init = { credentials: "same-origin", headers: {} };
+  if (options && options.body !== undefined) {
+    init.method = options.method || "POST";
+    init.headers["Content-Type"] = "application/json";
+    if (state.me) init.headers["X-CSRF-Token"] = state.me.csrf;
+    init.body = JSON.stringify(options.body);
+  }
+  const response = await fetch(path, init);
+  const text = await response.text();
+  const data = text ? JSON.parse(text) : {};
+  if (!response.ok) {
+    const error = new Error((data.error && data.error.message) || response.statusText);
+    error.kind = data.error && data.error.kind;
+    error.status = response.status;
+    throw error;
+  }
+  return data;
+}
+
+function say(text, bad) {
+  const status = document.getElementById("status");
+  status.textContent = inert(text);
+  status.className = bad ? "error" : "";
+}
+
+function ready() {
+  document.body.dataset.ready = "1";
+}
+
+function mount(...children) {
+  document.body.dataset.ready = "0";
+  const main = document.getElementById("main");
+  main.replaceChildren(...children.filter((child) => child !== null && child !== undefined));
+}
+
+// ---- sign-in ----
+
+async function signIn(token) {
+  state.me = await api("/api/login", { body: { token } });
+}
+
+function signInView(message) {
+  const input = el("input", { type: "text", placeholder: "sign-in token", id: "token" });
+  const button = el("button", { class: "primary", type: "submit" }, "Sign in");
+  const form = el("form", {}, el("h2", { text: "Sign in" }), input, el("div", { class: "row" }, button));
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    try {
+      await signIn(input.value.trim());
+      await start();
+    } catch (err) {
+      say("sign-in refused: " + err.message, true);
+    }
+  });
+  document.getElementById("nav").hidden = true;
+  mount(form, message ? el("p", { class: "error", text: message }) : null);
+  ready();
+}
+
+// ---- map ----
+
+async function mapView() {
+  const data = await api("/api/map");
+  const counts = { idle: 0, busy: 0, offline: 0 };
+  const grid = el("div", { class: "grid", id: "agents" });
+  const tiles = [];
+  for (const agent of data.agents) {
+    counts[agent.status] = (counts[agent.status] || 0) + 1;
+    const tile = el(
+      "div",
+      { class: "tile " + String(agent.status).replace(/[^a-z]/g, ""), "data-agent": agent.id, "data-status": agent.status },
+      el("div", { class: "id", text: agent.id }),
+      el("div", { class: "meta", text: agent.status + (agent.live_goals ? " · live" : "") + (agent.current_tasks ? " · " + agent.current_tasks + " tasks" : "") }),
+      agent.description ? el("div", { class: "meta agent-text", text: agent.description }) : null,
+    );
+    tiles.push(tile);
+  }
+  grid.append(...tiles);
+  const edges = el("table", { id: "edges" }, el("tr", {}, el("th", { text: "from" }), el("th", { text: "to" }), el("th", { text: "messages, last 5 min" })));
+  for (const edge of data.edges) {
+    edges.append(el("tr", {}, el("td", {}, agentText(edge.from)), el("td", {}, agentText(edge.to)), el("td", { text: String(edge.count) })));
+  }
+  mount(
+    el("h2", { text: "Agents" }),
+    el("div", { class: "counts", id: "counts", text: `${data.agents.length} agents: ${counts.idle || 0} idle, ${counts.busy || 0} busy, ${counts.offline || 0} offline` }),
+    grid,
+    el("h2", { text: "Who talked to whom" }),
+    data.edges.length ? edges : el("p", { text: "nobody in the last 5 minutes" }),
+  );
+  ready();
+}
+
+// ---- conversations ----
+
+function preview(payload) {
+  if (payload && typeof payload === "object") {
+    if (typeof payload.body === "string") return payload.body;
+    return JSON.stringify(payload);
+  }
+  return payload === undefined ? "" : String(payload);
+}
+
+async function threadView(id) {
+  const input = el("input", { type: "text", placeholder: "a call, message, task or question id", id: "thread-id" });
+  const form = el("form", {}, input, el("div", { class: "row" }, el("button", { class: "primary", type: "submit" }, "Open")));
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    location.hash = "#/thread/" + encodeURIComponent(input.value.trim());
+  });
+  if (!id) {
+    mount(el("h2", { text: "Conversations" }), form);
+    ready();
+    return;
+  }
+  input.value = id;
+  const data = await api("/api/thread?id=" + encodeURIComponent(id));
+  const list = el("div", { id: "timeline" });
+  for (const entry of data.records || []) {
+    const record = entry.record || entry;
+    const trace = safeTraceLink(record.trace_id);
+    list.append(
+      el(
+        "div",
+        { class: "card", "data-kind": String(record.kind) },
+        el("div", { class: "head" }, el("span", { class: "kind", text: record.kind }), " ", record.at || "", " · ", agentText(record.from_agent || "—"), " → ", agentText(record.to_agent || "—"), trace ? " · " : null, trace),
+        el("div", {}, agentText(preview(record.payload))),
+      ),
+    );
+  }
+  mount(el("h2", { text: "Conversation " + id }), form, (data.records || []).length ? list : el("p", { text: "no records for this id" }));
+  ready();
+}
+
+// ---- a person's inbox ----
+
+function itemCard(item, done) {
+  const card = el(
+    "div",
+    { class: "card", "data-item": item.item_id, "data-kind": item.kind },
+    el("div", { class: "head" }, el("span", { class: "kind", text: item.kind }), " from ", agentText(item.from_agent), " to ", agentText(item.addressee), " · ", item.created_at || "", " · ", item.state || ""),
+    el("div", {}, agentText(item.message)),
+  );
+  if (item.action) {
+    card.append(
+      el("div", { class: "head", text: "action" }),
+      el("div", {}, agentText(item.action.tool)),
+      el("pre", {}, agentText(JSON.stringify(item.action.arguments, null, 2))),
+      el("div", { class: "head" }, "hash ", agentText(item.action_hash)),
+    );
+  }
+  if (item.answer) {
+    card.append(el("div", { class: "head" }, "answered by ", agentText(item.answer.by), item.answer.decision ? " (" + item.answer.decision + ")" : "", ": ", agentText(item.answer.message || "")));
+  }
+  if (done) return card;
+  const send = async (body) => {
+    try {
+      const ack = await api("/api/items/" + encodeURIComponent(item.item_id) + "/answer", { body });
+      say("done: " + ack.state);
+      await route();
+    } catch (err) {
+      say(err.kind + ": " + err.message, true);
+    }
+  };
+  if (item.kind === "ask") {
+    const text = el("textarea", { rows: "2", placeholder: "your answer", name: "answer" });
+    const button = el("button", { class: "primary", type: "button", "data-action": "answer" }, "Answer");
+    button.addEventListener("click", () => send({ message: text.value }));
+    card.append(text, el("div", { class: "row" }, button));
+  } else if (item.kind === "approval") {
+    const note = el("input", { type: "text", placeholder: "note (optional)", name: "note" });
+    const approve = el("button", { class: "primary", type: "button", "data-action": "approve" }, "Approve");
+    const deny = el("button", { class: "danger", type: "button", "data-action": "deny" }, "Deny");
+    const decide = (decision) => send({ decision, action_hash: item.action_hash, message: note.value || undefined });
+    approve.addEventListener("click", () => decide("approved"));
+    deny.addEventListener("click", () => decide("denied"));
+    card.append(note, el("div", { class: "row" }, approve, deny));
+  } else {
+    const read = el("button", { type: "button", "data-action": "read" }, "Mark read");
+    read.addEventListener("click", () => send({}));
+    card.append(el("div", { class: "row" }, read));
+  }
+  return card;
+}
+
+async function inboxView(which) {
+  const done = which === "done";
+  const data = await api("/api/inbox?state=" + (done ? "done" : "open"));
+  const tabs = el("div", { class: "tabs" });
+  for (const [name, label] of [["open", "Waiting for me"], ["done", "Answered before"]]) {
+    const button = el("button", { type: "button", class: (done ? "done" : "open") === name ? "primary" : "" }, label);
+    button.addEventListener("click", () => { location.hash = "#/inbox/" + name; });
+    tabs.append(button);
+  }
+  const list = el("div", { id: "items" });
+  for (const item of data.items) list.append(itemCard(item, done));
+  const flood = (data.senders || []).filter((s) => s.at_cap);
+  mount(
+    el("h2", { text: "Inbox of " + state.me.person }),
+    tabs,
+    flood.length ? el("p", { class: "flood", text: "at their full share: " + flood.map((s) => s.agent + " (" + s.open + ")").join(", ") }) : null,
+    data.items.length ? list : el("p", { text: done ? "nothing answered yet" : "nothing waiting" }),
+    data.next ? el("p", { text: "more: older items follow" }) : null,
+  );
+  ready();
+}
+
+// ---- dead letters ----
+
+async function dlqView() {
+  const data = await api("/api/dlq");
+  const table = el("table", { id: "letters" }, el("tr", {}, el("th", { text: "#" }), el("th", { text: "why" }), el("th", { text: "where" }), el("th", { text: "message" }), el("th", {})));
+  for (const letter of data.letters) {
+    const redrive = el("button", { type: "button", "data-action": "redrive" }, "Redrive");
+    redrive.addEventListener("click", async () => {
+      try {
+        await api("/api/dlq/" + encodeURIComponent(letter.seq) + "/redrive", { body: {} });
+        say("redriven #" + letter.seq);
+        await route();
+      } catch (err) {
+        say(err.kind + ": " + err.message, true);
+      }
+    });
+    table.append(el("tr", { "data-seq": String(letter.seq) }, el("td", { text: String(letter.seq) }), el("td", {}, agentText(letter.reason)), el("td", {}, agentText(letter.subject)), el("td", {}, agentText(preview(letter.payload))), el("td", {}, redrive)));
+  }
+  mount(el("h2", { text: "Dead letters" }), data.letters.length ? table : el("p", { text: "no dead letters" }));
+  ready();
+}
+
+// ---- routing and live updates ----
+
+async function route() {
+  if (!state.me) return signInView();
+  const parts = location.hash.replace(/^#\/?/, "").split("/");
+  state.view = parts[0] || "map";
+  for (const link of document.querySelectorAll("#nav a")) {
+    link.className = link.dataset.view === state.view ? "here" : "";
+  }
+  try {
+    if (state.view === "inbox") await inboxView(parts[1]);
+    else if (state.view === "thread") await threadView(decodeURIComponent(parts[1] || ""));
+    else if (state.view === "dlq") await dlqView();
+    else await mapView();
+  } catch (err) {
+    if (err.status === 401) return signInView("signed out");
+    say(err.message, true);
+    ready();
+  }
+}
+
+function soon() {
+  clearTimeout(state.timer);
+  state.timer = setTimeout(route, 250);
+}
+
+function live() {
+  if (state.events) state.events.close();
+  const events = new EventSource("/api/events");
+  state.events = events;
+  events.addEventListener("message", (event) => {
+    const hint = JSON.parse(event.data);
+    if (hint.type === "agent" && state.view === "map") soon();
+    else if (hint.type === "inbox" && state.view === "inbox") soon();
+    else if (hint.type === "resync") soon();
+  });
+}
+
+async function start() {
+  document.getElementById("nav").hidden = false;
+  document.getElementById("who").textContent = inert(state.me.name + " (" + state.me.person + ")");
+  const signout = document.getElementById("signout");
+  signout.hidden = false;
+  signout.onclick = async () => {
+    if (state.events) state.events.close();
+    state.events = null;
+    await api("/api/logout", { body: {} }).catch(() => {});
+    state.me = null;
+    location.hash = "";
+    signInView();
+  };
+  live();
+  window.addEventListener("hashchange", route);
+  await route();
+}
+
+async function boot() {
+  const match = location.hash.match(/login=([0-9A-Za-z_-]+)/);
+  if (match) {
+    // The one-time token travels in the fragment (never sent to a server or a log) and is
+    // gone from the address bar at once.
+    history.replaceState(null, "", location.pathname + "#/map");
+    try {
+      await signIn(match[1]);
+    } catch (err) {
+      return signInView("this sign-in link was used or is not valid");
+    }
+    return start();
+  }
+  try {
+    state.me = await api("/api/me");
+  } catch (err) {
+    return signInView(err.message);
+  }
+  if (!state.me.person) {
+    state.me = null;
+    return signInView();
+  }
+  return start();
+}
+
+boot();
