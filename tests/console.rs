@@ -59,6 +59,7 @@ access = ["viewer", "approver"]
 struct World {
     fabric: Fabric,
     _replicas: Vec<Replica>,
+    console: Option<Replica>,
     _dir: tempfile::TempDir,
     url: String,
     admin_token: String,
@@ -87,7 +88,8 @@ impl World {
         };
         Self {
             fabric,
-            _replicas: vec![audit, people, console],
+            _replicas: vec![audit, people],
+            console: Some(console),
             _dir: dir,
             url: format!("http://{address}"),
             admin_token,
@@ -343,6 +345,24 @@ async fn every_response_is_hardened_and_every_write_needs_the_session_and_its_cs
     assert_eq!(out.status, 204);
     let after = http(&world, "GET", "/api/inbox", Some(&alice), &[], None).await;
     assert_eq!(after.status, 401);
+
+    // A page left open does not hold the console up when it stops: its live stream ends.
+    let (_, bob_again) = sign_in(&world, BOB_TOKEN).await;
+    let mut stream = reqwest::Client::new()
+        .get(format!("{}/api/events", world.url))
+        .header(
+            "cookie",
+            format!("sb_session={}", bob_again.unwrap().cookie),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stream.status(), 200);
+    let hello = stream.chunk().await.unwrap().unwrap();
+    assert!(String::from_utf8_lossy(&hello).contains("hello"));
+    let mut world = world;
+    // `stop` fails the test if the console takes longer than 10 s.
+    world.console.take().unwrap().stop().await;
 }
 
 #[test]

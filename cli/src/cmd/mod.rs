@@ -214,9 +214,9 @@ fn view_of(command: &Command) -> View {
     }
 }
 
-/// The services `up` runs (the services of a running system), by the names they answer
-/// `$SRV` requests and export telemetry under.
-pub(crate) const SERVICES: [&str; 8] = [
+/// The NATS services `up` runs (the services of a running system), by the names they answer
+/// `$SRV` requests and export telemetry under. The console is an HTTP server, not one of them.
+pub(crate) const SERVICES: [&str; 7] = [
     ::directory::SPEC.name,
     inbox_fanout::SPEC.name,
     reply_correlator::SPEC.name,
@@ -224,5 +224,4 @@ pub(crate) const SERVICES: [&str; 8] = [
     ::audit::SPEC.name,
     a2a_gateway::SPEC.name,
     ::people::SPEC.name,
-    ::console::NAME,
 ];

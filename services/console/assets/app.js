@@ -58,7 +58,12 @@ async function api(path, options) {
   }
   const response = await fetch(path, init);
   const text = await response.text();
-  const data = text ? JSON.parse(text) : {};
+  let data = {};
+  try {
+    data = text ? JSON.parse(text) : {};
+  } catch (err) {
+    data = { error: { kind: "http_" + response.status, message: text.slice(0, 200) } };
+  }
   if (!response.ok) {
     const error = new Error((data.error && data.error.message) || response.statusText);
     error.kind = data.error && data.error.kind;
@@ -133,7 +138,7 @@ async function mapView() {
   }
   mount(
     el("h2", { text: "Agents" }),
-    el("div", { class: "counts", id: "counts", text: `${data.agents.length} agents: ${counts.idle || 0} idle, ${counts.busy || 0} busy, ${counts.offline || 0} offline` }),
+    el("div", { class: "counts", id: "counts", text: `${data.agents.length} agent${data.agents.length === 1 ? "" : "s"}: ${counts.idle || 0} idle, ${counts.busy || 0} busy, ${counts.offline || 0} offline` }),
     grid,
     el("h2", { text: "Who talked to whom" }),
     data.edges.length ? edges : el("p", { text: "nobody in the last 5 minutes" }),
@@ -200,7 +205,8 @@ function itemCard(item, done) {
     );
   }
   if (item.answer) {
-    card.append(el("div", { class: "head" }, "answered by ", agentText(item.answer.by), item.answer.decision ? " (" + item.answer.decision + ")" : "", ": ", agentText(item.answer.message || "")));
+    const said = item.answer.message ? [": ", agentText(item.answer.message)] : [];
+    card.append(el("div", { class: "head" }, "answered by ", agentText(item.answer.by), item.answer.decision ? " (" + item.answer.decision + ")" : "", ...said));
   }
   if (done) return card;
   const send = async (body) => {
@@ -325,13 +331,16 @@ async function start() {
     state.events = null;
     await api("/api/logout", { body: {} }).catch(() => {});
     state.me = null;
+    say("");
     location.hash = "";
     signInView();
   };
   live();
-  window.addEventListener("hashchange", route);
   await route();
 }
+
+// Registered once: a view follows the address bar.
+window.addEventListener("hashchange", route);
 
 async function boot() {
   const match = location.hash.match(/login=([0-9A-Za-z_-]+)/);

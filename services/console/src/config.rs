@@ -20,7 +20,7 @@ pub struct ConsoleConfig {
     pub allowed_hosts: Vec<String>,
     /// A link from a conversation to its trace in the operator's OpenTelemetry backend, with
     /// `{trace_id}` where the id goes: `http://localhost:16686/trace/{trace_id}` (Jaeger),
-    /// `http://localhost:6006/projects/default/traces/{trace_id}` (Phoenix).
+    /// `http://localhost:6006/redirects/traces/{trace_id}` (Phoenix 14.2 and later).
     pub trace_url_template: Option<String>,
     /// How long a sign-in lasts, in milliseconds.
     pub session_ttl_ms: u64,

@@ -49,6 +49,9 @@ pub struct Console {
     pub(crate) config: ConsoleConfig,
     pub(crate) hints: tokio::sync::broadcast::Sender<live::Hint>,
     pub(crate) streams: AtomicUsize,
+    /// Cancelled when the console stops: its live streams end, so the HTTP server's graceful
+    /// stop does not wait for open pages.
+    pub(crate) stopping: CancellationToken,
     port: u16,
 }
 
@@ -117,6 +120,7 @@ pub async fn start(
         registry: RegistryView::new(js, agents, goals),
         hints: tokio::sync::broadcast::channel(live::HINTS).0,
         streams: AtomicUsize::new(0),
+        stopping: CancellationToken::new(),
         config,
         port,
     });
@@ -147,6 +151,12 @@ impl Running {
             ))
         });
         let app = endpoints::router(Arc::clone(&console));
+        let stopping = console.stopping.clone();
+        let stop_streams = shutdown.clone();
+        tokio::spawn(async move {
+            stop_streams.cancelled().await;
+            stopping.cancel();
+        });
         switchboard_runtime::http::serve(NAME, self.listener, app, shutdown).await;
         let _ = registry.await;
         let _ = live.await;

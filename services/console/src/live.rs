@@ -74,8 +74,8 @@ pub async fn listen(
     }
 }
 
-/// `GET /api/events`: the hints a signed-in viewer may see (`inbox` only for items that
-/// concern them), and a keep-alive.
+/// `GET /api/events`: the hints a signed-in person may see (`agent` for viewers, `inbox` only
+/// for items that concern them), and a keep-alive.
 pub async fn events(
     State(console): State<Arc<Console>>,
     headers: HeaderMap,
@@ -84,13 +84,22 @@ pub async fn events(
     let person = signed.person.id.clone();
     let mut hints = console.hints.subscribe();
     let books = console.books.clone();
+    let stopping = console.stopping.clone();
+    let viewer = signed.may(Access::Viewer);
     let stream = async_stream(move |tx| async move {
         let _slot = slot;
         if tx.send(json!({"type": "hello"})).await.is_err() {
             return;
         }
         loop {
-            let hint = match hints.recv().await {
+            // The page went away, or the console stops: the stream (and its slot) ends now,
+            // not at the next hint.
+            let next = tokio::select! {
+                next = hints.recv() => next,
+                () = tx.closed() => return,
+                () = stopping.cancelled() => return,
+            };
+            let hint = match next {
                 Ok(hint) => hint,
                 Err(broadcast::error::RecvError::Lagged(_)) => {
                     if tx.send(json!({"type": "resync"})).await.is_err() {
@@ -108,7 +117,8 @@ pub async fn events(
                             .is_ok_and(|party| book.answers_for(&person, &party))
                     })
                 }
-                _ => true,
+                // The map's hints are for those who may read the map.
+                _ => viewer,
             };
             if shown {
                 let about = hint.about.first().cloned().unwrap_or_default();
@@ -147,10 +157,10 @@ impl Drop for Slot {
     }
 }
 
-/// Takes a stream slot for a signed-in viewer, or refuses.
+/// Takes a stream slot for a signed-in person, or refuses.
 fn stream_slot(console: &Arc<Console>, headers: &HeaderMap) -> Result<(Signed, Slot), ApiError> {
+    // Any signed-in person: a viewer gets the map's hints, everyone their inbox's.
     let signed = console.signed(headers, &Method::GET)?;
-    console.needs(&signed, Access::Viewer)?;
     let taken = console.streams.fetch_add(1, Ordering::Relaxed);
     let slot = Slot(Arc::clone(console));
     if taken >= console.config.max_streams {

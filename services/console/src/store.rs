@@ -101,7 +101,10 @@ impl Sessions {
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner);
             match bootstrap.as_ref() {
-                Some((want, person)) if same(want, &hash) => {
+                // Used up only when it signs someone in.
+                Some((want, person))
+                    if same(want, &hash) && book.person_named(person).is_some() =>
+                {
                     let person = person.clone();
                     *bootstrap = None;
                     Some(person)
