@@ -1,5 +1,5 @@
 # syntax=docker/dockerfile:1
-# The Switchboard image: all seven binaries (six services + the `switchboard` CLI) in one image;
+# The Switchboard image: all nine binaries (eight services + the `switchboard` CLI) in one image;
 # SERVICE picks the service a container runs (docker-compose.yml, helm/switchboard).
 #
 #   docker build -t switchboard .
@@ -32,7 +32,7 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
     && mkdir -p /out \
     && cp target/release/directory target/release/inbox-fanout target/release/reply-correlator \
        target/release/task-lifecycle target/release/audit target/release/a2a-gateway \
-       target/release/switchboard /out/
+       target/release/people target/release/console target/release/switchboard /out/
 
 # ---- run -----------------------------------------------------------------------------------
 FROM debian:bookworm-slim
@@ -66,6 +66,7 @@ STOPSIGNAL SIGTERM
 
 # `<service> health`: NATS and JetStream reachable, and this very instance answering a micro PING
 # by the id it wrote to $TMPDIR/switchboard-<service>.id at start. Each step waits at most 3 s.
+# The console has no micro service: the entrypoint checks that its HTTP port answers instead.
 HEALTHCHECK --interval=15s --timeout=12s --start-period=30s --retries=3 \
     CMD ["switchboard-entrypoint", "health"]
 

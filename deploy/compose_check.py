@@ -6,7 +6,10 @@ References resolve (depends_on, named volumes, bind-mounted files and the NATS c
 is started with), images are pinned, every Switchboard service lists all NATS nodes, asks for
 as many stream replicas as there are nodes, exports to a collector that is in the file, has a
 health check and is given more time to stop than its drain grace; the NATS routes name exactly
-the compose NATS services.
+the compose NATS services. People and the console read deploy/people.toml (it parses; tokens
+are sha256:<64 hex>), mounted read-only where their variables point; the console listens on
+every interface of its container and is published on the host's loopback on its own port (it
+answers only the Host 127.0.0.1:<its port>), its trace links are http(s) with {trace_id}.
 
 Metrics: every Switchboard service serves /metrics on a port reachable from the network, and
 Prometheus (its config mounted read-only) finds every one of them by DNS on that port, so each
@@ -25,12 +28,16 @@ from __future__ import annotations
 import json
 import re
 import sys
+import tomllib
 from pathlib import Path, PurePosixPath
 
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
-SERVICES = ["directory", "inbox-fanout", "reply-correlator", "task-lifecycle", "audit", "a2a-gateway"]
+SERVICES = [
+    "directory", "inbox-fanout", "reply-correlator", "task-lifecycle", "audit", "a2a-gateway", "people", "console",
+]
+PEOPLE_FILE = "deploy/people.toml"
 DASHBOARD = "deploy/grafana/switchboard-dashboard.json"
 PROVISIONING = "deploy/grafana/provisioning"
 INSTRUMENTS = "shared/runtime/src/telemetry/metrics.rs"
@@ -182,6 +189,11 @@ def main() -> int:
         )
 
     before = len(problems)
+    check_people_console(services)
+    if len(problems) == before:
+        print(f"  ok   people and console: {PEOPLE_FILE} mounted read-only, console published on loopback")
+
+    before = len(problems)
     check_metric_names()
     dashboard = check_dashboard()
     port = check_prometheus(services)
@@ -192,6 +204,53 @@ def main() -> int:
             f" Grafana provisioned; {DASHBOARD} uses only the {len(METRICS)} known series"
         )
     return 1 if problems else 0
+
+
+def check_people_console(services: dict) -> None:
+    """People and the console read the one people file, mounted read-only where their variables
+    point, and it parses with the token form the services accept. The console listens on every
+    interface in its container and is published on 127.0.0.1 on the same port (its Host check
+    accepts 127.0.0.1:<its own port> and localhost:<its own port> only), and it links traces to
+    a compose service through an http(s) template with {trace_id}."""
+    try:
+        book = tomllib.loads((ROOT / PEOPLE_FILE).read_text())
+    except (OSError, ValueError) as err:
+        problem(f"{PEOPLE_FILE}: {err}")
+        book = {}
+    ids = [p.get("id") for p in book.get("person") or []]
+    if len(ids) != len(set(ids)) or not ids:
+        problem(f"{PEOPLE_FILE}: persons {ids} are missing or repeated")
+    for person in book.get("person") or []:
+        for token in person.get("tokens") or []:
+            if not re.fullmatch(r"sha256:[0-9A-Fa-f]{64}", str(token)):
+                problem(f"{PEOPLE_FILE}: person {person.get('id')}: token {token!r} is not sha256:<64 hex digits>")
+    for name, key in (("people", "SWITCHBOARD_PEOPLE__FILE"), ("console", "SWITCHBOARD_CONSOLE__PEOPLE_FILE")):
+        svc = services.get(name) or {}
+        env = {k: str(v) for k, v in (svc.get("environment") or {}).items()}
+        mounted = container_path(svc, PEOPLE_FILE)
+        if mounted is None or env.get(key) != mounted[0]:
+            problem(f"{name}: {key}={env.get(key)!r} is not where {PEOPLE_FILE} is mounted ({mounted and mounted[0]})")
+        elif not mounted[1]:
+            problem(f"{name}: {PEOPLE_FILE} is not mounted read-only")
+        if "auth:/auth:ro" not in (svc.get("volumes") or []):
+            problem(f"{name}: the auth volume (services.nk) is not mounted read-only at /auth")
+    console = services.get("console") or {}
+    env = {k: str(v) for k, v in (console.get("environment") or {}).items()}
+    listen = re.fullmatch(r"(.*):(\d+)", env.get("SWITCHBOARD_CONSOLE__LISTEN", ""))
+    if not listen or listen.group(1) not in ("0.0.0.0", "[::]"):
+        problem(f"console: SWITCHBOARD_CONSOLE__LISTEN={env.get('SWITCHBOARD_CONSOLE__LISTEN')!r} is not 0.0.0.0:<port>")
+    else:
+        want = f"127.0.0.1:{listen.group(2)}:{listen.group(2)}"
+        if want not in [str(p) for p in console.get("ports") or []]:
+            problem(f"console: not published as {want!r} (the host port must be the console's own port)")
+    if (console.get("deploy") or {}).get("replicas", 1) != 1:
+        problem("console: more than one replica (sign-ins live in one process's memory)")
+    template = env.get("SWITCHBOARD_CONSOLE__TRACE_URL_TEMPLATE")
+    if template is not None and (not re.match(r"https?://", template) or "{trace_id}" not in template):
+        problem(f"console: SWITCHBOARD_CONSOLE__TRACE_URL_TEMPLATE {template!r} is not an http(s) URL with {{trace_id}}")
+    jaeger = [str(p) for p in (services.get("jaeger") or {}).get("ports") or []]
+    if template and not any(template.startswith(f"http://{p.rsplit(':', 1)[0]}/") for p in jaeger):
+        problem(f"console: trace links {template!r} do not point at a published Jaeger port {jaeger}")
 
 
 def container_path(svc: dict, host: str) -> tuple[str, bool] | None:
@@ -402,9 +461,9 @@ def check_prometheus(services: dict) -> int:
         if found.group(1) not in ("0.0.0.0", "[::]", ""):
             problem(f"{name}: /metrics listens on {found.group(1)}, which Prometheus cannot reach")
         ports.add(int(found.group(2)))
-        gateway = env.get("SWITCHBOARD_A2A_GATEWAY__LISTEN", "")
-        if gateway.endswith(f":{found.group(2)}"):
-            problem(f"{name}: /metrics and the A2A gateway both listen on port {found.group(2)}")
+        for what, key in (("the A2A gateway", "SWITCHBOARD_A2A_GATEWAY__LISTEN"), ("the console", "SWITCHBOARD_CONSOLE__LISTEN")):
+            if env.get(key, "").endswith(f":{found.group(2)}"):
+                problem(f"{name}: /metrics and {what} both listen on port {found.group(2)}")
     if len(ports) != 1:
         problem(f"the services serve /metrics on ports {sorted(ports)}, expected one port")
         return 0

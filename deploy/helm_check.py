@@ -6,9 +6,9 @@ embeds Helm v4 as a shared library: the real template engine, lint rules and val
 For the default values, the built-in value sets in EXTRA_CASES and each values file: lint
 (strict: warnings fail), render as release `switchboard` in namespace `switchboard`, write
 every manifest to OUT_DIR/<name>/<template> (for kubernetes-validate), and check what the chart
-promises (probes, grace period, non-root, the Secret, metrics: the listen address, the
-`metrics` container and Service ports, the ServiceMonitor). Then values that must be refused
-are rendered and must fail.
+promises (probes, grace period, non-root, the Secret, the people file and its ConfigMap, the
+console's port, Service and settings, metrics: the listen address, the `metrics` container and
+Service ports, the ServiceMonitor). Then values that must be refused are rendered and must fail.
 
 Objects of CRD_KINDS (the Prometheus Operator's ServiceMonitor) are not written to OUT_DIR:
 kubernetes-validate has no schema for them and would pass them with a warning. They are checked
@@ -20,13 +20,20 @@ Exit status 1 on any problem.
 from __future__ import annotations
 
 import os
+import re
 import sys
+import tomllib
 from pathlib import Path
 
 import helm_python as helm
 import yaml
 
-SERVICES = ["directory", "inbox-fanout", "reply-correlator", "task-lifecycle", "audit", "a2a-gateway"]
+SERVICES = [
+    "directory", "inbox-fanout", "reply-correlator", "task-lifecycle", "audit", "a2a-gateway", "people", "console",
+]
+# Where the people and console pods find the people file (a ConfigMap mounted as a directory).
+PEOPLE_DIR = "/etc/switchboard/people"
+PEOPLE_FILE = f"{PEOPLE_DIR}/people.toml"
 RELEASE, NAMESPACE = "switchboard", "switchboard"
 # Custom resources: checked here, not by kubernetes-validate (see above).
 CRD_KINDS = {"ServiceMonitor"}
@@ -40,6 +47,7 @@ METRICS_DEFAULTS = {
 # Value sets rendered besides the default values and helm/switchboard/ci/*-values.yaml.
 EXTRA_CASES: dict[str, dict] = {
     "metrics-off": {"metrics": {"enabled": False}},
+    "people-off": {"services": {"people": {"enabled": False}, "console": {"enabled": False}}},
 }
 
 # Values the chart must refuse (helm template fails with the given text).
@@ -65,6 +73,17 @@ MUST_FAIL = {
         {"metrics": {"enabled": False, "serviceMonitor": {"enabled": True}}},
         "metrics.serviceMonitor.enabled needs metrics.enabled",
     ),
+    "two console replicas": ({"services": {"console": {"replicas": 2}}}, "services.console.replicas must be 1"),
+    "metrics on the console port": (
+        {"metrics": {"port": 8090}, "console": {"port": 8090}},
+        "is the console's port",
+    ),
+    "console port 0": ({"console": {"port": 0}}, "console.port must be 1..65535"),
+    "trace links without {trace_id}": (
+        {"console": {"traceUrlTemplate": "javascript:alert(1)"}},
+        "console.traceUrlTemplate must be an http(s) URL with {trace_id}",
+    ),
+    "allowed hosts not a list": ({"console": {"allowedHosts": "console.example.com"}}, "console.allowedHosts must be a list"),
 }
 
 problems: list[str] = []
@@ -104,7 +123,13 @@ def check_objects(objects: list[dict], values: dict, label: str) -> None:
         container = pod["containers"][0]
         env = {e["name"]: e for e in container.get("env", [])}
         for probe in ("readinessProbe", "livenessProbe"):
-            if container.get(probe, {}).get("exec", {}).get("command") != [service, "health"]:
+            if service == "console":
+                # No micro service to PING: the page on its port, with the Host it answers.
+                host = f"127.0.0.1:{int(merged['console']['port'])}"
+                want = {"path": "/api/me", "port": "console", "httpHeaders": [{"name": "Host", "value": host}]}
+                if container.get(probe, {}).get("httpGet") != want:
+                    problem(f"[{label}] console: {probe} is not GET /api/me on port console with Host {host}")
+            elif container.get(probe, {}).get("exec", {}).get("command") != [service, "health"]:
                 problem(f"[{label}] {service}: {probe} is not [{service}, health]")
         if pod.get("terminationGracePeriodSeconds") != grace:
             problem(f"[{label}] {service}: terminationGracePeriodSeconds != {grace}")
@@ -129,6 +154,7 @@ def check_objects(objects: list[dict], values: dict, label: str) -> None:
                 problem(f"[{label}] directory: the skill grants ConfigMap {grants!r} is not mounted")
         elif grants_env is not None:
             problem(f"[{label}] {service}: SWITCHBOARD_DIRECTORY__SKILL_GRANTS_FILE without skillGrants")
+        check_people(pod, env, service, merged, label)
         replicas = int(merged["services"][service]["replicas"])
         pdb = pdbs.get(name, {}).get("spec", {})
         want = {"minAvailable": 1} if replicas > 1 else {"maxUnavailable": 1}
@@ -143,7 +169,84 @@ def check_objects(objects: list[dict], values: dict, label: str) -> None:
     )
     if bool(secrets) != rendered_secret:
         problem(f"[{label}] a Secret was{'' if secrets else ' not'} rendered for auth {auth['type']}")
+    check_people_configmap(objects, merged, label)
     check_metrics(objects, merged, label)
+
+
+def people_configmap(merged: dict) -> str:
+    return merged["people"]["existingConfigMap"] or f"{RELEASE}-people"
+
+
+def check_people(pod: dict, env: dict, service: str, merged: dict, label: str) -> None:
+    """People and the console read the people file from the ConfigMap, mounted as a directory
+    (so the kubelet updates it); the console listens on console.port on every interface, with
+    its settings from the values. Nobody else mounts the file."""
+    container = pod["containers"][0]
+    mounts = {m["name"]: m for m in container.get("volumeMounts", [])}
+    volumes = {v["name"]: v for v in pod.get("volumes", [])}
+
+    def value(key: str) -> str | None:
+        return env.get(key, {}).get("value")
+
+    key = {"people": "SWITCHBOARD_PEOPLE__FILE", "console": "SWITCHBOARD_CONSOLE__PEOPLE_FILE"}.get(service)
+    if key is None:
+        if "people" in mounts:
+            problem(f"[{label}] {service}: mounts the people file")
+        return
+    if value(key) != PEOPLE_FILE:
+        problem(f"[{label}] {service}: {key} is {value(key)!r}, expected {PEOPLE_FILE}")
+    mount = mounts.get("people", {})
+    if mount.get("mountPath") != PEOPLE_DIR or not mount.get("readOnly") or "subPath" in mount:
+        problem(f"[{label}] {service}: the people file is not mounted read-only as the directory {PEOPLE_DIR}")
+    config_map = volumes.get("people", {}).get("configMap", {})
+    want = {"name": people_configmap(merged), "items": [{"key": "people.toml", "path": "people.toml"}]}
+    if config_map != want:
+        problem(f"[{label}] {service}: the people volume is {config_map}, expected {want}")
+    if service != "console":
+        return
+    console = merged["console"]
+    port = int(console["port"])
+    if value("SWITCHBOARD_CONSOLE__LISTEN") != f"0.0.0.0:{port}":
+        problem(f"[{label}] console: SWITCHBOARD_CONSOLE__LISTEN is {value('SWITCHBOARD_CONSOLE__LISTEN')!r}")
+    ports = {p["name"]: p for p in container.get("ports", [])}
+    if ports.get("console") != {"name": "console", "containerPort": port, "protocol": "TCP"}:
+        problem(f"[{label}] console: no container port console = {port}")
+    hosts = console["allowedHosts"]
+    want_hosts = "[" + ",".join(f'"{h}"' for h in hosts) + "]" if hosts else None
+    if value("SWITCHBOARD_CONSOLE__ALLOWED_HOSTS") != want_hosts:
+        problem(f"[{label}] console: SWITCHBOARD_CONSOLE__ALLOWED_HOSTS is {value('SWITCHBOARD_CONSOLE__ALLOWED_HOSTS')!r}, expected {want_hosts!r}")
+    template = console["traceUrlTemplate"] or None
+    if value("SWITCHBOARD_CONSOLE__TRACE_URL_TEMPLATE") != template:
+        problem(f"[{label}] console: SWITCHBOARD_CONSOLE__TRACE_URL_TEMPLATE is not {template!r}")
+    if int(merged["services"]["console"]["replicas"]) != 1:
+        problem(f"[{label}] console: {merged['services']['console']['replicas']} replicas (sessions are in memory)")
+
+
+def check_people_configmap(objects: list[dict], merged: dict, label: str) -> None:
+    """The chart renders the people file's ConfigMap when people or the console runs and no
+    existing one is named, with `people.file` as people.toml, and it parses."""
+    reads = merged["services"]["people"]["enabled"] or merged["services"]["console"]["enabled"]
+    want = reads and not merged["people"]["existingConfigMap"]
+    maps = [o for o in objects if o["kind"] == "ConfigMap" and o["metadata"]["name"].endswith("-people")]
+    if len(maps) != int(want):
+        problem(f"[{label}] {len(maps)} people ConfigMaps rendered, expected {int(want)}")
+        return
+    for config_map in maps:
+        if config_map["metadata"]["name"] != people_configmap(merged):
+            problem(f"[{label}] the people ConfigMap is {config_map['metadata']['name']}")
+        text = (config_map.get("data") or {}).get("people.toml")
+        if text is None or text.strip() != str(merged["people"]["file"]).strip():
+            problem(f"[{label}] the people ConfigMap's people.toml is not people.file")
+            continue
+        try:
+            book = tomllib.loads(text)
+        except ValueError as err:
+            problem(f"[{label}] people.file does not parse: {err}")
+            continue
+        for person in book.get("person") or []:
+            for token in person.get("tokens") or []:
+                if not re.fullmatch(r"sha256:[0-9A-Fa-f]{64}", str(token)):
+                    problem(f"[{label}] people.file: person {person.get('id')}: token {token!r} is not sha256:<64 hex>")
 
 
 def subset(small: dict, big: dict) -> bool:
@@ -192,6 +295,15 @@ def check_metrics(objects: list[dict], merged: dict, label: str) -> None:
         ports = {p["name"]: p for p in (gateway or {}).get("spec", {}).get("ports", [])}
         if ports.get("a2a", {}).get("port") != int(merged["a2aGateway"]["port"]):
             problem(f"[{label}] a2a-gateway: the Service does not expose port a2a")
+    console = services.get(f"{RELEASE}-console")
+    if merged["services"]["console"]["enabled"]:
+        ports = {p["name"]: p for p in (console or {}).get("spec", {}).get("ports", [])}
+        port = int(merged["console"]["port"])
+        want = {"name": "console", "port": port, "targetPort": "console", "protocol": "TCP"}
+        if ports.get("console") != want or (console or {}).get("spec", {}).get("clusterIP") == "None":
+            problem(f"[{label}] console: the Service does not expose port console = {port} on a cluster IP")
+    elif console is not None:
+        problem(f"[{label}] console: disabled, yet its Service is rendered")
 
     monitors = [o for o in objects if o["kind"] == "ServiceMonitor"]
     want_monitor = enabled and bool(metrics["serviceMonitor"]["enabled"])

@@ -2,12 +2,14 @@
 # Checks the deployment artifacts as far as a machine without Docker or Kubernetes can:
 #   - nats/*.conf: `nats-server -t` with the pinned server, then booted on loopback
 #     (single server; 3-node cluster forms a JetStream meta group, sync_interval always)
-#   - docker-compose.yml: the compose-spec JSON schema, then references and invariants,
-#     including deploy/prometheus.yml, deploy/grafana/ (provisioning, dashboard) and the metric
+#   - docker-compose.yml: the compose-spec JSON schema, then references and invariants of all
+#     eight services (deploy/compose_check.py SERVICES), including deploy/people.toml (people,
+#     console), deploy/prometheus.yml, deploy/grafana/ (provisioning, dashboard) and the metric
 #     names the dashboard queries
 #   - Dockerfile: hadolint; the shell scripts: shellcheck
 #   - helm/switchboard: helm lint (strict) + helm template with the default values and each
-#     helm/switchboard/ci/*-values.yaml, the chart's promises read back, invalid values refused,
+#     helm/switchboard/ci/*-values.yaml, the chart's promises read back (deploy/helm_check.py:
+#     every service, the people ConfigMap, the console's port and probes), invalid values refused,
 #     and every rendered manifest through kubernetes-validate --strict for each KUBE_VERSIONS
 #     (custom resources such as the ServiceMonitor are checked by deploy/helm_check.py instead;
 #     a manifest kubernetes-validate has no schema for fails the check)

@@ -48,6 +48,11 @@ app.kubernetes.io/component: {{ .service }}
 {{- end }}
 {{- end }}
 
+{{/* The name of the ConfigMap holding the people file (key people.toml). */}}
+{{- define "switchboard.peopleConfigMap" -}}
+{{- default (printf "%s-people" (include "switchboard.fullname" .)) .Values.people.existingConfigMap }}
+{{- end }}
+
 {{/* The image reference. */}}
 {{- define "switchboard.image" -}}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
@@ -80,7 +85,7 @@ app.kubernetes.io/component: {{ .service }}
 {{- if or (lt $replicas 1) (gt $replicas 5) }}
 {{- fail (printf "jetstream.replicas must be 1..5, got %d" $replicas) }}
 {{- end }}
-{{- $known := list "directory" "inbox-fanout" "reply-correlator" "task-lifecycle" "audit" "a2a-gateway" }}
+{{- $known := list "directory" "inbox-fanout" "reply-correlator" "task-lifecycle" "audit" "a2a-gateway" "people" "console" }}
 {{- range $name, $svc := .Values.services }}
 {{- if not (has $name $known) }}
 {{- fail (printf "services.%s: not a Switchboard service (one of %s)" $name (join ", " $known)) }}
@@ -94,8 +99,29 @@ app.kubernetes.io/component: {{ .service }}
 {{- if and (index .Values.services "a2a-gateway").enabled (eq $port (int .Values.a2aGateway.port)) }}
 {{- fail (printf "metrics.port %d is the A2A gateway's port (a2aGateway.port): give them different ports" $port) }}
 {{- end }}
+{{- if and .Values.services.console.enabled (eq $port (int .Values.console.port)) }}
+{{- fail (printf "metrics.port %d is the console's port (console.port): give them different ports" $port) }}
+{{- end }}
 {{- else if .Values.metrics.serviceMonitor.enabled }}
 {{- fail "metrics.serviceMonitor.enabled needs metrics.enabled (the ServiceMonitor scrapes the metrics port)" }}
+{{- end }}
+{{- $console := .Values.services.console }}
+{{- if $console.enabled }}
+{{- if gt (int $console.replicas) 1 }}
+{{- fail "services.console.replicas must be 1: sign-ins live in the console process's memory, another replica would not know them" }}
+{{- end }}
+{{- $consolePort := int .Values.console.port }}
+{{- if or (lt $consolePort 1) (gt $consolePort 65535) }}
+{{- fail (printf "console.port must be 1..65535, got %d" $consolePort) }}
+{{- end }}
+{{- with .Values.console.traceUrlTemplate }}
+{{- if not (and (regexMatch "^https?://" .) (contains "{trace_id}" .)) }}
+{{- fail (printf "console.traceUrlTemplate must be an http(s) URL with {trace_id} in it, got %q" .) }}
+{{- end }}
+{{- end }}
+{{- if not (kindIs "slice" .Values.console.allowedHosts) }}
+{{- fail "console.allowedHosts must be a list of Host values, e.g. [console.example.com]" }}
+{{- end }}
 {{- end }}
 {{- $audit := .Values.services.audit }}
 {{- if and .Values.auditIndex.persistence.enabled $audit.enabled (gt (int $audit.replicas) 1) }}
