@@ -931,49 +931,63 @@ async fn random_reply_subjects_headers_and_numbers_never_panic_or_write_elsewher
     let cases: Vec<Hostile> = (0..400)
         .map(|_| strategy.new_tree(&mut runner).unwrap().current())
         .collect();
-    let mut answered = 0;
-    for case in &cases {
-        let endpoint = &endpoints[case.endpoint];
-        let subject = endpoint.subject_for(&id("mallet"));
-        let mut body = case.body.clone();
-        if body.get("goal_id").is_some_and(serde_json::Value::is_null) {
-            body["goal_id"] = json!(mallet_goal.id());
-        }
-        let mut headers = async_nats::HeaderMap::new();
-        for (name, value) in &case.headers {
-            if let (Ok(name), Ok(value)) = (
-                name.parse::<async_nats::HeaderName>(),
-                value.parse::<async_nats::HeaderValue>(),
-            ) {
-                headers.insert(name, value);
+    // Sixteen at a time: a case may hold its request for a long wait (a held fetch, a call
+    // that waits), which the client gives up on after 10 s; one after another, those waits
+    // were most of this test's minutes.
+    let answered = std::sync::atomic::AtomicUsize::new(0);
+    futures::stream::iter(&cases)
+        .for_each_concurrent(16, |case| {
+            let (client, answered) = (&client, &answered);
+            let endpoint = &endpoints[case.endpoint];
+            let subject = endpoint.subject_for(&id("mallet"));
+            let mut body = case.body.clone();
+            if body.get("goal_id").is_some_and(serde_json::Value::is_null) {
+                body["goal_id"] = json!(mallet_goal.id());
             }
-        }
-        let payload = body.to_string().into();
-        match &case.reply {
-            Some(reply) => {
-                client
-                    .publish_with_reply_and_headers(subject, reply.clone(), headers, payload)
-                    .await
-                    .unwrap();
-            }
-            None => {
-                let got = tokio::time::timeout(
-                    Duration::from_secs(10),
-                    client.request_with_headers(subject.clone(), headers, payload),
-                )
-                .await;
-                if let Ok(Ok(reply)) = got {
-                    answered += 1;
-                    let value: serde_json::Value =
-                        serde_json::from_slice(&reply.payload).unwrap_or_default();
-                    assert_ne!(
-                        value["error"]["kind"], "internal",
-                        "{subject} {body}: {value}"
-                    );
+            let mut headers = async_nats::HeaderMap::new();
+            for (name, value) in &case.headers {
+                if let (Ok(name), Ok(value)) = (
+                    name.parse::<async_nats::HeaderName>(),
+                    value.parse::<async_nats::HeaderValue>(),
+                ) {
+                    headers.insert(name, value);
                 }
             }
-        }
-    }
+            async move {
+                let payload: bytes::Bytes = body.to_string().into();
+                match &case.reply {
+                    Some(reply) => {
+                        client
+                            .publish_with_reply_and_headers(
+                                subject,
+                                reply.clone(),
+                                headers,
+                                payload,
+                            )
+                            .await
+                            .unwrap();
+                    }
+                    None => {
+                        let got = tokio::time::timeout(
+                            Duration::from_secs(10),
+                            client.request_with_headers(subject.clone(), headers, payload),
+                        )
+                        .await;
+                        if let Ok(Ok(reply)) = got {
+                            answered.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            let value: serde_json::Value =
+                                serde_json::from_slice(&reply.payload).unwrap_or_default();
+                            assert_ne!(
+                                value["error"]["kind"], "internal",
+                                "{subject} {body}: {value}"
+                            );
+                        }
+                    }
+                }
+            }
+        })
+        .await;
+    let answered = answered.into_inner();
     assert!(answered > 50, "only {answered} requests were answered");
     client.flush().await.unwrap();
     // A real wait: replies to the last requests get time to be (wrongly) written elsewhere.
