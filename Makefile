@@ -16,7 +16,8 @@ test: nats-server py-venv asyncapi-tools ts-sdk console-tools
 # Switchboard's paths beside raw NATS in the same run; prints the table and writes
 # docs/performance.md. BENCH_OPS (default 400), BENCH_AGENTS (default 10000) and BENCH_GOALS
 # (live goals, default 100000; a 3-node R3 cluster opens up to 10000 of them) scale it;
-# BENCH_ONLY=cluster runs only the 3-node R3 cluster rows.
+# BENCH_PENDING (approvals waiting for one person, default 10000) the people rows;
+# BENCH_ONLY=cluster runs only the 3-node R3 cluster rows, BENCH_ONLY=people the people rows.
 bench: nats-server py-venv
 	cargo build --release --locked --bins
 	BENCH_WRITE=$(CURDIR)/docs/performance.md cargo bench --locked -p switchboard-tests --bench report

@@ -13,7 +13,9 @@
 //! 4. a call's round trip (`Agent::call`, the callee's runtime answering) beside raw
 //!    request/reply; a send with `receipt: "read"` beside one without ([`report_receipts`]);
 //!    a streamed call's first part beside the plain call ([`report_streaming`]); a blocking A2A `SendMessage` through the gateway beside the native
-//!    task round trip and the official Python SDK's server ([`report_a2a`]);
+//!    task round trip and the official Python SDK's server ([`report_a2a`]); a person's
+//!    decision reaching its agent with 10,000 approvals pending, beside a parked call's
+//!    answer ([`report_people`]);
 //! 5. send_to_peer and list_peers with 20 registered agents, then with `BENCH_AGENTS`
 //!    (default 10,000);
 //! 6. audit ingest beside a raw JetStream consumer reading and acking the same backlog;
@@ -33,6 +35,7 @@
 mod report_a2a;
 mod report_inbox;
 mod report_peers;
+mod report_people;
 mod report_receipts;
 mod report_streaming;
 
@@ -184,6 +187,10 @@ async fn main() {
     }
     if std::env::var("BENCH_ONLY").as_deref() == Ok("full-goal") {
         full_goal_only(ops).await;
+        return;
+    }
+    if std::env::var("BENCH_ONLY").as_deref() == Ok("people") {
+        people_only(ops).await;
         return;
     }
     let agents_total = bench_agents().max(20);
@@ -380,6 +387,8 @@ async fn main() {
     report_receipts::receipt_rows(&mut report, &url, ops).await;
     wait_until_audited(&js).await;
     report_streaming::streaming_rows(&mut report, &url, ops, call).await;
+    wait_until_audited(&js).await;
+    report_people::people_rows(&mut report, &url, ops).await;
 
     // send and list_peers with 20 registered agents, then with `agents_total`.
     // sender, two receivers, callee, caller, the inbox rows' two, the receipt rows' two, the
@@ -518,6 +527,23 @@ async fn main() {
     if let Ok(path) = std::env::var("BENCH_WRITE") {
         write_into(&path, &text);
         println!("(written into {path})");
+    }
+}
+
+/// `BENCH_ONLY=people`: the people rows alone, on a fabric of their own.
+async fn people_only(ops: usize) {
+    let nats = NatsServer::start().await;
+    let url = nats.url();
+    let mut services = Vec::new();
+    for service in SERVICES {
+        services
+            .push(ServiceProcess::start(&service_bin(service), service, &url, SERVICE_ENV).await);
+    }
+    let mut report = Report::default();
+    report_people::people_rows(&mut report, &url, ops).await;
+    println!("{}", render(&report, ops, 0, Duration::ZERO));
+    for service in services {
+        service.terminate().await;
     }
 }
 
