@@ -269,6 +269,43 @@ async fn every_response_is_hardened_and_every_write_needs_the_session_and_its_cs
     assert_eq!(redrive.status, 403);
     assert_eq!(redrive.body["error"]["kind"], "not_allowed");
 
+    // An operator discards a dead letter for good; a viewer may not.
+    let (sender, _) = world.fabric.agent_with_goal("dlq-sender").await;
+    let (_, reader_goal) = world.fabric.agent_with_goal("dlq-reader").await;
+    sender.send_to_peer("dlq-reader", "poison").await.unwrap();
+    let delivery = reader_goal
+        .recv(Duration::from_secs(10))
+        .await
+        .unwrap()
+        .unwrap();
+    delivery.reject("unreadable").await.unwrap();
+    let admin = admin.unwrap();
+    let letters = http(&world, "GET", "/api/dlq", Some(&admin), &[], None).await;
+    let seq = letters.body["letters"][0]["seq"].as_u64().unwrap();
+    let path = format!("/api/dlq/{seq}/discard");
+    let viewer = http(
+        &world,
+        "POST",
+        &path,
+        Some(&bob),
+        &[("x-csrf-token", &bob.csrf)],
+        Some("{}"),
+    )
+    .await;
+    assert_eq!(viewer.status, 403);
+    let discarded = http(
+        &world,
+        "POST",
+        &path,
+        Some(&admin),
+        &[("x-csrf-token", &admin.csrf)],
+        Some("{}"),
+    )
+    .await;
+    assert_eq!(discarded.body["discarded"], true, "{}", discarded.body);
+    let letters = http(&world, "GET", "/api/dlq", Some(&admin), &[], None).await;
+    assert!(letters.body["letters"].as_array().unwrap().is_empty());
+
     // A person cannot answer another person's question: bob tries alice's.
     let (agent, goal) = world.fabric.agent_with_goal("deployer").await;
     let parked = agent

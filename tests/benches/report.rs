@@ -33,6 +33,7 @@
 // baselines measured at the start, so they sit together (the inbox rows are in report_inbox.rs).
 
 mod report_a2a;
+mod report_console;
 mod report_inbox;
 mod report_peers;
 mod report_people;
@@ -514,6 +515,8 @@ async fn main() {
     // above, which its agents would change.
     wait_until_audited(&js).await;
     report_people::people_rows(&mut report, &url, ops).await;
+    // The console's map with every agent registered above.
+    report_console::console_rows(&mut report, &url, agents_total).await;
 
     // The call beside Synadia's agent SDK and raw NATS, on a server of its own with the
     // shipped defaults (issue 25).
@@ -885,7 +888,7 @@ async fn audit_rate(js: &jetstream::Context, before: u64, count: usize) -> f64 {
     (last - before - 1) as f64 / span
 }
 
-fn rss_bytes(pid: u32) -> Option<u64> {
+pub(crate) fn rss_bytes(pid: u32) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let line = status.lines().find(|line| line.starts_with("VmRSS:"))?;
     let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;

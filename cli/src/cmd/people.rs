@@ -17,7 +17,7 @@ use crate::output::View;
 /// People: agents note, ask and request approvals of persons and roles; persons answer.
 #[derive(Debug, Args)]
 #[command(
-    after_help = "Examples:\n  switchboard people list --as deployer\n  switchboard people note --as deployer --to person:alice \"deploy 42 started\"\n  switchboard people ask --as deployer --goal <goal_id> --to role:oncall \"roll back?\" --timeout-ms 600000\n  switchboard people approval request --as deployer --goal <goal_id> --to person:alice --tool deploy --arguments '{\"version\":\"42\"}' --reason \"release\" --expires-in-ms 3600000\n  switchboard people approval use --as deployer <approval_id> --tool deploy --arguments '{\"version\":\"42\"}'\n  switchboard people inbox --person alice\n  switchboard people answer --person alice <item_id> \"yes, roll back\"\n  switchboard people approve --person alice <item_id> --note \"go\"",
+    after_help = "Examples:\n  switchboard people list --as deployer\n  switchboard people note --as deployer --to person:alice \"deploy 42 started\"\n  switchboard people ask --as deployer --goal <goal_id> --to role:oncall \"roll back?\" --timeout-ms 600000\n  switchboard people approval request --as deployer --goal <goal_id> --to person:alice --tool deploy --arguments '{\"version\":\"42\"}' --reason \"release\" --expires-in-ms 3600000\n  switchboard people approval use --as deployer <approval_id> --tool deploy --arguments '{\"version\":\"42\"}'\n  switchboard people inbox --person alice\n  switchboard people answer --person alice <item_id> \"yes, roll back\"\n  switchboard people approve --person alice <item_id> --note \"go\"\n  switchboard people token",
     mut_args(super::args::global_nats_url)
 )]
 pub struct PeopleArgs {
@@ -133,6 +133,9 @@ enum PeopleCommand {
         #[arg(long)]
         note: Option<String>,
     },
+    /// A fresh sign-in token for the console, and the hash to put in the person's `tokens` in
+    /// the people file (the token is shown once; only its hash is kept).
+    Token,
     /// Mark a note read.
     Read {
         /// The person.
@@ -304,6 +307,11 @@ pub async fn run(args: PeopleArgs) -> anyhow::Result<Value> {
             item_id,
             note,
         } => decide(url, person, item_id, "denied", note).await,
+        PeopleCommand::Token => {
+            let (token, hash) = console::one_time_token();
+            Ok(json!({"token": token, "hash": format!("sha256:{hash}"),
+                "people_toml": format!("tokens = [\"sha256:{hash}\"]")}))
+        }
         PeopleCommand::Read { person, item_id } => {
             let body = json!({"person": person, "item_id": item_id});
             request_json(url, &ops(PeopleOpsOp::Answer), &body).await

@@ -277,7 +277,17 @@ async function dlqView() {
         say(err.kind + ": " + err.message, true);
       }
     });
-    table.append(el("tr", { "data-seq": String(letter.seq) }, el("td", { text: String(letter.seq) }), el("td", {}, agentText(letter.reason)), el("td", {}, agentText(letter.subject)), el("td", {}, agentText(preview(letter.payload))), el("td", {}, redrive)));
+    const discard = el("button", { class: "danger", type: "button", "data-action": "discard" }, "Discard");
+    discard.addEventListener("click", async () => {
+      try {
+        await api("/api/dlq/" + encodeURIComponent(letter.seq) + "/discard", { body: {} });
+        say("discarded #" + letter.seq);
+        await route();
+      } catch (err) {
+        say(err.kind + ": " + err.message, true);
+      }
+    });
+    table.append(el("tr", { "data-seq": String(letter.seq) }, el("td", { text: String(letter.seq) }), el("td", {}, agentText(letter.reason)), el("td", {}, agentText(letter.subject)), el("td", {}, agentText(preview(letter.payload))), el("td", {}, el("div", { class: "row" }, redrive, discard))));
   }
   mount(el("h2", { text: "Dead letters" }), data.letters.length ? table : el("p", { text: "no dead letters" }));
   ready();

@@ -70,6 +70,7 @@ pub fn router(console: Arc<Console>) -> Router {
         .route("/api/items/{id}/answer", post(answer))
         .route("/api/dlq", get(dead_letters))
         .route("/api/dlq/{seq}/redrive", post(redrive))
+        .route("/api/dlq/{seq}/discard", post(discard))
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .layer(axum::middleware::from_fn_with_state(
             Arc::clone(&console),
@@ -387,4 +388,18 @@ async fn redrive(
     let replayed = switchboard_client::dlq_replay(&console.client, seq).await?;
     tracing::info!(person = %signed.person.id, seq, "dead letter redriven from the console");
     Ok(Json(json!(replayed)))
+}
+
+/// Discards a dead letter for good (operator).
+async fn discard(
+    State(console): State<Arc<Console>>,
+    method: Method,
+    headers: HeaderMap,
+    Path(seq): Path<u64>,
+) -> Result<Json<Value>, ApiError> {
+    let signed = console.signed(&headers, &method)?;
+    console.needs(&signed, Access::Operator)?;
+    let discarded = switchboard_client::dlq_discard(&console.client, seq).await?;
+    tracing::info!(person = %signed.person.id, seq, discarded, "dead letter discarded from the console");
+    Ok(Json(json!({"seq": seq, "discarded": discarded})))
 }

@@ -158,3 +158,18 @@ pub async fn dlq_replay(nats: &async_nats::Client, seq: u64) -> Result<Replayed,
         stream_seq: ack.sequence,
     })
 }
+
+/// Discards dead letter `seq` for good (an operator looked at it and wants it gone). `Ok(false)`
+/// when there was no such letter (discarded or replayed already).
+pub async fn dlq_discard(nats: &async_nats::Client, seq: u64) -> Result<bool, ClientError> {
+    let js = jetstream::new(nats.clone());
+    let stream = js
+        .get_stream(DLQ_STREAM)
+        .await
+        .map_err(|err| dlq_error("opening", err))?;
+    match stream.delete_message(seq).await {
+        Ok(deleted) => Ok(deleted),
+        Err(err) if err.to_string().contains("no message found") => Ok(false),
+        Err(err) => Err(dlq_error(&format!("deleting letter {seq} from"), err)),
+    }
+}
