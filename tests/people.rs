@@ -300,7 +300,29 @@ async fn bad_targets_rules_and_retries_get_their_kinds() {
             "bad_request",
         ),
     ];
-    for (body, kind) in cases {
+    // A hostile agent names another agent's live goal, or numbers past every edge.
+    let (_, other_goal) = world.fabric.agent_with_goal("deploy-other").await;
+    let hostile = [
+        (
+            json!({"to": "person:alice", "message": "x", "from_goal_id": other_goal.id()}),
+            "invalid_goal_id",
+        ),
+        (
+            json!({"to": "person:alice", "message": "x", "from_goal_id": goal.id(),
+                   "timeout_ms": 9_223_372_036_854_775_808_u64}),
+            "bad_request",
+        ),
+        (
+            json!({"to": "person:alice", "message": "x", "from_goal_id": goal.id(),
+                   "timeout_ms": 1_000, "escalate_after_ms": u64::MAX, "escalate_to": "person:bob"}),
+            "bad_request",
+        ),
+        (
+            json!({"to": "person:alice\r\nperson:bob", "message": "x", "from_goal_id": goal.id()}),
+            "bad_request",
+        ),
+    ];
+    for (body, kind) in cases.into_iter().chain(hostile) {
         let reply = agent_op(&agent, PeopleOp::Ask, body.clone()).await;
         assert_eq!(reply.error_kind(), kind, "{body}");
     }
