@@ -507,6 +507,8 @@ async fn every_attack_fails_under_the_generated_config() {
         // would answer its own question or approve its own action).
         "_SB.ops.people.answer",
         "_SB.ops.people.inbox",
+        "_SB.ops.tasks.cancel",
+        "_SB.ops.tasks.list",
     ] {
         evil.publish(api.to_owned(), "".into()).await.unwrap();
         violation(&mut errors, &format!("Publish to \"{api}\"")).await;

@@ -802,6 +802,32 @@ class NoteRequest(WireObject):
     _defaults = {'metadata': {}}
 
 
+class OpsCancel(WireObject):
+    """`_SB.ops.tasks.cancel`: cancel a task and its open descendants in a person's name."""
+    person: str
+    """The person acting (`person:<id>`), named in the task's reason and its events."""
+    reason: str | None
+    """Why, shown to the requester and the assignees."""
+    task_id: str
+    """The task (usually a root: its whole tree ends)."""
+
+
+class OpsListTasks(WireObject):
+    """`_SB.ops.tasks.list`: one agent's tasks (as requester, assignee or either), newest first."""
+    agent: AgentId
+    """The agent whose tasks to list."""
+    cursor: str | None
+    """`next_cursor` of the previous page."""
+    limit: int | None
+    """Page size (default 50, at most 200)."""
+    role: ListRole
+    """Which side (default both)."""
+    state: TaskState | None
+    """Only tasks in this state."""
+
+    _defaults = {'role': 'any'}
+
+
 class Parked(WireObject):
     """The reply to an ask or an approval request: it is parked."""
     action_hash: str | None
@@ -1434,6 +1460,18 @@ class TaskTransition(WireObject):
     _keys = {'from_': 'from'}
 
 
+class TaskTree(WireObject):
+    """A task tree, root first, then breadth first (each task's `parent` says where it hangs)."""
+    root: str
+    """The root's id."""
+    tasks: list[TaskRecord]
+    """The tasks, root first; at most [`TREE_MAX`]."""
+    truncated: bool
+    """More tasks hang below than the answer carries."""
+
+    _defaults = {'truncated': False}
+
+
 class ThreadRequest(WireObject):
     """`agent.audit.thread`: one of the ids of a conversation."""
     correlation_id: str | None
@@ -1442,6 +1480,12 @@ class ThreadRequest(WireObject):
     """Id of any message in the thread (an inbox message's `id`)."""
     task_id: str | None
     """Id of any task in the thread; its parent and subtasks join the thread too."""
+
+
+class TreeQuery(WireObject):
+    """`_SB.ops.tasks.tree`: the tree a task belongs to."""
+    task_id: str
+    """Any task of the tree; the answer starts at its root."""
 
 
 class VerifyReply(WireObject):
@@ -1522,4 +1566,5 @@ TaskRecord._nested = {
     'result_parts': ListOf(_Part),
 }
 TaskReply._nested = {'descendants': ListOf(DescendantState), 'task': TaskRecord}
+TaskTree._nested = {'tasks': ListOf(TaskRecord)}
 VerifyReply._nested = {'first_break': ChainBreak}

@@ -5,13 +5,38 @@
 use std::sync::Arc;
 
 use switchboard_proto::ErrorReply;
+use switchboard_proto::task::ops::{OpsCancel, OpsListTasks, TaskOpsOp, TreeQuery};
 use switchboard_proto::task::{CreateTask, ListTasks, TaskAction, TaskRequestOp};
 use switchboard_runtime::micro::{AgentRequest, Endpoint};
 
 use crate::tasks::Tasks;
 
-/// One endpoint per [`TaskRequestOp`], the caller taken from the subject's last token.
+/// One endpoint per [`TaskRequestOp`], the caller taken from the subject's last token, and
+/// one per operator op ([`TaskOpsOp`]) on `_SB.ops.tasks.<op>`.
 pub(crate) fn endpoints(tasks: &Arc<Tasks>) -> Vec<Endpoint> {
+    let mut endpoints = agent_endpoints(tasks);
+    endpoints.extend(TaskOpsOp::ALL.into_iter().map(|op| {
+        let me = Arc::clone(tasks);
+        let name = format!("ops_{}", op.token());
+        match op {
+            TaskOpsOp::List => Endpoint::json(&name, op.subject(), move |req: OpsListTasks| {
+                let me = Arc::clone(&me);
+                async move { Ok::<_, ErrorReply>(me.ops_list(req).await?) }
+            }),
+            TaskOpsOp::Tree => Endpoint::json(&name, op.subject(), move |req: TreeQuery| {
+                let me = Arc::clone(&me);
+                async move { Ok::<_, ErrorReply>(me.ops_tree(req).await?) }
+            }),
+            TaskOpsOp::Cancel => Endpoint::json(&name, op.subject(), move |req: OpsCancel| {
+                let me = Arc::clone(&me);
+                async move { Ok::<_, ErrorReply>(me.ops_cancel(req).await?) }
+            }),
+        }
+    }));
+    endpoints
+}
+
+fn agent_endpoints(tasks: &Arc<Tasks>) -> Vec<Endpoint> {
     TaskRequestOp::ALL
         .into_iter()
         .map(|op| {

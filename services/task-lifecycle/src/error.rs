@@ -223,6 +223,9 @@ pub enum TaskError {
     /// A list `metadata` filter naming too many keys.
     #[error("`metadata` may name at most {} keys", LIST_METADATA_MAX)]
     BadMetadataFilter,
+    /// An operator request whose `person` is not `person:<id>`.
+    #[error("`person` must be person:<id>, not `{0}`")]
+    BadPerson(String),
     /// A KV or JetStream read or write failed.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -243,6 +246,7 @@ impl TaskError {
             | Self::QuestionRequired
             | Self::NoteRequired
             | Self::BadLimit
+            | Self::BadPerson(_)
             | Self::BadMetadataFilter => ErrorKind::BadRequest,
             Self::Gate(reply) => reply.kind(),
             Self::TaskForSelf => ErrorKind::SelfSend,

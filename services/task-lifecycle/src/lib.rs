@@ -18,7 +18,8 @@
 //! endpoint table), `error.rs` (`TaskError` and its error kinds), `tasks.rs` (the `Tasks`
 //! service and the limits its rules share), the rules in `create.rs` (create, spawn),
 //! `transitions.rs` (the ops and how each change is told), `load.rs` (acceptance: `allow_from`, the
-//! concurrency cap, and the load reported to the directory), `queries.rs` (get, list) and `sweep.rs` (deadlines,
+//! concurrency cap, and the load reported to the directory), `queries.rs` (get, list), `ops.rs` (operators: any agent's tasks, a whole tree, cancel a
+//! tree in a person's name) and `sweep.rs` (deadlines,
 //! the cancel cascade), and `store.rs` (the `agent_tasks` bucket and the `AGENT_TASKS_INDEX`
 //! stream).
 
@@ -27,6 +28,7 @@ mod create;
 mod endpoints;
 mod error;
 mod load;
+mod ops;
 mod queries;
 pub mod store;
 mod sweep;

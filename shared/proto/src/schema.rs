@@ -30,6 +30,7 @@ use crate::registry::{
     RegisterReply, RegistryEventPayload,
 };
 use crate::send::{DeliveryReport, SendRequest};
+use crate::task::ops::{OpsCancel, OpsListTasks, TaskTree, TreeQuery};
 use crate::task::{CreateTask, ListTasks, TaskAction, TaskEvent, TaskList, TaskReply};
 use crate::{ErrorReply, InboxMessage};
 
@@ -89,6 +90,8 @@ pub fn schemas() -> Vec<(&'static str, Value)> {
         LookupRequest,
         NoteReport,
         NoteRequest,
+        OpsCancel,
+        OpsListTasks,
         Parked,
         PeersReply,
         PeersRequest,
@@ -110,7 +113,9 @@ pub fn schemas() -> Vec<(&'static str, Value)> {
         TaskEvent,
         TaskList,
         TaskReply,
+        TaskTree,
         ThreadRequest,
+        TreeQuery,
         VerifyReply,
     ]
 }

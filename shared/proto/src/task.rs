@@ -23,6 +23,8 @@ use crate::error::{ErrorKind, ErrorReply};
 use crate::ids::{AgentId, GoalId};
 use crate::message::{Callback, Part, TaskState};
 
+pub mod ops;
+
 impl TaskState {
     /// Completed, failed, rejected and canceled never change again.
     pub fn is_terminal(self) -> bool {
