@@ -97,6 +97,36 @@ impl World {
     }
 }
 
+/// Where a console listens, and its one-time administrator token.
+trait Site {
+    fn base(&self) -> &str;
+    fn admin_token(&self) -> &str;
+}
+
+impl Site for World {
+    fn base(&self) -> &str {
+        &self.url
+    }
+    fn admin_token(&self) -> &str {
+        &self.admin_token
+    }
+}
+
+/// A console on a keyed server ([`World`] runs an open one).
+struct Keyed {
+    url: String,
+    admin_token: String,
+}
+
+impl Site for Keyed {
+    fn base(&self) -> &str {
+        &self.url
+    }
+    fn admin_token(&self) -> &str {
+        &self.admin_token
+    }
+}
+
 /// One HTTP reply: status, headers, JSON body (`Null` when none).
 struct Reply {
     status: u16,
@@ -106,7 +136,7 @@ struct Reply {
 
 /// Sends a request the way a browser would (JSON body, the session cookie when given).
 async fn http(
-    world: &World,
+    world: &impl Site,
     method: &str,
     path: &str,
     session: Option<&Session>,
@@ -115,7 +145,7 @@ async fn http(
 ) -> Reply {
     switchboard_runtime::nats::install_crypto_provider();
     let client = reqwest::Client::new();
-    let url = format!("{}{path}", world.url);
+    let url = format!("{}{path}", world.base());
     let mut request = match method {
         "GET" => client.get(url),
         _ => client.post(url),
@@ -151,7 +181,7 @@ struct Session {
     csrf: String,
 }
 
-async fn sign_in(world: &World, token: &str) -> (Reply, Option<Session>) {
+async fn sign_in(world: &impl Site, token: &str) -> (Reply, Option<Session>) {
     let reply = http(
         world,
         "POST",
@@ -402,6 +432,246 @@ async fn every_response_is_hardened_and_every_write_needs_the_session_and_its_cs
     world.console.take().unwrap().stop().await;
 }
 
+/// Signs in with the one-time administrator link's token.
+async fn admin(world: &impl Site) -> Session {
+    let (reply, session) = sign_in(world, world.admin_token()).await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    session.unwrap()
+}
+
+async fn post(world: &impl Site, path: &str, session: &Session, body: &str) -> Reply {
+    http(
+        world,
+        "POST",
+        path,
+        Some(session),
+        &[("x-csrf-token", &session.csrf)],
+        Some(body),
+    )
+    .await
+}
+
+#[tokio::test]
+async fn operators_cancel_task_trees_and_talk_to_agents_and_viewers_cannot() {
+    let world = World::start().await;
+    let url = world.fabric.url();
+    let deployer = agent_with(&url, card("deployer"), Duration::from_secs(3600)).await;
+    let deployer_goal = deployer.open_goal().await.unwrap();
+    let (worker, worker_goal) = world.fabric.agent_with_goal("worker").await;
+    let root = deployer
+        .create_task(switchboard_proto::task::CreateTask {
+            to: Some("worker".to_owned()),
+            message: Some("ship <b>42</b>".to_owned()),
+            from_goal_id: Some(deployer_goal.id()),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .task
+        .task_id;
+    worker.accept_task(root).await.unwrap();
+    let child = worker
+        .spawn_subtask(root, "self", "migrate")
+        .await
+        .unwrap()
+        .task
+        .task_id;
+    let admin = admin(&world).await;
+    let (_, bob) = sign_in(&world, BOB_TOKEN).await;
+    let bob = bob.unwrap();
+
+    // A viewer reads tasks and trees.
+    let listed = http(
+        &world,
+        "GET",
+        "/api/tasks?agent=deployer",
+        Some(&bob),
+        &[],
+        None,
+    )
+    .await;
+    assert_eq!(listed.status, 200, "{}", listed.body);
+    assert_eq!(listed.body["tasks"][0]["task_id"], json!(root));
+    let tree_path = format!("/api/tasks/{child}/tree");
+    let tree = http(&world, "GET", &tree_path, Some(&bob), &[], None).await;
+    assert_eq!(tree.status, 200, "{}", tree.body);
+    assert_eq!(tree.body["root"], json!(root));
+    assert_eq!(tree.body["tasks"].as_array().unwrap().len(), 2);
+    // ...but neither cancels nor talks.
+    let cancel_path = format!("/api/tasks/{root}/cancel");
+    let refused = post(&world, &cancel_path, &bob, "{}").await;
+    assert_eq!(refused.status, 403);
+    assert_eq!(refused.body["error"]["kind"], "not_allowed");
+    let talk = json!({"to": "worker", "mode": "send", "message": "hi"}).to_string();
+    assert_eq!(post(&world, "/api/talk", &bob, &talk).await.status, 403);
+    let heard = http(&world, "GET", "/api/talk", Some(&bob), &[], None).await;
+    assert_eq!(heard.status, 403);
+
+    // Bad input: a clear error each, nothing sent.
+    for (path, status) in [
+        ("/api/tasks?agent=..%2Fx", 400),
+        ("/api/tasks?agent=", 400),
+        ("/api/tasks?agent=deployer&state=lost", 400),
+        (
+            &format!("/api/tasks/{}/tree", uuid::Uuid::now_v7()) as &str,
+            404,
+        ),
+        ("/api/tasks/not-a-uuid/tree", 400),
+    ] {
+        let reply = http(&world, "GET", path, Some(&admin), &[], None).await;
+        assert_eq!(reply.status, status, "{path}: {}", reply.body);
+    }
+    let no_csrf = http(&world, "POST", &cancel_path, Some(&admin), &[], Some("{}")).await;
+    assert_eq!(no_csrf.status, 403);
+    assert_eq!(no_csrf.body["error"]["kind"], "csrf");
+    let unknown = post(
+        &world,
+        &format!("/api/tasks/{}/cancel", uuid::Uuid::now_v7()),
+        &admin,
+        "{}",
+    )
+    .await;
+    assert_eq!(unknown.status, 404);
+    assert_eq!(
+        post(&world, &cancel_path, &admin, r#"{"reason": 7}"#)
+            .await
+            .status,
+        400
+    );
+    let oversized = "x".repeat(switchboard_proto::MAX_BODY_BYTES + 1);
+    for (body, status, kind) in [
+        (
+            json!({"to": "", "mode": "send", "message": "hi"}),
+            400,
+            "bad_request",
+        ),
+        (
+            json!({"to": "worker", "mode": "shout", "message": "hi"}),
+            400,
+            "bad_request",
+        ),
+        (
+            json!({"to": "worker", "mode": "send", "message": "  "}),
+            400,
+            "bad_request",
+        ),
+        (
+            json!({"to": "worker", "mode": "send", "message": oversized}),
+            413,
+            "body_too_large",
+        ),
+        (
+            json!({"to": "nobody", "mode": "call", "message": "hi"}),
+            0,
+            "unreachable",
+        ),
+        (
+            json!({"to": "../../etc", "mode": "send", "message": "hi"}),
+            0,
+            "",
+        ),
+        (
+            json!({"to": "worker", "mode": "send", "message": "hi", "as": "deployer"}),
+            400,
+            "bad_request",
+        ),
+    ] {
+        let reply = post(&world, "/api/talk", &admin, &body.to_string()).await;
+        assert!(
+            (400..500).contains(&reply.status),
+            "{body}: {}",
+            reply.status
+        );
+        if status != 0 {
+            assert_eq!(reply.status, status, "{body}: {}", reply.body);
+        }
+        if !kind.is_empty() {
+            assert_eq!(reply.body["error"]["kind"], kind, "{body}: {}", reply.body);
+        }
+    }
+
+    // The operator talks: the agent gets it from the person's own agent, never another's.
+    let said = post(&world, "/api/talk", &admin, &talk).await;
+    assert_eq!(said.status, 200, "{}", said.body);
+    assert_eq!(said.body["as"], "people-admin");
+    let got = switchboard_tests::wire::next(&worker_goal).await;
+    // The task message came first; read on to the person's message.
+    let got = if got.kind == MessageKind::Task {
+        switchboard_tests::wire::next(&worker_goal).await
+    } else {
+        got
+    };
+    let got = if got.body == "hi" {
+        got
+    } else {
+        switchboard_tests::wire::next(&worker_goal).await
+    };
+    assert_eq!(got.body, "hi");
+    assert_eq!(got.from_agent_id.as_str(), "people-admin");
+    // An agent that takes messages from named peers only is out of the person's reach.
+    let mut closed = card("closed");
+    closed.allow_from = vec!["deployer".to_owned()];
+    let closed = agent_with(&url, closed, Duration::from_secs(3600)).await;
+    let _closed_goal = closed.open_goal().await.unwrap();
+    let denied = post(
+        &world,
+        "/api/talk",
+        &admin,
+        &json!({"to": "closed", "mode": "send", "message": "hi"}).to_string(),
+    )
+    .await;
+    assert_eq!(denied.status, 404, "{}", denied.body);
+    assert_eq!(denied.body["error"]["kind"], "unreachable");
+    assert!(
+        denied.body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("does not accept messages from `people-admin`"),
+        "{}",
+        denied.body
+    );
+    // What the person sent is in their conversation.
+    let heard = http(&world, "GET", "/api/talk", Some(&admin), &[], None).await;
+    assert_eq!(heard.status, 200, "{}", heard.body);
+    assert!(
+        heard.body["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m["outgoing"] == json!(true) && m["body"] == "hi")
+    );
+
+    // The operator cancels the tree; a second cancel changes nothing.
+    let done = post(
+        &world,
+        &cancel_path,
+        &admin,
+        r#"{"reason": "release frozen"}"#,
+    )
+    .await;
+    assert_eq!(done.status, 200, "{}", done.body);
+    assert_eq!(done.body["task"]["state"], "canceled");
+    assert_eq!(done.body["descendants"][0]["task_id"], json!(child));
+    assert_eq!(done.body["descendants"][0]["state"], "canceled");
+    let again = post(&world, &cancel_path, &admin, "{}").await;
+    assert_eq!(again.status, 200);
+    assert_eq!(again.body["duplicate"], true);
+    // Over NATS the cancel names a person, never an agent or nothing.
+    for person in ["admin", "role:oncall", "", "person:../x"] {
+        let refused: Result<Value, _> = switchboard_request::request::request_json(
+            deployer.nats(),
+            &switchboard_proto::task::ops::TaskOpsOp::Cancel.subject(),
+            &json!({"task_id": root, "person": person}),
+            Duration::from_secs(10),
+        )
+        .await;
+        let Err(switchboard_request::request::RequestFailure::Service(reply)) = refused else {
+            panic!("{person}: {refused:?}");
+        };
+        assert_eq!(reply.kind(), switchboard_proto::ErrorKind::BadRequest);
+    }
+}
+
 #[test]
 fn the_page_never_turns_text_into_markup() {
     let js = include_str!("../services/console/assets/app.js");
@@ -437,6 +707,9 @@ struct Harness {
     reader: Option<(Agent, switchboard_client::Goal)>,
     ask: Option<uuid::Uuid>,
     approval: Option<(uuid::Uuid, Value)>,
+    /// The worker and its goal, and the tree's root and child.
+    tree: Option<(Agent, switchboard_client::Goal, uuid::Uuid, uuid::Uuid)>,
+    helpdesk: Option<tokio::task::JoinHandle<()>>,
 }
 
 const HOSTILE_DESCRIPTION: &str = "<img src=x onerror=\"window.pwned=true;alert(1)\">deploys";
@@ -586,6 +859,64 @@ impl Harness {
                     .unwrap();
                 parked.item_id.to_string()
             }
+            "tree" => {
+                // deployer → worker (accepted), worker → worker (a subtask): a tree of two.
+                let (worker, worker_goal) = self.world.fabric.agent_with_goal("worker").await;
+                let root = self
+                    .deployer
+                    .create_task(switchboard_proto::task::CreateTask {
+                        to: Some("worker".to_owned()),
+                        message: Some("ship release <b>42</b>".to_owned()),
+                        from_goal_id: Some(self.deployer_goal.id()),
+                        deadline_in_ms: Some(600_000),
+                        ..Default::default()
+                    })
+                    .await
+                    .unwrap()
+                    .task
+                    .task_id;
+                worker.accept_task(root).await.unwrap();
+                worker.start_task(root).await.unwrap();
+                let child = worker
+                    .spawn_subtask(root, "self", "run the migrations")
+                    .await
+                    .unwrap()
+                    .task
+                    .task_id;
+                self.tree = Some((worker, worker_goal, root, child));
+                root.to_string()
+            }
+            "canceled" => {
+                let (worker, _, root, child) = self.tree.as_ref().unwrap();
+                // The root names the person; its subtask, the root it ended with.
+                for (id, named) in [(root, "person:admin".to_owned()), (child, root.to_string())] {
+                    let task = worker.get_task(*id).await.unwrap();
+                    assert_eq!(task.state, switchboard_proto::TaskState::Canceled);
+                    assert!(
+                        task.reason.as_deref().unwrap_or("").contains(&named),
+                        "{:?}",
+                        task.reason
+                    );
+                }
+                // The requester is told who canceled its task.
+                loop {
+                    let update = switchboard_tests::wire::next(&self.deployer_goal).await;
+                    if update.kind == MessageKind::TaskUpdate && update.body.contains("canceled") {
+                        assert!(update.body.contains("person:admin"), "{}", update.body);
+                        break;
+                    }
+                }
+                String::new()
+            }
+            "helpdesk" => {
+                let (_agent, task) = self
+                    .world
+                    .fabric
+                    .answering("helpdesk", |body| format!("on it: {body}"))
+                    .await;
+                self.helpdesk = Some(task);
+                String::new()
+            }
             other => panic!("the browser asked for {other}"),
         }
     }
@@ -634,6 +965,8 @@ async fn a_person_signs_in_watches_the_fabric_and_answers_agents_in_a_real_brows
         reader: None,
         ask: None,
         approval: None,
+        tree: None,
+        helpdesk: None,
     };
     let run = async {
         while let Some(line) = lines.next_line().await.unwrap() {
@@ -675,4 +1008,203 @@ async fn a_person_signs_in_watches_the_fabric_and_answers_agents_in_a_real_brows
         stray.is_none() || stray == Some(MessageKind::Notify),
         "{stray:?}"
     );
+}
+
+/// The console under the generated accounts (`switchboard nats-config --people`): it signs in
+/// as `console.nk` with only its own permissions, every view works, the person talks as their
+/// own agent, and what the console may not do is refused by the server.
+#[tokio::test]
+async fn the_console_works_with_its_own_nats_identity_and_nothing_more() {
+    use switchboard::permissions::{self, AgentEntry, AgentsFile};
+    use switchboard_runtime::config::Secret;
+    use switchboard_runtime::nats::read_seed;
+    use switchboard_testkit::{Login, NatsServer};
+
+    let dir = tempfile::tempdir().unwrap();
+    let agents = AgentsFile {
+        agents: ["deployer", "worker"]
+            .into_iter()
+            .map(|id| AgentEntry {
+                id: id.to_owned(),
+                audit: false,
+                skills: Vec::new(),
+            })
+            .collect(),
+    };
+    let talkers = [switchboard_proto::AgentId::parse("admin").unwrap()];
+    permissions::generate_with(&agents, &talkers, dir.path()).unwrap();
+    let seed = |file: &str| read_seed(&dir.path().join(file)).unwrap();
+    let services_seed = seed(permissions::SERVICES_SEED_FILE);
+    let auth = std::fs::read_to_string(dir.path().join(permissions::AUTH_FILE)).unwrap();
+    let nats = NatsServer::start_with_config(&auth, Login::Nkey(services_seed.clone())).await;
+    let mut services = runtime(&nats.url());
+    services.nats.nkey_seed = Some(Secret::new(services_seed));
+    let mut replicas = Vec::new();
+    let directory = directory::DirectoryConfig {
+        skill_grants_file: Some(dir.path().join(permissions::SKILL_GRANTS_FILE)),
+        ..Default::default()
+    };
+    let file = dir.path().join("people.toml");
+    std::fs::write(&file, people_file()).unwrap();
+    for service in [
+        Service::Directory(directory),
+        Service::Fanout(Default::default()),
+        Service::Correlator(Default::default()),
+        Service::Tasks(switchboard_tests::fast_tasks()),
+        Service::Audit(fast_audit()),
+        Service::People(fast_people(&file)),
+    ] {
+        replicas.push(service.start(&services).await);
+    }
+    // The console with its own key and reply prefix.
+    let mut own = runtime(&nats.url());
+    own.nats.nkey_seed = Some(Secret::new(seed(permissions::CONSOLE_SEED_FILE)));
+    own.nats.inbox_prefix = Some(switchboard_proto::CONSOLE_INBOX_PREFIX.to_owned());
+    let (admin_token, hash) = console::one_time_token();
+    let config = console::ConsoleConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        people_file: Some(file),
+        bootstrap_token_sha256: Some(hash),
+        ..Default::default()
+    };
+    let (console, handle) = Service::Console(config).start_with_handle(&own).await;
+    let Handle::Listening(address) = handle else {
+        panic!("the console listens");
+    };
+    // Agents with their own keys.
+    let keyed = |id: &str| {
+        let seed = seed(&format!("agents/{id}.nk"));
+        let url = nats.url();
+        let id = id.to_owned();
+        async move {
+            let nats = switchboard_client::agent_connect_options(
+                &switchboard_proto::AgentId::parse(&id).unwrap(),
+            )
+            .nkey(seed)
+            .connect(url)
+            .await
+            .unwrap();
+            let options = switchboard_client::AgentOptions {
+                heartbeat_interval: Duration::from_secs(3600),
+                ..Default::default()
+            };
+            Agent::connect_with(nats, card(&id), options).await.unwrap()
+        }
+    };
+    let deployer = keyed("deployer").await;
+    let deployer_goal = deployer.open_goal().await.unwrap();
+    let worker = keyed("worker").await;
+    let worker_goal = worker.open_goal().await.unwrap();
+    let root = deployer
+        .create_task(switchboard_proto::task::CreateTask {
+            to: Some("worker".to_owned()),
+            message: Some("ship".to_owned()),
+            from_goal_id: Some(deployer_goal.id()),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .task
+        .task_id;
+    let _ = switchboard_tests::wire::next(&worker_goal).await;
+
+    let world = Keyed {
+        url: format!("http://{address}"),
+        admin_token,
+    };
+    let admin = admin(&world).await;
+    // Every view reads through the console's own user.
+    let map = http(&world, "GET", "/api/map", Some(&admin), &[], None).await;
+    assert_eq!(map.status, 200, "{}", map.body);
+    assert!(
+        map.body["agents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|a| a["id"] == "deployer"),
+        "{}",
+        map.body
+    );
+    for path in [
+        "/api/tasks?agent=deployer".to_owned(),
+        format!("/api/tasks/{root}/tree"),
+        "/api/dlq".to_owned(),
+        format!("/api/thread?id={root}"),
+        "/api/inbox".to_owned(),
+    ] {
+        let reply = http(&world, "GET", &path, Some(&admin), &[], None).await;
+        assert_eq!(reply.status, 200, "{path}: {}", reply.body);
+    }
+    // The operator talks as their own agent; the answer comes back through the console.
+    let said = post(
+        &world,
+        "/api/talk",
+        &admin,
+        &json!({"to": "worker", "mode": "send", "message": "from a person"}).to_string(),
+    )
+    .await;
+    assert_eq!(said.status, 200, "{}", said.body);
+    let got = switchboard_tests::wire::next(&worker_goal).await;
+    assert_eq!(got.body, "from a person");
+    assert_eq!(got.from_agent_id.as_str(), "people-admin");
+    let heard = http(&world, "GET", "/api/talk", Some(&admin), &[], None).await;
+    assert_eq!(heard.status, 200, "{}", heard.body);
+    let done = post(&world, &format!("/api/tasks/{root}/cancel"), &admin, "{}").await;
+    assert_eq!(done.status, 200, "{}", done.body);
+
+    // What the console's user may not do, the server refuses.
+    let (tx, mut errors) = tokio::sync::mpsc::unbounded_channel();
+    let raw = async_nats::ConnectOptions::new()
+        .nkey(seed(permissions::CONSOLE_SEED_FILE))
+        .custom_inbox_prefix(switchboard_proto::CONSOLE_INBOX_PREFIX)
+        .event_callback(move |event| {
+            let tx = tx.clone();
+            async move {
+                if let async_nats::Event::ServerError(err) = event {
+                    let _ = tx.send(err.to_string());
+                }
+            }
+        })
+        .connect(nats.url())
+        .await
+        .unwrap();
+    for subject in [
+        "_SB.audit.records",
+        "agent.send.deployer",
+        "agent.registry.register.deployer",
+        "$JS.API.STREAM.DELETE.AGENT_INBOX",
+        "$JS.API.STREAM.PURGE.AGENT_AUDIT",
+    ] {
+        raw.publish(subject, "{}".into()).await.unwrap();
+        raw.flush().await.unwrap();
+        let wanted = format!("Permissions Violation for Publish to \"{subject}\"");
+        let found = tokio::time::timeout(Duration::from_secs(5), async {
+            while let Some(error) = errors.recv().await {
+                if error.contains(&wanted) {
+                    return true;
+                }
+            }
+            false
+        })
+        .await;
+        assert_eq!(found, Ok(true), "no violation for {subject}");
+    }
+    let _sneak = raw.subscribe("_INBOX.>").await.unwrap();
+    raw.flush().await.unwrap();
+    let found = tokio::time::timeout(Duration::from_secs(5), async {
+        while let Some(error) = errors.recv().await {
+            if error.contains("Permissions Violation for Subscription to \"_INBOX.>\"") {
+                return true;
+            }
+        }
+        false
+    })
+    .await;
+    assert_eq!(
+        found,
+        Ok(true),
+        "the console's user read the services' replies"
+    );
+    console.stop().await;
+    drop(replicas);
 }

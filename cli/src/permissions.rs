@@ -31,6 +31,9 @@ pub const AGENTS_ACCOUNT: &str = "AGENTS";
 pub const AUTH_FILE: &str = "auth.conf";
 /// The services' NKey seed file.
 pub const SERVICES_SEED_FILE: &str = "services.nk";
+/// The console's NKey seed file: a user of the services' account with only what the console
+/// does ([`console_publish_allow`]).
+pub const CONSOLE_SEED_FILE: &str = "console.nk";
 /// The folder of the agents' seed files (`<agent_id>.nk`).
 pub const AGENTS_SEED_DIR: &str = "agents";
 
@@ -113,8 +116,95 @@ pub fn agent_subscribe_allow(id: &AgentId) -> Vec<String> {
     vec![format!("{}.>", subject::agent_inbox_prefix(id))]
 }
 
+/// Subjects the console may publish to: the operator endpoints (`_SB.ops.people.>`,
+/// `_SB.ops.tasks.>`), the audit's thread and history, the JetStream calls behind its registry
+/// watch and the dead-letter list, redrive (a copy back into `agent.inbox.<goal>`) and discard,
+/// and, for each person in `talkers`, the requests of the agent they talk as
+/// (`people-<id>`: register, open its goal, send, call, give a task, read its goal).
+pub fn console_publish_allow(talkers: &[AgentId]) -> Vec<String> {
+    use switchboard_proto::{DLQ_STREAM, GOALS_BUCKET, REGISTRY_BUCKET};
+    let mut allow = vec![
+        subject::ops("people", ">"),
+        subject::ops("tasks", ">"),
+        switchboard_proto::audit::AuditOp::Thread.subject(),
+        switchboard_proto::audit::AuditOp::History.subject(),
+        "$JS.API.INFO".to_owned(),
+        format!("{}.*", subject::INBOX_SUBJECT_PREFIX),
+        // Flow control of the ordered consumers it reads with.
+        "$JS.FC.>".to_owned(),
+    ];
+    for bucket in [REGISTRY_BUCKET, GOALS_BUCKET] {
+        let stream = format!("KV_{bucket}");
+        allow.push(format!("$JS.API.STREAM.INFO.{stream}"));
+        allow.push(format!("$JS.API.CONSUMER.CREATE.{stream}"));
+        allow.push(format!("$JS.API.CONSUMER.CREATE.{stream}.>"));
+        allow.push(format!("$JS.API.CONSUMER.DELETE.{stream}.>"));
+    }
+    for op in [
+        "STREAM.INFO",
+        "STREAM.MSG.GET",
+        "STREAM.MSG.DELETE",
+        "CONSUMER.CREATE",
+    ] {
+        allow.push(format!("$JS.API.{op}.{DLQ_STREAM}"));
+    }
+    for op in [
+        "CONSUMER.CREATE",
+        "CONSUMER.DELETE",
+        "CONSUMER.INFO",
+        "CONSUMER.MSG.NEXT",
+    ] {
+        allow.push(format!("$JS.API.{op}.{DLQ_STREAM}.>"));
+    }
+    for person in talkers {
+        let Ok(agent) = AgentId::parse(&format!(
+            "{}{person}",
+            switchboard_proto::PERSON_AGENT_PREFIX
+        )) else {
+            continue;
+        };
+        allow.extend([
+            subject::RegistryOp::Register.subject(&agent),
+            subject::RegistryOp::GoalOpen.subject(&agent),
+            subject::send(&agent),
+            subject::call(&agent),
+            switchboard_proto::task::TaskRequestOp::Create.subject(&agent),
+            subject::inbox_fetch(&agent),
+        ]);
+    }
+    allow
+}
+
+/// Subjects the console may subscribe to: the registry's and the people service's events
+/// (what its page updates live on) and its own reply subjects.
+pub fn console_subscribe_allow() -> Vec<String> {
+    vec![
+        subject::REGISTRY_EVENTS_ALL.to_owned(),
+        subject::below(subject::PEOPLE_EVENTS_PREFIX),
+        format!("{}.>", switchboard_proto::CONSOLE_INBOX_PREFIX),
+    ]
+}
+
+/// The console's user in `auth.conf`: its public key and who may talk from it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsoleUser {
+    /// Its public NKey (`U…`).
+    pub public_key: String,
+    /// The persons with `operator` access in the people file: they may talk to agents.
+    pub talkers: Vec<AgentId>,
+}
+
 /// The text of `auth.conf` for the services' public key and the agents' users.
 pub fn auth_conf(services_public_key: &str, agents: &[AgentUser]) -> String {
+    auth_conf_with_console(services_public_key, None, agents)
+}
+
+/// [`auth_conf`] with the console's user in the services' account.
+pub fn auth_conf_with_console(
+    services_public_key: &str,
+    console: Option<&ConsoleUser>,
+    agents: &[AgentUser],
+) -> String {
     let endpoints = endpoint::agent_endpoints();
     let mut out = String::new();
     out.push_str(
@@ -129,6 +219,15 @@ pub fn auth_conf(services_public_key: &str, agents: &[AgentUser]) -> String {
     let _ = writeln!(out, "    jetstream: enabled");
     let _ = writeln!(out, "    users: [");
     let _ = writeln!(out, "      {{ nkey: {} }}", quoted(services_public_key));
+    if let Some(console) = console {
+        let _ = writeln!(
+            out,
+            "      # the console (docs/console.md): only what its page does\n      {{ nkey: {}, permissions: {{\n          publish: {{ allow: {} }}\n          subscribe: {{ allow: {} }}\n      }} }}",
+            quoted(&console.public_key),
+            list(&console_publish_allow(&console.talkers)),
+            list(&console_subscribe_allow()),
+        );
+    }
     let _ = writeln!(out, "    ]");
     let _ = writeln!(out, "    exports: [");
     for endpoint in &endpoints {
@@ -193,6 +292,8 @@ pub struct Generated {
     pub auth_file: PathBuf,
     /// The services' seed file.
     pub services_seed: PathBuf,
+    /// The console's seed file.
+    pub console_seed: PathBuf,
     /// Each agent and its seed file.
     pub agent_seeds: Vec<(AgentId, PathBuf)>,
     /// Seed files that were new this time (the others were kept as they were).
@@ -219,6 +320,15 @@ pub fn check_agents(file: &AgentsFile) -> Result<Vec<(AgentId, bool)>, Permissio
                 switchboard_proto::A2A_CLIENT_PREFIX
             )));
         }
+        if id
+            .as_str()
+            .starts_with(switchboard_proto::PERSON_AGENT_PREFIX)
+        {
+            return Err(PermissionsError::Input(format!(
+                "agent `{id}`: ids starting `{}` belong to persons talking from the console",
+                switchboard_proto::PERSON_AGENT_PREFIX
+            )));
+        }
         if id.as_str() == switchboard_proto::PEOPLE_AGENT {
             return Err(PermissionsError::Input(format!(
                 "agent `{id}`: the id is the people service's (persons' answers arrive from it)"
@@ -242,12 +352,27 @@ pub fn check_agents(file: &AgentsFile) -> Result<Vec<(AgentId, bool)>, Permissio
 /// Writes `dir/auth.conf`, `dir/services.nk` and `dir/agents/<agent_id>.nk` for `file`, keeping
 /// every seed file that exists already (its key stays the same).
 pub fn generate(file: &AgentsFile, dir: &Path) -> Result<Generated, PermissionsError> {
+    generate_with(file, &[], dir)
+}
+
+/// [`generate`], and the console's seed `dir/console.nk` and user, with `talkers` (the people
+/// file's operators) allowed to talk to agents from it.
+pub fn generate_with(
+    file: &AgentsFile,
+    talkers: &[AgentId],
+    dir: &Path,
+) -> Result<Generated, PermissionsError> {
     let agents = check_agents(file)?;
     let seeds_dir = dir.join(AGENTS_SEED_DIR);
     create_dir(&seeds_dir)?;
     let mut created = Vec::new();
     let services_seed = dir.join(SERVICES_SEED_FILE);
     let services_key = load_or_create_seed(&services_seed, &mut created)?;
+    let console_seed = dir.join(CONSOLE_SEED_FILE);
+    let console = ConsoleUser {
+        public_key: load_or_create_seed(&console_seed, &mut created)?,
+        talkers: talkers.to_vec(),
+    };
     let mut users = Vec::with_capacity(agents.len());
     let mut agent_seeds = Vec::with_capacity(agents.len());
     for (id, audit) in agents {
@@ -274,7 +399,7 @@ pub fn generate(file: &AgentsFile, dir: &Path) -> Result<Generated, PermissionsE
     let auth_file = dir.join(AUTH_FILE);
     write_file(
         &auth_file,
-        auth_conf(&services_key, &users).as_bytes(),
+        auth_conf_with_console(&services_key, Some(&console), &users).as_bytes(),
         0o644,
     )?;
     let grants: std::collections::BTreeMap<&str, &[String]> = file
@@ -288,6 +413,7 @@ pub fn generate(file: &AgentsFile, dir: &Path) -> Result<Generated, PermissionsE
     Ok(Generated {
         auth_file,
         services_seed,
+        console_seed,
         agent_seeds,
         created,
         unused,
@@ -388,6 +514,43 @@ mod tests {
     }
 
     #[test]
+    fn person_agent_ids_get_no_key() {
+        let err = check_agents(&file(&[("people-alice", false)]))
+            .map(|_| ())
+            .unwrap_err();
+        assert!(err.to_string().contains("persons talking"), "{err}");
+    }
+
+    #[test]
+    fn the_console_may_talk_only_as_the_operators_it_was_given() {
+        let alice = AgentId::parse("alice").unwrap();
+        let allow = console_publish_allow(std::slice::from_ref(&alice));
+        assert!(allow.contains(&"agent.send.people-alice".to_owned()));
+        assert!(allow.contains(&"_SB.ops.tasks.>".to_owned()));
+        // Nothing as an agent of the fabric, nothing that writes the trail or the streams.
+        for forbidden in ["agent.send.*", "agent.send.>", "_SB.audit.records", ">"] {
+            assert!(!allow.contains(&forbidden.to_owned()), "{forbidden}");
+        }
+        assert!(
+            allow
+                .iter()
+                .filter(|s| s.starts_with("agent.") && !s.starts_with("agent.audit."))
+                .filter(|s| *s != "agent.inbox.*")
+                .all(|s| s.ends_with(".people-alice")),
+            "{allow:?}"
+        );
+        assert!(
+            !console_publish_allow(&[])
+                .iter()
+                .any(|s| s.contains("people-"))
+        );
+        assert_eq!(
+            console_subscribe_allow().last().map(String::as_str),
+            Some("_INBOX.console.>")
+        );
+    }
+
+    #[test]
     fn the_people_service_id_gets_no_key() {
         let err = check_agents(&file(&[("people", false)]))
             .map(|_| ())
@@ -443,7 +606,9 @@ mod tests {
     fn seeds_are_kept_across_regenerations() {
         let dir = tempfile::tempdir().unwrap();
         let first = generate(&file(&[("alice", false)]), dir.path()).unwrap();
-        assert_eq!(first.created.len(), 2);
+        // services.nk, console.nk, agents/alice.nk
+        assert_eq!(first.created.len(), 3);
+        let console_seed = std::fs::read_to_string(&first.console_seed).unwrap();
         let alice_seed = std::fs::read_to_string(&first.agent_seeds[0].1).unwrap();
         let services_seed = std::fs::read_to_string(&first.services_seed).unwrap();
         #[cfg(unix)]
@@ -460,6 +625,10 @@ mod tests {
         assert_eq!(
             std::fs::read_to_string(&second.agent_seeds[0].1).unwrap(),
             alice_seed
+        );
+        assert_eq!(
+            std::fs::read_to_string(&second.console_seed).unwrap(),
+            console_seed
         );
         assert_eq!(
             std::fs::read_to_string(&second.services_seed).unwrap(),

@@ -102,6 +102,27 @@ try {
   await page.waitForFunction((s) => !document.querySelector(`[data-seq="${s}"]`), seq);
   await need("redriven", seq);
 
+  // 4b. A task tree: see it, cancel it as an operator; every task in it ends.
+  const root = await need("tree");
+  await view(`#/task/${root}`);
+  await page.waitForSelector('#tree tr[data-task][data-state="working"]');
+  check((await page.locator("#tree tr[data-task]").count()) === 2, "the tree shows its two tasks");
+  await shot("tasks");
+  await page.fill("#cancel-reason", "release <i>frozen</i>");
+  await page.click(`#tree tr[data-task="${root}"] [data-action="cancel"]`);
+  await page.waitForFunction(() => document.querySelectorAll('#tree tr[data-state="canceled"]').length === 2);
+  await need("canceled", root);
+
+  // 4c. Talk to an agent: a call from the page, its answer read there.
+  await need("helpdesk");
+  await view("#/talk/helpdesk");
+  await page.fill("#talk-message", "is the build green?");
+  await page.click('[data-action="call"]');
+  await page.waitForSelector('#talk [data-kind="response"]', { timeout: 15000 });
+  await shows("on it: is the build green?");
+  await inert();
+  await shot("talk");
+
   // 5. Alice signs in with her token and answers a question: the agent resumes.
   await page.click("#signout");
   await page.waitForSelector("#token");

@@ -5,7 +5,7 @@
 // goes into is a trace link, and only a 32-hex trace id in an http(s) template.
 "use strict";
 
-const state = { me: null, view: "map", timer: null, events: null };
+const state = { me: null, view: "map", timer: null, events: null, poll: null };
 
 const BIDI = /[\u200e\u200f\u061c\u202a-\u202e\u2066-\u2069]/g;
 const CONTROL = /[\u0000-\u0008\u000b-\u001f\u007f-\u009f]/g;
@@ -129,6 +129,11 @@ async function mapView() {
       el("div", { class: "meta", text: agent.status + (agent.live_goals ? " · live" : "") + (agent.current_tasks ? " · " + agent.current_tasks + " tasks" : "") }),
       agent.description ? el("div", { class: "meta agent-text", text: agent.description }) : null,
     );
+    const open = el("button", { class: "link", type: "button", "data-action": "tasks" }, "tasks");
+    open.addEventListener("click", () => { location.hash = "#/tasks/" + encodeURIComponent(agent.id); });
+    const talk = el("button", { class: "link", type: "button", "data-action": "talk" }, "talk");
+    talk.addEventListener("click", () => { location.hash = "#/talk/" + encodeURIComponent(agent.id); });
+    tile.append(el("div", { class: "row" }, open, talk));
     tiles.push(tile);
   }
   grid.append(...tiles);
@@ -261,6 +266,147 @@ async function inboxView(which) {
   ready();
 }
 
+// ---- tasks ----
+
+function taskRow(task, depth, canCancel) {
+  const pad = el("span", { class: "indent", text: "\u2003".repeat(Math.max(0, depth)) + (depth ? "\u21b3 " : "") });
+  const tree = el("button", { class: "link", type: "button", "data-action": "tree" }, String(task.task_id).slice(0, 8));
+  tree.addEventListener("click", () => { location.hash = "#/task/" + encodeURIComponent(task.task_id); });
+  const cells = [
+    el("td", {}, pad, tree),
+    el("td", {}, el("span", { class: "kind state-" + String(task.state).replace(/[^a-z_]/g, ""), text: task.state })),
+    el("td", {}, agentText(task.requester), " \u2192 ", agentText(task.assignee)),
+    el("td", { text: task.deadline || "\u2014" }),
+    el("td", {}, agentText(task.message), task.reason ? el("div", { class: "meta" }, "reason: ", agentText(task.reason)) : null),
+  ];
+  const actions = el("td", {});
+  if (canCancel && !["completed", "failed", "rejected", "canceled"].includes(task.state)) {
+    const cancel = el("button", { class: "danger", type: "button", "data-action": "cancel" }, depth ? "Cancel" : "Cancel tree");
+    cancel.addEventListener("click", async () => {
+      const reason = document.getElementById("cancel-reason");
+      try {
+        const done = await api("/api/tasks/" + encodeURIComponent(task.task_id) + "/cancel", { body: { reason: reason && reason.value ? reason.value : undefined } });
+        say("canceled " + done.task.task_id + ((done.descendants || []).length ? " and " + done.descendants.length + " below it" : ""));
+        await route();
+      } catch (err) {
+        say(err.kind + ": " + err.message, true);
+      }
+    });
+    actions.append(cancel);
+  }
+  return el("tr", { "data-task": String(task.task_id), "data-state": String(task.state) }, ...cells, actions);
+}
+
+function taskTable(id) {
+  return el("table", { id }, el("tr", {}, el("th", { text: "task" }), el("th", { text: "state" }), el("th", { text: "requester \u2192 assignee" }), el("th", { text: "deadline" }), el("th", { text: "what" }), el("th", {})));
+}
+
+async function tasksView(agent) {
+  const input = el("input", { type: "text", placeholder: "an agent id", id: "tasks-agent" });
+  const form = el("form", {}, input, el("div", { class: "row" }, el("button", { class: "primary", type: "submit" }, "Show tasks")));
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    location.hash = "#/tasks/" + encodeURIComponent(input.value.trim());
+  });
+  if (!agent) {
+    mount(el("h2", { text: "Tasks" }), el("p", { text: "Pick an agent on the map, or name one." }), form);
+    ready();
+    return;
+  }
+  input.value = agent;
+  const data = await api("/api/tasks?agent=" + encodeURIComponent(agent));
+  const table = taskTable("tasks");
+  for (const task of data.tasks) table.append(taskRow(task, 0, false));
+  mount(
+    el("h2", { text: "Tasks of " + agent }),
+    form,
+    el("p", { class: "counts", text: (data.total === undefined ? data.tasks.length : data.total) + " tasks, newest first; open one to see its tree" }),
+    data.tasks.length ? table : el("p", { text: "no tasks" }),
+  );
+  ready();
+}
+
+async function treeView(taskId) {
+  const data = await api("/api/tasks/" + encodeURIComponent(taskId) + "/tree");
+  const depthOf = new Map();
+  const table = taskTable("tree");
+  const operator = (state.me.access || []).includes("operator");
+  for (const task of data.tasks) {
+    const depth = task.parent && depthOf.has(task.parent) ? depthOf.get(task.parent) + 1 : 0;
+    depthOf.set(task.task_id, depth);
+    table.append(taskRow(task, depth, operator));
+  }
+  const open = data.tasks.filter((t) => !["completed", "failed", "rejected", "canceled"].includes(t.state)).length;
+  mount(
+    el("h2", { text: "Task tree " + data.root }),
+    el("p", { class: "counts", text: data.tasks.length + " tasks, " + open + " open" + (data.truncated ? " (more below: only the first " + data.tasks.length + " shown)" : "") }),
+    operator && open ? el("input", { type: "text", placeholder: "why cancel (shown to the agents)", id: "cancel-reason" }) : null,
+    table,
+  );
+  ready();
+}
+
+// ---- talk to an agent ----
+
+function talkEntry(entry) {
+  if (entry.outgoing) {
+    const reply = entry.reply || {};
+    const id = reply.correlation_id || (reply.task && reply.task.task_id) || reply.message_id || "";
+    let open = null;
+    if (/^[0-9a-f-]{36}$/.test(String(id))) {
+      open = el("button", { class: "link", type: "button", "data-action": "thread" }, "conversation");
+      open.addEventListener("click", () => { location.hash = "#/thread/" + encodeURIComponent(id); });
+    }
+    return el(
+      "div",
+      { class: "card mine", "data-mode": String(entry.mode) },
+      el("div", { class: "head" }, "you \u2192 ", agentText(entry.to), " · ", entry.mode, " · ", entry.at || "", open ? " · " : null, open),
+      el("div", {}, agentText(entry.body)),
+    );
+  }
+  const message = entry.message || {};
+  return el(
+    "div",
+    { class: "card", "data-kind": String(message.kind || "message") },
+    el("div", { class: "head" }, agentText(message.from_agent_id || "—"), " · ", el("span", { class: "kind", text: message.kind || "message" }), " · ", message.sent_at || ""),
+    el("div", {}, agentText(message.body)),
+  );
+}
+
+async function talkView(to) {
+  const target = el("input", { type: "text", placeholder: "agent id (or skill:<name>)", id: "talk-to" });
+  target.value = to || "";
+  const text = el("textarea", { rows: "3", placeholder: "what to say", id: "talk-message" });
+  const buttons = el("div", { class: "row" });
+  for (const [mode, label] of [["send", "Send"], ["call", "Call (wait for the answer)"], ["task", "Give a task"]]) {
+    const button = el("button", { class: mode === "call" ? "primary" : "", type: "button", "data-action": mode }, label);
+    button.addEventListener("click", async () => {
+      try {
+        await api("/api/talk", { body: { to: target.value.trim(), mode, message: text.value } });
+        text.value = "";
+        say(mode + " to " + target.value.trim() + " went out");
+        await drawTalk();
+      } catch (err) {
+        say(err.kind + ": " + err.message, true);
+      }
+    });
+    buttons.append(button);
+  }
+  const list = el("div", { id: "talk" });
+  mount(el("h2", { text: "Talk to an agent" }), target, text, buttons, el("h2", { text: "Conversation" }), list);
+  await drawTalk();
+  ready();
+  state.poll = setInterval(() => drawTalk().catch(() => {}), 2000);
+}
+
+async function drawTalk() {
+  const list = document.getElementById("talk");
+  if (!list) return;
+  const data = await api("/api/talk");
+  const entries = (data.messages || []).slice().reverse().map(talkEntry);
+  list.replaceChildren(el("p", { class: "counts", text: "you speak as " + (data.as || "") + "; newest first" }), ...entries);
+}
+
 // ---- dead letters ----
 
 async function dlqView() {
@@ -299,6 +445,8 @@ async function route() {
   if (!state.me) return signInView();
   const parts = location.hash.replace(/^#\/?/, "").split("/");
   state.view = parts[0] || "map";
+  clearInterval(state.poll);
+  state.poll = null;
   for (const link of document.querySelectorAll("#nav a")) {
     link.className = link.dataset.view === state.view ? "here" : "";
   }
@@ -306,6 +454,9 @@ async function route() {
     if (state.view === "inbox") await inboxView(parts[1]);
     else if (state.view === "thread") await threadView(decodeURIComponent(parts[1] || ""));
     else if (state.view === "dlq") await dlqView();
+    else if (state.view === "tasks") await tasksView(decodeURIComponent(parts[1] || ""));
+    else if (state.view === "task") await treeView(decodeURIComponent(parts[1] || ""));
+    else if (state.view === "talk") await talkView(decodeURIComponent(parts[1] || ""));
     else await mapView();
   } catch (err) {
     if (err.status === 401) return signInView("signed out");
@@ -350,7 +501,10 @@ async function start() {
 }
 
 // Registered once: a view follows the address bar.
-window.addEventListener("hashchange", route);
+window.addEventListener("hashchange", () => {
+  say("");
+  route();
+});
 
 async function boot() {
   const match = location.hash.match(/login=([0-9A-Za-z_-]+)/);

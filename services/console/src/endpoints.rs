@@ -71,6 +71,13 @@ pub fn router(console: Arc<Console>) -> Router {
         .route("/api/dlq", get(dead_letters))
         .route("/api/dlq/{seq}/redrive", post(redrive))
         .route("/api/dlq/{seq}/discard", post(discard))
+        .route("/api/tasks", get(crate::steer::tasks))
+        .route("/api/tasks/{id}/tree", get(crate::steer::tree))
+        .route("/api/tasks/{id}/cancel", post(crate::steer::cancel))
+        .route(
+            "/api/talk",
+            get(crate::steer::heard).post(crate::steer::speak),
+        )
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .layer(axum::middleware::from_fn_with_state(
             Arc::clone(&console),
@@ -111,7 +118,7 @@ async fn guard(State(console): State<Arc<Console>>, request: Request, next: Next
 }
 
 impl Console {
-    async fn fabric<T: serde::Serialize>(
+    pub(crate) async fn fabric<T: serde::Serialize>(
         &self,
         subject: &str,
         body: &T,
@@ -139,7 +146,7 @@ struct Login {
 
 /// A JSON body, read only after the request passed the session and CSRF checks (an extractor
 /// would answer a form post before them).
-fn body<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+pub(crate) fn body<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     serde_json::from_slice(bytes)
         .map_err(|err| ApiError::BadRequest(format!("invalid body: {err}")))
 }

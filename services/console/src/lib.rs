@@ -2,7 +2,8 @@
 //!
 //! The page an operator opens first (docs/console.md): a live map of the agents and who
 //! talked to whom, any conversation as a timeline from the audit trail with a link to its
-//! trace, the dead letters (redrive), and a person's inbox, where people answer agents'
+//! trace, task trees (cancel), the dead letters (redrive, discard), talking to an agent, and
+//! a person's inbox, where people answer agents'
 //! questions and decide their approvals. Served by this service itself from three embedded
 //! files: no Node, no asset fetched from elsewhere, loopback by default.
 //!
@@ -12,14 +13,17 @@
 //!
 //! Layout: `config.rs` (`[console]`), `error.rs` (errors as HTTP replies), `store.rs` (sign-in
 //! and sessions), `auth.rs` (who a request is from), `endpoints.rs` (the page and the JSON API, with the host, CSRF and header
-//! rules), `live.rs` (server-sent events), `assets/` (the page), this file (`start`/`run`).
+//! rules), `live.rs` (server-sent events), `steer.rs` (task trees and cancel, talk routes), `talk.rs`
+//! (a person's agent and conversation), `assets/` (the page), this file (`start`/`run`).
 
 mod auth;
 pub mod config;
 mod endpoints;
 pub mod error;
 mod live;
+mod steer;
 pub mod store;
+mod talk;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -49,6 +53,8 @@ pub struct Console {
     pub(crate) config: ConsoleConfig,
     pub(crate) hints: tokio::sync::broadcast::Sender<live::Hint>,
     pub(crate) streams: AtomicUsize,
+    /// The people talking to agents from this console.
+    pub(crate) talk: talk::Talk,
     /// Cancelled when the console stops: its live streams end, so the HTTP server's graceful
     /// stop does not wait for open pages.
     pub(crate) stopping: CancellationToken,
@@ -84,9 +90,10 @@ pub async fn start(
     config: ConsoleConfig,
 ) -> Result<Running, StartError> {
     let js = jetstream::new(client.clone());
-    let agents =
-        resources::ensure_bucket(&js, resources::registry_bucket(&runtime.jetstream)).await?;
-    let goals = resources::ensure_bucket(&js, resources::goals_bucket(&runtime.jetstream)).await?;
+    // The directory makes them; the console only reads (its own NATS user may not create).
+    let _ = runtime;
+    let agents = resources::bind_bucket(&js, switchboard_proto::REGISTRY_BUCKET).await?;
+    let goals = resources::bind_bucket(&js, switchboard_proto::GOALS_BUCKET).await?;
     let books = match &config.people_file {
         Some(path) => Books::load(path).map_err(StartError::Config)?,
         None => Books::default(),
@@ -120,6 +127,7 @@ pub async fn start(
         registry: RegistryView::new(js, agents, goals),
         hints: tokio::sync::broadcast::channel(live::HINTS).0,
         streams: AtomicUsize::new(0),
+        talk: talk::Talk::default(),
         stopping: CancellationToken::new(),
         config,
         port,

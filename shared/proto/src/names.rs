@@ -140,6 +140,15 @@ pub const A2A_GATEWAY_SERVICE: &str = "a2a-gateway";
 /// What every A2A client's agent id starts with (`a2a-<name>`): the A2A gateway acts as these
 /// agents, so no agent key is ever issued for one.
 pub const A2A_CLIENT_PREFIX: &str = "a2a-";
+/// What the agent a person talks to agents as starts with (`people-<person id>`): the console
+/// registers it and acts as it for that person (docs/console.md, "Talk to an agent"), so no
+/// agent key is ever issued for one.
+pub const PERSON_AGENT_PREFIX: &str = "people-";
+/// The reply-subject prefix of the console's own NATS identity (`console.nk` from
+/// `switchboard nats-config`): it may subscribe below it and nowhere else replies travel. It
+/// starts `_INBOX.` so the services take it for a reply inbox, and lives in the services'
+/// account, where no agent's `_INBOX.<agent_id>` exists.
+pub const CONSOLE_INBOX_PREFIX: &str = "_INBOX.console";
 /// KV bucket of the A2A gateway's push-notification configs, one key per task.
 pub const A2A_PUSH_BUCKET: &str = "a2a_push";
 /// The A2A gateway's durable consumer on `AGENT_EVENTS` that delivers push notifications

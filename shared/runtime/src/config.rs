@@ -228,6 +228,21 @@ impl RuntimeConfig {
                 "set nats.nkey_seed or nats.nkey_file, not both".to_owned(),
             ));
         }
+        if let Some(prefix) = &self.nats.inbox_prefix
+            && (prefix.is_empty()
+                || prefix.len() > 64
+                || !prefix
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+                || prefix.starts_with('.')
+                || prefix.ends_with('.'))
+        {
+            return Err(ConfigError::Invalid(format!(
+                "nats.inbox_prefix must be 1-64 characters of [A-Za-z0-9_.-] without wildcards, \
+                 not starting or ending with a dot; got `{}`",
+                prefix.chars().take(80).collect::<String>()
+            )));
+        }
         let (cert, key) = (&self.nats.tls.cert_file, &self.nats.tls.key_file);
         if cert.is_some() != key.is_some() {
             return Err(ConfigError::Invalid(
@@ -301,6 +316,10 @@ pub struct NatsConfig {
     /// listening yet (started together with it, a cluster coming up), in milliseconds, trying
     /// again with growing pauses and logging each miss; 0 fails at once.
     pub wait_for_server_ms: u64,
+    /// The prefix of this connection's reply subjects (default `_INBOX`). A user whose
+    /// permissions allow subscribing only below its own prefix sets it: the console signs in
+    /// as `console.nk` with `_INBOX.console` (docs/security.md).
+    pub inbox_prefix: Option<String>,
 }
 
 impl Default for NatsConfig {
@@ -318,6 +337,7 @@ impl Default for NatsConfig {
             connect_timeout_ms: 5_000,
             request_timeout_ms: 10_000,
             retry_on_initial_connect: false,
+            inbox_prefix: None,
             wait_for_server_ms: 60_000,
         }
     }

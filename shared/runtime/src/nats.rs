@@ -128,6 +128,9 @@ async fn options(config: &NatsConfig, name: &str) -> Result<ConnectOptions, Conn
                     source,
                 })?;
     }
+    if let Some(prefix) = &config.inbox_prefix {
+        options = options.custom_inbox_prefix(prefix);
+    }
     if config.tls.required {
         options = options.require_tls(true);
     }

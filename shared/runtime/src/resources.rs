@@ -524,6 +524,24 @@ pub async fn ensure_bucket(
     }
 }
 
+/// Opens a bucket another service makes (the console reads the directory's), waiting with
+/// backoff until it exists: a user allowed to read a bucket but not to create one (the
+/// console's `console.nk`) never asks to create it.
+pub async fn bind_bucket(
+    js: &jetstream::Context,
+    bucket: &str,
+) -> Result<kv::Store, ResourceError> {
+    let mut attempt = 0;
+    loop {
+        match tokio::time::timeout(ATTEMPT_TIMEOUT, js.get_key_value(bucket)).await {
+            Ok(Ok(store)) => return Ok(store),
+            Ok(Err(err)) => retry_pause(bucket, attempt, &err).await,
+            Err(_) => retry_pause(bucket, attempt, &NO_ANSWER).await,
+        }
+        attempt += 1;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
