@@ -707,6 +707,124 @@ async fn a_flood_from_one_agent_stops_at_its_share_and_hides_nobody_else() {
     assert!(ok(&page)["next"].is_number());
 }
 
+/// Issue 39: 1,000 agents each note, ask and request an approval of one person, and a few
+/// of them pile asks up to their share, while another person keeps reading their inbox. The
+/// honest sender's one question is first on the person's first page, the flood shows as such
+/// in the page's senders, and the other person's reads all succeed meanwhile.
+#[tokio::test]
+async fn a_thousand_agents_flooding_one_person_hide_nobody_and_stall_nobody() {
+    use futures::StreamExt as _;
+    const FLOODERS: usize = 1_000;
+    const HEAVY: usize = 5;
+    let world = World::start(1).await;
+    let nats = world.fabric.nats.client().await;
+    let (_honest, honest_goal) = world.fabric.agent_with_goal("deploy-honest").await;
+    // Each flooder registers, opens a goal, and sends one of each.
+    let flood = futures::stream::iter(0..FLOODERS)
+        .map(|n| {
+            let nats = nats.clone();
+            async move {
+                let id = AgentId::parse(&format!("flood-{n:04}")).unwrap();
+                let registered = raw(
+                    &nats,
+                    &switchboard_proto::subject::RegistryOp::Register.subject(&id),
+                    serde_json::to_string(&card(id.as_str())).unwrap(),
+                )
+                .await;
+                ok(&registered);
+                let goal = raw(
+                    &nats,
+                    &switchboard_proto::subject::RegistryOp::GoalOpen.subject(&id),
+                    "{}".to_owned(),
+                )
+                .await;
+                let goal = ok(&goal)["goal_id"].clone();
+                let subject = PeopleOp::Ask.subject(&id);
+                let ask = |k: usize| {
+                    raw(
+                        &nats,
+                        &subject,
+                        json!({"to": "person:alice", "message": format!("flood {n}/{k}"),
+                            "from_goal_id": goal})
+                        .to_string(),
+                    )
+                };
+                // A heavy sender fills its share: 31 asks and the approval below make 32.
+                let asks = if n < HEAVY { 31 } else { 1 };
+                for k in 0..asks {
+                    ok(&ask(k).await);
+                }
+                ok(&raw(
+                    &nats,
+                    &PeopleOp::Note.subject(&id),
+                    json!({"to": "person:alice", "message": "<b>look at me</b>"}).to_string(),
+                )
+                .await);
+                ok(&raw(
+                    &nats,
+                    &PeopleOp::ApprovalRequest.subject(&id),
+                    json!({"to": "person:alice", "reason": "flood", "from_goal_id": goal,
+                        "expires_in_ms": 600_000, "action": {"tool": "rm", "arguments": {"n": n}}})
+                    .to_string(),
+                )
+                .await);
+                let mut refused = 0;
+                if n < HEAVY {
+                    let past = ask(asks).await;
+                    assert_eq!(past.error_kind(), "inbox_full", "{}", past.body);
+                    refused += 1;
+                }
+                refused
+            }
+        })
+        .buffer_unordered(32)
+        .collect::<Vec<usize>>();
+    // Meanwhile bob reads his inbox over and over: every read is answered.
+    let bob_reads = async {
+        let mut waits = Vec::new();
+        for _ in 0..40 {
+            let started = std::time::Instant::now();
+            let page = world.op(PeopleOpsOp::Inbox, json!({"person": "bob"})).await;
+            ok(&page);
+            waits.push(started.elapsed());
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        waits.sort();
+        waits
+    };
+    let (refused, waits) = tokio::join!(flood, bob_reads);
+    // Only the heavy senders went past their share, each told at once (inbox_full).
+    assert_eq!(refused.iter().sum::<usize>(), HEAVY);
+    println!(
+        "bob's inbox during the flood: p50 {:?}, p95 {:?}, max {:?}",
+        waits[waits.len() / 2],
+        waits[waits.len() * 95 / 100],
+        waits.last().unwrap()
+    );
+    // The honest agent asks once, after the flood: first on alice's first page.
+    let honest = raw(
+        &world.ops,
+        &PeopleOp::Ask.subject(&AgentId::parse("deploy-honest").unwrap()),
+        json!({"to": "person:alice", "message": "honest question", "from_goal_id": honest_goal.id()})
+            .to_string(),
+    )
+    .await;
+    ok(&honest);
+    let page = world
+        .op(PeopleOpsOp::Inbox, json!({"person": "alice", "limit": 20}))
+        .await;
+    let body = ok(&page);
+    assert_eq!(body["items"][0]["from_agent"], "deploy-honest", "{body}");
+    // The flood shows as such: 1,001 senders, the heavy ones first and at their cap.
+    let senders = body["senders"].as_array().unwrap();
+    assert_eq!(senders.len(), FLOODERS + 1);
+    for share in &senders[..HEAVY] {
+        assert_eq!(share["at_cap"], true, "{share}");
+        assert_eq!(share["open"], 32 + 1, "{share}");
+    }
+    assert!(body["next"].is_number());
+}
+
 /// Services as processes, each killed (SIGKILL) at once with the server.
 async fn start_processes(
     url: &str,

@@ -36,7 +36,9 @@ fn concerns(
         || by.is_some_and(|by| *by == Party::Person(person.clone()))
 }
 
-/// Interleaves `items` (oldest first within each sender) one per sender in turn.
+/// Interleaves `items` (oldest first within each sender) one per sender in turn; in each
+/// round the senders with fewest items waiting go first, so a sender with one question is
+/// not pushed off the first page by a thousand agents with many each.
 fn round_robin(mut items: Vec<(AgentId, OffsetDateTime, Uuid)>) -> Vec<Uuid> {
     items.sort_by_key(|item| (item.1, item.2));
     let mut by_sender: BTreeMap<AgentId, std::collections::VecDeque<(OffsetDateTime, Uuid)>> =
@@ -45,8 +47,8 @@ fn round_robin(mut items: Vec<(AgentId, OffsetDateTime, Uuid)>) -> Vec<Uuid> {
         by_sender.entry(agent).or_default().push_back((at, id));
     }
     let mut queues: Vec<_> = by_sender.into_values().collect();
-    // Senders whose oldest item is oldest go first in each round.
-    queues.sort_by_key(|queue| queue.front().copied());
+    // Fewest waiting first, then the sender whose oldest item is oldest.
+    queues.sort_by_key(|queue| (queue.len(), queue.front().copied()));
     let mut out = Vec::new();
     loop {
         let mut took = false;
@@ -362,9 +364,10 @@ mod tests {
         let order = round_robin(items);
         assert_eq!(order.len(), 101);
         assert_eq!(
-            order[1],
+            order[0],
             Uuid::from_u128(1_000),
-            "the honest sender's item is second"
+            "the honest sender's one item comes first"
         );
+        assert_eq!(order[1], Uuid::from_u128(0));
     }
 }
