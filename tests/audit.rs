@@ -18,7 +18,7 @@ use switchboard_client::{
     TaskOutcome, audit_export, audit_history, audit_pending, audit_thread, audit_verify,
 };
 use switchboard_proto::audit::{
-    AuditEntry, AuditRecord, HEADER_AUDIT_HASH, HistoryRequest, ThreadRequest,
+    AuditEntry, AuditRecord, AuditRecords, HEADER_AUDIT_HASH, HistoryRequest, ThreadRequest,
 };
 use switchboard_proto::call::CallRequest;
 use switchboard_proto::send::SendRequest;
@@ -70,6 +70,94 @@ fn position(records: &[AuditEntry], what: impl Fn(&AuditRecord) -> bool) -> usiz
         .iter()
         .position(|e| what(&e.record))
         .unwrap_or_else(|| panic!("not in the thread: {:?}", kinds(records)))
+}
+
+/// A thread longer than one reply comes in pages: the first says `truncated` and
+/// `next_cursor`, the next pages carry on without a gap or a repeat, and the client reads them
+/// all; a cursor past the end answers nothing.
+#[tokio::test]
+async fn a_thread_longer_than_one_reply_comes_in_pages() {
+    let fabric = Fabric::start().await;
+    let (_audit, _trail) = start_audit(&fabric.url(), fast_audit()).await;
+    let nats = fabric.nats.client().await;
+    let (talker, _talker_goal) = fabric.agent_with_goal("talker").await;
+    let (_listener, listener_goal) = fabric.agent_with_goal("listener").await;
+    let first = talker
+        .send_to_peer("listener", "the first")
+        .await
+        .unwrap()
+        .message_id
+        .unwrap();
+    // 80 answers of 16 KiB each: about 1.3 MiB, past one reply's budget.
+    let big = "x".repeat(16 * 1024);
+    for _ in 0..80 {
+        talker
+            .send(SendRequest {
+                to: Some("listener".into()),
+                message: Some(big.clone()),
+                in_reply_to: Some(first),
+                ..SendRequest::default()
+            })
+            .await
+            .unwrap();
+    }
+    listener_goal.drain().await.unwrap();
+    caught_up(&nats).await;
+    let query = ThreadRequest {
+        message_id: Some(first),
+        ..ThreadRequest::default()
+    };
+    let page: AuditRecords = switchboard_request::request::request_json(
+        &nats,
+        &switchboard_proto::audit::AuditOp::Thread.subject(),
+        &query,
+        Duration::from_secs(10),
+    )
+    .await
+    .unwrap();
+    assert!(page.truncated);
+    let mut cursor = page.next_cursor.expect("a cut thread says where to go on");
+    assert_eq!(cursor as usize, page.records.len());
+    let mut seqs: Vec<u64> = page.records.iter().map(|e| e.seq).collect();
+    loop {
+        let next: AuditRecords = switchboard_request::request::request_json(
+            &nats,
+            &switchboard_proto::audit::AuditOp::Thread.subject(),
+            &ThreadRequest {
+                cursor: Some(cursor),
+                ..query.clone()
+            },
+            Duration::from_secs(10),
+        )
+        .await
+        .unwrap();
+        seqs.extend(next.records.iter().map(|e| e.seq));
+        match next.next_cursor {
+            Some(more) => cursor = more,
+            None => break,
+        }
+    }
+    let unique: BTreeSet<u64> = seqs.iter().copied().collect();
+    assert_eq!(unique.len(), seqs.len(), "no record twice");
+    assert_eq!(seqs.len(), 81, "the first message and its 80 answers");
+    let whole = audit_thread(&nats, &query).await.unwrap();
+    assert!(!whole.truncated);
+    assert_eq!(
+        whole.records.iter().map(|e| e.seq).collect::<Vec<_>>(),
+        seqs
+    );
+    let past: AuditRecords = switchboard_request::request::request_json(
+        &nats,
+        &switchboard_proto::audit::AuditOp::Thread.subject(),
+        &ThreadRequest {
+            cursor: Some(u64::MAX),
+            ..query.clone()
+        },
+        Duration::from_secs(10),
+    )
+    .await
+    .unwrap();
+    assert!(past.records.is_empty() && past.next_cursor.is_none());
 }
 
 #[tokio::test]

@@ -122,6 +122,7 @@ pub async fn thread(args: ThreadArgs) -> anyhow::Result<serde_json::Value> {
         message_id: Some(args.id),
         correlation_id: Some(args.id),
         task_id: Some(args.id),
+        cursor: None,
     };
     let records = switchboard_client::audit_thread(&client, &query).await?;
     Ok(serde_json::to_value(records)?)

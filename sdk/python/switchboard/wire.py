@@ -242,7 +242,7 @@ class AuditEntry(WireObject):
 class AuditRecords(WireObject):
     """The reply to `thread`, `history` and `pending`."""
     next_cursor: int | None
-    """Pass as `cursor` for the next page (history)."""
+    """Pass as `cursor` for the next page (history; thread when it did not fit one reply)."""
     records: list[AuditEntry]
     """Records, oldest first."""
     truncated: bool
@@ -1476,6 +1476,9 @@ class ThreadRequest(WireObject):
     """`agent.audit.thread`: one of the ids of a conversation."""
     correlation_id: str | None
     """Correlation id of any call in the thread."""
+    cursor: int | None
+    """How many of the thread's records were read already: the previous page's
+    `next_cursor` (a thread longer than one reply comes in pages)."""
     message_id: str | None
     """Id of any message in the thread (an inbox message's `id`)."""
     task_id: str | None

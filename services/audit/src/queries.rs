@@ -91,10 +91,14 @@ impl Queries {
             index.thread(request.message_id, request.correlation_id, request.task_id)
         })
         .await?;
+        // Pages of a long thread: skip what was read, cut to one reply, say where to go on.
+        let skip = usize::try_from(request.cursor.unwrap_or(0)).unwrap_or(usize::MAX);
+        records.drain(..skip.min(records.len()));
         let truncated = fit(&mut records, self.budget());
+        let next_cursor = truncated.then(|| (skip + records.len()) as u64);
         Ok(AuditRecords {
             records,
-            next_cursor: None,
+            next_cursor,
             truncated,
         })
     }

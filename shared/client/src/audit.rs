@@ -16,12 +16,30 @@ const TIMEOUT: Duration = Duration::from_secs(30);
 /// How long verify may take (the service allows 120 s to read the stream).
 const VERIFY_TIMEOUT: Duration = Duration::from_secs(130);
 
-/// thread: the conversation around a message, call or task, oldest first.
+/// thread: the conversation around a message, call or task, oldest first: every page of a
+/// thread longer than one reply, read on from `query.cursor`.
 pub async fn audit_thread(
     nats: &async_nats::Client,
     query: &ThreadRequest,
 ) -> Result<AuditRecords, ClientError> {
-    request(nats, AuditOp::Thread.subject(), query, TIMEOUT).await
+    let mut all: AuditRecords = request(nats, AuditOp::Thread.subject(), query, TIMEOUT).await?;
+    let mut next = all.next_cursor.take();
+    while let Some(cursor) = next {
+        let page_query = ThreadRequest {
+            cursor: Some(cursor),
+            ..query.clone()
+        };
+        let page: AuditRecords =
+            request(nats, AuditOp::Thread.subject(), &page_query, TIMEOUT).await?;
+        // A page that brings nothing new ends the walk (the thread shrank meanwhile).
+        if page.records.is_empty() {
+            break;
+        }
+        all.records.extend(page.records);
+        next = page.next_cursor;
+    }
+    all.truncated = false;
+    Ok(all)
 }
 
 /// history: records by agent, goal, task, time and kind, one page.

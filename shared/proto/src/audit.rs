@@ -179,6 +179,10 @@ pub struct ThreadRequest {
     /// Id of any task in the thread; its parent and subtasks join the thread too.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub task_id: Option<Uuid>,
+    /// How many of the thread's records were read already: the previous page's
+    /// `next_cursor` (a thread longer than one reply comes in pages).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cursor: Option<u64>,
 }
 
 /// `agent.audit.history` and `agent.audit.export`: a filter (all given fields must match).
@@ -231,7 +235,7 @@ pub const HISTORY_LIMIT_MAX: usize = 1000;
 pub struct AuditRecords {
     /// Records, oldest first.
     pub records: Vec<AuditEntry>,
-    /// Pass as `cursor` for the next page (history).
+    /// Pass as `cursor` for the next page (history; thread when it did not fit one reply).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_cursor: Option<u64>,
     /// True when the records were cut to keep the reply under the NATS message size limit
