@@ -194,6 +194,10 @@ async fn main() {
         people_only(ops).await;
         return;
     }
+    if std::env::var("BENCH_ONLY").as_deref() == Ok("console") {
+        console_only().await;
+        return;
+    }
     let agents_total = bench_agents().max(20);
     let started = Instant::now();
     let nats = NatsServer::start().await;
@@ -515,8 +519,10 @@ async fn main() {
     // above, which its agents would change.
     wait_until_audited(&js).await;
     report_people::people_rows(&mut report, &url, ops).await;
-    // The console's map with every agent registered above.
-    report_console::console_rows(&mut report, &url, agents_total).await;
+    // The console's map with every agent registered above, and a long conversation.
+    let thread = report_console::thread_of(&url, thread_messages()).await;
+    wait_until_audited(&js).await;
+    report_console::console_rows(&mut report, &url, agents_total, thread).await;
 
     // The call beside Synadia's agent SDK and raw NATS, on a server of its own with the
     // shipped defaults (issue 25).
@@ -548,6 +554,42 @@ async fn people_only(ops: usize) {
     let mut report = Report::default();
     report_people::people_rows(&mut report, &url, ops).await;
     println!("{}", render(&report, ops, 0, Duration::ZERO));
+    for service in services {
+        service.terminate().await;
+    }
+}
+
+/// The conversation's length: [`report_console::THREAD_MESSAGES`], or `BENCH_THREAD` (the CI
+/// smoke run's smaller one).
+fn thread_messages() -> usize {
+    std::env::var("BENCH_THREAD")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(report_console::THREAD_MESSAGES)
+}
+
+/// `BENCH_ONLY=console`: the console rows alone on a fabric of their own, with
+/// `BENCH_AGENTS` agents (default 5,000, the issue's figure) and the long conversation.
+async fn console_only() {
+    let agents: usize = std::env::var("BENCH_AGENTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(5_000);
+    let nats = NatsServer::start().await;
+    let url = nats.url();
+    let mut services = Vec::new();
+    for service in SERVICES {
+        services
+            .push(ServiceProcess::start(&service_bin(service), service, &url, SERVICE_ENV).await);
+    }
+    let client = nats.client().await;
+    register_fillers(&client, 0, agents).await;
+    let thread = report_console::thread_of(&url, thread_messages()).await;
+    let js = jetstream::new(client);
+    wait_until_audited(&js).await;
+    let mut report = Report::default();
+    report_console::console_rows(&mut report, &url, agents, thread).await;
+    println!("{}", render(&report, 0, agents, Duration::ZERO));
     for service in services {
         service.terminate().await;
     }

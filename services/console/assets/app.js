@@ -5,7 +5,7 @@
 // goes into is a trace link, and only a 32-hex trace id in an http(s) template.
 "use strict";
 
-const state = { me: null, view: "map", timer: null, events: null, poll: null };
+const state = { me: null, view: "map", timer: null, events: null, poll: null, mapFilter: "" };
 
 const BIDI = /[\u200e\u200f\u061c\u202a-\u202e\u2066-\u2069]/g;
 const CONTROL = /[\u0000-\u0008\u000b-\u001f\u007f-\u009f]/g;
@@ -115,28 +115,45 @@ function signInView(message) {
 
 // ---- map ----
 
+// The map shows at most this many tiles at once (busy first, then idle, then offline); a
+// filter finds any agent. Thousands of tiles at once would take seconds to lay out.
+const MAP_SHOWN = 240;
+const STATUS_ORDER = { busy: 0, idle: 1, offline: 2 };
+
+function tileOf(agent) {
+  const tile = el(
+    "div",
+    { class: "tile " + String(agent.status).replace(/[^a-z]/g, ""), "data-agent": agent.id, "data-status": agent.status },
+    el("div", { class: "id", text: agent.id }),
+    el("div", { class: "meta", text: agent.status + (agent.live_goals ? " · live" : "") + (agent.current_tasks ? " · " + agent.current_tasks + " tasks" : "") }),
+    agent.description ? el("div", { class: "meta agent-text", text: agent.description }) : null,
+  );
+  const open = el("button", { class: "link", type: "button", "data-action": "tasks" }, "tasks");
+  open.addEventListener("click", () => { location.hash = "#/tasks/" + encodeURIComponent(agent.id); });
+  const talk = el("button", { class: "link", type: "button", "data-action": "talk" }, "talk");
+  talk.addEventListener("click", () => { location.hash = "#/talk/" + encodeURIComponent(agent.id); });
+  tile.append(el("div", { class: "row" }, open, talk));
+  return tile;
+}
+
 async function mapView() {
   const data = await api("/api/map");
   const counts = { idle: 0, busy: 0, offline: 0 };
+  for (const agent of data.agents) counts[agent.status] = (counts[agent.status] || 0) + 1;
+  const agents = data.agents.slice().sort((a, b) => ((STATUS_ORDER[a.status] ?? 3) - (STATUS_ORDER[b.status] ?? 3)) || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
   const grid = el("div", { class: "grid", id: "agents" });
-  const tiles = [];
-  for (const agent of data.agents) {
-    counts[agent.status] = (counts[agent.status] || 0) + 1;
-    const tile = el(
-      "div",
-      { class: "tile " + String(agent.status).replace(/[^a-z]/g, ""), "data-agent": agent.id, "data-status": agent.status },
-      el("div", { class: "id", text: agent.id }),
-      el("div", { class: "meta", text: agent.status + (agent.live_goals ? " · live" : "") + (agent.current_tasks ? " · " + agent.current_tasks + " tasks" : "") }),
-      agent.description ? el("div", { class: "meta agent-text", text: agent.description }) : null,
-    );
-    const open = el("button", { class: "link", type: "button", "data-action": "tasks" }, "tasks");
-    open.addEventListener("click", () => { location.hash = "#/tasks/" + encodeURIComponent(agent.id); });
-    const talk = el("button", { class: "link", type: "button", "data-action": "talk" }, "talk");
-    talk.addEventListener("click", () => { location.hash = "#/talk/" + encodeURIComponent(agent.id); });
-    tile.append(el("div", { class: "row" }, open, talk));
-    tiles.push(tile);
-  }
-  grid.append(...tiles);
+  const shown = el("p", { class: "counts", id: "shown" });
+  const filter = el("input", { type: "text", placeholder: "find an agent by id", id: "map-filter" });
+  filter.value = state.mapFilter || "";
+  const draw = () => {
+    const wanted = filter.value.trim();
+    state.mapFilter = wanted;
+    const matching = wanted ? agents.filter((agent) => agent.id.includes(wanted)) : agents;
+    grid.replaceChildren(...matching.slice(0, MAP_SHOWN).map(tileOf));
+    shown.textContent = matching.length > MAP_SHOWN ? `showing ${MAP_SHOWN} of ${matching.length}: busy first, then idle, then offline; type to find others` : "";
+  };
+  filter.addEventListener("input", draw);
+  draw();
   const edges = el("table", { id: "edges" }, el("tr", {}, el("th", { text: "from" }), el("th", { text: "to" }), el("th", { text: "messages, last 5 min" })));
   for (const edge of data.edges) {
     edges.append(el("tr", {}, el("td", {}, agentText(edge.from)), el("td", {}, agentText(edge.to)), el("td", { text: String(edge.count) })));
@@ -144,6 +161,8 @@ async function mapView() {
   mount(
     el("h2", { text: "Agents" }),
     el("div", { class: "counts", id: "counts", text: `${data.agents.length} agent${data.agents.length === 1 ? "" : "s"}: ${counts.idle || 0} idle, ${counts.busy || 0} busy, ${counts.offline || 0} offline` }),
+    filter,
+    shown,
     grid,
     el("h2", { text: "Who talked to whom" }),
     data.edges.length ? edges : el("p", { text: "nobody in the last 5 minutes" }),
@@ -152,6 +171,9 @@ async function mapView() {
 }
 
 // ---- conversations ----
+
+// A conversation shows this many records at a time ("Load more" draws the next ones).
+const THREAD_SHOWN = 200;
 
 function preview(payload) {
   if (payload && typeof payload === "object") {
@@ -176,19 +198,51 @@ async function threadView(id) {
   input.value = id;
   const data = await api("/api/thread?id=" + encodeURIComponent(id));
   const list = el("div", { id: "timeline" });
-  for (const entry of data.records || []) {
-    const record = entry.record || entry;
-    const trace = safeTraceLink(record.trace_id);
-    list.append(
-      el(
-        "div",
-        { class: "card", "data-kind": String(record.kind) },
-        el("div", { class: "head" }, el("span", { class: "kind", text: record.kind }), " ", record.at || "", " · ", agentText(record.from_agent || "—"), " → ", agentText(record.to_agent || "—"), trace ? " · " : null, trace),
-        el("div", {}, agentText(preview(record.payload))),
-      ),
-    );
-  }
-  mount(el("h2", { text: "Conversation " + id }), form, (data.records || []).length ? list : el("p", { text: "no records for this id" }));
+  const count = el("p", { class: "counts", id: "thread-count" });
+  let shown = 0;
+  // Records fetched but not drawn yet: a page is drawn THREAD_SHOWN cards at a time.
+  let held = (data.records || []).slice();
+  const draw = () => {
+    const cards = [];
+    for (const entry of held.splice(0, THREAD_SHOWN)) {
+      const record = entry.record || entry;
+      const trace = safeTraceLink(record.trace_id);
+      cards.push(
+        el(
+          "div",
+          { class: "card", "data-kind": String(record.kind) },
+          el("div", { class: "head" }, el("span", { class: "kind", text: record.kind }), " ", record.at || "", " · ", agentText(record.from_agent || "—"), " → ", agentText(record.to_agent || "—"), trace ? " · " : null, trace),
+          el("div", {}, agentText(preview(record.payload))),
+        ),
+      );
+    }
+    list.append(...cards);
+    shown += cards.length;
+  };
+  draw();
+  // A long thread comes a page at a time: the next cards on request, fetched when needed.
+  const more = el("button", { type: "button", id: "thread-more", "data-action": "more" }, "Load more");
+  let cursor = data.next_cursor;
+  const fetchable = () => cursor !== undefined && cursor !== null;
+  const counted = () => {
+    count.textContent = inert(shown + " records" + (held.length || fetchable() ? ", more follow" : ""));
+    more.hidden = !held.length && !fetchable();
+  };
+  more.addEventListener("click", async () => {
+    try {
+      if (!held.length && fetchable()) {
+        const page = await api("/api/thread?id=" + encodeURIComponent(id) + "&by=" + encodeURIComponent(data.by) + "&cursor=" + encodeURIComponent(cursor));
+        held = (page.records || []).slice();
+        cursor = page.next_cursor;
+      }
+      draw();
+      counted();
+    } catch (err) {
+      say(err.kind + ": " + err.message, true);
+    }
+  });
+  counted();
+  mount(el("h2", { text: "Conversation " + id }), form, count, (data.records || []).length ? list : el("p", { text: "no records for this id" }), more);
   ready();
 }
 

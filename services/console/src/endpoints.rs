@@ -260,10 +260,16 @@ async fn map(
 #[derive(Deserialize)]
 struct ThreadQuery {
     id: Uuid,
+    /// Which id it is (`call`, `task`, `message`), as the first page said; absent: try each.
+    #[serde(default)]
+    by: Option<String>,
+    /// The previous page's `next_cursor`.
+    #[serde(default)]
+    cursor: Option<u64>,
 }
 
 /// A conversation by any of its ids (a call, a message, a task, an item addressed to a
-/// person), oldest first.
+/// person), oldest first, one page at a time (`next_cursor` and `by` fetch the next).
 async fn thread(
     State(console): State<Arc<Console>>,
     method: Method,
@@ -273,22 +279,34 @@ async fn thread(
     let signed = console.signed(&headers, &method)?;
     console.needs(&signed, Access::Viewer)?;
     let subject = AuditOp::Thread.subject();
-    for request in [
-        ThreadRequest {
-            correlation_id: Some(query.id),
+    let request = |by: &str| {
+        let mut request = ThreadRequest {
+            cursor: query.cursor,
             ..ThreadRequest::default()
-        },
-        ThreadRequest {
-            task_id: Some(query.id),
-            ..ThreadRequest::default()
-        },
-        ThreadRequest {
-            message_id: Some(query.id),
-            ..ThreadRequest::default()
-        },
-    ] {
-        let found = console.fabric(&subject, &request).await?;
+        };
+        match by {
+            "call" => request.correlation_id = Some(query.id),
+            "task" => request.task_id = Some(query.id),
+            _ => request.message_id = Some(query.id),
+        }
+        request
+    };
+    let kinds: &[&str] = match query.by.as_deref() {
+        Some("call") => &["call"],
+        Some("task") => &["task"],
+        Some("message") => &["message"],
+        Some(other) => {
+            return Err(ApiError::BadRequest(format!(
+                "by must be call, task or message, not `{}`",
+                other.chars().take(40).collect::<String>()
+            )));
+        }
+        None => &["call", "task", "message"],
+    };
+    for by in kinds {
+        let mut found = console.fabric(&subject, &request(by)).await?;
         if found["records"].as_array().is_some_and(|r| !r.is_empty()) {
+            found["by"] = json!(by);
             return Ok(Json(found));
         }
     }
