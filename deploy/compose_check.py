@@ -9,7 +9,10 @@ health check and is given more time to stop than its drain grace; the NATS route
 the compose NATS services. People and the console read deploy/people.toml (it parses; tokens
 are sha256:<64 hex>), mounted read-only where their variables point; the console listens on
 every interface of its container and is published on the host's loopback on its own port (it
-answers only the Host 127.0.0.1:<its port>), its trace links are http(s) with {trace_id}.
+answers only the Host 127.0.0.1:<its port>), its trace links are http(s) with {trace_id}. The
+`keys` service gives nats-config the same people file (`--people`, mounted read-only), and the
+console signs in with its own key (/auth/console.nk) and reply prefix (_INBOX.console), the
+other services with /auth/services.nk.
 
 Metrics: every Switchboard service serves /metrics on a port reachable from the network, and
 Prometheus (its config mounted read-only) finds every one of them by DNS on that port, so each
@@ -191,7 +194,10 @@ def main() -> int:
     before = len(problems)
     check_people_console(services)
     if len(problems) == before:
-        print(f"  ok   people and console: {PEOPLE_FILE} mounted read-only, console published on loopback")
+        print(
+            f"  ok   people and console: {PEOPLE_FILE} mounted read-only (keys: --people),"
+            " console published on loopback, signed in with console.nk"
+        )
 
     before = len(problems)
     check_metric_names()
@@ -233,7 +239,8 @@ def check_people_console(services: dict) -> None:
         elif not mounted[1]:
             problem(f"{name}: {PEOPLE_FILE} is not mounted read-only")
         if "auth:/auth:ro" not in (svc.get("volumes") or []):
-            problem(f"{name}: the auth volume (services.nk) is not mounted read-only at /auth")
+            problem(f"{name}: the auth volume (its NKey seed) is not mounted read-only at /auth")
+    check_keys(services)
     console = services.get("console") or {}
     env = {k: str(v) for k, v in (console.get("environment") or {}).items()}
     listen = re.fullmatch(r"(.*):(\d+)", env.get("SWITCHBOARD_CONSOLE__LISTEN", ""))
@@ -251,6 +258,37 @@ def check_people_console(services: dict) -> None:
     jaeger = [str(p) for p in (services.get("jaeger") or {}).get("ports") or []]
     if template and not any(template.startswith(f"http://{p.rsplit(':', 1)[0]}/") for p in jaeger):
         problem(f"console: trace links {template!r} do not point at a published Jaeger port {jaeger}")
+
+
+# What each Switchboard service signs in to NATS with (docs/security.md): the console has a user
+# of its own, which may subscribe only below its reply prefix.
+CONSOLE_SEED, SERVICES_SEED, CONSOLE_INBOX_PREFIX = "/auth/console.nk", "/auth/services.nk", "_INBOX.console"
+
+
+def check_keys(services: dict) -> None:
+    """The `keys` service runs nats-config with the people file (its operators may talk from the
+    console), mounted read-only where `--people` points; the console signs in with console.nk
+    and replies under _INBOX.console, every other service with services.nk."""
+    keys = services.get("keys") or {}
+    command = keys.get("command") or []
+    script = " ".join(str(c) for c in command) if isinstance(command, list) else str(command)
+    people = re.search(r"nats-config\b[^&;]*?--people\s+(\S+)", script)
+    mounted = container_path(keys, PEOPLE_FILE)
+    if people is None:
+        problem("keys: nats-config is not given the people file (--people)")
+    elif mounted is None or mounted[0] != people.group(1):
+        problem(f"keys: --people {people.group(1)} is not where {PEOPLE_FILE} is mounted ({mounted and mounted[0]})")
+    elif not mounted[1]:
+        problem(f"keys: {PEOPLE_FILE} is not mounted read-only")
+    for name in SERVICES:
+        env = {k: str(v) for k, v in ((services.get(name) or {}).get("environment") or {}).items()}
+        seed = env.get("SWITCHBOARD_NATS__NKEY_FILE")
+        want = CONSOLE_SEED if name == "console" else SERVICES_SEED
+        if seed != want:
+            problem(f"{name}: SWITCHBOARD_NATS__NKEY_FILE={seed!r}, expected {want}")
+        prefix = env.get("SWITCHBOARD_NATS__INBOX_PREFIX")
+        if prefix != (CONSOLE_INBOX_PREFIX if name == "console" else None):
+            problem(f"{name}: SWITCHBOARD_NATS__INBOX_PREFIX={prefix!r}")
 
 
 def container_path(svc: dict, host: str) -> tuple[str, bool] | None:

@@ -78,6 +78,10 @@ app.kubernetes.io/component: {{ .service }}
 {{- if not (has .Values.nats.auth.type $types) }}
 {{- fail (printf "nats.auth.type must be one of %s, got %q" (join ", " $types) .Values.nats.auth.type) }}
 {{- end }}
+{{- $auth := .Values.nats.auth }}
+{{- if and $auth.consoleNkeySeed (or (ne $auth.type "nkey") $auth.existingSecret (not $auth.nkeySeed)) }}
+{{- fail "nats.auth.consoleNkeySeed goes into the Secret the chart renders, which needs nats.auth.type nkey, nats.auth.nkeySeed and no existingSecret: otherwise put the key console.nk into your own Secret" }}
+{{- end }}
 {{- if not .Values.nats.urls }}
 {{- fail "nats.urls must list at least one server" }}
 {{- end }}
