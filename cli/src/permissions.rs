@@ -128,17 +128,17 @@ pub fn console_publish_allow(talkers: &[AgentId]) -> Vec<String> {
         subject::ops("tasks", ">"),
         switchboard_proto::audit::AuditOp::Thread.subject(),
         switchboard_proto::audit::AuditOp::History.subject(),
-        "$JS.API.INFO".to_owned(),
+        subject::JS_API_INFO.to_owned(),
         format!("{}.*", subject::INBOX_SUBJECT_PREFIX),
         // Flow control of the ordered consumers it reads with.
-        "$JS.FC.>".to_owned(),
+        subject::JS_FLOW_CONTROL_ALL.to_owned(),
     ];
     for bucket in [REGISTRY_BUCKET, GOALS_BUCKET] {
         let stream = format!("KV_{bucket}");
-        allow.push(format!("$JS.API.STREAM.INFO.{stream}"));
-        allow.push(format!("$JS.API.CONSUMER.CREATE.{stream}"));
-        allow.push(format!("$JS.API.CONSUMER.CREATE.{stream}.>"));
-        allow.push(format!("$JS.API.CONSUMER.DELETE.{stream}.>"));
+        allow.push(subject::js_api("STREAM.INFO", &stream));
+        allow.push(subject::js_api("CONSUMER.CREATE", &stream));
+        allow.push(subject::below(&subject::js_api("CONSUMER.CREATE", &stream)));
+        allow.push(subject::below(&subject::js_api("CONSUMER.DELETE", &stream)));
     }
     for op in [
         "STREAM.INFO",
@@ -146,7 +146,7 @@ pub fn console_publish_allow(talkers: &[AgentId]) -> Vec<String> {
         "STREAM.MSG.DELETE",
         "CONSUMER.CREATE",
     ] {
-        allow.push(format!("$JS.API.{op}.{DLQ_STREAM}"));
+        allow.push(subject::js_api(op, DLQ_STREAM));
     }
     for op in [
         "CONSUMER.CREATE",
@@ -154,7 +154,7 @@ pub fn console_publish_allow(talkers: &[AgentId]) -> Vec<String> {
         "CONSUMER.INFO",
         "CONSUMER.MSG.NEXT",
     ] {
-        allow.push(format!("$JS.API.{op}.{DLQ_STREAM}.>"));
+        allow.push(subject::below(&subject::js_api(op, DLQ_STREAM)));
     }
     for person in talkers {
         let Ok(agent) = AgentId::parse(&format!(

@@ -77,3 +77,10 @@ impl Console {
         }
     }
 }
+
+/// A JSON body, read only after the request passed the session and CSRF checks (an extractor
+/// would answer a form post before them).
+pub(crate) fn body<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    serde_json::from_slice(bytes)
+        .map_err(|err| ApiError::BadRequest(format!("invalid body: {err}")))
+}

@@ -24,7 +24,7 @@ use switchboard_request::request::request_json;
 use uuid::Uuid;
 
 use crate::Console;
-use crate::auth::{COOKIE, cookie, cross_site};
+use crate::auth::{COOKIE, body, cookie, cross_site};
 use crate::error::ApiError;
 use crate::store::Signed;
 
@@ -142,13 +142,6 @@ fn who(signed: &Signed, console: &Console) -> Value {
 #[serde(deny_unknown_fields)]
 struct Login {
     token: String,
-}
-
-/// A JSON body, read only after the request passed the session and CSRF checks (an extractor
-/// would answer a form post before them).
-pub(crate) fn body<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
-    serde_json::from_slice(bytes)
-        .map_err(|err| ApiError::BadRequest(format!("invalid body: {err}")))
 }
 
 async fn login(

@@ -16,7 +16,7 @@ use switchboard_proto::task::ops::{OpsCancel, OpsListTasks, TaskOpsOp, TreeQuery
 use uuid::Uuid;
 
 use crate::Console;
-use crate::endpoints::body;
+use crate::auth::body;
 use crate::error::ApiError;
 use crate::talk::{Mode, check_input};
 

@@ -12,7 +12,6 @@ use uuid::Uuid;
 
 use crate::error::TaskError;
 use crate::tasks::{CAS_ATTEMPTS, Tasks};
-use crate::transitions::Change;
 
 impl Tasks {
     /// One agent's tasks, newest first, as the agent itself would list them.
@@ -108,17 +107,7 @@ impl Tasks {
                     descendants: Vec::new(),
                 });
             };
-            let mut updated = stored.task.clone();
-            updated.state = next;
-            updated.reason = Some(reason.clone());
-            let change = Change {
-                op: TaskOp::Cancel,
-                by: None,
-                role: TaskRole::System,
-                text: Some(reason.clone()),
-                parts: Vec::new(),
-            };
-            if let Some(done) = self.commit(&stored, updated, &change).await? {
+            if let Some(done) = self.cancel_as_system(&stored, next, reason.clone()).await? {
                 tracing::info!(task_id = %done.task.task_id, %person, "task tree canceled by an operator");
                 let descendants = self.cascade(&done.task).await;
                 return Ok(TaskReply {

@@ -148,6 +148,27 @@ impl Tasks {
         descendants
     }
 
+    /// Writes a cancel the service makes itself (a cascade's, an operator's), moving the task
+    /// to `next` with `reason`; `Ok(None)`: another writer won.
+    pub(crate) async fn cancel_as_system(
+        &self,
+        stored: &TaskEntry,
+        next: TaskState,
+        reason: String,
+    ) -> Result<Option<TaskEntry>, StoreError> {
+        let mut updated = stored.task.clone();
+        updated.state = next;
+        updated.reason = Some(reason.clone());
+        let change = Change {
+            op: TaskOp::Cancel,
+            by: None,
+            role: TaskRole::System,
+            text: Some(reason),
+            parts: Vec::new(),
+        };
+        self.commit(stored, updated, &change).await
+    }
+
     /// Cancels one task because its parent ended and returns it; one that had ended already is
     /// returned as it is. `Ok(None)`: gone, or not really that parent's child.
     async fn cancel_by_system(
@@ -169,17 +190,7 @@ impl Tasks {
                 return Ok(Some(stored.task));
             };
             let reason = format!("parent task {parent} ended ({})", parent_state.as_str());
-            let mut updated = stored.task.clone();
-            updated.state = next;
-            updated.reason = Some(reason.clone());
-            let change = Change {
-                op: TaskOp::Cancel,
-                by: None,
-                role: TaskRole::System,
-                text: Some(reason),
-                parts: Vec::new(),
-            };
-            if let Some(done) = self.commit(&stored, updated, &change).await? {
+            if let Some(done) = self.cancel_as_system(&stored, next, reason).await? {
                 return Ok(Some(done.task));
             }
         }

@@ -359,6 +359,17 @@ pub const TASKS_INDEX: IndexSubjects = IndexSubjects {
     prefix: "_SB.tasks.",
 };
 
+/// `$JS.API.INFO`: the JetStream account info request (a context asks it first).
+pub const JS_API_INFO: &str = "$JS.API.INFO";
+/// `$JS.FC.>`: where a push consumer's flow-control replies go (an ordered watch answers them).
+pub const JS_FLOW_CONTROL_ALL: &str = "$JS.FC.>";
+
+/// `$JS.API.<op>.<stream>`: a JetStream API request on one stream, `op` like `STREAM.INFO`,
+/// `STREAM.MSG.GET` or `CONSUMER.CREATE` (what a permission list names).
+pub fn js_api(op: &str, stream: &str) -> String {
+    format!("$JS.API.{op}.{stream}")
+}
+
 /// `$JS.API.DIRECT.GET.<stream>`: JetStream's direct get (any replica answers).
 pub fn js_direct_get(stream: &str) -> String {
     format!("$JS.API.DIRECT.GET.{stream}")
