@@ -17,7 +17,8 @@ test: nats-server py-venv asyncapi-tools ts-sdk console-tools
 # docs/performance.md. BENCH_OPS (default 400), BENCH_AGENTS (default 10000) and BENCH_GOALS
 # (live goals, default 100000; a 3-node R3 cluster opens up to 10000 of them) scale it;
 # BENCH_PENDING (approvals waiting for one person, default 10000) the people rows;
-# BENCH_THREAD (the console's conversation, default 10000 messages) the console rows;
+# BENCH_THREAD (the console's conversation, default 10000 messages) and BENCH_CONSOLE_LOADS
+# (fresh page loads per view, default 20) the console rows;
 # BENCH_ONLY=cluster runs only the 3-node R3 cluster rows, BENCH_ONLY=people the people rows,
 # BENCH_ONLY=console the console rows (BENCH_AGENTS defaults to 5000 there).
 bench: nats-server py-venv
