@@ -6,6 +6,7 @@
 //! - no source file grows past what anyone reads at once without saying why;
 //! - the concept → file map in CONTRIBUTING.md names the file that holds each concept;
 //! - no two files of one crate import each other, directly or in a longer circle (issue 30);
+//! - no service crate depends on another (what services share is in `shared/`);
 //! - the Rust client needs neither the services' runtime nor its config loader and exporter.
 //!
 //! These read the source tree; they need no nats-server.
@@ -160,6 +161,57 @@ fn every_service_has_the_same_files_for_the_same_jobs() {
     }
     assert_eq!(count, 8, "eight services expected");
     assert!(missing.is_empty(), "missing: {missing:?}");
+}
+
+/// The package names of the services (`services/*/Cargo.toml`).
+fn service_packages() -> Vec<String> {
+    let mut packages = Vec::new();
+    let services =
+        std::fs::read_dir(root().join("services")).unwrap_or_else(|err| panic!("services/: {err}"));
+    for service in services.flatten() {
+        let manifest = service.path().join("Cargo.toml");
+        if !manifest.is_file() {
+            continue;
+        }
+        let name = read(&manifest)
+            .lines()
+            .find_map(|line| line.strip_prefix("name = "))
+            .map(|name| name.trim().trim_matches('"').to_owned())
+            .unwrap_or_else(|| panic!("no package name in {}", manifest.display()));
+        packages.push(name);
+    }
+    packages
+}
+
+/// A service owns its rules; what two services share lives in `shared/` (the door into every
+/// inbox, the registry view, the people file). So no service crate depends on another — not
+/// directly, and not through a shared crate (issue 40): a change to one service's code can
+/// break no other service. Read from `Cargo.lock`, which records every edge.
+#[test]
+fn no_service_crate_depends_on_another() {
+    let services = service_packages();
+    assert_eq!(services.len(), 8, "eight services expected: {services:?}");
+    let mut found = Vec::new();
+    for name in &services {
+        let closure = locked_closure(name);
+        for other in &services {
+            if other != name && closure.contains(other) {
+                found.push(format!("{name} → {other}"));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "service crates depending on another: {found:?}"
+    );
+    // The check reads what it must: the CLI, which embeds every service, depends on them all.
+    let cli = locked_closure("switchboard");
+    for name in &services {
+        assert!(
+            cli.contains(name),
+            "the lock file shows switchboard → {name}"
+        );
+    }
 }
 
 /// Longest a source file may be without a stated reason.

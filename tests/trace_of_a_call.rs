@@ -1,6 +1,6 @@
 //! One trace from sender to receiver, received over OTLP and decoded: an agent's call goes
-//! client → reply-correlator → inbox-fanout → the callee's inbox → the callee's handling span
-//! → its reply → reply-correlator, all under one trace id, each span the child of the hop
+//! client → reply-correlator (the call, then its request through the one door into every
+//! inbox) → the callee's inbox → the callee's handling span → its reply → reply-correlator, all under one trace id, each span the child of the hop
 //! before it, with OpenTelemetry messaging attributes.
 //!
 //! Its own test binary: the global tracing subscriber can be installed once per process.
@@ -112,7 +112,7 @@ async fn one_trace_covers_call_fanout_inbox_and_reply() {
     };
     let turn = one("agent-turn");
     let call = one("reply-correlator.call");
-    let send = one("inbox-fanout.send");
+    let send = one("reply-correlator.deliver");
     let receive = one("process agent.inbox");
     let reply = one("reply-correlator.reply");
 
@@ -159,8 +159,8 @@ async fn one_trace_covers_call_fanout_inbox_and_reply() {
         );
     }
     assert_eq!(
-        attribute(send, "messaging.destination.name").as_deref(),
-        Some("agent.send.caller")
+        attribute(send, "messaging.operation.name").as_deref(),
+        Some("deliver")
     );
     assert_eq!(
         attribute(send, "switchboard.agent_id").as_deref(),

@@ -3,7 +3,7 @@
 //! is the session's, never a body field.
 
 use axum::http::{HeaderMap, Method, header};
-use people::book::Access;
+use switchboard_runtime::people_book::Access;
 
 use crate::Console;
 use crate::error::ApiError;

@@ -15,12 +15,12 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use people::book::Access;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use switchboard_proto::audit::{AuditOp, HistoryRequest, ThreadRequest};
 use switchboard_proto::people::ops::PeopleOpsOp;
 use switchboard_request::request::request_json;
+use switchboard_runtime::people_book::Access;
 use uuid::Uuid;
 
 use crate::Console;

@@ -32,8 +32,8 @@ use std::time::Duration;
 
 use async_nats::Client;
 use async_nats::jetstream;
-use people::book::Books;
 use switchboard_delivery::registry_view::RegistryView;
+use switchboard_runtime::people_book::Books;
 use switchboard_runtime::service::StartError;
 use switchboard_runtime::{CancellationToken, RuntimeConfig, resources};
 

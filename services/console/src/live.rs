@@ -20,8 +20,8 @@ use crate::Console;
 use crate::error::ApiError;
 use crate::store::Signed;
 use axum::http::Method;
-use people::book::Access;
 use std::sync::atomic::Ordering;
+use switchboard_runtime::people_book::Access;
 
 /// Hints buffered per stream; a page that falls behind gets a `resync` and reads afresh.
 pub const HINTS: usize = 1024;

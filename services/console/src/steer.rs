@@ -6,13 +6,13 @@ use std::sync::Arc;
 use axum::Json;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, Method};
-use people::book::Access;
 use serde::Deserialize;
 use serde_json::Value;
 use switchboard_proto::AgentId;
 use switchboard_proto::message::TaskState;
 use switchboard_proto::task::ListRole;
 use switchboard_proto::task::ops::{OpsCancel, OpsListTasks, TaskOpsOp, TreeQuery};
+use switchboard_runtime::people_book::Access;
 use uuid::Uuid;
 
 use crate::Console;

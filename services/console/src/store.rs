@@ -7,9 +7,9 @@ use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use people::book::{Access, Books, Person};
 use ring::rand::{SecureRandom, SystemRandom};
 use sha2::{Digest, Sha256};
+use switchboard_runtime::people_book::{Access, Books, Person};
 
 /// Most sessions held at once; the oldest is dropped past it.
 const MAX_SESSIONS: usize = 10_000;
@@ -182,7 +182,7 @@ impl Sessions {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use people::book::Book;
+    use switchboard_runtime::people_book::Book;
 
     #[test]
     fn tokens_sign_in_and_the_one_time_token_works_once() {

@@ -26,7 +26,7 @@ use switchboard_proto::task::{CreateTask, TaskRequestOp};
 use switchboard_proto::{AgentCard, AgentId, ErrorKind, ErrorReply, GoalId};
 use switchboard_request::request::{RequestFailure, request_json};
 
-use people::book::Person;
+use switchboard_runtime::people_book::Person;
 
 use crate::error::ApiError;
 

@@ -37,8 +37,10 @@ use switchboard_runtime::{CancellationToken, RuntimeConfig, resources};
 pub use config::FanoutConfig;
 pub use reader::Reader;
 pub use receipts::Receipts;
-pub use send::{Fanout, InboxPublisher, JetStreamPublisher};
+pub use send::Fanout;
 use store::InboxStore;
+use switchboard_delivery::door::Door;
+pub use switchboard_delivery::door::{InboxPublisher, JetStreamPublisher};
 pub use switchboard_delivery::registry_view::RegistryView;
 use wake::WakeHub;
 
@@ -64,19 +66,7 @@ pub struct Running {
     js: async_nats::jetstream::Context,
 }
 
-/// The send path on its own, for a service that delivers messages itself instead of asking
-/// the fan-out over NATS (the correlator delivers a call's request this way: the same gates,
-/// ACL, anti-loop and per-goal publishes, without the extra request and reply). Run
-/// [`RegistryView::watch`] on the view while it is used.
-#[derive(Debug, Clone)]
-pub struct SendPath {
-    /// The send rules, publishing to JetStream.
-    pub fanout: Arc<Fanout>,
-    /// Its registry view (fed by KV watches): also answers who owns a goal without a read.
-    pub view: RegistryView,
-}
-
-/// The stores both the service and an embedded send path work on.
+/// The stores the service works on.
 struct Parts {
     js: jetstream::Context,
     view: RegistryView,
@@ -112,29 +102,6 @@ async fn parts(client: &Client, runtime: &RuntimeConfig) -> Result<Parts, StartE
         receipts,
         js,
     })
-}
-
-/// Applies what the send path needs and builds it (no endpoint is subscribed).
-pub async fn send_path(
-    client: &Client,
-    runtime: &RuntimeConfig,
-    config: FanoutConfig,
-) -> Result<SendPath, StartError> {
-    let Parts {
-        js,
-        view,
-        store,
-        receipts,
-    } = parts(client, runtime).await?;
-    let fanout = Arc::new(Fanout::new(
-        view.clone(),
-        Arc::new(JetStreamPublisher(js.clone())),
-        store,
-        receipts,
-        js,
-        config,
-    ));
-    Ok(SendPath { fanout, view })
 }
 
 /// Applies the resources it needs, starts the registry view and subscribes the endpoints,
@@ -179,14 +146,14 @@ pub async fn start_with(
         receipts.clone(),
         stopping.clone(),
     ));
-    let fanout = Arc::new(Fanout::new(
+    let door = Door::new(
         view.clone(),
         publisher,
-        store,
-        receipts.clone(),
         js.clone(),
-        config,
-    ));
+        receipts.bucket(),
+        config.broadcast_cap,
+    );
+    let fanout = Arc::new(Fanout::new(door, store, js.clone(), config));
     let running = micro::start(
         client,
         SPEC,

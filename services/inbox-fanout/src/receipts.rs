@@ -129,16 +129,9 @@ impl Receipts {
         }
     }
 
-    /// Records message `id` from `sender` as stored in each of `goals` (receiving agent, goal).
-    pub(crate) async fn stored(&self, id: Uuid, sender: &AgentId, goals: &[(AgentId, GoalId)]) {
-        receipts::advance_logged(&self.kv, id, sender, goals, ReceiptState::Stored).await;
-    }
-
-    /// Drops `goals` from message `id`'s record: their copies were never stored.
-    pub(crate) async fn not_stored(&self, id: Uuid, sender: &AgentId, goals: &[GoalId]) {
-        if let Err(err) = receipts::forget(&self.kv, id, sender, goals).await {
-            tracing::warn!(message_id = %id, error = %err, "receipt record keeps goals that were never stored");
-        }
+    /// The `agent_receipts` bucket the records are in (the door writes a send's `stored`).
+    pub fn bucket(&self) -> kv::Store {
+        self.kv.clone()
     }
 
     /// Tells each sender in `owed` that `reader`'s `goal` got to `state` with its message, and

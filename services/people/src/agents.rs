@@ -30,7 +30,8 @@ struct Wait {
 impl People {
     /// The caller's card: it must be registered.
     async fn sender(&self, caller: &AgentId) -> Result<AgentCard, PeopleError> {
-        self.registry
+        self.door
+            .view()
             .card(caller)
             .await?
             .ok_or_else(|| PeopleError::NotRegistered(caller.clone()))
@@ -230,7 +231,7 @@ impl People {
                 ));
             }
         };
-        if !self.registry.owns_goal(caller, &from_goal).await? {
+        if !self.door.view().owns_goal(caller, &from_goal).await? {
             return Err(PeopleError::NotYourGoal {
                 goal: from_goal,
                 caller: caller.clone(),

@@ -21,7 +21,7 @@
 //! expiry, redelivery), `endpoints.rs` (the endpoint table), this file (`start`/`run`).
 
 mod agents;
-pub mod book;
+pub use switchboard_runtime::people_book as book;
 pub mod config;
 mod endpoints;
 pub mod error;
@@ -36,7 +36,7 @@ use std::time::Duration;
 
 use async_nats::Client;
 use async_nats::jetstream;
-use switchboard_delivery::registry_view::RegistryView;
+use switchboard_delivery::door::Door;
 use switchboard_proto::PEOPLE_SERVICE;
 use switchboard_runtime::micro::{self, ServiceSpec};
 use switchboard_runtime::{CancellationToken, RuntimeConfig, resources};
@@ -74,9 +74,9 @@ pub async fn start(
     resources::ensure_stream(&js, resources::events_stream(&runtime.jetstream)).await?;
     let items =
         resources::ensure_bucket(&js, resources::people_items_bucket(&runtime.jetstream)).await?;
-    let agents =
-        resources::ensure_bucket(&js, resources::registry_bucket(&runtime.jetstream)).await?;
-    let goals = resources::ensure_bucket(&js, resources::goals_bucket(&runtime.jetstream)).await?;
+    // A person's word goes into an agent's goal through the one door; its registry view
+    // answers cards and goal ownership.
+    let door = Door::open(&js, &runtime.jetstream, 0).await?;
     let books = match &config.file {
         Some(path) => book::Books::load(path).map_err(StartError::Config)?,
         None => book::Books::default(),
@@ -84,7 +84,7 @@ pub async fn start(
     let people = Arc::new(People::new(
         js.clone(),
         store::ItemStore::new(items),
-        RegistryView::new(js, agents, goals),
+        door,
         books,
         config.clone(),
         Duration::from_secs(runtime.jetstream.people_max_age_secs),
@@ -114,7 +114,7 @@ impl Running {
 
     /// Serves, sweeps and follows the people file until `shutdown`, then drains.
     pub async fn run(self, shutdown: CancellationToken) {
-        let registry = tokio::spawn(self.people.registry.clone().watch(shutdown.clone()));
+        let registry = tokio::spawn(self.people.door.view().clone().watch(shutdown.clone()));
         let items = tokio::spawn(self.people.view.clone().watch(shutdown.clone()));
         let follow = self.people.config.file.clone().map(|path| {
             tokio::spawn(self.people.books.clone().follow(

@@ -6,12 +6,11 @@ use std::time::Duration;
 
 use async_nats::jetstream;
 use serde_json::{Map, Value, json};
-use switchboard_delivery::deliver::deliver_json;
-use switchboard_delivery::registry_view::RegistryView;
+use switchboard_delivery::door::{Address, Door, Letter, Origin};
 use switchboard_proto::people::{
     ItemKind, ItemState, Party, PeopleEvent, PeopleEventKind, PersonItem,
 };
-use switchboard_proto::{AgentId, GoalId, InboxMessage, MessageKind, new_id, subject, timestamp};
+use switchboard_proto::{AgentId, GoalId, InboxMessage, MessageKind, new_id, timestamp};
 use switchboard_runtime::publish::publish_event;
 use tracing::Instrument as _;
 
@@ -33,7 +32,7 @@ pub struct People {
     pub(crate) js: jetstream::Context,
     pub(crate) store: ItemStore,
     pub(crate) view: ItemsView,
-    pub(crate) registry: RegistryView,
+    pub(crate) door: Door,
     pub(crate) books: Books,
     pub(crate) config: PeopleConfig,
     /// How long the bucket keeps a record (`jetstream.people_max_age_secs`).
@@ -66,7 +65,7 @@ impl People {
     pub fn new(
         js: jetstream::Context,
         store: ItemStore,
-        registry: RegistryView,
+        door: Door,
         books: Books,
         config: PeopleConfig,
         keep: std::time::Duration,
@@ -75,7 +74,7 @@ impl People {
             js,
             view: ItemsView::new(store.bucket().clone()),
             store,
-            registry,
+            door,
             books,
             config,
             keep: time::Duration::try_from(keep).unwrap_or(time::Duration::MAX),
@@ -126,7 +125,8 @@ impl People {
             return Ok(false);
         };
         let owned = self
-            .registry
+            .door
+            .view()
             .owns_goal(&item.from_agent, &goal)
             .await
             .unwrap_or(true);
@@ -134,16 +134,27 @@ impl People {
             tracing::info!(item_id = %item.item_id, goal_id = %goal, purpose, "the goal is no longer the agent's; nothing written to it");
             return Ok(false);
         }
-        let msg_id = format!("{purpose}:{}:{goal}", item.item_id);
-        deliver_json(&self.js, &subject::inbox(&goal), &msg_id, message)
+        let purpose = format!("{purpose}:{}", item.item_id);
+        let letter = Letter {
+            to: Address::Goals(item.from_agent.clone(), vec![goal]),
+            from_goal: None,
+            message: message.clone(),
+        };
+        let failed = |reason: String| {
+            PeopleError::Store(switchboard_runtime::store::StoreError::store(
+                "writing into the agent's inbox",
+                reason,
+            ))
+        };
+        let report = self
+            .door
+            .deliver(Origin::Service { purpose: &purpose }, letter)
             .await
-            .map(|_| true)
-            .map_err(|err| {
-                PeopleError::Store(switchboard_runtime::store::StoreError::store(
-                    "writing into the agent's inbox",
-                    err.to_string(),
-                ))
-            })
+            .map_err(|err| failed(err.to_string()))?;
+        if report.delivered_to.is_empty() {
+            return Err(failed(report.unreachable_reasons.join("; ")));
+        }
+        Ok(true)
     }
 
     fn message_to(item: &PersonItem, body: String, kind: MessageKind) -> InboxMessage {

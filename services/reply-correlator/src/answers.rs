@@ -6,7 +6,7 @@
 use switchboard_proto::call::{
     AnswerRoute, CallAnswer, CallEventKind, CallState, PendingCall, ReplyAck, ReplyRequest,
 };
-use switchboard_proto::send::{SendRequest, check_content_fits, check_gates};
+use switchboard_proto::send::{check_body, check_content_fits};
 use switchboard_proto::{
     AgentId, ErrorKind, ErrorReply, GoalId, InboxMessage, MessageKind, new_id, subject, timestamp,
 };
@@ -48,18 +48,11 @@ impl Correlator {
                 ));
             }
         }
-        // The message gates of a send (non-empty, ≤ 64 KiB), with the caller as a stand-in
-        // target so gates 1–2 pass.
+        // The body check of a send (non-empty, ≤ 64 KiB).
         let body = if bare && !request.partial {
             ""
         } else {
-            let probe = SendRequest {
-                to: Some("_".to_owned()),
-                message: request.message.clone(),
-                ..SendRequest::default()
-            };
-            check_gates(callee, &probe).map_err(CorrelatorError::Gate)?;
-            text
+            check_body(Some(text)).map_err(CorrelatorError::Gate)?
         };
         // An answer that could not be stored must be refused before the call is claimed.
         check_content_fits("the answer with its parts", body, &request.parts, &[])

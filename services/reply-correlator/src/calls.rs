@@ -1,9 +1,9 @@
 //! The call rules: making a call and waiting for its answer (answering it is `answers.rs`).
 //!
 //! A call is recorded (open, with its deadline) *before* its request is delivered, so an
-//! answer can never arrive for a call nobody knows. The request itself goes through
-//! inbox-fanout (`agent.send.<caller>`), so calls pass the same gates, ACL and per-goal
-//! fan-out as any message. A waiting call is held by the replica that took it, listening on
+//! answer can never arrive for a call nobody knows. The request itself goes through the one
+//! door into every inbox (`switchboard_delivery::door`) as the caller's message, so calls pass
+//! the same ACL, anti-loop and per-goal fan-out as any message. A waiting call is held by the replica that took it, listening on
 //! an internal per-call subject; whichever replica takes the reply claims the call with
 //! compare-and-set and hands the answer to that listener, or — when no listener acknowledges
 //! (parked call, or the waiting replica is gone) — into the caller goal's inbox as
@@ -13,22 +13,26 @@
 use std::sync::PoisonError;
 use std::time::Duration;
 
-use bytes::Bytes;
-use futures::StreamExt;
 use serde::Serialize;
+use switchboard_delivery::door::{Address, Letter, Origin};
 use switchboard_proto::call::{
-    CallAnswer, CallDropped, CallEventKind, CallParked, CallPart, CallRequest, CallState,
-    PendingCall, clamp_timeout, derive_chain,
+    CallAnswer, CallEventKind, CallParked, CallRequest, CallState, PendingCall, clamp_timeout,
+    derive_chain,
 };
-use switchboard_proto::send::{DeliveryReport, SendRequest, Target, check_gates, unknown_agent};
-use switchboard_proto::{AgentId, ErrorKind, GoalId, MessageKind, new_id, subject, timestamp};
+use switchboard_proto::send::{
+    DeliveryReport, Target, check_body, check_receipt, check_target, unknown_agent,
+};
+use switchboard_proto::{
+    AgentId, ErrorKind, GoalId, InboxMessage, MessageKind, new_id, subject, timestamp,
+};
 use switchboard_request::request::route_by_skill;
 use tokio::sync::mpsc;
+use tracing::Instrument;
 
-use crate::correlator::{Correlator, HANDOVER_TIMEOUT, Held, LocalAnswer, Taken, WaitingGuard};
+use crate::correlator::{Correlator, Held, LocalAnswer, WaitingGuard};
 use crate::error::CorrelatorError;
 use crate::parts::PartForwarder;
-use crate::store::{CallEntry, Created, INDEX_WAITING_AFTER};
+use crate::store::{CallEntry, Created};
 
 /// A retried call (named by its `correlation_id`) re-delivers its request only while it is
 /// younger than this: half the streams' duplicate window, so the copy is stored once.
@@ -45,6 +49,49 @@ pub enum CallOutcome {
     Answered(CallAnswer),
     /// Parked: the answer comes to the caller goal's inbox.
     Parked(CallParked),
+}
+
+/// A call about to be opened: its record, how long the caller waits, and whether the parent's
+/// deadline shortened it.
+struct Opening {
+    call: PendingCall,
+    timeout_ms: u64,
+    clamped: bool,
+}
+
+/// What opening a call's record found.
+enum Opened {
+    /// A new call.
+    New(CallEntry),
+    /// A retry of an open call, joined to it.
+    Joined(CallEntry),
+    /// A retry of a call that has ended: its outcome.
+    Ended(Result<CallOutcome, CorrelatorError>),
+}
+
+/// A wait's outcome with the call's `clamped` (a parent's deadline shortened it) filled in.
+fn with_clamped(
+    waited: Result<CallOutcome, CorrelatorError>,
+    clamped: bool,
+) -> Result<CallOutcome, CorrelatorError> {
+    match waited {
+        Ok(CallOutcome::Answered(mut answer)) => {
+            answer.clamped = clamped;
+            Ok(CallOutcome::Answered(answer))
+        }
+        Err(CorrelatorError::Timeout {
+            callee,
+            timeout_ms,
+            correlation_id,
+            ..
+        }) => Err(CorrelatorError::Timeout {
+            callee,
+            timeout_ms,
+            correlation_id,
+            clamped,
+        }),
+        other => other,
+    }
 }
 
 fn duration_ms(d: time::Duration) -> u64 {
@@ -100,22 +147,89 @@ impl Correlator {
         result
     }
 
+    /// A call, step by step: who it is for, its record and deadline, the record opened (or a
+    /// retry joined to its first attempt), the answer listened for, the request through the
+    /// door, then the wait (or, parked, where the answer will land).
     async fn make_call(
         &self,
         caller: &AgentId,
         request: CallRequest,
         reply: Option<async_nats::Subject>,
     ) -> Result<CallOutcome, CorrelatorError> {
-        // The send gates, reused: `to`, not self, non-empty message, size.
-        let probe = SendRequest {
-            to: request.to.clone(),
-            message: request.message.clone(),
-            from_agent_id: request.from_agent_id.clone(),
-            from_goal_id: request.from_goal_id,
-            receipt: request.receipt,
-            ..SendRequest::default()
+        let (callee, body) = self.callee(caller, &request).await?;
+        let opening = self.opening(caller, &callee, &request).await?;
+        let _slot = match opening.call.wait {
+            true => Some(
+                self.waiting_slot(caller)
+                    .ok_or_else(|| self.too_many(caller))?,
+            ),
+            false => None,
         };
-        let (target, body) = check_gates(caller, &probe).map_err(CorrelatorError::Gate)?;
+        let (stored, joined) = match self.record_call(caller, &opening).await? {
+            Opened::New(stored) => (stored, false),
+            Opened::Joined(stored) => (stored, true),
+            Opened::Ended(outcome) => return outcome,
+        };
+        let record = stored.call.clone();
+        // A waiting call listens for its answer before the request can be answered: on its
+        // NATS subject (another replica claims it) and in process (this one does).
+        let mut answers = self.listen(&record).await?;
+        let (local_tx, mut local) = mpsc::channel(1);
+        let _waiting = record.wait.then(|| self.hold(&stored, local_tx));
+        let report = self.send_request(&stored, joined, body, &request).await?;
+        tracing::info!(correlation_id = %record.correlation_id, caller = %caller, callee = %callee, depth = record.chain.len(), timeout_ms = opening.timeout_ms, wait = record.wait, "call opened");
+        if !joined {
+            crate::correlator::count_call("opened");
+        }
+        // No `opened` event: the request message, stored in the callee's inbox with the
+        // call's `correlation_id`, is the trail's record of the call opening (protocol §13,
+        // item 48).
+        let Some(answers) = answers.as_mut() else {
+            return Ok(CallOutcome::Parked(CallParked {
+                correlation_id: record.correlation_id,
+                delivered_to: report.delivered_to,
+                deadline: record.deadline,
+                clamped: opening.clamped,
+            }));
+        };
+        let forward = PartForwarder::new(self.client.clone(), reply.filter(|_| record.stream));
+        // A joined call was indexed again above; a new waiting call only if it lasts.
+        let waited = self
+            .wait_for_answer(
+                stored,
+                (answers, &mut local),
+                opening.timeout_ms,
+                forward,
+                joined,
+            )
+            .await;
+        with_clamped(waited, opening.clamped)
+    }
+
+    /// `too_many_calls` for `caller`.
+    fn too_many(&self, caller: &AgentId) -> CorrelatorError {
+        CorrelatorError::TooManyCalls {
+            caller: caller.clone(),
+            cap: self.config.max_open_calls,
+        }
+    }
+
+    /// Who the call is for and its body: the target and body checks of a send, a peer or a
+    /// skill (never a broadcast), and a caller goal that is the caller's own — a call naming
+    /// another agent's goal would deliver the answer into that goal's inbox.
+    async fn callee<'r>(
+        &self,
+        caller: &AgentId,
+        request: &'r CallRequest,
+    ) -> Result<(AgentId, &'r str), CorrelatorError> {
+        let target = check_target(
+            caller,
+            request.from_agent_id.as_deref(),
+            request.to.as_deref(),
+        )
+        .map_err(CorrelatorError::Gate)?;
+        check_receipt(request.receipt, request.from_goal_id).map_err(CorrelatorError::Gate)?;
+        let body = check_body(request.message.as_deref()).map_err(CorrelatorError::Gate)?;
         let callee = match target {
             Target::Broadcast => return Err(CorrelatorError::Broadcast),
             Target::Peer(to) => match AgentId::parse(&to) {
@@ -128,16 +242,25 @@ impl Correlator {
                 .await
                 .map_err(CorrelatorError::Unreachable)?,
         };
-        // The goal the answer (or a timeout notice) goes to must be the caller's own: a call
-        // naming another agent's goal would deliver into that goal's inbox.
         if let Some(goal) = request.from_goal_id
-            && !self.send.view.owns_goal(caller, &goal).await?
+            && !self.door.view().owns_goal(caller, &goal).await?
         {
             return Err(CorrelatorError::NotYourGoal {
                 goal,
                 caller: caller.clone(),
             });
         }
+        Ok((callee, body))
+    }
+
+    /// The call's record before it is opened: its chain (cycle and depth rules, asking back
+    /// allowed), its deadline (never past its parent's) and how long the caller waits.
+    async fn opening(
+        &self,
+        caller: &AgentId,
+        callee: &AgentId,
+        request: &CallRequest,
+    ) -> Result<Opening, CorrelatorError> {
         let timeout_ms = clamp_timeout(
             request.timeout_ms,
             self.config.default_timeout_ms,
@@ -145,24 +268,21 @@ impl Correlator {
         );
         let parent = match request.parent_correlation_id {
             None => None,
-            Some(parent_id) => {
-                let Some(parent) = self.store.find(&parent_id).await? else {
-                    return Err(CorrelatorError::UnknownParent(parent_id));
-                };
-                Some(parent.call)
-            }
+            Some(parent_id) => match self.store.find(&parent_id).await? {
+                Some(parent) => Some(parent.call),
+                None => return Err(CorrelatorError::UnknownParent(parent_id)),
+            },
         };
         // Asking back (a question to the agent whose call this one serves, `in_reply_to` its
         // request) is no cycle; it keeps the depth rule and the parent's deadline.
         let chain = derive_chain(
             caller,
-            &callee,
+            callee,
             parent.as_ref(),
             self.config.depth_limit,
             request.in_reply_to,
         )
         .map_err(CorrelatorError::Chain)?;
-
         let now = timestamp::now();
         // `timeout_ms` is clamped to `max_timeout_ms` above; still never an overflow.
         let own = timestamp::checked_after(now, timeout_ms).unwrap_or(now);
@@ -178,190 +298,154 @@ impl Correlator {
                 deadline,
             });
         }
-        let timeout_ms = if clamped {
-            duration_ms(deadline - now)
-        } else {
-            timeout_ms
-        };
-        let correlation_id = request.correlation_id.unwrap_or_else(new_id);
-        let fresh = PendingCall {
-            correlation_id,
+        let wait = request.wait.unwrap_or(true);
+        let call = PendingCall {
+            correlation_id: request.correlation_id.unwrap_or_else(new_id),
             caller: caller.clone(),
             caller_goal: request.from_goal_id.unwrap_or_default(),
             callee: callee.clone(),
-            chain: chain.clone(),
+            chain,
             parent: request.parent_correlation_id,
             request_id: new_id(),
-            wait: request.wait.unwrap_or(true),
+            wait,
             state: CallState::Open,
             answered_via: None,
             claimed_at: None,
             created_at: now,
             deadline,
-            stream: request.stream && request.wait.unwrap_or(true),
+            stream: request.stream && wait,
             streamed: Vec::new(),
             answer: None,
             traceparent: switchboard_runtime::telemetry::current_traceparent(),
         };
-        // A waiting call is counted by the replica that holds it, in memory; a parked one in
-        // the open-call index, once it is indexed (one count, not one before and one after): a
-        // call past the cap, or racing others past it, steps back.
-        let too_many = || CorrelatorError::TooManyCalls {
-            caller: caller.clone(),
-            cap: self.config.max_open_calls,
-        };
-        let _slot = match fresh.wait {
-            true => Some(self.waiting_slot(caller).ok_or_else(too_many)?),
-            false => None,
-        };
-        // A call the caller named may exist: then this request is a retry of it (or names
-        // another caller's call, which is refused) and joins it instead of opening another.
-        let stored = match self.store.create(&fresh).await? {
+        Ok(Opening {
+            call,
+            timeout_ms: if clamped {
+                duration_ms(deadline - now)
+            } else {
+                timeout_ms
+            },
+            clamped,
+        })
+    }
+
+    /// Opens the call's record. A call the caller named may exist: then this request is a
+    /// retry of it (or names another caller's call, which is refused) and joins it instead of
+    /// opening another — or ends here, when the call already has its answer or timed out. A
+    /// parked call is counted in the open-call index (a waiting one by the replica holding
+    /// it): one past the cap, or racing others past it, steps back.
+    async fn record_call(
+        &self,
+        caller: &AgentId,
+        opening: &Opening,
+    ) -> Result<Opened, CorrelatorError> {
+        let fresh = &opening.call;
+        let stored = match self.store.create(fresh).await? {
             Created::New(stored, open) => {
                 if open > self.config.max_open_calls {
                     self.store.forget(&stored).await?;
-                    return Err(too_many());
+                    return Err(self.too_many(caller));
                 }
-                stored
+                return Ok(Opened::New(stored));
             }
             Created::Exists(existing) => existing,
         };
-        let joined = stored.call.request_id != fresh.request_id;
-        if joined {
-            if stored.call.caller != *caller {
-                return Err(CorrelatorError::CallIdTaken(correlation_id));
-            }
-            match stored.call.state {
-                // Its first attempt may have died between the record and the index.
-                CallState::Open => self.store.reindex(&stored.call).await?,
-                // Answered already: the answer is on the record (kept for this), unless it
-                // went to the caller goal's inbox (a parked call, or no replica took it).
-                CallState::Answered => {
-                    return match (&stored.call.answer, stored.call.wait) {
-                        (Some(answer), true) => Ok(CallOutcome::Answered(answer.clone())),
-                        _ => Err(CorrelatorError::AnsweredToInbox(correlation_id)),
-                    };
-                }
-                CallState::Expired => {
-                    return Err(CorrelatorError::Timeout {
-                        callee: stored.call.callee.clone(),
-                        timeout_ms,
-                        correlation_id,
-                        clamped,
-                    });
-                }
-            }
+        if stored.call.caller != *caller {
+            return Err(CorrelatorError::CallIdTaken(fresh.correlation_id));
         }
-        let record = stored.call.clone();
-        // A waiting call listens for its answer before the request can be answered: on its
-        // NATS subject (another replica claims it) and in process (this one does).
-        let mut answers = if record.wait {
-            Some(
-                self.client
-                    .subscribe(subject::call_answer(&correlation_id))
-                    .await
-                    .map_err(|err| CorrelatorError::ListenForAnswer(err.into()))?,
-            )
-        } else {
-            None
-        };
-        let (local_tx, mut local) = mpsc::channel(1);
-        let _waiting = record.wait.then(|| {
-            self.waiting
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .insert(
-                    correlation_id,
-                    Held {
-                        answer_to: local_tx,
-                        stored: stored.clone(),
-                    },
-                );
-            WaitingGuard {
-                waiting: &self.waiting,
-                id: correlation_id,
+        Ok(match stored.call.state {
+            // Its first attempt may have died between the record and the index.
+            CallState::Open => {
+                self.store.reindex(&stored.call).await?;
+                Opened::Joined(stored)
             }
-        });
+            // Answered already: the answer is on the record (kept for this), unless it went to
+            // the caller goal's inbox (a parked call, or no replica took it).
+            CallState::Answered => Opened::Ended(match (&stored.call.answer, stored.call.wait) {
+                (Some(answer), true) => Ok(CallOutcome::Answered(answer.clone())),
+                _ => Err(CorrelatorError::AnsweredToInbox(fresh.correlation_id)),
+            }),
+            CallState::Expired => Opened::Ended(Err(CorrelatorError::Timeout {
+                callee: stored.call.callee.clone(),
+                timeout_ms: opening.timeout_ms,
+                correlation_id: fresh.correlation_id,
+                clamped: opening.clamped,
+            })),
+        })
+    }
 
-        // A retry delivers the request again with the same message id, so it reaches the callee
-        // even if the first attempt died before delivering it — but only while the stream's
-        // duplicate window (120 s) still stores it once: a call older than
-        // [`REDELIVER_WITHIN`] was delivered long ago (or its first attempt failed and
-        // forgot it), and a copy then would be a second request.
-        let redeliver = !joined || timestamp::now() - record.created_at < REDELIVER_WITHIN;
-        let report = if redeliver {
-            match self.deliver_request(&record, body, &request).await {
-                Ok(report) => report,
-                Err(err) if !joined => {
-                    self.store.forget(&stored).await?;
-                    return Err(err);
-                }
-                // The call exists and may have reached the callee: keep waiting for it.
-                Err(err) => {
-                    tracing::debug!(%correlation_id, error = %err, "a retried call's request was not delivered again");
-                    DeliveryReport::default()
-                }
+    /// A waiting call's subscription to the answers other replicas hand over (none parked).
+    async fn listen(
+        &self,
+        call: &PendingCall,
+    ) -> Result<Option<async_nats::Subscriber>, CorrelatorError> {
+        if !call.wait {
+            return Ok(None);
+        }
+        self.client
+            .subscribe(subject::call_answer(&call.correlation_id))
+            .await
+            .map(Some)
+            .map_err(|err| CorrelatorError::ListenForAnswer(err.into()))
+    }
+
+    /// Registers a waiting call with this replica, so an answer it claims is handed over in
+    /// process; the guard takes it out again.
+    fn hold(&self, stored: &CallEntry, answer_to: mpsc::Sender<LocalAnswer>) -> WaitingGuard<'_> {
+        let id = stored.call.correlation_id;
+        let held = Held {
+            answer_to,
+            stored: stored.clone(),
+        };
+        self.waiting
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(id, held);
+        WaitingGuard {
+            waiting: &self.waiting,
+            id,
+        }
+    }
+
+    /// Delivers the call's request, or for a retry delivers it again with the same message id
+    /// — so it reaches the callee even if the first attempt died before delivering it — but
+    /// only while the stream's duplicate window (120 s) still stores it once: a call older than
+    /// [`REDELIVER_WITHIN`] was delivered long ago (or its first attempt failed and forgot
+    /// it), and a copy then would be a second request. A new call nobody took is forgotten.
+    async fn send_request(
+        &self,
+        stored: &CallEntry,
+        joined: bool,
+        body: &str,
+        request: &CallRequest,
+    ) -> Result<DeliveryReport, CorrelatorError> {
+        let record = &stored.call;
+        if joined && timestamp::now() - record.created_at >= REDELIVER_WITHIN {
+            return Ok(DeliveryReport::default());
+        }
+        let report = match self.deliver_request(record, body, request).await {
+            Ok(report) => report,
+            Err(err) if !joined => {
+                self.store.forget(stored).await?;
+                return Err(err);
             }
-        } else {
-            DeliveryReport::default()
+            // The call exists and may have reached the callee: keep waiting for it.
+            Err(err) => {
+                tracing::debug!(correlation_id = %record.correlation_id, error = %err, "a retried call's request was not delivered again");
+                return Ok(DeliveryReport::default());
+            }
         };
         if report.delivered_to.is_empty() && !joined {
-            self.store.forget(&stored).await?;
+            self.store.forget(stored).await?;
             return Err(CorrelatorError::Unreachable(
                 report.unreachable_reasons.join("; "),
             ));
         }
-        tracing::info!(%correlation_id, caller = %caller, callee = %callee, depth = chain.len(), timeout_ms, wait = record.wait, "call opened");
-        if !joined {
-            crate::correlator::count_call("opened");
-        }
-        // No `opened` event: the request message, stored in the callee's inbox with the
-        // call's `correlation_id`, is the trail's record of the call opening (protocol §13,
-        // item 48).
-        let Some(answers) = answers.as_mut() else {
-            return Ok(CallOutcome::Parked(CallParked {
-                correlation_id,
-                delivered_to: report.delivered_to,
-                deadline: record.deadline,
-                clamped,
-            }));
-        };
-        let forward = PartForwarder::new(self.client.clone(), reply.filter(|_| record.stream));
-        // A joined call was indexed again above; a new waiting call only if it lasts.
-        match self
-            .wait_for_answer(stored, (answers, &mut local), timeout_ms, forward, joined)
-            .await
-        {
-            Ok(CallOutcome::Answered(mut answer)) => {
-                answer.clamped = clamped;
-                Ok(CallOutcome::Answered(answer))
-            }
-            Err(CorrelatorError::Timeout {
-                callee,
-                timeout_ms,
-                correlation_id,
-                ..
-            }) => Err(CorrelatorError::Timeout {
-                callee,
-                timeout_ms,
-                correlation_id,
-                clamped,
-            }),
-            other => other,
-        }
+        Ok(report)
     }
 
-    /// Indexes a waiting call in the background (see [`INDEX_WAITING_AFTER`]).
-    fn index_later(&self, call: &PendingCall) {
-        let store = self.store.clone();
-        let call = call.clone();
-        self.background.spawn(async move {
-            if let Err(err) = store.reindex(&call).await {
-                tracing::warn!(correlation_id = %call.correlation_id, error = %err, "a long waiting call was not indexed");
-            }
-        });
-    }
-
+    /// The call's request into the callee's inboxes, through the one door as the caller's
+    /// message (ACL and anti-loop apply), in a span of its own under the call's.
     async fn deliver_request(
         &self,
         record: &PendingCall,
@@ -377,31 +461,51 @@ impl Correlator {
             "call_deadline".to_owned(),
             timestamp::format(record.deadline).into(),
         );
-        let send = SendRequest {
-            to: Some(record.callee.to_string()),
-            message: Some(body.to_owned()),
-            id: Some(record.request_id),
+        let message = InboxMessage {
+            from_agent_id: record.caller.clone(),
+            // Without a goal the caller named, `caller_goal` is a fresh id no goal holds.
+            from_goal_id: record.caller_goal,
+            to_agent_id: record.callee.clone(),
+            body: body.to_owned(),
+            sent_at: timestamp::now(),
             correlation_id: Some(record.correlation_id),
-            // The goal the caller named (checked above); without one, `caller_goal` is a
-            // fresh id no goal holds, and the fan-out would rightly refuse it.
-            from_goal_id: request.from_goal_id,
-            kind: Some(MessageKind::Request),
-            expects_reply: true,
+            id: Some(record.request_id),
+            kind: MessageKind::Request,
             in_reply_to: request.in_reply_to,
+            expects_reply: true,
+            ttl: None,
+            trace: Vec::new(),
             parts: request.parts.clone(),
+            task: None,
+            callback: None,
             metadata,
             receipt: request.receipt,
-            ..SendRequest::default()
+            from_person: None,
         };
-        // In process, through the fan-out's send rules: no request to the fan-out and back.
-        match tokio::time::timeout(
-            DELIVERY_TIMEOUT,
-            self.send.fanout.send_in_process(&record.caller, send),
-        )
-        .await
-        {
+        let letter = Letter {
+            to: Address::Agent(record.callee.to_string()),
+            from_goal: request.from_goal_id,
+            message,
+        };
+        let span = tracing::info_span!(
+            "deliver",
+            otel.name = %format!("{}.deliver", crate::SPEC.name),
+            otel.kind = "internal",
+            messaging.system = "nats",
+            messaging.operation.type = "process",
+            messaging.operation.name = "deliver",
+            switchboard.agent_id = %record.caller,
+            otel.status_code = tracing::field::Empty,
+            error.type = tracing::field::Empty,
+        );
+        let delivery = self.door.deliver(Origin::Agent(&record.caller), letter);
+        match tokio::time::timeout(DELIVERY_TIMEOUT, delivery.instrument(span.clone())).await {
             Ok(Ok(report)) => Ok(report),
-            Ok(Err(reply)) => Err(CorrelatorError::FanoutRefused(reply)),
+            Ok(Err(err)) => {
+                span.record("error.type", err.kind().as_str());
+                span.record("otel.status_code", "ERROR");
+                Err(CorrelatorError::FanoutRefused(err.into()))
+            }
             Err(_) => Err(CorrelatorError::DeliverRequest(
                 format!(
                     "delivering the request took more than {} s",
@@ -410,154 +514,5 @@ impl Correlator {
                 .into(),
             )),
         }
-    }
-
-    async fn wait_for_answer(
-        &self,
-        stored: CallEntry,
-        (answers, local): (
-            &mut async_nats::Subscriber,
-            &mut mpsc::Receiver<LocalAnswer>,
-        ),
-        timeout_ms: u64,
-        mut forward: PartForwarder,
-        mut indexed: bool,
-    ) -> Result<CallOutcome, CorrelatorError> {
-        let call = &stored.call;
-        let left = call.deadline - timestamp::now();
-        let deadline = tokio::time::Instant::now()
-            + Duration::from_millis(duration_ms(left.max(time::Duration::ZERO)));
-        // When this call, still waiting, enters the open-call index.
-        let index_at = tokio::time::Instant::now()
-            + Duration::from_millis(duration_ms(
-                (call.created_at + INDEX_WAITING_AFTER - timestamp::now())
-                    .max(time::Duration::ZERO),
-            ));
-        let mut grace_until = None;
-        loop {
-            let until = grace_until.unwrap_or(deadline);
-            let (answer, taken) = tokio::select! {
-                biased;
-                () = tokio::time::sleep_until(index_at), if !indexed => {
-                    // In the background: the wait keeps taking answers meanwhile (a replier
-                    // waits only so long before it falls back to the inbox).
-                    indexed = true;
-                    self.index_later(call);
-                    continue;
-                }
-                Some(handed) = local.recv() => (handed.answer, Taken::Here(handed.taken)),
-                message = answers.next() => {
-                    let Some(message) = message else {
-                        // The subscription ended (the connection closed): the caller is
-                        // answered `timeout` below and will not retry, so the call must be
-                        // where the sweep finds it.
-                        if !indexed {
-                            self.index_later(call);
-                        }
-                        break;
-                    };
-                    // The request will never be read (a full inbox removed it, its reader
-                    // rejected it or it went to the dead letters): end the call now.
-                    if let Ok(dropped) = serde_json::from_slice::<CallDropped>(&message.payload) {
-                        if dropped.correlation_id != call.correlation_id {
-                            continue;
-                        }
-                        if self.store.end(&stored, CallState::Expired, indexed).await?.is_some() {
-                            self.on_expired(call).await;
-                            let _ = answers.unsubscribe().await;
-                            return Err(CorrelatorError::RequestDropped {
-                                callee: call.callee.clone(),
-                                correlation_id: call.correlation_id,
-                                reason: dropped.dropped,
-                            });
-                        }
-                        // Answered meanwhile (the hand-over is on its way) or expired.
-                        continue;
-                    }
-                    // A part of a streamed answer (from this call's callee only).
-                    if let Ok(part) = serde_json::from_slice::<CallPart>(&message.payload) {
-                        if part.correlation_id == call.correlation_id
-                            && part.from_agent_id == call.callee
-                        {
-                            forward.take(part).await;
-                        }
-                        continue;
-                    }
-                    match serde_json::from_slice::<CallAnswer>(&message.payload) {
-                        // Only services publish here, but an answer is taken only if it is
-                        // this call's and comes from its callee: nothing else can end a call.
-                        Ok(answer)
-                            if answer.correlation_id != call.correlation_id
-                                || answer.from_agent_id != call.callee =>
-                        {
-                            tracing::warn!(
-                                correlation_id = %call.correlation_id,
-                                got = %answer.correlation_id,
-                                from = %answer.from_agent_id,
-                                "an answer hand-over for another call or from another agent; ignored"
-                            );
-                            continue;
-                        }
-                        Ok(answer) => (answer, Taken::Nats(message.reply)),
-                        Err(err) => {
-                            tracing::warn!(error = %err, "undecodable answer hand-over");
-                            continue;
-                        }
-                    }
-                }
-                () = tokio::time::sleep_until(until) => {
-                    if grace_until.is_some() {
-                        break;
-                    }
-                    match self.store.end(&stored, CallState::Expired, indexed).await? {
-                        // Its one ending in the trail (`expired`), then the caller's timeout.
-                        Some(_) => {
-                            self.on_expired(call).await;
-                            break;
-                        }
-                        None => {
-                            // Changed meanwhile: answered just now (its hand-over is on the
-                            // way) or expired by a sweeper.
-                            let current = self.store.find(&call.correlation_id).await?;
-                            if current.is_some_and(|s| s.call.state == CallState::Answered) {
-                                grace_until = Some(tokio::time::Instant::now() + HANDOVER_TIMEOUT);
-                                continue;
-                            }
-                            break;
-                        }
-                    }
-                }
-            };
-            match taken {
-                Taken::Here(taken) => {
-                    let _ = taken.send(());
-                }
-                Taken::Nats(Some(reply)) => {
-                    let _ = self
-                        .client
-                        .publish(reply, Bytes::from_static(b"taken"))
-                        .await;
-                }
-                Taken::Nats(None) => {}
-            }
-            // Taken first (the answering replica waits only so long before it falls back to
-            // the inbox), then every part goes to the caller before the final answer. A call
-            // this replica indexed leaves the index off the answer's path.
-            if indexed {
-                let store = self.store.clone();
-                let id = call.correlation_id;
-                self.background
-                    .spawn(async move { store.unindex(&id).await });
-            }
-            forward.complete(&self.store, call, answer.streamed).await;
-            return Ok(CallOutcome::Answered(answer));
-        }
-        let _ = answers.unsubscribe().await;
-        Err(CorrelatorError::Timeout {
-            callee: call.callee.clone(),
-            timeout_ms,
-            correlation_id: call.correlation_id,
-            clamped: false,
-        })
     }
 }

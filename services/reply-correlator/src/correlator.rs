@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use async_nats::Client;
 use async_nats::jetstream;
-use switchboard_delivery::deliver::deliver_json;
+use switchboard_delivery::door::{Address, Door, Letter, Origin};
 use switchboard_proto::call::{CallAnswer, CallEvent, CallEventKind, PendingCall};
 use switchboard_proto::{AgentId, InboxMessage, new_id, subject, timestamp};
 use switchboard_runtime::publish::publish_event;
@@ -93,21 +93,17 @@ pub struct Correlator {
     pub(crate) waiting: Waiting,
     /// The waiting calls each caller has on this replica.
     pub(crate) per_caller: switchboard_runtime::places::Places<AgentId>,
-    /// The fan-out's send rules, run in process to deliver a call's request, and their
-    /// registry view (which also answers goal ownership without a read).
-    pub(crate) send: inbox_fanout::SendPath,
+    /// The one door into every inbox: a call's request goes in as the caller's message, its
+    /// answer or timeout notice as the correlator's word; its registry view also answers goal
+    /// ownership without a read.
+    pub(crate) door: Door,
     /// Writes taken off a request's path (events), awaited when the replica stops.
     pub(crate) background: tokio_util::task::TaskTracker,
 }
 
 impl Correlator {
     /// Wires the parts together.
-    pub fn new(
-        client: Client,
-        store: CallStore,
-        config: CorrelatorConfig,
-        send: inbox_fanout::SendPath,
-    ) -> Self {
+    pub fn new(client: Client, store: CallStore, config: CorrelatorConfig, door: Door) -> Self {
         Self {
             js: jetstream::new(client.clone()),
             client,
@@ -115,7 +111,7 @@ impl Correlator {
             config,
             waiting: Waiting::default(),
             per_caller: Default::default(),
-            send,
+            door,
             background: tokio_util::task::TaskTracker::new(),
         }
     }
@@ -183,16 +179,23 @@ impl Correlator {
             tracing::info!(correlation_id = %call.correlation_id, goal_id = %call.caller_goal, %purpose, "the caller goal is no longer the caller's; nothing written to it");
             return Ok(());
         }
-        let msg_id = format!("{purpose}:{}:{}", call.correlation_id, call.caller_goal);
-        deliver_json(
-            &self.js,
-            &subject::inbox(&call.caller_goal),
-            &msg_id,
-            message,
-        )
-        .await
-        .map(|_| ())
-        .map_err(|err| CorrelatorError::PublishToInbox(err.into()))
+        let purpose = format!("{purpose}:{}", call.correlation_id);
+        let letter = Letter {
+            to: Address::Goals(call.caller.clone(), vec![call.caller_goal]),
+            from_goal: None,
+            message: message.clone(),
+        };
+        let report = self
+            .door
+            .deliver(Origin::Service { purpose: &purpose }, letter)
+            .await
+            .map_err(|err| CorrelatorError::PublishToInbox(err.into()))?;
+        if report.delivered_to.is_empty() {
+            return Err(CorrelatorError::PublishToInbox(
+                report.unreachable_reasons.join("; ").into(),
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -200,8 +203,8 @@ impl Correlator {
     /// Whether the call's caller goal is still a live goal of its caller (an error reading
     /// it counts as yes: the write goes ahead rather than lose the answer).
     pub(crate) async fn caller_owns_goal(&self, call: &PendingCall) -> bool {
-        self.send
-            .view
+        self.door
+            .view()
             .owns_goal(&call.caller, &call.caller_goal)
             .await
             .unwrap_or(true)

@@ -24,12 +24,14 @@ mod parts;
 mod queries;
 pub mod store;
 mod sweep;
+mod wait;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::Client;
 use async_nats::jetstream;
+use switchboard_delivery::door::Door;
 use switchboard_proto::REPLY_CORRELATOR_SERVICE;
 use switchboard_runtime::micro::{self, ServiceSpec};
 use switchboard_runtime::{CancellationToken, RuntimeConfig, resources};
@@ -74,15 +76,15 @@ pub async fn start(
             message: err.to_string(),
         })?;
     let sweep_every = Duration::from_millis(config.sweep_interval_ms.max(10));
-    // A call's request is delivered in process, through the fan-out's own send rules, not by
-    // a request to the fan-out (docs/protocol.md §9, "Order of checks", step 11).
-    let send =
-        inbox_fanout::send_path(client, runtime, inbox_fanout::FanoutConfig::default()).await?;
+    // A call's request is delivered in process, through the one door into every inbox, not by
+    // a request to the fan-out (docs/protocol.md §9, "Order of checks", step 11). A call never
+    // broadcasts.
+    let door = Door::open(&js, &runtime.jetstream, 0).await?;
     let correlator = Arc::new(Correlator::new(
         client.clone(),
         store::CallStore::new(js, calls, index),
         config,
-        send,
+        door,
     ));
     let running = micro::start(
         client,
@@ -121,7 +123,7 @@ impl Running {
 
     /// Serves and sweeps deadlines until `shutdown`, then drains.
     pub async fn run(self, shutdown: CancellationToken) {
-        let watch = tokio::spawn(self.correlator.send.view.clone().watch(shutdown.clone()));
+        let watch = tokio::spawn(self.correlator.door.view().clone().watch(shutdown.clone()));
         let sweep = switchboard_runtime::service::sweep_periodically(
             "deadline sweep",
             self.sweep_every,

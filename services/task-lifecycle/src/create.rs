@@ -10,7 +10,9 @@
 //! goal took is forgotten. A create repeated with the same task id, requester and text is a
 //! retry, answered as a duplicate, so nothing is created or delivered twice.
 
-use switchboard_proto::send::{SendRequest, Target, check_content_fits, check_gates};
+use switchboard_proto::send::{
+    Target, check_body, check_content_fits, check_receipt, check_sender, check_target,
+};
 use switchboard_proto::task::{CreateTask, TaskRecord, TaskRefusal, TaskReply};
 use switchboard_proto::{
     AgentId, ErrorKind, GoalId, InboxMessage, MessageKind, TaskState, acl, new_id, timestamp,
@@ -65,35 +67,38 @@ impl Tasks {
                 .to
                 .as_deref()
                 .is_some_and(|to| to.trim() == "self" || to.trim() == caller.as_str());
-        // The send gates: `to` present, not the caller (self only through spawn), a non-empty
-        // message of at most 64 KiB.
-        let probe = SendRequest {
-            to: if to_self {
-                Some("_".to_owned())
-            } else {
-                request.to.clone()
-            },
-            message: request.message.clone(),
-            from_agent_id: request.from_agent_id.clone(),
-            from_goal_id: request.from_goal_id,
-            receipt: request.receipt,
-            ..SendRequest::default()
-        };
-        let (target, body) = check_gates(caller, &probe).map_err(|err| {
+        // The send's target and body checks: `to` present, not the caller (self only through
+        // spawn), a non-empty message of at most 64 KiB.
+        let gate = |err: switchboard_proto::ErrorReply| {
             if err.kind() == ErrorKind::SelfSend {
                 TaskError::TaskForSelf
             } else {
                 TaskError::Gate(err)
             }
-        })?;
+        };
+        let target = if to_self {
+            check_sender(caller, request.from_agent_id.as_deref()).map_err(gate)?;
+            None
+        } else {
+            Some(
+                check_target(
+                    caller,
+                    request.from_agent_id.as_deref(),
+                    request.to.as_deref(),
+                )
+                .map_err(gate)?,
+            )
+        };
+        check_receipt(request.receipt, request.from_goal_id).map_err(gate)?;
+        let body = check_body(request.message.as_deref()).map_err(gate)?;
         let assignee = match target {
-            _ if to_self => caller.clone(),
-            Target::Broadcast => return Err(TaskError::Broadcast),
-            Target::Peer(to) => {
+            None => caller.clone(),
+            Some(Target::Broadcast) => return Err(TaskError::Broadcast),
+            Some(Target::Peer(to)) => {
                 AgentId::parse(&to).map_err(|_| TaskError::UnknownAssignee(to.clone()))?
             }
             // One agent with the skill below its task cap, picked by the directory.
-            Target::Skill(skill) => route_by_skill(&self.js.client(), caller, &skill, true)
+            Some(Target::Skill(skill)) => route_by_skill(&self.js.client(), caller, &skill, true)
                 .await
                 .map_err(TaskError::NoSkill)?,
         };
@@ -152,11 +157,11 @@ impl Tasks {
         }
 
         // Who may give whom a task: both registered, the ACL both ways.
-        let Some(requester_card) = self.store.card(caller).await? else {
+        let Some(requester_card) = self.door.view().card(caller).await? else {
             return Err(TaskError::NotRegistered(caller.clone()));
         };
         if !to_self {
-            let Some(assignee_card) = self.store.card(&assignee).await? else {
+            let Some(assignee_card) = self.door.view().card(&assignee).await? else {
                 return Err(TaskError::UnknownAssignee(assignee.as_str().to_owned()));
             };
             if let Err(denial) = acl::check(&requester_card, &assignee_card) {
@@ -167,7 +172,7 @@ impl Tasks {
                 });
             }
         }
-        let goals = self.store.live_goals(&assignee).await?;
+        let goals = self.live_goals(&assignee).await?;
         if goals.is_empty() {
             return Err(TaskError::NoLiveGoals(assignee));
         }
@@ -287,7 +292,12 @@ impl Tasks {
         message.metadata = task.metadata.clone();
         message.receipt = task.receipt;
         let delivered = self
-            .publish_to(goals, &message, &format!("task:{}", task.task_id))
+            .publish_to(
+                &task.assignee,
+                goals,
+                &message,
+                &format!("task:{}", task.task_id),
+            )
             .await;
         if task.receipt.is_some() {
             let copies: Vec<(AgentId, GoalId)> = delivered
@@ -308,7 +318,7 @@ impl Tasks {
 
     /// A goal named in a request must be a live goal of the caller (updates go there).
     pub(crate) async fn check_goal(&self, agent: &AgentId, goal: &GoalId) -> Result<(), TaskError> {
-        if self.store.owns_goal(agent, goal).await? {
+        if self.door.view().owns_goal(agent, goal).await? {
             Ok(())
         } else {
             Err(TaskError::NotALiveGoal {

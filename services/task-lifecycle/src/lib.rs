@@ -40,6 +40,7 @@ use std::time::Duration;
 
 use async_nats::Client;
 use async_nats::jetstream;
+use switchboard_delivery::door::Door;
 use switchboard_proto::TASK_LIFECYCLE_SERVICE;
 use switchboard_runtime::micro::{self, ServiceSpec};
 use switchboard_runtime::{CancellationToken, RuntimeConfig, resources};
@@ -76,8 +77,9 @@ pub async fn start(
     let settings = &runtime.jetstream;
     resources::ensure_stream(&js, resources::inbox_stream(settings)).await?;
     resources::ensure_stream(&js, resources::events_stream(settings)).await?;
-    let agents = resources::ensure_bucket(&js, resources::registry_bucket(settings)).await?;
-    let goals = resources::ensure_bucket(&js, resources::goals_bucket(settings)).await?;
+    // Tasks and their updates go into inboxes through the one door, whose registry view
+    // answers cards and goals (docs/protocol.md §7, "One door"). A task is never broadcast.
+    let door = Door::open(&js, settings, 0).await?;
     let tasks = resources::ensure_bucket(&js, resources::tasks_bucket(settings)).await?;
     let receipts = resources::ensure_bucket(&js, resources::receipts_bucket(settings)).await?;
     resources::ensure_stream(&js, resources::tasks_index_stream(settings)).await?;
@@ -91,7 +93,8 @@ pub async fn start(
     let sweep_every = Duration::from_millis(config.sweep_interval_ms.max(10));
     let tasks = Arc::new(Tasks::new(
         client.clone(),
-        store::TaskStore::new(js, tasks, index, agents, goals),
+        store::TaskStore::new(js, tasks, index),
+        door,
         receipts,
         config,
     ));
@@ -119,6 +122,7 @@ impl Running {
 
     /// Serves and sweeps deadlines until `shutdown`, then drains.
     pub async fn run(self, shutdown: CancellationToken) {
+        let watch = tokio::spawn(self.tasks.door.view().clone().watch(shutdown.clone()));
         let sweep = switchboard_runtime::service::sweep_periodically(
             "task sweep",
             self.sweep_every,
@@ -127,6 +131,7 @@ impl Running {
             |tasks, now| async move { tasks.sweep(now).await },
         );
         tokio::join!(sweep, self.running.run(shutdown, self.grace));
+        let _ = watch.await;
     }
 }
 

@@ -34,7 +34,7 @@ impl Tasks {
         if task.requester == task.assignee {
             return Ok(());
         }
-        let card = self.store.card(&task.assignee).await?;
+        let card = self.door.view().card(&task.assignee).await?;
         let allowed = card.is_some_and(|card| {
             card.allow_from
                 .iter()
@@ -66,7 +66,7 @@ impl Tasks {
     /// The set is the compare-and-set target, so concurrent accepts are decided one at a time.
     pub(crate) async fn reserve(&self, agent: &AgentId, task_id: Uuid) -> Result<(), TaskError> {
         let _turn = self.load_turn(agent).await;
-        let cap = self.store.card(agent).await?.map_or(
+        let cap = self.door.view().card(agent).await?.map_or(
             switchboard_proto::registry::DEFAULT_MAX_CONCURRENT_TASKS,
             |c| c.max_concurrent_tasks,
         );
@@ -163,7 +163,7 @@ impl Tasks {
 
     /// Tells the directory an agent's active tasks (its `current_tasks`; `busy` at the cap).
     pub(crate) async fn report_load(&self, agent: &AgentId) {
-        let cap = match self.store.card(agent).await {
+        let cap = match self.door.view().card(agent).await {
             Ok(card) => card.map_or(usize::MAX, |c| {
                 usize::try_from(c.max_concurrent_tasks).unwrap_or(usize::MAX)
             }),

@@ -22,11 +22,10 @@
 use async_nats::jetstream::{self, kv, stream};
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
-use switchboard_proto::registry::goal_key;
+use switchboard_proto::AgentId;
 use switchboard_proto::subject::TASKS_INDEX;
 use switchboard_proto::task::TaskRecord;
-use switchboard_proto::{AgentCard, AgentId, AgentRecord, GoalId};
-use switchboard_request::kv::{snapshot, stream_snapshot};
+use switchboard_request::kv::stream_snapshot;
 use switchboard_runtime::publish::publish_durable;
 use switchboard_runtime::store::StoreError;
 use time::OffsetDateTime;
@@ -73,14 +72,13 @@ pub struct OpenEntry {
     pub parent: Option<Uuid>,
 }
 
-/// The task store plus read access to the directory's buckets.
+/// The task store: the `agent_tasks` bucket and its index stream (the registry is read
+/// through the door's view, see [`crate::tasks::Tasks::live_goals`]).
 #[derive(Debug, Clone)]
 pub struct TaskStore {
     js: jetstream::Context,
     tasks: kv::Store,
     index: stream::Stream,
-    agents: kv::Store,
-    goals: kv::Store,
 }
 
 fn task_key(id: &Uuid) -> String {
@@ -116,21 +114,9 @@ impl Side {
 }
 
 impl TaskStore {
-    /// Wraps the applied bucket, index stream and the directory's buckets.
-    pub fn new(
-        js: jetstream::Context,
-        tasks: kv::Store,
-        index: stream::Stream,
-        agents: kv::Store,
-        goals: kv::Store,
-    ) -> Self {
-        Self {
-            js,
-            tasks,
-            index,
-            agents,
-            goals,
-        }
+    /// Wraps the applied bucket and index stream.
+    pub fn new(js: jetstream::Context, tasks: kv::Store, index: stream::Stream) -> Self {
+        Self { js, tasks, index }
     }
 
     async fn get<T: serde::de::DeserializeOwned>(
@@ -338,43 +324,6 @@ impl TaskStore {
                 Err(err) if switchboard_request::kv::already_exists(&err) => Ok(false),
                 Err(err) => Err(StoreError::store("writing the task load", err)),
             },
-        }
-    }
-
-    /// An agent's card, if it is registered.
-    pub async fn card(&self, agent: &AgentId) -> Result<Option<AgentCard>, StoreError> {
-        Ok(
-            Self::get::<AgentRecord>(&self.agents, agent.as_str(), "reading the agent card")
-                .await?
-                .map(|(record, _)| record.card),
-        )
-    }
-
-    /// An agent's live goals.
-    pub async fn live_goals(&self, agent: &AgentId) -> Result<Vec<GoalId>, StoreError> {
-        Ok(snapshot(&self.js, &self.goals, &format!("{agent}.*"))
-            .await
-            .map_err(|err| StoreError::store("listing goals", err))?
-            .into_iter()
-            .filter_map(|entry| {
-                entry
-                    .key
-                    .split_once('.')
-                    .and_then(|(_, goal)| GoalId::parse(goal).ok())
-            })
-            .collect())
-    }
-
-    /// Whether `goal` is a live goal of `agent`.
-    pub async fn owns_goal(&self, agent: &AgentId, goal: &GoalId) -> Result<bool, StoreError> {
-        match self
-            .goals
-            .entry(goal_key(agent, goal))
-            .await
-            .map_err(|err| StoreError::store("reading the goal", err))?
-        {
-            Some(entry) => Ok(entry.operation == kv::Operation::Put),
-            None => Ok(false),
         }
     }
 }

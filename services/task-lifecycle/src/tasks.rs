@@ -1,4 +1,5 @@
-//! The task service: what every rule works with (the NATS client, the store, the config) and
+//! The task service: what every rule works with (the NATS client, the store, the door into
+//! the inboxes, the config) and
 //! the limits they share.
 //!
 //! The rules themselves are `impl Tasks` blocks beside their concern: `create.rs` (create,
@@ -11,8 +12,10 @@ use std::sync::Arc;
 
 use async_nats::Client;
 use async_nats::jetstream;
+use switchboard_delivery::door::Door;
 use switchboard_proto::task::TaskRecord;
-use switchboard_proto::{AgentId, TaskRef};
+use switchboard_proto::{AgentId, GoalId, TaskRef};
+use switchboard_runtime::store::StoreError;
 
 use crate::config::TaskConfig;
 use crate::store::TaskStore;
@@ -28,6 +31,9 @@ pub struct Tasks {
     pub(crate) client: Client,
     pub(crate) js: jetstream::Context,
     pub(crate) store: TaskStore,
+    /// The one door into every inbox (a task and its updates are the service's word to the
+    /// goals it chose); its registry view answers cards and goals.
+    pub(crate) door: Door,
     /// KV `agent_receipts`: a task created with `receipt` records its message there.
     pub(crate) receipts: jetstream::kv::Store,
     pub(crate) config: TaskConfig,
@@ -43,6 +49,7 @@ impl Tasks {
     pub fn new(
         client: Client,
         store: TaskStore,
+        door: Door,
         receipts: jetstream::kv::Store,
         config: TaskConfig,
     ) -> Self {
@@ -50,11 +57,25 @@ impl Tasks {
             js: jetstream::new(client.clone()),
             client,
             store,
+            door,
             receipts,
             config,
             sweeps: std::sync::atomic::AtomicU64::new(0),
             load_locks: std::sync::Mutex::new(HashMap::new()),
         }
+    }
+}
+
+impl Tasks {
+    /// An agent's live goals (none when it is not registered), through the registry view.
+    pub(crate) async fn live_goals(&self, agent: &AgentId) -> Result<Vec<GoalId>, StoreError> {
+        Ok(self
+            .door
+            .view()
+            .resolve(agent)
+            .await?
+            .map(|peer| peer.goals)
+            .unwrap_or_default())
     }
 }
 

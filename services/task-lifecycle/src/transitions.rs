@@ -10,8 +10,7 @@
 //! descendants (`sweep.rs`). A writer that loses the compare-and-set re-reads and decides
 //! again, so no transition happens twice or illegally.
 
-use bytes::Bytes;
-use switchboard_delivery::deliver::deliver_all;
+use switchboard_delivery::door::{Address, Letter, Origin};
 use switchboard_proto::send::check_content_fits;
 use switchboard_proto::task::{
     self as rules, HISTORY_KEPT, TaskAction, TaskEvent, TaskOp, TaskRecord, TaskReply, TaskRole,
@@ -318,8 +317,13 @@ impl Tasks {
         let requester_goals = self
             .goals_or_all(&task.requester, task.requester_goal)
             .await;
-        self.publish_to(&requester_goals, &to_requester, &format!("update:{id}:{n}"))
-            .await;
+        self.publish_to(
+            &task.requester,
+            &requester_goals,
+            &to_requester,
+            &format!("update:{id}:{n}"),
+        )
+        .await;
         if change.role != TaskRole::Assignee {
             let notice = build(&task.requester, task.requester_goal, &task.assignee);
             let assignee_goals: Vec<GoalId> = self
@@ -328,8 +332,13 @@ impl Tasks {
                 .into_iter()
                 .filter(|goal| !(task.requester == task.assignee && requester_goals.contains(goal)))
                 .collect();
-            self.publish_to(&assignee_goals, &notice, &format!("notice:{id}:{n}"))
-                .await;
+            self.publish_to(
+                &task.assignee,
+                &assignee_goals,
+                &notice,
+                &format!("notice:{id}:{n}"),
+            )
+            .await;
         }
     }
 
@@ -337,7 +346,7 @@ impl Tasks {
     /// goal id closed and opened again by another agent gets nothing of `agent`'s.
     async fn goals_or_all(&self, agent: &AgentId, goal: Option<GoalId>) -> Vec<GoalId> {
         let goal = match goal {
-            Some(goal) => match self.store.owns_goal(agent, &goal).await {
+            Some(goal) => match self.door.view().owns_goal(agent, &goal).await {
                 Ok(false) => None,
                 // Ours, or not known for now: the write goes ahead rather than lose it.
                 Ok(true) | Err(_) => Some(goal),
@@ -346,48 +355,42 @@ impl Tasks {
         };
         match goal {
             Some(goal) => vec![goal],
-            None => self.store.live_goals(agent).await.unwrap_or_else(|err| {
+            None => self.live_goals(agent).await.unwrap_or_else(|err| {
                 tracing::warn!(%agent, error = %err, "goals not listed; message not delivered");
                 Vec::new()
             }),
         }
     }
 
-    /// Publishes `message` to each goal's inbox (de-duplicated by `<purpose>:<goal>`); returns
-    /// the goals that took it.
+    /// Delivers `message` to each of `agent`'s `goals` through the door, as the service's
+    /// word (keyed `<purpose>:<goal>`); returns the goals that took it.
     pub(crate) async fn publish_to(
         &self,
+        agent: &AgentId,
         goals: &[GoalId],
         message: &InboxMessage,
         purpose: &str,
     ) -> Vec<GoalId> {
-        let payload = match serde_json::to_vec(message) {
-            Ok(payload) => Bytes::from(payload),
-            Err(err) => {
-                tracing::error!(error = %err, "message not encoded");
-                return Vec::new();
-            }
+        if goals.is_empty() {
+            return Vec::new();
+        }
+        let letter = Letter {
+            to: Address::Goals(agent.clone(), goals.to_vec()),
+            from_goal: None,
+            message: message.clone(),
         };
-        let batch: Vec<(String, String, Bytes)> = goals
-            .iter()
-            .map(|goal| {
-                (
-                    subject::inbox(goal),
-                    format!("{purpose}:{goal}"),
-                    payload.clone(),
-                )
-            })
-            .collect();
-        let mut delivered = Vec::new();
-        for (goal, outcome) in goals.iter().zip(deliver_all(&self.js, &batch).await) {
-            match outcome {
-                Ok(_) => delivered.push(*goal),
-                Err(err) => {
-                    tracing::error!(%goal, %purpose, error = %err, "task message not delivered")
+        match self.door.deliver(Origin::Service { purpose }, letter).await {
+            Ok(report) => {
+                for reason in &report.unreachable_reasons {
+                    tracing::error!(%agent, %purpose, %reason, "task message not delivered");
                 }
+                report.delivered_to
+            }
+            Err(err) => {
+                tracing::error!(%agent, %purpose, error = %err, "task message not delivered");
+                Vec::new()
             }
         }
-        delivered
     }
 }
 

@@ -1,6 +1,9 @@
 //! Delivery into agents' goal inboxes: what the fan-out, the correlator and the task service
 //! all do when they put a message where an agent reads it, so they agree on it.
 //!
+//! - [`door`]: the one door into every inbox — [`door::Door::deliver`] takes an agent's
+//!   message or a service's word, applies the rules its [`door::Origin`] calls for and keys
+//!   every copy the same way;
 //! - [`deliver`]: a durable publish into a goal that makes room when the goal is full, and
 //!   the `kind: receipt` messages owed to senders;
 //! - [`room`]: how room is made (purge read messages, evict the oldest unread with a notice to
@@ -15,6 +18,7 @@
 //! publish and KV reads; the runtime knows nothing of goals.
 
 pub mod deliver;
+pub mod door;
 pub mod holders;
 pub mod receipts;
 pub mod registry_view;

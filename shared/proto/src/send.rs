@@ -100,21 +100,49 @@ pub enum Target {
     Skill(String),
 }
 
-/// Gates 1–4 of the seed, in order. Returns the target and the body.
+/// Gates 1–4 of the seed, in order, for an agent's send. Returns the target and the body.
 ///
 /// 1. `to` present and non-empty after trim (`missing_to`);
 /// 2. `to` is not the caller (`self_send`);
 /// 3. `message` present and non-empty after trim (`empty_message`);
 /// 4. body ≤ [`MAX_BODY_BYTES`] UTF-8 bytes (`body_too_large`, naming the limit).
 ///
-/// Gates 5 (unknown agent) and 6 (no live goals) need the registry and produce unreachable
-/// reasons, see [`unknown_agent`] and [`no_live_goals`].
+/// It is [`check_target`], the send's own rules (no `kind: receipt`, receipts need a goal),
+/// then [`check_body`]: a service opening a call or a task runs the two checks on its own
+/// request instead of dressing it up as a send. Gates 5 (unknown agent) and 6 (no live goals)
+/// need the registry and produce unreachable reasons, see [`unknown_agent`] and
+/// [`no_live_goals`].
 pub fn check_gates<'a>(
     caller: &AgentId,
     request: &'a SendRequest,
 ) -> Result<(Target, &'a str), ErrorReply> {
-    check_sender(caller, request.from_agent_id.as_deref())?;
-    let to = request.to.as_deref().map(str::trim).unwrap_or("");
+    let target = check_target(
+        caller,
+        request.from_agent_id.as_deref(),
+        request.to.as_deref(),
+    )?;
+    if request.kind == Some(MessageKind::Receipt) {
+        return Err(ErrorReply::new(
+            ErrorKind::BadRequest,
+            "`kind: receipt` is written by the inbox service only; ask for receipts with \
+             `receipt: \"delivered\"` or `\"read\"`",
+        ));
+    }
+    check_receipt(request.receipt, request.from_goal_id)?;
+    Ok((target, check_body(request.message.as_deref())?))
+}
+
+/// The target check of a send, a call or a task: the body names no other sender
+/// (`sender_mismatch`), `to` is present (`missing_to`), is not the caller (`self_send`) and,
+/// as `skill:<name>`, names a well-formed skill. `*` is [`Target::Broadcast`]; whether the
+/// operation allows it is the caller's rule.
+pub fn check_target(
+    caller: &AgentId,
+    from_agent_id: Option<&str>,
+    to: Option<&str>,
+) -> Result<Target, ErrorReply> {
+    check_sender(caller, from_agent_id)?;
+    let to = to.map(str::trim).unwrap_or("");
     if to.is_empty() {
         return Err(ErrorReply::new(
             ErrorKind::MissingTo,
@@ -127,15 +155,19 @@ pub fn check_gates<'a>(
             format!("`{caller}` cannot send to itself"),
         ));
     }
-    if request.kind == Some(MessageKind::Receipt) {
-        return Err(ErrorReply::new(
-            ErrorKind::BadRequest,
-            "`kind: receipt` is written by the inbox service only; ask for receipts with \
-             `receipt: \"delivered\"` or `\"read\"`",
-        ));
-    }
-    check_receipt(request.receipt, request.from_goal_id)?;
-    let body = request.message.as_deref().unwrap_or("");
+    Ok(if to == BROADCAST_TARGET {
+        Target::Broadcast
+    } else if let Some(skill) = to.strip_prefix(SKILL_TARGET_PREFIX) {
+        Target::Skill(check_skill(skill)?.to_owned())
+    } else {
+        Target::Peer(to.to_owned())
+    })
+}
+
+/// The body check of a send, a call or a task: `message` present and non-empty after trim
+/// (`empty_message`) and at most [`MAX_BODY_BYTES`] UTF-8 bytes (`body_too_large`).
+pub fn check_body(message: Option<&str>) -> Result<&str, ErrorReply> {
+    let body = message.unwrap_or("");
     if body.trim().chars().count() < MIN_BODY_CHARS {
         return Err(ErrorReply::new(
             ErrorKind::EmptyMessage,
@@ -151,14 +183,7 @@ pub fn check_gates<'a>(
             ),
         ));
     }
-    let target = if to == BROADCAST_TARGET {
-        Target::Broadcast
-    } else if let Some(skill) = to.strip_prefix(SKILL_TARGET_PREFIX) {
-        Target::Skill(check_skill(skill)?.to_owned())
-    } else {
-        Target::Peer(to.to_owned())
-    };
-    Ok((target, body))
+    Ok(body)
 }
 
 /// A request's `receipt`: receipts go to the goal the sender names, so asking for them

@@ -33,6 +33,7 @@ pub mod http;
 pub mod lease;
 pub mod micro;
 pub mod nats;
+pub mod people_book;
 pub mod places;
 pub mod publish;
 pub mod resources;

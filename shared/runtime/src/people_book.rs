@@ -2,19 +2,22 @@
 //! console access and who may reach whom. Operators write it; no agent can add a person, so no
 //! agent can name itself approver. It is read again when it changes, without a restart; a bad
 //! file keeps the last good one.
+//!
+//! Here, not in the people service, because two services read it: the people service (who
+//! may ask whom) and the console (who signs in, with which access).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+use crate::CancellationToken;
 use figment::Figment;
 use figment::providers::{Format, Toml};
 use serde::{Deserialize, Serialize};
 use switchboard_proto::acl;
 use switchboard_proto::people::{Party, PeopleList, PersonEntry, RoleEntry};
 use switchboard_proto::{AgentCard, AgentId};
-use switchboard_runtime::CancellationToken;
 
 /// What a person may do in the console (and, for `approver`, on approvals).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
