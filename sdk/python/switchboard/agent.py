@@ -43,6 +43,7 @@ REQUEST_TIMEOUT_S = 10.0  # a send may retry a goal's delivery for up to 8 s (§
 CALL_TIMEOUT_MS = 30_000  # §9: the correlator's default
 DEFAULT_GOAL = "main"  # the goal name connect opens unless told otherwise (§4.4, `name`)
 _STOP_SIGNALS = object()  # serve()'s default: SIGTERM and SIGINT
+ACK_ATTEMPTS = 5  # an ack is sent again while no inbox service answers (it is idempotent)
 
 
 def _trace_headers(trace: Mapping[str, str] | None) -> dict[str, str] | None:
@@ -74,6 +75,9 @@ class Agent:
         self.goal_name: str | None = None
         self._beats: asyncio.Task | None = None
         self._closed = asyncio.Event()
+        # Per goal, the highest sequence this agent acknowledged: hand-out is at least once
+        # (§7), so a message at or below it that comes again is a repeat, dropped here.
+        self._acked: dict[str, int] = {}
         self._serving: Serving | None = None
         self._toolbox: Toolbox | None = None
 
@@ -317,6 +321,8 @@ class Agent:
                     return  # closed while a fetch was held: the loop just ends
                 raise
             for entry in page["messages"]:
+                if self._is_repeat(goal, entry):
+                    continue
                 message = Message(self, goal, entry)
                 yield message
                 await message.ack()  # the handler returned: done with it
@@ -378,10 +384,37 @@ class Agent:
                                   {"goal_id": goal, "max": 1, "wait_ms": wait_ms},
                                   timeout=self.request_timeout + wait_ms / 1000)
         for entry in page["messages"]:
+            if self._is_repeat(goal, entry):
+                continue
             message = Message(self, goal, entry)
             await message.ack()
             return message
         return None
+
+    def _is_repeat(self, goal: str, entry: JSON) -> bool:
+        """Whether ``entry`` was acknowledged already: handed out again (hand-out is at least
+        once, §7), never shown twice."""
+        return entry["seq"] <= self._acked.get(goal, 0)
+
+    async def _ack(self, goal: str, body: JSON) -> JSON:
+        """An ack (§7), sent again while no inbox service answers: acks are idempotent (through
+        a sequence already passed moves nothing), so a reader whose service replica went away
+        does not hand its message out again for want of one."""
+        pause = 0.1
+        for _ in range(ACK_ATTEMPTS - 1):
+            try:
+                return await self.request(f"agent.inbox.ack.{self.id}", body)
+            except Unavailable:
+                if self._closed.is_set():
+                    raise
+                await asyncio.sleep(pause)
+                pause *= 2
+        return await self.request(f"agent.inbox.ack.{self.id}", body)
+
+    def _done_through(self, goal: str, seq: int) -> None:
+        """Records an acknowledgement (cumulative) of ``goal`` through ``seq``."""
+        if seq > self._acked.get(goal, 0):
+            self._acked[goal] = seq
 
     # ----------------------------------------------------------------------- messages
     def _addressed(self, to: str, text: str, parts: Sequence[Part],

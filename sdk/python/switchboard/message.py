@@ -57,9 +57,9 @@ class Message:
         returns (an ack of this one now could pass messages still being handled)."""
         if self._serving is not None or self.acked:
             return
-        await self.agent.request(f"agent.inbox.ack.{self.agent.id}",
-                                 {"goal_id": self.goal_id, "through": self.seq})
+        await self.agent._ack(self.goal_id, {"goal_id": self.goal_id, "through": self.seq})
         self.acked = True
+        self.agent._done_through(self.goal_id, self.seq)
 
     async def reject(self, reason: str) -> None:
         """Gives up on this message: it goes to the dead letters with ``reason`` (§7, ``ack``
@@ -72,10 +72,10 @@ class Message:
             self._reject_reason = reason or "rejected"
             return
         if not self.acked:
-            await self.agent.request(f"agent.inbox.ack.{self.agent.id}",
-                                     {"goal_id": self.goal_id, "seq": self.seq,
-                                      "reject": reason})
+            await self.agent._ack(self.goal_id, {"goal_id": self.goal_id, "seq": self.seq,
+                                                 "reject": reason})
             self.acked = True
+            self.agent._done_through(self.goal_id, self.seq)
 
     # The fields of §7, absent ones as their defaults.
     @property

@@ -159,6 +159,10 @@ class Serving:
                         if page is None:
                             break  # the agent closed under the loop
                         for entry in page["messages"]:
+                            # Hand-out is at least once (§7): a message at or below the
+                            # last one fetched is a repeat, dropped.
+                            if after is not None and entry["seq"] <= after:
+                                continue
                             queue.append(entry)
                             after = entry["seq"]
                         continue

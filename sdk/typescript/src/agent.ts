@@ -44,6 +44,8 @@ export function isParty(to: string): to is PartyId {
   return to.startsWith('person:') || to.startsWith('role:');
 }
 
+/** An ack is sent again while no inbox service answers (it is idempotent). */
+const ACK_ATTEMPTS = 5;
 const HEARTBEAT_EVERY_MS = 10_000; // §4.2: offline after 30 s of silence
 const REQUEST_TIMEOUT_MS = 10_000; // a send may retry a goal's delivery for up to 8 s (§8)
 const CALL_TIMEOUT_MS = 30_000; // §9: the correlator's default
@@ -164,6 +166,9 @@ export class Agent {
   private beats: NodeJS.Timeout | undefined;
   private toolbox: Toolbox | undefined;
   private closed = false;
+  /** Per goal, the highest sequence this agent acknowledged: hand-out is at least once (§7),
+   * so a message at or below it that comes again is a repeat, dropped. */
+  private readonly acked = new Map<string, number>();
   private closing: Promise<void> | undefined;
   private server: Server | undefined;
 
@@ -348,6 +353,7 @@ export class Agent {
         throw err;
       }
       for (const entry of page.messages) {
+        if (this.isRepeat(goal, entry.seq)) continue;
         const message = new Message(this, goal, entry);
         yield message;
         await message.ack();
@@ -458,11 +464,39 @@ export class Agent {
     const page = await this.request<FetchReply>(`agent.inbox.fetch.${this.id}`,
       { goal_id: goal, max: 1, wait_ms: waitMs }, { timeoutMs: this.requestTimeoutMs + waitMs });
     for (const entry of page.messages) {
+      if (this.isRepeat(goal!, entry.seq)) continue;
       const message = new Message(this, goal!, entry);
       await message.ack();
       return message;
     }
     return undefined;
+  }
+
+  /** Whether the message at `seq` of `goal` was acknowledged already (handed out again). */
+  private isRepeat(goal: string, seq: number): boolean {
+    return seq <= (this.acked.get(goal) ?? 0);
+  }
+
+  /** @internal An ack (§7), sent again while no inbox service answers: acks are idempotent
+   * (through a sequence already passed moves nothing), so a reader whose service replica went
+   * away does not hand its message out again for want of one. */
+  async ackInbox(body: Json): Promise<void> {
+    let pause = 100;
+    for (let attempt = 1; ; attempt++) {
+      try {
+        await this.request(`agent.inbox.ack.${this.id}`, body);
+        return;
+      } catch (err) {
+        if (!(err instanceof Unavailable) || this.isClosed || attempt >= ACK_ATTEMPTS) throw err;
+        await new Promise((r) => setTimeout(r, pause));
+        pause *= 2;
+      }
+    }
+  }
+
+  /** @internal Records an acknowledgement (cumulative) of `goal` through `seq`. */
+  doneThrough(goal: string, seq: number): void {
+    if (seq > (this.acked.get(goal) ?? 0)) this.acked.set(goal, seq);
   }
 
   /** Where a message sent with a receipt is, per goal (§8, Receipts). */
@@ -943,9 +977,9 @@ export class Message {
    * there is nothing to do: the loop acknowledges a message once its handler returned. */
   async ack(): Promise<void> {
     if (this.acked || this.served) return;
-    await this.agent.request(`agent.inbox.ack.${this.agent.id}`,
-      { goal_id: this.goalId, through: this.seq });
+    await this.agent.ackInbox({ goal_id: this.goalId, through: this.seq });
     this.acked = true;
+    this.agent.doneThrough(this.goalId, this.seq);
   }
 
   /** Gives up on this message for good (§7, ack with `reject`): it goes to the dead letters
@@ -958,9 +992,9 @@ export class Message {
       return;
     }
     if (this.acked) return;
-    await this.agent.request(`agent.inbox.ack.${this.agent.id}`,
-      { goal_id: this.goalId, seq: this.seq, reject: cut(reason) });
+    await this.agent.ackInbox({ goal_id: this.goalId, seq: this.seq, reject: cut(reason) });
     this.acked = true;
+    this.agent.doneThrough(this.goalId, this.seq);
   }
 
   /** Answers this call (§9). */

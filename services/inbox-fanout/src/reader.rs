@@ -5,10 +5,13 @@
 //! Rules, in the order a request meets them:
 //! - only the goal's owner may read or move it; anyone else — and any goal that is not live —
 //!   gets `not_found` alike, so a goal id learnt from `delivered_to` or `lookup` opens nothing;
-//! - the cursor moves only forward, by compare-and-set, and never past what was handed out;
+//! - the cursor moves only forward, by compare-and-set, and never past the goal's newest
+//!   message;
 //! - every hand-out is recorded on the cursor (the highest sequence handed out, and how often
 //!   the head message was): the head handed out [`INBOX_MAX_DELIVER`] times without the cursor
-//!   passing it moves to the dead letters and is skipped (bounded redelivery, no consumer);
+//!   passing it moves to the dead letters and is skipped (bounded redelivery, no consumer). A
+//!   held fetch woken by a new message records it just after its reply (hand-out is at least
+//!   once, docs/protocol.md §7; readers drop repeats by `seq`); every other fetch first;
 //! - a held fetch is woken by [`crate::wake`] on whichever replica holds it, and answered empty
 //!   when its wait ends or the service stops (reading is idempotent: the reader fetches again);
 //! - one agent holds at most [`crate::wake::HELD_FETCHES_PER_AGENT`] fetches open on a replica: past that a
@@ -248,13 +251,8 @@ impl Reader {
                 if through > record.handed {
                     (record, revision) = self.owned_from_leader(caller, &goal).await?;
                 }
-                if through > record.handed {
-                    return Err(FanoutError::BadRead(format!(
-                        "ack_through is {through}, but goal {goal} was handed messages only \
-                         through {}",
-                        record.handed
-                    )));
-                }
+                self.within_stored(&goal, through, &record, "ack_through")
+                    .await?;
                 let before = record.cursor;
                 changed |= record.advance(through);
                 acked_many = record.cursor.saturating_sub(before) >= DEFER_ACKS_UP_TO;
@@ -274,20 +272,17 @@ impl Reader {
             // Reading past messages still being handled (`after`): only what was handed out.
             let from = match request.after {
                 Some(after) if after > record.cursor => {
-                    if after > record.handed {
-                        return Err(FanoutError::BadRead(format!(
-                            "after is {after}, but goal {goal} was handed messages only through {}",
-                            record.handed
-                        )));
-                    }
+                    self.within_stored(&goal, after, &record, "after").await?;
                     after
                 }
                 _ => record.cursor,
             };
             // A notice whose message came right after `from` on this goal (nothing was stored
             // for it in between) is all that is unread: no need to read it back.
+            let mut from_notice = false;
             let unread = match woken.take() {
                 Some(notice) if notice.message.seq > from && notice.last_on_goal <= from => {
+                    from_notice = true;
                     Unread {
                         messages: vec![notice.message.clone()],
                         total: 1,
@@ -367,6 +362,25 @@ impl Reader {
                 && !self.stopping.is_cancelled();
             if changed && holds_on {
                 unwritten = true;
+            } else if changed && from_notice && !messages.is_empty() && expired.is_none() {
+                // A held fetch woken by a message stored a moment ago: hand-out is at least
+                // once (docs/protocol.md §7, "Hand-out is at least once"), so the message is
+                // answered now and its bookkeeping written after. A fetch that reads the
+                // stream writes first, as the cap's protection of what it hands out needs.
+                let handed = HandedOut {
+                    goal,
+                    through: request.ack_through,
+                    first: messages.first().map_or(0, |m| m.seq),
+                    last: messages.last().map_or(0, |m| m.seq),
+                    past_head,
+                    messages: messages.clone(),
+                };
+                let later = Bookkeeping {
+                    reader: self.clone(),
+                    caller: caller.clone(),
+                };
+                tokio::spawn(later.write(handed, record.clone(), revision, delivered, reads));
+                return Ok(reply(goal, &record, messages, &unread, expired));
             } else if changed {
                 match self.store.put_cursor(&goal, &record, revision).await? {
                     Cas::Done(written) => revision = written,
@@ -435,6 +449,29 @@ impl Reader {
         messages
     }
 
+    /// Whether a reader may name `seq` (`what`: an ack, `ack_through`, `after`) on `goal`:
+    /// handed out as `record` says, or — the record of a hand-out is written after its reply —
+    /// stored in the goal. Never past the goal's newest message.
+    async fn within_stored(
+        &self,
+        goal: &GoalId,
+        seq: u64,
+        record: &CursorRecord,
+        what: &str,
+    ) -> Result<(), FanoutError> {
+        if seq <= record.handed {
+            return Ok(());
+        }
+        let last = self.store.last_seq(goal).await?;
+        if seq <= last {
+            return Ok(());
+        }
+        Err(FanoutError::BadRead(format!(
+            "{what} is {seq}, but goal {goal} holds messages only through {}",
+            last.max(record.handed)
+        )))
+    }
+
     /// Writes `record`, or counts a conflict (failing the request after too many). Returns
     /// whether it was written.
     async fn cas(
@@ -486,12 +523,8 @@ impl Reader {
             if through > record.handed {
                 (record, revision) = self.owned_from_leader(caller, &goal).await?;
             }
-            if through > record.handed {
-                return Err(FanoutError::BadRead(format!(
-                    "sequence {through} was never handed out for goal {goal} (handed through {})",
-                    record.handed
-                )));
-            }
+            self.within_stored(&goal, through, &record, "sequence")
+                .await?;
             if through <= record.cursor && from_recent {
                 // Answered only from a cursor read now (the goal may have closed).
                 continue;
@@ -542,6 +575,90 @@ impl Reader {
             }
             self.conflict(&goal, &mut attempts).await?;
         }
+    }
+}
+
+/// A hand-out answered before it was recorded.
+struct HandedOut {
+    goal: GoalId,
+    /// The fetch's `ack_through`, applied with it.
+    through: Option<u64>,
+    first: u64,
+    last: u64,
+    /// It did not start at the oldest unread message (`after`).
+    past_head: bool,
+    messages: Vec<FetchedMessage>,
+}
+
+/// Writes a hand-out's bookkeeping after its reply: the record the fetch prepared, or on a
+/// lost compare-and-set the same changes applied to the leader's record again (each only
+/// moves forward), then the receipts they make due.
+struct Bookkeeping {
+    reader: Reader,
+    caller: AgentId,
+}
+
+impl Bookkeeping {
+    async fn write(
+        self,
+        handed: HandedOut,
+        record: CursorRecord,
+        revision: u64,
+        delivered: Vec<PendingRead>,
+        reads: Vec<PendingRead>,
+    ) {
+        let goal = handed.goal;
+        let (mut record, mut revision, mut delivered, mut reads) =
+            (record, revision, delivered, reads);
+        let mut attempts = 0;
+        loop {
+            match self.reader.store.put_cursor(&goal, &record, revision).await {
+                Ok(Cas::Done(_)) => break,
+                Ok(Cas::Conflict) => {}
+                Err(err) => {
+                    // The reader is handed these messages again (it drops the repeats).
+                    tracing::warn!(goal_id = %goal, error = %err, "a hand-out was not recorded");
+                    return;
+                }
+            }
+            if self.reader.conflict(&goal, &mut attempts).await.is_err() {
+                tracing::warn!(goal_id = %goal, "a hand-out was not recorded: the cursor kept changing");
+                return;
+            }
+            let Ok((fresh, fresh_revision)) =
+                self.reader.owned_from_leader(&self.caller, &goal).await
+            else {
+                // The goal closed meanwhile: nothing to record.
+                return;
+            };
+            (record, revision) = (fresh, fresh_revision);
+            (delivered, reads) = handed.apply(&mut record);
+        }
+        let receipts = &self.reader.receipts;
+        receipts
+            .tell(&self.caller, &goal, &delivered, ReceiptState::Delivered)
+            .await;
+        receipts
+            .tell(&self.caller, &goal, &reads, ReceiptState::Read)
+            .await;
+    }
+}
+
+impl HandedOut {
+    /// Applies the hand-out (and its `ack_through`) to `record` again; returns the `delivered`
+    /// receipts of first hand-outs and the `read` receipts now due.
+    fn apply(&self, record: &mut CursorRecord) -> (Vec<PendingRead>, Vec<PendingRead>) {
+        if let Some(through) = self.through {
+            record.advance(through);
+        }
+        let handed_before = record.handed;
+        if self.past_head || record.cursor >= self.first {
+            record.hand_out_later(self.last);
+        } else {
+            record.hand_out(self.first, self.last);
+        }
+        let delivered = first_hand_outs(record, &self.messages, handed_before);
+        (delivered, record.reads_due())
     }
 }
 

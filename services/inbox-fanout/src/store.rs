@@ -283,6 +283,20 @@ impl InboxStore {
         Ok(unread)
     }
 
+    /// The sequence of the newest message stored in `goal` (0 when none is): how far a reader
+    /// may acknowledge before the hand-out that gave it the message is recorded.
+    pub async fn last_seq(&self, goal: &GoalId) -> Result<u64, StoreError> {
+        match self
+            .inbox
+            .get_last_raw_message_by_subject(subject::inbox(goal).as_str())
+            .await
+        {
+            Ok(message) => Ok(message.sequence),
+            Err(err) if err.kind() == stream::LastRawMessageErrorKind::NoMessageFound => Ok(0),
+            Err(err) => Err(StoreError::store("reading the goal's newest message", err)),
+        }
+    }
+
     /// The message at `seq` if it is still stored and belongs to `goal` (a sequence of another
     /// goal's message reads as gone: a reader names only its own messages).
     pub async fn message(

@@ -1,0 +1,275 @@
+//! Hand-out is at least once (docs/protocol.md §7, "Hand-out is at least once"): a fetch is
+//! answered before its bookkeeping is written, so an inbox replica that dies in between hands
+//! the same messages out again, and the reader's SDK drops what it already acknowledged.
+//!
+//! For each reader — the Rust client, the Python SDK, the TypeScript SDK — a burst of 2,000
+//! messages goes into one goal (which refuses messages while full, so the sender backs off and
+//! nothing is removed unread) while the two inbox-fanout replicas, separate processes, are
+//! killed with SIGKILL and started again in turn. The reader starts its loop again when a
+//! request finds no replica. Every message is handled exactly once.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use std::collections::BTreeMap;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use switchboard_client::Agent;
+use switchboard_proto::ErrorKind;
+use switchboard_proto::send::SendRequest;
+use switchboard_testkit::NatsServer;
+use switchboard_testkit::process::ServiceProcess;
+use switchboard_tests::services::{service_bin, start_directory};
+use switchboard_tests::{agent_with, card};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::Command;
+use tokio::sync::mpsc;
+
+const BURST: usize = 2_000;
+/// The burst's messages handled before each kill of a replica.
+const KILL_AT: [usize; 3] = [500, 1_000, 1_500];
+
+/// What a reader printed: each body it handled, and how often it started its loop again.
+struct Printed {
+    bodies: BTreeMap<String, usize>,
+    restarts: usize,
+}
+
+/// Two inbox-fanout processes (queue group `inbox-fanout`) on `url`.
+async fn fanouts(url: &str) -> [ServiceProcess; 2] {
+    let bin = service_bin("inbox-fanout");
+    [
+        ServiceProcess::start(&bin, "inbox-fanout", url, &[]).await,
+        ServiceProcess::start(&bin, "inbox-fanout", url, &[]).await,
+    ]
+}
+
+/// Sends the burst to `to` as fast as its goal takes it: a send refused with `inbox_full`
+/// (the goal refuses while full) is sent again a moment later, as is one whose replica was
+/// killed under it — with the same message id, so it is stored once.
+async fn burst(sender: Arc<Agent>, to: String) {
+    for n in 0..BURST {
+        let id = switchboard_proto::new_id();
+        loop {
+            let request = SendRequest {
+                to: Some(to.clone()),
+                message: Some(format!("m{n}")),
+                id: Some(id),
+                ..SendRequest::default()
+            };
+            match sender.send(request).await {
+                Ok(report) if !report.delivered_to.is_empty() => break,
+                Ok(report) => panic!("m{n} reached nobody: {report:?}"),
+                Err(err) if err.kind() == Some(ErrorKind::InboxFull) => {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                Err(err)
+                    if err.kind().is_none_or(|kind| {
+                        matches!(kind, ErrorKind::Unavailable | ErrorKind::Conflict)
+                    }) =>
+                {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(err) => panic!("m{n}: {err}"),
+            }
+        }
+    }
+}
+
+/// Runs the burst into `reader`'s goal, killing and restarting the fan-out replicas in turn as
+/// `handled` passes [`KILL_AT`], until every message was printed once or a minute passed.
+async fn run_burst(
+    url: &str,
+    mut replicas: [ServiceProcess; 2],
+    reader: &str,
+    mut lines: mpsc::UnboundedReceiver<String>,
+) -> Printed {
+    let sender = Arc::new(agent_with(url, card("burst-sender"), Duration::from_secs(3600)).await);
+    let sending = tokio::spawn(burst(Arc::clone(&sender), reader.to_owned()));
+    let mut printed = Printed {
+        bodies: BTreeMap::new(),
+        restarts: 0,
+    };
+    let handled = AtomicUsize::new(0);
+    let mut kills = KILL_AT.iter().peekable();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
+    while printed.bodies.len() < BURST {
+        let line = tokio::time::timeout_at(deadline, lines.recv())
+            .await
+            .unwrap_or_else(|_| {
+                panic!(
+                    "{reader}: {} of {BURST} handled within 90 s",
+                    printed.bodies.len()
+                )
+            })
+            .unwrap_or_else(|| panic!("{reader} stopped after {} messages", printed.bodies.len()));
+        if line == "restart" {
+            printed.restarts += 1;
+            continue;
+        }
+        *printed.bodies.entry(line).or_default() += 1;
+        let now = handled.fetch_add(1, Ordering::Relaxed) + 1;
+        if kills.peek().is_some_and(|at| now >= **at) {
+            let which = kills.len() % 2;
+            kills.next();
+            let old = std::mem::replace(
+                &mut replicas[which],
+                ServiceProcess::start(&service_bin("inbox-fanout"), "inbox-fanout", url, &[]).await,
+            );
+            old.signal("KILL").await;
+        }
+    }
+    sending.await.unwrap();
+    // Nothing more comes: a repeat would arrive within this moment.
+    while let Ok(Some(line)) = tokio::time::timeout(Duration::from_millis(700), lines.recv()).await
+    {
+        if line != "restart" {
+            *printed.bodies.entry(line).or_default() += 1;
+        }
+    }
+    printed
+}
+
+fn assert_exactly_once(reader: &str, printed: &Printed) {
+    let missing: Vec<String> = (0..BURST)
+        .map(|n| format!("m{n}"))
+        .filter(|body| !printed.bodies.contains_key(body))
+        .collect();
+    let twice: Vec<(&String, &usize)> = printed.bodies.iter().filter(|(_, n)| **n > 1).collect();
+    println!(
+        "{reader}: {} messages handled, {} missing, {} more than once, {} restarts of its loop",
+        printed.bodies.len(),
+        missing.len(),
+        twice.len(),
+        printed.restarts
+    );
+    assert!(missing.is_empty(), "{reader} never handled {missing:?}");
+    assert!(
+        twice.is_empty(),
+        "{reader} handled more than once: {twice:?}"
+    );
+}
+
+/// Forwards each line of `child`'s stdout after its first (`ready <goal>`) to a channel.
+fn lines_of(child: &mut tokio::process::Child) -> mpsc::UnboundedReceiver<String> {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let mut out = BufReader::new(child.stdout.take().unwrap()).lines();
+    tokio::spawn(async move {
+        while let Ok(Some(line)) = out.next_line().await {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+async fn ready(lines: &mut mpsc::UnboundedReceiver<String>, who: &str) {
+    let first = tokio::time::timeout(Duration::from_secs(30), lines.recv())
+        .await
+        .unwrap_or_else(|_| panic!("{who} is ready within 30 s"))
+        .unwrap_or_else(|| panic!("{who} exited before it was ready"));
+    assert!(first.starts_with("ready"), "{who}: {first}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rust_reader_handles_a_burst_exactly_once_while_inbox_replicas_are_killed() {
+    let nats = NatsServer::start().await;
+    let _directory = start_directory(&nats.url(), Default::default()).await;
+    let replicas = fanouts(&nats.url()).await;
+    let reader = agent_with(&nats.url(), card("rust-reader"), Duration::from_secs(3600)).await;
+    let goal = reader
+        .open_goal_with(switchboard_proto::registry::GoalOpenRequest {
+            name: Some("burst".to_owned()),
+            overflow: Some(switchboard_proto::inbox::Overflow::Refuse),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let (tx, lines) = mpsc::unbounded_channel();
+    let reading = tokio::spawn(async move {
+        loop {
+            match goal.recv(Duration::from_millis(500)).await {
+                Ok(Some(delivery)) => {
+                    let body = delivery.message.body.clone();
+                    // Printed once acknowledged: the client retries its ack while no replica
+                    // answers, and drops a repeat of what it acknowledged.
+                    if delivery.ack().await.is_ok() && tx.send(body).is_err() {
+                        break;
+                    }
+                }
+                Ok(None) => {}
+                Err(_) => {
+                    if tx.send("restart".to_owned()).is_err() {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        }
+    });
+    let printed = run_burst(&nats.url(), replicas, "rust-reader", lines).await;
+    reading.abort();
+    assert_exactly_once("rust-reader", &printed);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_python_reader_handles_a_burst_exactly_once_while_inbox_replicas_are_killed() {
+    let nats = NatsServer::start().await;
+    let _directory = start_directory(&nats.url(), Default::default()).await;
+    let replicas = fanouts(&nats.url()).await;
+    let script = format!(
+        "import asyncio\n\
+         from switchboard import Agent\n\
+         from switchboard.errors import Unavailable\n\
+         async def main():\n    \
+             agent = await Agent.connect({url:?}, 'py-reader', open_goal=False)\n    \
+             goal = await agent.open_goal(name='burst', overflow='refuse')\n    \
+             print('ready', goal, flush=True)\n    \
+             while True:\n        \
+                 try:\n            \
+                     async for message in agent.messages(goal_id=goal, wait_ms=500):\n                \
+                         print(message.body, flush=True)\n        \
+                 except Unavailable:\n            \
+                     print('restart', flush=True)\n            \
+                     await asyncio.sleep(0.1)\n\
+         asyncio.run(main())\n",
+        url = nats.url()
+    );
+    let mut child = Command::new(switchboard_testkit::python_bin())
+        .args(["-c", &script])
+        .env(
+            "PYTHONPATH",
+            switchboard_testkit::workspace_root().join("sdk/python"),
+        )
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = lines_of(&mut child);
+    ready(&mut lines, "py-reader").await;
+    let printed = run_burst(&nats.url(), replicas, "py-reader", lines).await;
+    let _ = child.kill().await;
+    assert_exactly_once("py-reader", &printed);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_typescript_reader_handles_a_burst_exactly_once_while_inbox_replicas_are_killed() {
+    let nats = NatsServer::start().await;
+    let _directory = start_directory(&nats.url(), Default::default()).await;
+    let replicas = fanouts(&nats.url()).await;
+    let mut child = Command::new("node")
+        .current_dir(switchboard_testkit::workspace_root().join("sdk/typescript"))
+        .args(["dist/examples/reader.js", &nats.url(), "ts-reader", "burst"])
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("node runs the built TypeScript SDK (make test builds it)");
+    let mut lines = lines_of(&mut child);
+    ready(&mut lines, "ts-reader").await;
+    let printed = run_burst(&nats.url(), replicas, "ts-reader", lines).await;
+    let _ = child.kill().await;
+    assert_exactly_once("ts-reader", &printed);
+}
