@@ -4,7 +4,8 @@
 //!   renaming one there renames it for the services, the clients and the NATS permissions;
 //! - every service has the same files for the same jobs;
 //! - no source file grows past what anyone reads at once without saying why;
-//! - the concept → file map in CONTRIBUTING.md names the file that holds each concept;
+//! - the concept → file map in CONTRIBUTING.md names the file that holds each concept, and
+//!   docs/architecture.md names only files that exist;
 //! - no two files of one crate import each other, directly or in a longer circle (issue 30);
 //! - no service crate depends on another (what services share is in `shared/`);
 //! - the Rust client needs neither the services' runtime nor its config loader and exporter.
@@ -210,6 +211,50 @@ fn no_service_crate_depends_on_another() {
         assert!(
             cli.contains(name),
             "the lock file shows switchboard → {name}"
+        );
+    }
+}
+
+/// docs/architecture.md walks a newcomer through the code file by file: every path it names
+/// in backticks must exist, so a moved or renamed file fails here until the page follows it.
+#[test]
+fn the_architecture_page_names_files_that_exist() {
+    let page = read(&root().join("docs/architecture.md"));
+    let roots = [
+        "shared/",
+        "services/",
+        "cli/",
+        "sdk/",
+        "tests/",
+        "docs/",
+        "helm/",
+        "nats/",
+        "deploy/",
+    ];
+    let mut named = 0;
+    let mut missing = Vec::new();
+    for span in page.split('`').skip(1).step_by(2) {
+        let path = span.trim_end_matches('/');
+        if !roots.iter().any(|root| span.starts_with(root)) || path.contains(['<', '*', ' ']) {
+            continue;
+        }
+        named += 1;
+        if !root().join(path).exists() {
+            missing.push(path.to_owned());
+        }
+    }
+    assert!(
+        named >= 40,
+        "the page names {named} paths; the check reads too little"
+    );
+    assert!(
+        missing.is_empty(),
+        "docs/architecture.md names missing paths: {missing:?}"
+    );
+    for linking in ["README.md", "CONTRIBUTING.md"] {
+        assert!(
+            read(&root().join(linking)).contains("docs/architecture.md"),
+            "{linking} links docs/architecture.md"
         );
     }
 }

@@ -25,12 +25,13 @@ use switchboard_proto::inbox::{
     FETCH_WAIT_MAX_MS, FetchReply, FetchRequest, FetchedMessage, INBOX_MAX_DELIVER,
     TRACE_HEADER_MAX_CHARS, owned_by,
 };
-use switchboard_proto::receipt::{PendingRead, ReceiptState};
+use switchboard_proto::receipt::ReceiptState;
 use switchboard_proto::{AgentId, GoalId, HEADER_TRACEPARENT, HEADER_TRACESTATE, InboxMessage};
 use switchboard_runtime::CancellationToken;
 use tokio::time::Instant;
 
 use crate::error::FanoutError;
+use crate::handout::{Bookkeeping, HandedOut, first_hand_outs};
 use crate::receipts::Receipts;
 use crate::store::{Cas, InboxStore, StoredMessage, Unread};
 pub use crate::wake::HELD_FETCHES_PER_AGENT;
@@ -58,9 +59,9 @@ const AFTER_WAKE: [Duration; 6] = [
 /// The reading side of the inbox: fetch and ack.
 #[derive(Debug, Clone)]
 pub struct Reader {
-    store: InboxStore,
+    pub(crate) store: InboxStore,
     wake: WakeHub,
-    receipts: Receipts,
+    pub(crate) receipts: Receipts,
     stopping: CancellationToken,
     /// Fetches each agent has held open on this replica right now.
     held: switchboard_runtime::places::Places<AgentId>,
@@ -157,7 +158,7 @@ impl Reader {
 
     /// [`Reader::owned`], read through the bucket's leader (see
     /// [`InboxStore::cursor_from_leader`]).
-    async fn owned_from_leader(
+    pub(crate) async fn owned_from_leader(
         &self,
         caller: &AgentId,
         goal: &GoalId,
@@ -489,7 +490,11 @@ impl Reader {
     }
 
     /// Counts a lost compare-and-set and backs off before the caller reads again.
-    async fn conflict(&self, goal: &GoalId, attempts: &mut u32) -> Result<(), FanoutError> {
+    pub(crate) async fn conflict(
+        &self,
+        goal: &GoalId,
+        attempts: &mut u32,
+    ) -> Result<(), FanoutError> {
         *attempts += 1;
         if *attempts >= CAS_ATTEMPTS {
             return Err(FanoutError::Contention(*goal));
@@ -576,109 +581,6 @@ impl Reader {
             self.conflict(&goal, &mut attempts).await?;
         }
     }
-}
-
-/// A hand-out answered before it was recorded.
-struct HandedOut {
-    goal: GoalId,
-    /// The fetch's `ack_through`, applied with it.
-    through: Option<u64>,
-    first: u64,
-    last: u64,
-    /// It did not start at the oldest unread message (`after`).
-    past_head: bool,
-    messages: Vec<FetchedMessage>,
-}
-
-/// Writes a hand-out's bookkeeping after its reply: the record the fetch prepared, or on a
-/// lost compare-and-set the same changes applied to the leader's record again (each only
-/// moves forward), then the receipts they make due.
-struct Bookkeeping {
-    reader: Reader,
-    caller: AgentId,
-}
-
-impl Bookkeeping {
-    async fn write(
-        self,
-        handed: HandedOut,
-        record: CursorRecord,
-        revision: u64,
-        delivered: Vec<PendingRead>,
-        reads: Vec<PendingRead>,
-    ) {
-        let goal = handed.goal;
-        let (mut record, mut revision, mut delivered, mut reads) =
-            (record, revision, delivered, reads);
-        let mut attempts = 0;
-        loop {
-            match self.reader.store.put_cursor(&goal, &record, revision).await {
-                Ok(Cas::Done(_)) => break,
-                Ok(Cas::Conflict) => {}
-                Err(err) => {
-                    // The reader is handed these messages again (it drops the repeats).
-                    tracing::warn!(goal_id = %goal, error = %err, "a hand-out was not recorded");
-                    return;
-                }
-            }
-            if self.reader.conflict(&goal, &mut attempts).await.is_err() {
-                tracing::warn!(goal_id = %goal, "a hand-out was not recorded: the cursor kept changing");
-                return;
-            }
-            let Ok((fresh, fresh_revision)) =
-                self.reader.owned_from_leader(&self.caller, &goal).await
-            else {
-                // The goal closed meanwhile: nothing to record.
-                return;
-            };
-            (record, revision) = (fresh, fresh_revision);
-            (delivered, reads) = handed.apply(&mut record);
-        }
-        let receipts = &self.reader.receipts;
-        receipts
-            .tell(&self.caller, &goal, &delivered, ReceiptState::Delivered)
-            .await;
-        receipts
-            .tell(&self.caller, &goal, &reads, ReceiptState::Read)
-            .await;
-    }
-}
-
-impl HandedOut {
-    /// Applies the hand-out (and its `ack_through`) to `record` again; returns the `delivered`
-    /// receipts of first hand-outs and the `read` receipts now due.
-    fn apply(&self, record: &mut CursorRecord) -> (Vec<PendingRead>, Vec<PendingRead>) {
-        if let Some(through) = self.through {
-            record.advance(through);
-        }
-        let handed_before = record.handed;
-        if self.past_head || record.cursor >= self.first {
-            record.hand_out_later(self.last);
-        } else {
-            record.hand_out(self.first, self.last);
-        }
-        let delivered = first_hand_outs(record, &self.messages, handed_before);
-        (delivered, record.reads_due())
-    }
-}
-
-/// The receipts owed for `messages` handed out for the first time (above `handed_before`):
-/// returned, to send `delivered` now, and owed on `record` until the cursor passes them.
-fn first_hand_outs(
-    record: &mut CursorRecord,
-    messages: &[FetchedMessage],
-    handed_before: u64,
-) -> Vec<PendingRead> {
-    let mut delivered = Vec::new();
-    for fetched in messages.iter().filter(|m| m.seq > handed_before) {
-        let Some(pending) = switchboard_delivery::receipts::owed(&fetched.message, fetched.seq)
-        else {
-            continue;
-        };
-        record.owe_read(pending.clone());
-        delivered.push(pending);
-    }
-    delivered
 }
 
 fn reply(

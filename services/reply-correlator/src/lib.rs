@@ -7,9 +7,12 @@
 //! bucket with their deadline; every state change is a compare-and-set, so answers and
 //! timeouts resolve exactly once across replicas and restarts.
 //!
+//! How it fits with the other services: docs/architecture.md.
+//!
 //! Layout: `config.rs` (`[reply_correlator]`), `error.rs` (errors → stable kinds),
-//! `endpoints.rs` (the endpoint table), `calls.rs` (making a call and waiting, budgets
-//! included), `answers.rs` (the reply rules: claiming a call and delivering its answer), `parts.rs` (streamed answers: partial replies, forwarding them in order, reading
+//! `endpoints.rs` (the endpoint table), `calls.rs` (making a call, step by step; its request
+//! goes through the one door, `switchboard_delivery::door`), `wait.rs` (waiting for the
+//! answer), `answers.rs` (the reply rules: claiming a call and delivering its answer), `parts.rs` (streamed answers: partial replies, forwarding them in order, reading
 //! them back), `sweep.rs` (the call timeout sweep and the pending listing), `correlator.rs`
 //! (the correlator and the waiting calls it holds), `store.rs` (the calls bucket and its open-call index), this file
 //! (`start`/`run`).
