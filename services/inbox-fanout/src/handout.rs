@@ -3,12 +3,16 @@
 //! after its reply — the record the fetch prepared, or on a lost compare-and-set the same
 //! changes applied again to the leader's record (each only moves forward).
 
-use switchboard_proto::inbox::{CursorRecord, FetchedMessage};
+use switchboard_proto::inbox::{CursorRecord, FetchedMessage, owned_by};
 use switchboard_proto::receipt::{PendingRead, ReceiptState};
 use switchboard_proto::{AgentId, GoalId};
 
-use crate::reader::Reader;
-use crate::store::Cas;
+use crate::receipts::Receipts;
+use crate::store::{Cas, InboxStore};
+
+/// Compare-and-set attempts of one hand-out's bookkeeping before it gives up (logged: the
+/// reader is handed the messages again and drops the repeats).
+const CAS_ATTEMPTS: u32 = 64;
 
 /// A hand-out answered before it was recorded.
 pub(crate) struct HandedOut {
@@ -26,7 +30,8 @@ pub(crate) struct HandedOut {
 /// lost compare-and-set the same changes applied to the leader's record again (each only
 /// moves forward), then the receipts they make due.
 pub(crate) struct Bookkeeping {
-    pub(crate) reader: Reader,
+    pub(crate) store: InboxStore,
+    pub(crate) receipts: Receipts,
     pub(crate) caller: AgentId,
 }
 
@@ -44,7 +49,7 @@ impl Bookkeeping {
             (record, revision, delivered, reads);
         let mut attempts = 0;
         loop {
-            match self.reader.store.put_cursor(&goal, &record, revision).await {
+            match self.store.put_cursor(&goal, &record, revision).await {
                 Ok(Cas::Done(_)) => break,
                 Ok(Cas::Conflict) => {}
                 Err(err) => {
@@ -53,20 +58,24 @@ impl Bookkeeping {
                     return;
                 }
             }
-            if self.reader.conflict(&goal, &mut attempts).await.is_err() {
+            attempts += 1;
+            if attempts >= CAS_ATTEMPTS {
                 tracing::warn!(goal_id = %goal, "a hand-out was not recorded: the cursor kept changing");
                 return;
             }
-            let Ok((fresh, fresh_revision)) =
-                self.reader.owned_from_leader(&self.caller, &goal).await
-            else {
-                // The goal closed meanwhile: nothing to record.
+            switchboard_runtime::store::cas_backoff(attempts).await;
+            let fresh = self.store.cursor_from_leader(&goal).await;
+            let Ok(Some((fresh, fresh_revision))) = fresh else {
+                // The goal closed meanwhile (or cannot be read): nothing to record.
                 return;
             };
+            if owned_by(Some(&fresh), &self.caller).is_none() {
+                return;
+            }
             (record, revision) = (fresh, fresh_revision);
             (delivered, reads) = handed.apply(&mut record);
         }
-        let receipts = &self.reader.receipts;
+        let receipts = &self.receipts;
         receipts
             .tell(&self.caller, &goal, &delivered, ReceiptState::Delivered)
             .await;

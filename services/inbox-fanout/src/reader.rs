@@ -21,9 +21,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use switchboard_proto::inbox::{
-    AckOp, AckReply, AckRequest, CursorRecord, ExpiredUnread, FETCH_DEFAULT, FETCH_MAX,
-    FETCH_WAIT_MAX_MS, FetchReply, FetchRequest, FetchedMessage, INBOX_MAX_DELIVER,
-    TRACE_HEADER_MAX_CHARS, owned_by,
+    CursorRecord, ExpiredUnread, FETCH_DEFAULT, FETCH_MAX, FETCH_WAIT_MAX_MS, FetchReply,
+    FetchRequest, FetchedMessage, INBOX_MAX_DELIVER, TRACE_HEADER_MAX_CHARS, owned_by,
 };
 use switchboard_proto::receipt::ReceiptState;
 use switchboard_proto::{AgentId, GoalId, HEADER_TRACEPARENT, HEADER_TRACESTATE, InboxMessage};
@@ -134,7 +133,7 @@ impl Reader {
     }
 
     /// The caller's goal cursor, or `not_found` (unknown goal and another's goal alike).
-    async fn owned(
+    pub(crate) async fn owned(
         &self,
         caller: &AgentId,
         goal: &GoalId,
@@ -150,7 +149,11 @@ impl Reader {
 
     /// The caller's goal cursor as this replica read or wrote it a moment ago (see
     /// [`InboxStore::recent_cursor`]), for a request whose every change is a compare-and-set.
-    fn recent_owned(&self, caller: &AgentId, goal: &GoalId) -> Option<(CursorRecord, u64)> {
+    pub(crate) fn recent_owned(
+        &self,
+        caller: &AgentId,
+        goal: &GoalId,
+    ) -> Option<(CursorRecord, u64)> {
         self.store
             .recent_cursor(goal)
             .filter(|(record, _)| record.agent_id == *caller)
@@ -377,7 +380,8 @@ impl Reader {
                     messages: messages.clone(),
                 };
                 let later = Bookkeeping {
-                    reader: self.clone(),
+                    store: self.store.clone(),
+                    receipts: self.receipts.clone(),
                     caller: caller.clone(),
                 };
                 tokio::spawn(later.write(handed, record.clone(), revision, delivered, reads));
@@ -453,7 +457,7 @@ impl Reader {
     /// Whether a reader may name `seq` (`what`: an ack, `ack_through`, `after`) on `goal`:
     /// handed out as `record` says, or — the record of a hand-out is written after its reply —
     /// stored in the goal. Never past the goal's newest message.
-    async fn within_stored(
+    pub(crate) async fn within_stored(
         &self,
         goal: &GoalId,
         seq: u64,
@@ -501,85 +505,6 @@ impl Reader {
         }
         switchboard_runtime::store::cas_backoff(*attempts).await;
         Ok(())
-    }
-
-    /// ack: move the cursor through `through`, or dead-letter `seq` with a reason and move the
-    /// cursor through it.
-    pub async fn ack(
-        &self,
-        caller: &AgentId,
-        request: &AckRequest,
-    ) -> Result<AckReply, FanoutError> {
-        let op = request.op().map_err(FanoutError::BadRead)?;
-        let goal = request.goal_id;
-        let mut attempts = 0;
-        let through = match &op {
-            AckOp::Through(through) | AckOp::Reject { seq: through, .. } => *through,
-        };
-        // The first attempt may start from the cursor this replica saw a moment ago: a move is a
-        // compare-and-set, and one at or below a stale cursor is at or below the real one.
-        let mut recent = self.recent_owned(caller, &goal);
-        loop {
-            let from_recent = recent.is_some();
-            let (mut record, mut revision) = match recent.take() {
-                Some(known) => known,
-                None => self.owned(caller, &goal).await?,
-            };
-            if through > record.handed {
-                (record, revision) = self.owned_from_leader(caller, &goal).await?;
-            }
-            self.within_stored(&goal, through, &record, "sequence")
-                .await?;
-            if through <= record.cursor && from_recent {
-                // Answered only from a cursor read now (the goal may have closed).
-                continue;
-            }
-            if through <= record.cursor {
-                // Done already (a retried ack or reject): nothing to do.
-                return Ok(AckReply {
-                    goal_id: goal,
-                    cursor: record.cursor,
-                });
-            }
-            if let AckOp::Reject { seq, reason } = &op {
-                // Decided on the leader's cursor (a lagging replica's could letter a message
-                // already acknowledged), and only for a message of this goal still stored: a
-                // sequence of another goal's message, or one evicted, writes no letter.
-                (record, revision) = self.owned_from_leader(caller, &goal).await?;
-                if through <= record.cursor {
-                    return Ok(AckReply {
-                        goal_id: goal,
-                        cursor: record.cursor,
-                    });
-                }
-                if let Some(message) = self.store.message(&goal, *seq).await? {
-                    let deliveries = if record.head == *seq {
-                        record.head_deliveries
-                    } else {
-                        1
-                    };
-                    self.store
-                        .dead_letter(&goal, message, reason, deliveries)
-                        .await?;
-                } else {
-                    tracing::debug!(goal_id = %goal, seq, "rejected sequence is not a stored message of the goal; no letter");
-                }
-                // Rejected, not read: no `read` receipt for it.
-                record.forget_read(*seq);
-            }
-            record.advance(through);
-            let reads = record.reads_due();
-            if let Cas::Done(_) = self.store.put_cursor(&goal, &record, revision).await? {
-                self.receipts
-                    .tell(caller, &goal, &reads, ReceiptState::Read)
-                    .await;
-                return Ok(AckReply {
-                    goal_id: goal,
-                    cursor: record.cursor,
-                });
-            }
-            self.conflict(&goal, &mut attempts).await?;
-        }
     }
 }
 
