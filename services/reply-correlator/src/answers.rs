@@ -10,6 +10,7 @@ use switchboard_proto::send::{check_body, check_content_fits};
 use switchboard_proto::{
     AgentId, ErrorKind, ErrorReply, GoalId, InboxMessage, MessageKind, new_id, subject, timestamp,
 };
+use uuid::Uuid;
 
 /// A reply refused as malformed (`bad_request`).
 fn bad_request(message: String) -> CorrelatorError {
@@ -18,198 +19,260 @@ fn bad_request(message: String) -> CorrelatorError {
 
 use crate::correlator::{Correlator, HANDOVER_TIMEOUT, check_callee, expired};
 use crate::error::CorrelatorError;
-use crate::store::may_be_indexed;
+use crate::store::{CallEntry, may_be_indexed};
 
 /// Compare-and-set retries on one call.
 const CAS_ATTEMPTS: usize = 8;
+/// A final reply, checked: who answers, its text, and whether it carries nothing at all.
+struct Reply<'r> {
+    callee: &'r AgentId,
+    body: &'r str,
+    bare: bool,
+    request: &'r ReplyRequest,
+}
+
+/// The checks a reply passes before any call is read: a `correlation_id`; an `error` only on
+/// its own (final, no text or parts); the body check of a send unless the final reply is bare
+/// (which may only end a streamed answer, checked once the call is read); and an answer that
+/// fits a stored message. Returns the call's id, the body and whether the reply is bare.
+fn check_reply(request: &ReplyRequest) -> Result<(Uuid, &str, bool), CorrelatorError> {
+    let Some(correlation_id) = request.correlation_id else {
+        return Err(CorrelatorError::MissingCorrelationId);
+    };
+    let text = request.message.as_deref().unwrap_or("");
+    let bare = text.is_empty() && request.parts.is_empty();
+    if let Some(error) = &request.error {
+        error.check().map_err(bad_request)?;
+        if request.partial || !bare {
+            return Err(bad_request(
+                "a reply with `error` is final and carries no `message` or `parts`".to_owned(),
+            ));
+        }
+    }
+    let body = if bare && !request.partial {
+        ""
+    } else {
+        check_body(Some(text)).map_err(CorrelatorError::Gate)?
+    };
+    // An answer that could not be stored must be refused before the call is claimed.
+    check_content_fits("the answer with its parts", body, &request.parts, &[])
+        .map_err(CorrelatorError::Gate)?;
+    Ok((correlation_id, body, bare))
+}
+
 /// A claim younger than this is a delivery in progress, not a failed one: a second reply
 /// must not deliver again.
 const CLAIM_IN_PROGRESS: time::Duration = time::Duration::seconds(10);
 
 impl Correlator {
-    /// reply_to_peer: answers the call named by `correlation_id`; only its callee may.
+    /// reply_to_peer: answers the call named by `correlation_id`; only its callee may. The
+    /// reply is checked, then the call is read (or, held by this replica, taken as it was
+    /// stored) and answered by the rule its state calls for, read again on a lost race.
     pub async fn reply(
         &self,
         callee: &AgentId,
         request: ReplyRequest,
     ) -> Result<ReplyAck, CorrelatorError> {
-        let Some(correlation_id) = request.correlation_id else {
-            return Err(CorrelatorError::MissingCorrelationId);
-        };
-        // A failure (`error`) is a final reply with nothing else; a final reply with nothing
-        // at all may only end a streamed answer (checked once the call is read).
-        let text = request.message.as_deref().unwrap_or("");
-        let bare = text.is_empty() && request.parts.is_empty();
-        if let Some(error) = &request.error {
-            error.check().map_err(bad_request)?;
-            if request.partial || !bare {
-                return Err(bad_request(
-                    "a reply with `error` is final and carries no `message` or `parts`".to_owned(),
-                ));
-            }
-        }
-        // The body check of a send (non-empty, ≤ 64 KiB).
-        let body = if bare && !request.partial {
-            ""
-        } else {
-            check_body(Some(text)).map_err(CorrelatorError::Gate)?
-        };
-        // An answer that could not be stored must be refused before the call is claimed.
-        check_content_fits("the answer with its parts", body, &request.parts, &[])
-            .map_err(CorrelatorError::Gate)?;
+        let (correlation_id, body, bare) = check_reply(&request)?;
         if request.partial {
             return self
                 .reply_part(callee, correlation_id, body, &request)
                 .await;
         }
+        let reply = Reply {
+            callee,
+            body,
+            bare,
+            request: &request,
+        };
         // A call this replica holds is claimed on the revision it stored first (no read); if
         // it changed since, the claim fails and the call is read as usual.
         let mut held = self.held_record(&correlation_id);
         for _ in 0..CAS_ATTEMPTS {
             let stored = self.record_of(held.take(), correlation_id).await?;
-            let call = &stored.call;
-            check_callee(call, callee)?;
-            match (call.state, call.answered_via) {
-                (CallState::Expired, _) => {
-                    self.emit(CallEventKind::LateAnswer, call, Some(body)).await;
-                    return Err(expired(call));
-                }
-                (CallState::Answered, Some(via)) => {
-                    // A retry of a reply whose first attempt may have died before its event
-                    // was stored: send it again (stored once by its message id).
-                    self.emit_answered(call, body).await;
-                    return Ok(ReplyAck {
-                        correlation_id,
-                        delivered: via,
-                        duplicate: true,
-                        part: None,
-                    });
-                }
-                (CallState::Answered, None)
-                    if call
-                        .claimed_at
-                        .is_some_and(|at| timestamp::now() - at < CLAIM_IN_PROGRESS) =>
-                {
-                    // Another reply claimed it a moment ago and is delivering right now.
-                    return Err(CorrelatorError::AnswerInProgress(correlation_id));
-                }
-                (CallState::Answered, None) => {
-                    // Claimed by an attempt that did not finish delivering: claim it anew
-                    // (so concurrent retries cannot both deliver), then deliver again (an
-                    // inbox copy is de-duplicated by its message id).
-                    let Some(reclaimed) = self
-                        .store
-                        .transition(&stored, CallState::Answered, None)
-                        .await?
-                    else {
-                        continue;
-                    };
-                    let via = self.deliver_answer(call, callee, body, &request).await?;
-                    self.store
-                        .answered(
-                            &reclaimed,
-                            via,
-                            self.kept_answer(call, callee, body, &request),
-                        )
-                        .await?;
-                    self.emit_answered(call, body).await;
-                    return Ok(ReplyAck {
-                        correlation_id,
-                        delivered: via,
-                        duplicate: false,
-                        part: None,
-                    });
-                }
-                (CallState::Open, _) if call.deadline <= timestamp::now() => {
-                    let indexed = may_be_indexed(call);
-                    if self
-                        .store
-                        .end(&stored, CallState::Expired, indexed)
-                        .await?
-                        .is_some()
-                    {
-                        self.on_expired(call).await;
-                        return Err(expired(call));
-                    }
-                }
-                (CallState::Open, _) => {
-                    if bare && request.error.is_none() && call.streamed.is_empty() {
-                        return Err(CorrelatorError::Gate(ErrorReply::new(
-                            ErrorKind::EmptyMessage,
-                            "`message` is required and must not be empty (an empty final reply \
-                             only ends a streamed answer)",
-                        )));
-                    }
-                    // The whole answer (every part, then this reply) must fit a message: it
-                    // may be written into an inbox.
-                    if !call.streamed.is_empty() {
-                        let joined = call.streamed_text() + body;
-                        check_content_fits(
-                            "the streamed answer with this final reply",
-                            &joined,
-                            &request.parts,
-                            &[],
-                        )
-                        .map_err(CorrelatorError::Gate)?;
-                    }
-                    // Held by this replica (its caller waits here): claimed and recorded as
-                    // answered to the caller in one write, then handed over in process.
-                    // Otherwise claimed, delivered (the index entry removed meanwhile), and
-                    // the route recorded. The winner delivers, exactly once.
-                    let via = if self.holds(&correlation_id) {
-                        let answer = Self::final_answer(call, callee, body, &request);
-                        let Some(claimed) =
-                            self.store.answered_here(&stored, answer.clone()).await?
-                        else {
-                            continue;
-                        };
-                        // The wait this replica holds takes the call out of the index, if
-                        // it put it there.
-                        if self.hand_over_here(&answer).await {
-                            AnswerRoute::Caller
-                        } else {
-                            // The wait ended meanwhile: the NATS way or the inbox, recorded.
-                            let via = self.deliver_answer(call, callee, body, &request).await?;
-                            self.store.answered(&claimed, via, Some(answer)).await?;
-                            via
-                        }
-                    } else {
-                        let Some(claimed) = self
-                            .store
-                            .transition(&stored, CallState::Answered, None)
-                            .await?
-                        else {
-                            continue;
-                        };
-                        let unindex = async {
-                            if may_be_indexed(call) {
-                                self.store.unindex(&correlation_id).await;
-                            }
-                        };
-                        let (via, ()) = tokio::join!(
-                            self.deliver_answer(call, callee, body, &request),
-                            unindex
-                        );
-                        let via = via?;
-                        let kept = self.kept_answer(call, callee, body, &request);
-                        self.store.answered(&claimed, via, kept).await?;
-                        via
-                    };
-                    tracing::info!(%correlation_id, ?via, "call answered");
-                    // The trail's `answered` event, before the callee hears the reply went
-                    // through: killed before it, the callee retries and the retry sends it
-                    // (the caller already has its answer; this is off the caller's path).
-                    self.emit_answered(call, body).await;
-                    return Ok(ReplyAck {
-                        correlation_id,
-                        delivered: via,
-                        duplicate: false,
-                        part: None,
-                    });
-                }
+            check_callee(&stored.call, callee)?;
+            if let Some(ack) = self.reply_to(&stored, &reply).await? {
+                return Ok(ack);
             }
         }
         Err(CorrelatorError::Contention(correlation_id))
+    }
+
+    /// Answers `stored` by the rule its state calls for; `None` when another writer changed
+    /// it first (read it again).
+    async fn reply_to(
+        &self,
+        stored: &CallEntry,
+        reply: &Reply<'_>,
+    ) -> Result<Option<ReplyAck>, CorrelatorError> {
+        let call = &stored.call;
+        let ack = |delivered, duplicate| ReplyAck {
+            correlation_id: call.correlation_id,
+            delivered,
+            duplicate,
+            part: None,
+        };
+        match (call.state, call.answered_via) {
+            (CallState::Expired, _) => {
+                self.emit(CallEventKind::LateAnswer, call, Some(reply.body))
+                    .await;
+                Err(expired(call))
+            }
+            (CallState::Answered, Some(via)) => {
+                // A retry of a reply whose first attempt may have died before its event was
+                // stored: send it again (stored once by its message id).
+                self.emit_answered(call, reply.body).await;
+                Ok(Some(ack(via, true)))
+            }
+            (CallState::Answered, None)
+                if call
+                    .claimed_at
+                    .is_some_and(|at| timestamp::now() - at < CLAIM_IN_PROGRESS) =>
+            {
+                // Another reply claimed it a moment ago and is delivering right now.
+                Err(CorrelatorError::AnswerInProgress(call.correlation_id))
+            }
+            (CallState::Answered, None) => Ok(self
+                .deliver_again(stored, reply)
+                .await?
+                .map(|via| ack(via, false))),
+            (CallState::Open, _) if call.deadline <= timestamp::now() => {
+                let indexed = may_be_indexed(call);
+                if self
+                    .store
+                    .end(stored, CallState::Expired, indexed)
+                    .await?
+                    .is_some()
+                {
+                    self.on_expired(call).await;
+                    return Err(expired(call));
+                }
+                Ok(None)
+            }
+            (CallState::Open, _) => Ok(self
+                .answer_open(stored, reply)
+                .await?
+                .map(|via| ack(via, false))),
+        }
+    }
+
+    /// A call claimed by an attempt that did not finish delivering: claimed anew (so
+    /// concurrent retries cannot both deliver), then delivered again (an inbox copy is
+    /// de-duplicated by its message id).
+    async fn deliver_again(
+        &self,
+        stored: &CallEntry,
+        reply: &Reply<'_>,
+    ) -> Result<Option<AnswerRoute>, CorrelatorError> {
+        let call = &stored.call;
+        let Some(reclaimed) = self
+            .store
+            .transition(stored, CallState::Answered, None)
+            .await?
+        else {
+            return Ok(None);
+        };
+        let (callee, body, request) = (reply.callee, reply.body, reply.request);
+        let via = self.deliver_answer(call, callee, body, request).await?;
+        let kept = self.kept_answer(call, callee, body, request);
+        self.store.answered(&reclaimed, via, kept).await?;
+        self.emit_answered(call, body).await;
+        Ok(Some(via))
+    }
+
+    /// An open call's answer: the whole answer must fit a message, then the winner of the
+    /// claim delivers it, exactly once, and the trail's `answered` event is stored before the
+    /// callee hears the reply went through (killed before it, the callee retries and the retry
+    /// sends it; the caller already has its answer, so this is off the caller's path).
+    async fn answer_open(
+        &self,
+        stored: &CallEntry,
+        reply: &Reply<'_>,
+    ) -> Result<Option<AnswerRoute>, CorrelatorError> {
+        let call = &stored.call;
+        let (body, request) = (reply.body, reply.request);
+        if reply.bare && request.error.is_none() && call.streamed.is_empty() {
+            return Err(CorrelatorError::Gate(ErrorReply::new(
+                ErrorKind::EmptyMessage,
+                "`message` is required and must not be empty (an empty final reply only ends \
+                 a streamed answer)",
+            )));
+        }
+        // The whole answer (every part, then this reply) must fit a message: it may be
+        // written into an inbox.
+        if !call.streamed.is_empty() {
+            let joined = call.streamed_text() + body;
+            check_content_fits(
+                "the streamed answer with this final reply",
+                &joined,
+                &request.parts,
+                &[],
+            )
+            .map_err(CorrelatorError::Gate)?;
+        }
+        let via = if self.holds(&call.correlation_id) {
+            self.answer_here(stored, reply).await?
+        } else {
+            self.answer_there(stored, reply).await?
+        };
+        let Some(via) = via else {
+            return Ok(None);
+        };
+        tracing::info!(correlation_id = %call.correlation_id, ?via, "call answered");
+        self.emit_answered(call, body).await;
+        Ok(Some(via))
+    }
+
+    /// Held by this replica (its caller waits here): claimed and recorded as answered to the
+    /// caller in one write, then handed over in process (the wait takes the call out of the
+    /// index, if it put it there) — or, when the wait ended meanwhile, delivered the NATS way
+    /// or into the inbox, and the route recorded.
+    async fn answer_here(
+        &self,
+        stored: &CallEntry,
+        reply: &Reply<'_>,
+    ) -> Result<Option<AnswerRoute>, CorrelatorError> {
+        let call = &stored.call;
+        let answer = Self::final_answer(call, reply.callee, reply.body, reply.request);
+        let Some(claimed) = self.store.answered_here(stored, answer.clone()).await? else {
+            return Ok(None);
+        };
+        if self.hand_over_here(&answer).await {
+            return Ok(Some(AnswerRoute::Caller));
+        }
+        let via = self
+            .deliver_answer(call, reply.callee, reply.body, reply.request)
+            .await?;
+        self.store.answered(&claimed, via, Some(answer)).await?;
+        Ok(Some(via))
+    }
+
+    /// Held elsewhere (or by nobody): claimed, delivered with the index entry removed
+    /// meanwhile, and the route recorded.
+    async fn answer_there(
+        &self,
+        stored: &CallEntry,
+        reply: &Reply<'_>,
+    ) -> Result<Option<AnswerRoute>, CorrelatorError> {
+        let call = &stored.call;
+        let Some(claimed) = self
+            .store
+            .transition(stored, CallState::Answered, None)
+            .await?
+        else {
+            return Ok(None);
+        };
+        let unindex = async {
+            if may_be_indexed(call) {
+                self.store.unindex(&call.correlation_id).await;
+            }
+        };
+        let (callee, body, request) = (reply.callee, reply.body, reply.request);
+        let (via, ()) = tokio::join!(self.deliver_answer(call, callee, body, request), unindex);
+        let via = via?;
+        let kept = self.kept_answer(call, callee, body, request);
+        self.store.answered(&claimed, via, kept).await?;
+        Ok(Some(via))
     }
 
     /// The final answer: every part's text so far, then the final reply's.

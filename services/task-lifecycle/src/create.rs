@@ -48,8 +48,10 @@ impl Tasks {
         self.open_task(caller, request, true).await
     }
 
-    /// What create and spawn share: checks, records the task (linked to its parent for a
-    /// spawn), then delivers the `kind: task` message to every live goal of the assignee.
+    /// What create and spawn share: who the task is for, its deadline, the parties' cards
+    /// and the assignee's goals, checked before anything is written; then the task recorded
+    /// (linked to its parent for a spawn) and its `kind: task` message delivered to every live
+    /// goal of the assignee. A task no goal took is forgotten.
     async fn open_task(
         &self,
         caller: &AgentId,
@@ -62,121 +64,12 @@ impl Tasks {
             (false, Some(_)) => return Err(TaskError::ParentOnCreate),
             (_, parent) => parent,
         };
-        let to_self = spawn
-            && request
-                .to
-                .as_deref()
-                .is_some_and(|to| to.trim() == "self" || to.trim() == caller.as_str());
-        // The send's target and body checks: `to` present, not the caller (self only through
-        // spawn), a non-empty message of at most 64 KiB.
-        let gate = |err: switchboard_proto::ErrorReply| {
-            if err.kind() == ErrorKind::SelfSend {
-                TaskError::TaskForSelf
-            } else {
-                TaskError::Gate(err)
-            }
-        };
-        let target = if to_self {
-            check_sender(caller, request.from_agent_id.as_deref()).map_err(gate)?;
-            None
-        } else {
-            Some(
-                check_target(
-                    caller,
-                    request.from_agent_id.as_deref(),
-                    request.to.as_deref(),
-                )
-                .map_err(gate)?,
-            )
-        };
-        check_receipt(request.receipt, request.from_goal_id).map_err(gate)?;
-        let body = check_body(request.message.as_deref()).map_err(gate)?;
-        let assignee = match target {
-            None => caller.clone(),
-            Some(Target::Broadcast) => return Err(TaskError::Broadcast),
-            Some(Target::Peer(to)) => {
-                AgentId::parse(&to).map_err(|_| TaskError::UnknownAssignee(to.clone()))?
-            }
-            // One agent with the skill below its task cap, picked by the directory.
-            Some(Target::Skill(skill)) => route_by_skill(&self.js.client(), caller, &skill, true)
-                .await
-                .map_err(TaskError::NoSkill)?,
-        };
-        let callback = request.callback.clone().map(serde_json::Value::Object);
-        let metadata = serde_json::Value::Object(request.metadata.clone());
-        check_content_fits(
-            "the message with its parts, metadata and callback",
-            body,
-            &request.parts,
-            &[
-                &metadata,
-                callback.as_ref().unwrap_or(&serde_json::Value::Null),
-            ],
-        )
-        .map_err(TaskError::Gate)?;
-        let deadline = match (request.deadline, request.deadline_in_ms) {
-            (Some(_), Some(_)) => return Err(TaskError::TwoDeadlines),
-            (Some(at), None) => Some(at),
-            (None, Some(ms)) if ms > TASK_DEADLINE_MAX_MS => {
-                return Err(TaskError::DeadlineTooFar {
-                    ms,
-                    max: TASK_DEADLINE_MAX_MS,
-                });
-            }
-            (None, Some(ms)) => {
-                Some(timestamp::checked_after(now, ms).ok_or(TaskError::DeadlineOutOfRange)?)
-            }
-            (None, None) => None,
-        };
-        if let Some(at) = deadline
-            && at <= now
-        {
-            return Err(TaskError::DeadlinePassed { at });
-        }
-        // A subtask never outlives its parent: its deadline is the earlier of its own and the
-        // parent's (a parent that ran out takes no more subtasks).
-        let mut deadline = deadline;
-        let mut deadline_clamped = false;
-        if let Some(parent_id) = parent_id
-            && let Some(parent) = self.store.find(&parent_id).await?
-            && let Some(limit) = parent.task.deadline
-        {
-            if limit <= now {
-                return Err(TaskError::ParentDeadlinePassed {
-                    parent: parent_id,
-                    at: limit,
-                });
-            }
-            if deadline.is_none_or(|own| own > limit) {
-                deadline = Some(limit);
-                deadline_clamped = true;
-            }
-        }
+        let (assignee, body) = self.assignee(caller, &request, spawn).await?;
+        let (deadline, deadline_clamped) = self.deadline(&request, parent_id, now).await?;
         if let Some(goal) = &request.from_goal_id {
             self.check_goal(caller, goal).await?;
         }
-
-        // Who may give whom a task: both registered, the ACL both ways.
-        let Some(requester_card) = self.door.view().card(caller).await? else {
-            return Err(TaskError::NotRegistered(caller.clone()));
-        };
-        if !to_self {
-            let Some(assignee_card) = self.door.view().card(&assignee).await? else {
-                return Err(TaskError::UnknownAssignee(assignee.as_str().to_owned()));
-            };
-            if let Err(denial) = acl::check(&requester_card, &assignee_card) {
-                return Err(TaskError::AclDenied {
-                    denial,
-                    requester: caller.clone(),
-                    assignee,
-                });
-            }
-        }
-        let goals = self.live_goals(&assignee).await?;
-        if goals.is_empty() {
-            return Err(TaskError::NoLiveGoals(assignee));
-        }
-
+        let goals = self.parties(caller, &assignee).await?;
         let task_id = request.task_id.unwrap_or_else(new_id);
         if let Some(existing) = self.store.find(&task_id).await? {
             return self
@@ -186,40 +79,14 @@ impl Tasks {
         let (depth, requester_goal) = match parent_id {
             Some(parent_id) => {
                 let parent = self.adopt(caller, parent_id, task_id).await?;
-                (
-                    parent.depth + 1,
-                    request.from_goal_id.or(parent.assignee_goal),
-                )
+                let goal = request.from_goal_id.or(parent.assignee_goal);
+                (parent.depth + 1, goal)
             }
             None => (1, request.from_goal_id),
         };
-        let task = TaskRecord {
-            task_id,
-            requester: caller.clone(),
-            requester_goal,
-            assignee: assignee.clone(),
-            assignee_goal: None,
-            state: TaskState::Submitted,
-            message: body.to_owned(),
-            parts: request.parts.clone(),
-            deadline,
-            callback: request.callback.clone(),
-            metadata: request.metadata.clone(),
-            parent: parent_id,
-            depth,
-            children: Vec::new(),
-            result: None,
-            result_parts: Vec::new(),
-            reason: None,
-            message_id: new_id(),
-            in_reply_to: request.in_reply_to,
-            receipt: request.receipt,
-            transitions: 0,
-            history: Vec::new(),
-            created_at: now,
-            updated_at: now,
-            traceparent: switchboard_runtime::telemetry::current_traceparent(),
-        };
+        let mut task = new_task(caller, &assignee, body, &request, now);
+        (task.task_id, task.deadline, task.parent) = (task_id, deadline, parent_id);
+        (task.depth, task.requester_goal) = (depth, requester_goal);
         let Some(stored) = self.store.insert(&task).await? else {
             // Created meanwhile by a concurrent request with the same id.
             let Some(existing) = self.store.find(&task_id).await? else {
@@ -243,6 +110,138 @@ impl Tasks {
             deadline_clamped,
             descendants: Vec::new(),
         })
+    }
+
+    /// Who the task is for, and its body: the send's target and body checks (`to` present,
+    /// not the caller — self only through spawn, as `self` or the caller's id — a non-empty
+    /// message of at most 64 KiB), a `skill:` target routed to an agent below its task cap,
+    /// and content that fits one inbox message with its parts, metadata and callback.
+    async fn assignee<'r>(
+        &self,
+        caller: &AgentId,
+        request: &'r CreateTask,
+        spawn: bool,
+    ) -> Result<(AgentId, &'r str), TaskError> {
+        let to_self = spawn
+            && request
+                .to
+                .as_deref()
+                .is_some_and(|to| to.trim() == "self" || to.trim() == caller.as_str());
+        let gate = |err: switchboard_proto::ErrorReply| {
+            if err.kind() == ErrorKind::SelfSend {
+                TaskError::TaskForSelf
+            } else {
+                TaskError::Gate(err)
+            }
+        };
+        let named = request.from_agent_id.as_deref();
+        let target = if to_self {
+            check_sender(caller, named).map_err(gate)?;
+            None
+        } else {
+            Some(check_target(caller, named, request.to.as_deref()).map_err(gate)?)
+        };
+        check_receipt(request.receipt, request.from_goal_id).map_err(gate)?;
+        let body = check_body(request.message.as_deref()).map_err(gate)?;
+        let assignee = match target {
+            None => caller.clone(),
+            Some(Target::Broadcast) => return Err(TaskError::Broadcast),
+            Some(Target::Peer(to)) => {
+                AgentId::parse(&to).map_err(|_| TaskError::UnknownAssignee(to.clone()))?
+            }
+            Some(Target::Skill(skill)) => route_by_skill(&self.js.client(), caller, &skill, true)
+                .await
+                .map_err(TaskError::NoSkill)?,
+        };
+        let callback = request.callback.clone().map(serde_json::Value::Object);
+        let metadata = serde_json::Value::Object(request.metadata.clone());
+        check_content_fits(
+            "the message with its parts, metadata and callback",
+            body,
+            &request.parts,
+            &[
+                &metadata,
+                callback.as_ref().unwrap_or(&serde_json::Value::Null),
+            ],
+        )
+        .map_err(TaskError::Gate)?;
+        Ok((assignee, body))
+    }
+
+    /// The task's deadline, and whether its parent's shortened it: `deadline` or
+    /// `deadline_in_ms` (not both, at most a year, in the future); a subtask never outlives
+    /// its parent (a parent that ran out takes no more subtasks).
+    async fn deadline(
+        &self,
+        request: &CreateTask,
+        parent_id: Option<Uuid>,
+        now: OffsetDateTime,
+    ) -> Result<(Option<OffsetDateTime>, bool), TaskError> {
+        let mut deadline = match (request.deadline, request.deadline_in_ms) {
+            (Some(_), Some(_)) => return Err(TaskError::TwoDeadlines),
+            (Some(at), None) => Some(at),
+            (None, Some(ms)) if ms > TASK_DEADLINE_MAX_MS => {
+                return Err(TaskError::DeadlineTooFar {
+                    ms,
+                    max: TASK_DEADLINE_MAX_MS,
+                });
+            }
+            (None, Some(ms)) => {
+                Some(timestamp::checked_after(now, ms).ok_or(TaskError::DeadlineOutOfRange)?)
+            }
+            (None, None) => None,
+        };
+        if let Some(at) = deadline
+            && at <= now
+        {
+            return Err(TaskError::DeadlinePassed { at });
+        }
+        let mut clamped = false;
+        if let Some(parent_id) = parent_id
+            && let Some(parent) = self.store.find(&parent_id).await?
+            && let Some(limit) = parent.task.deadline
+        {
+            if limit <= now {
+                return Err(TaskError::ParentDeadlinePassed {
+                    parent: parent_id,
+                    at: limit,
+                });
+            }
+            if deadline.is_none_or(|own| own > limit) {
+                deadline = Some(limit);
+                clamped = true;
+            }
+        }
+        Ok((deadline, clamped))
+    }
+
+    /// Who may give whom a task: both registered, the ACL both ways (none for a task to one's
+    /// own goals), and an assignee with a live goal. Returns the assignee's goals.
+    async fn parties(
+        &self,
+        caller: &AgentId,
+        assignee: &AgentId,
+    ) -> Result<Vec<GoalId>, TaskError> {
+        let Some(requester_card) = self.door.view().card(caller).await? else {
+            return Err(TaskError::NotRegistered(caller.clone()));
+        };
+        if assignee != caller {
+            let Some(assignee_card) = self.door.view().card(assignee).await? else {
+                return Err(TaskError::UnknownAssignee(assignee.as_str().to_owned()));
+            };
+            if let Err(denial) = acl::check(&requester_card, &assignee_card) {
+                return Err(TaskError::AclDenied {
+                    denial,
+                    requester: caller.clone(),
+                    assignee: assignee.clone(),
+                });
+            }
+        }
+        let goals = self.live_goals(assignee).await?;
+        if goals.is_empty() {
+            return Err(TaskError::NoLiveGoals(assignee.clone()));
+        }
+        Ok(goals)
     }
 
     /// A create whose task id exists already: the same requester and text is a retry (if the
@@ -408,4 +407,42 @@ fn child_age(id: &Uuid, now: OffsetDateTime) -> Option<time::Duration> {
     let at = OffsetDateTime::from_unix_timestamp(i64::try_from(secs).ok()?).ok()?
         + time::Duration::nanoseconds(i64::from(nanos));
     Some(now - at)
+}
+
+/// A new task as `request` asks for it, `submitted` now; its id, deadline, parent, depth and
+/// requester goal are the caller's to fill in.
+fn new_task(
+    caller: &AgentId,
+    assignee: &AgentId,
+    body: &str,
+    request: &CreateTask,
+    now: OffsetDateTime,
+) -> TaskRecord {
+    TaskRecord {
+        task_id: Uuid::nil(),
+        requester: caller.clone(),
+        requester_goal: None,
+        assignee: assignee.clone(),
+        assignee_goal: None,
+        state: TaskState::Submitted,
+        message: body.to_owned(),
+        parts: request.parts.clone(),
+        deadline: None,
+        callback: request.callback.clone(),
+        metadata: request.metadata.clone(),
+        parent: None,
+        depth: 1,
+        children: Vec::new(),
+        result: None,
+        result_parts: Vec::new(),
+        reason: None,
+        message_id: new_id(),
+        in_reply_to: request.in_reply_to,
+        receipt: request.receipt,
+        transitions: 0,
+        history: Vec::new(),
+        created_at: now,
+        updated_at: now,
+        traceparent: switchboard_runtime::telemetry::current_traceparent(),
+    }
 }

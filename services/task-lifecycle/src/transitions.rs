@@ -13,8 +13,8 @@
 use switchboard_delivery::door::{Address, Letter, Origin};
 use switchboard_proto::send::check_content_fits;
 use switchboard_proto::task::{
-    self as rules, HISTORY_KEPT, TaskAction, TaskEvent, TaskOp, TaskRecord, TaskReply, TaskRole,
-    TaskTransition,
+    self as rules, DescendantState, HISTORY_KEPT, TaskAction, TaskEvent, TaskOp, TaskRecord,
+    TaskReply, TaskRole, TaskTransition,
 };
 use switchboard_proto::{
     AgentId, GoalId, InboxMessage, MessageKind, Part, TaskState, new_id, subject, timestamp,
@@ -30,7 +30,9 @@ use crate::tasks::{CAS_ATTEMPTS, Tasks, task_ref};
 const NOTE_KEPT: usize = 512;
 
 impl Tasks {
-    /// accept, reject, start, progress, input_required, complete, fail, cancel.
+    /// accept, reject, start, progress, input_required, complete, fail, cancel: the request
+    /// checked, then the task read and moved by compare-and-set ([`Tasks::try_act`]), read
+    /// again whenever another writer won.
     pub async fn act(
         &self,
         caller: &AgentId,
@@ -40,135 +42,104 @@ impl Tasks {
         let Some(task_id) = request.task_id else {
             return Err(TaskError::TaskIdRequired);
         };
-        let text = request
-            .message
-            .as_deref()
-            .map(str::trim)
-            .filter(|t| !t.is_empty());
-        match op {
-            TaskOp::Reject | TaskOp::Fail if text.is_none() => {
-                return Err(TaskError::ReasonRequired(op));
-            }
-            TaskOp::InputRequired if text.is_none() && request.parts.is_empty() => {
-                return Err(TaskError::QuestionRequired);
-            }
-            TaskOp::Progress if text.is_none() && request.parts.is_empty() => {
-                return Err(TaskError::NoteRequired);
-            }
-            _ => {}
-        }
-        if let Some(text) = text
-            && text.len() > switchboard_proto::MAX_BODY_BYTES
-        {
-            return Err(TaskError::TextTooLarge { len: text.len() });
-        }
+        let text = check_action(op, &request)?;
         if op == TaskOp::Accept
             && let Some(goal) = &request.from_goal_id
         {
             self.check_goal(caller, goal).await?;
         }
-
         for _ in 0..CAS_ATTEMPTS {
             let Some(stored) = self.store.find(&task_id).await? else {
                 return Err(TaskError::NotFound(task_id));
             };
-            let task = &stored.task;
-            let Some(role) = task.role_of(caller, op) else {
-                return Err(TaskError::NotAParty {
-                    caller: caller.clone(),
-                    task: task_id,
-                });
-            };
-            // A retried request whose op is already the task's last step changes nothing. An
-            // accept from another goal of the same agent is not a retry: the first goal that
-            // accepted has the task.
-            let other_goal = op == TaskOp::Accept
-                && request.from_goal_id.is_some()
-                && request.from_goal_id != task.assignee_goal;
-            if op != TaskOp::Progress && !other_goal && is_repeat(task, op, caller) {
-                return Ok(TaskReply {
-                    task: stored.task,
-                    delivered_to: Vec::new(),
-                    duplicate: true,
-                    deadline_clamped: false,
-                    descendants: Vec::new(),
-                });
-            }
-            let now = timestamp::now();
-            if !task.state.is_terminal()
-                && let Some(deadline) = task.deadline
-                && deadline <= now
-            {
-                // The deadline has passed: the task fails now, whoever asks.
-                if self.expire(&stored).await?.is_none() {
-                    continue;
-                }
-                return Err(TaskError::DeadlineExpired {
-                    task: task_id,
-                    deadline,
-                });
-            }
-            let next = rules::apply(task.state, op, role).map_err(TaskError::Refused)?;
-            // The update carries the text, the parts and the task's callback.
-            let callback = task.callback.clone().map(serde_json::Value::Object);
-            check_content_fits(
-                "the text with its parts and the task's callback",
-                text.unwrap_or(""),
-                &request.parts,
-                &[callback.as_ref().unwrap_or(&serde_json::Value::Null)],
-            )
-            .map_err(TaskError::Gate)?;
-            if op == TaskOp::Accept {
-                self.check_acceptance(task).await?;
-                self.reserve(&task.assignee, task_id).await?;
-            }
-            let mut updated = task.clone();
-            updated.state = next;
-            match op {
-                TaskOp::Accept => updated.assignee_goal = request.from_goal_id,
-                TaskOp::Complete => {
-                    updated.result = text.map(str::to_owned);
-                    updated.result_parts = request.parts.clone();
-                }
-                TaskOp::Reject | TaskOp::Fail | TaskOp::Cancel => {
-                    updated.reason = text.map(str::to_owned);
-                }
-                _ => {}
-            }
-            let change = Change {
-                op,
-                by: Some(caller.clone()),
-                role,
-                text: text.map(str::to_owned),
-                parts: request.parts.clone(),
-            };
-            if let Some(done) = self.commit(&stored, updated, &change).await? {
-                let descendants = if done.task.state.is_terminal() {
-                    self.cascade(&done.task).await
-                } else {
-                    Vec::new()
-                };
-                return Ok(TaskReply {
-                    task: done.task,
-                    delivered_to: Vec::new(),
-                    duplicate: false,
-                    deadline_clamped: false,
-                    descendants,
-                });
-            }
-            // Another writer won: decide again on what it wrote. This accept's reservation
-            // stays only if the task became active (accepted by a racing request).
-            if op == TaskOp::Accept
-                && !self
-                    .store
-                    .find(&task_id)
-                    .await?
-                    .is_some_and(|now| now.task.state.is_active())
-            {
-                self.release(&task.assignee, task_id).await;
+            if let Some(reply) = self.try_act(caller, op, &request, text, stored).await? {
+                return Ok(reply);
             }
         }
         Err(TaskError::KeepsChanging(task_id))
+    }
+
+    /// One attempt at `op` on the task as `stored`: a retry of the task's last step changes
+    /// nothing; a task past its deadline fails now, whoever asks; otherwise the state machine
+    /// decides, and the change is committed. `None` when another writer won (read again).
+    async fn try_act(
+        &self,
+        caller: &AgentId,
+        op: TaskOp,
+        request: &TaskAction,
+        text: Option<&str>,
+        stored: TaskEntry,
+    ) -> Result<Option<TaskReply>, TaskError> {
+        let task = &stored.task;
+        let task_id = task.task_id;
+        let Some(role) = task.role_of(caller, op) else {
+            return Err(TaskError::NotAParty {
+                caller: caller.clone(),
+                task: task_id,
+            });
+        };
+        // An accept from another goal of the same agent is not a retry: the first goal that
+        // accepted has the task.
+        let other_goal = op == TaskOp::Accept
+            && request.from_goal_id.is_some()
+            && request.from_goal_id != task.assignee_goal;
+        if op != TaskOp::Progress && !other_goal && is_repeat(task, op, caller) {
+            return Ok(Some(reply(stored.task, true, Vec::new())));
+        }
+        if !task.state.is_terminal()
+            && let Some(deadline) = task.deadline
+            && deadline <= timestamp::now()
+        {
+            if self.expire(&stored).await?.is_none() {
+                return Ok(None);
+            }
+            return Err(TaskError::DeadlineExpired {
+                task: task_id,
+                deadline,
+            });
+        }
+        let next = rules::apply(task.state, op, role).map_err(TaskError::Refused)?;
+        // The update carries the text, the parts and the task's callback.
+        let callback = task.callback.clone().map(serde_json::Value::Object);
+        check_content_fits(
+            "the text with its parts and the task's callback",
+            text.unwrap_or(""),
+            &request.parts,
+            &[callback.as_ref().unwrap_or(&serde_json::Value::Null)],
+        )
+        .map_err(TaskError::Gate)?;
+        if op == TaskOp::Accept {
+            self.check_acceptance(task).await?;
+            self.reserve(&task.assignee, task_id).await?;
+        }
+        let updated = moved(task, next, op, request, text);
+        let change = Change {
+            op,
+            by: Some(caller.clone()),
+            role,
+            text: text.map(str::to_owned),
+            parts: request.parts.clone(),
+        };
+        if let Some(done) = self.commit(&stored, updated, &change).await? {
+            let descendants = if done.task.state.is_terminal() {
+                self.cascade(&done.task).await
+            } else {
+                Vec::new()
+            };
+            return Ok(Some(reply(done.task, false, descendants)));
+        }
+        // Another writer won: decide again on what it wrote. This accept's reservation stays
+        // only if the task became active (accepted by a racing request).
+        if op == TaskOp::Accept
+            && !self
+                .store
+                .find(&task_id)
+                .await?
+                .is_some_and(|now| now.task.state.is_active())
+        {
+            self.release(&task.assignee, task_id).await;
+        }
+        Ok(None)
     }
 
     /// Writes a transition and, if it won, tells everyone. `Ok(None)`: another writer won.
@@ -402,6 +373,70 @@ pub(crate) struct Change {
     pub(crate) role: TaskRole,
     pub(crate) text: Option<String>,
     pub(crate) parts: Vec<Part>,
+}
+
+/// The request's own checks: a reject or fail says why, an input_required asks something, a
+/// progress says something, and no text is over 64 KiB. Returns the trimmed text, if any.
+fn check_action(op: TaskOp, request: &TaskAction) -> Result<Option<&str>, TaskError> {
+    let text = request
+        .message
+        .as_deref()
+        .map(str::trim)
+        .filter(|t| !t.is_empty());
+    match op {
+        TaskOp::Reject | TaskOp::Fail if text.is_none() => {
+            return Err(TaskError::ReasonRequired(op));
+        }
+        TaskOp::InputRequired if text.is_none() && request.parts.is_empty() => {
+            return Err(TaskError::QuestionRequired);
+        }
+        TaskOp::Progress if text.is_none() && request.parts.is_empty() => {
+            return Err(TaskError::NoteRequired);
+        }
+        _ => {}
+    }
+    if let Some(text) = text
+        && text.len() > switchboard_proto::MAX_BODY_BYTES
+    {
+        return Err(TaskError::TextTooLarge { len: text.len() });
+    }
+    Ok(text)
+}
+
+/// `task` moved to `next` by `op`: the goal that accepted it, the result, or the reason.
+fn moved(
+    task: &TaskRecord,
+    next: TaskState,
+    op: TaskOp,
+    request: &TaskAction,
+    text: Option<&str>,
+) -> TaskRecord {
+    let mut updated = task.clone();
+    updated.state = next;
+    match op {
+        TaskOp::Accept => updated.assignee_goal = request.from_goal_id,
+        TaskOp::Complete => {
+            updated.result = text.map(str::to_owned);
+            updated.result_parts = request.parts.clone();
+        }
+        TaskOp::Reject | TaskOp::Fail | TaskOp::Cancel => {
+            updated.reason = text.map(str::to_owned);
+        }
+        _ => {}
+    }
+    updated
+}
+
+/// The reply to an op: the task as it now is (`duplicate`: a retry changed nothing) and the
+/// descendants a terminal op ended.
+fn reply(task: TaskRecord, duplicate: bool, descendants: Vec<DescendantState>) -> TaskReply {
+    TaskReply {
+        task,
+        delivered_to: Vec::new(),
+        duplicate,
+        deadline_clamped: false,
+        descendants,
+    }
 }
 
 /// Whether `op` by `caller` is the task's last step and left it in its current state (a
