@@ -12,7 +12,7 @@
 //!
 //! Layout: `config.rs` (`[inbox_fanout]`), `error.rs` (errors → kinds), `endpoints.rs` (every
 //! endpoint: send, send status, fetch, ack), `send.rs` (the send handler), `reader.rs`
-//! (fetch rules), `ack.rs` (ack and reject), `handout.rs` (recording hand-outs, after the reply for a woken fetch), `receipts.rs` (delivered/read receipts and the status request),
+//! (the reading rules: ownership, bounds), `fetch.rs` (a fetch, pass by pass), `ack.rs` (ack and reject), `handout.rs` (recording hand-outs, after the reply for a woken fetch), `receipts.rs` (delivered/read receipts and the status request),
 //! `store.rs` (cursors, batched reads, dead letters), `wake.rs` (waking held fetches), this
 //! file (`start`/`run`); the registry view is `switchboard_delivery::registry_view`.
 
@@ -20,6 +20,7 @@ mod ack;
 pub mod config;
 mod endpoints;
 pub mod error;
+mod fetch;
 mod handout;
 pub mod reader;
 pub mod receipts;
