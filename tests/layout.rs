@@ -8,6 +8,7 @@
 //!   docs/architecture.md names only files that exist;
 //! - no two files of one crate import each other, directly or in a longer circle (issue 30);
 //! - no service crate depends on another (what services share is in `shared/`);
+//! - no function on the send, call or fetch path is longer than 80 lines;
 //! - the Rust client needs neither the services' runtime nor its config loader and exporter.
 //!
 //! These read the source tree; they need no nats-server.
@@ -257,6 +258,96 @@ fn the_architecture_page_names_files_that_exist() {
             "{linking} links docs/architecture.md"
         );
     }
+}
+
+/// The longest a function on the send, call or fetch path may be (issue 40): a reader follows
+/// a send, a call or a fetch through named steps, not through a screenful of one loop.
+const MAX_PATH_FN_LINES: usize = 80;
+
+/// The files the send, call and fetch paths run through.
+const PATH_FILES: [&str; 6] = [
+    "shared/delivery/src",
+    "services/inbox-fanout/src",
+    "services/reply-correlator/src",
+    "services/task-lifecycle/src/create.rs",
+    "services/task-lifecycle/src/transitions.rs",
+    "shared/proto/src/send.rs",
+];
+
+/// The functions of `text` (before its tests) with their length in lines, from the line that
+/// names them to their closing brace (braces in strings and comments aside: none of these
+/// files puts one there unbalanced).
+fn function_lengths(text: &str) -> Vec<(String, usize)> {
+    let lines: Vec<&str> = shipped_lines(text).map(|(_, line)| line).collect();
+    let mut found = Vec::new();
+    let mut at = 0;
+    while at < lines.len() {
+        let words: Vec<&str> = lines[at].split_whitespace().collect();
+        let Some(fn_at) = words.iter().position(|word| *word == "fn") else {
+            at += 1;
+            continue;
+        };
+        let name = words
+            .get(fn_at + 1)
+            .map_or("", |name| name.split(['(', '<']).next().unwrap_or_default());
+        let (mut depth, mut opened, mut end) = (0i64, false, at);
+        while end < lines.len() {
+            for c in lines[end].chars() {
+                match c {
+                    '{' => (depth, opened) = (depth + 1, true),
+                    '}' => depth -= 1,
+                    _ => {}
+                }
+            }
+            if (opened && depth <= 0) || (!opened && lines[end].trim_end().ends_with(';')) {
+                break;
+            }
+            end += 1;
+        }
+        found.push((name.to_owned(), end - at + 1));
+        at = end + 1;
+    }
+    found
+}
+
+#[test]
+fn no_function_on_the_send_call_or_fetch_path_is_longer_than_80_lines() {
+    let mut files = Vec::new();
+    for path in PATH_FILES {
+        let path = root().join(path);
+        if path.is_dir() {
+            files.extend(rust_files(&path));
+        } else {
+            files.push(path);
+        }
+    }
+    let mut long = Vec::new();
+    let mut seen = 0;
+    for file in &files {
+        for (name, lines) in function_lengths(&read(file)) {
+            seen += 1;
+            if lines > MAX_PATH_FN_LINES {
+                long.push(format!("{}: {name} ({lines} lines)", relative(file)));
+            }
+        }
+    }
+    assert!(
+        seen > 200,
+        "only {seen} functions read: the check reads too little"
+    );
+    assert!(
+        long.is_empty(),
+        "split these into named steps (at most {MAX_PATH_FN_LINES} lines each): {long:#?}"
+    );
+}
+
+#[test]
+fn the_function_length_check_measures_from_name_to_closing_brace() {
+    let text = "fn a() {\n    if x {\n        y();\n    }\n}\n\npub async fn b(\n    x: u8,\n) -> u8 {\n    x\n}\n";
+    assert_eq!(
+        function_lengths(text),
+        vec![("a".to_owned(), 5), ("b".to_owned(), 5)]
+    );
 }
 
 /// Longest a source file may be without a stated reason.

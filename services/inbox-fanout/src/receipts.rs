@@ -173,27 +173,7 @@ impl Receipts {
             .iter()
             .filter(|pending| state != ReceiptState::Read || pending.level == ReceiptLevel::Read)
             .collect();
-        // One that no longer owns the goal it sent from is told nothing: each sender goal is
-        // checked once, all at once.
-        let mut goals: Vec<(GoalId, AgentId)> = Vec::new();
-        for pending in &wanted {
-            if !goals.iter().any(|(to_goal, to_agent)| {
-                *to_goal == pending.to_goal && *to_agent == pending.to_agent
-            }) {
-                goals.push((pending.to_goal, pending.to_agent.clone()));
-            }
-        }
-        let owns = join_all(
-            goals
-                .iter()
-                .map(|(to_goal, to_agent)| self.still_owns(to_agent, to_goal)),
-        )
-        .await;
-        let owned: HashSet<(GoalId, AgentId)> = goals
-            .into_iter()
-            .zip(owns)
-            .filter_map(|(key, owns)| owns.then_some(key))
-            .collect();
+        let owned = self.owned_sender_goals(&wanted).await;
         // Published at once, unless the goal already has receipts waiting for room.
         let mut now: Vec<(GoalId, Uuid, Receipt)> = Vec::new();
         for pending in wanted {
@@ -224,6 +204,30 @@ impl Receipts {
                 }
             }
         }
+    }
+
+    /// The goals the senders of `wanted` sent from that they still own: one that no longer owns
+    /// the goal it sent from is told nothing. Each sender goal is checked once, all at once.
+    async fn owned_sender_goals(&self, wanted: &[&PendingRead]) -> HashSet<(GoalId, AgentId)> {
+        let mut goals: Vec<(GoalId, AgentId)> = Vec::new();
+        for pending in wanted {
+            if !goals.iter().any(|(to_goal, to_agent)| {
+                *to_goal == pending.to_goal && *to_agent == pending.to_agent
+            }) {
+                goals.push((pending.to_goal, pending.to_agent.clone()));
+            }
+        }
+        let owns = join_all(
+            goals
+                .iter()
+                .map(|(to_goal, to_agent)| self.still_owns(to_agent, to_goal)),
+        )
+        .await;
+        goals
+            .into_iter()
+            .zip(owns)
+            .filter_map(|(key, owns)| owns.then_some(key))
+            .collect()
     }
 
     /// Queues `receipt` for `goal` when receipts for that goal are waiting already (its

@@ -30,8 +30,7 @@ use uuid::Uuid;
 
 use crate::correlator::{Correlator, check_callee, expired};
 use crate::error::CorrelatorError;
-use crate::store::CallStore;
-use crate::store::may_be_indexed;
+use crate::store::{CallEntry, CallStore, may_be_indexed};
 
 /// Compare-and-set retries of one part on its call.
 const CAS_ATTEMPTS: usize = 8;
@@ -71,6 +70,14 @@ fn route(call: &PendingCall) -> AnswerRoute {
     }
 }
 
+/// What a partial reply is to its call.
+enum NextPart {
+    /// A retry of this part, taken already.
+    Duplicate(u32),
+    /// The next part, to take.
+    Take(StreamedPart),
+}
+
 impl Correlator {
     /// A partial reply from `callee` (already through the message gates): numbered and kept on
     /// the call record, then sent to the caller.
@@ -99,9 +106,8 @@ impl Correlator {
             if from_held && refusing {
                 continue;
             }
-            match request.part {
-                // A retry of a part already taken is a duplicate, also after the final reply.
-                Some(part) if part >= 1 && part <= taken => {
+            let taken = match self.next_part(&stored, body, request).await? {
+                NextPart::Duplicate(part) => {
                     return Ok(ReplyAck {
                         correlation_id,
                         delivered: route(call),
@@ -109,54 +115,8 @@ impl Correlator {
                         part: Some(part),
                     });
                 }
-                Some(part) if part == 0 || part > next => {
-                    return Err(CorrelatorError::PartOutOfOrder {
-                        correlation_id,
-                        got: part,
-                        next,
-                    });
-                }
-                _ => {}
-            }
-            match call.state {
-                CallState::Answered => {
-                    return Err(CorrelatorError::AnsweredAlready(correlation_id));
-                }
-                CallState::Expired => return Err(expired(call)),
-                CallState::Open if call.deadline <= timestamp::now() => {
-                    if self
-                        .store
-                        .end(&stored, CallState::Expired, may_be_indexed(&stored.call))
-                        .await?
-                        .is_some()
-                    {
-                        self.on_expired(call).await;
-                    }
-                    return Err(expired(call));
-                }
-                CallState::Open => {}
-            }
-            if next > CALL_PARTS_MAX {
-                return Err(CorrelatorError::StreamTooLong(format!(
-                    "call {correlation_id} took {CALL_PARTS_MAX} parts, its most: end it with a \
-                     final reply"
-                )));
-            }
-            let taken = StreamedPart {
-                part: next,
-                body: body.to_owned(),
-                parts: request.parts.clone(),
-                at: timestamp::now(),
+                NextPart::Take(taken) => taken,
             };
-            // Counted as stored (text escaped, structured parts included), so the record and
-            // the final answer stay within what a message may carry.
-            let total = streamed_bytes(&call.streamed).saturating_add(encoded_len(&taken));
-            if total > MAX_BODY_BYTES {
-                return Err(CorrelatorError::StreamTooLong(format!(
-                    "the streamed answer would be {total} bytes encoded; the whole answer may be \
-                     at most {MAX_BODY_BYTES} bytes (64 KiB)"
-                )));
-            }
             let mut updated = call.clone();
             updated.streamed.push(taken.clone());
             let Some(written) = self.store.replace(&stored, updated).await? else {
@@ -173,6 +133,72 @@ impl Correlator {
             });
         }
         Err(CorrelatorError::Contention(correlation_id))
+    }
+
+    /// What a partial reply is to the call as `stored`: a retry of a part already taken (a
+    /// duplicate, also after the final reply), or the next part — refused when out of order,
+    /// when the call has its answer or its deadline passed (ending it then), past
+    /// [`CALL_PARTS_MAX`] parts, or past 64 KiB for the whole answer counted as stored (text
+    /// escaped, structured parts included), so the record and the final answer stay within
+    /// what a message may carry.
+    async fn next_part(
+        &self,
+        stored: &CallEntry,
+        body: &str,
+        request: &ReplyRequest,
+    ) -> Result<NextPart, CorrelatorError> {
+        let call = &stored.call;
+        let correlation_id = call.correlation_id;
+        let taken = u32::try_from(call.streamed.len()).unwrap_or(u32::MAX);
+        let next = taken.saturating_add(1);
+        match request.part {
+            Some(part) if part >= 1 && part <= taken => return Ok(NextPart::Duplicate(part)),
+            Some(part) if part == 0 || part > next => {
+                return Err(CorrelatorError::PartOutOfOrder {
+                    correlation_id,
+                    got: part,
+                    next,
+                });
+            }
+            _ => {}
+        }
+        match call.state {
+            CallState::Answered => return Err(CorrelatorError::AnsweredAlready(correlation_id)),
+            CallState::Expired => return Err(expired(call)),
+            CallState::Open if call.deadline <= timestamp::now() => {
+                let indexed = may_be_indexed(call);
+                if self
+                    .store
+                    .end(stored, CallState::Expired, indexed)
+                    .await?
+                    .is_some()
+                {
+                    self.on_expired(call).await;
+                }
+                return Err(expired(call));
+            }
+            CallState::Open => {}
+        }
+        if next > CALL_PARTS_MAX {
+            return Err(CorrelatorError::StreamTooLong(format!(
+                "call {correlation_id} took {CALL_PARTS_MAX} parts, its most: end it with a final \
+                 reply"
+            )));
+        }
+        let taken = StreamedPart {
+            part: next,
+            body: body.to_owned(),
+            parts: request.parts.clone(),
+            at: timestamp::now(),
+        };
+        let total = streamed_bytes(&call.streamed).saturating_add(encoded_len(&taken));
+        if total > MAX_BODY_BYTES {
+            return Err(CorrelatorError::StreamTooLong(format!(
+                "the streamed answer would be {total} bytes encoded; the whole answer may be at \
+                 most {MAX_BODY_BYTES} bytes (64 KiB)"
+            )));
+        }
+        Ok(NextPart::Take(taken))
     }
 
     /// Sends a part: to the replica holding a waiting caller (which forwards it in order), or

@@ -82,6 +82,20 @@ pub async fn deliver_all(
     futures::future::join_all(outcomes).await
 }
 
+/// The failure of a publish into a full goal that refuses its sender (`overflow: refuse`).
+fn refused(subject: &str, rounds: u32) -> PublishFailure {
+    PublishFailure {
+        subject: subject.to_owned(),
+        attempts: rounds as usize,
+        last: format!(
+            "the goal's inbox is full ({} messages) and refuses new ones from a sender holding \
+             its share of it (overflow: refuse)",
+            switchboard_proto::INBOX_STORED_PER_GOAL
+        ),
+        full: true,
+    }
+}
+
 /// After a publish's `outcome`: while the goal was full, makes room and publishes again.
 async fn with_room(
     js: &jetstream::Context,
@@ -147,18 +161,7 @@ async fn with_room(
         // cannot purge: every further round evicts.
         let evict = matches!(last_room, Some(Room::Purged(0) | Room::Evicted));
         match room::make_room(js, subject, evict, true, incoming.as_ref()).await {
-            Ok(Room::Refused) => {
-                return Err(PublishFailure {
-                    subject: subject.to_owned(),
-                    attempts: room_made as usize,
-                    last: format!(
-                        "the goal's inbox is full ({} messages) and refuses new ones from a \
-                         sender holding its share of it (overflow: refuse)",
-                        switchboard_proto::INBOX_STORED_PER_GOAL
-                    ),
-                    full: true,
-                });
-            }
+            Ok(Room::Refused) => return Err(refused(subject, room_made)),
             Ok(made) => last_room = Some(made),
             Err(err) => {
                 tracing::warn!(%subject, error = %err, "could not make room in a full inbox");

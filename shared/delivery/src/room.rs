@@ -86,19 +86,7 @@ pub async fn make_room(
     };
     let cursor = record.as_ref().map_or(0, |record| record.cursor);
     if !evict {
-        // Read, and seen by every consumer of the stream (the audit's): a message the audit
-        // has not recorded yet is never purged.
-        let through = cursor.min(consumers_floor(&stream, inbox_subject).await?);
-        if through == 0 {
-            return Ok(Room::Purged(0));
-        }
-        let purged = stream
-            .purge()
-            .filter(inbox_subject)
-            .sequence(through.saturating_add(1))
-            .await
-            .map_err(async_nats::Error::from)?;
-        return Ok(Room::Purged(purged.purged));
+        return purge_read(&stream, inbox_subject, cursor).await;
     }
     // Nothing left to purge: the goal's owner decides whether a message goes or the new one is
     // refused, and the goal's holders decide whose goes (issue 37: one sender flooding a goal
@@ -112,24 +100,17 @@ pub async fn make_room(
     let handed = record
         .as_ref()
         .map_or(0, |record| record.handed.max(record.cursor));
-    let mut removed = None;
-    // A choice found gone (another publisher removed it, the reader took it) is made again,
-    // a few times: each may read the goal.
-    for _ in 0..3 {
-        let chosen =
-            match victim(js, &stream, inbox_subject, cursor, handed, refuse, incoming).await? {
-                Decision::Refuse => return Ok(Room::Refused),
-                Decision::Again => continue,
-                Decision::Remove(chosen) => chosen,
-            };
-        if remove(js, chosen.seq).await {
-            holders::removed(inbox_subject, chosen.seq);
-            removed = Some(chosen);
-            break;
-        }
-    }
-    let Some(oldest) = removed else {
-        return Ok(Room::Evicted);
+    let full = Full {
+        stream: &stream,
+        inbox_subject,
+        cursor,
+        handed,
+        refuse,
+    };
+    let oldest = match remove_one(js, &full, incoming).await? {
+        Removed::Refused => return Ok(Room::Refused),
+        Removed::Nothing => return Ok(Room::Evicted),
+        Removed::Message(oldest) => oldest,
     };
     // A read message (one the audit still holds back from the purge) goes without a word, as
     // the stream's own limit used to drop it.
@@ -140,14 +121,99 @@ pub async fn make_room(
         return Ok(Room::Evicted);
     }
     telemetry::metrics::instruments().inbox_evicted.add(1, &[]);
+    tell_removed(js, &cursors, goal, oldest, handed, notify).await?;
+    Ok(Room::Evicted)
+}
+
+/// A full goal, as [`make_room`] found it.
+struct Full<'a> {
+    stream: &'a jetstream::stream::Stream<()>,
+    inbox_subject: &'a str,
+    cursor: u64,
+    handed: u64,
+    refuse: bool,
+}
+
+/// What [`remove_one`] did.
+enum Removed {
+    /// The goal refuses the new message (`overflow: refuse`).
+    Refused,
+    /// Every choice was gone by the time it was removed.
+    Nothing,
+    /// This message was removed.
+    Message(Victim),
+}
+
+/// Read messages go first, and only once every consumer of the stream (the audit's) has seen
+/// them: a message the audit has not recorded yet is never purged.
+async fn purge_read(
+    stream: &jetstream::stream::Stream<()>,
+    inbox_subject: &str,
+    cursor: u64,
+) -> Result<Room, async_nats::Error> {
+    let through = cursor.min(consumers_floor(stream, inbox_subject).await?);
+    if through == 0 {
+        return Ok(Room::Purged(0));
+    }
+    let purged = stream
+        .purge()
+        .filter(inbox_subject)
+        .sequence(through.saturating_add(1))
+        .await
+        .map_err(async_nats::Error::from)?;
+    Ok(Room::Purged(purged.purged))
+}
+
+/// Chooses the message to remove ([`victim`]) and removes it; a choice found gone (another
+/// publisher removed it, the reader took it) is made again, a few times: each may read the
+/// goal.
+async fn remove_one(
+    js: &jetstream::Context,
+    full: &Full<'_>,
+    incoming: Option<&AgentId>,
+) -> Result<Removed, async_nats::Error> {
+    let Full {
+        stream,
+        inbox_subject,
+        cursor,
+        handed,
+        refuse,
+    } = *full;
+    for _ in 0..3 {
+        let chosen =
+            match victim(js, stream, inbox_subject, cursor, handed, refuse, incoming).await? {
+                Decision::Refuse => return Ok(Removed::Refused),
+                Decision::Again => continue,
+                Decision::Remove(chosen) => chosen,
+            };
+        if remove(js, chosen.seq).await {
+            holders::removed(inbox_subject, chosen.seq);
+            return Ok(Removed::Message(chosen));
+        }
+    }
+    Ok(Removed::Nothing)
+}
+
+/// An unread message was removed from `goal`: counted on the goal's cursor with its sender,
+/// its receipt record set to `expired_unread`, a call it carried ended at once, and — when
+/// `notify` — its sender told in the goal it sent from, while that goal is open and still the
+/// sender's (a closed one's inbox is read by nobody; one closed and reopened under the same id
+/// by another agent is that agent's, and the notice is none of its business).
+async fn tell_removed(
+    js: &jetstream::Context,
+    cursors: &jetstream::kv::Store,
+    goal: GoalId,
+    oldest: Victim,
+    handed: u64,
+    notify: bool,
+) -> Result<(), async_nats::Error> {
     let message: Option<InboxMessage> = serde_json::from_slice(&oldest.payload).ok();
     // Chosen as not handed out yet: a fetch that handed it out meanwhile (its cursor write
     // came first) gave it to the reader, who has it — not removed unread.
     let unhanded = oldest.seq > handed;
-    let Some(owner) = count_unread(&cursors, &goal, oldest.seq, unhanded, &message).await? else {
-        return Ok(Room::Evicted);
+    let Some(owner) = count_unread(cursors, &goal, oldest.seq, unhanded, &message).await? else {
+        return Ok(());
     };
-    // A receipted message's status says it went unread.
     if let Some(message) = &message
         && let Some(pending) = crate::receipts::owed(message, oldest.seq)
         && let Ok(receipts) = crate::receipts::bucket(js).await
@@ -167,27 +233,24 @@ pub async fn make_room(
         from_agent_id = message.as_ref().map_or("", |message| message.from_agent_id.as_str()),
         "a full goal inbox dropped an unread message of its biggest holder"
     );
-    if let Some(message) = &message {
-        call_dropped(
-            js,
-            message,
-            &format!("its request was removed unread from a full inbox (goal {goal} of `{owner}`)"),
-        )
-        .await;
-    }
-    // The sender is told in the goal it sent from, while that goal is open and still the
-    // sender's (a closed one's inbox is read by nobody; one closed and reopened under the same
-    // id by another agent is that agent's, and the notice is none of its business).
-    if let Some(message) = message
-        && notify
+    let Some(message) = message else {
+        return Ok(());
+    };
+    call_dropped(
+        js,
+        &message,
+        &format!("its request was removed unread from a full inbox (goal {goal} of `{owner}`)"),
+    )
+    .await;
+    if notify
         && !is_expiry_notice(&message)
-        && goal_still_owned(&cursors, &message.from_goal_id, &message.from_agent_id)
+        && goal_still_owned(cursors, &message.from_goal_id, &message.from_agent_id)
             .await
             .unwrap_or(false)
     {
         notify_sender(js, &goal, &owner, &message).await;
     }
-    Ok(Room::Evicted)
+    Ok(())
 }
 
 /// Removes message `seq` from `AGENT_INBOX` without erasing its bytes on disk (`no_erase`):
