@@ -765,12 +765,13 @@ async fn an_answer_claims_a_call_whose_record_changed_since_the_replica_stored_i
     answered_once(&fabric, 5).await;
 }
 
-/// Issue 25, hostile: a caller that names another caller's call id gets `conflict` and touches
-/// nothing of it (its index entries, its record, the callee's one request); the same id from
-/// the call's own caller is a retry of it.
+/// A call's id is scoped to its caller (docs/protocol.md §9, "Call ids"): the id a caller
+/// chooses names its own call only, so another caller choosing the same one makes a call of
+/// its own — it can neither join nor block the first — and the first caller's retry with it is
+/// the same call: one request, one answer.
 #[tokio::test]
-async fn another_callers_call_id_is_refused_and_the_call_is_untouched() {
-    use switchboard_proto::call::CallRequest;
+async fn two_callers_choosing_one_call_id_make_two_calls_and_a_retry_joins_its_own() {
+    use switchboard_proto::call::{CallRequest, scoped_call_id};
     let fabric = Fabric::start().await;
     let (callee, callee_goal) = fabric.agent_with_goal("callee").await;
     let (alice, _alice_goal) = fabric.agent_with_goal("alice").await;
@@ -788,30 +789,49 @@ async fn another_callers_call_id_is_refused_and_the_call_is_untouched() {
         .call_parked_with(request("alice's question"))
         .await
         .unwrap();
-    assert_eq!(parked.correlation_id, id);
-    for to in ["callee", "alice"] {
-        let stolen = CallRequest {
-            to: Some(to.into()),
-            ..request("mallory's question")
-        };
-        let err = mallory.call_parked_with(stolen).await.unwrap_err();
-        assert_eq!(err.kind(), Some(ErrorKind::Conflict), "{err}");
-    }
-    // Alice's retry is the same call: still one request, still listed for both sides.
+    let alices = scoped_call_id(&"alice".parse().unwrap(), id);
+    assert_eq!(parked.correlation_id, alices);
+    // Mallory names the same id: a call of its own, alice's untouched.
+    let theirs = mallory
+        .call_parked_with(request("mallory's question"))
+        .await
+        .unwrap();
+    assert_eq!(
+        theirs.correlation_id,
+        scoped_call_id(&"mallory".parse().unwrap(), id)
+    );
+    assert_ne!(theirs.correlation_id, alices);
+    // Alice's retry is the same call: still one request of hers.
     let again = alice
         .call_parked_with(request("alice's question"))
         .await
         .unwrap();
-    assert_eq!(again.correlation_id, id);
+    assert_eq!(again.correlation_id, alices);
     let page = callee_goal.fetch(64, Duration::ZERO, None).await.unwrap();
-    assert_eq!(page.messages.len(), 1, "one request: {page:?}");
-    assert_eq!(page.messages[0].message.body, "alice's question");
+    let bodies: Vec<&str> = page
+        .messages
+        .iter()
+        .map(|m| m.message.body.as_str())
+        .collect();
+    assert_eq!(
+        bodies,
+        ["alice's question", "mallory's question"],
+        "{page:?}"
+    );
+    assert_eq!(page.messages[0].message.correlation_id, Some(alices));
     assert_eq!(alice.pending_calls().await.unwrap().outgoing.len(), 1);
-    assert_eq!(callee.pending_calls().await.unwrap().incoming.len(), 1);
-    assert!(mallory.pending_calls().await.unwrap().outgoing.is_empty());
-    // And it is answered once, to alice.
-    let ack = callee.reply(id, "to alice").await.unwrap();
-    assert!(!ack.duplicate);
+    assert_eq!(mallory.pending_calls().await.unwrap().outgoing.len(), 1);
+    assert_eq!(callee.pending_calls().await.unwrap().incoming.len(), 2);
+    // Each is answered once, to its own caller.
+    assert!(!callee.reply(alices, "to alice").await.unwrap().duplicate);
+    assert!(callee.reply(alices, "to alice").await.unwrap().duplicate);
+    assert!(
+        !callee
+            .reply(theirs.correlation_id, "to mallory")
+            .await
+            .unwrap()
+            .duplicate
+    );
 }
 
 #[tokio::test]

@@ -575,8 +575,10 @@ async fn a_call_retried_by_its_id_after_its_replica_was_killed_is_one_call() {
     let page = callee_goal.fetch(64, Duration::ZERO, None).await.unwrap();
     assert_eq!(page.messages.len(), 1, "one request, not one per attempt");
     let request = &page.messages[0].message;
-    assert_eq!(request.correlation_id, Some(id));
-    callee.reply(id, "one answer").await.unwrap();
+    // The call's id is the caller's chosen one scoped to it (docs/protocol.md §9, "Call ids").
+    let call_id = switchboard_proto::call::scoped_call_id(caller.id(), id);
+    assert_eq!(request.correlation_id, Some(call_id));
+    callee.reply(call_id, "one answer").await.unwrap();
     let reply = tokio::time::timeout(Duration::from_secs(10), retry)
         .await
         .expect("the retry is answered")
@@ -584,7 +586,7 @@ async fn a_call_retried_by_its_id_after_its_replica_was_killed_is_one_call() {
         .unwrap();
     let answer: CallAnswer = serde_json::from_slice(&reply.payload)
         .unwrap_or_else(|err| panic!("{err}: {:?}", String::from_utf8_lossy(&reply.payload)));
-    assert_eq!(answer.correlation_id, id);
+    assert_eq!(answer.correlation_id, call_id);
     assert_eq!(answer.body, "one answer");
     // The killed replica's caller request got nothing (its replica is gone).
     assert!(

@@ -17,7 +17,7 @@ use serde::Serialize;
 use switchboard_delivery::door::{Address, Letter, Origin};
 use switchboard_proto::call::{
     CallAnswer, CallEventKind, CallParked, CallRequest, CallState, PendingCall, clamp_timeout,
-    derive_chain,
+    derive_chain, request_id_of, scoped_call_id,
 };
 use switchboard_proto::send::{
     DeliveryReport, Target, check_body, check_receipt, check_target, unknown_agent,
@@ -299,14 +299,19 @@ impl Correlator {
             });
         }
         let wait = request.wait.unwrap_or(true);
+        // The caller's own name for the call is scoped to it: a retry maps to the same call,
+        // another caller's same name to another call (docs/protocol.md §9, "Call ids").
+        let correlation_id = request
+            .correlation_id
+            .map_or_else(new_id, |chosen| scoped_call_id(caller, chosen));
         let call = PendingCall {
-            correlation_id: request.correlation_id.unwrap_or_else(new_id),
+            correlation_id,
             caller: caller.clone(),
             caller_goal: request.from_goal_id.unwrap_or_default(),
             callee: callee.clone(),
             chain,
             parent: request.parent_correlation_id,
-            request_id: new_id(),
+            request_id: request_id_of(correlation_id),
             wait,
             state: CallState::Open,
             answered_via: None,

@@ -21,7 +21,7 @@ use async_nats::Subject;
 use serde_json::{Map, Value};
 use switchboard_proto::call::{
     AnswerRoute, CALL_PARTS_MAX, CallPart, CallParts, CallPartsRequest, CallState, PendingCall,
-    ReplyAck, ReplyRequest, StreamedPart,
+    ReplyAck, ReplyRequest, StreamedPart, scoped_call_id,
 };
 use switchboard_proto::{
     AgentId, GoalId, InboxMessage, MAX_BODY_BYTES, MessageKind, new_id, subject, timestamp,
@@ -275,15 +275,23 @@ impl Correlator {
         caller: &AgentId,
         request: &CallPartsRequest,
     ) -> Result<CallParts, CorrelatorError> {
-        let id = request.correlation_id;
-        let Some(stored) = self.store.find(&id).await? else {
-            return Err(CorrelatorError::UnknownCall(id));
-        };
-        let call = stored.call;
-        if call.caller != *caller {
-            // Another agent's call reads as no call at all.
-            return Err(CorrelatorError::UnknownCall(id));
+        // The call's id, or the name its caller chose for it (docs/protocol.md §9, "Call ids"):
+        // a streaming caller reads parts back before any reply told it the id.
+        let named = request.correlation_id;
+        let mut found = None;
+        for id in [named, scoped_call_id(caller, named)] {
+            if let Some(stored) = self.store.find(&id).await?
+                && stored.call.caller == *caller
+            {
+                found = Some(stored.call);
+                break;
+            }
         }
+        // Another agent's call reads as no call at all.
+        let Some(call) = found else {
+            return Err(CorrelatorError::UnknownCall(named));
+        };
+        let id = call.correlation_id;
         Ok(CallParts {
             correlation_id: id,
             state: call.state,

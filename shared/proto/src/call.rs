@@ -55,10 +55,11 @@ pub struct CallRequest {
     /// waiting caller gets only the final answer, whose `body` joins every part anyway.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub stream: bool,
-    /// The call's id, chosen by the caller so a retry is recognised: a request naming the id
-    /// of an open call *the same caller* made is that call (its request is delivered once, it
-    /// has one answer and one timeout notice), and the retry waits for (or is told) its
-    /// outcome. A fresh UUID v7 when absent. Another caller's id is `conflict`.
+    /// The caller's own name for the call, so a retry is recognised: the call's id is
+    /// [`scoped_call_id`] of the caller and this, so a retry naming it again is that call (its
+    /// request is delivered once, it has one answer and one timeout notice) and waits for (or
+    /// is told) its outcome, and two callers choosing the same value make two calls. The
+    /// replies name the call by its id. A fresh UUID v7 is the call's id when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub correlation_id: Option<Uuid>,
 }
@@ -458,6 +459,23 @@ pub struct CallEvent {
     /// The answer's text (answered, late_answer), or the refusal's reason (refused).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub body: Option<String>,
+}
+
+/// The UUID v5 namespace of call ids (docs/protocol.md §9, "Call ids"):
+/// `6f1c2a7e-4b3d-5e60-9a1b-7c2d3e4f5a6b`.
+pub const CALL_ID_NAMESPACE: Uuid = Uuid::from_u128(0x6f1c_2a7e_4b3d_5e60_9a1b_7c2d_3e4f_5a6b);
+
+/// The id of the call `caller` names `chosen` (its `correlation_id`): the UUID v5 of
+/// `<caller>:<chosen>` in [`CALL_ID_NAMESPACE`]. Scoped to the caller, so no caller can name,
+/// join or block another's call, and a retry with the same `chosen` is the same call.
+pub fn scoped_call_id(caller: &AgentId, chosen: Uuid) -> Uuid {
+    Uuid::new_v5(&CALL_ID_NAMESPACE, format!("{caller}:{chosen}").as_bytes())
+}
+
+/// The message id of call `correlation_id`'s request (UUID v5 of `request` in the call's id):
+/// every attempt of one call delivers the same message, so the inbox stores it once.
+pub fn request_id_of(correlation_id: Uuid) -> Uuid {
+    Uuid::new_v5(&correlation_id, b"request")
 }
 
 /// Clamps a requested timeout: default when absent, at most `max_ms`, at least 1 ms.
