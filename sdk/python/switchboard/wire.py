@@ -359,10 +359,11 @@ class CallPartsRequest(WireObject):
 class CallRequest(WireObject):
     """Body of `agent.call.<agent_id>` (talk_to_agent / call_agent)."""
     correlation_id: str | None
-    """The call's id, chosen by the caller so a retry is recognised: a request naming the id
-    of an open call *the same caller* made is that call (its request is delivered once, it
-    has one answer and one timeout notice), and the retry waits for (or is told) its
-    outcome. A fresh UUID v7 when absent. Another caller's id is `conflict`."""
+    """The caller's own name for the call, so a retry is recognised: the call's id is
+    [`scoped_call_id`] of the caller and this, so a retry naming it again is that call (its
+    request is delivered once, it has one answer and one timeout notice) and waits for (or
+    is told) its outcome, and two callers choosing the same value make two calls. The
+    replies name the call by its id. A fresh UUID v7 is the call's id when absent."""
     from_agent_id: str | None
     """The caller, if the body names one: it must be the subject's identity."""
     from_goal_id: GoalId | None
