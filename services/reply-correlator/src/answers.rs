@@ -137,14 +137,7 @@ impl Correlator {
                 .await?
                 .map(|via| ack(via, false))),
             (CallState::Open, _) if call.deadline <= timestamp::now() => {
-                let indexed = may_be_indexed(call);
-                if self
-                    .store
-                    .end(stored, CallState::Expired, indexed)
-                    .await?
-                    .is_some()
-                {
-                    self.on_expired(call).await;
+                if self.expire(stored, may_be_indexed(call)).await? {
                     return Err(expired(call));
                 }
                 Ok(None)

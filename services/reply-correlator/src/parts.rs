@@ -166,15 +166,7 @@ impl Correlator {
             CallState::Answered => return Err(CorrelatorError::AnsweredAlready(correlation_id)),
             CallState::Expired => return Err(expired(call)),
             CallState::Open if call.deadline <= timestamp::now() => {
-                let indexed = may_be_indexed(call);
-                if self
-                    .store
-                    .end(stored, CallState::Expired, indexed)
-                    .await?
-                    .is_some()
-                {
-                    self.on_expired(call).await;
-                }
+                self.expire(stored, may_be_indexed(call)).await?;
                 return Err(expired(call));
             }
             CallState::Open => {}

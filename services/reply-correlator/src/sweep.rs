@@ -12,6 +12,7 @@ use tracing::Instrument as _;
 
 use crate::Correlator;
 use crate::error::CorrelatorError;
+use crate::store::CallEntry;
 
 impl Correlator {
     /// One deadline sweep: every open call past its deadline is expired with compare-and-set,
@@ -34,12 +35,8 @@ impl Correlator {
                 stored.call.correlation_id.to_string().as_str(),
             );
             let ended = async {
-                match self.store.end(&stored, CallState::Expired, true).await {
-                    Ok(Some(_)) => {
-                        self.on_expired(&stored.call).await;
-                        true
-                    }
-                    Ok(None) => false,
+                match self.expire(&stored, true).await {
+                    Ok(ended) => ended,
                     Err(err) => {
                         tracing::warn!(correlation_id = %stored.call.correlation_id, error = %err, "expiring a call failed");
                         false
@@ -53,6 +50,26 @@ impl Correlator {
             }
         }
         Ok(expired)
+    }
+
+    /// Ends `stored` as expired by compare-and-set (`indexed`: it may be in the open-call
+    /// index) and, when this replica won the transition, tells its parties ([`Self::on_expired`]).
+    /// False when the call changed meanwhile (answered, or expired by someone else).
+    pub(crate) async fn expire(
+        &self,
+        stored: &CallEntry,
+        indexed: bool,
+    ) -> Result<bool, CorrelatorError> {
+        if self
+            .store
+            .end(stored, CallState::Expired, indexed)
+            .await?
+            .is_none()
+        {
+            return Ok(false);
+        }
+        self.on_expired(&stored.call).await;
+        Ok(true)
     }
 
     /// After a call expired (this replica won the transition): a parked caller is told in its

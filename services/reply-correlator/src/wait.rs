@@ -153,13 +153,7 @@ impl Correlator {
             if dropped.correlation_id != call.correlation_id {
                 return Ok(Handover::Next);
             }
-            if self
-                .store
-                .end(stored, CallState::Expired, indexed)
-                .await?
-                .is_some()
-            {
-                self.on_expired(call).await;
+            if self.expire(stored, indexed).await? {
                 return Ok(Handover::Dropped(dropped.dropped));
             }
             // Answered meanwhile (the hand-over is on its way) or expired.
@@ -202,13 +196,7 @@ impl Correlator {
         indexed: bool,
     ) -> Result<AtDeadline, CorrelatorError> {
         let call = &stored.call;
-        if self
-            .store
-            .end(stored, CallState::Expired, indexed)
-            .await?
-            .is_some()
-        {
-            self.on_expired(call).await;
+        if self.expire(stored, indexed).await? {
             return Ok(AtDeadline::Over);
         }
         let current = self.store.find(&call.correlation_id).await?;
