@@ -801,6 +801,29 @@ async fn two_callers_choosing_one_call_id_make_two_calls_and_a_retry_joins_its_o
         scoped_call_id(&"mallory".parse().unwrap(), id)
     );
     assert_ne!(theirs.correlation_id, alices);
+    // Naming alice's call by its own id makes mallory another call too, and neither id reads
+    // alice's call back for mallory: each names one of mallory's own calls.
+    let named = CallRequest {
+        correlation_id: Some(alices),
+        ..request("mallory again")
+    };
+    let third = mallory.call_parked_with(named).await.unwrap();
+    assert_ne!(third.correlation_id, alices);
+    let client = fabric.nats.client().await;
+    for (named, own) in [(id, theirs.correlation_id), (alices, third.correlation_id)] {
+        let read = raw(
+            &client,
+            "agent.calls.parts.mallory",
+            serde_json::to_vec(&serde_json::json!({"correlation_id": named})).unwrap(),
+        )
+        .await;
+        assert_eq!(
+            read.body["correlation_id"],
+            serde_json::json!(own),
+            "{:?}",
+            read.body
+        );
+    }
     // Alice's retry is the same call: still one request of hers.
     let again = alice
         .call_parked_with(request("alice's question"))
@@ -815,13 +838,13 @@ async fn two_callers_choosing_one_call_id_make_two_calls_and_a_retry_joins_its_o
         .collect();
     assert_eq!(
         bodies,
-        ["alice's question", "mallory's question"],
+        ["alice's question", "mallory's question", "mallory again"],
         "{page:?}"
     );
     assert_eq!(page.messages[0].message.correlation_id, Some(alices));
     assert_eq!(alice.pending_calls().await.unwrap().outgoing.len(), 1);
-    assert_eq!(mallory.pending_calls().await.unwrap().outgoing.len(), 1);
-    assert_eq!(callee.pending_calls().await.unwrap().incoming.len(), 2);
+    assert_eq!(mallory.pending_calls().await.unwrap().outgoing.len(), 2);
+    assert_eq!(callee.pending_calls().await.unwrap().incoming.len(), 3);
     // Each is answered once, to its own caller.
     assert!(!callee.reply(alices, "to alice").await.unwrap().duplicate);
     assert!(callee.reply(alices, "to alice").await.unwrap().duplicate);

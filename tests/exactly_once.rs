@@ -17,11 +17,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use switchboard_client::Agent;
-use switchboard_proto::ErrorKind;
 use switchboard_proto::send::SendRequest;
+use switchboard_proto::{ErrorKind, GoalId};
 use switchboard_testkit::NatsServer;
 use switchboard_testkit::process::ServiceProcess;
-use switchboard_tests::services::{service_bin, start_directory};
+use switchboard_tests::services::{service_bin, start_directory, start_fanout};
 use switchboard_tests::{agent_with, card};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Command;
@@ -166,12 +166,79 @@ fn lines_of(child: &mut tokio::process::Child) -> mpsc::UnboundedReceiver<String
     rx
 }
 
-async fn ready(lines: &mut mpsc::UnboundedReceiver<String>, who: &str) {
+/// Waits for a reader's `ready <goal>` line; returns the goal.
+async fn ready(lines: &mut mpsc::UnboundedReceiver<String>, who: &str) -> GoalId {
     let first = tokio::time::timeout(Duration::from_secs(30), lines.recv())
         .await
         .unwrap_or_else(|_| panic!("{who} is ready within 30 s"))
         .unwrap_or_else(|| panic!("{who} exited before it was ready"));
-    assert!(first.starts_with("ready"), "{who}: {first}");
+    let goal = first
+        .strip_prefix("ready ")
+        .unwrap_or_else(|| panic!("{who}: {first}"));
+    GoalId::parse(goal.trim()).unwrap()
+}
+
+/// The Python SDK reader of [`BURST`]s: prints each body it handles, `restart` when a request
+/// found no replica. Returns it with its lines and its goal.
+async fn python_reader(
+    url: &str,
+    id: &str,
+) -> (
+    tokio::process::Child,
+    mpsc::UnboundedReceiver<String>,
+    GoalId,
+) {
+    let script = format!(
+        "import asyncio\n\
+         from switchboard import Agent\n\
+         from switchboard.errors import Unavailable\n\
+         async def main():\n    \
+             agent = await Agent.connect({url:?}, {id:?}, open_goal=False)\n    \
+             goal = await agent.open_goal(name='burst', overflow='refuse')\n    \
+             print('ready', goal, flush=True)\n    \
+             while True:\n        \
+                 try:\n            \
+                     async for message in agent.messages(goal_id=goal, wait_ms=500):\n                \
+                         print(message.body, flush=True)\n        \
+                 except Unavailable:\n            \
+                     print('restart', flush=True)\n            \
+                     await asyncio.sleep(0.1)\n\
+         asyncio.run(main())\n",
+    );
+    let mut child = Command::new(switchboard_testkit::python_bin())
+        .args(["-c", &script])
+        .env(
+            "PYTHONPATH",
+            switchboard_testkit::workspace_root().join("sdk/python"),
+        )
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = lines_of(&mut child);
+    let goal = ready(&mut lines, id).await;
+    (child, lines, goal)
+}
+
+/// The TypeScript SDK reader (`sdk/typescript/examples/reader.ts`), as [`python_reader`].
+async fn typescript_reader(
+    url: &str,
+    id: &str,
+) -> (
+    tokio::process::Child,
+    mpsc::UnboundedReceiver<String>,
+    GoalId,
+) {
+    let mut child = Command::new("node")
+        .current_dir(switchboard_testkit::workspace_root().join("sdk/typescript"))
+        .args(["dist/examples/reader.js", url, id, "burst"])
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("node runs the built TypeScript SDK (make test builds it)");
+    let mut lines = lines_of(&mut child);
+    let goal = ready(&mut lines, id).await;
+    (child, lines, goal)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -220,36 +287,7 @@ async fn a_python_reader_handles_a_burst_exactly_once_while_inbox_replicas_are_k
     let nats = NatsServer::start().await;
     let _directory = start_directory(&nats.url(), Default::default()).await;
     let replicas = fanouts(&nats.url()).await;
-    let script = format!(
-        "import asyncio\n\
-         from switchboard import Agent\n\
-         from switchboard.errors import Unavailable\n\
-         async def main():\n    \
-             agent = await Agent.connect({url:?}, 'py-reader', open_goal=False)\n    \
-             goal = await agent.open_goal(name='burst', overflow='refuse')\n    \
-             print('ready', goal, flush=True)\n    \
-             while True:\n        \
-                 try:\n            \
-                     async for message in agent.messages(goal_id=goal, wait_ms=500):\n                \
-                         print(message.body, flush=True)\n        \
-                 except Unavailable:\n            \
-                     print('restart', flush=True)\n            \
-                     await asyncio.sleep(0.1)\n\
-         asyncio.run(main())\n",
-        url = nats.url()
-    );
-    let mut child = Command::new(switchboard_testkit::python_bin())
-        .args(["-c", &script])
-        .env(
-            "PYTHONPATH",
-            switchboard_testkit::workspace_root().join("sdk/python"),
-        )
-        .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut lines = lines_of(&mut child);
-    ready(&mut lines, "py-reader").await;
+    let (mut child, lines, _) = python_reader(&nats.url(), "py-reader").await;
     let printed = run_burst(&nats.url(), replicas, "py-reader", lines).await;
     let _ = child.kill().await;
     assert_exactly_once("py-reader", &printed);
@@ -260,16 +298,113 @@ async fn a_typescript_reader_handles_a_burst_exactly_once_while_inbox_replicas_a
     let nats = NatsServer::start().await;
     let _directory = start_directory(&nats.url(), Default::default()).await;
     let replicas = fanouts(&nats.url()).await;
-    let mut child = Command::new("node")
-        .current_dir(switchboard_testkit::workspace_root().join("sdk/typescript"))
-        .args(["dist/examples/reader.js", &nats.url(), "ts-reader", "burst"])
-        .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("node runs the built TypeScript SDK (make test builds it)");
-    let mut lines = lines_of(&mut child);
-    ready(&mut lines, "ts-reader").await;
+    let (mut child, lines, _) = typescript_reader(&nats.url(), "ts-reader").await;
     let printed = run_burst(&nats.url(), replicas, "ts-reader", lines).await;
     let _ = child.kill().await;
     assert_exactly_once("ts-reader", &printed);
+}
+
+/// Rewinds `goal`'s cursor to the start, as a hand-out record lost with its replica leaves it
+/// behind what the reader acknowledged: the goal's messages are handed out again.
+async fn rewind(url: &str, goal: &GoalId) {
+    let js = async_nats::jetstream::new(async_nats::connect(url).await.unwrap());
+    let cursors = js
+        .get_key_value(switchboard_proto::CURSORS_BUCKET)
+        .await
+        .unwrap();
+    let key = switchboard_proto::inbox::cursor_key(goal);
+    let mut record: switchboard_proto::inbox::CursorRecord =
+        serde_json::from_slice(&cursors.get(&key).await.unwrap().unwrap()).unwrap();
+    assert!(record.cursor > 0, "the reader acknowledged what it read");
+    (record.cursor, record.handed) = (0, 0);
+    cursors
+        .put(&key, serde_json::to_vec(&record).unwrap().into())
+        .await
+        .unwrap();
+}
+
+/// Each SDK drops a message handed out again after it acknowledged it (docs/protocol.md §7,
+/// "Hand-out is at least once"): five messages are read and acknowledged, the goal's cursor is
+/// rewound behind them, and a sixth is sent — the reader handles the sixth, and none of the
+/// five again, though the fabric hands all six out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_sdk_drops_a_repeat_of_what_it_acknowledged() {
+    let nats = NatsServer::start().await;
+    let url = nats.url();
+    let _directory = start_directory(&url, Default::default()).await;
+    let _fanout = start_fanout(&url, Default::default()).await;
+    let sender = agent_with(&url, card("repeat-sender"), Duration::from_secs(3600)).await;
+
+    // The Rust client, in process.
+    let rust = agent_with(&url, card("rust-repeats"), Duration::from_secs(3600)).await;
+    let goal = rust.open_goal().await.unwrap();
+    let (tx, rust_lines) = mpsc::unbounded_channel();
+    let goal_id = goal.id();
+    let reading = tokio::spawn(async move {
+        while let Ok(next) = goal.recv(Duration::from_millis(300)).await {
+            if let Some(delivery) = next {
+                let body = delivery.message.body.clone();
+                if delivery.ack().await.is_ok() && tx.send(body).is_err() {
+                    break;
+                }
+            }
+        }
+    });
+    let (mut py, py_lines, py_goal) = python_reader(&url, "py-repeats").await;
+    let (mut ts, ts_lines, ts_goal) = typescript_reader(&url, "ts-repeats").await;
+    for (reader, goal, lines) in [
+        ("rust-repeats", goal_id, rust_lines),
+        ("py-repeats", py_goal, py_lines),
+        ("ts-repeats", ts_goal, ts_lines),
+    ] {
+        let printed = repeated_after_rewind(&url, &sender, reader, &goal, lines).await;
+        assert_eq!(
+            printed,
+            ["r0", "r1", "r2", "r3", "r4", "r5"],
+            "{reader} handled a repeat (or missed one)"
+        );
+    }
+    reading.abort();
+    let _ = py.kill().await;
+    let _ = ts.kill().await;
+}
+
+/// Sends r0..r4 to `reader`, waits until it handled them, rewinds its goal, sends r5 and
+/// returns every body it handled until a moment after r5.
+async fn repeated_after_rewind(
+    url: &str,
+    sender: &Agent,
+    reader: &str,
+    goal: &GoalId,
+    mut lines: mpsc::UnboundedReceiver<String>,
+) -> Vec<String> {
+    let mut printed = Vec::new();
+    let mut next = async |printed: &mut Vec<String>, want: &str| loop {
+        let line = tokio::time::timeout(Duration::from_secs(20), lines.recv())
+            .await
+            .unwrap_or_else(|_| panic!("{reader} handled {want} within 20 s: {printed:?}"))
+            .unwrap();
+        let done = line == want;
+        printed.push(line);
+        if done {
+            return;
+        }
+    };
+    for n in 0..5 {
+        sender.send_to_peer(reader, &format!("r{n}")).await.unwrap();
+    }
+    next(&mut printed, "r4").await;
+    // Its ack of r4 is written before the next fetch's hand-out: let it land.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    rewind(url, goal).await;
+    // The reader's held fetch ends (its wait is at most 500 ms); the next one reads the rewound
+    // cursor and hands r0..r4 out again.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    sender.send_to_peer(reader, "r5").await.unwrap();
+    next(&mut printed, "r5").await;
+    while let Ok(Some(line)) = tokio::time::timeout(Duration::from_millis(700), lines.recv()).await
+    {
+        printed.push(line);
+    }
+    printed
 }
