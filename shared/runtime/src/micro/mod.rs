@@ -429,6 +429,7 @@ async fn handle(
         switchboard.goal_id = tracing::field::Empty,
         switchboard.correlation_id = tracing::field::Empty,
         switchboard.task_id = tracing::field::Empty,
+        switchboard.duplicate = tracing::field::Empty,
         error.type = tracing::field::Empty,
     );
     let parent = telemetry::extract(message.headers.as_ref());

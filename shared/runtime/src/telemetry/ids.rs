@@ -1,6 +1,8 @@
 //! The Switchboard ids a request or its answer names, recorded on the span that handles it:
 //! `switchboard.correlation_id`, `switchboard.task_id`, `switchboard.goal_id` and
-//! `messaging.message.id`, so an id from a send report, a call or a task finds its trace.
+//! `messaging.message.id`, so an id from a send report, a call or a task finds its trace; and
+//! `switchboard.duplicate` on an answer that says `duplicate: true`, so a repeat of a request
+//! (a hedged copy, a retry) is told apart from the one that did the work.
 
 use serde::Deserialize;
 use serde_json::Value;
@@ -21,6 +23,8 @@ struct Ids {
     message_id: Option<Value>,
     /// A send's own id (the message id the sender chose).
     id: Option<Value>,
+    /// An answer to a repeat of a request already done.
+    duplicate: Option<Value>,
 }
 
 /// The span fields `body` (a JSON object) names ids for, with their values: only string
@@ -33,6 +37,8 @@ pub fn found(body: &[u8]) -> Vec<(&'static str, String)> {
     let Ok(ids) = serde_json::from_slice::<Ids>(body) else {
         return Vec::new();
     };
+    let duplicate = matches!(ids.duplicate, Some(Value::Bool(true)))
+        .then(|| ("switchboard.duplicate", "true".to_owned()));
     [
         ("switchboard.correlation_id", ids.correlation_id),
         ("switchboard.task_id", ids.task_id),
@@ -50,6 +56,7 @@ pub fn found(body: &[u8]) -> Vec<(&'static str, String)> {
         }
         _ => None,
     })
+    .chain(duplicate)
     .collect()
 }
 
@@ -105,5 +112,12 @@ mod tests {
         big.extend(std::iter::repeat_n(b'x', SCAN_MAX));
         big.extend(br#""}"#);
         assert!(found(&big).is_empty());
+        // A repeat's answer is marked; anything but `true` is not.
+        assert_eq!(
+            found(br#"{"task":{"task_id":"t"},"duplicate":true}"#),
+            vec![("switchboard.duplicate", "true".to_owned())]
+        );
+        assert!(found(br#"{"duplicate":"true"}"#).is_empty());
+        assert!(found(br#"{"duplicate":false}"#).is_empty());
     }
 }
