@@ -1098,3 +1098,93 @@ async fn a_served_handler_that_fails_or_panics_answers_the_caller_and_serving_go
         "nothing is handed out again"
     );
 }
+
+/// A UUID v7 made `ago` before now.
+fn v7_made(ago: time::Duration) -> uuid::Uuid {
+    let ms = (time::OffsetDateTime::now_utc() - ago).unix_timestamp_nanos() / 1_000_000;
+    let ms = u64::try_from(ms).unwrap();
+    uuid::Uuid::new_v7(uuid::Timestamp::from_unix(
+        uuid::NoContext,
+        ms / 1000,
+        u32::try_from(ms % 1000).unwrap() * 1_000_000,
+    ))
+}
+
+/// A waiting call whose chosen id was made moments ago has its record created beside its
+/// request's delivery; a v4 or an old v7 id records first (protocol §9, "Call ids"). Either
+/// way two attempts racing are one request to the callee and one answer to both; and a reply
+/// that overtakes its call's record is read again, not refused.
+#[tokio::test]
+async fn a_call_records_beside_its_request_and_two_attempts_stay_one_request() {
+    use switchboard_proto::call::{CallRequest, scoped_call_id};
+    let fabric = Fabric::start().await;
+    let (callee, callee_goal) = fabric.agent_with_goal("callee").await;
+    let (alice, _alice_goal) = fabric.agent_with_goal("alice").await;
+    let alice = std::sync::Arc::new(alice);
+    let alice_id: switchboard_proto::AgentId = "alice".parse().unwrap();
+    let v4 = uuid::Uuid::from_u128(
+        (uuid::Uuid::now_v7().as_u128() & !(0xf << 76) & !(0x3 << 62)) | (0x4 << 76) | (0x2 << 62),
+    );
+    assert_eq!(v4.get_version_num(), 4);
+    let ids = [
+        ("a fresh v7", switchboard_proto::new_id()),
+        ("a v4", v4),
+        ("a v7 of 45 s ago", v7_made(time::Duration::seconds(45))),
+    ];
+    for (what, chosen) in ids {
+        let request = CallRequest {
+            to: Some("callee".into()),
+            message: Some(format!("with {what}")),
+            timeout_ms: Some(30_000),
+            correlation_id: Some(chosen),
+            ..CallRequest::default()
+        };
+        let attempts: Vec<_> = (0..2)
+            .map(|_| {
+                let (alice, request) = (alice.clone(), request.clone());
+                tokio::spawn(async move { alice.call_with(request).await })
+            })
+            .collect();
+        let id = scoped_call_id(&alice_id, chosen);
+        let delivery = callee_goal.recv(LONG).await.unwrap().unwrap();
+        assert_eq!(delivery.message.correlation_id, Some(id), "{what}");
+        delivery.ack().await.unwrap();
+        callee.reply(id, &format!("answer {what}")).await.unwrap();
+        for attempt in attempts {
+            let answer = attempt.await.unwrap().unwrap();
+            assert_eq!(
+                (answer.correlation_id, answer.body.as_str()),
+                (id, format!("answer {what}").as_str())
+            );
+        }
+        assert_eq!(callee_goal.waiting().await.unwrap(), 0, "{what}: twice");
+    }
+
+    // The callee answers a call whose record is not stored yet (its reply overtook it): the
+    // reply is read again until the call is there, and answers it.
+    let chosen = switchboard_proto::new_id();
+    let id = scoped_call_id(&alice_id, chosen);
+    let early = {
+        let callee = std::sync::Arc::new(callee);
+        tokio::spawn(async move { callee.reply(id, "before you asked").await })
+    };
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    let answer = alice
+        .call_with(CallRequest {
+            to: Some("callee".into()),
+            message: Some("overtaken".into()),
+            timeout_ms: Some(30_000),
+            correlation_id: Some(chosen),
+            ..CallRequest::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(answer.body, "before you asked");
+    assert!(!early.await.unwrap().unwrap().duplicate);
+    // A reply naming a call that never comes is not_found once the rereads are spent.
+    let started = std::time::Instant::now();
+    let never = fabric.agent("nobody").await;
+    let err = kind(never.reply(switchboard_proto::new_id(), "to nobody").await);
+    assert_eq!(err, ErrorKind::NotFound);
+    assert!(started.elapsed() < Duration::from_secs(5));
+}

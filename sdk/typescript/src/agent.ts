@@ -21,6 +21,22 @@ import type {
 export type Part = NonNullable<SendRequest['parts']>[number];
 
 type Json = Record<string, unknown>;
+
+/** A new call id: a UUIDv7 (RFC 9562), its first 48 bits the time in milliseconds. A call whose
+ * id was made moments ago has its record opened beside its request's delivery (docs/protocol.md
+ * §9, "Call ids"); any other id still works, one round trip slower. */
+export function callId(): string {
+  const bytes = crypto.getRandomValues(new Uint8Array(16));
+  let ms = Date.now();
+  for (let i = 5; i >= 0; i -= 1) {
+    bytes[i] = ms % 256;
+    ms = Math.floor(ms / 256);
+  }
+  bytes[6] = (bytes[6] & 0x0f) | 0x70; // version 7
+  bytes[8] = (bytes[8] & 0x3f) | 0x80; // the RFC 9562 variant
+  const hex = Array.from(bytes, (b) => b.toString(16).padStart(2, '0')).join('');
+  return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20)}`;
+}
 /** The task record every task op answers with (docs/schema/TaskReply.json). */
 export type TaskRecord = TaskReply['task'];
 /** W3C trace context carried by a request (§1 "Trace context"). */
@@ -507,7 +523,7 @@ export class Agent {
   // ------------------------------------------------------------------- calls
   private callBody(to: string, text: string, opts: CallOptions): Json {
     const body: Json = { to, message: text, timeout_ms: opts.timeoutMs ?? CALL_TIMEOUT_MS,
-      correlation_id: opts.correlationId ?? crypto.randomUUID() };
+      correlation_id: opts.correlationId ?? callId() };
     if (this.goalId) body.from_goal_id = this.goalId;
     if (opts.parts?.length) body.parts = opts.parts;
     if (opts.metadata) body.metadata = opts.metadata;

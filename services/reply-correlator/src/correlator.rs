@@ -30,12 +30,37 @@ pub(crate) struct LocalAnswer {
     pub(crate) taken: oneshot::Sender<()>,
 }
 
-/// A waiting call this replica holds: where its answer goes, and the call as this replica
-/// stored it (a reply taken here tries its claim on that revision before reading the call).
+/// A waiting call this replica holds: where its answer goes — one wait per attempt held here,
+/// as a caller's retry may wait beside its first attempt, and each gets the answer — and the
+/// call as this replica stored it (a reply taken here tries its claim on that revision before
+/// reading the call).
 #[derive(Debug, Clone)]
 pub(crate) struct Held {
-    pub(crate) answer_to: mpsc::Sender<LocalAnswer>,
+    pub(crate) waits: Vec<(u64, mpsc::Sender<LocalAnswer>)>,
     pub(crate) stored: CallEntry,
+}
+
+/// Tells the waits of one call apart.
+static NEXT_WAIT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Adds a wait for `stored`'s answer to `waiting`; the guard takes it out again.
+pub(crate) fn hold<'w>(
+    waiting: &'w Waiting,
+    stored: &CallEntry,
+    answer_to: mpsc::Sender<LocalAnswer>,
+) -> WaitingGuard<'w> {
+    let id = stored.call.correlation_id;
+    let token = NEXT_WAIT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let mut held = waiting.lock().unwrap_or_else(PoisonError::into_inner);
+    let held = held.entry(id).or_insert_with(|| Held {
+        waits: Vec::new(),
+        stored: stored.clone(),
+    });
+    if stored.revision > held.stored.revision {
+        held.stored = stored.clone();
+    }
+    held.waits.push((token, answer_to));
+    WaitingGuard { waiting, id, token }
 }
 
 /// The waiting calls this replica holds, by correlation id.
@@ -53,18 +78,23 @@ pub(crate) enum Taken {
     Nats(Option<async_nats::Subject>),
 }
 
-/// Removes a waiting call from [`Correlator::waiting`] when its wait ends, however it ends.
+/// Removes a wait from [`Correlator::waiting`] when it ends, however it ends (and the call
+/// with its last wait).
 pub(crate) struct WaitingGuard<'a> {
-    pub(crate) waiting: &'a Waiting,
-    pub(crate) id: Uuid,
+    waiting: &'a Waiting,
+    id: Uuid,
+    token: u64,
 }
 
 impl Drop for WaitingGuard<'_> {
     fn drop(&mut self) {
-        self.waiting
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(&self.id);
+        let mut waiting = self.waiting.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(held) = waiting.get_mut(&self.id) {
+            held.waits.retain(|(token, _)| *token != self.token);
+            if held.waits.is_empty() {
+                waiting.remove(&self.id);
+            }
+        }
     }
 }
 
@@ -99,7 +129,18 @@ pub struct Correlator {
     pub(crate) door: Door,
     /// Writes taken off a request's path (events), awaited when the replica stops.
     pub(crate) background: tokio_util::task::TaskTracker,
+    /// Places for replies to a call not stored yet, read again while its record may still be
+    /// on its way ([`OVERTAKEN_READS`]); past [`OVERTAKEN_WAITERS`], `not_found` at once.
+    overtaken: tokio::sync::Semaphore,
 }
+
+/// When a reply names a call with no record, it may have overtaken the record (a call whose
+/// record is created beside its request's delivery, docs/protocol.md §9 "Call ids"): the
+/// pauses, in milliseconds, before each read again (250 ms in all).
+const OVERTAKEN_READS: [u64; 5] = [10, 20, 40, 80, 100];
+/// At most this many replies wait for a record at once, so replies naming made-up ids cost
+/// their sender 250 ms each and never hold the service's hands.
+const OVERTAKEN_WAITERS: usize = 64;
 
 impl Correlator {
     /// Wires the parts together.
@@ -113,6 +154,7 @@ impl Correlator {
             per_caller: Default::default(),
             door,
             background: tokio_util::task::TaskTracker::new(),
+            overtaken: tokio::sync::Semaphore::new(OVERTAKEN_WAITERS),
         }
     }
 
@@ -140,30 +182,34 @@ impl Correlator {
         self.waiting.lock().map_or(0, |waiting| waiting.len())
     }
 
-    /// Hands `answer` to its caller's wait when this replica holds it; true once the wait
-    /// took it (false: not here, or it ended meanwhile, and the answer goes the NATS way).
+    /// Hands `answer` to every wait of its call this replica holds; true once one took it
+    /// (false: not here, or they ended meanwhile, and the answer goes the NATS way).
     pub(crate) async fn hand_over_here(&self, answer: &CallAnswer) -> bool {
-        let here = self
+        let waits: Vec<_> = self
             .waiting
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .get(&answer.correlation_id)
-            .map(|held| held.answer_to.clone());
-        let Some(wait) = here else {
-            return false;
-        };
-        let (taken, was_taken) = oneshot::channel();
-        let handed = LocalAnswer {
-            answer: answer.clone(),
-            taken,
-        };
-        if wait.send(handed).await.is_err() {
-            return false;
+            .map(|held| held.waits.iter().map(|(_, wait)| wait.clone()).collect())
+            .unwrap_or_default();
+        let mut taken_by = Vec::with_capacity(waits.len());
+        for wait in waits {
+            let (taken, was_taken) = oneshot::channel();
+            let handed = LocalAnswer {
+                answer: answer.clone(),
+                taken,
+            };
+            if wait.send(handed).await.is_ok() {
+                taken_by.push(was_taken);
+            }
         }
-        matches!(
-            tokio::time::timeout(HANDOVER_TIMEOUT, was_taken).await,
-            Ok(Ok(()))
+        let took = futures::future::join_all(
+            taken_by
+                .into_iter()
+                .map(|was_taken| tokio::time::timeout(HANDOVER_TIMEOUT, was_taken)),
         )
+        .await;
+        took.iter().any(|took| matches!(took, Ok(Ok(()))))
     }
 
     /// Publishes to the caller goal's inbox, de-duplicated per call and purpose — while that
@@ -269,17 +315,30 @@ impl Correlator {
             .map(|held| held.stored.clone())
     }
 
-    /// The call's record: `held` when given, else read now (`not_found` when there is none).
+    /// The call's record: `held` when given, else read now — and, when there is none, again
+    /// for up to 250 ms while a place is free (a reply may overtake the record of a call
+    /// created beside its request's delivery); then `not_found`.
     pub(crate) async fn record_of(
         &self,
         held: Option<CallEntry>,
         correlation_id: Uuid,
     ) -> Result<CallEntry, CorrelatorError> {
-        let found = match held {
-            Some(stored) => Some(stored),
-            None => self.store.find(&correlation_id).await?,
+        if let Some(stored) = held {
+            return Ok(stored);
+        }
+        if let Some(stored) = self.store.find(&correlation_id).await? {
+            return Ok(stored);
+        }
+        let Ok(_place) = self.overtaken.try_acquire() else {
+            return Err(CorrelatorError::UnknownCall(correlation_id));
         };
-        found.ok_or(CorrelatorError::UnknownCall(correlation_id))
+        for pause in OVERTAKEN_READS {
+            tokio::time::sleep(Duration::from_millis(pause)).await;
+            if let Some(stored) = self.store.find(&correlation_id).await? {
+                return Ok(stored);
+            }
+        }
+        Err(CorrelatorError::UnknownCall(correlation_id))
     }
 
     /// Remembers `stored` as the latest record of a call this replica holds.

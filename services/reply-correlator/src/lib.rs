@@ -23,6 +23,7 @@ pub mod config;
 mod correlator;
 mod endpoints;
 pub mod error;
+mod open;
 mod parts;
 mod queries;
 pub mod store;

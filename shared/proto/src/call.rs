@@ -472,6 +472,35 @@ pub fn scoped_call_id(caller: &AgentId, chosen: Uuid) -> Uuid {
     Uuid::new_v5(&CALL_ID_NAMESPACE, format!("{caller}:{chosen}").as_bytes())
 }
 
+/// How near the correlator's clock a chosen call id's time must be for the call's record to be
+/// created beside its request's delivery (docs/protocol.md §9, "Call ids"). Twice this is well
+/// inside the inbox stream's 120 s duplicate window, so every attempt of such a call that takes
+/// the path delivers within the window of the first, and the inbox stores the request once.
+pub const FRESH_CALL_ID_WITHIN: time::Duration = time::Duration::seconds(30);
+
+/// Whether the id a caller chose for a call was made moments ago: a UUIDv7 whose time is within
+/// [`FRESH_CALL_ID_WITHIN`] of `now`, either side. No id chosen (the correlator makes a fresh
+/// one) counts as fresh. Any other id (a v4, an old v7) is still a good id; its call records
+/// first and delivers after.
+pub fn chosen_moments_ago(chosen: Option<Uuid>, now: time::OffsetDateTime) -> bool {
+    let Some(chosen) = chosen else {
+        return true;
+    };
+    if chosen.get_version_num() != 7 {
+        return false;
+    }
+    let Some((secs, nanos)) = chosen.get_timestamp().map(|ts| ts.to_unix()) else {
+        return false;
+    };
+    let Ok(secs) = i64::try_from(secs) else {
+        return false;
+    };
+    let since_epoch = time::Duration::new(secs, i32::try_from(nanos).unwrap_or(0));
+    time::OffsetDateTime::UNIX_EPOCH
+        .checked_add(since_epoch)
+        .is_some_and(|made| (now - made).abs() <= FRESH_CALL_ID_WITHIN)
+}
+
 /// The message id of call `correlation_id`'s request (UUID v5 of `request` in the call's id):
 /// every attempt of one call delivers the same message, so the inbox stores it once.
 pub fn request_id_of(correlation_id: Uuid) -> Uuid {
@@ -557,6 +586,39 @@ pub fn derive_chain(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_call_id_is_fresh_only_as_a_v7_made_moments_ago() {
+        let now = time::OffsetDateTime::now_utc();
+        assert!(chosen_moments_ago(None, now));
+        assert!(chosen_moments_ago(Some(Uuid::now_v7()), now));
+        // A v7 of 29 s ago or ahead is fresh; of 31 s either side, not.
+        let at = |offset: i64| {
+            let ms = (now + time::Duration::seconds(offset)).unix_timestamp_nanos() / 1_000_000;
+            let ms = u64::try_from(ms).unwrap();
+            Uuid::new_v7(uuid::Timestamp::from_unix(
+                uuid::NoContext,
+                ms / 1000,
+                u32::try_from(ms % 1000).unwrap() * 1_000_000,
+            ))
+        };
+        assert!(chosen_moments_ago(Some(at(-29)), now));
+        assert!(chosen_moments_ago(Some(at(29)), now));
+        assert!(!chosen_moments_ago(Some(at(-31)), now));
+        assert!(!chosen_moments_ago(Some(at(31)), now));
+        // A v4, a v5 (a scoped id), the nil and max ids: never.
+        for other in [
+            Uuid::from_u128(0x1234_5678_9abc_4def_8123_4567_89ab_cdef),
+            scoped_call_id(&id("a"), Uuid::now_v7()),
+            Uuid::nil(),
+            Uuid::max(),
+        ] {
+            assert!(!chosen_moments_ago(Some(other), now), "{other}");
+        }
+        // A v7 at the end of time does not overflow.
+        let last = Uuid::from_u128(0xffff_ffff_ffff_7fff_bfff_ffff_ffff_ffff);
+        assert!(!chosen_moments_ago(Some(last), now));
+    }
 
     fn id(raw: &str) -> AgentId {
         AgentId::parse(raw).unwrap()
