@@ -8,9 +8,10 @@ up: nats-server
 # Run every test against real nats-server processes (and the pinned Python clients the
 # foreign-client tests drive: nats-py, the official MCP SDK; the official AsyncAPI parser
 # that checks docs/asyncapi.yaml; the TypeScript SDK, built; Debian's chromium and the pinned
-# playwright-core that drive the console in a real browser).
+# playwright-core that drive the console in a real browser). tests/lanes.sh runs them in two
+# lanes at once (the five longest integration binaries beside the rest).
 test: nats-server py-venv asyncapi-tools ts-sdk console-tools
-	cargo test --workspace --locked
+	bash tests/lanes.sh
 
 # The performance report: a private nats-server and the five services (release binaries),
 # Switchboard's paths beside raw NATS in the same run; prints the table and writes
