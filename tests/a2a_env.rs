@@ -37,37 +37,24 @@ async fn webhooks_ignore_proxy_variables_and_client_text_never_forges_a_log_line
             held.push(stream);
         }
     });
-    let exe = std::env::current_exe().unwrap();
-    let child = tokio::process::Command::new(exe)
-        .args([
-            "--exact",
-            "inner_gateway_under_proxy_variables",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env("HTTP_PROXY", &proxy_url)
-        .env("http_proxy", &proxy_url)
-        .env("HTTPS_PROXY", &proxy_url)
-        .env("https_proxy", &proxy_url)
-        .env("ALL_PROXY", &proxy_url)
-        .env("all_proxy", &proxy_url)
-        .env_remove("NO_PROXY")
-        .env_remove("no_proxy")
-        .env("RUST_LOG", "info")
-        .kill_on_drop(true)
-        .output();
-    let output = tokio::time::timeout(Duration::from_secs(120), child)
-        .await
-        .expect("the inner test ends within 120 s")
-        .unwrap();
+    let output = switchboard_tests::run_alone("inner_gateway_under_proxy_variables", |child| {
+        for variable in [
+            "HTTP_PROXY",
+            "http_proxy",
+            "HTTPS_PROXY",
+            "https_proxy",
+            "ALL_PROXY",
+            "all_proxy",
+        ] {
+            child.env(variable, &proxy_url);
+        }
+        child
+            .env_remove("NO_PROXY")
+            .env_remove("no_proxy")
+            .env("RUST_LOG", "info");
+    })
+    .await;
     let stderr = String::from_utf8_lossy(&output.stderr);
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "the inner test passes\nstdout:\n{stdout}\nstderr:\n{stderr}"
-    );
-    assert!(stdout.contains("1 passed"), "the inner test ran: {stdout}");
     assert_eq!(
         connections.load(Ordering::SeqCst),
         0,

@@ -449,27 +449,7 @@ fn process_cpu() -> Duration {
 /// counted.
 #[tokio::test]
 async fn a_flood_of_empty_parts_from_a_remote_holds_up_no_one() {
-    let exe = std::env::current_exe().unwrap();
-    let child = tokio::process::Command::new(exe)
-        .args([
-            "--exact",
-            "flood_of_empty_parts_alone",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .kill_on_drop(true)
-        .output();
-    let output = tokio::time::timeout(Duration::from_secs(120), child)
-        .await
-        .expect("the inner test ends within 120 s")
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        output.status.success() && stdout.contains("1 passed"),
-        "the flood test failed alone:\n{stdout}\n{stderr}"
-    );
+    switchboard_tests::run_alone("flood_of_empty_parts_alone", |_| {}).await;
 }
 
 /// The body of [`a_flood_of_empty_parts_from_a_remote_holds_up_no_one`], run by it in a

@@ -27,6 +27,38 @@ pub use otlp::*;
 pub use services::*;
 pub use wire::*;
 
+/// Runs the ignored test `name` of the running test binary alone, in a child process that
+/// `configure` may give its environment, and returns its output once it has passed: for a test
+/// that measures the whole process (its CPU) or needs an environment the others must not share.
+/// Panics, with the child's output, when the child fails or runs no test, or after 120 s.
+pub async fn run_alone(
+    name: &str,
+    configure: impl FnOnce(&mut tokio::process::Command),
+) -> std::process::Output {
+    let mut command = tokio::process::Command::new(std::env::current_exe().unwrap());
+    command
+        .args([
+            "--exact",
+            name,
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .kill_on_drop(true);
+    configure(&mut command);
+    let output = tokio::time::timeout(std::time::Duration::from_secs(120), command.output())
+        .await
+        .unwrap_or_else(|_| panic!("{name} did not end within 120 s"))
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success() && stdout.contains("1 passed"),
+        "{name}, run alone, did not pass\nstdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    output
+}
+
 /// Every `.rs` file below `dir`, skipping build output.
 pub fn rust_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     let mut found = Vec::new();
