@@ -1168,7 +1168,7 @@ async fn a_call_records_beside_its_request_and_two_attempts_stay_one_request() {
         let callee = std::sync::Arc::new(callee);
         tokio::spawn(async move { callee.reply(id, "before you asked").await })
     };
-    tokio::time::sleep(Duration::from_millis(30)).await;
+    tokio::time::sleep(Duration::from_millis(10)).await;
     let answer = alice
         .call_with(CallRequest {
             to: Some("callee".into()),
@@ -1181,6 +1181,18 @@ async fn a_call_records_beside_its_request_and_two_attempts_stay_one_request() {
         .unwrap();
     assert_eq!(answer.body, "before you asked");
     assert!(!early.await.unwrap().unwrap().duplicate);
+    // An id dated further ahead than 90 s is refused: its call could record now and deliver
+    // beside its record once the id turned fresh, past the duplicate window.
+    let ahead = alice
+        .call_with(CallRequest {
+            to: Some("callee".into()),
+            message: Some("from the future".into()),
+            timeout_ms: Some(1_000),
+            correlation_id: Some(v7_made(time::Duration::seconds(-100))),
+            ..CallRequest::default()
+        })
+        .await;
+    assert_eq!(kind(ahead), ErrorKind::BadRequest);
     // A reply naming a call that never comes is not_found once the rereads are spent.
     let started = std::time::Instant::now();
     let never = fabric.agent("nobody").await;

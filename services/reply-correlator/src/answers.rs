@@ -89,7 +89,7 @@ impl Correlator {
         // it changed since, the claim fails and the call is read as usual.
         let mut held = self.held_record(&correlation_id);
         for _ in 0..CAS_ATTEMPTS {
-            let stored = self.record_of(held.take(), correlation_id).await?;
+            let stored = self.record_of(callee, held.take(), correlation_id).await?;
             check_callee(&stored.call, callee)?;
             if let Some(ack) = self.reply_to(&stored, &reply).await? {
                 return Ok(ack);

@@ -12,11 +12,12 @@
 //! hands the answer over in process, without the round trip through NATS.
 
 use switchboard_proto::call::{
-    CallEventKind, CallParked, CallRequest, CallState, PendingCall, chosen_moments_ago,
-    clamp_timeout, derive_chain, request_id_of, scoped_call_id,
+    CALL_ID_AHEAD_MAX, CallEventKind, CallParked, CallRequest, CallState, PendingCall,
+    chosen_moments_ago, chosen_too_far_ahead, clamp_timeout, derive_chain, request_id_of,
+    scoped_call_id,
 };
 use switchboard_proto::send::{Target, check_body, check_receipt, check_target, unknown_agent};
-use switchboard_proto::{AgentId, ErrorKind, GoalId, new_id, subject, timestamp};
+use switchboard_proto::{AgentId, ErrorKind, ErrorReply, GoalId, new_id, subject, timestamp};
 use switchboard_request::request::route_by_skill;
 use tokio::sync::mpsc;
 
@@ -113,7 +114,7 @@ impl Correlator {
         request: CallRequest,
         reply: Option<async_nats::Subject>,
     ) -> Result<CallOutcome, CorrelatorError> {
-        let (callee, body) = self.callee(caller, &request).await?;
+        let (callee, body, picked) = self.callee(caller, &request).await?;
         let opening = self.opening(caller, &callee, &request).await?;
         let _slot = match opening.call.wait {
             true => Some(
@@ -126,7 +127,10 @@ impl Correlator {
         // NATS subject (another replica claims it) and in process (this one does).
         let mut answers = self.listen(&opening.call).await?;
         let (local_tx, mut local) = mpsc::channel(1);
+        // A callee picked by skill may be another on a retry: such a call records first, so a
+        // retry delivers to the callee its record names.
         let beside = opening.call.wait
+            && !picked
             && chosen_moments_ago(request.correlation_id, opening.call.created_at);
         let sent = match beside {
             true => {
@@ -185,14 +189,15 @@ impl Correlator {
         }
     }
 
-    /// Who the call is for and its body: the target and body checks of a send, a peer or a
-    /// skill (never a broadcast), and a caller goal that is the caller's own — a call naming
-    /// another agent's goal would deliver the answer into that goal's inbox.
+    /// Who the call is for, its body, and whether the directory picked the callee (a skill):
+    /// the target and body checks of a send, a peer or a skill (never a broadcast), and a
+    /// caller goal that is the caller's own — a call naming another agent's goal would deliver
+    /// the answer into that goal's inbox.
     async fn callee<'r>(
         &self,
         caller: &AgentId,
         request: &'r CallRequest,
-    ) -> Result<(AgentId, &'r str), CorrelatorError> {
+    ) -> Result<(AgentId, &'r str, bool), CorrelatorError> {
         let target = check_target(
             caller,
             request.from_agent_id.as_deref(),
@@ -201,17 +206,20 @@ impl Correlator {
         .map_err(CorrelatorError::Gate)?;
         check_receipt(request.receipt, request.from_goal_id).map_err(CorrelatorError::Gate)?;
         let body = check_body(request.message.as_deref()).map_err(CorrelatorError::Gate)?;
-        let callee = match target {
+        let (callee, picked) = match target {
             Target::Broadcast => return Err(CorrelatorError::Broadcast),
             Target::Peer(to) => match AgentId::parse(&to) {
-                Ok(callee) => callee,
+                Ok(callee) => (callee, false),
                 Err(_) => return Err(CorrelatorError::Unreachable(unknown_agent(&to))),
             },
             // One agent with the skill, picked by the directory; the call is then an ordinary
             // call to it (its chain, cycle and depth rules included).
-            Target::Skill(skill) => route_by_skill(&self.client, caller, &skill, false)
-                .await
-                .map_err(CorrelatorError::Unreachable)?,
+            Target::Skill(skill) => {
+                let picked = route_by_skill(&self.client, caller, &skill, false)
+                    .await
+                    .map_err(CorrelatorError::Unreachable)?;
+                (picked, true)
+            }
         };
         if let Some(goal) = request.from_goal_id
             && !self.door.view().owns_goal(caller, &goal).await?
@@ -221,7 +229,7 @@ impl Correlator {
                 caller: caller.clone(),
             });
         }
-        Ok((callee, body))
+        Ok((callee, body, picked))
     }
 
     /// The call's record before it is opened: its chain (cycle and depth rules, asking back
@@ -270,11 +278,7 @@ impl Correlator {
             });
         }
         let wait = request.wait.unwrap_or(true);
-        // The caller's own name for the call is scoped to it: a retry maps to the same call,
-        // another caller's same name to another call (docs/protocol.md §9, "Call ids").
-        let correlation_id = request
-            .correlation_id
-            .map_or_else(new_id, |chosen| scoped_call_id(caller, chosen));
+        let correlation_id = call_id(caller, request, now)?;
         let call = PendingCall {
             correlation_id,
             caller: caller.clone(),
@@ -319,4 +323,27 @@ impl Correlator {
             .map(Some)
             .map_err(|err| CorrelatorError::ListenForAnswer(err.into()))
     }
+}
+
+/// The call's id: the caller's own name for the call scoped to it, so a retry maps to the same
+/// call and another caller's same name to another call, or a fresh one (docs/protocol.md §9,
+/// "Call ids"). A v7 name dated too far ahead is refused.
+fn call_id(
+    caller: &AgentId,
+    request: &CallRequest,
+    now: time::OffsetDateTime,
+) -> Result<uuid::Uuid, CorrelatorError> {
+    if chosen_too_far_ahead(request.correlation_id, now) {
+        return Err(CorrelatorError::Gate(ErrorReply::new(
+            ErrorKind::BadRequest,
+            format!(
+                "correlation_id {} is a UUID v7 dated more than {} s after this service's clock; choose a new id",
+                request.correlation_id.unwrap_or_default(),
+                CALL_ID_AHEAD_MAX.whole_seconds()
+            ),
+        )));
+    }
+    Ok(request
+        .correlation_id
+        .map_or_else(new_id, |chosen| scoped_call_id(caller, chosen)))
 }

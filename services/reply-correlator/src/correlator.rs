@@ -132,6 +132,9 @@ pub struct Correlator {
     /// Places for replies to a call not stored yet, read again while its record may still be
     /// on its way ([`OVERTAKEN_READS`]); past [`OVERTAKEN_WAITERS`], `not_found` at once.
     overtaken: tokio::sync::Semaphore,
+    /// Each replier's share of those places ([`OVERTAKEN_PER_REPLIER`]), so one agent replying
+    /// to made-up ids cannot take them all from the callees whose replies really overtook.
+    overtaken_by: switchboard_runtime::places::Places<AgentId>,
 }
 
 /// When a reply names a call with no record, it may have overtaken the record (a call whose
@@ -141,6 +144,8 @@ const OVERTAKEN_READS: [u64; 5] = [10, 20, 40, 80, 100];
 /// At most this many replies wait for a record at once, so replies naming made-up ids cost
 /// their sender 250 ms each and never hold the service's hands.
 const OVERTAKEN_WAITERS: usize = 64;
+/// At most this many of them from one replier.
+const OVERTAKEN_PER_REPLIER: usize = 16;
 
 impl Correlator {
     /// Wires the parts together.
@@ -155,6 +160,7 @@ impl Correlator {
             door,
             background: tokio_util::task::TaskTracker::new(),
             overtaken: tokio::sync::Semaphore::new(OVERTAKEN_WAITERS),
+            overtaken_by: Default::default(),
         }
     }
 
@@ -192,7 +198,7 @@ impl Correlator {
             .get(&answer.correlation_id)
             .map(|held| held.waits.iter().map(|(_, wait)| wait.clone()).collect())
             .unwrap_or_default();
-        let mut taken_by = Vec::with_capacity(waits.len());
+        let mut taken_by = futures::stream::FuturesUnordered::new();
         for wait in waits {
             let (taken, was_taken) = oneshot::channel();
             let handed = LocalAnswer {
@@ -200,16 +206,16 @@ impl Correlator {
                 taken,
             };
             if wait.send(handed).await.is_ok() {
-                taken_by.push(was_taken);
+                taken_by.push(tokio::time::timeout(HANDOVER_TIMEOUT, was_taken));
             }
         }
-        let took = futures::future::join_all(
-            taken_by
-                .into_iter()
-                .map(|was_taken| tokio::time::timeout(HANDOVER_TIMEOUT, was_taken)),
-        )
-        .await;
-        took.iter().any(|took| matches!(took, Ok(Ok(()))))
+        // The first wait to take it answers the reply; the others take it as they come.
+        while let Some(took) = futures::StreamExt::next(&mut taken_by).await {
+            if matches!(took, Ok(Ok(()))) {
+                return true;
+            }
+        }
+        false
     }
 
     /// Publishes to the caller goal's inbox, de-duplicated per call and purpose — while that
@@ -316,10 +322,11 @@ impl Correlator {
     }
 
     /// The call's record: `held` when given, else read now — and, when there is none, again
-    /// for up to 250 ms while a place is free (a reply may overtake the record of a call
-    /// created beside its request's delivery); then `not_found`.
+    /// for up to 250 ms while a place is free for `replier` (a reply may overtake the record of
+    /// a call created beside its request's delivery); then `not_found`.
     pub(crate) async fn record_of(
         &self,
+        replier: &AgentId,
         held: Option<CallEntry>,
         correlation_id: Uuid,
     ) -> Result<CallEntry, CorrelatorError> {
@@ -329,6 +336,9 @@ impl Correlator {
         if let Some(stored) = self.store.find(&correlation_id).await? {
             return Ok(stored);
         }
+        let Some(_own) = self.overtaken_by.take(replier, OVERTAKEN_PER_REPLIER) else {
+            return Err(CorrelatorError::UnknownCall(correlation_id));
+        };
         let Ok(_place) = self.overtaken.try_acquire() else {
             return Err(CorrelatorError::UnknownCall(correlation_id));
         };

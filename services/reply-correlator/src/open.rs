@@ -165,7 +165,11 @@ impl Correlator {
             Opened::Ended(outcome) => return Ok(Sent::Ended(outcome)),
         };
         let report = self.kept(&stored, joined, delivered).await?;
-        let held = Some(hold(&self.waiting, &stored, answer_to));
+        // A retry may join a parked call of the same id: its answer goes to the inbox.
+        let held = stored
+            .call
+            .wait
+            .then(|| hold(&self.waiting, &stored, answer_to));
         Ok(Sent::Out {
             stored: Box::new(stored),
             joined,

@@ -92,7 +92,7 @@ impl Correlator {
         let mut held = self.held_record(&correlation_id);
         for _ in 0..CAS_ATTEMPTS {
             let from_held = held.is_some();
-            let stored = self.record_of(held.take(), correlation_id).await?;
+            let stored = self.record_of(callee, held.take(), correlation_id).await?;
             let call = &stored.call;
             check_callee(call, callee)?;
             let taken = u32::try_from(call.streamed.len()).unwrap_or(u32::MAX);

@@ -478,6 +478,16 @@ pub fn scoped_call_id(caller: &AgentId, chosen: Uuid) -> Uuid {
 /// the path delivers within the window of the first, and the inbox stores the request once.
 pub const FRESH_CALL_ID_WITHIN: time::Duration = time::Duration::seconds(30);
 
+/// The time a UUID v7 was made (its first 48 bits), or `None` for any other id.
+fn made_at(id: Uuid) -> Option<time::OffsetDateTime> {
+    if id.get_version_num() != 7 {
+        return None;
+    }
+    let (secs, nanos) = id.get_timestamp()?.to_unix();
+    let since_epoch = time::Duration::new(i64::try_from(secs).ok()?, i32::try_from(nanos).ok()?);
+    time::OffsetDateTime::UNIX_EPOCH.checked_add(since_epoch)
+}
+
 /// Whether the id a caller chose for a call was made moments ago: a UUIDv7 whose time is within
 /// [`FRESH_CALL_ID_WITHIN`] of `now`, either side. No id chosen (the correlator makes a fresh
 /// one) counts as fresh. Any other id (a v4, an old v7) is still a good id; its call records
@@ -486,19 +496,21 @@ pub fn chosen_moments_ago(chosen: Option<Uuid>, now: time::OffsetDateTime) -> bo
     let Some(chosen) = chosen else {
         return true;
     };
-    if chosen.get_version_num() != 7 {
-        return false;
-    }
-    let Some((secs, nanos)) = chosen.get_timestamp().map(|ts| ts.to_unix()) else {
+    made_at(chosen).is_some_and(|made| (now - made).abs() <= FRESH_CALL_ID_WITHIN)
+}
+
+/// How far ahead of the correlator's clock a chosen UUIDv7's time may be. An id further ahead
+/// is refused: its call could record first now and deliver beside its record when the id
+/// turns fresh, more than the duplicate window after the first copy (docs/protocol.md §9).
+pub const CALL_ID_AHEAD_MAX: time::Duration = time::Duration::seconds(90);
+
+/// Whether `chosen` is a UUIDv7 dated more than [`CALL_ID_AHEAD_MAX`] after `now`.
+pub fn chosen_too_far_ahead(chosen: Option<Uuid>, now: time::OffsetDateTime) -> bool {
+    let Some(chosen) = chosen.filter(|id| id.get_version_num() == 7) else {
         return false;
     };
-    let Ok(secs) = i64::try_from(secs) else {
-        return false;
-    };
-    let since_epoch = time::Duration::new(secs, i32::try_from(nanos).unwrap_or(0));
-    time::OffsetDateTime::UNIX_EPOCH
-        .checked_add(since_epoch)
-        .is_some_and(|made| (now - made).abs() <= FRESH_CALL_ID_WITHIN)
+    // A time past what a date can hold (after the year 9999) is far ahead too.
+    made_at(chosen).is_none_or(|made| made - now > CALL_ID_AHEAD_MAX)
 }
 
 /// The message id of call `correlation_id`'s request (UUID v5 of `request` in the call's id):
@@ -615,9 +627,14 @@ mod tests {
         ] {
             assert!(!chosen_moments_ago(Some(other), now), "{other}");
         }
-        // A v7 at the end of time does not overflow.
+        // A v7 at the end of time does not overflow, and is too far ahead; 89 s ahead is not.
         let last = Uuid::from_u128(0xffff_ffff_ffff_7fff_bfff_ffff_ffff_ffff);
         assert!(!chosen_moments_ago(Some(last), now));
+        assert!(chosen_too_far_ahead(Some(last), now));
+        assert!(chosen_too_far_ahead(Some(at(91)), now));
+        assert!(!chosen_too_far_ahead(Some(at(89)), now));
+        assert!(!chosen_too_far_ahead(Some(at(-1000)), now));
+        assert!(!chosen_too_far_ahead(None, now));
     }
 
     fn id(raw: &str) -> AgentId {
