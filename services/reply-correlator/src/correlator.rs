@@ -319,6 +319,9 @@ impl Correlator {
             .unwrap_or_else(PoisonError::into_inner)
             .get(correlation_id)
             .map(|held| held.stored.clone())
+            // Revision 0: held before its record was stored (a call recorded beside its
+            // delivery); a claim on it would create the record, so the reply reads it instead.
+            .filter(|stored| stored.revision > 0)
     }
 
     /// The call's record: `held` when given, else read now — and, when there is none, again

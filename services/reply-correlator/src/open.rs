@@ -152,6 +152,13 @@ impl Correlator {
         request: &CallRequest,
         answer_to: mpsc::Sender<LocalAnswer>,
     ) -> Result<Sent<'_>, CorrelatorError> {
+        // Held from the start (as on the record-first path), so the callee that reads the
+        // request finds the call among its pending ones; the record's revision comes after.
+        let provisional = CallEntry {
+            call: opening.call.clone(),
+            revision: 0,
+        };
+        let mut held = Some(hold(&self.waiting, &provisional, answer_to));
         let (opened, delivered) = tokio::join!(
             self.record_call(caller, opening),
             self.deliver_request(&opening.call, body, request)
@@ -166,10 +173,11 @@ impl Correlator {
         };
         let report = self.kept(&stored, joined, delivered).await?;
         // A retry may join a parked call of the same id: its answer goes to the inbox.
-        let held = stored
-            .call
-            .wait
-            .then(|| hold(&self.waiting, &stored, answer_to));
+        if stored.call.wait {
+            self.hold_record(&stored);
+        } else {
+            held = None;
+        }
         Ok(Sent::Out {
             stored: Box::new(stored),
             joined,
