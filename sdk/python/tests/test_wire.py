@@ -157,3 +157,20 @@ def test_setting_and_deleting_fields_change_the_dict():
 
 def test_the_repr_names_the_class():
     assert repr(wire.ReplyError({"kind": "k"})) == "ReplyError({'kind': 'k'})"
+
+
+def test_call_ids_are_uuid_v7_with_the_time_of_now():
+    """A call id made now is a UUID v7 whose first 48 bits are this moment in milliseconds
+    (docs/protocol.md §9, "Call ids": such a call records beside its request)."""
+    import time
+    import uuid
+
+    from switchboard import call_id
+
+    before = time.time_ns() // 1_000_000
+    ids = [uuid.UUID(call_id()) for _ in range(1000)]
+    after = time.time_ns() // 1_000_000
+    assert len(set(ids)) == 1000
+    for made in ids:
+        assert made.version == 7 and made.variant == uuid.RFC_4122
+        assert before <= made.int >> 80 <= after
