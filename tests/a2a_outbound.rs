@@ -499,8 +499,10 @@ async fn flood_of_empty_parts_alone() {
     }
     let (took, cpu) = (started.elapsed(), process_cpu() - cpu_before);
     assert_eq!(posts.load(std::sync::atomic::Ordering::SeqCst), 2);
+    // Decoded on the runtime (the defect), the answers held every request for seconds; off
+    // it, a lookup waits only for the machine, which `make test` shares with the other lane.
     assert!(
-        slowest < Duration::from_millis(500),
+        slowest < Duration::from_secs(2),
         "a lookup waited {slowest:?} behind the remote's answers"
     );
     eprintln!("two 4 MB answers: {cpu:?} of CPU in {took:?}; slowest lookup {slowest:?}");
