@@ -8,11 +8,10 @@ up: nats-server
 # Run every test against real nats-server processes (and the pinned Python clients the
 # foreign-client tests drive: nats-py, the official MCP SDK; the official AsyncAPI parser
 # that checks docs/asyncapi.yaml; the TypeScript SDK, built; Debian's chromium and the pinned
-# playwright-core that drive the console in a real browser). Four tests at a time in each
-# binary: most wait on a real nats-server rather than compute. Every binary runs, so one
+# playwright-core that drive the console in a real browser). Every binary runs, so one
 # failure does not hide the next.
 test: nats-server py-venv asyncapi-tools ts-sdk console-tools
-	cargo test --workspace --locked --no-fail-fast -- --test-threads=4
+	cargo test --workspace --locked --no-fail-fast
 
 # The performance report: a private nats-server and the five services (release binaries),
 # Switchboard's paths beside raw NATS in the same run; prints the table and writes
