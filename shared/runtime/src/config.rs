@@ -267,6 +267,15 @@ impl RuntimeConfig {
             )));
         }
         let js = &self.jetstream;
+        if js.duplicate_window_secs < MIN_DUPLICATE_WINDOW_SECS {
+            // A retried call re-delivers its request for 60 s after it opened, and a fresh call
+            // id is fresh for 30 s (docs/protocol.md §9, "Call ids"): a shorter window would
+            // store the request twice.
+            return Err(ConfigError::Invalid(format!(
+                "jetstream.duplicate_window_secs must be at least {MIN_DUPLICATE_WINDOW_SECS} s (a retried call's request is stored once only inside it), got {}",
+                js.duplicate_window_secs
+            )));
+        }
         if js.audit_max_age_secs != 0 && js.audit_max_age_secs < js.duplicate_window_secs {
             // The server refuses a stream whose duplicate window outlives its max age.
             return Err(ConfigError::Invalid(format!(
@@ -422,6 +431,10 @@ impl Default for TelemetryConfig {
         }
     }
 }
+
+/// The shortest de-duplication window a deployment may set: every attempt of a call re-delivers
+/// its request within 120 s of the first (docs/protocol.md §9, "Call ids").
+pub const MIN_DUPLICATE_WINDOW_SECS: u64 = 120;
 
 /// JetStream settings shared by every stream and bucket.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -585,6 +598,11 @@ mod tests {
             jail.set_env("SWITCHBOARD_JETSTREAM__REPLICAS", "0");
             assert!(RuntimeConfig::load(&figment()).is_err());
             jail.set_env("SWITCHBOARD_JETSTREAM__REPLICAS", "3");
+            assert!(RuntimeConfig::load(&figment()).is_ok());
+            jail.set_env("SWITCHBOARD_JETSTREAM__DUPLICATE_WINDOW_SECS", "119");
+            let err = RuntimeConfig::load(&figment()).unwrap_err();
+            assert!(err.to_string().contains("duplicate_window_secs"), "{err}");
+            jail.set_env("SWITCHBOARD_JETSTREAM__DUPLICATE_WINDOW_SECS", "120");
             assert!(RuntimeConfig::load(&figment()).is_ok());
             jail.set_env("SWITCHBOARD_WORKER_THREADS", "100000");
             let err = RuntimeConfig::load(&figment()).unwrap_err();
