@@ -543,6 +543,9 @@ async fn the_demo_is_whole_traces_per_service_and_the_metrics_move() {
             "switchboard_outcome=\"answered\"",
         ),
         ("switchboard_calls_total", "switchboard_outcome=\"opened\""),
+        // The demo's calls are waiting ones with ids the Rust client made just now: each
+        // records beside its request (protocol §9, "Call ids").
+        ("switchboard_calls_total", "switchboard_opening=\"beside\""),
         (
             "switchboard_task_transitions_total",
             "switchboard_task_state=\"completed\"",

@@ -154,7 +154,7 @@ impl Correlator {
         let record = stored.call.clone();
         tracing::info!(correlation_id = %record.correlation_id, caller = %caller, callee = %callee, depth = record.chain.len(), timeout_ms = opening.timeout_ms, wait = record.wait, "call opened");
         if !joined {
-            crate::correlator::count_call("opened");
+            crate::correlator::count_opened(beside);
         }
         // No `opened` event: the request message, stored in the callee's inbox with the
         // call's `correlation_id`, is the trail's record of the call opening (protocol §13,

@@ -367,8 +367,23 @@ impl Correlator {
     }
 }
 
-/// One call outcome on `switchboard.calls` (`opened`, or the token of the event a call ended
-/// with: `answered`, `expired`, `late_answer`, `refused`).
+/// One call opened on `switchboard.calls` (`opened`), by the path it took: `beside` (its record
+/// created beside its request's delivery) or `record_first` (docs/protocol.md §9, "Call ids").
+pub(crate) fn count_opened(beside: bool) {
+    use switchboard_runtime::telemetry::metrics;
+    let opening = if beside { "beside" } else { "record_first" };
+    metrics::instruments().calls.add(
+        1,
+        &[
+            metrics::service(crate::SPEC.name),
+            metrics::KeyValue::new("switchboard.outcome", "opened"),
+            metrics::KeyValue::new("switchboard.opening", opening),
+        ],
+    );
+}
+
+/// One call outcome on `switchboard.calls`: the token of the event a call ended with
+/// (`answered`, `expired`, `late_answer`, `refused`).
 pub(crate) fn count_call(outcome: &'static str) {
     use switchboard_runtime::telemetry::metrics;
     metrics::instruments().calls.add(
