@@ -1200,3 +1200,126 @@ async fn a_call_records_beside_its_request_and_two_attempts_stay_one_request() {
     assert_eq!(err, ErrorKind::NotFound);
     assert!(started.elapsed() < Duration::from_secs(5));
 }
+
+#[tokio::test]
+async fn a_retry_waiting_on_another_replica_gets_the_answer_handed_to_the_first_attempt() {
+    use switchboard_proto::call::{CallRequest, scoped_call_id};
+    let fabric = Fabric::start().await;
+    let second = start_correlator(&fabric.url(), fast_calls()).await;
+    let (callee, callee_goal) = fabric.agent_with_goal("callee").await;
+    let (alice, _alice_goal) = fabric.agent_with_goal("alice").await;
+    let alice = std::sync::Arc::new(alice);
+    let alice_id: switchboard_proto::AgentId = "alice".parse().unwrap();
+    // The answer goes to one attempt: in process when the replier holds it, else over NATS
+    // to whichever replica takes it. Eight tries put the two attempts on different replicas
+    // and the reply on the first attempt's replica often enough that a retry left to its
+    // deadline shows.
+    for i in 0..8 {
+        let chosen = switchboard_proto::new_id();
+        let id = scoped_call_id(&alice_id, chosen);
+        let request = CallRequest {
+            to: Some("callee".into()),
+            message: Some(format!("try {i}")),
+            timeout_ms: Some(60_000),
+            correlation_id: Some(chosen),
+            ..CallRequest::default()
+        };
+        let attempt = |request: CallRequest| {
+            let alice = alice.clone();
+            tokio::spawn(async move { alice.call_with(request).await })
+        };
+        let first = attempt(request.clone());
+        // The first attempt's request is in the callee's inbox: its record exists, and the
+        // retry joins it.
+        let delivery = callee_goal.recv(LONG).await.unwrap().unwrap();
+        assert_eq!(delivery.message.correlation_id, Some(id));
+        let retry = attempt(request);
+        assert_eventually!(Duration::from_secs(10), async {
+            let pending = callee.pending_calls().await.unwrap();
+            pending
+                .incoming
+                .iter()
+                .any(|call| call.correlation_id == id)
+        });
+        // A real wait: the retry reaches its replica and joins before the answer.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        delivery.ack().await.unwrap();
+        callee.reply(id, &format!("answer {i}")).await.unwrap();
+        let answer = tokio::time::timeout(Duration::from_secs(15), retry)
+            .await
+            .unwrap_or_else(|_| panic!("try {i}: the retry waited for its deadline"))
+            .unwrap()
+            .unwrap();
+        assert_eq!(answer.body, format!("answer {i}"));
+        first.abort();
+        assert_eq!(callee_goal.waiting().await.unwrap(), 0, "try {i}: twice");
+    }
+    second.stop().await;
+}
+
+#[tokio::test]
+async fn one_agent_replying_to_made_up_calls_starves_no_real_reply() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use switchboard_proto::call::{CallRequest, scoped_call_id};
+    let fabric = Fabric::start().await;
+    let callee = std::sync::Arc::new(fabric.agent("callee").await);
+    let _callee_goal = callee.open_goal().await.unwrap();
+    let (alice, _alice_goal) = fabric.agent_with_goal("alice").await;
+    let alice_id: switchboard_proto::AgentId = "alice".parse().unwrap();
+    // The spammer keeps more replies to calls that never come in flight than a replica lets
+    // wait (64) all the time; it holds at most 16 of those waits.
+    let spammer = std::sync::Arc::new(fabric.agent("spammer").await);
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    // Eight loops of sixteen at once, started apart, so the places one loop frees are taken
+    // again by the others at once.
+    let spam: Vec<_> = (0..8)
+        .map(|i| {
+            let (spammer, stop) = (spammer.clone(), stop.clone());
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(30 * i)).await;
+                let mut refused = 0_u64;
+                while !stop.load(Ordering::Relaxed) {
+                    let replies = (0..16).map(|_| spammer.reply(switchboard_proto::new_id(), "x"));
+                    for result in futures::future::join_all(replies).await {
+                        assert_eq!(kind(result), ErrorKind::NotFound);
+                        refused += 1;
+                    }
+                }
+                refused
+            })
+        })
+        .collect();
+    // A real wait: the spam fills the rereads before the real reply comes.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for i in 0..5 {
+        let chosen = switchboard_proto::new_id();
+        let id = scoped_call_id(&alice_id, chosen);
+        let early = {
+            let callee = callee.clone();
+            tokio::spawn(async move { callee.reply(id, "before you asked").await })
+        };
+        // Long enough that the reply waits for the record; well inside its 250 ms of rereads.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let answer = alice
+            .call_with(CallRequest {
+                to: Some("callee".into()),
+                message: Some(format!("overtaken {i}")),
+                timeout_ms: Some(30_000),
+                correlation_id: Some(chosen),
+                ..CallRequest::default()
+            })
+            .await
+            .unwrap();
+        assert_eq!(answer.body, "before you asked", "try {i}");
+        early.await.unwrap().unwrap();
+    }
+    stop.store(true, Ordering::Relaxed);
+    let mut refused = 0;
+    for spam in spam {
+        refused += spam.await.unwrap();
+    }
+    assert!(
+        refused >= 128,
+        "the spam ran: {refused} made-up replies refused"
+    );
+}

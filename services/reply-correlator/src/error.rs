@@ -194,6 +194,22 @@ impl CorrelatorError {
     }
 }
 
+impl CorrelatorError {
+    /// Whether a failed delivery of a call's request may still have stored it: it timed out or
+    /// the store failed on its way (a write whose acknowledgement was lost), as opposed to a
+    /// refusal that stored nothing.
+    pub(crate) fn may_have_delivered(&self) -> bool {
+        match self {
+            Self::DeliverRequest(_) => true,
+            Self::FanoutRefused(reply) => matches!(
+                reply.kind(),
+                ErrorKind::Unavailable | ErrorKind::Internal | ErrorKind::Timeout
+            ),
+            _ => false,
+        }
+    }
+}
+
 impl From<CorrelatorError> for ErrorReply {
     fn from(err: CorrelatorError) -> Self {
         match err {

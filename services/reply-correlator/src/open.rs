@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use serde::Serialize;
 use switchboard_delivery::door::{Address, Letter, Origin};
-use switchboard_proto::call::{CallAnswer, CallParked, CallRequest, CallState, PendingCall};
+use switchboard_proto::call::{
+    AnswerRoute, CallAnswer, CallParked, CallRequest, CallState, PendingCall,
+};
 use switchboard_proto::send::DeliveryReport;
 use switchboard_proto::{AgentId, InboxMessage, MessageKind, timestamp};
 use tokio::sync::mpsc;
@@ -37,6 +39,14 @@ pub(crate) struct Opening {
 /// A retried call (named by its `correlation_id`) re-delivers its request only while it is
 /// younger than this: half the streams' duplicate window, so the copy is stored once.
 const REDELIVER_WITHIN: time::Duration = time::Duration::seconds(60);
+
+/// The pauses before a record made beside its request is tried again (see
+/// [`Correlator::record_call_persistently`]).
+const RECORD_RETRY_PAUSES: [Duration; 3] = [
+    Duration::from_millis(50),
+    Duration::from_millis(200),
+    Duration::from_millis(500),
+];
 
 /// How long a delivery to the fan-out may take.
 const DELIVERY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -80,6 +90,7 @@ impl Correlator {
         let stored = match self.store.create(fresh).await? {
             Created::New(stored, open) => {
                 if open > self.config.max_open_calls {
+                    // Nobody else knows of it yet: the forget cannot find it moved on.
                     self.store.forget(&stored).await?;
                     return Err(self.too_many(caller));
                 }
@@ -98,10 +109,14 @@ impl Correlator {
             }
             // Answered already: the answer is on the record (kept for this), unless it went to
             // the caller goal's inbox (a parked call, or no replica took it).
-            CallState::Answered => Opened::Ended(match (&stored.call.answer, stored.call.wait) {
-                (Some(answer), true) => Ok(CallOutcome::Answered(answer.clone())),
-                _ => Err(CorrelatorError::AnsweredToInbox(fresh.correlation_id)),
-            }),
+            CallState::Answered => {
+                Opened::Ended(match (&stored.call.answer, stored.call.answered_via) {
+                    (Some(answer), Some(AnswerRoute::Caller)) if stored.call.wait => {
+                        Ok(CallOutcome::Answered(answer.clone()))
+                    }
+                    _ => Err(CorrelatorError::AnsweredToInbox(fresh.correlation_id)),
+                })
+            }
             CallState::Expired => Opened::Ended(Err(CorrelatorError::Timeout {
                 callee: stored.call.callee.clone(),
                 timeout_ms: opening.timeout_ms,
@@ -109,6 +124,26 @@ impl Correlator {
                 clamped: opening.clamped,
             })),
         })
+    }
+
+    /// [`Self::record_call`] beside a request already on its way: a store that failed is tried
+    /// again a few times (the request may reach the callee, whose answer needs the record to
+    /// claim), the same call each time, so a create that did land is found and joined.
+    async fn record_call_persistently(
+        &self,
+        caller: &AgentId,
+        opening: &Opening,
+    ) -> Result<Opened, CorrelatorError> {
+        for pause in RECORD_RETRY_PAUSES {
+            match self.record_call(caller, opening).await {
+                Err(CorrelatorError::Store(err)) => {
+                    tracing::debug!(correlation_id = %opening.call.correlation_id, error = %err, "a call's record beside its request failed; trying again");
+                    tokio::time::sleep(pause).await;
+                }
+                opened => return opened,
+            }
+        }
+        self.record_call(caller, opening).await
     }
 
     /// The record first, then the request: a parked call (its record counts it against the
@@ -160,7 +195,7 @@ impl Correlator {
         };
         let mut held = Some(hold(&self.waiting, &provisional, answer_to));
         let (opened, delivered) = tokio::join!(
-            self.record_call(caller, opening),
+            self.record_call_persistently(caller, opening),
             self.deliver_request(&opening.call, body, request)
         );
         let opened = opened.inspect_err(|err| {
@@ -206,33 +241,34 @@ impl Correlator {
         self.kept(stored, joined, delivered).await
     }
 
-    /// What a delivery of the call's request leaves: a new call nobody took is forgotten (and
-    /// refused); a retry's failed copy is no matter, as the call exists and may have reached
-    /// the callee (it keeps waiting for it).
+    /// What a delivery of the call's request leaves. A retry's failed copy is no matter: the
+    /// call exists and may have reached the callee (it keeps waiting for it). A new call's
+    /// delivery that failed on its way (timed out, the store unavailable) may still have stored
+    /// the request, so its record stays for the answer to claim and a retry to join (an answer
+    /// nobody waits for goes to the caller goal's inbox). A new call nobody took is forgotten
+    /// and refused — unless its record moved on meanwhile (a retry's copy reached the callee,
+    /// who answered), which the forget leaves alone.
     async fn kept(
         &self,
         stored: &CallEntry,
         joined: bool,
         delivered: Result<DeliveryReport, CorrelatorError>,
     ) -> Result<DeliveryReport, CorrelatorError> {
-        let report = match delivered {
-            Ok(report) => report,
-            Err(err) if !joined => {
-                self.store.forget(stored).await?;
-                return Err(err);
-            }
-            Err(err) => {
+        let refusal = match delivered {
+            Ok(report) if !report.delivered_to.is_empty() || joined => return Ok(report),
+            Ok(report) => CorrelatorError::Unreachable(report.unreachable_reasons.join("; ")),
+            Err(err) if joined => {
                 tracing::debug!(correlation_id = %stored.call.correlation_id, error = %err, "a retried call's request was not delivered again");
                 return Ok(DeliveryReport::default());
             }
+            Err(err) if err.may_have_delivered() => return Err(err),
+            Err(err) => err,
         };
-        if report.delivered_to.is_empty() && !joined {
-            self.store.forget(stored).await?;
-            return Err(CorrelatorError::Unreachable(
-                report.unreachable_reasons.join("; "),
-            ));
+        if self.store.forget(stored).await? {
+            Err(refusal)
+        } else {
+            Ok(DeliveryReport::default())
         }
-        Ok(report)
     }
 
     /// The call's request into the callee's inboxes, through the one door as the caller's

@@ -329,15 +329,24 @@ impl CallStore {
         }
     }
 
-    /// Forgets a call that never started (its request could not be delivered).
-    pub async fn forget(&self, stored: &CallEntry) -> Result<(), StoreError> {
+    /// Forgets a call that never started (its request could not be delivered), unless the
+    /// record moved on since `stored` was read — a callee that got the request after all has
+    /// answered it, and that answer must stay: then `Ok(false)` and the call is left as it is.
+    pub async fn forget(&self, stored: &CallEntry) -> Result<bool, StoreError> {
+        let key = call_key(&stored.call.correlation_id);
+        match self
+            .calls
+            .purge_expect_revision(key.as_str(), Some(stored.revision))
+            .await
+        {
+            Ok(()) => {}
+            Err(err) if switchboard_request::kv::lost_revision(&err) => return Ok(false),
+            Err(err) => return Err(StoreError::store("forgetting the call", err)),
+        }
         if may_be_indexed(&stored.call) {
             self.unindex(&stored.call.correlation_id).await;
         }
-        self.calls
-            .purge(call_key(&stored.call.correlation_id).as_str())
-            .await
-            .map_err(|err| StoreError::store("forgetting the call", err))
+        Ok(true)
     }
 
     /// Ends an open call (`state` expired): [`CallStore::transition`], then the call leaves

@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures::StreamExt;
-use switchboard_proto::call::{CallAnswer, CallDropped, CallPart, CallState, PendingCall};
+use switchboard_proto::call::{
+    AnswerRoute, CallAnswer, CallDropped, CallPart, CallState, PendingCall,
+};
 use switchboard_proto::timestamp;
 use tokio::sync::mpsc;
 
@@ -26,6 +28,8 @@ enum Woke {
     Here(LocalAnswer),
     /// A message on its hand-over subject (`None`: the subscription ended).
     Nats(Option<async_nats::Message>),
+    /// Time for a joined attempt to read the call's record again.
+    Recheck,
     /// Its deadline (or the grace after it) passed.
     Deadline,
 }
@@ -46,7 +50,17 @@ enum AtDeadline {
     Over,
     /// The call was answered just now: its hand-over gets [`HANDOVER_TIMEOUT`] to arrive.
     Grace,
+    /// The call was answered and its record keeps the answer (it went to another attempt).
+    Answered(CallAnswer),
 }
+
+/// How soon a retry joined to an earlier attempt first reads the call's record for an answer
+/// handed to that attempt (the answer goes to one attempt: in process, or to the first
+/// replica that takes it over NATS); the gap doubles up to [`RECHECK_MAX`].
+const RECHECK_FIRST: Duration = Duration::from_millis(250);
+
+/// The longest gap between a joined attempt's reads of the call's record.
+const RECHECK_MAX: Duration = Duration::from_secs(2);
 
 /// Milliseconds in `d`, none when it is negative.
 fn millis(d: time::Duration) -> Duration {
@@ -64,9 +78,13 @@ impl Correlator {
         ),
         timeout_ms: u64,
         mut forward: PartForwarder,
-        mut indexed: bool,
+        joined: bool,
     ) -> Result<CallOutcome, CorrelatorError> {
         let call = &stored.call;
+        // A joined call was indexed again when it joined; a new waiting call only if it lasts.
+        let mut indexed = joined;
+        let mut recheck_gap = RECHECK_FIRST;
+        let mut recheck_at = tokio::time::Instant::now() + recheck_gap;
         let start = tokio::time::Instant::now();
         let deadline = start + millis(call.deadline - timestamp::now());
         // When this call, still waiting, enters the open-call index.
@@ -79,6 +97,7 @@ impl Correlator {
                 () = tokio::time::sleep_until(index_at), if !indexed => Woke::Index,
                 Some(handed) = local.recv() => Woke::Here(handed),
                 message = answers.next() => Woke::Nats(message),
+                () = tokio::time::sleep_until(recheck_at), if joined && recheck_at < until => Woke::Recheck,
                 () = tokio::time::sleep_until(until) => Woke::Deadline,
             };
             let (answer, taken) = match woke {
@@ -88,6 +107,14 @@ impl Correlator {
                     indexed = true;
                     self.index_later(call);
                     continue;
+                }
+                Woke::Recheck => {
+                    recheck_gap = (recheck_gap * 2).min(RECHECK_MAX);
+                    recheck_at = tokio::time::Instant::now() + recheck_gap;
+                    match self.kept_answer_of(call).await? {
+                        Some(answer) => (answer, Taken::Nats(None)),
+                        None => continue,
+                    }
                 }
                 Woke::Here(handed) => (handed.answer, Taken::Here(handed.taken)),
                 // The subscription ended (the connection closed): the caller is answered
@@ -119,6 +146,7 @@ impl Correlator {
                 Woke::Deadline if grace_until.is_some() => break,
                 Woke::Deadline => match self.at_deadline(&stored, indexed).await? {
                     AtDeadline::Over => break,
+                    AtDeadline::Answered(answer) => (answer, Taken::Nats(None)),
                     AtDeadline::Grace => {
                         grace_until = Some(tokio::time::Instant::now() + HANDOVER_TIMEOUT);
                         continue;
@@ -200,12 +228,36 @@ impl Correlator {
             return Ok(AtDeadline::Over);
         }
         let current = self.store.find(&call.correlation_id).await?;
-        Ok(
-            match current.is_some_and(|s| s.call.state == CallState::Answered) {
-                true => AtDeadline::Grace,
-                false => AtDeadline::Over,
-            },
-        )
+        Ok(match current.map(|s| s.call) {
+            Some(PendingCall {
+                state: CallState::Answered,
+                answered_via: Some(AnswerRoute::Caller),
+                answer: Some(answer),
+                ..
+            }) => AtDeadline::Answered(answer),
+            Some(PendingCall {
+                state: CallState::Answered,
+                ..
+            }) => AtDeadline::Grace,
+            _ => AtDeadline::Over,
+        })
+    }
+
+    /// The answer the call's record keeps, once answered (a waiting call's answer is kept on
+    /// its record for a retry: protocol §9).
+    async fn kept_answer_of(
+        &self,
+        call: &PendingCall,
+    ) -> Result<Option<CallAnswer>, CorrelatorError> {
+        Ok(self
+            .store
+            .find(&call.correlation_id)
+            .await?
+            .filter(|s| {
+                s.call.state == CallState::Answered
+                    && s.call.answered_via == Some(AnswerRoute::Caller)
+            })
+            .and_then(|s| s.call.answer))
     }
 
     /// Takes the answer: tells whoever handed it over that it was taken (the answering
