@@ -26,6 +26,12 @@ struct PeerRow {
     per_sec_32: f64,
     cpu_ms_sequential: f64,
     cpu_ms_32: f64,
+    /// CPU per call, sequential, by process name (`comm`), in milliseconds.
+    #[serde(default)]
+    cpu_ms_sequential_by_process: std::collections::BTreeMap<String, f64>,
+    /// CPU per call at 32 in flight by process name (`comm`), in milliseconds.
+    #[serde(default)]
+    cpu_ms_32_by_process: std::collections::BTreeMap<String, f64>,
     broker_msgs: f64,
 }
 
@@ -106,6 +112,25 @@ pub async fn peer_rows(report: &mut Report, ops: usize) {
                 row.broker_msgs
             ),
         );
+        if row.path.starts_with("switchboard") {
+            let by_process = |by: &std::collections::BTreeMap<String, f64>| {
+                let mut by: Vec<_> = by.iter().collect();
+                by.sort_by(|a, b| b.1.total_cmp(a.1));
+                by.iter()
+                    .map(|(name, ms)| format!("{name} {ms:.2}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            report.note_row(
+                group,
+                &format!("{}: CPU by process", row.path),
+                format!(
+                    "ms per call, sequential: {}; at 32 in flight: {}",
+                    by_process(&row.cpu_ms_sequential_by_process),
+                    by_process(&row.cpu_ms_32_by_process)
+                ),
+            );
+        }
     }
     // Issue 40's targets: a durable call no dearer than a protocol that stores nothing.
     report.ratio(

@@ -12,7 +12,7 @@ Every party is a nats-py client in this one process, so the three are measured a
 
 For each: p50 and p99 of sequential calls, calls/s with 1 and 32 in flight, CPU per call summed
 over every process named by `--pids` plus this one (utime + stime from /proc, at 32 in flight
-and sequential), and broker messages per call (a wiretap subscription on `>` on its own
+and sequential, each also by process name), and broker messages per call (a wiretap subscription on `>` on its own
 connection, on only while it counts a sequential pass of its own). Prints one JSON object on
 stdout.
 
@@ -44,6 +44,21 @@ def cpu_seconds(pids):
         except (OSError, IndexError, ValueError):
             pass
     return total
+
+
+def cpu_by_process(pids):
+    """utime + stime of each process (and this one), in seconds, by its name (`comm`)."""
+    seconds = {}
+    for pid in pids + [os.getpid()]:
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                head, tail = stat.read().rsplit(")", 1)
+            name = "python (agents)" if pid == os.getpid() else head.split("(", 1)[1]
+            fields = tail.split()
+            seconds[name] = seconds.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / CLK_TCK
+        except (OSError, IndexError, ValueError):
+            pass
+    return seconds
 
 
 class Wiretap:
@@ -85,7 +100,7 @@ async def measure(name, call, ops, pids, tap):
     for _ in range(max(ops // 10, 5)):
         await call()
     await asyncio.sleep(0.5)
-    cpu_before = cpu_seconds(pids)
+    cpu_before, by_before = cpu_seconds(pids), cpu_by_process(pids)
     latencies = []
     started = time.perf_counter()
     for _ in range(ops):
@@ -94,6 +109,8 @@ async def measure(name, call, ops, pids, tap):
         latencies.append(time.perf_counter() - t0)
     sequential_s = time.perf_counter() - started
     cpu_sequential = cpu_seconds(pids) - cpu_before
+    by_process_1 = {name: (spent - by_before.get(name, 0.0)) / ops * 1e3
+                    for name, spent in cpu_by_process(pids).items()}
     latencies.sort()
 
     async def flight(n):
@@ -104,13 +121,15 @@ async def measure(name, call, ops, pids, tap):
                 remaining[0] -= 1
                 await call()
 
-        cpu0 = cpu_seconds(pids)
+        cpu0, by0 = cpu_seconds(pids), cpu_by_process(pids)
         t0 = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(n)))
         took = time.perf_counter() - t0
-        return (ops * 2) / took, (cpu_seconds(pids) - cpu0) / (ops * 2)
+        by = {name: (spent - by0.get(name, 0.0)) / (ops * 2) * 1e3
+              for name, spent in cpu_by_process(pids).items()}
+        return (ops * 2) / took, (cpu_seconds(pids) - cpu0) / (ops * 2), by
 
-    per_sec_32, cpu_32 = await flight(IN_FLIGHT)
+    per_sec_32, cpu_32, by_process_32 = await flight(IN_FLIGHT)
     counted = max(ops // 4, 10)
 
     async def sequential():
@@ -126,6 +145,10 @@ async def measure(name, call, ops, pids, tap):
         "per_sec_32": per_sec_32,
         "cpu_ms_sequential": cpu_sequential / ops * 1e3,
         "cpu_ms_32": cpu_32 * 1e3,
+        "cpu_ms_sequential_by_process": {name: round(ms, 3)
+                                         for name, ms in by_process_1.items() if ms > 0.0},
+        "cpu_ms_32_by_process": {name: round(ms, 3) for name, ms in by_process_32.items()
+                                 if ms > 0.0},
         "broker_msgs": msgs,
     }
 
