@@ -1211,10 +1211,11 @@ async fn a_retry_waiting_on_another_replica_gets_the_answer_handed_to_the_first_
     let alice = std::sync::Arc::new(alice);
     let alice_id: switchboard_proto::AgentId = "alice".parse().unwrap();
     // The answer goes to one attempt: in process when the replier holds it, else over NATS
-    // to whichever replica takes it. Eight tries put the two attempts on different replicas
-    // and the reply on the first attempt's replica often enough that a retry left to its
-    // deadline shows.
-    for i in 0..8 {
+    // to whichever replica takes it. Each try puts the two attempts on different replicas and
+    // the reply on the first attempt's replica one time in four (and then the retry waits
+    // the 10 s its record's answer takes to settle): six tries show a retry left to its
+    // deadline four times in five.
+    for i in 0..6 {
         let chosen = switchboard_proto::new_id();
         let id = scoped_call_id(&alice_id, chosen);
         let request = CallRequest {
@@ -1245,7 +1246,8 @@ async fn a_retry_waiting_on_another_replica_gets_the_answer_handed_to_the_first_
         tokio::time::sleep(Duration::from_millis(200)).await;
         delivery.ack().await.unwrap();
         callee.reply(id, &format!("answer {i}")).await.unwrap();
-        let answer = tokio::time::timeout(Duration::from_secs(15), retry)
+        // The record's answer is taken once its hand-over is settled (10 s after the claim).
+        let answer = tokio::time::timeout(Duration::from_secs(25), retry)
             .await
             .unwrap_or_else(|_| panic!("try {i}: the retry waited for its deadline"))
             .unwrap()
@@ -1281,7 +1283,17 @@ async fn one_agent_replying_to_made_up_calls_starves_no_real_reply() {
                 while !stop.load(Ordering::Relaxed) {
                     let replies = (0..16).map(|_| spammer.reply(switchboard_proto::new_id(), "x"));
                     for result in futures::future::join_all(replies).await {
-                        assert_eq!(kind(result), ErrorKind::NotFound);
+                        // Under load the service may also shed or limit the spam: no answer.
+                        let refusal = kind(result);
+                        assert!(
+                            matches!(
+                                refusal,
+                                ErrorKind::NotFound
+                                    | ErrorKind::RateLimited
+                                    | ErrorKind::Unavailable
+                            ),
+                            "{refusal:?}"
+                        );
                         refused += 1;
                     }
                 }
@@ -1298,8 +1310,9 @@ async fn one_agent_replying_to_made_up_calls_starves_no_real_reply() {
             let callee = callee.clone();
             tokio::spawn(async move { callee.reply(id, "before you asked").await })
         };
-        // Long enough that the reply waits for the record; well inside its 250 ms of rereads.
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        // Long enough that the reply usually waits for the record; well inside its 250 ms of
+        // rereads, so a slow machine has 190 ms to make the record.
+        tokio::time::sleep(Duration::from_millis(60)).await;
         let answer = alice
             .call_with(CallRequest {
                 to: Some("callee".into()),

@@ -6,9 +6,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 use switchboard_delivery::door::{Address, Letter, Origin};
-use switchboard_proto::call::{
-    AnswerRoute, CallAnswer, CallParked, CallRequest, CallState, PendingCall,
-};
+use switchboard_proto::call::{CallAnswer, CallParked, CallRequest, CallState, PendingCall};
 use switchboard_proto::send::DeliveryReport;
 use switchboard_proto::{AgentId, InboxMessage, MessageKind, timestamp};
 use tokio::sync::mpsc;
@@ -109,14 +107,10 @@ impl Correlator {
             }
             // Answered already: the answer is on the record (kept for this), unless it went to
             // the caller goal's inbox (a parked call, or no replica took it).
-            CallState::Answered => {
-                Opened::Ended(match (&stored.call.answer, stored.call.answered_via) {
-                    (Some(answer), Some(AnswerRoute::Caller)) if stored.call.wait => {
-                        Ok(CallOutcome::Answered(answer.clone()))
-                    }
-                    _ => Err(CorrelatorError::AnsweredToInbox(fresh.correlation_id)),
-                })
-            }
+            CallState::Answered => Opened::Ended(match (&stored.call.answer, stored.call.wait) {
+                (Some(answer), true) => Ok(CallOutcome::Answered(answer.clone())),
+                _ => Err(CorrelatorError::AnsweredToInbox(fresh.correlation_id)),
+            }),
             CallState::Expired => Opened::Ended(Err(CorrelatorError::Timeout {
                 callee: stored.call.callee.clone(),
                 timeout_ms: opening.timeout_ms,
@@ -140,10 +134,13 @@ impl Correlator {
                     tracing::debug!(correlation_id = %opening.call.correlation_id, error = %err, "a call's record beside its request failed; trying again");
                     tokio::time::sleep(pause).await;
                 }
-                opened => return opened,
+                opened => return Ok(own_record(opened?, opening)),
             }
         }
-        self.record_call(caller, opening).await
+        Ok(own_record(
+            self.record_call(caller, opening).await?,
+            opening,
+        ))
     }
 
     /// The record first, then the request: a parked call (its record counts it against the
@@ -261,7 +258,16 @@ impl Correlator {
                 tracing::debug!(correlation_id = %stored.call.correlation_id, error = %err, "a retried call's request was not delivered again");
                 return Ok(DeliveryReport::default());
             }
-            Err(err) if err.may_have_delivered() => return Err(err),
+            Err(err) if err.may_have_delivered() => {
+                // Nobody waits for it here now: in the open-call index, a sweep expires it at
+                // its deadline (a parked call is there already).
+                if stored.call.wait
+                    && let Err(index) = self.store.reindex(&stored.call).await
+                {
+                    tracing::warn!(correlation_id = %stored.call.correlation_id, error = %index, "a call kept after a failed delivery was not indexed");
+                }
+                return Err(CorrelatorError::DeliverRequest(err.to_string().into()));
+            }
             Err(err) => err,
         };
         if self.store.forget(stored).await? {
@@ -341,5 +347,17 @@ impl Correlator {
                 .into(),
             )),
         }
+    }
+}
+
+/// A record found existing where this attempt's own create may have landed (its
+/// acknowledgement lost, the create tried again) is this attempt's own new record, not a
+/// retry's: the same moment of opening names it.
+fn own_record(opened: Opened, opening: &Opening) -> Opened {
+    match opened {
+        Opened::Joined(stored) if stored.call.created_at == opening.call.created_at => {
+            Opened::New(stored)
+        }
+        opened => opened,
     }
 }

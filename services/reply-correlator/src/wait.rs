@@ -50,8 +50,6 @@ enum AtDeadline {
     Over,
     /// The call was answered just now: its hand-over gets [`HANDOVER_TIMEOUT`] to arrive.
     Grace,
-    /// The call was answered and its record keeps the answer (it went to another attempt).
-    Answered(CallAnswer),
 }
 
 /// How soon a retry joined to an earlier attempt first reads the call's record for an answer
@@ -61,6 +59,42 @@ const RECHECK_FIRST: Duration = Duration::from_millis(250);
 
 /// The longest gap between a joined attempt's reads of the call's record.
 const RECHECK_MAX: Duration = Duration::from_secs(2);
+
+/// How long after its claim a call's recorded route to a waiting caller is final: the
+/// claiming replica's hand-over in process, over NATS and its fall-back into the inbox all end
+/// within it (three [`HANDOVER_TIMEOUT`]s and a publish).
+const RECHECK_SETTLED: time::Duration = time::Duration::seconds(10);
+
+/// When a joined attempt next reads its call's record ([`RECHECK_FIRST`], doubling up to
+/// [`RECHECK_MAX`]).
+struct Recheck {
+    gap: Duration,
+    at: tokio::time::Instant,
+}
+
+impl Recheck {
+    fn new() -> Self {
+        Self {
+            gap: RECHECK_FIRST,
+            at: tokio::time::Instant::now() + RECHECK_FIRST,
+        }
+    }
+
+    /// The next read, after a gap twice the last.
+    fn later(&mut self) {
+        self.gap = (self.gap * 2).min(RECHECK_MAX);
+        self.at = tokio::time::Instant::now() + self.gap;
+    }
+}
+
+/// The call ended unanswered: its request will never be read.
+fn dropped(call: &PendingCall, reason: String) -> CorrelatorError {
+    CorrelatorError::RequestDropped {
+        callee: call.callee.clone(),
+        correlation_id: call.correlation_id,
+        reason,
+    }
+}
 
 /// Milliseconds in `d`, none when it is negative.
 fn millis(d: time::Duration) -> Duration {
@@ -83,8 +117,7 @@ impl Correlator {
         let call = &stored.call;
         // A joined call was indexed again when it joined; a new waiting call only if it lasts.
         let mut indexed = joined;
-        let mut recheck_gap = RECHECK_FIRST;
-        let mut recheck_at = tokio::time::Instant::now() + recheck_gap;
+        let mut recheck = Recheck::new();
         let start = tokio::time::Instant::now();
         let deadline = start + millis(call.deadline - timestamp::now());
         // When this call, still waiting, enters the open-call index.
@@ -97,7 +130,7 @@ impl Correlator {
                 () = tokio::time::sleep_until(index_at), if !indexed => Woke::Index,
                 Some(handed) = local.recv() => Woke::Here(handed),
                 message = answers.next() => Woke::Nats(message),
-                () = tokio::time::sleep_until(recheck_at), if joined && recheck_at < until => Woke::Recheck,
+                () = tokio::time::sleep_until(recheck.at), if joined && recheck.at < until => Woke::Recheck,
                 () = tokio::time::sleep_until(until) => Woke::Deadline,
             };
             let (answer, taken) = match woke {
@@ -108,14 +141,10 @@ impl Correlator {
                     self.index_later(call);
                     continue;
                 }
-                Woke::Recheck => {
-                    recheck_gap = (recheck_gap * 2).min(RECHECK_MAX);
-                    recheck_at = tokio::time::Instant::now() + recheck_gap;
-                    match self.kept_answer_of(call).await? {
-                        Some(answer) => (answer, Taken::Nats(None)),
-                        None => continue,
-                    }
-                }
+                Woke::Recheck => match self.recheck(call, local, &mut recheck).await {
+                    Some(found) => found,
+                    None => continue,
+                },
                 Woke::Here(handed) => (handed.answer, Taken::Here(handed.taken)),
                 // The subscription ended (the connection closed): the caller is answered
                 // `timeout` below and will not retry, so the call must be where the sweep
@@ -135,18 +164,13 @@ impl Correlator {
                         Handover::Answer(answer) => (answer, Taken::Nats(message.reply)),
                         Handover::Dropped(reason) => {
                             let _ = answers.unsubscribe().await;
-                            return Err(CorrelatorError::RequestDropped {
-                                callee: call.callee.clone(),
-                                correlation_id: call.correlation_id,
-                                reason,
-                            });
+                            return Err(dropped(call, reason));
                         }
                     }
                 }
                 Woke::Deadline if grace_until.is_some() => break,
                 Woke::Deadline => match self.at_deadline(&stored, indexed).await? {
                     AtDeadline::Over => break,
-                    AtDeadline::Answered(answer) => (answer, Taken::Nats(None)),
                     AtDeadline::Grace => {
                         grace_until = Some(tokio::time::Instant::now() + HANDOVER_TIMEOUT);
                         continue;
@@ -228,36 +252,50 @@ impl Correlator {
             return Ok(AtDeadline::Over);
         }
         let current = self.store.find(&call.correlation_id).await?;
-        Ok(match current.map(|s| s.call) {
-            Some(PendingCall {
-                state: CallState::Answered,
-                answered_via: Some(AnswerRoute::Caller),
-                answer: Some(answer),
-                ..
-            }) => AtDeadline::Answered(answer),
-            Some(PendingCall {
-                state: CallState::Answered,
-                ..
-            }) => AtDeadline::Grace,
-            _ => AtDeadline::Over,
-        })
+        Ok(
+            match current.is_some_and(|s| s.call.state == CallState::Answered) {
+                true => AtDeadline::Grace,
+                false => AtDeadline::Over,
+            },
+        )
     }
 
-    /// The answer the call's record keeps, once answered (a waiting call's answer is kept on
-    /// its record for a retry: protocol §9).
-    async fn kept_answer_of(
+    /// A joined attempt's look at its call again: an answer handed over in process meanwhile,
+    /// taken as such, or the one its record keeps ([`Self::kept_answer_of`]).
+    async fn recheck(
         &self,
         call: &PendingCall,
-    ) -> Result<Option<CallAnswer>, CorrelatorError> {
-        Ok(self
-            .store
-            .find(&call.correlation_id)
-            .await?
-            .filter(|s| {
-                s.call.state == CallState::Answered
-                    && s.call.answered_via == Some(AnswerRoute::Caller)
-            })
-            .and_then(|s| s.call.answer))
+        local: &mut mpsc::Receiver<LocalAnswer>,
+        recheck: &mut Recheck,
+    ) -> Option<(CallAnswer, Taken)> {
+        recheck.later();
+        if let Ok(handed) = local.try_recv() {
+            return Some((handed.answer, Taken::Here(handed.taken)));
+        }
+        let answer = self.kept_answer_of(call).await?;
+        Some((answer, Taken::Nats(None)))
+    }
+
+    /// The answer the call's record keeps for a joined retry, once it was handed to a waiting
+    /// caller (another attempt) long enough ago that the hand-over is settled: the replica that
+    /// claimed it records the caller's route before it hands the answer over, and records the
+    /// inbox instead should nobody take it ([`RECHECK_SETTLED`] covers every step of that). A
+    /// read that fails is no matter: the next one comes.
+    async fn kept_answer_of(&self, call: &PendingCall) -> Option<CallAnswer> {
+        let stored = match self.store.find(&call.correlation_id).await {
+            Ok(stored) => stored?,
+            Err(err) => {
+                tracing::debug!(correlation_id = %call.correlation_id, error = %err, "a joined call's record was not read again");
+                return None;
+            }
+        };
+        let settled = stored
+            .call
+            .claimed_at
+            .is_some_and(|claimed| timestamp::now() - claimed >= RECHECK_SETTLED);
+        let handed = stored.call.state == CallState::Answered
+            && stored.call.answered_via == Some(AnswerRoute::Caller);
+        (settled && handed).then_some(stored.call.answer).flatten()
     }
 
     /// Takes the answer: tells whoever handed it over that it was taken (the answering

@@ -276,6 +276,18 @@ impl RuntimeConfig {
                 js.duplicate_window_secs
             )));
         }
+        for (name, max_age) in [
+            ("inbox_max_age_secs", js.inbox_max_age_secs),
+            ("events_max_age_secs", js.events_max_age_secs),
+        ] {
+            if max_age != 0 && max_age < js.duplicate_window_secs {
+                // The server refuses a stream whose duplicate window outlives its max age.
+                return Err(ConfigError::Invalid(format!(
+                    "jetstream.{name} ({max_age} s) must be at least duplicate_window_secs ({} s)",
+                    js.duplicate_window_secs
+                )));
+            }
+        }
         if js.audit_max_age_secs != 0 && js.audit_max_age_secs < js.duplicate_window_secs {
             // The server refuses a stream whose duplicate window outlives its max age.
             return Err(ConfigError::Invalid(format!(
@@ -603,6 +615,11 @@ mod tests {
             let err = RuntimeConfig::load(&figment()).unwrap_err();
             assert!(err.to_string().contains("duplicate_window_secs"), "{err}");
             jail.set_env("SWITCHBOARD_JETSTREAM__DUPLICATE_WINDOW_SECS", "120");
+            assert!(RuntimeConfig::load(&figment()).is_ok());
+            jail.set_env("SWITCHBOARD_JETSTREAM__INBOX_MAX_AGE_SECS", "60");
+            let err = RuntimeConfig::load(&figment()).unwrap_err();
+            assert!(err.to_string().contains("inbox_max_age_secs"), "{err}");
+            jail.set_env("SWITCHBOARD_JETSTREAM__INBOX_MAX_AGE_SECS", "120");
             assert!(RuntimeConfig::load(&figment()).is_ok());
             jail.set_env("SWITCHBOARD_WORKER_THREADS", "100000");
             let err = RuntimeConfig::load(&figment()).unwrap_err();
