@@ -1255,3 +1255,66 @@ async fn a_restarted_agent_resumes_its_named_goal_and_reads_what_came_meanwhile(
     let hers = mallory.open_named_goal("main").await.unwrap();
     assert_ne!(hers.id(), goal_id);
 }
+
+/// A held fetch outlives its goal: the owner closes the goal while the fetch waits, and another
+/// agent opens a goal of the same id. What is then sent to the new owner is not the old
+/// owner's to read: its held fetch, woken by the store, ends with nothing for it (or
+/// `not_found`), never with the new owner's message.
+#[tokio::test]
+async fn a_held_fetch_outliving_its_goal_never_hands_out_the_next_owners_mail() {
+    let fabric = Fabric::start().await;
+    let writer = fabric.agent("writer").await;
+    let (old_owner, goal) = fabric.agent_with_goal("old-owner").await;
+    let new_owner = fabric.agent("new-owner").await;
+    let client = fabric.nats.client().await;
+    let goal_id = goal.id();
+    let held = {
+        let client = client.clone();
+        tokio::spawn(async move {
+            raw(
+                &client,
+                &subject::inbox_fetch(&id("old-owner")),
+                json!({"goal_id": goal_id, "wait_ms": 5_000}).to_string(),
+            )
+            .await
+        })
+    };
+    // A real wait: the fetch is held before the goal changes hands.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    old_owner.close_goal(goal_id).await.unwrap();
+    let reopened = new_owner
+        .open_goal_with(switchboard_proto::registry::GoalOpenRequest {
+            goal_id: Some(goal_id),
+            ..Default::default()
+        })
+        .await;
+    let Ok(reopened) = reopened else {
+        // Refusing the id outright protects the mail too.
+        return;
+    };
+    writer
+        .send_to_peer("new-owner", "for the new owner only")
+        .await
+        .unwrap();
+    let reply = held.await.unwrap();
+    let leaked = reply
+        .body
+        .get("messages")
+        .and_then(Value::as_array)
+        .is_some_and(|messages| {
+            messages
+                .iter()
+                .any(|m| m.to_string().contains("for the new owner only"))
+        });
+    assert!(
+        !leaked,
+        "the old owner's held fetch handed out: {}",
+        reply.body
+    );
+    // The new owner reads it.
+    let page = reopened
+        .fetch(10, Duration::from_secs(2), None)
+        .await
+        .unwrap();
+    assert_eq!(page.messages.len(), 1);
+}

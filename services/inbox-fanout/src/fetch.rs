@@ -353,7 +353,17 @@ impl Reader {
             && !pass.acked_many
             && Instant::now() < pass.deadline
             && !self.stopping.is_cancelled();
-        let answer_first = out.from_notice && !out.messages.is_empty() && out.expired.is_none();
+        // Only messages addressed to the caller go out before the cursor's compare-and-set has
+        // confirmed the goal is still its own: a held fetch can outlive its goal, and a goal
+        // closed and opened again by another agent meanwhile holds that agent's mail.
+        let addressed_to_caller = out
+            .messages
+            .iter()
+            .all(|fetched| fetched.message.to_agent_id == *pass.caller);
+        let answer_first = out.from_notice
+            && !out.messages.is_empty()
+            && out.expired.is_none()
+            && addressed_to_caller;
         if out.changed && holds_on {
             pass.unwritten = true;
         } else if out.changed && answer_first {
