@@ -1256,10 +1256,10 @@ async fn a_restarted_agent_resumes_its_named_goal_and_reads_what_came_meanwhile(
     assert_ne!(hers.id(), goal_id);
 }
 
-/// A held fetch outlives its goal: the owner closes the goal while the fetch waits, and another
-/// agent opens a goal of the same id. What is then sent to the new owner is not the old
-/// owner's to read: its held fetch, woken by the store, ends with nothing for it (or
-/// `not_found`), never with the new owner's message.
+/// A held fetch outlives its goal: the owner closes the goal while the fetch (or a peek) waits,
+/// and another agent opens a goal of the same id. What is then sent to the new owner is not
+/// the old owner's to read: its held fetch, woken by the store, ends `not_found` (or with
+/// nothing), never with the new owner's message.
 #[tokio::test]
 async fn a_held_fetch_outliving_its_goal_never_hands_out_the_next_owners_mail() {
     let fabric = Fabric::start().await;
@@ -1268,17 +1268,19 @@ async fn a_held_fetch_outliving_its_goal_never_hands_out_the_next_owners_mail() 
     let new_owner = fabric.agent("new-owner").await;
     let client = fabric.nats.client().await;
     let goal_id = goal.id();
-    let held = {
+    let hold = |peek: bool| {
         let client = client.clone();
         tokio::spawn(async move {
             raw(
                 &client,
                 &subject::inbox_fetch(&id("old-owner")),
-                json!({"goal_id": goal_id, "wait_ms": 5_000}).to_string(),
+                json!({"goal_id": goal_id, "wait_ms": 5_000, "peek": peek}).to_string(),
             )
             .await
         })
     };
+    // A fetch and a peek (which writes nothing, so no compare-and-set stops it).
+    let held = [hold(false), hold(true)];
     // A real wait: the fetch is held before the goal changes hands.
     tokio::time::sleep(Duration::from_millis(300)).await;
     old_owner.close_goal(goal_id).await.unwrap();
@@ -1296,21 +1298,23 @@ async fn a_held_fetch_outliving_its_goal_never_hands_out_the_next_owners_mail() 
         .send_to_peer("new-owner", "for the new owner only")
         .await
         .unwrap();
-    let reply = held.await.unwrap();
-    let leaked = reply
-        .body
-        .get("messages")
-        .and_then(Value::as_array)
-        .is_some_and(|messages| {
-            messages
-                .iter()
-                .any(|m| m.to_string().contains("for the new owner only"))
-        });
-    assert!(
-        !leaked,
-        "the old owner's held fetch handed out: {}",
-        reply.body
-    );
+    for held in held {
+        let reply = held.await.unwrap();
+        let leaked = reply
+            .body
+            .get("messages")
+            .and_then(Value::as_array)
+            .is_some_and(|messages| {
+                messages
+                    .iter()
+                    .any(|m| m.to_string().contains("for the new owner only"))
+            });
+        assert!(
+            !leaked,
+            "the old owner's held fetch handed out: {}",
+            reply.body
+        );
+    }
     // The new owner reads it.
     let page = reopened
         .fetch(10, Duration::from_secs(2), None)

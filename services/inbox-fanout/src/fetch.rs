@@ -363,6 +363,7 @@ impl Reader {
         let answer_first = out.from_notice
             && !out.messages.is_empty()
             && out.expired.is_none()
+            && !pass.request.peek
             && addressed_to_caller;
         if out.changed && holds_on {
             pass.unwritten = true;
@@ -411,6 +412,13 @@ impl Reader {
                 .await;
         } else if out.from_recent {
             return Ok(Step::Again);
+        }
+        // A pass that writes nothing (a peek) has no compare-and-set to confirm the goal is
+        // still the caller's, and its record may be a held fetch's from before a close or a
+        // replica's that lags one: mail addressed to anyone else goes out only after the
+        // leader says the goal is the caller's (else `not_found`).
+        if !out.changed && !out.messages.is_empty() && !addressed_to_caller {
+            self.owned_from_leader(pass.caller, &pass.goal).await?;
         }
         let done = pass.waiter.is_none()
             || !out.messages.is_empty()
