@@ -340,11 +340,13 @@ impl Reader {
     /// Writes what the pass changed and decides what comes next. A held fetch with nothing to
     /// hand out that only moved the cursor waits first: the write then goes with the hand-out a
     /// notice brings (one write per message, not two) — not with receipts due, which are told
-    /// once the cursor is written. A held fetch woken by a message stored a moment ago answers
-    /// first and records the hand-out after (docs/protocol.md §7, "Hand-out is at least
-    /// once"); every other change is written before the reply, as the cap's protection of what
-    /// a fetch hands out needs, with its receipts stored before the reply too (so the reader's
-    /// ack, and its `read`, comes after).
+    /// once the cursor is written. A held fetch woken by a message stored a moment ago and
+    /// addressed to its reader answers first and records the hand-out after (docs/protocol.md
+    /// §7, "Hand-out is at least once"); every other change is written before the reply, as the
+    /// cap's protection of what a fetch hands out needs, with its receipts stored before the
+    /// reply too (so the reader's ack, and its `read`, comes after). A pass that writes nothing
+    /// shows mail addressed to anyone else only once the leader's cursor says the goal is the
+    /// caller's.
     async fn settle(&self, pass: &mut Pass<'_>, mut out: HandOut) -> Result<Step, FanoutError> {
         let holds_on = pass.waiter.is_some()
             && out.messages.is_empty()
@@ -368,28 +370,7 @@ impl Reader {
         if out.changed && holds_on {
             pass.unwritten = true;
         } else if out.changed && answer_first {
-            let handed = HandedOut {
-                goal: pass.goal,
-                through: pass.request.ack_through,
-                first: out.messages.first().map_or(0, |m| m.seq),
-                last: out.messages.last().map_or(0, |m| m.seq),
-                past_head: out.past_head,
-                messages: out.messages.clone(),
-            };
-            let later = Bookkeeping {
-                store: self.store.clone(),
-                receipts: self.receipts.clone(),
-                caller: pass.caller.clone(),
-            };
-            let (record, revision) = (out.record.clone(), out.revision);
-            tokio::spawn(later.write(handed, record, revision, out.delivered, out.reads));
-            return Ok(Step::Reply(reply(
-                pass.goal,
-                &out.record,
-                out.messages,
-                &out.unread,
-                out.expired,
-            )));
+            return Ok(self.answer_first(pass, out));
         } else if out.changed {
             let goal = pass.goal;
             match self
@@ -436,6 +417,33 @@ impl Reader {
         }
         pass.known = Some((out.record, out.revision));
         Ok(Step::Wait)
+    }
+
+    /// Answers with the hand-out and records it just after, in the background (by
+    /// compare-and-set; on a lost race applied again to the leader's record).
+    fn answer_first(&self, pass: &Pass<'_>, out: HandOut) -> Step {
+        let handed = HandedOut {
+            goal: pass.goal,
+            through: pass.request.ack_through,
+            first: out.messages.first().map_or(0, |m| m.seq),
+            last: out.messages.last().map_or(0, |m| m.seq),
+            past_head: out.past_head,
+            messages: out.messages.clone(),
+        };
+        let later = Bookkeeping {
+            store: self.store.clone(),
+            receipts: self.receipts.clone(),
+            caller: pass.caller.clone(),
+        };
+        let (record, revision) = (out.record.clone(), out.revision);
+        tokio::spawn(later.write(handed, record, revision, out.delivered, out.reads));
+        Step::Reply(reply(
+            pass.goal,
+            &out.record,
+            out.messages,
+            &out.unread,
+            out.expired,
+        ))
     }
 
     /// Nothing unread: waits for a store notice, the deadline, the next re-read (a few quick
