@@ -276,24 +276,18 @@ impl RuntimeConfig {
                 js.duplicate_window_secs
             )));
         }
+        // The server refuses a stream whose duplicate window outlives its max age (0: forever).
         for (name, max_age) in [
             ("inbox_max_age_secs", js.inbox_max_age_secs),
             ("events_max_age_secs", js.events_max_age_secs),
+            ("audit_max_age_secs", js.audit_max_age_secs),
         ] {
             if max_age != 0 && max_age < js.duplicate_window_secs {
-                // The server refuses a stream whose duplicate window outlives its max age.
                 return Err(ConfigError::Invalid(format!(
-                    "jetstream.{name} ({max_age} s) must be at least duplicate_window_secs ({} s)",
+                    "jetstream.{name} ({max_age} s) must be 0 (forever) or at least duplicate_window_secs ({} s)",
                     js.duplicate_window_secs
                 )));
             }
-        }
-        if js.audit_max_age_secs != 0 && js.audit_max_age_secs < js.duplicate_window_secs {
-            // The server refuses a stream whose duplicate window outlives its max age.
-            return Err(ConfigError::Invalid(format!(
-                "jetstream.audit_max_age_secs ({} s) must be 0 (forever) or at least duplicate_window_secs ({} s)",
-                js.audit_max_age_secs, js.duplicate_window_secs
-            )));
         }
         Ok(())
     }
