@@ -221,3 +221,34 @@ impl From<CorrelatorError> for ErrorReply {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_delivery_that_failed_on_its_way_may_have_stored_the_request() {
+        let door = |kind| CorrelatorError::FanoutRefused(ErrorReply::new(kind, "door"));
+        for kind in [
+            ErrorKind::Unavailable,
+            ErrorKind::Internal,
+            ErrorKind::Timeout,
+        ] {
+            assert!(door(kind).may_have_delivered(), "{kind:?}");
+        }
+        let timed_out = CorrelatorError::DeliverRequest("took more than 10 s".into());
+        assert!(timed_out.may_have_delivered());
+        // Refusals store nothing: the call is forgotten and refused.
+        for kind in [
+            ErrorKind::AclDenied,
+            ErrorKind::NotRegistered,
+            ErrorKind::InboxFull,
+            ErrorKind::BodyTooLarge,
+        ] {
+            assert!(!door(kind).may_have_delivered(), "{kind:?}");
+        }
+        assert!(!CorrelatorError::Unreachable("no live goals".into()).may_have_delivered());
+        // What the caller is told of one: `unavailable`, whatever the door said.
+        assert_eq!(timed_out.kind(), ErrorKind::Unavailable);
+    }
+}

@@ -61,9 +61,9 @@ const RECHECK_FIRST: Duration = Duration::from_millis(250);
 const RECHECK_MAX: Duration = Duration::from_secs(2);
 
 /// How long after its claim a call's recorded route to a waiting caller is final: the
-/// claiming replica's hand-over in process, over NATS and its fall-back into the inbox all end
-/// within it (three [`HANDOVER_TIMEOUT`]s and a publish).
-const RECHECK_SETTLED: time::Duration = time::Duration::seconds(10);
+/// claiming replica's hand-over in process (twice at most), over NATS and its fall-back into
+/// the inbox all end within it — three [`HANDOVER_TIMEOUT`]s and the inbox publish's time.
+const RECHECK_SETTLED: Duration = Duration::from_secs(3 * HANDOVER_TIMEOUT.as_secs() + 4);
 
 /// When a joined attempt next reads its call's record ([`RECHECK_FIRST`], doubling up to
 /// [`RECHECK_MAX`]).
@@ -292,7 +292,7 @@ impl Correlator {
         let settled = stored
             .call
             .claimed_at
-            .is_some_and(|claimed| timestamp::now() - claimed >= RECHECK_SETTLED);
+            .is_some_and(|claimed| millis(timestamp::now() - claimed) >= RECHECK_SETTLED);
         let handed = stored.call.state == CallState::Answered
             && stored.call.answered_via == Some(AnswerRoute::Caller);
         (settled && handed).then_some(stored.call.answer).flatten()
