@@ -33,19 +33,6 @@ IN_FLIGHT = 32
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
-def cpu_seconds(pids):
-    """utime + stime of each process (and this one), in seconds."""
-    total = 0.0
-    for pid in pids + [os.getpid()]:
-        try:
-            with open(f"/proc/{pid}/stat") as stat:
-                fields = stat.read().rsplit(")", 1)[1].split()
-            total += (int(fields[11]) + int(fields[12])) / CLK_TCK
-        except (OSError, IndexError, ValueError):
-            pass
-    return total
-
-
 def cpu_by_process(pids):
     """utime + stime of each process (and this one), in seconds, by its name (`comm`)."""
     seconds = {}
@@ -59,6 +46,11 @@ def cpu_by_process(pids):
         except (OSError, IndexError, ValueError):
             pass
     return seconds
+
+
+def cpu_seconds(pids):
+    """utime + stime of each process (and this one), in seconds."""
+    return sum(cpu_by_process(pids).values())
 
 
 class Wiretap:
