@@ -177,6 +177,8 @@ pub enum Service {
     Audit(audit::AuditConfig),
     Gateway(a2a_gateway::GatewayConfig),
     People(people::PeopleConfig),
+    /// A limits replica.
+    Limits(limits::LimitsConfig),
     Console(console::ConsoleConfig),
 }
 
@@ -203,6 +205,7 @@ impl Service {
             Self::Audit(_) => "audit",
             Self::Gateway(_) => "a2a-gateway",
             Self::People(_) => "people",
+            Self::Limits(_) => "limits",
             Self::Console(_) => "console",
         }
     }
@@ -278,6 +281,12 @@ impl Service {
                     .unwrap();
                 (Replica::spawn(name, |stop| running.run(stop)), Handle::None)
             }
+            Self::Limits(config) => {
+                let running = Box::pin(limits::start(&client, runtime, config))
+                    .await
+                    .unwrap();
+                (Replica::spawn(name, |stop| running.run(stop)), Handle::None)
+            }
             Self::Console(config) => {
                 let running = Box::pin(console::start(&client, runtime, config))
                     .await
@@ -288,6 +297,13 @@ impl Service {
             }
         }
     }
+}
+
+/// A limits replica (docs/protocol.md §15).
+pub async fn start_limits(url: &str) -> Replica {
+    Service::Limits(limits::LimitsConfig::default())
+        .start(&runtime(url))
+        .await
 }
 
 /// A directory replica.

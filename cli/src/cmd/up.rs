@@ -73,6 +73,7 @@ pub async fn run(args: UpArgs) -> ExitCode {
             audit: config::section_for(&figment, audit::config::SECTION, &runtime)?,
             gateway: config::section_for(&figment, a2a_gateway::config::SECTION, &runtime)?,
             people: config::section_for(&figment, people::config::SECTION, &runtime)?,
+            limits: config::section_for(&figment, limits::config::SECTION, &runtime)?,
             console: config::section_for(&figment, console::config::SECTION, &runtime)?,
             runtime,
         })
@@ -144,6 +145,7 @@ struct Services {
     audit: AuditConfig,
     gateway: GatewayConfig,
     people: PeopleConfig,
+    limits: limits::LimitsConfig,
     console: console::ConsoleConfig,
 }
 
@@ -280,6 +282,7 @@ async fn serve(args: UpArgs, services: &mut Services, otlp: Option<&str>) -> any
     };
     let console_file = people_config.file.clone();
     let people_service = people::start(&client, runtime, people_config).await?;
+    let limits_service = limits::start(&client, runtime, services.limits.clone()).await?;
     // The console: a one-time sign-in link for the local administrator, shown once below.
     let (console_service, console_line) = match console_address {
         None => (None, "not served (--console-listen ADDR)".to_owned()),
@@ -317,6 +320,7 @@ async fn serve(args: UpArgs, services: &mut Services, otlp: Option<&str>) -> any
         tokio::spawn(audit_service.run(shutdown.clone())),
         tokio::spawn(gateway.run(shutdown.clone())),
         tokio::spawn(people_service.run(shutdown.clone())),
+        tokio::spawn(limits_service.run(shutdown.clone())),
     ];
     let mut tasks = tasks;
     if let Some(console_service) = console_service {
@@ -340,7 +344,7 @@ async fn serve(args: UpArgs, services: &mut Services, otlp: Option<&str>) -> any
         None => println!("Switchboard is up.\n  NATS:      {url}"),
     }
     println!(
-        "  services:  directory, inbox-fanout, reply-correlator, task-lifecycle, audit, a2a-gateway, people, console\n  console:   {console_line}\n  people:    {people_file_shown} (who answers agents' questions and approvals: switchboard people --help)\n  A2A:       {a2a_url}/agents/<agent_id> (A2A v1.0, JSON-RPC and HTTP+JSON; card at …/.well-known/agent-card.json)\n  traces:    {traces}\n  metrics:   {metrics}\n\nAn agent in any language connects to {url} and sends\n  agent.registry.register.<agent_id>   (its card, JSON)\n  agent.registry.goal.open.<agent_id>  (then agent.inbox.fetch.<agent_id> / agent.inbox.ack.<agent_id>)\n  agent.send.<agent_id>                ({{\"to\": \"peer\", \"message\": \"…\"}})\n  agent.call.<agent_id> / agent.reply.<agent_id>   (calls that wait for an answer)\n  agent.task.<op>.<agent_id>           (tasks: create, accept, start, complete, spawn, …)\nTry:  switchboard agents   |   switchboard peers --as <agent_id>\nStop: Ctrl-C"
+        "  services:  directory, inbox-fanout, reply-correlator, task-lifecycle, audit, a2a-gateway, people, limits, console\n  console:   {console_line}\n  people:    {people_file_shown} (who answers agents' questions and approvals: switchboard people --help)\n  A2A:       {a2a_url}/agents/<agent_id> (A2A v1.0, JSON-RPC and HTTP+JSON; card at …/.well-known/agent-card.json)\n  traces:    {traces}\n  metrics:   {metrics}\n\nAn agent in any language connects to {url} and sends\n  agent.registry.register.<agent_id>   (its card, JSON)\n  agent.registry.goal.open.<agent_id>  (then agent.inbox.fetch.<agent_id> / agent.inbox.ack.<agent_id>)\n  agent.send.<agent_id>                ({{\"to\": \"peer\", \"message\": \"…\"}})\n  agent.call.<agent_id> / agent.reply.<agent_id>   (calls that wait for an answer)\n  agent.task.<op>.<agent_id>           (tasks: create, accept, start, complete, spawn, …)\nTry:  switchboard agents   |   switchboard peers --as <agent_id>\nStop: Ctrl-C"
     );
 
     shutdown.cancelled().await;

@@ -22,6 +22,7 @@
 //! `serve.rs` (the crash-safe handler loop), `replies.rs` (answering calls),
 //! `stream.rs` (streamed calls), `tasks.rs` (task ops and the worker loop), `render.rs` (the
 //! `<peer-message>` block),
+//! `limits.rs` (provider limits: leases),
 //! `admin.rs` (operator views), `audit.rs` (trail queries), `dlq.rs` (dead letters), `error.rs`.
 
 mod admin;
@@ -30,6 +31,7 @@ mod audit;
 mod dlq;
 mod error;
 mod goal;
+mod limits;
 mod people;
 mod render;
 mod replies;
@@ -44,6 +46,7 @@ pub use audit::{audit_export, audit_history, audit_pending, audit_thread, audit_
 pub use dlq::{DeadLetter, Replayed, dlq_discard, dlq_list, dlq_replay};
 pub use error::ClientError;
 pub use goal::{Delivery, Goal};
+pub use limits::{LimitLease, limits_delete, limits_list, limits_set};
 pub use people::PersonAnswer;
 pub use render::render_peer_messages_block;
 pub use serve::{HANDLER_ERROR, ServeOptions, Served};

@@ -107,6 +107,14 @@ pub fn agent_endpoints() -> Vec<AgentEndpoint> {
             .iter()
             .map(|op| AgentEndpoint::by_caller(op.prefix(), ANSWER_WITHIN_MS)),
     );
+    // An acquire may wait for its lease.
+    all.extend(crate::limits::LimitsOp::ALL.iter().map(|op| {
+        let within = match op {
+            crate::limits::LimitsOp::Acquire => crate::limits::ACQUIRE_WAIT_MAX_MS,
+            _ => 0,
+        };
+        AgentEndpoint::by_caller(op.prefix(), within + ANSWER_WITHIN_MS)
+    }));
     all.extend(AuditOp::ALL.iter().map(|op| AgentEndpoint {
         prefix: op.subject(),
         by_caller: false,

@@ -90,6 +90,8 @@ pub enum ErrorKind {
     ApprovalUsed,
     /// The action differs from the one approved (its hash does not match).
     ActionMismatch,
+    /// A provider limit: no lease within `wait_ms`, or too many acquires wait on the key.
+    Limited,
     /// A kind this client version does not know yet.
     #[serde(other)]
     Unknown,
@@ -125,6 +127,7 @@ impl ErrorKind {
             | Self::ApprovalPending
             | Self::ApprovalUsed
             | Self::ActionMismatch => 409,
+            Self::Limited => 429,
         }
     }
 
@@ -185,6 +188,7 @@ impl ErrorKind {
             Self::ApprovalDenied => "approval_denied",
             Self::ApprovalUsed => "approval_used",
             Self::ActionMismatch => "action_mismatch",
+            Self::Limited => "limited",
             Self::Unknown => "unknown",
         }
     }
@@ -294,6 +298,7 @@ mod tests {
             ErrorKind::SenderMismatch,
             ErrorKind::BadReplySubject,
             ErrorKind::InboxFull,
+            ErrorKind::Limited,
         ] {
             assert_eq!(serde_json::to_value(kind).unwrap(), json!(kind.as_str()));
         }

@@ -189,6 +189,11 @@ pub const CONSUMER_META_AGENT: &str = "switchboard.agent_id";
 pub const PEOPLE_SERVICE: &str = "people";
 /// KV bucket of the items agents address to people: `item.<item_id>` → `PersonItem`.
 pub const PEOPLE_ITEMS_BUCKET: &str = "agent_people_items";
+/// NATS micro service name (and queue group) of the limits service (docs/protocol.md §15).
+pub const LIMITS_SERVICE: &str = "limits";
+/// KV bucket of the limits service: `spec.<h>` (a declared limit) and `state.<h>` (its leases,
+/// waiting acquires and rate buckets), `<h>` the first 32 hex digits of the key's SHA-256.
+pub const LIMITS_BUCKET: &str = "agent_limits";
 /// The reserved agent id the people service writes answers and notices as: no agent may
 /// register it (`nats-config` refuses it in `agents.toml`; the directory refuses it too).
 pub const PEOPLE_AGENT: &str = "people";

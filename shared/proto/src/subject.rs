@@ -278,6 +278,8 @@ pub fn call_events(event: CallEventKind, correlation_id: &Uuid) -> String {
 
 /// Prefix of the people requests: `agent.people.<op>.<agent_id>` ([`crate::people::PeopleOp`]).
 pub const PEOPLE_PREFIX: &str = "agent.people";
+/// Prefix of the limits requests: `agent.limits.<op>.<agent_id>` ([`crate::limits::LimitsOp`]).
+pub const LIMITS_PREFIX: &str = "agent.limits";
 /// Prefix of people events: `agent.people.events.<event>.<item_id>`
 /// ([`crate::people::PeopleEventKind::subject`]).
 pub const PEOPLE_EVENTS_PREFIX: &str = "agent.people.events";

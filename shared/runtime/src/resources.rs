@@ -267,6 +267,20 @@ pub fn people_items_bucket(config: &JetStreamConfig) -> kv::Config {
     }
 }
 
+/// `agent_limits`: declared provider limits and their leases (docs/protocol.md §15). One
+/// value per key; every change to a key's leases is a compare-and-set. Nothing ages out: a
+/// limit lives until an operator deletes it, and its state prunes expired leases itself.
+pub fn limits_bucket(config: &JetStreamConfig) -> kv::Config {
+    kv::Config {
+        bucket: switchboard_proto::LIMITS_BUCKET.to_owned(),
+        description: "Switchboard provider limits and their leases".to_owned(),
+        history: 1,
+        num_replicas: config.replicas,
+        storage: stream::StorageType::File,
+        ..Default::default()
+    }
+}
+
 /// `AGENT_CALLS_OPEN`: the open-call index. Entries are removed with a subject-filtered purge
 /// (a KV delete would leave a marker that listings read forever), so it is a plain stream;
 /// max age bounds any entry a crash leaves behind.

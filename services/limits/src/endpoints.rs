@@ -1,0 +1,55 @@
+//! The endpoint table: the agent-facing `agent.limits.<op>.<agent>` and the operator's
+//! `_SB.ops.limits.<op>`. The micro scaffold decodes each request; the rules are in
+//! [`crate::service`].
+
+use std::sync::Arc;
+
+use switchboard_proto::ErrorReply;
+use switchboard_proto::limits::{
+    AcquireRequest, LimitQuery, LimitSpec, LimitsOp, LimitsOpsOp, ReleaseRequest, RenewRequest,
+};
+use switchboard_runtime::micro::{AgentRequest, Endpoint};
+
+use crate::service::Limits;
+
+/// Every endpoint.
+pub(crate) fn endpoints(limits: &Arc<Limits>) -> Vec<Endpoint> {
+    macro_rules! agent {
+        ($op:expr, $name:literal, $body:ty, |$me:ident, $req:ident| $call:expr) => {{
+            let held = Arc::clone(limits);
+            Endpoint::agent($name, $op.prefix(), move |$req: AgentRequest<$body>| {
+                let $me = Arc::clone(&held);
+                async move { $call.await.map_err(ErrorReply::from) }
+            })
+        }};
+    }
+    macro_rules! ops {
+        ($op:expr, $name:literal, $body:ty, |$me:ident, $req:ident| $call:expr) => {{
+            let held = Arc::clone(limits);
+            Endpoint::json($name, $op.subject(), move |$req: $body| {
+                let $me = Arc::clone(&held);
+                async move { $call.await.map_err(ErrorReply::from) }
+            })
+        }};
+    }
+    vec![
+        agent!(LimitsOp::Acquire, "acquire", AcquireRequest, |me, req| me
+            .acquire(&req.caller, req.body)),
+        agent!(LimitsOp::Release, "release", ReleaseRequest, |me, req| me
+            .release(&req.caller, req.body)),
+        agent!(LimitsOp::Renew, "renew", RenewRequest, |me, req| me
+            .renew(&req.caller, req.body)),
+        agent!(LimitsOp::Get, "get", LimitQuery, |me, req| me
+            .get(&req.caller, req.body)),
+        ops!(LimitsOpsOp::Set, "ops_set", LimitSpec, |me, req| me
+            .set(req)),
+        ops!(LimitsOpsOp::Delete, "ops_delete", LimitQuery, |me, req| me
+            .delete(req)),
+        ops!(
+            LimitsOpsOp::List,
+            "ops_list",
+            serde::de::IgnoredAny,
+            |me, _req| me.list()
+        ),
+    ]
+}

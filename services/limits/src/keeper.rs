@@ -1,0 +1,392 @@
+//! One keeper task per limit key on each replica (docs/protocol.md §15, "How leases are
+//! kept"). Requests for a key queue up at its keeper, which applies every request waiting at
+//! that moment in one batch to the key's [`Ledger`] and writes the result by compare-and-set:
+//! one write per batch, however many acquires and releases it holds, so a key keeps up with
+//! thousands of acquires a second across replicas. An acquire that must wait stays with the
+//! keeper until the stored state shows its lease (granted by whichever replica's write freed
+//! one), or until its wait ends.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use switchboard_proto::limits::LimitSpec;
+use tokio::sync::{mpsc, oneshot};
+use uuid::Uuid;
+
+use crate::error::LimitsError;
+use crate::ledger::{Held, Ledger, Op, Outcome};
+use crate::store::{Cas, LimitStore, hashed};
+
+/// Compare-and-set attempts per batch before its requests are answered `conflict`.
+const CAS_ATTEMPTS: u32 = 32;
+/// Most requests applied in one batch.
+const BATCH_MAX: usize = 512;
+/// Requests queued at one keeper before more are refused `unavailable` (the replica is
+/// overwhelmed; another may answer).
+const QUEUE_MAX: usize = 8_192;
+/// A keeper with nothing waiting stops after this long without a request.
+const IDLE: Duration = Duration::from_secs(60);
+
+/// Ms since the Unix epoch, the clock every replica's leases are written in.
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+type Answer = oneshot::Sender<Result<Outcome, LimitsError>>;
+
+/// A request for a keeper.
+struct Job {
+    spec: LimitSpec,
+    op: Op,
+    answer: Answer,
+}
+
+enum Msg {
+    Job(Job),
+    /// Another replica wrote the key's state.
+    Changed(Ledger, u64),
+}
+
+/// An acquire waiting for its lease, with every copy of its request (a client may send a
+/// request again while the first waits: each copy gets the same answer).
+struct Waiter {
+    agent: switchboard_proto::AgentId,
+    deadline_ms: u64,
+    answers: Vec<Answer>,
+}
+
+impl Waiter {
+    fn answer(self, outcome: &Result<Outcome, LimitsError>) {
+        for answer in self.answers {
+            let _ = answer.send(outcome.clone());
+        }
+    }
+}
+
+/// The keepers of one replica, by hashed key.
+#[derive(Debug, Clone)]
+pub struct Keepers {
+    store: LimitStore,
+    running: Arc<Mutex<HashMap<String, mpsc::Sender<Msg>>>>,
+}
+
+impl Keepers {
+    /// Keepers over `store`.
+    pub fn new(store: LimitStore) -> Self {
+        Self {
+            store,
+            running: Arc::default(),
+        }
+    }
+
+    /// Applies `op` to `spec`'s key and answers what it came to; an acquire that waits answers
+    /// when it is granted or its wait ends.
+    pub async fn submit(&self, spec: LimitSpec, op: Op) -> Result<Outcome, LimitsError> {
+        let (answer, outcome) = oneshot::channel();
+        let mut job = Job { spec, op, answer };
+        for _ in 0..2 {
+            let sender = self.keeper(&job.spec.key);
+            match sender.try_send(Msg::Job(job)) {
+                Ok(()) => {
+                    return outcome.await.unwrap_or_else(|_| {
+                        Err(LimitsError::Unavailable(
+                            "the key's keeper stopped".to_owned(),
+                        ))
+                    });
+                }
+                Err(mpsc::error::TrySendError::Full(_)) => {
+                    return Err(LimitsError::Unavailable(
+                        "this replica has too many requests queued for the key; retry".to_owned(),
+                    ));
+                }
+                // It stopped (idle) a moment ago: start another.
+                Err(mpsc::error::TrySendError::Closed(message)) => {
+                    let Msg::Job(back) = message else { break };
+                    self.forget(&back.spec.key);
+                    job = back;
+                }
+            }
+        }
+        Err(LimitsError::Unavailable(
+            "the key's keeper stopped".to_owned(),
+        ))
+    }
+
+    /// Tells the key's keeper, if it runs here, what another replica wrote.
+    pub fn changed(&self, hashed_key: &str, ledger: Ledger, revision: u64) {
+        let sender = self
+            .running
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(hashed_key)
+            .cloned();
+        if let Some(sender) = sender {
+            // A full queue drops it: the keeper reads the store before its next write anyway.
+            let _ = sender.try_send(Msg::Changed(ledger, revision));
+        }
+    }
+
+    fn keeper(&self, key: &str) -> mpsc::Sender<Msg> {
+        let h = hashed(key);
+        let mut running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(sender) = running.get(&h).filter(|s| !s.is_closed()) {
+            return sender.clone();
+        }
+        let (sender, receiver) = mpsc::channel(QUEUE_MAX);
+        running.insert(h, sender.clone());
+        let keeper = Keeper {
+            key: key.to_owned(),
+            store: self.store.clone(),
+            spec: None,
+            cached: None,
+            waiters: HashMap::new(),
+        };
+        tokio::spawn(keeper.run(receiver));
+        sender
+    }
+
+    fn forget(&self, key: &str) {
+        let h = hashed(key);
+        let mut running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
+        if running.get(&h).is_some_and(mpsc::Sender::is_closed) {
+            running.remove(&h);
+        }
+    }
+}
+
+struct Keeper {
+    key: String,
+    store: LimitStore,
+    spec: Option<LimitSpec>,
+    cached: Option<(Ledger, u64)>,
+    waiters: HashMap<Uuid, Waiter>,
+}
+
+impl Keeper {
+    async fn run(mut self, mut inbox: mpsc::Receiver<Msg>) {
+        loop {
+            let wake = self.next_wake();
+            let first = tokio::select! {
+                message = inbox.recv() => match message {
+                    Some(message) => Some(message),
+                    None => return,
+                },
+                () = tokio::time::sleep(wake) => None,
+            };
+            if first.is_none() && self.waiters.is_empty() && wake >= IDLE {
+                inbox.close();
+                // Answer whatever raced in before the close.
+                while let Ok(message) = inbox.try_recv() {
+                    self.take(message, &mut Vec::new());
+                }
+                return;
+            }
+            let mut jobs = Vec::new();
+            if let Some(message) = first {
+                self.take(message, &mut jobs);
+            }
+            while jobs.len() < BATCH_MAX {
+                match inbox.try_recv() {
+                    Ok(message) => self.take(message, &mut jobs),
+                    Err(_) => break,
+                }
+            }
+            self.withdraw_due(&mut jobs);
+            let tick = jobs.is_empty() && !self.waiters.is_empty();
+            if !jobs.is_empty() || tick {
+                self.cycle(jobs, tick).await;
+            }
+            self.resolve_waiters();
+        }
+    }
+
+    /// How long until something is due: a wait ending, or the state changing by time while an
+    /// acquire waits here; [`IDLE`] when nothing waits.
+    fn next_wake(&self) -> Duration {
+        if self.waiters.is_empty() {
+            return IDLE;
+        }
+        let now = now_ms();
+        let deadline = self
+            .waiters
+            .values()
+            .map(|w| w.deadline_ms.saturating_sub(now))
+            .min()
+            .unwrap_or(0);
+        let change = match (&self.cached, &self.spec) {
+            (Some((ledger, _)), Some(spec)) => ledger.next_change(spec, now).unwrap_or(u64::MAX),
+            _ => 0,
+        };
+        Duration::from_millis(deadline.min(change).max(1))
+    }
+
+    fn take(&mut self, message: Msg, jobs: &mut Vec<Job>) {
+        match message {
+            Msg::Job(job) => {
+                self.spec = Some(job.spec.clone());
+                jobs.push(job);
+            }
+            Msg::Changed(ledger, revision) => {
+                if self
+                    .cached
+                    .as_ref()
+                    .is_none_or(|(_, seen)| revision > *seen)
+                {
+                    self.cached = Some((ledger, revision));
+                }
+            }
+        }
+    }
+
+    /// Waiters whose wait has ended are withdrawn (granted, if the state already shows it).
+    fn withdraw_due(&mut self, jobs: &mut Vec<Job>) {
+        let now = now_ms();
+        let due: Vec<Uuid> = self
+            .waiters
+            .iter()
+            .filter(|(_, w)| w.deadline_ms <= now)
+            .map(|(id, _)| *id)
+            .collect();
+        let Some(spec) = self.spec.clone() else {
+            return;
+        };
+        for id in due {
+            if let Some(mut waiter) = self.waiters.remove(&id) {
+                let Some(answer) = waiter.answers.pop() else {
+                    continue;
+                };
+                // The other copies get what the withdraw comes to, as a waiter of its own
+                // that the state resolves (granted, or no longer waiting) right after.
+                if !waiter.answers.is_empty() {
+                    self.waiters.insert(
+                        id,
+                        Waiter {
+                            agent: waiter.agent.clone(),
+                            deadline_ms: u64::MAX,
+                            answers: waiter.answers,
+                        },
+                    );
+                }
+                jobs.push(Job {
+                    spec: spec.clone(),
+                    op: Op::Withdraw {
+                        id,
+                        agent: waiter.agent,
+                    },
+                    answer,
+                });
+            }
+        }
+    }
+
+    /// Applies `jobs` (none: a tick that settles the queue) and writes, reading the state again
+    /// after a lost race; then answers each job or keeps it waiting.
+    async fn cycle(&mut self, jobs: Vec<Job>, tick: bool) {
+        let Some(spec) = jobs
+            .last()
+            .map(|job| job.spec.clone())
+            .or_else(|| self.spec.clone())
+        else {
+            return;
+        };
+        let ops: Vec<Op> = jobs.iter().map(|job| job.op.clone()).collect();
+        let mut attempt = 0;
+        let written = loop {
+            let (mut ledger, revision) = match self.cached.take() {
+                Some(cached) if attempt == 0 => cached,
+                _ => match self.store.state(&self.key).await {
+                    Ok(read) => read,
+                    Err(err) => break Err(LimitsError::Store(err.to_string())),
+                },
+            };
+            let before = (ledger.leases.clone(), ledger.queue.clone());
+            let outcomes = ledger.apply(&spec, &ops, now_ms());
+            if tick && (ledger.leases.clone(), ledger.queue.clone()) == before {
+                self.cached = Some((ledger, revision));
+                return;
+            }
+            match self.store.put_state(&self.key, &ledger, revision).await {
+                Ok(Cas::Done(revision)) => break Ok((ledger, revision, outcomes)),
+                Ok(Cas::Lost) => {
+                    attempt += 1;
+                    if attempt >= CAS_ATTEMPTS {
+                        break Err(LimitsError::Conflict(self.key.clone()));
+                    }
+                    switchboard_runtime::store::cas_backoff(attempt).await;
+                }
+                Err(err) => break Err(LimitsError::Store(err.to_string())),
+            }
+        };
+        match written {
+            Ok((ledger, revision, outcomes)) => {
+                self.cached = Some((ledger, revision));
+                for (job, outcome) in jobs.into_iter().zip(outcomes) {
+                    self.answer(job, outcome);
+                }
+            }
+            Err(err) => {
+                for job in jobs {
+                    let _ = job.answer.send(Err(err.clone()));
+                }
+            }
+        }
+    }
+
+    fn answer(&mut self, job: Job, outcome: Outcome) {
+        match (outcome, job.op) {
+            (
+                Outcome::Waiting,
+                Op::Acquire {
+                    id,
+                    agent,
+                    deadline_ms,
+                    ..
+                },
+            ) => {
+                self.waiters
+                    .entry(id)
+                    .or_insert_with(|| Waiter {
+                        agent,
+                        deadline_ms,
+                        answers: Vec::new(),
+                    })
+                    .answers
+                    .push(job.answer);
+            }
+            (outcome, _) => {
+                let _ = job.answer.send(Ok(outcome));
+            }
+        }
+    }
+
+    /// Answers the waiters the state now shows granted, or no longer waiting (withdrawn by
+    /// their agent's release, or pruned at their deadline by another replica).
+    fn resolve_waiters(&mut self) {
+        let Some((ledger, _)) = &self.cached else {
+            return;
+        };
+        let granted: HashMap<Uuid, &Held> = ledger.leases.iter().map(|l| (l.id, l)).collect();
+        let done: Vec<Uuid> = self
+            .waiters
+            .keys()
+            .filter(|id| granted.contains_key(id) || !ledger.queue.iter().any(|t| t.id == **id))
+            .copied()
+            .collect();
+        for id in done {
+            let Some(waiter) = self.waiters.remove(&id) else {
+                continue;
+            };
+            let outcome = match granted.get(&id) {
+                Some(lease) => Outcome::Granted((*lease).clone()),
+                None => Outcome::Limited {
+                    why: format!("the acquire on `{}` was withdrawn", self.key),
+                    retry_after_ms: 0,
+                },
+            };
+            waiter.answer(&Ok(outcome));
+        }
+    }
+}

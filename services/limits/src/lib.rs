@@ -1,0 +1,150 @@
+//! # limits
+//!
+//! Provider limits the whole fleet shares (docs/protocol.md §15). An operator declares a
+//! limit per key (`openai:gpt-4.1`: concurrent requests, requests and tokens per minute, each
+//! agent's share, the longest hold); an agent **acquires** a lease before it calls its
+//! provider — waiting, if it asks to, in a queue fair across agents — and **releases** it with
+//! the tokens it used. A lease whose holder dies or goes silent returns by itself at its
+//! expiry. Each key's leases, waiting acquires and rate buckets are one value in the
+//! `agent_limits` KV bucket, changed only by compare-and-set, so however many replicas run
+//! and whichever dies, no more leases are out than the limit allows.
+//!
+//! Layout: `config.rs` (`[limits]`), `error.rs` (errors → stable kinds), `ledger.rs` (a key's
+//! state and the rules that change it, pure), `store.rs` (the bucket), `keeper.rs` (one task
+//! per key and replica batching requests into compare-and-set writes, holding waiting
+//! acquires), `service.rs` (the checks on each request), `endpoints.rs` (the endpoint table),
+//! this file (`start`/`run`, the bucket's watch).
+
+pub mod config;
+mod endpoints;
+pub mod error;
+mod keeper;
+pub mod ledger;
+mod service;
+pub mod store;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::Client;
+use async_nats::jetstream::{self, kv};
+use futures::StreamExt;
+use switchboard_proto::LIMITS_SERVICE;
+use switchboard_runtime::micro::{self, ServiceSpec};
+use switchboard_runtime::{CancellationToken, RuntimeConfig, resources};
+
+pub use config::LimitsConfig;
+pub use service::Limits;
+pub use switchboard_runtime::service::StartError;
+
+/// The micro service description.
+pub const SPEC: ServiceSpec = ServiceSpec {
+    name: LIMITS_SERVICE,
+    version: env!("CARGO_PKG_VERSION"),
+    description: "Switchboard limits: provider limits the fleet shares, as leases",
+};
+
+/// A started limits service; call [`Running::run`] to serve.
+#[derive(Debug)]
+pub struct Running {
+    running: micro::Running,
+    limits: Arc<Limits>,
+    grace: Duration,
+}
+
+/// Applies the bucket and subscribes the endpoints.
+pub async fn start(
+    client: &Client,
+    runtime: &RuntimeConfig,
+    config: LimitsConfig,
+) -> Result<Running, StartError> {
+    let js = jetstream::new(client.clone());
+    let bucket =
+        resources::ensure_bucket(&js, resources::limits_bucket(&runtime.jetstream)).await?;
+    let limits = Arc::new(Limits::new(store::LimitStore::new(bucket), config));
+    let running = micro::start(
+        client,
+        SPEC,
+        endpoints::endpoints(&limits),
+        &runtime.requests,
+    )
+    .await?;
+    tracing::info!(service = SPEC.name, "limits ready");
+    Ok(Running {
+        running,
+        limits,
+        grace: runtime.shutdown_grace(),
+    })
+}
+
+impl Running {
+    /// The service (for in-process callers and tests).
+    pub fn limits(&self) -> Arc<Limits> {
+        Arc::clone(&self.limits)
+    }
+
+    /// Serves and follows the bucket until `shutdown`, then drains.
+    pub async fn run(self, shutdown: CancellationToken) {
+        let watch = tokio::spawn(follow(Arc::clone(&self.limits), shutdown.clone()));
+        self.running.run(shutdown, self.grace).await;
+        let _ = watch.await;
+    }
+}
+
+/// Keeps this replica's limits and keepers in step with what every replica writes (a broken
+/// watch is set up again and replays every key's latest value).
+async fn follow(limits: Arc<Limits>, shutdown: CancellationToken) {
+    loop {
+        match limits.store.bucket().watch_with_history(">").await {
+            Ok(mut watch) => loop {
+                let next = tokio::select! {
+                    next = watch.next() => next,
+                    () = shutdown.cancelled() => return,
+                };
+                match next {
+                    Some(Ok(entry)) => apply(&limits, &entry),
+                    Some(Err(err)) => {
+                        tracing::warn!(error = %err, "limits watch error");
+                        break;
+                    }
+                    None => break,
+                }
+            },
+            Err(err) => tracing::warn!(error = %err, "cannot watch the limits bucket"),
+        }
+        tokio::select! {
+            () = tokio::time::sleep(Duration::from_millis(250)) => {}
+            () = shutdown.cancelled() => return,
+        }
+    }
+}
+
+fn apply(limits: &Limits, entry: &kv::Entry) {
+    let live = entry.operation == kv::Operation::Put;
+    if let Some(h) = entry.key.strip_prefix("spec.") {
+        match live
+            .then(|| serde_json::from_slice(&entry.value).ok())
+            .flatten()
+        {
+            Some(spec) => limits.specs.put(&spec),
+            None => limits.specs.forget(h),
+        }
+    } else if let Some(h) = entry.key.strip_prefix("state.") {
+        let ledger = match live {
+            true => serde_json::from_slice(&entry.value).unwrap_or_default(),
+            false => ledger::Ledger::default(),
+        };
+        limits.keepers.changed(h, ledger, entry.revision);
+    }
+}
+
+/// Starts and serves until `shutdown` (what `main` and `switchboard up` call).
+pub async fn run(
+    client: &Client,
+    runtime: &RuntimeConfig,
+    config: LimitsConfig,
+    shutdown: CancellationToken,
+) -> Result<(), StartError> {
+    start(client, runtime, config).await?.run(shutdown).await;
+    Ok(())
+}
