@@ -46,8 +46,11 @@ struct Job {
 
 enum Msg {
     Job(Job),
-    /// Another replica wrote the key's state.
-    Changed(Ledger, u64),
+    /// The operator changed the key's limit: waiting acquires are judged by the new one now.
+    Spec(LimitSpec),
+    /// A replica (maybe this one) wrote the key's state: its bytes, decoded only when newer
+    /// than what the keeper holds.
+    Changed(bytes::Bytes, u64),
 }
 
 /// An acquire waiting for its lease, with every copy of its request (a client may send a
@@ -116,7 +119,7 @@ impl Keepers {
     }
 
     /// Tells the key's keeper, if it runs here, what another replica wrote.
-    pub fn changed(&self, hashed_key: &str, ledger: Ledger, revision: u64) {
+    pub fn changed(&self, hashed_key: &str, value: bytes::Bytes, revision: u64) {
         let sender = self
             .running
             .lock()
@@ -125,7 +128,20 @@ impl Keepers {
             .cloned();
         if let Some(sender) = sender {
             // A full queue drops it: the keeper reads the store before its next write anyway.
-            let _ = sender.try_send(Msg::Changed(ledger, revision));
+            let _ = sender.try_send(Msg::Changed(value, revision));
+        }
+    }
+
+    /// Tells the key's keeper, if it runs here, that its limit changed.
+    pub fn spec_changed(&self, spec: &LimitSpec) {
+        let sender = self
+            .running
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&hashed(&spec.key))
+            .cloned();
+        if let Some(sender) = sender {
+            let _ = sender.try_send(Msg::Spec(spec.clone()));
         }
     }
 
@@ -229,12 +245,15 @@ impl Keeper {
                 self.spec = Some(job.spec.clone());
                 jobs.push(job);
             }
-            Msg::Changed(ledger, revision) => {
+            Msg::Spec(spec) => self.spec = Some(spec),
+            Msg::Changed(value, revision) => {
                 if self
                     .cached
                     .as_ref()
                     .is_none_or(|(_, seen)| revision > *seen)
                 {
+                    // A purge (the limit deleted) or an undecodable value reads as empty.
+                    let ledger = serde_json::from_slice(&value).unwrap_or_default();
                     self.cached = Some((ledger, revision));
                 }
             }
@@ -337,15 +356,12 @@ impl Keeper {
 
     fn answer(&mut self, job: Job, outcome: Outcome) {
         match (outcome, job.op) {
-            (
-                Outcome::Waiting,
-                Op::Acquire {
-                    id,
-                    agent,
-                    deadline_ms,
-                    ..
-                },
-            ) => {
+            (Outcome::Waiting, Op::Acquire { id, agent, .. }) => {
+                let deadline_ms = self
+                    .cached
+                    .as_ref()
+                    .and_then(|(ledger, _)| ledger.queue.iter().find(|t| t.id == id))
+                    .map_or(0, |t| t.deadline_ms);
                 self.waiters
                     .entry(id)
                     .or_insert_with(|| Waiter {

@@ -14,18 +14,24 @@ use switchboard_proto::AgentId;
 use switchboard_proto::limits::{LimitSpec, WAITING_MAX, WAITING_PER_AGENT_MAX};
 use uuid::Uuid;
 
-/// A lease out.
+/// A lease out (stored with one-letter field names: a key's state holds up to 1,000 leases
+/// and 1,024 waiting acquires, written on every change).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Held {
     /// Its id.
+    #[serde(rename = "i")]
     pub id: Uuid,
     /// Its holder.
+    #[serde(rename = "a")]
     pub agent: AgentId,
     /// Tokens drawn for it.
+    #[serde(rename = "t")]
     pub tokens: u64,
     /// When it returns by itself (ms since the Unix epoch).
+    #[serde(rename = "e")]
     pub expires_ms: u64,
     /// How long its acquire waited, in ms.
+    #[serde(rename = "w")]
     pub waited_ms: u64,
 }
 
@@ -33,21 +39,27 @@ pub struct Held {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Ticket {
     /// The lease id it will become.
+    #[serde(rename = "i")]
     pub id: Uuid,
     /// Who waits.
+    #[serde(rename = "a")]
     pub agent: AgentId,
     /// Tokens it will draw.
+    #[serde(rename = "t")]
     pub tokens: u64,
     /// The hold its lease gets, in ms.
+    #[serde(rename = "h")]
     pub hold_ms: u64,
     /// When it started waiting (ms since the epoch).
+    #[serde(rename = "q")]
     pub queued_ms: u64,
     /// When it stops waiting (ms since the epoch).
+    #[serde(rename = "d")]
     pub deadline_ms: u64,
 }
 
 /// A rate bucket: how much may be drawn now, as of `at_ms`. It refills at a sixtieth of the
-/// per-minute rate each second up to one second's worth (at least 1).
+/// per-minute rate each second, up to the limit's burst (`burst_ms` of the rate; at least 1).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Bucket {
     /// Available now (negative: paying back a call that used more than its estimate).
@@ -57,27 +69,27 @@ pub struct Bucket {
 }
 
 impl Bucket {
-    fn capacity(per_minute: u64) -> f64 {
-        (per_minute as f64 / 60.0).max(1.0)
+    fn capacity(per_minute: u64, burst_ms: u64) -> f64 {
+        (per_minute as f64 * burst_ms as f64 / 60_000.0).max(1.0)
     }
 
-    fn full(per_minute: u64, now: u64) -> Self {
+    fn full(per_minute: u64, burst_ms: u64, now: u64) -> Self {
         Self {
-            level: Self::capacity(per_minute),
+            level: Self::capacity(per_minute, burst_ms),
             at_ms: now,
         }
     }
 
-    fn refill(&mut self, per_minute: u64, now: u64) {
+    fn refill(&mut self, per_minute: u64, burst_ms: u64, now: u64) {
         let elapsed = now.saturating_sub(self.at_ms) as f64;
-        let capacity = Self::capacity(per_minute);
+        let capacity = Self::capacity(per_minute, burst_ms);
         self.level = (self.level + elapsed * per_minute as f64 / 60_000.0).min(capacity);
         self.at_ms = self.at_ms.max(now);
     }
 
     /// Ms until `need` (capped at the capacity) is available.
-    fn wait_for(&self, per_minute: u64, need: f64) -> u64 {
-        let need = need.min(Self::capacity(per_minute));
+    fn wait_for(&self, per_minute: u64, burst_ms: u64, need: f64) -> u64 {
+        let need = need.min(Self::capacity(per_minute, burst_ms));
         if self.level >= need {
             return 0;
         }
@@ -189,13 +201,17 @@ impl Ledger {
         self.leases.retain(|lease| lease.expires_ms > now);
         self.queue.retain(|ticket| ticket.deadline_ms > now);
         self.requests = spec.requests_per_minute.map(|rpm| {
-            let mut bucket = self.requests.unwrap_or_else(|| Bucket::full(rpm, now));
-            bucket.refill(rpm, now);
+            let mut bucket = self
+                .requests
+                .unwrap_or_else(|| Bucket::full(rpm, spec.burst(), now));
+            bucket.refill(rpm, spec.burst(), now);
             bucket
         });
         self.tokens = spec.tokens_per_minute.map(|tpm| {
-            let mut bucket = self.tokens.unwrap_or_else(|| Bucket::full(tpm, now));
-            bucket.refill(tpm, now);
+            let mut bucket = self
+                .tokens
+                .unwrap_or_else(|| Bucket::full(tpm, spec.burst(), now));
+            bucket.refill(tpm, spec.burst(), now);
             bucket
         });
     }
@@ -252,7 +268,7 @@ impl Ledger {
                     if let (Some(bucket), Some(used)) = (self.tokens.as_mut(), used) {
                         bucket.level += lease.tokens as f64 - *used as f64;
                         if let Some(tpm) = spec.tokens_per_minute {
-                            bucket.level = bucket.level.min(Bucket::capacity(tpm));
+                            bucket.level = bucket.level.min(Bucket::capacity(tpm, spec.burst()));
                         }
                     }
                     return Outcome::Released(true);
@@ -292,8 +308,16 @@ impl Ledger {
         if let Some(lease) = self.leases.iter().find(|l| l.id == id) {
             return Outcome::Granted(lease.clone());
         }
+        // A copy of an acquire (sent again by its client while the first waits) never ends the
+        // wait it copies: the stored ticket's deadline decides; the first, its own.
         let keeps_waiting = match op {
-            Op::Acquire { deadline_ms, .. } => *deadline_ms > now,
+            Op::Acquire {
+                deadline_ms, at_ms, ..
+            } => self.queue.iter().any(|t| {
+                let created_here =
+                    t.queued_ms == *at_ms && t.deadline_ms == (*deadline_ms).max(now + 1);
+                t.id == id && t.deadline_ms > now && (!created_here || *deadline_ms > now)
+            }),
             _ => false,
         };
         if keeps_waiting {
@@ -356,7 +380,7 @@ impl Ledger {
         let requests = self.requests.is_none_or(|b| b.level >= 1.0 - 1e-9);
         let tokens_ok = match (self.tokens, spec.tokens_per_minute) {
             (Some(bucket), Some(tpm)) => {
-                bucket.level >= (tokens as f64).min(Bucket::capacity(tpm)) - 1e-9
+                bucket.level >= (tokens as f64).min(Bucket::capacity(tpm, spec.burst())) - 1e-9
             }
             _ => true,
         };
@@ -404,10 +428,10 @@ impl Ledger {
         soonest.extend(self.leases.iter().map(|l| l.expires_ms.saturating_sub(now)));
         soonest.extend(self.queue.iter().map(|t| t.deadline_ms.saturating_sub(now)));
         if let (Some(b), Some(rpm)) = (self.requests, spec.requests_per_minute) {
-            soonest.push(b.wait_for(rpm, 1.0));
+            soonest.push(b.wait_for(rpm, spec.burst(), 1.0));
         }
         if let (Some(b), Some(tpm)) = (self.tokens, spec.tokens_per_minute) {
-            soonest.push(b.wait_for(tpm, head_tokens as f64));
+            soonest.push(b.wait_for(tpm, spec.burst(), head_tokens as f64));
         }
         soonest.into_iter().filter(|ms| *ms > 0).min()
     }

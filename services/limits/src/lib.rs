@@ -126,15 +126,18 @@ fn apply(limits: &Limits, entry: &kv::Entry) {
             .then(|| serde_json::from_slice(&entry.value).ok())
             .flatten()
         {
-            Some(spec) => limits.specs.put(&spec),
+            Some(spec) => {
+                limits.specs.put(&spec);
+                limits.keepers.spec_changed(&spec);
+            }
             None => limits.specs.forget(h),
         }
     } else if let Some(h) = entry.key.strip_prefix("state.") {
-        let ledger = match live {
-            true => serde_json::from_slice(&entry.value).unwrap_or_default(),
-            false => ledger::Ledger::default(),
+        let value = match live {
+            true => entry.value.clone(),
+            false => bytes::Bytes::new(),
         };
-        limits.keepers.changed(h, ledger, entry.revision);
+        limits.keepers.changed(h, value, entry.revision);
     }
 }
 

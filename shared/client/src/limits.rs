@@ -47,7 +47,7 @@ impl By {
         Req: serde::Serialize + ?Sized,
         Resp: serde::de::DeserializeOwned,
     {
-        // Safe to repeat: an acquire carries its lease id, a release and a renew are idempotent.
+        // Safe to repeat: a release and a renew are idempotent.
         request_json_retrying(
             &self.nats,
             &op.subject(&self.agent),
@@ -140,12 +140,16 @@ impl Agent {
             lease_id: Some(Uuid::now_v7()),
         };
         let by = self.by();
-        let lease = By {
-            timeout: wait + by.timeout,
-            ..by.clone()
-        }
-        .request(LimitsOp::Acquire, &body)
-        .await?;
+        // One attempt, not hedged: a copy sent while the first waits would queue again behind
+        // it, and one arriving after the lease's release would take a second lease.
+        let lease = request_json(
+            &by.nats,
+            &LimitsOp::Acquire.subject(&by.agent),
+            &body,
+            wait + by.timeout,
+        )
+        .await
+        .map_err(ClientError::from)?;
         Ok(LimitLease {
             by,
             lease,

@@ -30,6 +30,8 @@ pub const WAITING_PER_AGENT_MAX: usize = 32;
 pub const TOKENS_MAX: u64 = 1_000_000_000;
 /// Largest rate a limit may declare, per minute (10^9).
 pub const PER_MINUTE_MAX: u64 = 1_000_000_000;
+/// The burst of a limit's rates when it names none, in ms of each rate: a second's worth.
+pub const BURST_DEFAULT_MS: u64 = 1_000;
 /// Most limits an operator may declare.
 pub const LIMITS_MAX: usize = 1_000;
 
@@ -103,12 +105,12 @@ pub struct LimitSpec {
     /// Most leases out at once (1–1000).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub concurrent: Option<u32>,
-    /// Requests granted per minute, enforced per second (at most a sixtieth of it in any
-    /// second after a full second's burst; 1–10^9).
+    /// Requests granted per minute, enforced continuously: a sixtieth of it each second,
+    /// after a burst of `burst_ms` of it (1–10^9).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub requests_per_minute: Option<u64>,
-    /// Tokens per minute, enforced per second like the requests; an acquire draws its
-    /// estimate, its release corrects it by what was used (1–10^9).
+    /// Tokens per minute, enforced like the requests; an acquire draws its estimate, its
+    /// release corrects it by what was used (1–10^9).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tokens_per_minute: Option<u64>,
     /// Most leases one agent holds at once; default half of `concurrent` (at least 1), so no
@@ -119,9 +121,19 @@ pub struct LimitSpec {
     /// 3600000; default 120000).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_hold_ms: Option<u64>,
+    /// How much of the rates may go at once after a quiet spell, in ms of each rate (1–60000;
+    /// default 1000: a second's worth, at least one request). Below the provider's own burst,
+    /// it leaves a margin for the time between a grant and the provider call's arrival.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub burst_ms: Option<u64>,
 }
 
 impl LimitSpec {
+    /// The burst of the rates, in ms of each rate.
+    pub fn burst(&self) -> u64 {
+        self.burst_ms.unwrap_or(BURST_DEFAULT_MS)
+    }
+
     /// The hold a lease of this limit gets at most.
     pub fn max_hold(&self) -> u64 {
         self.max_hold_ms.unwrap_or(HOLD_DEFAULT_MS)
@@ -155,6 +167,11 @@ impl LimitSpec {
             && !(1..=CONCURRENT_MAX).contains(&p)
         {
             return Err(format!("`per_agent` must be 1..={CONCURRENT_MAX}"));
+        }
+        if let Some(b) = self.burst_ms
+            && !(1..=60_000).contains(&b)
+        {
+            return Err("`burst_ms` must be 1..=60000".to_owned());
         }
         if let Some(h) = self.max_hold_ms
             && !(1_000..=HOLD_MAX_MS).contains(&h)
@@ -328,6 +345,7 @@ mod tests {
             tokens_per_minute: None,
             per_agent: None,
             max_hold_ms: None,
+            burst_ms: None,
         }
     }
 

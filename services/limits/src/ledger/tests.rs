@@ -8,6 +8,7 @@ fn spec(concurrent: Option<u32>, rpm: Option<u64>, tpm: Option<u64>) -> LimitSpe
         tokens_per_minute: tpm,
         per_agent: None,
         max_hold_ms: None,
+        burst_ms: None,
     }
 }
 
@@ -210,4 +211,22 @@ fn the_queue_is_bounded_per_agent_and_in_all() {
     }
     assert_eq!(refused, 5);
     assert_eq!(ledger.queue.len(), WAITING_PER_AGENT_MAX);
+}
+
+#[test]
+fn a_copy_of_a_waiting_acquire_never_ends_the_wait_it_copies() {
+    let spec = spec(Some(1), None, None);
+    let mut ledger = Ledger::default();
+    ledger.apply(&spec, &[acquire(1, 0, 0, 0)], 0);
+    assert_eq!(
+        ledger.apply(&spec, &[acquire(2, 1, 10, 5_000)], 10),
+        [Outcome::Waiting]
+    );
+    // The same acquire again, answered at once (its replica had no room to hold it).
+    assert_eq!(
+        ledger.apply(&spec, &[acquire(2, 1, 20, 0)], 20),
+        [Outcome::Waiting]
+    );
+    assert_eq!(ledger.queue.len(), 1);
+    assert_eq!(ledger.queue[0].deadline_ms, 5_010);
 }

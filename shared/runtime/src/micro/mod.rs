@@ -215,7 +215,11 @@ impl Refusals {
 
     /// Publishes a rule refusal for the audit trail (see [`crate::publish::publish_refusal`]).
     fn publish(&self, subject: &str, err: &ErrorReply) {
-        if err.kind().is_refusal() && err.kind() != ErrorKind::RateLimited {
+        // Not the two a flood makes: an agent over its request budget, or polling a provider
+        // limit (each would write a record per request).
+        if err.kind().is_refusal()
+            && !matches!(err.kind(), ErrorKind::RateLimited | ErrorKind::Limited)
+        {
             let caller = self.caller(subject);
             crate::publish::publish_refusal(
                 &self.js,
