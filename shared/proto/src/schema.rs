@@ -1,3 +1,7 @@
+// Longer than 600 lines because it is the one table of every wire type and agent-facing
+// subject (the AsyncAPI document is generated from it): split, the contract would have two
+// indexes to keep in step.
+
 //! The wire contract as data: a JSON Schema (draft 2020-12) for every
 //! request, reply and stored message type, and an AsyncAPI 3.0 document naming every
 //! agent-facing subject with its request and reply. Both are generated from the types
@@ -18,6 +22,10 @@ use crate::call::{
     ReplyAck, ReplyRequest,
 };
 use crate::inbox::{AckReply, AckRequest, FetchReply, FetchRequest};
+use crate::limits::{
+    AcquireRequest, Lease, LimitList, LimitQuery, LimitSpec, LimitView, ReleaseRequest, Released,
+    RenewRequest,
+};
 use crate::people::ops::{AnswerAck, AnswerRequest, InboxPage, InboxQuery, PersonItemQuery};
 use crate::people::{
     AskRequest, ItemRequest, NoteReport, NoteRequest, Parked, PendingItems, PeopleEvent,
@@ -51,6 +59,7 @@ pub fn schemas() -> Vec<(&'static str, Value)> {
     named![
         AckReply,
         AckRequest,
+        AcquireRequest,
         AgentCard,
         AnswerAck,
         AnswerRequest,
@@ -85,6 +94,11 @@ pub fn schemas() -> Vec<(&'static str, Value)> {
         InboxPage,
         InboxQuery,
         ItemRequest,
+        Lease,
+        LimitList,
+        LimitQuery,
+        LimitSpec,
+        LimitView,
         ListTasks,
         LookupReply,
         LookupRequest,
@@ -104,6 +118,9 @@ pub fn schemas() -> Vec<(&'static str, Value)> {
         RefusalEvent,
         RegisterReply,
         RegistryEventPayload,
+        ReleaseRequest,
+        Released,
+        RenewRequest,
         ReplyAck,
         ReplyRequest,
         SendRequest,
@@ -391,6 +408,34 @@ pub const SUBJECTS: &[Subject] = &[
         summary: "Published by people: what happened to an item addressed to a person (§14, Events).",
         message: "PeopleEvent",
         replies: &[],
+    },
+    Subject {
+        id: "limitsAcquire",
+        address: "agent.limits.acquire.{agent_id}",
+        summary: "Take a lease on a provider limit before calling the provider, waiting up to wait_ms in a queue fair across agents (§15).",
+        message: "AcquireRequest",
+        replies: &["Lease"],
+    },
+    Subject {
+        id: "limitsRelease",
+        address: "agent.limits.release.{agent_id}",
+        summary: "Give a lease back with the tokens the call used (§15).",
+        message: "ReleaseRequest",
+        replies: &["Released"],
+    },
+    Subject {
+        id: "limitsRenew",
+        address: "agent.limits.renew.{agent_id}",
+        summary: "Hold a lease longer (§15).",
+        message: "RenewRequest",
+        replies: &["Lease"],
+    },
+    Subject {
+        id: "limitsGet",
+        address: "agent.limits.get.{agent_id}",
+        summary: "A limit, what is in use, and the caller's own leases (§15).",
+        message: "LimitQuery",
+        replies: &["LimitView"],
     },
     Subject {
         id: "auditThread",
