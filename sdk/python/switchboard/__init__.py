@@ -7,7 +7,7 @@ What the fabric answers is typed (``switchboard.wire``, generated from docs/sche
 read with attributes that are dicts too. The ones the agent's methods return are exported here.
 """
 
-from .agent import Agent, call_id
+from .agent import Agent, Lease, call_id
 from .connection import ConfigError
 from .errors import (AccessDenied, BadRequest, Busy, CallFailed, CallTimeout, Conflict, Expired,
                      Internal, NotFound, SwitchboardError, Unavailable)
@@ -18,7 +18,7 @@ from .wire import (ApprovalUsed, CallAnswer, CallParked, CallPart, DeliveryRepor
                    PendingItems, PeopleList, PersonItem, ReplyAck, ReplyError, SendStatusReply,
                    TaskList, TaskRecord, WireObject)
 
-__all__ = ["Agent", "call_id", "Message", "TaskHandle", "SwitchboardError", "BadRequest",
+__all__ = ["Agent", "Lease", "call_id", "Message", "TaskHandle", "SwitchboardError", "BadRequest",
            "AccessDenied", "NotFound", "Conflict", "Busy", "Expired", "CallTimeout", "CallFailed",
            "Unavailable",
            "Internal", "HANDLER_ERROR", "ConfigError",

@@ -845,6 +845,85 @@ class Agent:
         whose ``items_`` are ``wire.PersonItem`` (``pending["items"]`` too)."""
         return wire.parse(wire.PendingItems, await self._people("pending", {}))
 
+    # ----------------------------------------------------------------------- provider limits
+    async def acquire_limit(self, key: str, *, tokens: int = 0, wait_ms: int = 30_000,
+                            hold_ms: int | None = None) -> "Lease":
+        """Takes a lease on provider limit ``key`` (``"openai:gpt-4.1"``; §15, ``acquire``)
+        drawing ``tokens`` (an estimate), waiting up to ``wait_ms`` (at most 60000) in a queue
+        fair across agents. A :class:`Lease`; :class:`~switchboard.Busy` (kind ``limited``)
+        when none came in time. Prefer ``async with agent.limit(key, tokens=…)``, which gives
+        the lease back for you."""
+        body: JSON = {"key": key, "tokens": tokens, "wait_ms": wait_ms,
+                      "lease_id": str(uuid.uuid4())}
+        if hold_ms is not None:
+            body["hold_ms"] = hold_ms
+        reply = await self.request(f"agent.limits.acquire.{self.id}", body,
+                                   timeout=wait_ms / 1000 + self.request_timeout)
+        return Lease(self, wire.parse(wire.Lease, reply))
+
+    @contextlib.asynccontextmanager
+    async def limit(self, key: str, *, tokens: int = 0, wait_ms: int = 30_000,
+                    hold_ms: int | None = None) -> AsyncIterator["Lease"]:
+        """A lease on provider limit ``key`` for the block, given back when it ends with the
+        tokens reported by ``lease.used(n)`` (else the estimate)::
+
+            async with agent.limit("openai:gpt-4.1", tokens=1200) as lease:
+                reply = await llm.chat(...)
+                lease.used(reply.usage.total_tokens)
+
+        The fleet never holds more leases than the operator declared for the key, so the
+        provider never answers 429 for the fleet as a whole."""
+        lease = await self.acquire_limit(key, tokens=tokens, wait_ms=wait_ms, hold_ms=hold_ms)
+        try:
+            yield lease
+        finally:
+            with contextlib.suppress(SwitchboardError):
+                await lease.release()
+
+    async def limit_view(self, key: str) -> wire.LimitView:
+        """Provider limit ``key`` as declared, what is in use and waiting, and this agent's own
+        leases (§15, ``get``): a ``wire.LimitView``."""
+        return wire.parse(wire.LimitView,
+                          await self.request(f"agent.limits.get.{self.id}", {"key": key}))
+
+
+class Lease:
+    """A lease on a provider limit (§15): ``lease_id``, ``key``, ``tokens`` drawn,
+    ``expires_at`` (it returns by itself then, unless renewed) and ``waited_ms``."""
+
+    def __init__(self, agent: Agent, lease: wire.Lease):
+        self.agent, self.lease = agent, lease
+        self.lease_id, self.key = lease.lease_id, lease.key
+        self.tokens, self.expires_at, self.waited_ms = lease.tokens, lease.expires_at, lease.waited_ms
+        self.tokens_used: int | None = None
+        self.released = False
+
+    def used(self, tokens: int) -> None:
+        """Reports the tokens the provider call used; the release corrects the limit's token
+        bucket by the difference from the estimate."""
+        self.tokens_used = tokens
+
+    async def release(self, tokens_used: int | None = None) -> wire.Released:
+        """Gives the lease back (safe to repeat): a ``wire.Released``, ``released`` false when
+        it had expired already."""
+        used = tokens_used if tokens_used is not None else self.tokens_used
+        body: JSON = {"key": self.key, "lease_id": self.lease_id}
+        if used is not None:
+            body["tokens_used"] = used
+        self.released = True
+        return wire.parse(wire.Released, await self.agent.request(
+            f"agent.limits.release.{self.agent.id}", body))
+
+    async def renew(self, hold_ms: int | None = None) -> None:
+        """Holds the lease ``hold_ms`` more from now (default and most: the limit's
+        ``max_hold_ms``); :class:`~switchboard.NotFound` when it is gone."""
+        body: JSON = {"key": self.key, "lease_id": self.lease_id}
+        if hold_ms is not None:
+            body["hold_ms"] = hold_ms
+        renewed = wire.parse(wire.Lease, await self.agent.request(
+            f"agent.limits.renew.{self.agent.id}", body))
+        self.expires_at = renewed.expires_at
+
 
 def _answered(answer: Mapping[str, Any]) -> wire.CallAnswer:
     """``answer`` as a ``wire.CallAnswer`` when it is an answer; :class:`CallFailed` when the

@@ -61,7 +61,7 @@ class Busy(SwitchboardError):
     """Over a cap or a budget: back off, then retry."""
 
     kinds = ("at_capacity", "too_many_children", "too_many_calls", "too_many_goals",
-             "rate_limited", "inbox_full")
+             "rate_limited", "inbox_full", "limited")
     retryable = True
 
 

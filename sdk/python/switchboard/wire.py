@@ -36,6 +36,26 @@ class AckRequest(WireObject):
     """Done with every message through this sequence (it must have been handed out)."""
 
 
+class AcquireRequest(WireObject):
+    """`agent.limits.acquire.<agent_id>`: take a lease on `key`."""
+    hold_ms: int | None
+    """How long the lease is held before it returns by itself, in ms (at most the limit's
+    `max_hold_ms`, which is also the default)."""
+    key: str
+    """The limit's key."""
+    lease_id: str | None
+    """The lease's id, chosen by the agent so a retried acquire gets the same lease (a fresh
+    one when absent)."""
+    tokens: int
+    """Tokens the provider call is expected to use (drawn from `tokens_per_minute`;
+    0–10^9, default 0)."""
+    wait_ms: int
+    """How long to wait for a lease, in ms (0–60000, default 0: answer at once). A waiting
+    acquire holds its place in a queue that is fair across agents."""
+
+    _defaults = {'tokens': 0, 'wait_ms': 0}
+
+
 class Action(WireObject):
     """The action a person approves: a tool and its arguments."""
     arguments: Any
@@ -735,6 +755,87 @@ class ItemRequest(WireObject):
     """The item."""
 
 
+class Lease(WireObject):
+    """A lease: what an acquire or a renew answers."""
+    expires_at: str
+    """When it returns by itself unless released or renewed (RFC 3339)."""
+    key: str
+    """The limit's key."""
+    lease_id: str
+    """The lease's id (release and renew name it)."""
+    tokens: int
+    """The tokens drawn for it."""
+    waited_ms: int
+    """How long the acquire waited for it, in ms."""
+
+
+class LeaseHeld(WireObject):
+    """One lease out, as [`LimitView`] shows it."""
+    agent_id: AgentId
+    """Its holder."""
+    expires_at: str
+    """When it returns by itself (RFC 3339)."""
+    lease_id: str
+    """The lease."""
+    tokens: int
+    """The tokens drawn for it."""
+
+
+class LimitList(WireObject):
+    """`_SB.ops.limits.list`: every limit declared."""
+    limits: list[LimitView]
+    """The limits, by key."""
+
+
+class LimitQuery(WireObject):
+    """`agent.limits.get.<agent_id>` and `_SB.ops.limits.delete`: one limit."""
+    key: str
+    """The limit's key."""
+
+
+class LimitSpec(WireObject):
+    """A limit an operator declares for one key. Each bound it leaves out does not bind."""
+    burst_ms: int | None
+    """How much of the rates may go at once after a quiet spell, in ms of each rate (1–60000;
+    default 1000: a second's worth, at least one request). Below the provider's own burst,
+    it leaves a margin for the time between a grant and the provider call's arrival."""
+    concurrent: int | None
+    """Most leases out at once (1–1000)."""
+    key: str
+    """What is limited, e.g. `openai:gpt-4.1`: 1–128 characters of `[A-Za-z0-9._:/@+-]`."""
+    max_hold_ms: int | None
+    """Longest a lease is held before it returns by itself, unless renewed, in ms (1000 to
+    3600000; default 120000)."""
+    per_agent: int | None
+    """Most leases one agent holds at once; default half of `concurrent` (at least 1), so no
+    agent holds every lease."""
+    requests_per_minute: int | None
+    """Requests granted per minute, enforced continuously: a sixtieth of it each second,
+    after a burst of `burst_ms` of it (1–10^9)."""
+    tokens_per_minute: int | None
+    """Tokens per minute, enforced like the requests; an acquire draws its estimate, its
+    release corrects it by what was used (1–10^9)."""
+
+
+class LimitView(WireObject):
+    """A limit and what is in use now."""
+    in_use: int
+    """Leases out."""
+    leases: list[LeaseHeld]
+    """The caller's own leases on it (operators: every lease)."""
+    requests_available: float | None
+    """Requests that could be granted now by the rate (absent without `requests_per_minute`)."""
+    spec: LimitSpec
+    """The limit as declared."""
+    tokens_available: float | None
+    """Tokens that could be drawn now (absent without `tokens_per_minute`; negative while a
+    call that used more than its estimate is paid back)."""
+    waiting: int
+    """Acquires waiting."""
+
+    _defaults = {'leases': []}
+
+
 class ListTasks(WireObject):
     """`list`: the caller's tasks by role and state, or the children of a parent, paged."""
     cursor: str | None
@@ -1113,6 +1214,36 @@ class RegistryEventPayload(WireObject):
     """Unique event id (also the `Nats-Msg-Id`, so a retried publish is stored once)."""
     status: AgentStatus | None
     """The status after the event (status / offline / registered events)."""
+
+
+class ReleaseRequest(WireObject):
+    """`agent.limits.release.<agent_id>`: give a lease back."""
+    key: str
+    """The limit's key."""
+    lease_id: str
+    """The lease (or a waiting acquire's `lease_id`, which withdraws it)."""
+    tokens_used: int | None
+    """The tokens the call used (0–10^9; default: the estimate). The limit's token bucket
+    is corrected by the difference."""
+
+
+class Released(WireObject):
+    """What a release answers."""
+    lease_id: str
+    """The lease."""
+    released: bool
+    """Whether it was still held (false: it had expired and returned by itself already, or
+    was released before — a release is safe to repeat)."""
+
+
+class RenewRequest(WireObject):
+    """`agent.limits.renew.<agent_id>`: hold a lease longer."""
+    hold_ms: int | None
+    """The new hold from now, in ms (at most the limit's `max_hold_ms`, the default)."""
+    key: str
+    """The limit's key."""
+    lease_id: str
+    """The lease."""
 
 
 class ReplyAck(WireObject):
@@ -1513,7 +1644,7 @@ CallEventKind: TypeAlias = Literal["answered", "expired", "late_answer", "refuse
 CallState: TypeAlias = Literal["open", "answered", "expired"]
 Decision: TypeAlias = Literal["approved", "denied"]
 Empty: TypeAlias = dict[str, Any]
-ErrorKind: TypeAlias = Literal["bad_request", "invalid_agent_id", "invalid_goal_id", "identity_mismatch", "not_registered", "not_found", "conflict", "unavailable", "internal", "missing_to", "self_send", "empty_message", "body_too_large", "broadcast_too_large", "unreachable", "timeout", "cycle", "depth_exceeded", "too_many_calls", "expired", "not_callee", "task_terminal", "illegal_transition", "not_allowed", "acl_denied", "at_capacity", "too_many_children", "sender_mismatch", "bad_reply_subject", "too_many_goals", "rate_limited", "inbox_full", "not_addressee", "already_answered", "approval_pending", "approval_denied", "approval_used", "action_mismatch", "unknown"]
+ErrorKind: TypeAlias = Literal["bad_request", "invalid_agent_id", "invalid_goal_id", "identity_mismatch", "not_registered", "not_found", "conflict", "unavailable", "internal", "missing_to", "self_send", "empty_message", "body_too_large", "broadcast_too_large", "unreachable", "timeout", "cycle", "depth_exceeded", "too_many_calls", "expired", "not_callee", "task_terminal", "illegal_transition", "not_allowed", "acl_denied", "at_capacity", "too_many_children", "sender_mismatch", "bad_reply_subject", "too_many_goals", "rate_limited", "inbox_full", "not_addressee", "already_answered", "approval_pending", "approval_denied", "approval_used", "action_mismatch", "limited", "unknown"]
 GoalId: TypeAlias = str
 GoalKind: TypeAlias = Literal["interactive", "background", "daemon"]
 InboxState: TypeAlias = Literal["open", "done"]
@@ -1550,6 +1681,8 @@ FetchReply._nested = {'expired_unread': ExpiredUnread, 'messages': ListOf(Fetche
 FetchedMessage._nested = {'message': InboxMessage}
 InboxMessage._nested = {'parts': ListOf(_Part), 'task': TaskRef}
 InboxPage._nested = {'items': ListOf(PersonItem), 'senders': ListOf(SenderShare)}
+LimitList._nested = {'limits': ListOf(LimitView)}
+LimitView._nested = {'leases': ListOf(LeaseHeld), 'spec': LimitSpec}
 LookupReply._nested = {'card': AgentCard}
 PeersReply._nested = {'peers': ListOf(PeerSummary)}
 PendingCall._nested = {'answer': CallAnswer, 'streamed': ListOf(StreamedPart)}

@@ -14,7 +14,8 @@ import { Toolbox } from './tools.js';
 import type {
   AgentCard, ApprovalUsed, CallAnswer, CallParked, CallPart, CallParts, DeliveryReport, FetchReply,
   GoalCloseReply, LookupReply, NoteReport, Parked, PeersReply, PendingCalls, PendingItems,
-  PeopleList, PersonItem, ReplyAck, SendRequest, SendStatusReply, TaskList, TaskReply,
+  Lease as LeaseReply, LimitView, PeopleList, PersonItem, Released, ReplyAck, SendRequest,
+  SendStatusReply, TaskList, TaskReply,
 } from './wire/index.js';
 
 /** A message part (§7): text, data or a file reference. */
@@ -830,6 +831,99 @@ export class Agent {
    * and not used yet, oldest first (§14, `pending`): `{items}`. */
   async peoplePending(): Promise<PendingItems> {
     return this.peopleRequest<PendingItems>('pending', {});
+  }
+
+  // ------------------------------------------------------------------- provider limits
+  /** Takes a lease on provider limit `key` (`'openai:gpt-4.1'`; §15, `acquire`) drawing
+   * `tokens` (an estimate), waiting up to `waitMs` (at most 60000) in a queue fair across
+   * agents: a `Lease`; `Busy` (kind `limited`) when none came in time. Prefer `withLimit`,
+   * which gives the lease back for you. */
+  async acquireLimit(key: string, opts: LimitOptions = {}): Promise<Lease> {
+    const waitMs = opts.waitMs ?? 30_000;
+    const body: Json = { key, tokens: opts.tokens ?? 0, wait_ms: waitMs, lease_id: crypto.randomUUID() };
+    if (opts.holdMs !== undefined) body.hold_ms = opts.holdMs;
+    const lease = await this.request<LeaseReply>(`agent.limits.acquire.${this.id}`, body,
+      { timeoutMs: waitMs + this.requestTimeoutMs });
+    return new Lease(this, lease);
+  }
+
+  /** Runs `fn` holding a lease on provider limit `key`, and gives it back after with the
+   * tokens `fn` reported through `lease.used(n)` (else the estimate):
+   *
+   *     const text = await agent.withLimit('openai:gpt-4.1', { tokens: 1200 }, async (lease) => {
+   *       const reply = await llm.chat(...);
+   *       lease.used(reply.usage.total_tokens);
+   *       return reply.text;
+   *     });
+   *
+   * The fleet never holds more leases than the operator declared for the key. */
+  async withLimit<T>(key: string, opts: LimitOptions, fn: (lease: Lease) => Promise<T>):
+    Promise<T> {
+    const lease = await this.acquireLimit(key, opts);
+    try {
+      return await fn(lease);
+    } finally {
+      await lease.release().catch(() => undefined);
+    }
+  }
+
+  /** Provider limit `key` as declared, what is in use and waiting, and this agent's own leases
+   * (§15, `get`). */
+  async limitView(key: string): Promise<LimitView> {
+    return this.request<LimitView>(`agent.limits.get.${this.id}`, { key });
+  }
+}
+
+/** Options of `acquireLimit` and `withLimit`. */
+export interface LimitOptions {
+  /** Tokens the provider call is expected to use (drawn from the limit's tokens per minute). */
+  tokens?: number;
+  /** How long to wait for a lease, in ms (default 30000, at most 60000). */
+  waitMs?: number;
+  /** How long the lease is held before it returns by itself, in ms (default: the limit's
+   * `max_hold_ms`). */
+  holdMs?: number;
+}
+
+/** A lease on a provider limit (§15). It returns by itself at `expiresAt` unless released or
+ * renewed. */
+export class Lease {
+  readonly leaseId: string;
+  readonly key: string;
+  readonly tokens: number;
+  readonly waitedMs: number;
+  expiresAt: string;
+  tokensUsed?: number;
+
+  constructor(private readonly agent: Agent, lease: LeaseReply) {
+    this.leaseId = lease.lease_id;
+    this.key = lease.key;
+    this.tokens = lease.tokens;
+    this.waitedMs = lease.waited_ms;
+    this.expiresAt = lease.expires_at;
+  }
+
+  /** Reports the tokens the provider call used; the release corrects the limit's token bucket
+   * by the difference from the estimate. */
+  used(tokens: number): void {
+    this.tokensUsed = tokens;
+  }
+
+  /** Gives the lease back (safe to repeat): `released` false when it had expired already. */
+  async release(tokensUsed?: number): Promise<Released> {
+    const used = tokensUsed ?? this.tokensUsed;
+    const body: Json = { key: this.key, lease_id: this.leaseId };
+    if (used !== undefined) body.tokens_used = used;
+    return this.agent.request<Released>(`agent.limits.release.${this.agent.id}`, body);
+  }
+
+  /** Holds the lease `holdMs` more from now (default and most: the limit's `max_hold_ms`). */
+  async renew(holdMs?: number): Promise<void> {
+    const body: Json = { key: this.key, lease_id: this.leaseId };
+    if (holdMs !== undefined) body.hold_ms = holdMs;
+    const renewed = await this.agent.request<LeaseReply>(
+      `agent.limits.renew.${this.agent.id}`, body);
+    this.expiresAt = renewed.expires_at;
   }
 }
 

@@ -87,7 +87,7 @@ const families: [new (kind: string, code: number, message: string) => Switchboar
   [Conflict, ['conflict', 'task_terminal', 'illegal_transition', 'cycle', 'depth_exceeded',
     'action_mismatch', 'approval_pending', 'approval_used', 'already_answered']],
   [Busy, ['at_capacity', 'too_many_children', 'too_many_calls', 'too_many_goals', 'rate_limited',
-    'inbox_full']],
+    'inbox_full', 'limited']],
   [Expired, ['expired']],
   [CallTimeout, ['timeout']],
   [Unavailable, ['unavailable', 'no_responders', 'request_timeout']],

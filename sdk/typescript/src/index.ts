@@ -2,9 +2,10 @@
 // inbox, send, call and answer, give and work on tasks; hand the fabric to an LLM as tools
 // (OpenAI and Anthropic function calling). docs/protocol.md is the contract this implements;
 // the wire types (./wire) are generated from docs/schema, the tools from docs/mcp-tools.json.
-export { Agent, callId, isParty, Message, PEOPLE_AGENT, TaskHandle } from './agent.js';
+export { Agent, callId, isParty, Lease, Message, PEOPLE_AGENT, TaskHandle } from './agent.js';
 export type {
-  AskPersonOptions, CallOptions, ConnectOptions, Handler, Part, PartyId, RequestApprovalOptions,
+  AskPersonOptions, CallOptions, ConnectOptions, Handler, LimitOptions, Part, PartyId,
+  RequestApprovalOptions,
   SendOptions, ServeOptions, TaskOptions, TaskRecord, Trace,
 } from './agent.js';
 export { contextDir, readContext } from './connection.js';
