@@ -3,7 +3,7 @@
 //! One module per command or group of commands, each holding its arguments — the about text,
 //! the examples and the flags — and what it does: `up`; `registry` (register, heartbeat,
 //! deregister, peers, agents, lookup); `goal`; `send` (send, status); `call` (call, reply,
-//! pending); `inbox`; `task`; `audit` (thread, history, audit); `nats_config`; `a2a`; `dlq`; `people`;
+//! pending); `inbox`; `task`; `audit` (thread, history, audit); `nats_config`; `a2a`; `dlq`; `people`; `limits`;
 //! `demo`; `health`. `args` declares the flags many of them share (the NATS URL, `--as`)
 //! once. `switchboard mcp` is [`crate::mcp`].
 
@@ -16,6 +16,7 @@ mod dlq;
 mod goal;
 mod health;
 mod inbox;
+mod limits;
 mod nats_config;
 mod people;
 mod registry;
@@ -89,6 +90,7 @@ enum Command {
     A2a(a2a::A2aArgs),
     Dlq(dlq::DlqArgs),
     People(people::PeopleArgs),
+    Limits(limits::LimitsArgs),
     Demo(demo::DemoArgs),
     Health(health::HealthArgs),
 }
@@ -150,6 +152,7 @@ async fn dispatch(command: Command, json: bool, view: View) -> ExitCode {
         Command::Health(args) => return health::run(&args, json).await,
         Command::Dlq(args) => dlq::run(args).await,
         Command::People(args) => people::run(args).await,
+        Command::Limits(args) => limits::run(args).await,
         Command::Register(args) => registry::register(args).await,
         Command::Heartbeat(args) => registry::heartbeat(args).await,
         Command::Deregister(args) => registry::deregister(args).await,
@@ -210,13 +213,14 @@ fn view_of(command: &Command) -> View {
         | Command::Inbox(_)
         | Command::NatsConfig(_)
         | Command::Health(_)
+        | Command::Limits(_)
         | Command::A2a(_) => View::Json,
     }
 }
 
 /// The NATS services `up` runs (the services of a running system), by the names they answer
 /// `$SRV` requests and export telemetry under. The console is an HTTP server, not one of them.
-pub(crate) const SERVICES: [&str; 7] = [
+pub(crate) const SERVICES: [&str; 8] = [
     ::directory::SPEC.name,
     inbox_fanout::SPEC.name,
     reply_correlator::SPEC.name,
@@ -224,4 +228,5 @@ pub(crate) const SERVICES: [&str; 7] = [
     ::audit::SPEC.name,
     a2a_gateway::SPEC.name,
     ::people::SPEC.name,
+    ::limits::SPEC.name,
 ];
