@@ -1,5 +1,5 @@
 # syntax=docker/dockerfile:1
-# The Switchboard image: all nine binaries (eight services + the `switchboard` CLI) in one image;
+# The Switchboard image: all ten binaries (nine services + the `switchboard` CLI) in one image;
 # SERVICE picks the service a container runs (docker-compose.yml, helm/switchboard).
 #
 #   docker build -t switchboard .
@@ -32,7 +32,8 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
     && mkdir -p /out \
     && cp target/release/directory target/release/inbox-fanout target/release/reply-correlator \
        target/release/task-lifecycle target/release/audit target/release/a2a-gateway \
-       target/release/people target/release/console target/release/switchboard /out/
+       target/release/people target/release/limits target/release/console \
+       target/release/switchboard /out/
 
 # ---- run -----------------------------------------------------------------------------------
 FROM debian:bookworm-slim

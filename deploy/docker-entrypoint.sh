@@ -1,5 +1,5 @@
 #!/bin/sh
-# Entry point of the switchboard image: one image, nine binaries (eight services and the
+# Entry point of the switchboard image: one image, ten binaries (nine services and the
 # `switchboard` CLI), $SERVICE picks the service.
 #
 #   (no arguments)      exec "$SERVICE"          run the service (directory by default)
@@ -9,10 +9,10 @@
 set -eu
 
 case "${SERVICE:-}" in
-    directory | inbox-fanout | reply-correlator | task-lifecycle | audit | a2a-gateway | people | console) ;;
+    directory | inbox-fanout | reply-correlator | task-lifecycle | audit | a2a-gateway | people | limits | console) ;;
     *)
         echo "switchboard image: SERVICE must be one of directory, inbox-fanout," \
-            "reply-correlator, task-lifecycle, audit, a2a-gateway, people, console" \
+            "reply-correlator, task-lifecycle, audit, a2a-gateway, people, limits, console" \
             "(got '${SERVICE:-}')" >&2
         exit 64
         ;;

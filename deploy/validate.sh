@@ -3,7 +3,7 @@
 #   - nats/*.conf: `nats-server -t` with the pinned server, then booted on loopback
 #     (single server; 3-node cluster forms a JetStream meta group, sync_interval always)
 #   - docker-compose.yml: the compose-spec JSON schema, then references and invariants of all
-#     eight services (deploy/compose_check.py SERVICES), including deploy/people.toml (people,
+#     nine services (deploy/compose_check.py SERVICES), including deploy/people.toml (people,
 #     console), deploy/prometheus.yml, deploy/grafana/ (provisioning, dashboard) and the metric
 #     names the dashboard queries
 #   - Dockerfile: hadolint; the shell scripts: shellcheck
