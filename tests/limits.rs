@@ -26,6 +26,7 @@ fn spec(key: &str, concurrent: u32) -> LimitSpec {
         tokens_per_minute: None,
         per_agent: None,
         max_hold_ms: None,
+        burst_ms: None,
     }
 }
 
@@ -365,4 +366,78 @@ async fn a_hostile_agent_cannot_take_refund_hog_flood_or_crash() {
     assert_eq!(victim.limit_view("shared").await.unwrap().in_use, 4);
     lease.release(None).await.unwrap();
     second.release(None).await.unwrap();
+}
+
+/// `switchboard limits …` with `--json`, against `url`: its parsed output.
+async fn cli(url: &str, args: &[&str]) -> serde_json::Value {
+    let out = tokio::process::Command::new(switchboard_tests::service_bin("switchboard"))
+        .arg("--json")
+        .arg("limits")
+        .args(args)
+        .env("NATS_URL", url)
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "switchboard limits {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[tokio::test]
+async fn an_operator_declares_lists_and_deletes_limits_and_an_agent_leases_on_the_command_line() {
+    let fabric = Fabric::start().await;
+    let _limits = start_limits(&fabric.url()).await;
+    let url = fabric.url();
+    let set = cli(
+        &url,
+        &[
+            "set",
+            "openai:gpt-4.1",
+            "--concurrent",
+            "2",
+            "--requests-per-minute",
+            "600",
+        ],
+    )
+    .await;
+    assert_eq!(set["spec"]["concurrent"], 2, "{set}");
+    let lease = cli(
+        &url,
+        &[
+            "acquire",
+            "openai:gpt-4.1",
+            "--as",
+            "cli-agent",
+            "--tokens",
+            "5",
+        ],
+    )
+    .await;
+    let id = lease["lease_id"].as_str().unwrap().to_owned();
+    let shown = cli(&url, &["show", "openai:gpt-4.1", "--as", "cli-agent"]).await;
+    assert_eq!(shown["in_use"], 1, "{shown}");
+    let listed = cli(&url, &["list"]).await;
+    assert_eq!(
+        listed["limits"][0]["leases"][0]["agent_id"], "cli-agent",
+        "{listed}"
+    );
+    let released = cli(
+        &url,
+        &[
+            "release",
+            "openai:gpt-4.1",
+            &id,
+            "--as",
+            "cli-agent",
+            "--tokens-used",
+            "3",
+        ],
+    )
+    .await;
+    assert_eq!(released["released"], true, "{released}");
+    cli(&url, &["delete", "openai:gpt-4.1"]).await;
+    assert_eq!(cli(&url, &["list"]).await["limits"], json!([]));
 }
