@@ -220,6 +220,7 @@ impl Secured {
             Service::Tasks(fast_tasks()),
             Service::Audit(fast_audit()),
             Service::People(Default::default()),
+            Service::Limits(Default::default()),
         ] {
             replicas.push(service.start(&settings).await);
         }
@@ -309,6 +310,7 @@ async fn fabric_intact(services: &async_nats::Client) {
         CURSORS_BUCKET,
         CALLS_BUCKET,
         TASKS_BUCKET,
+        switchboard_proto::LIMITS_BUCKET,
     ] {
         assert!(js.get_key_value(bucket).await.is_ok(), "{bucket} is gone");
     }
@@ -318,6 +320,7 @@ async fn fabric_intact(services: &async_nats::Client) {
         "reply-correlator",
         "task-lifecycle",
         "audit",
+        "limits",
     ] {
         let ping = tokio::time::timeout(
             Duration::from_secs(5),
@@ -916,6 +919,8 @@ async fn random_reply_subjects_headers_and_numbers_never_panic_or_write_elsewher
     use proptest::strategy::{Strategy, ValueTree};
     let fabric = Fabric::start().await;
     let (_audit, _trail) = switchboard_tests::start_audit(&fabric.url(), fast_audit()).await;
+    // Provider limits too (docs/protocol.md §15): their endpoints are in the table.
+    let _limits = switchboard_tests::start_limits(&fabric.url()).await;
     let (alice, _alice_goal) = fabric.agent_with_goal("alice").await;
     let (_mallet, mallet_goal) = fabric.agent_with_goal("mallet").await;
     let _ = alice;

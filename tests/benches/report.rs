@@ -35,6 +35,7 @@
 mod report_a2a;
 mod report_console;
 mod report_inbox;
+mod report_limits;
 mod report_peers;
 mod report_people;
 mod report_receipts;
@@ -139,6 +140,16 @@ impl Report {
         });
     }
 
+    /// A target "measured ≥ limit" in `unit`.
+    fn at_least(&mut self, what: &str, measured: f64, unit: &str, limit: f64) {
+        self.targets.push(Target {
+            what: what.to_owned(),
+            measured: format!("{measured:.0} {unit}"),
+            limit: format!("≥ {limit} {unit}"),
+            met: measured >= limit,
+        });
+    }
+
     fn absolute(&mut self, what: &str, measured: f64, unit: &str, limit: f64) {
         self.targets.push(Target {
             what: what.to_owned(),
@@ -188,6 +199,14 @@ async fn main() {
     }
     if std::env::var("BENCH_ONLY").as_deref() == Ok("full-goal") {
         full_goal_only(ops).await;
+        return;
+    }
+    if std::env::var("BENCH_ONLY").as_deref() == Ok("limits") {
+        // Provider limits (issue 41) on a server of their own: a few seconds.
+        let nats = NatsServer::start().await;
+        let mut report = Report::default();
+        report_limits::limit_rows(&mut report, &nats.url(), ops, SERVICE_ENV).await;
+        println!("{}", render(&report, ops, 0, Duration::ZERO));
         return;
     }
     if std::env::var("BENCH_ONLY").as_deref() == Ok("people") {
@@ -531,6 +550,10 @@ async fn main() {
     let thread = report_console::thread_of(&url, thread_messages()).await;
     wait_until_audited(&js).await;
     report_console::console_rows(&mut report, &url, agents_total, thread).await;
+
+    // Provider limits (issue 41): three limits replicas on this server, started for the rows.
+    wait_until_audited(&js).await;
+    report_limits::limit_rows(&mut report, &url, ops, SERVICE_ENV).await;
 
     // The call beside Synadia's agent SDK and raw NATS, on a server of its own with the
     // shipped defaults (issue 25).
