@@ -441,3 +441,86 @@ async fn an_operator_declares_lists_and_deletes_limits_and_an_agent_leases_on_th
     cli(&url, &["delete", "openai:gpt-4.1"]).await;
     assert_eq!(cli(&url, &["list"]).await["limits"], json!([]));
 }
+
+/// Issue 41: correct whatever dies. Two limits processes serve 12 agents taking and giving back
+/// leases on a limit of 3 (waiting for them); one process is SIGKILLed in the middle, holding
+/// whatever acquires it held, and started again. The leases out, sampled all along, never pass
+/// 3; an acquire lost with the process is taken again by its agent, and the lease it may have
+/// been granted unseen returns at its expiry (1 s); every agent finishes its leases.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_replica_never_lets_the_fleet_past_the_limit() {
+    use std::sync::atomic::AtomicBool;
+    use switchboard_testkit::process::ServiceProcess;
+    let fabric = Fabric::start().await;
+    let url = fabric.url();
+    let bin = switchboard_tests::service_bin("limits");
+    let first = ServiceProcess::start(&bin, "limits", &url, &[]).await;
+    let second = ServiceProcess::start(&bin, "limits", &url, &[]).await;
+    let ops = fabric.nats.client().await;
+    limits_set(
+        &ops,
+        &LimitSpec {
+            max_hold_ms: Some(1_000),
+            per_agent: Some(1),
+            ..spec("crash:llm", 3)
+        },
+    )
+    .await
+    .unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let most = Arc::new(AtomicUsize::new(0));
+    let sampler = {
+        let (ops, stop, most) = (ops.clone(), Arc::clone(&stop), Arc::clone(&most));
+        tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                if let Ok(listed) = limits_list(&ops).await
+                    && let Some(limit) = listed.limits.first()
+                {
+                    most.fetch_max(limit.in_use as usize, Ordering::Relaxed);
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+    };
+    let done = Arc::new(AtomicUsize::new(0));
+    let mut agents = Vec::new();
+    for n in 0..12 {
+        let agent = fabric.agent(&format!("crash-{n}")).await;
+        let done = Arc::clone(&done);
+        agents.push(tokio::spawn(async move {
+            let mut taken = 0;
+            while taken < 8 {
+                // A lost acquire (its replica killed) times out or finds no one: take again.
+                match agent.limit("crash:llm", 0, Duration::from_secs(3)).await {
+                    Ok(lease) => {
+                        tokio::time::sleep(Duration::from_millis(15)).await;
+                        let _ = lease.release(None).await;
+                        taken += 1;
+                        done.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+                }
+            }
+        }))
+    }
+    // The kill, in the middle of the run.
+    let halfway = switchboard_testkit::eventually(Duration::from_secs(30), || async {
+        done.load(Ordering::Relaxed) >= 30
+    })
+    .await;
+    assert!(halfway, "{} leases in 30 s", done.load(Ordering::Relaxed));
+    first.signal("KILL").await;
+    let again = ServiceProcess::start(&bin, "limits", &url, &[]).await;
+    for agent in agents {
+        tokio::time::timeout(Duration::from_secs(60), agent)
+            .await
+            .expect("every agent finishes its leases within 60 s")
+            .unwrap();
+    }
+    stop.store(true, Ordering::Relaxed);
+    sampler.await.unwrap();
+    assert_eq!(done.load(Ordering::Relaxed), 96);
+    let most = most.load(Ordering::Relaxed);
+    assert!(most <= 3, "{most} leases out of 3");
+    futures::future::join_all([again.terminate(), second.terminate()]).await;
+}
