@@ -66,6 +66,8 @@ pub(crate) async fn limit_rows(report: &mut Report, url: &str, ops: usize, env: 
     // Raw request/reply beside, on the same server.
     let responder = async_nats::connect(url).await.unwrap();
     let mut echo = responder.subscribe("bench.limits.echo").await.unwrap();
+    // Registered at the server before the first request.
+    responder.flush().await.unwrap();
     let answering = responder.clone();
     tokio::spawn(async move {
         while let Some(message) = echo.next().await {
@@ -137,7 +139,10 @@ async fn throughput_row(report: &mut Report, client: &async_nats::Client, ops: u
                 for limit in listed["limits"].as_array().into_iter().flatten() {
                     if limit["spec"]["key"] == "bench:shared" {
                         let in_use = limit["in_use"].as_u64().unwrap_or(0);
-                        most.fetch_max(u32::try_from(in_use).unwrap_or(u32::MAX), Ordering::Relaxed);
+                        most.fetch_max(
+                            u32::try_from(in_use).unwrap_or(u32::MAX),
+                            Ordering::Relaxed,
+                        );
                     }
                 }
                 tokio::time::sleep(Duration::from_millis(20)).await;

@@ -238,6 +238,9 @@ impl Ledger {
                         false => Outcome::Gone,
                     };
                 }
+                // Grants what fits first, so the caps count only acquires that truly wait (a
+                // batch of acquires that all fit must not trip them).
+                self.settle(spec, now);
                 let mine = self.queue.iter().filter(|t| t.agent == *agent).count();
                 if mine >= WAITING_PER_AGENT_MAX || self.queue.len() >= WAITING_MAX {
                     return Outcome::Limited {

@@ -230,3 +230,19 @@ fn a_copy_of_a_waiting_acquire_never_ends_the_wait_it_copies() {
     assert_eq!(ledger.queue.len(), 1);
     assert_eq!(ledger.queue[0].deadline_ms, 5_010);
 }
+
+#[test]
+fn a_batch_of_acquires_that_all_fit_never_trips_the_waiting_cap() {
+    let spec = LimitSpec {
+        per_agent: Some(100),
+        ..spec(Some(100), None, None)
+    };
+    let mut ledger = Ledger::default();
+    let ops: Vec<Op> = (0..64).map(|n| acquire(n + 1, 0, 0, 0)).collect();
+    let outcomes = ledger.apply(&spec, &ops, 0);
+    assert!(
+        outcomes.iter().all(|o| matches!(o, Outcome::Granted(_))),
+        "{outcomes:?}"
+    );
+    assert_eq!(ledger.leases.len(), 64);
+}
