@@ -205,7 +205,7 @@ async fn main() {
         // Provider limits (issue 41) on a server of their own: a few seconds.
         let nats = NatsServer::start().await;
         let mut report = Report::default();
-        report_limits::limit_rows(&mut report, &nats.url(), ops, SERVICE_ENV).await;
+        report_limits::limit_rows(&mut report, &nats.url(), ops, SERVICE_ENV, None).await;
         println!("{}", render(&report, ops, 0, Duration::ZERO));
         return;
     }
@@ -553,7 +553,7 @@ async fn main() {
 
     // Provider limits (issue 41): three limits replicas on this server, started for the rows.
     wait_until_audited(&js).await;
-    report_limits::limit_rows(&mut report, &url, ops, SERVICE_ENV).await;
+    report_limits::limit_rows(&mut report, &url, ops, SERVICE_ENV, Some(raw_rr)).await;
 
     // The call beside Synadia's agent SDK and raw NATS, on a server of its own with the
     // shipped defaults (issue 25).

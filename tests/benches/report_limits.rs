@@ -13,7 +13,7 @@ use switchboard_proto::AgentId;
 use switchboard_proto::limits::{Lease, LimitSpec, LimitsOp, LimitsOpsOp};
 use switchboard_request::request::request_json;
 use switchboard_testkit::process::ServiceProcess;
-use switchboard_tests::bench::measure;
+use switchboard_tests::bench::{Sample, measure};
 use switchboard_tests::service_bin;
 
 use crate::Report;
@@ -56,38 +56,24 @@ async fn lease_once(client: &async_nats::Client, agent: &AgentId, key: &str) {
 }
 
 /// The rows, on the fabric at `url` (three `limits` replicas started and stopped here).
-pub(crate) async fn limit_rows(report: &mut Report, url: &str, ops: usize, env: &[(&str, &str)]) {
+pub(crate) async fn limit_rows(
+    report: &mut Report,
+    url: &str,
+    ops: usize,
+    env: &[(&str, &str)],
+    raw: Option<Sample>,
+) {
     let mut replicas = Vec::new();
     for _ in 0..3 {
         replicas.push(ServiceProcess::start(&service_bin("limits"), "limits", url, env).await);
     }
     let client = async_nats::connect(url).await.unwrap();
 
-    // Raw request/reply beside, on the same server.
-    let responder = async_nats::connect(url).await.unwrap();
-    let mut echo = responder.subscribe("bench.limits.echo").await.unwrap();
-    // Registered at the server before the first request.
-    responder.flush().await.unwrap();
-    let answering = responder.clone();
-    tokio::spawn(async move {
-        while let Some(message) = echo.next().await {
-            if let Some(reply) = message.reply {
-                let _ = answering.publish(reply, message.payload).await;
-            }
-        }
-    });
-    let raw = {
-        let client = client.clone();
-        measure(ops, 2, 64, move || {
-            let client = client.clone();
-            async move {
-                client
-                    .request("bench.limits.echo", "{}".into())
-                    .await
-                    .unwrap();
-            }
-        })
-        .await
+    // Raw request/reply beside, on the same server: the full report's own row, or measured
+    // here when the rows run alone.
+    let raw = match raw {
+        Some(raw) => raw,
+        None => raw_request_reply(url, ops).await,
     };
     limits_set(&client, &spec("bench:uncontended", 1_000))
         .await
@@ -101,7 +87,11 @@ pub(crate) async fn limit_rows(report: &mut Report, url: &str, ops: usize, env: 
         })
         .await
     };
-    report.row("limits", "raw request/reply", raw);
+    report.row(
+        "limits",
+        "raw request/reply (the report's, or measured here alone)",
+        raw,
+    );
     report.row("limits", "acquire + release of an uncontended lease", pair);
     report.ratio(
         "limits: acquire+release p50 / raw request/reply p50",
@@ -112,6 +102,34 @@ pub(crate) async fn limit_rows(report: &mut Report, url: &str, ops: usize, env: 
     throughput_row(report, &client, ops).await;
     // Together: each waits until no replica of the service answers any more.
     futures::future::join_all(replicas.into_iter().map(ServiceProcess::terminate)).await;
+}
+
+/// Raw request/reply on `url`: a plain subscriber echoing the request.
+async fn raw_request_reply(url: &str, ops: usize) -> Sample {
+    let client = async_nats::connect(url).await.unwrap();
+    let responder = async_nats::connect(url).await.unwrap();
+    let mut echo = responder.subscribe("bench.limits.echo").await.unwrap();
+    responder.flush().await.unwrap();
+    let answering = responder.clone();
+    tokio::spawn(async move {
+        while let Some(message) = echo.next().await {
+            if let Some(reply) = message.reply {
+                let _ = answering.publish(reply, message.payload).await;
+            }
+        }
+    });
+    let raw = measure(ops, 2, 64, move || {
+        let client = client.clone();
+        async move {
+            client
+                .request("bench.limits.echo", "{}".into())
+                .await
+                .unwrap();
+        }
+    })
+    .await;
+    drop(responder);
+    raw
 }
 
 /// Acquires per second on one key of `CONCURRENT` leases, `IN_FLIGHT` at once from 64 agents
