@@ -83,13 +83,11 @@ async fn two_hundred_agents_through_leases_never_get_a_429_and_share_the_provide
             requests_per_minute: Some(3_450),
             tokens_per_minute: Some(3_450 * 150),
             per_agent: Some(1),
-            key: "fake:llm".to_owned(),
-            concurrent: Some(10),
-            max_hold_ms: None,
             // A tenth of a second's worth at once: below the provider's own burst (a second's),
             // so the jitter between a grant and the call's arrival finds the provider's bucket
             // never empty.
             burst_ms: Some(100),
+            ..LimitSpec::concurrent("fake:llm", 10)
         },
     )
     .await

@@ -25,13 +25,8 @@ const CONCURRENT: u32 = 100;
 
 fn spec(key: &str, concurrent: u32) -> LimitSpec {
     LimitSpec {
-        key: key.to_owned(),
-        concurrent: Some(concurrent),
-        requests_per_minute: None,
-        tokens_per_minute: None,
         per_agent: Some(concurrent),
-        max_hold_ms: None,
-        burst_ms: None,
+        ..LimitSpec::concurrent(key, concurrent)
     }
 }
 

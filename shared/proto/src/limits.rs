@@ -129,6 +129,20 @@ pub struct LimitSpec {
 }
 
 impl LimitSpec {
+    /// A limit of `concurrent` leases out at once on `key`, every other bound left out (set
+    /// them with struct update syntax).
+    pub fn concurrent(key: &str, concurrent: u32) -> Self {
+        Self {
+            key: key.to_owned(),
+            concurrent: Some(concurrent),
+            requests_per_minute: None,
+            tokens_per_minute: None,
+            per_agent: None,
+            max_hold_ms: None,
+            burst_ms: None,
+        }
+    }
+
     /// The burst of the rates, in ms of each rate.
     pub fn burst(&self) -> u64 {
         self.burst_ms.unwrap_or(BURST_DEFAULT_MS)
@@ -338,15 +352,7 @@ mod tests {
     use super::*;
 
     fn spec(key: &str) -> LimitSpec {
-        LimitSpec {
-            key: key.to_owned(),
-            concurrent: Some(10),
-            requests_per_minute: None,
-            tokens_per_minute: None,
-            per_agent: None,
-            max_hold_ms: None,
-            burst_ms: None,
-        }
+        LimitSpec::concurrent(key, 10)
     }
 
     #[test]
