@@ -19,15 +19,7 @@ use switchboard_tests::services::start_limits;
 use switchboard_tests::wire::raw;
 
 fn spec(key: &str, concurrent: u32) -> LimitSpec {
-    LimitSpec {
-        key: key.to_owned(),
-        concurrent: Some(concurrent),
-        requests_per_minute: None,
-        tokens_per_minute: None,
-        per_agent: None,
-        max_hold_ms: None,
-        burst_ms: None,
-    }
+    LimitSpec::concurrent(key, concurrent)
 }
 
 fn kind(err: &ClientError) -> ErrorKind {
@@ -284,12 +276,18 @@ async fn a_hostile_agent_cannot_take_refund_hog_flood_or_crash() {
     .await;
     assert_eq!(reply.error_kind(), "bad_request");
     assert_eq!(victim.limit_view("shared").await.unwrap().in_use, 1);
+    // Its own renew asking for 2^63 ms is refused, not held for ever.
+    let own_renew = LimitsOp::Renew.subject(&"victim".parse().unwrap());
+    let huge = json!({"key": "shared", "lease_id": id, "hold_ms": 1u64 << 63});
+    let reply = raw(&client, &own_renew, huge.to_string()).await;
+    assert_eq!(reply.error_kind(), "bad_request");
 
     // Refunds: negative or absurd spend, absurd estimates and waits.
     for body in [
         json!({"key": "shared", "lease_id": id, "tokens_used": -5}),
         json!({"key": "shared", "lease_id": id, "tokens_used": 1e30}),
         json!({"key": "shared", "lease_id": id, "tokens_used": 2_000_000_000u64}),
+        json!({"key": "shared", "lease_id": id, "tokens_used": 1u64 << 63}),
     ] {
         let reply = raw(&client, &release, body.to_string()).await;
         assert_eq!(reply.error_kind(), "bad_request", "{body}");
@@ -302,6 +300,11 @@ async fn a_hostile_agent_cannot_take_refund_hog_flood_or_crash() {
         json!({"key": "no such limit"}),
         json!({"key": "*"}),
         json!({"key": "k".repeat(1_000_000)}),
+        json!({"key": "shared\r\nX-Forged: 1"}),
+        json!({"key": "shared", "tokens": 1u64 << 63}),
+        json!({"key": "shared", "wait_ms": 1u64 << 63}),
+        json!({"key": "shared", "hold_ms": 1u64 << 63}),
+        json!({"key": "shared", "lease_id": "not-a-uuid"}),
         json!({"key": "shared", "extra": 1}),
     ] {
         let reply = raw(&client, &acquire, body.to_string()).await;
