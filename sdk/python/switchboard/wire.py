@@ -98,6 +98,24 @@ class AgentCard(WireObject):
     }
 
 
+class AgentCost(WireObject):
+    """One agent's spend in one tree."""
+    agent_id: str
+    """The agent."""
+    root: str
+    """The tree."""
+    spent: Amounts
+    """What it spent there."""
+
+
+class Amounts(WireObject):
+    """Amounts in both units."""
+    cost: int
+    """Cost, in micro-units."""
+    tokens: int
+    """Tokens."""
+
+
 class Answer(WireObject):
     """Who answered an item, what and when."""
     at: Timestamp
@@ -272,6 +290,106 @@ class AuditRecords(WireObject):
     _defaults = {'truncated': False}
 
 
+class BudgetAsk(WireObject):
+    """The budget a `CallRequest` or `CreateTask` asks for (`budget`). Without `root`/`parent`,
+    the work draws from the budget of the call or task it is made under
+    (`parent_correlation_id`, `parent_task_id`) when that one has a budget, else it opens a
+    new tree with these amounts. With them, it draws from that node (which the caller must
+    own): a call made while serving a task, a task made while serving a call."""
+    cost: int | None
+    """Cost in micro-units of the fabric's currency, like `tokens`. 1–10^15."""
+    parent: str | None
+    """The node to draw from (with `root`): `metadata.budget.work` of the work being served."""
+    root: str | None
+    """The tree to draw from (with `parent`): `metadata.budget.root` of the work being served."""
+    tokens: int | None
+    """Tokens: a new tree's total, or the most a child reserves (default: all its parent has
+    left). 1–10^15."""
+
+
+class BudgetEvent(WireObject):
+    """A budget event, `agent.budget.events.<event>.<root>` (stored in `AGENT_EVENTS`, recorded
+    by the audit as `budget.<event>`)."""
+    agent_id: AgentId
+    """The work's owner."""
+    at: str
+    """When."""
+    cost: int | None
+    """`opened`/`reserved`: granted cost; `spent`: cost charged."""
+    event: str
+    """`opened`, `reserved`, `spent`, `closed` or `exhausted`."""
+    over: Amounts | None
+    """`spent`: reported beyond what was left, not charged."""
+    parent: str | None
+    """The work's parent node."""
+    requester: AgentId | None
+    """Who made the work (`opened`, `reserved`)."""
+    root: str
+    """The tree."""
+    tokens: int | None
+    """`opened`/`reserved`: granted tokens; `spent`: tokens charged."""
+    work: str
+    """The work it concerns (for `exhausted`: the work whose spend exhausted the tree)."""
+
+
+class BudgetGrant(WireObject):
+    """What a piece of work was granted: carried as `metadata.budget` in the request or task
+    message its owner receives, and returned to the services that asked."""
+    cost: int | None
+    """Cost granted, in micro-units; absent: no cost bound."""
+    cut: bool
+    """`true` when an amount was cut: to what the parent had left, or to the per-agent cap."""
+    root: str
+    """The tree: the id of its root piece of work."""
+    tokens: int | None
+    """Tokens granted; absent: no token bound."""
+    work: str
+    """This piece of work (the call's `correlation_id`, the task's `task_id`)."""
+
+    _defaults = {'cut': False}
+
+
+class BudgetQuery(WireObject):
+    """`agent.budget.get.<me>`: a node, for its owner or its requester."""
+    root: str
+    """The tree."""
+    work: str
+    """The work."""
+
+
+class BudgetView(WireObject):
+    """A node as its owner sees it: what it was granted, spent, holds for its children, and has
+    left; and its tree's totals."""
+    children: Amounts
+    """Held by its children still running, plus what its ended children spent."""
+    cost: int | None
+    """Granted cost; absent: unbounded."""
+    ended: bool
+    """The work has ended (closed, or past its deadline)."""
+    exhausted: bool
+    """The whole tree has spent its budget."""
+    left: Amounts
+    """Left to spend or hand down (for an unbounded unit: 0, ignore it)."""
+    over: Amounts | None
+    """Reported beyond what was left, and so not charged."""
+    owner: AgentId
+    """Who does the work."""
+    root: str
+    """The tree."""
+    spent: Amounts
+    """Spent by this work itself."""
+    tokens: int | None
+    """Granted tokens; absent: unbounded."""
+    tree_budget: Amounts
+    """The tree's budget (its root's grant)."""
+    tree_spent: Amounts
+    """Spent in the whole tree."""
+    work: str
+    """The work."""
+
+    _defaults = {'ended': False, 'exhausted': False}
+
+
 class CallAnswer(WireObject):
     """Reply to a waiting call: the callee's answer."""
     answered_at: Timestamp
@@ -378,6 +496,10 @@ class CallPartsRequest(WireObject):
 
 class CallRequest(WireObject):
     """Body of `agent.call.<agent_id>` (talk_to_agent / call_agent)."""
+    budget: BudgetAsk | None
+    """The call's cost budget (docs/protocol.md §16): amounts for a new tree, or caps on what
+    it draws from its parent call's budget (or from the node it names). A call made under
+    a parent call with a budget draws from it without this."""
     correlation_id: str | None
     """The caller's own name for the call, so a retry is recognised: the call's id is
     [`scoped_call_id`] of the caller and this, so a retry naming it again is that call (its
@@ -424,8 +546,60 @@ class ChainBreak(WireObject):
     """The first record that does not fit."""
 
 
+class CloseRequest(WireObject):
+    """`_SB.budget.close` (services only): the work ended. Safe to repeat."""
+    root: str
+    """The tree."""
+    work: str
+    """The piece of work that ended."""
+
+
+class CostNode(WireObject):
+    """One piece of work in a cost tree."""
+    agent_id: str
+    """Who did it."""
+    granted: Amounts
+    """What it was granted (0: unbounded or not recorded)."""
+    over: Amounts | None
+    """Reported beyond what it had left."""
+    parent: str | None
+    """Its parent node; absent for the root."""
+    spent: Amounts
+    """What it spent itself."""
+    work: str
+    """The work."""
+
+
+class CostQuery(WireObject):
+    """`agent.audit.cost`: a tree's cost as the audit recorded it, or one agent's trees."""
+    agent_id: str | None
+    """Instead: every tree this agent spent in (its newest 100)."""
+    root: str | None
+    """The tree (its root's id)."""
+
+
+class CostReport(WireObject):
+    """`agent.audit.cost`'s reply."""
+    agents: list[AgentCost]
+    """What each agent spent: in the tree asked for, or in each tree of the agent asked for."""
+    budget: Amounts | None
+    """The tree's budget (its root's grant), when a tree was asked for."""
+    exhausted: bool
+    """The tree ran out (an `exhausted` event was recorded)."""
+    nodes: list[CostNode]
+    """The tree asked for: every node, parents before children."""
+    total: Amounts
+    """The total spent (the tree's, or the agent's over the trees listed)."""
+
+    _defaults = {'exhausted': False, 'nodes': []}
+
+
 class CreateTask(WireObject):
     """`create` and `spawn`: a task for `to` (`self` in a spawn: any live goal of the caller)."""
+    budget: BudgetAsk | None
+    """The task's cost budget (docs/protocol.md §16): amounts for a new tree, or caps on what
+    it draws from its parent task's budget (or from the node it names, e.g. the call being
+    served). A spawn under a parent with a budget draws from it without this."""
     callback: dict[str, Any] | None
     """Routing of the conversation that asked; returned unchanged in every `task_update`."""
     deadline: Timestamp | None
@@ -1016,6 +1190,8 @@ class PendingCall(WireObject):
     ([`CallPartsRequest`])."""
     answered_via: AnswerRoute | None
     """Where the answer went, once delivered."""
+    budget: BudgetGrant | None
+    """The call's budget, when it has one (its callee sees it as `metadata.budget`)."""
     callee: AgentId
     """Who must answer."""
     caller: AgentId
@@ -1293,6 +1469,29 @@ class ReplyRequest(WireObject):
     _defaults = {'partial': False, 'parts': []}
 
 
+class ReserveRequest(WireObject):
+    """`_SB.budget.reserve` (services only): open a root (no `parent`) or reserve a child."""
+    cost: int | None
+    """Cost asked for."""
+    deadline: str | None
+    """When the work ends at the latest (a call's or task's deadline): past it, its unspent
+    share returns even if nobody closes it."""
+    owner: AgentId
+    """Who does the work (the callee, the assignee): the one who reports its spend."""
+    parent: str | None
+    """The node it draws from; absent for a root."""
+    requester: AgentId
+    """Who made the work (the caller, the requester): must own `parent`."""
+    requester_goal: GoalId | None
+    """The requester's goal (a root's exhaustion notice goes there)."""
+    root: str
+    """The tree (for a root: its own id, `work`)."""
+    tokens: int | None
+    """Tokens asked for."""
+    work: str
+    """The new piece of work."""
+
+
 class RoleEntry(WireObject):
     """One role as agents see it (`agent.people.list`)."""
     id: Party
@@ -1404,6 +1603,21 @@ class Skill(WireObject):
     }
 
 
+class SpendRequest(WireObject):
+    """`agent.budget.spend.<me>`: what the caller spent on work it owns. Amounts are charged up
+    to what the work has left; the rest is recorded as `over_*`, never charged."""
+    cost: int
+    """Cost spent, in micro-units (0–10^15)."""
+    root: str
+    """The tree (`metadata.budget.root`)."""
+    tokens: int
+    """Tokens spent (0–10^15)."""
+    work: str
+    """The work (`metadata.budget.work`)."""
+
+    _defaults = {'cost': 0, 'tokens': 0}
+
+
 class StreamedPart(WireObject):
     """A partial reply as the call record keeps it (the durable copy a caller that missed it
     reads back with [`CallPartsRequest`])."""
@@ -1487,6 +1701,8 @@ class TaskRecord(WireObject):
     """Who does it."""
     assignee_goal: GoalId | None
     """Set by `accept`'s `from_goal_id` (absent until then); the assignee's notices go there."""
+    budget: BudgetGrant | None
+    """The task's budget, when it has one (its assignee sees it as `metadata.budget`)."""
     callback: dict[str, Any] | None
     """The requester's routing, returned unchanged."""
     children: list[str]
@@ -1644,7 +1860,7 @@ CallEventKind: TypeAlias = Literal["answered", "expired", "late_answer", "refuse
 CallState: TypeAlias = Literal["open", "answered", "expired"]
 Decision: TypeAlias = Literal["approved", "denied"]
 Empty: TypeAlias = dict[str, Any]
-ErrorKind: TypeAlias = Literal["bad_request", "invalid_agent_id", "invalid_goal_id", "identity_mismatch", "not_registered", "not_found", "conflict", "unavailable", "internal", "missing_to", "self_send", "empty_message", "body_too_large", "broadcast_too_large", "unreachable", "timeout", "cycle", "depth_exceeded", "too_many_calls", "expired", "not_callee", "task_terminal", "illegal_transition", "not_allowed", "acl_denied", "at_capacity", "too_many_children", "sender_mismatch", "bad_reply_subject", "too_many_goals", "rate_limited", "inbox_full", "not_addressee", "already_answered", "approval_pending", "approval_denied", "approval_used", "action_mismatch", "limited", "unknown"]
+ErrorKind: TypeAlias = Literal["bad_request", "invalid_agent_id", "invalid_goal_id", "identity_mismatch", "not_registered", "not_found", "conflict", "unavailable", "internal", "missing_to", "self_send", "empty_message", "body_too_large", "broadcast_too_large", "unreachable", "timeout", "cycle", "depth_exceeded", "too_many_calls", "expired", "not_callee", "task_terminal", "illegal_transition", "not_allowed", "acl_denied", "at_capacity", "too_many_children", "sender_mismatch", "bad_reply_subject", "too_many_goals", "rate_limited", "inbox_full", "not_addressee", "already_answered", "approval_pending", "approval_denied", "approval_used", "action_mismatch", "limited", "budget_exhausted", "unknown"]
 GoalId: TypeAlias = str
 GoalKind: TypeAlias = Literal["interactive", "background", "daemon"]
 InboxState: TypeAlias = Literal["open", "done"]
@@ -1667,14 +1883,31 @@ Timestamp: TypeAlias = str
 # How each class builds its nested objects (key → class), when made and when read.
 _Part = Tagged("type", {"text": PartText, "data": PartData, "file": PartFile})
 AgentCard._nested = {'skills': ListOf(Skill)}
+AgentCost._nested = {'spent': Amounts}
 ApprovalRequest._nested = {'action': Action}
 ApprovalUse._nested = {'action': Action}
 AuditRecords._nested = {'records': ListOf(AuditEntry)}
+BudgetEvent._nested = {'over': Amounts}
+BudgetView._nested = {
+    'children': Amounts,
+    'left': Amounts,
+    'over': Amounts,
+    'spent': Amounts,
+    'tree_budget': Amounts,
+    'tree_spent': Amounts,
+}
 CallAnswer._nested = {'error': ReplyError, 'parts': ListOf(_Part)}
 CallPart._nested = {'parts': ListOf(_Part)}
 CallParts._nested = {'answer': CallAnswer, 'parts': ListOf(CallPart)}
-CallRequest._nested = {'parts': ListOf(_Part)}
-CreateTask._nested = {'parts': ListOf(_Part)}
+CallRequest._nested = {'budget': BudgetAsk, 'parts': ListOf(_Part)}
+CostNode._nested = {'granted': Amounts, 'over': Amounts, 'spent': Amounts}
+CostReport._nested = {
+    'agents': ListOf(AgentCost),
+    'budget': Amounts,
+    'nodes': ListOf(CostNode),
+    'total': Amounts,
+}
+CreateTask._nested = {'budget': BudgetAsk, 'parts': ListOf(_Part)}
 ErrorReply._nested = {'error': ErrorBody}
 ExpiredUnread._nested = {'from': ListOf(SenderCount)}
 FetchReply._nested = {'expired_unread': ExpiredUnread, 'messages': ListOf(FetchedMessage)}
@@ -1685,7 +1918,11 @@ LimitList._nested = {'limits': ListOf(LimitView)}
 LimitView._nested = {'leases': ListOf(LeaseHeld), 'spec': LimitSpec}
 LookupReply._nested = {'card': AgentCard}
 PeersReply._nested = {'peers': ListOf(PeerSummary)}
-PendingCall._nested = {'answer': CallAnswer, 'streamed': ListOf(StreamedPart)}
+PendingCall._nested = {
+    'answer': CallAnswer,
+    'budget': BudgetGrant,
+    'streamed': ListOf(StreamedPart),
+}
 PendingCalls._nested = {'incoming': ListOf(PendingCall), 'outgoing': ListOf(PendingCall)}
 PendingItems._nested = {'items': ListOf(PersonItem)}
 PeopleList._nested = {'people': ListOf(PersonEntry), 'roles': ListOf(RoleEntry)}
@@ -1698,6 +1935,7 @@ TaskAction._nested = {'parts': ListOf(_Part)}
 TaskEvent._nested = {'parts': ListOf(_Part)}
 TaskList._nested = {'tasks': ListOf(TaskRecord)}
 TaskRecord._nested = {
+    'budget': BudgetGrant,
     'history': ListOf(TaskTransition),
     'parts': ListOf(_Part),
     'result_parts': ListOf(_Part),

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use async_nats::Message;
 use switchboard_proto::ErrorReply;
 use switchboard_proto::audit::{AuditOp, HistoryRequest, ThreadRequest};
+use switchboard_proto::budget::CostQuery;
 use switchboard_runtime::micro::{Endpoint, decode};
 
 use crate::queries::Queries;
@@ -27,6 +28,10 @@ pub(crate) fn endpoints(queries: &Arc<Queries>) -> Vec<Endpoint> {
                 AuditOp::History => Endpoint::json(name, subject, move |req: HistoryRequest| {
                     let me = Arc::clone(&me);
                     async move { Ok::<_, ErrorReply>(me.history(req).await?) }
+                }),
+                AuditOp::Cost => Endpoint::json(name, subject, move |req: CostQuery| {
+                    let me = Arc::clone(&me);
+                    async move { Ok::<_, ErrorReply>(me.cost(req).await?) }
                 }),
                 AuditOp::Pending => {
                     Endpoint::json(name, subject, move |_: serde::de::IgnoredAny| {

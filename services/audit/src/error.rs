@@ -17,6 +17,9 @@ pub enum AuditError {
     /// A `history` request's `limit` is 0 or above [`HISTORY_LIMIT_MAX`].
     #[error("`limit` must be 1 to {HISTORY_LIMIT_MAX}")]
     HistoryLimit,
+    /// A `cost` request names neither or both of `root` and `agent_id` (or an empty one).
+    #[error("give one of `root` (a budget tree) or `agent_id`")]
+    CostWithoutOne,
     /// An `export` request pages (`limit` or `cursor`): it sends every record.
     #[error("export takes a filter without `limit` or `cursor`: it sends every record")]
     ExportPaged,
@@ -68,6 +71,7 @@ impl AuditError {
         match self {
             Self::ThreadWithoutId
             | Self::HistoryLimit
+            | Self::CostWithoutOne
             | Self::ExportPaged
             | Self::ExportWithoutReply => ErrorKind::BadRequest,
             Self::QueryIndex(_)

@@ -405,6 +405,33 @@ impl Index {
         Self::entries(&db, &sql, &params)
     }
 
+    /// The budget records of one tree (its root id is their correlation id), by sequence.
+    pub fn budget_tree(&self, root: &str) -> Result<Vec<AuditEntry>, IndexError> {
+        let db = self.db()?;
+        Self::entries(
+            &db,
+            "SELECT entry FROM records WHERE correlation_id = ?1 AND kind LIKE 'budget.%'
+             ORDER BY seq",
+            &[&root],
+        )
+    }
+
+    /// The `budget.spent` records of one agent, newest first, at most `limit`.
+    pub fn budget_spent_by(
+        &self,
+        agent: &str,
+        limit: usize,
+    ) -> Result<Vec<AuditEntry>, IndexError> {
+        let db = self.db()?;
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        Self::entries(
+            &db,
+            "SELECT entry FROM records WHERE from_agent = ?1 AND kind = 'budget.spent'
+             ORDER BY seq DESC LIMIT ?2",
+            &[&agent, &limit],
+        )
+    }
+
     /// Requests that expect a reply and have none: no response, answer, expiry or later
     /// message in reply to them. One entry per request (its first delivery).
     pub fn pending(&self) -> Result<Vec<AuditEntry>, IndexError> {

@@ -15,6 +15,7 @@
 
 mod appender;
 pub mod config;
+pub mod cost;
 mod endpoints;
 pub mod error;
 pub mod index;

@@ -10,6 +10,7 @@ use switchboard_proto::audit::{
     AuditEntry, AuditRecords, ExportDone, HEADER_EXPORT, HISTORY_LIMIT_DEFAULT, HISTORY_LIMIT_MAX,
     HistoryRequest, ThreadRequest, VerifyReply,
 };
+use switchboard_proto::budget::{CostQuery, CostReport};
 
 use crate::error::AuditError;
 use crate::index::{Index, IndexError};
@@ -127,6 +128,27 @@ impl Queries {
             next_cursor,
             truncated: false,
         })
+    }
+
+    /// cost: a budget tree's cost, or one agent's spend per tree (docs/protocol.md §16).
+    pub async fn cost(&self, request: CostQuery) -> Result<CostReport, AuditError> {
+        let index = self.fresh_index().await?;
+        match (request.root, request.agent_id) {
+            (Some(root), None) => {
+                let entries =
+                    blocking(index, move |index| index.budget_tree(&root.to_string())).await?;
+                Ok(crate::cost::tree(root, &entries))
+            }
+            (None, Some(agent)) if (1..=256).contains(&agent.len()) => {
+                let who = agent.clone();
+                let entries = blocking(index, move |index| {
+                    index.budget_spent_by(&who, crate::cost::AGENT_SPENDS_MAX)
+                })
+                .await?;
+                Ok(crate::cost::agent(&agent, &entries))
+            }
+            _ => Err(AuditError::CostWithoutOne),
+        }
     }
 
     /// pending: requests that expect a reply and have none.

@@ -129,6 +129,14 @@ pub fn from_source(
                     record.to_agent = party;
                 }
             }
+            ["agent", "budget", "events", event, ..] => {
+                // docs/protocol.md §16: the tree's root id is the record's correlation id, so
+                // a tree's records are found together (`agent.audit.cost`, `thread`).
+                record.kind = format!("budget.{event}");
+                record.correlation_id = uuid(&body, "root");
+                record.from_agent = text(&body, "agent_id");
+                record.to_agent = text(&body, "requester");
+            }
             ["agent", "refusals", service, ..] => {
                 record.kind = format!("refused.{service}");
                 record.from_agent = text(&body, "agent_id");

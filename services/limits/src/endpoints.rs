@@ -5,14 +5,60 @@
 use std::sync::Arc;
 
 use switchboard_proto::ErrorReply;
+use switchboard_proto::budget::{
+    BUDGET_CLOSE_SUBJECT, BUDGET_RESERVE_SUBJECT, BudgetOp, BudgetQuery, CloseRequest,
+    ReserveRequest, SpendRequest,
+};
 use switchboard_proto::limits::{
     AcquireRequest, LimitQuery, LimitSpec, LimitsOp, LimitsOpsOp, ReleaseRequest, RenewRequest,
 };
 use switchboard_runtime::micro::{AgentRequest, Endpoint};
 
+use crate::budget::Budgets;
 use crate::service::Limits;
 
-/// Every endpoint.
+/// Every endpoint of the budgets: the agent-facing `agent.budget.<op>.<agent>` and the
+/// services' `_SB.budget.reserve|close`.
+pub(crate) fn budget_endpoints(budgets: &Arc<Budgets>) -> Vec<Endpoint> {
+    macro_rules! agent {
+        ($op:expr, $name:literal, $body:ty, |$me:ident, $req:ident| $call:expr) => {{
+            let held = Arc::clone(budgets);
+            Endpoint::agent($name, $op.prefix(), move |$req: AgentRequest<$body>| {
+                let $me = Arc::clone(&held);
+                async move { $call.await.map_err(ErrorReply::from) }
+            })
+        }};
+    }
+    macro_rules! services {
+        ($subject:expr, $name:literal, $body:ty, |$me:ident, $req:ident| $call:expr) => {{
+            let held = Arc::clone(budgets);
+            Endpoint::json($name, $subject.to_owned(), move |$req: $body| {
+                let $me = Arc::clone(&held);
+                async move { $call.await.map_err(ErrorReply::from) }
+            })
+        }};
+    }
+    vec![
+        agent!(BudgetOp::Spend, "budget_spend", SpendRequest, |me, req| me
+            .spend(&req.caller, req.body)),
+        agent!(BudgetOp::Get, "budget_get", BudgetQuery, |me, req| me
+            .get(&req.caller, req.body)),
+        services!(
+            BUDGET_RESERVE_SUBJECT,
+            "budget_reserve",
+            ReserveRequest,
+            |me, req| me.reserve(req)
+        ),
+        services!(
+            BUDGET_CLOSE_SUBJECT,
+            "budget_close",
+            CloseRequest,
+            |me, req| me.close(req)
+        ),
+    ]
+}
+
+/// Every endpoint of the limits.
 pub(crate) fn endpoints(limits: &Arc<Limits>) -> Vec<Endpoint> {
     macro_rules! agent {
         ($op:expr, $name:literal, $body:ty, |$me:ident, $req:ident| $call:expr) => {{

@@ -22,7 +22,7 @@ pub enum LimitsError {
         retry_after_ms: u64,
     },
     /// The key's state kept changing under this replica's writes.
-    #[error("the leases of `{0}` kept changing; retry")]
+    #[error("`{0}` kept changing under this replica's writes; retry")]
     Conflict(String),
     /// Too many limits are declared.
     #[error("{0}")]
@@ -33,6 +33,15 @@ pub enum LimitsError {
     /// This replica cannot take the request now.
     #[error("{0}")]
     Unavailable(String),
+    /// The caller may not act on this budget node.
+    #[error("{0}")]
+    NotAllowed(String),
+    /// The budget node ended, or its id names other work.
+    #[error("{0}")]
+    Refused(String),
+    /// Nothing is left of the budget to grant.
+    #[error("{0}")]
+    Exhausted(String),
 }
 
 impl From<StoreError> for LimitsError {
@@ -48,7 +57,9 @@ impl LimitsError {
             Self::BadRequest(_) => ErrorKind::BadRequest,
             Self::NotFound(_) => ErrorKind::NotFound,
             Self::Limited { .. } | Self::TooMany(_) => ErrorKind::Limited,
-            Self::Conflict(_) => ErrorKind::Conflict,
+            Self::Conflict(_) | Self::Refused(_) => ErrorKind::Conflict,
+            Self::NotAllowed(_) => ErrorKind::NotAllowed,
+            Self::Exhausted(_) => ErrorKind::BudgetExhausted,
             Self::Store(_) | Self::Unavailable(_) => ErrorKind::Unavailable,
         }
     }

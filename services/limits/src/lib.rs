@@ -1,6 +1,7 @@
 //! # limits
 //!
-//! Provider limits the whole fleet shares (docs/protocol.md §15). An operator declares a
+//! Provider limits the whole fleet shares (docs/protocol.md §15), and cost budgets that flow
+//! down a conversation (§16: `budget.rs`, `tree.rs`). An operator declares a
 //! limit per key (`openai:gpt-4.1`: concurrent requests, requests and tokens per minute, each
 //! agent's share, the longest hold); an agent **acquires** a lease before it calls its
 //! provider — waiting, if it asks to, in a queue fair across agents — and **releases** it with
@@ -15,6 +16,7 @@
 //! acquires), `service.rs` (the checks on each request), `endpoints.rs` (the endpoint table),
 //! this file (`start`/`run`, the bucket's watch).
 
+pub mod budget;
 pub mod config;
 mod endpoints;
 pub mod error;
@@ -22,6 +24,7 @@ mod keeper;
 pub mod ledger;
 mod service;
 pub mod store;
+pub mod tree;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -33,6 +36,7 @@ use switchboard_proto::LIMITS_SERVICE;
 use switchboard_runtime::micro::{self, ServiceSpec};
 use switchboard_runtime::{CancellationToken, RuntimeConfig, resources};
 
+pub use budget::Budgets;
 pub use config::LimitsConfig;
 pub use service::Limits;
 pub use switchboard_runtime::service::StartError;
@@ -41,7 +45,7 @@ pub use switchboard_runtime::service::StartError;
 pub const SPEC: ServiceSpec = ServiceSpec {
     name: LIMITS_SERVICE,
     version: env!("CARGO_PKG_VERSION"),
-    description: "Switchboard limits: provider limits the fleet shares, as leases",
+    description: "Switchboard limits: provider limits the fleet shares, as leases; cost budgets",
 };
 
 /// A started limits service; call [`Running::run`] to serve.
@@ -49,6 +53,7 @@ pub const SPEC: ServiceSpec = ServiceSpec {
 pub struct Running {
     running: micro::Running,
     limits: Arc<Limits>,
+    budgets: Arc<Budgets>,
     grace: Duration,
 }
 
@@ -61,18 +66,24 @@ pub async fn start(
     let js = jetstream::new(client.clone());
     let bucket =
         resources::ensure_bucket(&js, resources::limits_bucket(&runtime.jetstream)).await?;
+    resources::ensure_stream(&js, resources::events_stream(&runtime.jetstream)).await?;
+    // Budget notices go into inboxes through the one door (docs/protocol.md §7).
+    let door = switchboard_delivery::door::Door::open(&js, &runtime.jetstream, 0).await?;
+    let budgets = Arc::new(Budgets::new(
+        bucket.clone(),
+        js.clone(),
+        door,
+        runtime.budgets.clone(),
+    ));
     let limits = Arc::new(Limits::new(store::LimitStore::new(bucket), config));
-    let running = micro::start(
-        client,
-        SPEC,
-        endpoints::endpoints(&limits),
-        &runtime.requests,
-    )
-    .await?;
+    let mut table = endpoints::endpoints(&limits);
+    table.extend(endpoints::budget_endpoints(&budgets));
+    let running = micro::start(client, SPEC, table, &runtime.requests).await?;
     tracing::info!(service = SPEC.name, "limits ready");
     Ok(Running {
         running,
         limits,
+        budgets,
         grace: runtime.shutdown_grace(),
     })
 }
@@ -83,11 +94,18 @@ impl Running {
         Arc::clone(&self.limits)
     }
 
+    /// The budgets (for in-process callers and tests).
+    pub fn budgets(&self) -> Arc<Budgets> {
+        Arc::clone(&self.budgets)
+    }
+
     /// Serves and follows the bucket until `shutdown`, then drains.
     pub async fn run(self, shutdown: CancellationToken) {
         let watch = tokio::spawn(follow(Arc::clone(&self.limits), shutdown.clone()));
+        let view = tokio::spawn(self.budgets.door().view().clone().watch(shutdown.clone()));
         self.running.run(shutdown, self.grace).await;
         let _ = watch.await;
+        let _ = view.await;
     }
 }
 

@@ -97,6 +97,7 @@ impl Correlator {
                 streamed: Vec::new(),
                 answer: None,
                 traceparent: None,
+                budget: None,
             };
             let reason = err.to_string();
             self.emit(CallEventKind::Refused, &refused, Some(&reason))
@@ -297,7 +298,10 @@ impl Correlator {
             streamed: Vec::new(),
             answer: None,
             traceparent: switchboard_runtime::telemetry::current_traceparent(),
+            budget: None,
         };
+        let mut call = call;
+        call.budget = self.budget(&call, request, parent.as_ref()).await?;
         Ok(Opening {
             call,
             timeout_ms: if clamped {
@@ -307,6 +311,42 @@ impl Correlator {
             },
             clamped,
         })
+    }
+
+    /// The call's budget (docs/protocol.md §16): the node it names, else its parent call's,
+    /// else a new tree for the amounts it asks, else the configured default; reserved at the
+    /// limits service (a retry of the call finds its first grant).
+    async fn budget(
+        &self,
+        call: &PendingCall,
+        request: &CallRequest,
+        parent: Option<&PendingCall>,
+    ) -> Result<Option<switchboard_proto::budget::BudgetGrant>, CorrelatorError> {
+        if let Some(ask) = &request.budget {
+            ask.check().map_err(CorrelatorError::BadBudget)?;
+        }
+        let inherited = parent
+            .and_then(|p| p.budget.as_ref())
+            .map(|b| (b.root, b.work));
+        let Some(draw) = switchboard_request::budget::draw(
+            call.correlation_id,
+            request.budget.as_ref(),
+            inherited,
+            self.default_budget.clone(),
+        ) else {
+            return Ok(None);
+        };
+        switchboard_request::budget::reserve(
+            &self.client,
+            draw,
+            call.correlation_id,
+            (&call.caller, request.from_goal_id),
+            &call.callee,
+            Some(call.deadline),
+        )
+        .await
+        .map(Some)
+        .map_err(CorrelatorError::Budget)
     }
 
     /// A waiting call's subscription to the answers other replicas hand over (none parked).

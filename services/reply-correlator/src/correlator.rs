@@ -135,6 +135,8 @@ pub struct Correlator {
     /// Each replier's share of those places ([`OVERTAKEN_PER_REPLIER`]), so one agent replying
     /// to made-up ids cannot take them all from the callees whose replies really overtook.
     overtaken_by: switchboard_runtime::places::Places<AgentId>,
+    /// The budget a call gets when it names none and draws on no parent's (`[budgets]`).
+    pub(crate) default_budget: Option<switchboard_proto::budget::BudgetAsk>,
 }
 
 /// When a reply names a call with no record, it may have overtaken the record (a call whose
@@ -161,13 +163,25 @@ impl Correlator {
             background: tokio_util::task::TaskTracker::new(),
             overtaken: tokio::sync::Semaphore::new(OVERTAKEN_WAITERS),
             overtaken_by: Default::default(),
+            default_budget: None,
         }
+    }
+
+    /// The same, giving calls that name no budget the configured default (`[budgets]`).
+    pub fn with_budgets(mut self, budgets: &switchboard_runtime::config::BudgetsConfig) -> Self {
+        self.default_budget = budgets.default_ask();
+        self
     }
 
     /// Publishes a call event into `AGENT_EVENTS` (retried with the same id; the call's state
     /// change is already committed, so a failure is logged, not returned).
     pub(crate) async fn emit(&self, event: CallEventKind, call: &PendingCall, body: Option<&str>) {
         count_call(event.token());
+        if event == CallEventKind::Expired
+            && let Some(budget) = &call.budget
+        {
+            switchboard_request::budget::close(&self.client, budget);
+        }
         let (subject, payload) = call_event(event, call, body);
         publish_event(&self.js, &subject, &payload.id.to_string(), &payload).await;
     }
@@ -178,6 +192,10 @@ impl Correlator {
     /// and its event loses no event (the callee, unacknowledged, retries).
     pub(crate) async fn emit_answered(&self, call: &PendingCall, body: &str) {
         count_call(CallEventKind::Answered.token());
+        // The call ended: what its callee did not spend returns to the tree (§16).
+        if let Some(budget) = &call.budget {
+            switchboard_request::budget::close(&self.client, budget);
+        }
         let (subject, payload) = call_event(CallEventKind::Answered, call, Some(body));
         let once = format!("answered:{}", call.correlation_id);
         publish_event(&self.js, &subject, &once, &payload).await;

@@ -19,6 +19,13 @@ pub enum CorrelatorError {
     /// fit one inbox message).
     #[error("{}", .0.error.message)]
     Gate(ErrorReply),
+    /// The call's `budget` is malformed (amounts out of range, `root` without `parent`).
+    #[error("{0}")]
+    BadBudget(String),
+    /// The budgets refused the call's budget (`budget_exhausted`, `not_allowed`, …) or could
+    /// not be reached (`unavailable`).
+    #[error("{}", .0.error.message)]
+    Budget(ErrorReply),
     /// The call names `*`: a call goes to one peer.
     #[error("a call goes to one peer; use send_to_peer with `*` to broadcast")]
     Broadcast,
@@ -167,7 +174,11 @@ impl CorrelatorError {
     /// The stable kind callers match on.
     pub fn kind(&self) -> ErrorKind {
         match self {
-            Self::Gate(reply) | Self::Chain(reply) | Self::FanoutRefused(reply) => reply.kind(),
+            Self::Gate(reply)
+            | Self::Chain(reply)
+            | Self::FanoutRefused(reply)
+            | Self::Budget(reply) => reply.kind(),
+            Self::BadBudget(_) => ErrorKind::BadRequest,
             Self::Broadcast | Self::MissingCorrelationId | Self::PartOutOfOrder { .. } => {
                 ErrorKind::BadRequest
             }

@@ -84,12 +84,15 @@ pub async fn start(
     // a request to the fan-out (docs/protocol.md §9, "Order of checks", step 11). A call never
     // broadcasts.
     let door = Door::open(&js, &runtime.jetstream, 0).await?;
-    let correlator = Arc::new(Correlator::new(
-        client.clone(),
-        store::CallStore::new(js, calls, index),
-        config,
-        door,
-    ));
+    let correlator = Arc::new(
+        Correlator::new(
+            client.clone(),
+            store::CallStore::new(js, calls, index),
+            config,
+            door,
+        )
+        .with_budgets(&runtime.budgets),
+    );
     let running = micro::start(
         client,
         SPEC,

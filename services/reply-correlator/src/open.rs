@@ -286,6 +286,14 @@ impl Correlator {
         request: &CallRequest,
     ) -> Result<DeliveryReport, CorrelatorError> {
         let mut metadata = request.metadata.clone();
+        // Only the correlator says what budget a call has (docs/protocol.md §16).
+        metadata.remove(switchboard_proto::budget::BUDGET_METADATA_KEY);
+        if let Some(budget) = &record.budget {
+            metadata.insert(
+                switchboard_proto::budget::BUDGET_METADATA_KEY.to_owned(),
+                serde_json::to_value(budget).unwrap_or_default(),
+            );
+        }
         metadata.insert(
             "call_chain".to_owned(),
             serde_json::to_value(&record.chain).unwrap_or_default(),

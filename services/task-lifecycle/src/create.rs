@@ -86,6 +86,7 @@ impl Tasks {
         };
         let mut task = new_task(caller, &assignee, body, &request, now);
         (task.task_id, task.deadline, task.parent) = (task_id, deadline, parent_id);
+        task.budget = self.budget(&task, &request).await?;
         (task.depth, task.requester_goal) = (depth, requester_goal);
         let Some(stored) = self.store.insert(&task).await? else {
             // Created meanwhile by a concurrent request with the same id.
@@ -273,6 +274,47 @@ impl Tasks {
         })
     }
 
+    /// The task's budget (docs/protocol.md §16): the node it names, else its parent task's,
+    /// else a new tree for the amounts it asks, else the configured default; reserved at the
+    /// limits service before the task is recorded (a retried create finds its first grant).
+    async fn budget(
+        &self,
+        task: &TaskRecord,
+        request: &CreateTask,
+    ) -> Result<Option<switchboard_proto::budget::BudgetGrant>, TaskError> {
+        if let Some(ask) = &request.budget {
+            ask.check().map_err(TaskError::BadBudget)?;
+        }
+        let inherited = match task.parent {
+            Some(parent) => self
+                .store
+                .find(&parent)
+                .await?
+                .and_then(|p| p.task.budget)
+                .map(|b| (b.root, b.work)),
+            None => None,
+        };
+        let Some(draw) = switchboard_request::budget::draw(
+            task.task_id,
+            request.budget.as_ref(),
+            inherited,
+            self.default_budget.clone(),
+        ) else {
+            return Ok(None);
+        };
+        switchboard_request::budget::reserve(
+            &self.client,
+            draw,
+            task.task_id,
+            (&task.requester, task.requester_goal),
+            &task.assignee,
+            task.deadline,
+        )
+        .await
+        .map(Some)
+        .map_err(TaskError::Budget)
+    }
+
     /// The `kind: task` message to each of the assignee's goals (`Nats-Msg-Id`
     /// `task:<task_id>:<goal>`, so a repeat is stored once); returns the goals that took it.
     async fn deliver_task(&self, task: &TaskRecord, goals: &[GoalId]) -> Vec<GoalId> {
@@ -289,6 +331,16 @@ impl Tasks {
         message.task = Some(task_ref(task));
         message.callback = task.callback.clone();
         message.metadata = task.metadata.clone();
+        // Only the service says what budget a task has (docs/protocol.md §16).
+        message
+            .metadata
+            .remove(switchboard_proto::budget::BUDGET_METADATA_KEY);
+        if let Some(budget) = &task.budget {
+            message.metadata.insert(
+                switchboard_proto::budget::BUDGET_METADATA_KEY.to_owned(),
+                serde_json::to_value(budget).unwrap_or_default(),
+            );
+        }
         message.receipt = task.receipt;
         let delivered = self
             .publish_to(
@@ -444,5 +496,6 @@ fn new_task(
         created_at: now,
         updated_at: now,
         traceparent: switchboard_runtime::telemetry::current_traceparent(),
+        budget: None,
     }
 }

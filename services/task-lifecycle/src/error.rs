@@ -15,6 +15,13 @@ use uuid::Uuid;
 /// Why a task request failed.
 #[derive(Debug, thiserror::Error)]
 pub enum TaskError {
+    /// The task's `budget` is malformed (amounts out of range, `root` without `parent`).
+    #[error("{0}")]
+    BadBudget(String),
+    /// The budgets refused the task's budget (`budget_exhausted`, `not_allowed`, …) or could
+    /// not be reached (`unavailable`).
+    #[error("{}", .0.error.message)]
+    Budget(ErrorReply),
     /// A spawn without the task it is part of.
     #[error("`parent_task_id` is required: the task this one is part of")]
     ParentRequired,
@@ -247,8 +254,9 @@ impl TaskError {
             | Self::NoteRequired
             | Self::BadLimit
             | Self::BadPerson(_)
-            | Self::BadMetadataFilter => ErrorKind::BadRequest,
-            Self::Gate(reply) => reply.kind(),
+            | Self::BadMetadataFilter
+            | Self::BadBudget(_) => ErrorKind::BadRequest,
+            Self::Gate(reply) | Self::Budget(reply) => reply.kind(),
             Self::TaskForSelf => ErrorKind::SelfSend,
             Self::UnknownAssignee(_) | Self::NoLiveGoals(_) | Self::NoSkill(_) => {
                 ErrorKind::Unreachable

@@ -91,13 +91,16 @@ pub async fn start(
             message: err.to_string(),
         })?;
     let sweep_every = Duration::from_millis(config.sweep_interval_ms.max(10));
-    let tasks = Arc::new(Tasks::new(
-        client.clone(),
-        store::TaskStore::new(js, tasks, index),
-        door,
-        receipts,
-        config,
-    ));
+    let tasks = Arc::new(
+        Tasks::new(
+            client.clone(),
+            store::TaskStore::new(js, tasks, index),
+            door,
+            receipts,
+            config,
+        )
+        .with_budgets(&runtime.budgets),
+    );
     let running = micro::start(
         client,
         SPEC,

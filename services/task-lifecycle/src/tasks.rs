@@ -42,6 +42,8 @@ pub struct Tasks {
     /// replica take turns instead of colliding on the compare-and-set (other replicas still
     /// race through it).
     pub(crate) load_locks: std::sync::Mutex<HashMap<AgentId, Arc<tokio::sync::Mutex<()>>>>,
+    /// The budget a task gets when it names none and draws on no parent's (`[budgets]`).
+    pub(crate) default_budget: Option<switchboard_proto::budget::BudgetAsk>,
 }
 
 impl Tasks {
@@ -62,7 +64,14 @@ impl Tasks {
             config,
             sweeps: std::sync::atomic::AtomicU64::new(0),
             load_locks: std::sync::Mutex::new(HashMap::new()),
+            default_budget: None,
         }
+    }
+
+    /// The same, giving tasks that name no budget the configured default (`[budgets]`).
+    pub fn with_budgets(mut self, budgets: &switchboard_runtime::config::BudgetsConfig) -> Self {
+        self.default_budget = budgets.default_ask();
+        self
     }
 }
 

@@ -198,6 +198,12 @@ impl Tasks {
         note: Option<&str>,
         parts: &[switchboard_proto::Part],
     ) {
+        // A task that ended gives back what its assignee did not spend (§16).
+        if task.state.is_terminal()
+            && let Some(budget) = &task.budget
+        {
+            switchboard_request::budget::close(&self.client, budget);
+        }
         {
             use switchboard_runtime::telemetry::metrics;
             metrics::instruments().task_transitions.add(

@@ -28,6 +28,7 @@
 mod admin;
 mod agent;
 mod audit;
+mod budget;
 mod dlq;
 mod error;
 mod goal;
@@ -43,6 +44,7 @@ mod tasks;
 pub use admin::{AgentListing, list_agents};
 pub use agent::{Agent, AgentOptions, agent_connect_options, server_list};
 pub use audit::{audit_export, audit_history, audit_pending, audit_thread, audit_verify};
+pub use budget::{audit_cost, budget_of, draw_from};
 pub use dlq::{DeadLetter, Replayed, dlq_discard, dlq_list, dlq_replay};
 pub use error::ClientError;
 pub use goal::{Delivery, Goal};

@@ -35,16 +35,20 @@ pub enum AuditOp {
     Export,
     /// Walks the hash chain and reports the first break ([`VerifyReply`]).
     Verify,
+    /// What each agent spent in a budget tree, or in each tree of one agent
+    /// ([`crate::budget::CostQuery`] → [`crate::budget::CostReport`]).
+    Cost,
 }
 
 impl AuditOp {
     /// Every op.
-    pub const ALL: [AuditOp; 5] = [
+    pub const ALL: [AuditOp; 6] = [
         Self::Thread,
         Self::History,
         Self::Pending,
         Self::Export,
         Self::Verify,
+        Self::Cost,
     ];
 
     /// The subject token (and micro endpoint name).
@@ -55,6 +59,7 @@ impl AuditOp {
             Self::Pending => "pending",
             Self::Export => "export",
             Self::Verify => "verify",
+            Self::Cost => "cost",
         }
     }
 

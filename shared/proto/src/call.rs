@@ -2,6 +2,9 @@
 //! `agent.reply.<id>`, `agent.calls.pending.<id>`, the pending-call record kept in the
 //! `agent_calls` bucket, and the pure rules (timeout clamp, chain, cycle, depth).
 
+// Longer than 600 lines because it holds the call's whole wire vocabulary (the request, its
+// replies, the stored record with its budget, the chain rules) with their tests, as §9 does.
+
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use time::OffsetDateTime;
@@ -62,6 +65,11 @@ pub struct CallRequest {
     /// replies name the call by its id. A fresh UUID v7 is the call's id when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub correlation_id: Option<Uuid>,
+    /// The call's cost budget (docs/protocol.md §16): amounts for a new tree, or caps on what
+    /// it draws from its parent call's budget (or from the node it names). A call made under
+    /// a parent call with a budget draws from it without this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<crate::budget::BudgetAsk>,
 }
 
 /// Reply to a parked call.
@@ -358,6 +366,9 @@ pub struct PendingCall {
     /// trace when the deadline sweep, not a request, ends the call.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub traceparent: Option<String>,
+    /// The call's budget, when it has one (its callee sees it as `metadata.budget`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<crate::budget::BudgetGrant>,
 }
 
 impl PendingCall {
@@ -660,6 +671,7 @@ mod tests {
             streamed: Vec::new(),
             answer: None,
             traceparent: None,
+            budget: None,
         }
     }
 

@@ -115,6 +115,11 @@ pub fn agent_endpoints() -> Vec<AgentEndpoint> {
         };
         AgentEndpoint::by_caller(op.prefix(), within + ANSWER_WITHIN_MS)
     }));
+    all.extend(
+        crate::budget::BudgetOp::ALL
+            .iter()
+            .map(|op| AgentEndpoint::by_caller(op.prefix(), ANSWER_WITHIN_MS)),
+    );
     all.extend(AuditOp::ALL.iter().map(|op| AgentEndpoint {
         prefix: op.subject(),
         by_caller: false,
@@ -149,6 +154,8 @@ mod tests {
             TaskRequestOp::Create.subject(&a),
             AuditOp::Export.subject(),
             crate::people::PeopleOp::ApprovalUse.subject(&a),
+            crate::budget::BudgetOp::Spend.subject(&a),
+            AuditOp::Cost.subject(),
         ] {
             assert!(subjects.contains(&wanted), "{wanted} missing");
         }

@@ -92,6 +92,8 @@ pub enum ErrorKind {
     ActionMismatch,
     /// A provider limit: no lease within `wait_ms`, or too many acquires wait on the key.
     Limited,
+    /// The budget the work draws on has nothing left to grant (docs/protocol.md §16).
+    BudgetExhausted,
     /// A kind this client version does not know yet.
     #[serde(other)]
     Unknown,
@@ -128,6 +130,7 @@ impl ErrorKind {
             | Self::ApprovalUsed
             | Self::ActionMismatch => 409,
             Self::Limited => 429,
+            Self::BudgetExhausted => 402,
         }
     }
 
@@ -189,6 +192,7 @@ impl ErrorKind {
             Self::ApprovalUsed => "approval_used",
             Self::ActionMismatch => "action_mismatch",
             Self::Limited => "limited",
+            Self::BudgetExhausted => "budget_exhausted",
             Self::Unknown => "unknown",
         }
     }
@@ -299,6 +303,7 @@ mod tests {
             ErrorKind::BadReplySubject,
             ErrorKind::InboxFull,
             ErrorKind::Limited,
+            ErrorKind::BudgetExhausted,
         ] {
             assert_eq!(serde_json::to_value(kind).unwrap(), json!(kind.as_str()));
         }

@@ -29,6 +29,7 @@
 pub mod acl;
 pub mod approval;
 pub mod audit;
+pub mod budget;
 pub mod call;
 pub mod endpoint;
 pub mod error;

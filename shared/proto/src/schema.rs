@@ -17,6 +17,10 @@ use crate::approval::{ApprovalRequest, ApprovalUse, ApprovalUsed};
 use crate::audit::{
     AuditRecords, ExportDone, HistoryRequest, RefusalEvent, ThreadRequest, VerifyReply,
 };
+use crate::budget::{
+    BudgetEvent, BudgetGrant, BudgetQuery, BudgetView, CloseRequest, CostQuery, CostReport,
+    ReserveRequest, SpendRequest,
+};
 use crate::call::{
     CallAnswer, CallEvent, CallParked, CallPart, CallParts, CallPartsRequest, PendingCalls,
     ReplyAck, ReplyRequest,
@@ -95,6 +99,15 @@ pub fn schemas() -> Vec<(&'static str, Value)> {
         InboxQuery,
         ItemRequest,
         Lease,
+        BudgetEvent,
+        BudgetGrant,
+        BudgetQuery,
+        BudgetView,
+        CloseRequest,
+        CostQuery,
+        CostReport,
+        ReserveRequest,
+        SpendRequest,
         LimitList,
         LimitQuery,
         LimitSpec,
@@ -459,6 +472,48 @@ pub const SUBJECTS: &[Subject] = &[
         replies: &["AuditRecords"],
     },
     Subject {
+        id: "budgetSpend",
+        address: "agent.budget.spend.{agent_id}",
+        summary: "Report what the caller spent on work it owns; charged up to what the work has left (§16).",
+        message: "SpendRequest",
+        replies: &["BudgetView"],
+    },
+    Subject {
+        id: "budgetGet",
+        address: "agent.budget.get.{agent_id}",
+        summary: "A budget node the caller owns or asked for, and its tree's totals (§16).",
+        message: "BudgetQuery",
+        replies: &["BudgetView"],
+    },
+    Subject {
+        id: "budgetReserve",
+        address: "_SB.budget.reserve",
+        summary: "Services only: open a root budget or reserve a child's from its parent (§16).",
+        message: "ReserveRequest",
+        replies: &["BudgetGrant"],
+    },
+    Subject {
+        id: "budgetClose",
+        address: "_SB.budget.close",
+        summary: "Services only: the work ended; its unspent share returns to its parent (§16).",
+        message: "CloseRequest",
+        replies: &[],
+    },
+    Subject {
+        id: "budgetEvents",
+        address: "agent.budget.events.{event}.{root}",
+        summary: "Published by limits: a budget opened, reserved, spent, closed or exhausted (§16).",
+        message: "BudgetEvent",
+        replies: &[],
+    },
+    Subject {
+        id: "auditCost",
+        address: "agent.audit.cost",
+        summary: "What each agent spent in a budget tree, or one agent's spend per tree (§16).",
+        message: "CostQuery",
+        replies: &["CostReport"],
+    },
+    Subject {
         id: "auditVerify",
         address: "agent.audit.verify",
         summary: "Check the audit trail's hash chain (§11).",
@@ -484,14 +539,15 @@ pub fn asyncapi() -> Value {
     let message_ref = |name: &str| json!({ "$ref": format!("#/components/messages/{name}") });
     for subject in SUBJECTS {
         let mut parameters = Map::new();
-        for parameter in ["agent_id", "task_id", "event", "item_id"] {
+        for parameter in ["agent_id", "task_id", "event", "item_id", "root"] {
             if subject.address.contains(&format!("{{{parameter}}}")) {
                 let description = match parameter {
                     "agent_id" => {
                         "The caller's agent id: the last token is the caller, never a body field (§1)."
                     }
                     "task_id" => "The task the events are about.",
-                    "event" => "What happened (PeopleEventKind).",
+                    "event" => "What happened (PeopleEventKind, or a budget event's `event`).",
+                    "root" => "The budget tree: its root piece of work's id (§16).",
                     _ => "The item addressed to a person the event is about.",
                 };
                 parameters.insert(parameter.to_owned(), json!({ "description": description }));

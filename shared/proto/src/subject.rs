@@ -280,6 +280,7 @@ pub fn call_events(event: CallEventKind, correlation_id: &Uuid) -> String {
 pub const PEOPLE_PREFIX: &str = "agent.people";
 /// Prefix of the limits requests: `agent.limits.<op>.<agent_id>` ([`crate::limits::LimitsOp`]).
 pub const LIMITS_PREFIX: &str = "agent.limits";
+pub use crate::budget::{BUDGET_EVENTS_PREFIX, BUDGET_PREFIX};
 /// Prefix of people events: `agent.people.events.<event>.<item_id>`
 /// ([`crate::people::PeopleEventKind::subject`]).
 pub const PEOPLE_EVENTS_PREFIX: &str = "agent.people.events";

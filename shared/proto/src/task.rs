@@ -298,6 +298,11 @@ pub struct CreateTask {
     /// spawn only: the task this one is a part of (the caller must be its assignee).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent_task_id: Option<Uuid>,
+    /// The task's cost budget (docs/protocol.md §16): amounts for a new tree, or caps on what
+    /// it draws from its parent task's budget (or from the node it names, e.g. the call being
+    /// served). A spawn under a parent with a budget draws from it without this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<crate::budget::BudgetAsk>,
     /// The message that prompted this task (the task message's `in_reply_to`), so the audit
     /// trail links it into that conversation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -498,6 +503,9 @@ pub struct TaskRecord {
     /// the task on its own (its deadline, a cascade's cancels) joins that trace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub traceparent: Option<String>,
+    /// The task's budget, when it has one (its assignee sees it as `metadata.budget`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<crate::budget::BudgetGrant>,
 }
 
 /// How many transitions a task record keeps.
@@ -712,6 +720,7 @@ mod tests {
             created_at: now,
             updated_at: now,
             traceparent: None,
+            budget: None,
         };
         assert_eq!(task.role_of(&me, Op::Accept), Some(R::Assignee));
         assert_eq!(task.role_of(&me, Op::Cancel), Some(R::Requester));

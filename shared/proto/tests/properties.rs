@@ -160,6 +160,7 @@ fn pending_call(callee: AgentId, chain: Vec<AgentId>) -> PendingCall {
         streamed: Vec::new(),
         answer: None,
         traceparent: None,
+        budget: None,
     }
 }
 

@@ -8,6 +8,7 @@
 //! agent built on `switchboard-client` gets it without the runtime's config loader and
 //! OpenTelemetry exporter.
 
+pub mod budget;
 pub mod headers;
 pub mod kv;
 pub mod request;

@@ -154,6 +154,53 @@ pub struct RuntimeConfig {
     pub worker_threads: usize,
     /// Each agent's request budget at each service replica (`[requests]`).
     pub requests: RequestBudget,
+    /// Cost budgets (`[budgets]`, docs/protocol.md §16): the default for work that names
+    /// none and the cap on any one root budget.
+    pub budgets: BudgetsConfig,
+}
+
+/// Cost budgets every service applies alike (`[budgets]`, `SWITCHBOARD_BUDGETS__*`). Amounts
+/// are tokens and micro-units of the one currency the fabric is configured with.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct BudgetsConfig {
+    /// The currency cost is counted in, shown to people (`USD`: cost 1,000,000 is $1.00).
+    pub currency: String,
+    /// Tokens of the budget a call or task gets when it names none and draws on no parent's;
+    /// none (the default): such work has no budget.
+    pub default_tokens: Option<u64>,
+    /// Cost of that default budget, in micro-units; none (the default): no default.
+    pub default_cost: Option<u64>,
+    /// The most tokens one root budget may hold, whoever opens it (an amount above is cut to
+    /// it and the grant says `cut`); none: no cap.
+    pub cap_tokens: Option<u64>,
+    /// The most cost one root budget may hold, like `cap_tokens`.
+    pub cap_cost: Option<u64>,
+}
+
+impl Default for BudgetsConfig {
+    fn default() -> Self {
+        Self {
+            currency: "USD".to_owned(),
+            default_tokens: None,
+            default_cost: None,
+            cap_tokens: None,
+            cap_cost: None,
+        }
+    }
+}
+
+impl BudgetsConfig {
+    /// The budget work that names none gets, if any is configured.
+    pub fn default_ask(&self) -> Option<switchboard_proto::budget::BudgetAsk> {
+        (self.default_tokens.is_some() || self.default_cost.is_some()).then(|| {
+            switchboard_proto::budget::BudgetAsk {
+                tokens: self.default_tokens,
+                cost: self.default_cost,
+                ..Default::default()
+            }
+        })
+    }
 }
 
 /// A per-agent token bucket: every request an agent makes to a service replica takes one
@@ -190,6 +237,7 @@ impl Default for RuntimeConfig {
             shutdown_grace_ms: 10_000,
             worker_threads: 1,
             requests: RequestBudget::default(),
+            budgets: BudgetsConfig::default(),
         }
     }
 }
@@ -254,6 +302,20 @@ impl RuntimeConfig {
                 "worker_threads must be 0 (one per core) to {MAX_WORKER_THREADS}, got {}",
                 self.worker_threads
             )));
+        }
+        let max = switchboard_proto::budget::BUDGET_AMOUNT_MAX;
+        let b = &self.budgets;
+        for (name, amount) in [
+            ("default_tokens", b.default_tokens),
+            ("default_cost", b.default_cost),
+            ("cap_tokens", b.cap_tokens),
+            ("cap_cost", b.cap_cost),
+        ] {
+            if amount.is_some_and(|a| !(1..=max).contains(&a)) {
+                return Err(ConfigError::Invalid(format!(
+                    "budgets.{name} must be 1..={max}"
+                )));
+            }
         }
         if self.requests.per_second == 0 || self.requests.burst == 0 {
             return Err(ConfigError::Invalid(

@@ -148,13 +148,16 @@ pub fn inbox_stream(config: &JetStreamConfig) -> stream::Config {
 pub fn events_stream(config: &JetStreamConfig) -> stream::Config {
     stream::Config {
         name: EVENTS_STREAM.to_owned(),
-        description: Some("Switchboard registry, call, task, refusal and people events".to_owned()),
+        description: Some(
+            "Switchboard registry, call, task, refusal, people and budget events".to_owned(),
+        ),
         subjects: vec![
             REGISTRY_EVENTS_ALL.to_owned(),
             subject::below(subject::CALL_EVENTS_PREFIX),
             subject::below(subject::TASK_EVENTS_PREFIX),
             subject::below(subject::REFUSALS_PREFIX),
             subject::below(subject::PEOPLE_EVENTS_PREFIX),
+            subject::below(subject::BUDGET_EVENTS_PREFIX),
         ],
         duplicate_window: Duration::from_secs(config.duplicate_window_secs),
         max_age: Duration::from_secs(config.events_max_age_secs),

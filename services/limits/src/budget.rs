@@ -1,0 +1,475 @@
+//! Cost budgets (docs/protocol.md §16): each tree is one value `budget.<root>` in the
+//! `agent_limits` bucket, changed by compare-and-set ([`crate::tree`] holds the rules). The
+//! correlator and task-lifecycle reserve a node when work starts and close it when it ends
+//! (`_SB.budget.reserve|close`); owners report spend (`agent.budget.spend.<me>`). Every change
+//! is published as an event into `AGENT_EVENTS`, where the audit keeps the cost tree. When a
+//! spend exhausts a tree, its root's requester and every running owner get one notice.
+
+use std::time::Duration;
+
+use async_nats::jetstream::{self, kv};
+use bytes::Bytes;
+use switchboard_delivery::door::{Address, Door, Letter, Origin};
+use switchboard_proto::budget::{
+    Amounts, BUDGET_METADATA_KEY, BudgetEvent, BudgetGrant, BudgetQuery, BudgetView, CloseRequest,
+    ReserveRequest, SpendRequest,
+};
+use switchboard_proto::{AgentId, GoalId, InboxMessage, MessageKind, new_id, timestamp};
+use switchboard_runtime::config::BudgetsConfig;
+use switchboard_runtime::publish::{json_payload, publish_durable};
+use uuid::Uuid;
+
+use crate::error::LimitsError;
+use crate::keeper::now_ms;
+use crate::tree::{Node, Refusal, Tree};
+
+/// How often one change is tried against writers racing on the same tree.
+const ATTEMPTS: u32 = 32;
+
+/// The budgets of one replica.
+#[derive(Debug)]
+pub struct Budgets {
+    kv: kv::Store,
+    js: jetstream::Context,
+    door: Door,
+    config: BudgetsConfig,
+}
+
+impl From<Refusal> for LimitsError {
+    fn from(refusal: Refusal) -> Self {
+        match refusal {
+            Refusal::Unknown(why) => Self::NotFound(why),
+            Refusal::NotYours(why) => Self::NotAllowed(why),
+            Refusal::Ended(why) | Refusal::Taken(why) => Self::Refused(why),
+            Refusal::Exhausted(why) => Self::Exhausted(why),
+            Refusal::Full => Self::Exhausted(format!(
+                "the budget tree holds {} pieces of work, the most allowed",
+                switchboard_proto::budget::BUDGET_NODES_MAX
+            )),
+            Refusal::Bad(why) => Self::BadRequest(why),
+        }
+    }
+}
+
+fn key(root: Uuid) -> String {
+    format!("budget.{root}")
+}
+
+fn deadline_ms(at: Option<time::OffsetDateTime>) -> Option<u64> {
+    at.map(|at| u64::try_from(at.unix_timestamp_nanos() / 1_000_000).unwrap_or(0))
+}
+
+/// What one change did, for the events.
+struct Changed<T> {
+    out: T,
+    tree: Tree,
+}
+
+impl Budgets {
+    /// Budgets over the `agent_limits` bucket, telling through `door`.
+    pub fn new(kv: kv::Store, js: jetstream::Context, door: Door, config: BudgetsConfig) -> Self {
+        Self {
+            kv,
+            js,
+            door,
+            config,
+        }
+    }
+
+    /// The door (its registry view is watched by the service's run loop).
+    pub fn door(&self) -> &Door {
+        &self.door
+    }
+
+    async fn load(&self, root: Uuid) -> Result<(Option<Tree>, u64), LimitsError> {
+        match self.kv.entry(key(root)).await {
+            Ok(Some(entry)) if entry.operation == kv::Operation::Put => {
+                let tree = serde_json::from_slice(&entry.value)
+                    .map_err(|_| LimitsError::Store(format!("budget tree {root} is corrupt")))?;
+                Ok((Some(tree), entry.revision))
+            }
+            Ok(Some(entry)) => Ok((None, entry.revision)),
+            Ok(None) => Ok((None, 0)),
+            Err(err) => Err(LimitsError::Store(format!(
+                "reading budget tree {root}: {err}"
+            ))),
+        }
+    }
+
+    /// Writes `tree` at `revision` (0: new); `false` when another writer came first.
+    async fn store(&self, tree: &Tree, revision: u64, remove: bool) -> Result<bool, LimitsError> {
+        let name = key(tree.root);
+        let fail = |err: String| LimitsError::Store(format!("writing budget tree: {err}"));
+        if remove {
+            return match self.kv.delete_expect_revision(name, Some(revision)).await {
+                Ok(()) => Ok(true),
+                Err(err) if switchboard_request::kv::lost_revision(&err) => Ok(false),
+                Err(err) => Err(fail(err.to_string())),
+            };
+        }
+        let value: Bytes = serde_json::to_vec(tree)
+            .map_err(|err| fail(err.to_string()))?
+            .into();
+        let written = match revision {
+            0 => self.kv.create(name, value).await.map_err(|err| {
+                (
+                    switchboard_request::kv::already_exists(&err),
+                    err.to_string(),
+                )
+            }),
+            _ => self.kv.update(name, value, revision).await.map_err(|err| {
+                (
+                    switchboard_request::kv::lost_revision(&err),
+                    err.to_string(),
+                )
+            }),
+        };
+        match written {
+            Ok(_) => Ok(true),
+            Err((true, _)) => Ok(false),
+            Err((false, err)) => Err(fail(err)),
+        }
+    }
+
+    /// Reads the tree, applies `rule`, writes it back if it changed; again when another
+    /// writer came first. The rule returns its output, the events, and whether it changed.
+    async fn change<T>(
+        &self,
+        root: Uuid,
+        mut rule: impl FnMut(
+            Option<Tree>,
+            u64,
+        ) -> Result<(T, Option<Tree>, Vec<BudgetEvent>), LimitsError>,
+    ) -> Result<Changed<T>, LimitsError> {
+        for attempt in 0..ATTEMPTS {
+            let (found, revision) = self.load(root).await?;
+            let existed = found.is_some();
+            let (out, changed, events) = rule(found.clone(), now_ms())?;
+            let Some(tree) = changed else {
+                let tree =
+                    found.ok_or_else(|| LimitsError::NotFound(format!("no budget tree {root}")))?;
+                return Ok(Changed { out, tree });
+            };
+            let remove = existed && tree.finished(now_ms());
+            let revision = if existed { revision } else { 0 };
+            if self.store(&tree, revision, remove).await? {
+                self.publish(&events).await;
+                return Ok(Changed { out, tree });
+            }
+            tokio::time::sleep(Duration::from_millis(u64::from(attempt.min(10)) * 2)).await;
+        }
+        Err(LimitsError::Conflict(format!("budget tree {root}")))
+    }
+
+    async fn publish(&self, events: &[BudgetEvent]) {
+        for event in events {
+            let subject = event.subject();
+            let msg_id = format!(
+                "budget:{}:{}:{}:{}",
+                event.root,
+                event.work,
+                event.event,
+                new_id()
+            );
+            let Ok(payload) = json_payload(&subject, event) else {
+                continue;
+            };
+            if let Err(err) = publish_durable(&self.js, &subject, &msg_id, payload).await {
+                tracing::warn!(%subject, error = %err, "budget event not stored");
+            }
+        }
+    }
+
+    /// The per-agent cap on a root budget: the amount cut to it.
+    fn capped(&self, asked: Option<u64>, cap: Option<u64>, cut: &mut bool) -> Option<u64> {
+        match (asked, cap) {
+            (Some(asked), Some(cap)) if asked > cap => {
+                *cut = true;
+                Some(cap)
+            }
+            (None, Some(cap)) => Some(cap),
+            (asked, _) => asked,
+        }
+    }
+
+    /// `_SB.budget.reserve`: opens a root, or reserves a child from its parent.
+    pub async fn reserve(&self, request: ReserveRequest) -> Result<BudgetGrant, LimitsError> {
+        let ask = switchboard_proto::budget::BudgetAsk {
+            tokens: request.tokens,
+            cost: request.cost,
+            ..Default::default()
+        };
+        ask.check().map_err(LimitsError::BadRequest)?;
+        let mut node = Node {
+            p: None,
+            o: request.owner.clone(),
+            r: request.requester.clone(),
+            t: request.tokens,
+            c: request.cost,
+            st: 0,
+            sc: 0,
+            ot: 0,
+            oc: 0,
+            x: false,
+            d: deadline_ms(request.deadline),
+        };
+        let (root, work) = (request.root, request.work);
+        let event =
+            |name: &str, parent: Option<Uuid>, t: Option<u64>, c: Option<u64>| BudgetEvent {
+                event: name.to_owned(),
+                root,
+                work,
+                parent,
+                agent_id: request.owner.clone(),
+                requester: Some(request.requester.clone()),
+                tokens: t,
+                cost: c,
+                over: Amounts::default(),
+                at: timestamp::now(),
+            };
+        let Some(parent) = request.parent else {
+            if root != work {
+                return Err(LimitsError::BadRequest(
+                    "a root budget's `root` is its `work`".to_owned(),
+                ));
+            }
+            if request.tokens.is_none()
+                && request.cost.is_none()
+                && self.config.cap_tokens.is_none()
+                && self.config.cap_cost.is_none()
+            {
+                return Err(LimitsError::BadRequest(
+                    "a budget names `tokens` or `cost`".to_owned(),
+                ));
+            }
+            let mut cut = false;
+            node.t = self.capped(node.t, self.config.cap_tokens, &mut cut);
+            node.c = self.capped(node.c, self.config.cap_cost, &mut cut);
+            let goal = request.requester_goal;
+            let changed = self
+                .change(root, |found, _| match found {
+                    Some(tree) => match tree.n.get(&work) {
+                        Some(n) if n.p.is_none() && n.r == request.requester => {
+                            Ok(((n.t, n.c), None, Vec::new()))
+                        }
+                        _ => Err(LimitsError::Refused(format!(
+                            "work {work} has a budget already"
+                        ))),
+                    },
+                    None => Ok((
+                        (node.t, node.c),
+                        Some(Tree::new(work, node.clone(), goal)),
+                        vec![event("opened", None, node.t, node.c)],
+                    )),
+                })
+                .await?;
+            let (tokens, cost) = changed.out;
+            return Ok(BudgetGrant {
+                root,
+                work,
+                tokens,
+                cost,
+                cut,
+            });
+        };
+        let changed = self
+            .change(root, |found, now| {
+                let mut tree =
+                    found.ok_or_else(|| LimitsError::NotFound(format!("no budget tree {root}")))?;
+                let granted = tree.reserve(work, parent, &request.requester, node.clone(), now)?;
+                if granted.again {
+                    return Ok((granted, None, Vec::new()));
+                }
+                let events = vec![event(
+                    "reserved",
+                    Some(parent),
+                    granted.tokens,
+                    granted.cost,
+                )];
+                Ok((granted, Some(tree), events))
+            })
+            .await?;
+        let granted = changed.out;
+        Ok(BudgetGrant {
+            root,
+            work,
+            tokens: granted.tokens,
+            cost: granted.cost,
+            cut: granted.cut,
+        })
+    }
+
+    /// `_SB.budget.close`: the work ended; its unspent share returns to its parent.
+    pub async fn close(&self, request: CloseRequest) -> Result<serde_json::Value, LimitsError> {
+        let (root, work) = (request.root, request.work);
+        let result = self
+            .change(root, |found, _| {
+                let Some(mut tree) = found else {
+                    return Ok(((), None, Vec::new()));
+                };
+                let Some(owner) = tree.n.get(&work).map(|n| n.o.clone()) else {
+                    return Ok(((), None, Vec::new()));
+                };
+                if !tree.close(work) {
+                    return Ok(((), None, Vec::new()));
+                }
+                let event = BudgetEvent {
+                    event: "closed".to_owned(),
+                    root,
+                    work,
+                    parent: tree.n.get(&work).and_then(|n| n.p),
+                    agent_id: owner,
+                    requester: None,
+                    tokens: None,
+                    cost: None,
+                    over: Amounts::default(),
+                    at: timestamp::now(),
+                };
+                Ok(((), Some(tree), vec![event]))
+            })
+            .await;
+        match result {
+            Ok(_) | Err(LimitsError::NotFound(_)) => Ok(serde_json::json!({"closed": true})),
+            Err(err) => Err(err),
+        }
+    }
+
+    /// `agent.budget.spend.<me>`: charges what the caller spent on work it owns.
+    pub async fn spend(
+        &self,
+        caller: &AgentId,
+        request: SpendRequest,
+    ) -> Result<BudgetView, LimitsError> {
+        let (root, work) = (request.root, request.work);
+        let amounts = Amounts {
+            tokens: request.tokens,
+            cost: request.cost,
+        };
+        let changed = self
+            .change(root, |found, now| {
+                let mut tree =
+                    found.ok_or_else(|| LimitsError::NotFound(format!("no budget tree {root}")))?;
+                let charged = tree.spend(work, caller, amounts, now)?;
+                let mut events = vec![BudgetEvent {
+                    event: "spent".to_owned(),
+                    root,
+                    work,
+                    parent: tree.n.get(&work).and_then(|n| n.p),
+                    agent_id: caller.clone(),
+                    requester: None,
+                    tokens: Some(charged.charged.tokens),
+                    cost: Some(charged.charged.cost),
+                    over: charged.over,
+                    at: timestamp::now(),
+                }];
+                if charged.tell {
+                    let mut exhausted = events[0].clone();
+                    exhausted.event = "exhausted".to_owned();
+                    exhausted.tokens = None;
+                    exhausted.cost = None;
+                    exhausted.over = Amounts::default();
+                    events.push(exhausted);
+                }
+                Ok((charged.tell, Some(tree), events))
+            })
+            .await?;
+        let now = now_ms();
+        if changed.out {
+            self.tell(&changed.tree, caller, now).await;
+        }
+        changed
+            .tree
+            .view(work, now)
+            .ok_or_else(|| LimitsError::NotFound(format!("no work {work} in budget tree {root}")))
+    }
+
+    /// `agent.budget.get.<me>`: a node, for its owner or its requester.
+    pub async fn get(
+        &self,
+        caller: &AgentId,
+        query: BudgetQuery,
+    ) -> Result<BudgetView, LimitsError> {
+        let (found, _) = self.load(query.root).await?;
+        let tree = found.ok_or_else(|| {
+            LimitsError::NotFound(format!(
+                "no budget tree {} (it ended, or never was)",
+                query.root
+            ))
+        })?;
+        let node = tree.n.get(&query.work).ok_or_else(|| {
+            LimitsError::NotFound(format!(
+                "no work {} in budget tree {}",
+                query.work, query.root
+            ))
+        })?;
+        if node.o != *caller && node.r != *caller {
+            return Err(LimitsError::NotAllowed(format!(
+                "work {} is neither yours nor asked for by you",
+                query.work
+            )));
+        }
+        tree.view(query.work, now_ms())
+            .ok_or_else(|| LimitsError::NotFound(format!("no work {}", query.work)))
+    }
+
+    /// One notice that the tree ran out: to the root's requester (its goal, else every live
+    /// goal) and to every owner of work still running.
+    async fn tell(&self, tree: &Tree, by: &AgentId, now_ms: u64) {
+        let Some(root) = tree.n.get(&tree.root) else {
+            return;
+        };
+        let spent = tree.spent_total();
+        let text = format!(
+            "the budget of {} is spent ({} tokens, {} micro-units of cost); new work under it is refused with budget_exhausted",
+            tree.root, spent.tokens, spent.cost
+        );
+        let mut told = vec![root.r.clone()];
+        let first = match tree.g {
+            Some(goal) => Address::Goals(root.r.clone(), vec![goal]),
+            None => Address::Agent(root.r.to_string()),
+        };
+        self.notice(tree.root, by, first, &text).await;
+        for owner in tree.running_owners(now_ms) {
+            if told.contains(&owner) {
+                continue;
+            }
+            self.notice(tree.root, by, Address::Agent(owner.to_string()), &text)
+                .await;
+            told.push(owner);
+        }
+    }
+
+    async fn notice(&self, root: Uuid, by: &AgentId, to: Address, text: &str) {
+        let who = match &to {
+            Address::Goals(agent, _) => agent.clone(),
+            Address::Agent(agent) => match AgentId::parse(agent) {
+                Ok(agent) => agent,
+                Err(_) => return,
+            },
+            _ => return,
+        };
+        let mut message = InboxMessage::new(by.clone(), GoalId::new(), who.clone(), text);
+        message.id = Some(new_id());
+        message.kind = MessageKind::Notify;
+        message
+            .metadata
+            .insert("switchboard".to_owned(), "budget_exhausted".into());
+        message.metadata.insert(
+            BUDGET_METADATA_KEY.to_owned(),
+            serde_json::json!({"root": root}),
+        );
+        let purpose = format!("budget_exhausted:{root}:{who}");
+        let letter = Letter {
+            to,
+            from_goal: None,
+            message,
+        };
+        if let Err(err) = self
+            .door
+            .deliver(Origin::Service { purpose: &purpose }, letter)
+            .await
+        {
+            tracing::warn!(%root, to = %who, error = %err, "budget notice not delivered");
+        }
+    }
+}
