@@ -86,9 +86,19 @@ impl Tasks {
         };
         let mut task = new_task(caller, &assignee, body, &request, now);
         (task.task_id, task.deadline, task.parent) = (task_id, deadline, parent_id);
-        task.budget = self.budget(&task, &request).await?;
         (task.depth, task.requester_goal) = (depth, requester_goal);
-        let Some(stored) = self.store.insert(&task).await? else {
+        task.budget = self.budget(&task, &request).await?;
+        // A task that is not made gives its budget back at once (§16).
+        let give_back = |task: &TaskRecord| {
+            if let Some(budget) = &task.budget {
+                switchboard_request::budget::close(&self.client, budget);
+            }
+        };
+        let inserted = self.store.insert(&task).await;
+        if inserted.is_err() {
+            give_back(&task);
+        }
+        let Some(stored) = inserted? else {
             // Created meanwhile by a concurrent request with the same id.
             let Some(existing) = self.store.find(&task_id).await? else {
                 return Err(TaskError::BeingCreated(task_id));
@@ -99,6 +109,7 @@ impl Tasks {
         };
         let delivered_to = self.deliver_task(&stored.task, &goals).await;
         if delivered_to.is_empty() {
+            give_back(&stored.task);
             self.store.forget(&task_id).await?;
             return Err(TaskError::Undelivered(assignee));
         }
