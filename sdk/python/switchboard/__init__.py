@@ -9,8 +9,8 @@ read with attributes that are dicts too. The ones the agent's methods return are
 
 from .agent import Agent, Lease, call_id
 from .connection import ConfigError
-from .errors import (AccessDenied, BadRequest, Busy, CallFailed, CallTimeout, Conflict, Expired,
-                     Internal, NotFound, SwitchboardError, Unavailable)
+from .errors import (AccessDenied, BadRequest, BudgetExhausted, Busy, CallFailed, CallTimeout,
+                     Conflict, Expired, Internal, NotFound, SwitchboardError, Unavailable)
 from .message import Message, TaskHandle
 from .serving import HANDLER_ERROR
 from .wire import (ApprovalUsed, CallAnswer, CallParked, CallPart, DeliveryReport, LookupReply,
@@ -19,7 +19,8 @@ from .wire import (ApprovalUsed, CallAnswer, CallParked, CallPart, DeliveryRepor
                    TaskList, TaskRecord, WireObject)
 
 __all__ = ["Agent", "Lease", "call_id", "Message", "TaskHandle", "SwitchboardError", "BadRequest",
-           "AccessDenied", "NotFound", "Conflict", "Busy", "Expired", "CallTimeout", "CallFailed",
+           "AccessDenied", "NotFound", "Conflict", "Busy", "BudgetExhausted", "Expired",
+           "CallTimeout", "CallFailed",
            "Unavailable",
            "Internal", "HANDLER_ERROR", "ConfigError",
            # what the methods return (switchboard.wire has every wire type)

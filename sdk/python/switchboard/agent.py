@@ -506,7 +506,8 @@ class Agent:
     async def call(self, to: str, text: str, *, timeout_ms: int = CALL_TIMEOUT_MS,
                    parts: Sequence[Part] = (), metadata: Mapping[str, Any] | None = None,
                    serving: Message | None = None,
-                   correlation_id: str | None = None) -> wire.CallAnswer:
+                   correlation_id: str | None = None,
+                   budget: Mapping[str, Any] | None = None) -> wire.CallAnswer:
         """Asks ``to`` and waits for the answer (§9). Returns the ``wire.CallAnswer``
         (attributes; a dict too): ``body`` (the answer's text; a streamed answer's parts joined),
         ``parts``, ``from_agent_id``, ``correlation_id``, ``answered_at``, ``streamed`` (how
@@ -516,8 +517,12 @@ class Agent:
         answered with an error (its handler raised: kind ``handler_error``),
         :class:`~switchboard.errors.CallTimeout` when nobody answers in time. After
         :class:`~switchboard.errors.Unavailable`, send it again with the same
-        ``correlation_id``: the retry joins the first call instead of asking twice."""
+        ``correlation_id``: the retry joins the first call instead of asking twice.
+        ``budget`` (§16): ``{"cost": …, "tokens": …}`` for a new budget, or caps on what it
+        draws from the call it serves; :class:`~switchboard.errors.BudgetExhausted` when
+        nothing is left."""
         body = self._call_body(to, text, timeout_ms, parts, metadata, serving, correlation_id)
+        _with_budget(body, budget, serving)
         answer = await self.request(f"agent.call.{self.id}", body,
                                     trace=serving.trace if serving else None,
                                     timeout=timeout_ms / 1000 + self.request_timeout)
@@ -527,7 +532,8 @@ class Agent:
                           parts: Sequence[Part] = (),
                           metadata: Mapping[str, Any] | None = None,
                           serving: Message | None = None,
-                          correlation_id: str | None = None) -> wire.CallParked:
+                          correlation_id: str | None = None,
+                          budget: Mapping[str, Any] | None = None) -> wire.CallParked:
         """Asks ``to`` without waiting (§9, ``wait: false``): a ``wire.CallParked`` at once
         (``correlation_id``, ``delivered_to``, ``deadline``); the answer (a ``kind: response``
         message with this ``correlation_id``) or a timeout notice (``kind: notify``) lands in
@@ -537,6 +543,7 @@ class Agent:
         :class:`~switchboard.errors.CallFailed`. Use it to ask several agents at once, or
         when the agent has other work."""
         body = self._call_body(to, text, timeout_ms, parts, metadata, serving, correlation_id)
+        _with_budget(body, budget, serving)
         body["wait"] = False
         return wire.parse(wire.CallParked, await self.request(
             f"agent.call.{self.id}", body, trace=serving.trace if serving else None))
@@ -663,13 +670,15 @@ class Agent:
                           deadline_in_ms: int | None = None, task_id: str | None = None,
                           metadata: Mapping[str, Any] | None = None,
                           callback: Mapping[str, Any] | None = None,
-                          in_reply_to: Message | None = None) -> TaskHandle:
+                          in_reply_to: Message | None = None,
+                          budget: Mapping[str, Any] | None = None) -> TaskHandle:
         """Hands ``to`` a piece of work with a state, followed to its end (§10): use a task,
         not a call, for work that takes long, may ask questions, or splits into subtasks.
         Updates (``kind: task_update``) come to this goal. The id is chosen here, so a retry
         is recognised."""
         body = self._task_body(to, text, parts, deadline_in_ms, task_id, metadata, callback,
                                in_reply_to)
+        _with_budget(body, budget, in_reply_to)
         reply = wire.parse(wire.TaskReply, await self.request(
             f"agent.task.create.{self.id}", body,
             trace=in_reply_to.trace if in_reply_to else None))
@@ -682,6 +691,7 @@ class Agent:
                                options.get("deadline_in_ms"), options.get("task_id"),
                                options.get("metadata"), options.get("callback"), None)
         body["parent_task_id"] = parent_task_id
+        _with_budget(body, options.get("budget"), None)
         reply = wire.parse(wire.TaskReply, await self.request(f"agent.task.spawn.{self.id}", body))
         return TaskHandle(self, reply.task)
 
@@ -880,11 +890,51 @@ class Agent:
             with contextlib.suppress(SwitchboardError):
                 await lease.release()
 
+    # ----------------------------------------------------------------------- budgets (§16)
+    async def spend(self, budget: Mapping[str, Any], *, tokens: int = 0,
+                    cost: int = 0) -> wire.BudgetView:
+        """Reports what this agent spent on the work whose budget is ``budget``
+        (``msg.budget``): ``tokens`` and ``cost`` (micro-units: 1_000_000 is $1.00 in USD).
+        Charged up to what the work has left (the rest is ``over``); the reply says what is
+        ``left``. Not retried: a lost reply may have been charged."""
+        body = {"root": budget["root"], "work": budget["work"], "tokens": tokens, "cost": cost}
+        return wire.parse(wire.BudgetView,
+                          await self.request(f"agent.budget.spend.{self.id}", body))
+
+    async def budget(self, budget: Mapping[str, Any]) -> wire.BudgetView:
+        """A budget this agent works under or gave (§16): granted, ``spent``, held by
+        ``children``, ``left``, and the tree's totals."""
+        body = {"root": budget["root"], "work": budget["work"]}
+        return wire.parse(wire.BudgetView,
+                          await self.request(f"agent.budget.get.{self.id}", body))
+
+    async def audit_cost(self, *, root: str | None = None,
+                         agent_id: str | None = None) -> wire.CostReport:
+        """What each agent spent in budget tree ``root`` (the root call's or task's id), or
+        ``agent_id``'s spend per tree, as the audit recorded it (§16, ``agent.audit.cost``)."""
+        body = {k: v for k, v in (("root", root), ("agent_id", agent_id)) if v is not None}
+        return wire.parse(wire.CostReport, await self.request("agent.audit.cost", body))
+
     async def limit_view(self, key: str) -> wire.LimitView:
         """Provider limit ``key`` as declared, what is in use and waiting, and this agent's own
         leases (§15, ``get``): a ``wire.LimitView``."""
         return wire.parse(wire.LimitView,
                           await self.request(f"agent.limits.get.{self.id}", {"key": key}))
+
+
+def _with_budget(body: JSON, budget: Mapping[str, Any] | None,
+                 serving: Message | None) -> None:
+    """``budget`` into a call or task body: a grant (``msg.budget``, with ``root`` and
+    ``work``) draws on that work; amounts (``cost``, ``tokens``) ask for a new budget or cap
+    what is drawn from the work being served."""
+    if budget is None:
+        return
+    ask = {k: budget[k] for k in ("tokens", "cost") if budget.get(k) is not None}
+    if "root" in budget and "work" in budget:
+        ask = {"root": budget["root"], "parent": budget["work"]}
+    elif "root" in budget and "parent" in budget:
+        ask.update(root=budget["root"], parent=budget["parent"])
+    body["budget"] = ask
 
 
 class Lease:

@@ -65,6 +65,13 @@ class Busy(SwitchboardError):
     retryable = True
 
 
+class BudgetExhausted(SwitchboardError):
+    """The budget the work draws on has nothing left (§16): finish with what you have; do not
+    retry the same sub-work."""
+
+    kinds = ("budget_exhausted",)
+
+
 class Expired(SwitchboardError):
     """A deadline passed: the call or task is over; the answer was not delivered."""
 
@@ -126,7 +133,8 @@ class Internal(SwitchboardError):
 
 
 _BY_KIND = {kind: cls for cls in (BadRequest, AccessDenied, NotFound, Conflict, Busy, Expired,
-                                  CallTimeout, Unavailable, Internal) for kind in cls.kinds}
+                                  CallTimeout, Unavailable, Internal, BudgetExhausted)
+            for kind in cls.kinds}
 
 
 def error_for(kind: str, code: int, message: str) -> SwitchboardError:

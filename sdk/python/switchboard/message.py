@@ -169,6 +169,15 @@ class Message:
         return self.raw.get("ttl")
 
     @property
+    def budget(self) -> JSON | None:
+        """The cost budget of the work this message gives (§16, ``metadata.budget``): ``root``,
+        ``work``, ``tokens``, ``cost`` granted; set only by Switchboard. Report spend with
+        ``agent.spend(msg.budget, tokens=…, cost=…)``; calls and tasks made while serving this
+        message draw on it (pass ``budget=msg.budget`` to draw on it from a task)."""
+        budget = self.metadata.get("budget")
+        return dict(budget) if isinstance(budget, dict) else None
+
+    @property
     def call_deadline(self) -> str | None:
         """When a call expires (RFC 3339, §9 "Check the deadline before answering"): skip
         slow work whose answer cannot arrive in time."""

@@ -12,7 +12,7 @@ import { CallFailed, errorFor, SwitchboardError, Unavailable } from './errors.js
 import type { CallError } from './errors.js';
 import { Toolbox } from './tools.js';
 import type {
-  AgentCard, ApprovalUsed, CallAnswer, CallParked, CallPart, CallParts, DeliveryReport, FetchReply,
+  AgentCard, ApprovalUsed, BudgetView, CallAnswer, CostReport, CallParked, CallPart, CallParts, DeliveryReport, FetchReply,
   GoalCloseReply, LookupReply, NoteReport, Parked, PeersReply, PendingCalls, PendingItems,
   Lease as LeaseReply, LimitView, PeopleList, PersonItem, Released, ReplyAck, SendRequest,
   SendStatusReply, TaskList, TaskReply,
@@ -533,6 +533,7 @@ export class Agent {
       if (opts.serving.correlationId) body.parent_correlation_id = opts.serving.correlationId;
       body.in_reply_to = opts.serving.id;
     }
+    if (opts.budget) body.budget = budgetAsk(opts.budget);
     return body;
   }
 
@@ -702,6 +703,7 @@ export class Agent {
     if (opts.metadata) body.metadata = opts.metadata;
     if (opts.inReplyTo) body.in_reply_to = opts.inReplyTo.id;
     if (opts.receipt) body.receipt = opts.receipt;
+    if (opts.budget) body.budget = budgetAsk(opts.budget);
     return body;
   }
 
@@ -872,6 +874,52 @@ export class Agent {
   async limitView(key: string): Promise<LimitView> {
     return this.request<LimitView>(`agent.limits.get.${this.id}`, { key });
   }
+
+  // ------------------------------------------------------------------- budgets (§16)
+  /** Reports what this agent spent on the work whose budget is `budget` (`msg.budget`):
+   * tokens and cost (micro-units: 1_000_000 is $1.00 in USD). Charged up to what the work has
+   * left (the rest is `over`); the reply says what is `left`. Not retried: a lost reply may
+   * have been charged. */
+  async spend(budget: Budget, used: { tokens?: number; cost?: number }): Promise<BudgetView> {
+    return this.request<BudgetView>(`agent.budget.spend.${this.id}`, {
+      root: budget.root, work: budget.work, tokens: used.tokens ?? 0, cost: used.cost ?? 0,
+    });
+  }
+
+  /** A budget this agent works under or gave: granted, spent, held by children, left. */
+  async budget(budget: Budget): Promise<BudgetView> {
+    return this.request<BudgetView>(`agent.budget.get.${this.id}`,
+      { root: budget.root, work: budget.work });
+  }
+
+  /** What each agent spent in budget tree `root` (the root call's or task's id), or
+   * `agentId`'s spend per tree, as the audit recorded it (`agent.audit.cost`). */
+  async auditCost(query: { root?: string; agentId?: string }): Promise<CostReport> {
+    const body: Json = {};
+    if (query.root) body.root = query.root;
+    if (query.agentId) body.agent_id = query.agentId;
+    return this.request<CostReport>('agent.audit.cost', body);
+  }
+}
+
+/** A budget as a message carries it (`msg.budget`): its tree and work, and the amounts. */
+export interface Budget {
+  root: string;
+  work: string;
+  tokens?: number;
+  cost?: number;
+}
+
+/** What a call or task asks of budgets (§16): amounts for a new one (or caps on what it draws
+ * from the call it serves), or a `Budget` (`msg.budget`) to draw on. */
+export type BudgetOption = { tokens?: number; cost?: number } | Budget;
+
+function budgetAsk(option: BudgetOption): Json {
+  if ('root' in option && 'work' in option) return { root: option.root, parent: option.work };
+  const ask: Json = {};
+  if (option.tokens !== undefined) ask.tokens = option.tokens;
+  if (option.cost !== undefined) ask.cost = option.cost;
+  return ask;
 }
 
 /** Options of `acquireLimit` and `withLimit`. */
@@ -977,6 +1025,8 @@ export interface CallOptions {
   /** The call's id. Choose it and send the same call again with it after `Unavailable`: the
    * retry joins the first call instead of asking twice (§9, "Retrying a call"). */
   correlationId?: string;
+  /** Its cost budget (§16); `BudgetExhausted` when nothing is left. */
+  budget?: BudgetOption;
 }
 
 /** Options of `createTask` and `spawn`. */
@@ -990,6 +1040,8 @@ export interface TaskOptions {
   /** Receipts for the task message (§8, "Receipts"): when the assignee's session receives
    * (and reads) it. */
   receipt?: 'delivered' | 'read';
+  /** Its cost budget (§16); `BudgetExhausted` when nothing is left. */
+  budget?: BudgetOption;
 }
 
 /** One inbox message (§7). `kind`: message, request (a call: `reply`), response, notify,
@@ -1059,6 +1111,12 @@ export class Message {
   get correlationId(): string | undefined { return this.raw.correlation_id as string | undefined; }
   get inReplyTo(): string | undefined { return this.raw.in_reply_to as string | undefined; }
   get ttl(): number | undefined { return this.raw.ttl as number | undefined; }
+  /** The cost budget of the work this message gives (§16, `metadata.budget`), set only by
+   * Switchboard: report spend with `agent.spend(msg.budget, {...})`. */
+  get budget(): Budget | undefined {
+    const budget = this.metadata.budget;
+    return budget && typeof budget === 'object' ? (budget as unknown as Budget) : undefined;
+  }
   /** When a call expires (§9, "Check the deadline before answering"): skip slow work whose
    * answer cannot arrive in time. */
   get callDeadline(): Date | undefined {

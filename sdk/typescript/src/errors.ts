@@ -28,6 +28,8 @@ export class Conflict extends SwitchboardError {}
 export class Busy extends SwitchboardError {
   override readonly retryable = true;
 }
+/** The budget the work draws on has nothing left (§16): finish with what you have. */
+export class BudgetExhausted extends SwitchboardError {}
 /** A deadline passed: the call or task is over. */
 export class Expired extends SwitchboardError {}
 /** A waiting call got no answer by its deadline. */
@@ -88,6 +90,7 @@ const families: [new (kind: string, code: number, message: string) => Switchboar
     'action_mismatch', 'approval_pending', 'approval_used', 'already_answered']],
   [Busy, ['at_capacity', 'too_many_children', 'too_many_calls', 'too_many_goals', 'rate_limited',
     'inbox_full', 'limited']],
+  [BudgetExhausted, ['budget_exhausted']],
   [Expired, ['expired']],
   [CallTimeout, ['timeout']],
   [Unavailable, ['unavailable', 'no_responders', 'request_timeout']],

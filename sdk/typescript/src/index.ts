@@ -4,7 +4,7 @@
 // the wire types (./wire) are generated from docs/schema, the tools from docs/mcp-tools.json.
 export { Agent, callId, isParty, Lease, Message, PEOPLE_AGENT, TaskHandle } from './agent.js';
 export type {
-  AskPersonOptions, CallOptions, ConnectOptions, Handler, LimitOptions, Part, PartyId,
+  AskPersonOptions, Budget, BudgetOption, CallOptions, ConnectOptions, Handler, LimitOptions, Part, PartyId,
   RequestApprovalOptions,
   SendOptions, ServeOptions, TaskOptions, TaskRecord, Trace,
 } from './agent.js';
