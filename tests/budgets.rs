@@ -504,3 +504,85 @@ async fn a_hostile_agent_cannot_spend_others_budgets_refund_itself_or_forge_one(
         Some(DOLLAR)
     );
 }
+
+/// `switchboard <args>` with `--json`, against `url`: its parsed output.
+async fn cli(url: &str, args: &[&str]) -> serde_json::Value {
+    let out = tokio::process::Command::new(switchboard_tests::service_bin("switchboard"))
+        .arg("--json")
+        .args(args)
+        .env("NATS_URL", url)
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "switchboard {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_person_reads_a_budget_reports_spend_and_reads_the_cost_tree_on_the_command_line() {
+    let fabric = Fabric::start().await;
+    let _limits = start_limits(&fabric.url()).await;
+    let (_audit, _trail) = start_audit(&fabric.url(), fast_audit()).await;
+    let (owner, _g) = fabric.agent_with_goal("cli-owner").await;
+    let (_worker, worker_goal) = fabric.agent_with_goal("cli-worker").await;
+    let task = owner
+        .create_task(CreateTask {
+            to: Some("cli-worker".to_owned()),
+            message: Some("work".to_owned()),
+            budget: Some(BudgetAsk {
+                cost: Some(DOLLAR),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .task;
+    let delivery = worker_goal
+        .recv(Duration::from_secs(10))
+        .await
+        .unwrap()
+        .unwrap();
+    let grant = budget_of(&delivery.ack().await.unwrap()).unwrap();
+    let (root, work) = (grant.root.to_string(), grant.work.to_string());
+    let url = fabric.url();
+    let base = [
+        "--root",
+        root.as_str(),
+        "--work",
+        work.as_str(),
+        "--as",
+        "cli-worker",
+    ];
+    let shown = cli(&url, &[&["budget", "show"][..], &base[..]].concat()).await;
+    assert_eq!(shown["cost"], DOLLAR, "{shown}");
+    let spent = cli(
+        &url,
+        &[
+            &["budget", "spend"][..],
+            &base[..],
+            &["--cost", "250000", "--tokens", "900"][..],
+        ]
+        .concat(),
+    )
+    .await;
+    assert_eq!(spent["left"]["cost"], 750_000, "{spent}");
+    assert_eq!(spent["spent"]["tokens"], 900, "{spent}");
+    let root_id = task.task_id.to_string();
+    let mut cost = cli(&url, &["audit", "cost", "--root", &root_id]).await;
+    for _ in 0..50 {
+        if cost["total"]["cost"] == 250_000 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        cost = cli(&url, &["audit", "cost", "--root", &root_id]).await;
+    }
+    assert_eq!(cost["total"]["cost"], 250_000, "{cost}");
+    assert_eq!(cost["agents"][0]["agent_id"], "cli-worker", "{cost}");
+    let mine = cli(&url, &["audit", "cost", "--agent", "cli-worker"]).await;
+    assert_eq!(mine["total"]["cost"], 250_000, "{mine}");
+}

@@ -84,10 +84,10 @@ pub struct HistoryArgs {
     conn: Connection,
 }
 
-/// The audit trail: export (JSON lines), verify the hash chain, pending requests.
+/// The audit trail: export (JSON lines), verify the hash chain, pending requests, cost.
 #[derive(Debug, Args)]
 #[command(
-    after_help = "Examples:\n  switchboard audit export --since 2026-11-22T00:00:00Z > manifest.jsonl\n  switchboard audit verify\n  switchboard audit pending",
+    after_help = "Examples:\n  switchboard audit export --since 2026-11-22T00:00:00Z > manifest.jsonl\n  switchboard audit verify\n  switchboard audit pending\n  switchboard audit cost --root <root task or call id>",
     mut_args(super::args::global_nats_url)
 )]
 pub struct AuditArgs {
@@ -113,6 +113,19 @@ enum AuditCommand {
     /// Requests that expect a reply and have none yet.
     #[command(after_help = "Example:\n  switchboard audit pending")]
     Pending,
+    /// What each agent spent in a budget tree (docs/protocol.md §16), or one agent's spend
+    /// per tree.
+    #[command(
+        after_help = "Examples:\n  switchboard audit cost --root <root task or call id>\n  switchboard audit cost --agent researcher"
+    )]
+    Cost {
+        /// The tree: its root call's or task's id.
+        #[arg(long, conflicts_with = "agent", required_unless_present = "agent")]
+        root: Option<uuid::Uuid>,
+        /// Instead: this agent's spend in each of its newest 100 trees.
+        #[arg(long)]
+        agent: Option<String>,
+    },
 }
 
 /// `switchboard thread <id>`: the conversation around a message, call or task id.
@@ -144,6 +157,7 @@ impl AuditArgs {
         match self.command {
             AuditCommand::Verify => crate::output::View::Verify,
             AuditCommand::Pending | AuditCommand::Export { .. } => crate::output::View::Records,
+            AuditCommand::Cost { .. } => crate::output::View::Json,
         }
     }
 }
@@ -187,5 +201,14 @@ pub async fn run(args: AuditArgs) -> anyhow::Result<Option<serde_json::Value>> {
         AuditCommand::Pending => Ok(Some(serde_json::to_value(
             switchboard_client::audit_pending(&client).await?,
         )?)),
+        AuditCommand::Cost { root, agent } => {
+            let query = switchboard_client::proto::budget::CostQuery {
+                root,
+                agent_id: agent,
+            };
+            Ok(Some(serde_json::to_value(
+                switchboard_client::audit_cost(&client, &query).await?,
+            )?))
+        }
     }
 }

@@ -3,13 +3,14 @@
 //! One module per command or group of commands, each holding its arguments — the about text,
 //! the examples and the flags — and what it does: `up`; `registry` (register, heartbeat,
 //! deregister, peers, agents, lookup); `goal`; `send` (send, status); `call` (call, reply,
-//! pending); `inbox`; `task`; `audit` (thread, history, audit); `nats_config`; `a2a`; `dlq`; `people`; `limits`;
+//! pending); `inbox`; `task`; `audit` (thread, history, audit); `nats_config`; `a2a`; `dlq`; `people`; `limits`; `budget`;
 //! `demo`; `health`. `args` declares the flags many of them share (the NATS URL, `--as`)
 //! once. `switchboard mcp` is [`crate::mcp`].
 
 mod a2a;
 pub(crate) mod args;
 mod audit;
+mod budget;
 mod call;
 mod demo;
 mod dlq;
@@ -91,6 +92,7 @@ enum Command {
     Dlq(dlq::DlqArgs),
     People(people::PeopleArgs),
     Limits(limits::LimitsArgs),
+    Budget(budget::BudgetArgs),
     Demo(demo::DemoArgs),
     Health(health::HealthArgs),
 }
@@ -153,6 +155,7 @@ async fn dispatch(command: Command, json: bool, view: View) -> ExitCode {
         Command::Dlq(args) => dlq::run(args).await,
         Command::People(args) => people::run(args).await,
         Command::Limits(args) => limits::run(args).await,
+        Command::Budget(args) => budget::run(args).await,
         Command::Register(args) => registry::register(args).await,
         Command::Heartbeat(args) => registry::heartbeat(args).await,
         Command::Deregister(args) => registry::deregister(args).await,
@@ -214,6 +217,7 @@ fn view_of(command: &Command) -> View {
         | Command::NatsConfig(_)
         | Command::Health(_)
         | Command::Limits(_)
+        | Command::Budget(_)
         | Command::A2a(_) => View::Json,
     }
 }
