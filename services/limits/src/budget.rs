@@ -17,6 +17,7 @@ use switchboard_proto::budget::{
 use switchboard_proto::{AgentId, GoalId, InboxMessage, MessageKind, new_id, timestamp};
 use switchboard_runtime::config::BudgetsConfig;
 use switchboard_runtime::publish::{json_payload, publish_durable};
+use tokio::sync::mpsc;
 use uuid::Uuid;
 
 use crate::error::LimitsError;
@@ -25,12 +26,38 @@ use crate::tree::{Node, Refusal, Tree};
 
 /// How often one change is tried against writers racing on the same tree.
 const ATTEMPTS: u32 = 32;
+/// The pauses, in ms, before a tree not stored yet is read again (250 ms in all).
+const OPENING_READS: [u64; 5] = [10, 20, 40, 80, 100];
+/// Events a replica holds for its publisher before a change waits for it.
+const EVENTS_QUEUED: usize = 10_000;
+
+/// Publishes budget events into `AGENT_EVENTS` one after another, each retried with its own
+/// message id (a crash loses the events still queued: the trees in KV stay right, the audit's
+/// cost tree misses them).
+async fn publisher(js: jetstream::Context, mut events: mpsc::Receiver<BudgetEvent>) {
+    while let Some(event) = events.recv().await {
+        let subject = event.subject();
+        let msg_id = format!(
+            "budget:{}:{}:{}:{}",
+            event.root,
+            event.work,
+            event.event,
+            new_id()
+        );
+        let Ok(payload) = json_payload(&subject, &event) else {
+            continue;
+        };
+        if let Err(err) = publish_durable(&js, &subject, &msg_id, payload).await {
+            tracing::warn!(%subject, error = %err, "budget event not stored");
+        }
+    }
+}
 
 /// The budgets of one replica.
 #[derive(Debug)]
 pub struct Budgets {
     kv: kv::Store,
-    js: jetstream::Context,
+    events: mpsc::Sender<BudgetEvent>,
     door: Door,
     config: BudgetsConfig,
 }
@@ -66,11 +93,14 @@ struct Changed<T> {
 }
 
 impl Budgets {
-    /// Budgets over the `agent_limits` bucket, telling through `door`.
+    /// Budgets over the `agent_limits` bucket, telling through `door`, publishing events
+    /// through `js` (a task of the runtime this is called in).
     pub fn new(kv: kv::Store, js: jetstream::Context, door: Door, config: BudgetsConfig) -> Self {
+        let (events, queued) = mpsc::channel(EVENTS_QUEUED);
+        tokio::spawn(publisher(js, queued));
         Self {
             kv,
-            js,
+            events,
             door,
             config,
         }
@@ -136,13 +166,24 @@ impl Budgets {
     async fn change<T>(
         &self,
         root: Uuid,
+        fresh: bool,
         mut rule: impl FnMut(
             Option<Tree>,
             u64,
         ) -> Result<(T, Option<Tree>, Vec<BudgetEvent>), LimitsError>,
     ) -> Result<Changed<T>, LimitsError> {
         for attempt in 0..ATTEMPTS {
-            let (found, revision) = self.load(root).await?;
+            // A new tree is created without reading first; a lost create reads it.
+            let (found, revision) = match fresh && attempt == 0 {
+                true => (None, 0),
+                false => self.load(root).await?,
+            };
+            // A root is opened beside its call's delivery (§16), so its callee's first spend
+            // or sub-call may come first: a tree not there yet is read again for a while.
+            if found.is_none() && !fresh && attempt < OPENING_READS.len() as u32 {
+                tokio::time::sleep(Duration::from_millis(OPENING_READS[attempt as usize])).await;
+                continue;
+            }
             let existed = found.is_some();
             let (out, changed, events) = rule(found.clone(), now_ms())?;
             let Some(tree) = changed else {
@@ -153,7 +194,7 @@ impl Budgets {
             let remove = existed && tree.finished(now_ms());
             let revision = if existed { revision } else { 0 };
             if self.store(&tree, revision, remove).await? {
-                self.publish(&events).await;
+                self.publish(events).await;
                 return Ok(Changed { out, tree });
             }
             tokio::time::sleep(Duration::from_millis(u64::from(attempt.min(10)) * 2)).await;
@@ -161,34 +202,13 @@ impl Budgets {
         Err(LimitsError::Conflict(format!("budget tree {root}")))
     }
 
-    async fn publish(&self, events: &[BudgetEvent]) {
+    /// Hands the events of a change to this replica's publisher, in order, off the request's
+    /// path (it waits only when the publisher is [`EVENTS_QUEUED`] behind).
+    async fn publish(&self, events: Vec<BudgetEvent>) {
         for event in events {
-            let subject = event.subject();
-            let msg_id = format!(
-                "budget:{}:{}:{}:{}",
-                event.root,
-                event.work,
-                event.event,
-                new_id()
-            );
-            let Ok(payload) = json_payload(&subject, event) else {
-                continue;
-            };
-            if let Err(err) = publish_durable(&self.js, &subject, &msg_id, payload).await {
-                tracing::warn!(%subject, error = %err, "budget event not stored");
+            if let Err(mpsc::error::TrySendError::Full(event)) = self.events.try_send(event) {
+                let _ = self.events.send(event).await;
             }
-        }
-    }
-
-    /// The per-agent cap on a root budget: the amount cut to it.
-    fn capped(&self, asked: Option<u64>, cap: Option<u64>, cut: &mut bool) -> Option<u64> {
-        match (asked, cap) {
-            (Some(asked), Some(cap)) if asked > cap => {
-                *cut = true;
-                Some(cap)
-            }
-            (None, Some(cap)) => Some(cap),
-            (asked, _) => asked,
         }
     }
 
@@ -242,12 +262,11 @@ impl Budgets {
                     "a budget names `tokens` or `cost`".to_owned(),
                 ));
             }
-            let mut cut = false;
-            node.t = self.capped(node.t, self.config.cap_tokens, &mut cut);
-            node.c = self.capped(node.c, self.config.cap_cost, &mut cut);
+            let (tokens, cost, cut) = self.config.root_grant(node.t, node.c);
+            (node.t, node.c) = (tokens, cost);
             let goal = request.requester_goal;
             let changed = self
-                .change(root, |found, _| match found {
+                .change(root, true, |found, _| match found {
                     Some(tree) => match tree.n.get(&work) {
                         Some(n) if n.p.is_none() && n.r == request.requester => {
                             Ok(((n.t, n.c), None, Vec::new()))
@@ -273,7 +292,7 @@ impl Budgets {
             });
         };
         let changed = self
-            .change(root, |found, now| {
+            .change(root, false, |found, now| {
                 let mut tree =
                     found.ok_or_else(|| LimitsError::NotFound(format!("no budget tree {root}")))?;
                 let granted = tree.reserve(work, parent, &request.requester, node.clone(), now)?;
@@ -303,7 +322,7 @@ impl Budgets {
     pub async fn close(&self, request: CloseRequest) -> Result<serde_json::Value, LimitsError> {
         let (root, work) = (request.root, request.work);
         let result = self
-            .change(root, |found, _| {
+            .change(root, false, |found, _| {
                 let Some(mut tree) = found else {
                     return Ok(((), None, Vec::new()));
                 };
@@ -346,7 +365,7 @@ impl Budgets {
             cost: request.cost,
         };
         let changed = self
-            .change(root, |found, now| {
+            .change(root, false, |found, now| {
                 let mut tree =
                     found.ok_or_else(|| LimitsError::NotFound(format!("no budget tree {root}")))?;
                 let charged = tree.spend(work, caller, amounts, now)?;

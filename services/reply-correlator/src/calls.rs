@@ -332,21 +332,58 @@ impl Correlator {
             call.correlation_id,
             request.budget.as_ref(),
             inherited,
-            self.default_budget.clone(),
+            self.budgets.default_ask(),
         ) else {
             return Ok(None);
         };
-        switchboard_request::budget::reserve(
-            &self.client,
-            draw,
-            call.correlation_id,
-            (&call.caller, request.from_goal_id),
-            &call.callee,
-            Some(call.deadline),
-        )
-        .await
-        .map(Some)
-        .map_err(CorrelatorError::Budget)
+        let requester = (&call.caller, request.from_goal_id);
+        if draw.0.parent.is_some() {
+            // A child's grant depends on what its parent has left: reserved before delivery.
+            return switchboard_request::budget::reserve(
+                &self.client,
+                draw,
+                call.correlation_id,
+                requester,
+                &call.callee,
+                Some(call.deadline),
+            )
+            .await
+            .map(Some)
+            .map_err(CorrelatorError::Budget);
+        }
+        // A new tree's grant is its ask cut to the caps, known here: the tree is opened beside
+        // the request's delivery, off the call's path (the limits service reads a tree that is
+        // not stored yet again for a while, should the callee spend first).
+        let (tokens, cost, cut) = self.budgets.root_grant(draw.1.tokens, draw.1.cost);
+        let grant = switchboard_proto::budget::BudgetGrant {
+            root: draw.0.root,
+            work: call.correlation_id,
+            tokens,
+            cost,
+            cut,
+        };
+        let (client, caller, goal, callee) = (
+            self.client.clone(),
+            call.caller.clone(),
+            request.from_goal_id,
+            call.callee.clone(),
+        );
+        let (work, deadline) = (call.correlation_id, call.deadline);
+        self.background.spawn(async move {
+            let opened = switchboard_request::budget::reserve(
+                &client,
+                draw,
+                work,
+                (&caller, goal),
+                &callee,
+                Some(deadline),
+            )
+            .await;
+            if let Err(err) = opened {
+                tracing::warn!(correlation_id = %work, error = %err.error.message, "the call's budget was not opened");
+            }
+        });
+        Ok(Some(grant))
     }
 
     /// A waiting call's subscription to the answers other replicas hand over (none parked).

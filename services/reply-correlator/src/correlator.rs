@@ -135,8 +135,9 @@ pub struct Correlator {
     /// Each replier's share of those places ([`OVERTAKEN_PER_REPLIER`]), so one agent replying
     /// to made-up ids cannot take them all from the callees whose replies really overtook.
     overtaken_by: switchboard_runtime::places::Places<AgentId>,
-    /// The budget a call gets when it names none and draws on no parent's (`[budgets]`).
-    pub(crate) default_budget: Option<switchboard_proto::budget::BudgetAsk>,
+    /// `[budgets]`: the budget a call gets when it names none and draws on no parent's, and
+    /// the caps on a new tree.
+    pub(crate) budgets: switchboard_runtime::config::BudgetsConfig,
 }
 
 /// When a reply names a call with no record, it may have overtaken the record (a call whose
@@ -163,13 +164,13 @@ impl Correlator {
             background: tokio_util::task::TaskTracker::new(),
             overtaken: tokio::sync::Semaphore::new(OVERTAKEN_WAITERS),
             overtaken_by: Default::default(),
-            default_budget: None,
+            budgets: Default::default(),
         }
     }
 
     /// The same, giving calls that name no budget the configured default (`[budgets]`).
     pub fn with_budgets(mut self, budgets: &switchboard_runtime::config::BudgetsConfig) -> Self {
-        self.default_budget = budgets.default_ask();
+        self.budgets = budgets.clone();
         self
     }
 

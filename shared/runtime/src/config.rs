@@ -191,6 +191,28 @@ impl Default for BudgetsConfig {
 }
 
 impl BudgetsConfig {
+    /// What a new tree asking for `tokens`/`cost` is granted: each cut to its cap (a unit
+    /// asked for without an amount is bounded at its cap), and whether any was cut. Every
+    /// service applies the same `[budgets]`, so the correlator knows a root's grant before the
+    /// limits service stores it.
+    pub fn root_grant(
+        &self,
+        tokens: Option<u64>,
+        cost: Option<u64>,
+    ) -> (Option<u64>, Option<u64>, bool) {
+        let mut cut = false;
+        let mut capped = |asked: Option<u64>, cap: Option<u64>| match (asked, cap) {
+            (Some(asked), Some(cap)) if asked > cap => {
+                cut = true;
+                Some(cap)
+            }
+            (None, Some(cap)) => Some(cap),
+            (asked, _) => asked,
+        };
+        let (tokens, cost) = (capped(tokens, self.cap_tokens), capped(cost, self.cap_cost));
+        (tokens, cost, cut)
+    }
+
     /// The budget work that names none gets, if any is configured.
     pub fn default_ask(&self) -> Option<switchboard_proto::budget::BudgetAsk> {
         (self.default_tokens.is_some() || self.default_cost.is_some()).then(|| {
