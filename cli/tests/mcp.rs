@@ -11,16 +11,20 @@ use std::time::Duration;
 use common::{BIN, System, json};
 use switchboard_testkit::{python_bin, stdout_of, workspace_root};
 
+/// Every call and task gets a default budget of $1.00 here (docs/protocol.md §16), so the
+/// callee's `check_inbox` shows what is left of its request's budget.
+const DEFAULT_BUDGET: [(&str, &str); 1] = [("SWITCHBOARD_BUDGETS__DEFAULT_COST", "1000000")];
+
 #[tokio::test]
 async fn two_mcp_agents_exchange_a_message_and_a_call_through_the_official_sdk() {
-    exchange(&System::start().await).await;
+    exchange(&System::start_env(&DEFAULT_BUDGET).await).await;
 }
 
 /// The same session against the accounts `switchboard nats-config` writes: each MCP server
 /// signs in with its own key (`--nkey`) and reads its replies on `_INBOX.<agent_id>` only.
 #[tokio::test]
 async fn the_official_sdk_drives_agents_signed_in_with_their_own_keys() {
-    exchange(&System::start_secured(&["mcp-alice", "mcp-bob"]).await).await;
+    exchange(&System::start_secured_env(&["mcp-alice", "mcp-bob"], &DEFAULT_BUDGET).await).await;
 }
 
 async fn exchange(system: &System) {
@@ -52,6 +56,13 @@ async fn exchange(system: &System) {
         "{inbox}"
     );
     assert_eq!(report["answer"]["body"], "4, says bob");
+    // The model sees the budget its request carries, and what is left of it.
+    let request = report["request_inbox"].as_str().unwrap();
+    assert!(
+        request.contains("(budget of request ")
+            && request.contains("1000000 of 1000000 micro-units of cost left"),
+        "{request}"
+    );
     assert_eq!(report["answer"]["from_agent_id"], "mcp-bob");
     // An unknown peer is a delivery report with the reason, not a silent "ok".
     assert_eq!(

@@ -154,6 +154,7 @@ async def main(binary, nats_url, key_dir=None):
         await bob.wait_for("log")
         error, request = await call(b, "check_inbox")
         expect(not error and 'kind="request"' in request and "what is 2+2?" in request, request)
+        report["request_inbox"] = request
         error, pending = await call(b, "pending_requests")
         expect(not error and len(json.loads(pending)["incoming"]) == 1, pending)
         error, ack = await call(b, "reply_to_peer", {"message": "4, says bob"})

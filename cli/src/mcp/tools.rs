@@ -259,6 +259,7 @@ impl SwitchboardMcp {
         self.remember_requests(&messages);
         let mut text =
             render_peer_messages_block(&messages).unwrap_or_else(|| "No new messages.".to_owned());
+        text.push_str(&self.budget_lines(&messages).await);
         if more > 0 {
             text.push_str(&format!(
                 "\n({more} more unread message(s): call check_inbox again to read them)"
@@ -407,5 +408,39 @@ impl SwitchboardMcp {
     )]
     async fn pending_requests(&self, _: Parameters<NoParams>) -> CallToolResult {
         outcome(self.agent.pending_calls().await)
+    }
+}
+
+impl SwitchboardMcp {
+    /// One line per message that gives work with a cost budget (docs/protocol.md §16): what is
+    /// left of it now, so the model can plan. Empty when no message carries one.
+    async fn budget_lines(&self, messages: &[InboxMessage]) -> String {
+        let mut lines = String::new();
+        for message in messages {
+            let Some(grant) = switchboard_client::budget_of(message) else {
+                continue;
+            };
+            let of = |left: u64, granted: Option<u64>, unit: &str| match granted {
+                Some(granted) => format!("{left} of {granted} {unit} left"),
+                None => format!("{unit} unbounded"),
+            };
+            let (left_cost, left_tokens) = match self.agent.budget(&grant).await {
+                Ok(view) => (view.left.cost, view.left.tokens),
+                Err(_) => (grant.cost.unwrap_or(0), grant.tokens.unwrap_or(0)),
+            };
+            lines.push_str(&format!(
+                "\n(budget of {} {}: {}, {}; calls and subtasks you make while serving it \
+                 draw on it, and past it they are refused with budget_exhausted)",
+                if message.task.is_some() {
+                    "task"
+                } else {
+                    "request"
+                },
+                grant.work,
+                of(left_cost, grant.cost, "micro-units of cost"),
+                of(left_tokens, grant.tokens, "tokens"),
+            ));
+        }
+        lines
     }
 }
