@@ -33,6 +33,7 @@
 // baselines measured at the start, so they sit together (the inbox rows are in report_inbox.rs).
 
 mod report_a2a;
+mod report_budgets;
 mod report_console;
 mod report_inbox;
 mod report_limits;
@@ -206,6 +207,7 @@ async fn main() {
         let nats = NatsServer::start().await;
         let mut report = Report::default();
         report_limits::limit_rows(&mut report, &nats.url(), ops, SERVICE_ENV, None).await;
+        report_budgets::budget_rows(&mut report, ops).await;
         println!("{}", render(&report, ops, 0, Duration::ZERO));
         return;
     }
@@ -554,6 +556,7 @@ async fn main() {
     // Provider limits (issue 41): three limits replicas on this server, started for the rows.
     wait_until_audited(&js).await;
     report_limits::limit_rows(&mut report, &url, ops, SERVICE_ENV, Some(raw_rr)).await;
+    report_budgets::budget_rows(&mut report, ops).await;
 
     // The call beside Synadia's agent SDK and raw NATS, on a server of its own with the
     // shipped defaults (issue 25).

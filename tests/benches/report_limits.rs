@@ -112,7 +112,15 @@ async fn raw_request_reply(url: &str, ops: usize) -> Sample {
                 let _ = answering.publish(reply, message.payload).await;
             }
         }
+        eprintln!("bench: the echo subscription ended");
     });
+    // The echo answers before it is measured.
+    let mut tries = 0;
+    while let Err(err) = client.request("bench.limits.echo", "{}".into()).await {
+        tries += 1;
+        assert!(tries < 50, "the echo never answered: {err}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let raw = measure(ops, 2, 64, move || {
         let client = client.clone();
         async move {
