@@ -9,9 +9,10 @@ up: nats-server
 # foreign-client tests drive: nats-py, the official MCP SDK; the official AsyncAPI parser
 # that checks docs/asyncapi.yaml; the TypeScript SDK, built; Debian's chromium and the pinned
 # playwright-core that drive the console in a real browser). Every binary runs, so one
-# failure does not hide the next.
+# failure does not hide the next; the wait-bound fault tests run in a lane beside the rest
+# (tests/run.sh). One binary alone: cargo test --locked -p switchboard-tests --test NAME.
 test: nats-server py-venv asyncapi-tools ts-sdk console-tools
-	cargo test --workspace --locked --no-fail-fast
+	bash tests/run.sh
 
 # The performance report: a private nats-server and the five services (release binaries),
 # Switchboard's paths beside raw NATS in the same run; prints the table and writes
