@@ -10,7 +10,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 
 # The second lane: test targets that mostly wait (tests/<name>.rs).
-SECOND_LANE=" reliability service_faults observability raw_faults a2a_outbound "
+SECOND_LANE=" reliability service_faults observability raw_faults a2a_outbound calls a2a_trace audit "
 
 logs=target/test-lanes
 rm -rf "$logs"
