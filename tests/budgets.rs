@@ -66,6 +66,7 @@ async fn work(
                 }
             }
         }
+        let spawned_ok = children.len();
         for child in children {
             loop {
                 if agent.get_task(child).await.unwrap().state.is_terminal() {
@@ -86,6 +87,9 @@ async fn work(
             .unwrap_err();
         assert_eq!(kind(&late), ErrorKind::BudgetExhausted, "{late}");
         refused.fetch_add(1, Ordering::SeqCst);
+        // A spawn refused for its budget leaves no child behind.
+        let linked = agent.get_task(task_id).await.unwrap().children.len();
+        assert_eq!(linked, spawned_ok, "task {task_id}");
     } else {
         loop {
             let view = agent.spend(&grant, 500, 70_000).await.unwrap();

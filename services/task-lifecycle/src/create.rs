@@ -76,24 +76,29 @@ impl Tasks {
                 .created_again(caller, body, existing.task, &goals)
                 .await;
         }
-        let (depth, requester_goal) = match parent_id {
-            Some(parent_id) => {
-                let parent = self.adopt(caller, parent_id, task_id).await?;
-                let goal = request.from_goal_id.or(parent.assignee_goal);
-                (parent.depth + 1, goal)
-            }
-            None => (1, request.from_goal_id),
-        };
         let mut task = new_task(caller, &assignee, body, &request, now);
         (task.task_id, task.deadline, task.parent) = (task_id, deadline, parent_id);
-        (task.depth, task.requester_goal) = (depth, requester_goal);
+        task.requester_goal = request.from_goal_id;
+        // The budget is reserved before a spawn is linked to its parent, so a spawn refused
+        // for its budget leaves no child behind; a task that is not made gives it back (§16).
         task.budget = self.budget(&task, &request).await?;
-        // A task that is not made gives its budget back at once (§16).
         let give_back = |task: &TaskRecord| {
             if let Some(budget) = &task.budget {
                 switchboard_request::budget::close(&self.client, budget);
             }
         };
+        if let Some(parent_id) = parent_id {
+            let parent = match self.adopt(caller, parent_id, task_id).await {
+                Ok(parent) => parent,
+                Err(err) => {
+                    give_back(&task);
+                    return Err(err);
+                }
+            };
+            task.requester_goal = request.from_goal_id.or(parent.assignee_goal);
+            task.depth = parent.depth + 1;
+        }
+        let depth = task.depth;
         let inserted = self.store.insert(&task).await;
         if inserted.is_err() {
             give_back(&task);
