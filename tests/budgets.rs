@@ -453,6 +453,29 @@ async fn a_hostile_agent_cannot_spend_others_budgets_refund_itself_or_forge_one(
             reply.body
         );
     }
+    // A spend of nothing is refused (it would rewrite the tree for nothing).
+    let nothing = worker.spend(&grant, 0, 0).await.unwrap_err();
+    assert_eq!(kind(&nothing), ErrorKind::BadRequest, "{nothing}");
+    // A sub-call refused after its share was reserved gives it back at once, not at its
+    // deadline: a flood of them cannot hold the budget.
+    for _ in 0..20 {
+        let refused = worker
+            .call_parked_with(CallRequest {
+                to: Some("nobody-here".to_owned()),
+                message: Some("anyone?".to_owned()),
+                timeout_ms: Some(300_000),
+                budget: Some(draw_from(&grant, None, Some(100_000))),
+                ..Default::default()
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(kind(&refused), ErrorKind::Unreachable, "{refused}");
+    }
+    let returned = switchboard_testkit::eventually(Duration::from_secs(10), || async {
+        worker.budget(&grant).await.unwrap().children.cost == 0
+    })
+    .await;
+    assert!(returned, "{:?}", worker.budget(&grant).await.unwrap());
     // An absurd real spend is charged to what is left, never past it.
     let view = worker.spend(&grant, 0, u64::MAX / 2).await;
     assert_eq!(kind(&view.unwrap_err()), ErrorKind::BadRequest);

@@ -69,6 +69,10 @@ pub struct Tree {
     pub told: bool,
     /// Every node, by id.
     pub n: BTreeMap<Uuid, Node>,
+    /// Each node's children, built on first use (so a rule walks the tree in O(n), not
+    /// O(n²)); reset when a node is added.
+    #[serde(skip)]
+    kids: std::sync::OnceLock<BTreeMap<Uuid, Vec<Uuid>>>,
 }
 
 /// Why a rule refused.
@@ -130,15 +134,29 @@ impl Tree {
             g: goal,
             told: false,
             n: BTreeMap::from([(work, root)]),
+            kids: std::sync::OnceLock::new(),
         }
     }
 
     fn children(&self, of: Uuid) -> impl Iterator<Item = (&Uuid, &Node)> {
-        self.n.iter().filter(move |(_, n)| n.p == Some(of))
+        let kids = self.kids.get_or_init(|| {
+            let mut kids: BTreeMap<Uuid, Vec<Uuid>> = BTreeMap::new();
+            for (id, node) in &self.n {
+                if let Some(parent) = node.p {
+                    kids.entry(parent).or_default().push(*id);
+                }
+            }
+            kids
+        });
+        kids.get(&of)
+            .into_iter()
+            .flatten()
+            .filter_map(|id| self.n.get_key_value(id))
     }
 
-    /// What `id` weighs on its parent in one unit (see the module doc). Depth is bounded by
-    /// the calls' and tasks' own depth limits; the node count by [`BUDGET_NODES_MAX`].
+    /// What `id` weighs on its parent in one unit (see the module doc). The recursion is as
+    /// deep as the tree, at most [`BUDGET_NODES_MAX`] nodes (calls made under tasks made under
+    /// calls are bound by no depth limit of their own).
     fn charge(&self, id: Uuid, tokens: bool, now_ms: u64) -> u64 {
         let Some(node) = self.n.get(&id) else {
             return 0;
@@ -249,6 +267,7 @@ impl Tree {
             *slot = Some(asked.min(left));
         }
         let [t, c] = grant;
+        self.kids = std::sync::OnceLock::new();
         self.n.insert(
             work,
             Node {
@@ -274,6 +293,11 @@ impl Tree {
         amounts: Amounts,
         now_ms: u64,
     ) -> Result<Charged, Refusal> {
+        if amounts == Amounts::default() {
+            return Err(Refusal::Bad(
+                "a spend names `tokens` or `cost` above 0".to_owned(),
+            ));
+        }
         if amounts.tokens > BUDGET_AMOUNT_MAX || amounts.cost > BUDGET_AMOUNT_MAX {
             return Err(Refusal::Bad(format!(
                 "a spend is at most {BUDGET_AMOUNT_MAX} of each unit"

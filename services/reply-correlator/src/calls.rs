@@ -67,7 +67,16 @@ impl Correlator {
         reply: Option<async_nats::Subject>,
     ) -> Result<CallOutcome, CorrelatorError> {
         let to = request.to.clone();
-        let result = self.make_call(caller, request, reply).await;
+        let mut granted = None;
+        let result = self.make_call(caller, request, reply, &mut granted).await;
+        // A call refused after its budget was reserved gives it back at once (§16), unless its
+        // request may be stored (the call goes on, and ends at its answer or deadline).
+        if let (Err(err), Some(grant)) = (&result, &granted)
+            && !err.may_have_delivered()
+            && err.kind() != ErrorKind::Unavailable
+        {
+            switchboard_request::budget::close(&self.client, grant);
+        }
         if let Err(err) = &result
             && matches!(
                 err.kind(),
@@ -114,9 +123,11 @@ impl Correlator {
         caller: &AgentId,
         request: CallRequest,
         reply: Option<async_nats::Subject>,
+        granted: &mut Option<switchboard_proto::budget::BudgetGrant>,
     ) -> Result<CallOutcome, CorrelatorError> {
         let (callee, body, picked) = self.callee(caller, &request).await?;
         let opening = self.opening(caller, &callee, &request).await?;
+        granted.clone_from(&opening.call.budget);
         let _slot = match opening.call.wait {
             true => Some(
                 self.waiting_slot(caller)
@@ -150,7 +161,14 @@ impl Correlator {
                 report,
                 _held,
             } => (*stored, joined, report, _held),
-            Sent::Ended(outcome) => return outcome,
+            Sent::Ended(outcome) => {
+                // A retry of a call that has ended: its node has ended too (a tree this retry
+                // opened again is removed by the close).
+                if let Some(grant) = granted.take() {
+                    switchboard_request::budget::close(&self.client, &grant);
+                }
+                return outcome;
+            }
         };
         let record = stored.call.clone();
         tracing::info!(correlation_id = %record.correlation_id, caller = %caller, callee = %callee, depth = record.chain.len(), timeout_ms = opening.timeout_ms, wait = record.wait, "call opened");

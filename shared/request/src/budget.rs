@@ -99,10 +99,25 @@ pub fn close(client: &Client, grant: &BudgetGrant) {
         work: grant.work,
     };
     tokio::spawn(async move {
-        let closed: Result<serde_json::Value, _> =
-            request_json_retrying(&client, BUDGET_CLOSE_SUBJECT, &request, TIMEOUT, 5).await;
-        if let Err(err) = closed {
-            tracing::warn!(root = %request.root, work = %request.work, error = %err, "budget not closed");
+        // A tree busy with other writers answers `conflict`: a close is worth waiting for.
+        let mut pause = Duration::from_millis(50);
+        for attempt in 0..5 {
+            let closed: Result<serde_json::Value, _> =
+                request_json_retrying(&client, BUDGET_CLOSE_SUBJECT, &request, TIMEOUT, 5).await;
+            match closed {
+                Ok(_) => return,
+                Err(RequestFailure::Service(reply))
+                    if attempt < 4
+                        && matches!(reply.kind(), ErrorKind::Conflict | ErrorKind::Unavailable) =>
+                {
+                    tokio::time::sleep(pause).await;
+                    pause *= 2;
+                }
+                Err(err) => {
+                    tracing::warn!(root = %request.root, work = %request.work, error = %err, "budget not closed");
+                    return;
+                }
+            }
         }
     });
 }
