@@ -4,6 +4,10 @@
 //! flows to its sub-calls and returns what was not spent. A hostile agent cannot spend another
 //! tree's budget, refund itself, draw past what its parent has left, or forge a budget.
 
+// Longer than 600 lines because it holds one scenario per test of the budgets (the issue's
+// $1.00 tree, a call's flow, the attacks, the command line), each on a fabric of its own; one
+// binary links once.
+
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 use std::sync::Arc;
