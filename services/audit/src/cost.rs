@@ -28,6 +28,7 @@ pub fn tree(root: Uuid, entries: &[AuditEntry]) -> CostReport {
     let mut nodes: Vec<CostNode> = Vec::new();
     let mut at: BTreeMap<Uuid, usize> = BTreeMap::new();
     let mut report = CostReport::default();
+    let mut granted = std::collections::BTreeSet::new();
     for event in entries.iter().filter_map(event).filter(|e| e.root == root) {
         let slot = *at.entry(event.work).or_insert_with(|| {
             nodes.push(CostNode {
@@ -42,7 +43,10 @@ pub fn tree(root: Uuid, entries: &[AuditEntry]) -> CostReport {
         });
         let node = &mut nodes[slot];
         match event.event.as_str() {
-            "opened" | "reserved" => {
+            // The first grant counts: a root id opened again later (a reused task id) does
+            // not rewrite what the tree was given.
+            "opened" | "reserved" if !granted.contains(&event.work) => {
+                granted.insert(event.work);
                 node.granted = Amounts {
                     tokens: event.tokens.unwrap_or(0),
                     cost: event.cost.unwrap_or(0),

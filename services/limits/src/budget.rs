@@ -268,7 +268,11 @@ impl Budgets {
             let changed = self
                 .change(root, true, |found, _| match found {
                     Some(tree) => match tree.n.get(&work) {
-                        Some(n) if n.p.is_none() && n.r == request.requester => {
+                        Some(n)
+                            if n.p.is_none()
+                                && n.r == request.requester
+                                && n.o == request.owner =>
+                        {
                             Ok(((n.t, n.c), None, Vec::new()))
                         }
                         _ => Err(LimitsError::Refused(format!(

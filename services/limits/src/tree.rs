@@ -267,6 +267,12 @@ impl Tree {
             *slot = Some(asked.min(left));
         }
         let [t, c] = grant;
+        // A child never outlives what it draws on: past its parent's deadline its share
+        // returns too.
+        let d = match (child.d, from.d) {
+            (Some(own), Some(theirs)) => Some(own.min(theirs)),
+            (own, theirs) => own.or(theirs),
+        };
         self.kids = std::sync::OnceLock::new();
         self.n.insert(
             work,
@@ -274,6 +280,7 @@ impl Tree {
                 p: Some(parent),
                 t,
                 c,
+                d,
                 ..child
             },
         );

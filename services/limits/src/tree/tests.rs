@@ -152,3 +152,19 @@ proptest::proptest! {
         }
     }
 }
+
+#[test]
+fn a_child_ends_no_later_than_what_it_draws_on() {
+    let mut tree = dollar();
+    tree.n.get_mut(&id(1)).unwrap().d = Some(100);
+    // No deadline of its own (a task drawing on a call): it ends with its parent.
+    tree.reserve(id(2), id(1), &agent("a"), node("b", "a", None, Some(10)), 0)
+        .unwrap();
+    assert_eq!(tree.n[&id(2)].d, Some(100));
+    let mut late = node("c", "a", None, Some(10));
+    late.d = Some(500);
+    tree.reserve(id(3), id(1), &agent("a"), late, 0).unwrap();
+    assert_eq!(tree.n[&id(3)].d, Some(100));
+    let spend = tree.spend(id(2), &agent("b"), cost(1), 101);
+    assert!(matches!(spend, Err(Refusal::Ended(_))), "{spend:?}");
+}
