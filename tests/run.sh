@@ -9,8 +9,10 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-# The second lane: test targets that mostly wait (tests/<name>.rs).
-SECOND_LANE=" reliability service_faults observability raw_faults a2a_outbound calls a2a_trace audit "
+# The second lane: test targets that mostly wait (tests/<name>.rs). Not service_faults: it
+# checks that the audit records every stored message while services are killed, and a full goal
+# purges read messages the audit has not reached yet when the CPU is shared (it failed so once).
+SECOND_LANE=" reliability observability raw_faults a2a_outbound calls a2a_trace audit "
 
 logs=target/test-lanes
 rm -rf "$logs"
