@@ -83,6 +83,35 @@ async fn a_fleet_never_holds_more_leases_than_declared_across_three_replicas() {
     let listed = limits_list(&ops).await.unwrap();
     assert_eq!(listed.limits.len(), 1);
     assert_eq!(listed.limits[0].in_use, 0, "{listed:?}");
+    // The replicas raced for the key, and the losers sent their batches to its writer (one
+    // writer per contended key, protocol §15) rather than racing on.
+    let forwarded: u64 = keepers(&ops).await.iter().map(|(_, n)| n).sum();
+    assert!(forwarded > 0, "no batch was forwarded to the key's writer");
+}
+
+/// Each limits replica's forwarding subject (`_SB.limits.keeper.<replica>`) and the batches
+/// other replicas sent it, from `$SRV.STATS.limits` (every replica answers within 1 s).
+async fn keepers(client: &async_nats::Client) -> Vec<(String, u64)> {
+    use futures::StreamExt;
+    let inbox = client.new_inbox();
+    let mut replies = client.subscribe(inbox.clone()).await.unwrap();
+    client
+        .publish_with_reply("$SRV.STATS.limits", inbox, "".into())
+        .await
+        .unwrap();
+    let mut found = Vec::new();
+    while let Ok(Some(reply)) = tokio::time::timeout(Duration::from_secs(1), replies.next()).await {
+        let stats: serde_json::Value = serde_json::from_slice(&reply.payload).unwrap();
+        for endpoint in stats["endpoints"].as_array().unwrap() {
+            if endpoint["name"] == "keeper_forward" {
+                found.push((
+                    endpoint["subject"].as_str().unwrap().to_owned(),
+                    endpoint["num_requests"].as_u64().unwrap(),
+                ));
+            }
+        }
+    }
+    found
 }
 
 #[tokio::test]
@@ -512,6 +541,17 @@ async fn a_killed_replica_never_lets_the_fleet_past_the_limit() {
     })
     .await;
     assert!(halfway, "{} leases in 30 s", done.load(Ordering::Relaxed));
+    // The first replica's id sorts first (ids are UUID v7s), so it is the writer the other
+    // sends its batches to once they race: the kill takes the key's writer.
+    let forwarding = switchboard_testkit::eventually(Duration::from_secs(30), || async {
+        keepers(&ops).await.iter().any(|(_, n)| *n > 0)
+    })
+    .await;
+    assert!(
+        forwarding,
+        "no batch was forwarded: {:?}",
+        keepers(&ops).await
+    );
     first.signal("KILL").await;
     let again = ServiceProcess::start(&bin, "limits", &url, &[]).await;
     for agent in agents {
@@ -526,4 +566,55 @@ async fn a_killed_replica_never_lets_the_fleet_past_the_limit() {
     let most = most.load(Ordering::Relaxed);
     assert!(most <= 3, "{most} leases out of 3");
     futures::future::join_all([again.terminate(), second.terminate()]).await;
+}
+
+/// The forwarding subject is for services (the generated accounts keep agents off `_SB.`), but
+/// in an open deployment anyone can publish there: a forged batch is bounded like an agent's
+/// request — ops out of range, too many, none, or not JSON are `bad_request`, an unknown key
+/// `not_found` — and the replica keeps serving.
+#[tokio::test]
+async fn a_forged_forwarded_batch_is_refused() {
+    let fabric = Fabric::start().await;
+    let _limits = start_limits(&fabric.url()).await;
+    let ops = fabric.nats.client().await;
+    limits_set(&ops, &spec("shared", 2)).await.unwrap();
+    let (subject, _) = keepers(&ops)
+        .await
+        .pop()
+        .expect("the replica's forwarding subject");
+    let acquire = |hold_ms: u64, tokens: u64, deadline_ms: u64| {
+        json!({"op": "acquire", "id": uuid::Uuid::now_v7(), "agent": "mallory", "tokens": tokens,
+               "hold_ms": hold_ms, "at_ms": 0, "deadline_ms": deadline_ms})
+    };
+    let cases = [
+        json!({"key": "shared", "ops": [acquire(u64::MAX, 0, 0)]}).to_string(),
+        json!({"key": "shared", "ops": [acquire(1_000, u64::MAX, 0)]}).to_string(),
+        json!({"key": "shared", "ops": [acquire(1_000, 0, u64::MAX)]}).to_string(),
+        json!({"key": "shared", "ops": []}).to_string(),
+        json!({"key": "shared", "ops": vec![acquire(1_000, 0, 0); 513]}).to_string(),
+        json!({"key": "x".repeat(100_000), "ops": [acquire(1_000, 0, 0)]}).to_string(),
+        json!({"key": "shared", "ops": [{"op": "steal"}]}).to_string(),
+        "not json".to_owned(),
+    ];
+    for case in cases {
+        let reply = raw(&ops, &subject, case.clone()).await;
+        assert_eq!(reply.error_kind(), "bad_request", "{:.200}", case);
+    }
+    let reply = raw(
+        &ops,
+        &subject,
+        json!({"key": "nobody:declared", "ops": [acquire(1_000, 0, 0)]}).to_string(),
+    )
+    .await;
+    assert_eq!(reply.error_kind(), "not_found");
+    // Nothing was granted by the forged batches, and agents are still served.
+    let agent = fabric.agent("honest").await;
+    assert_eq!(agent.limit_view("shared").await.unwrap().in_use, 0);
+    agent
+        .limit("shared", 0, Duration::ZERO)
+        .await
+        .unwrap()
+        .release(None)
+        .await
+        .unwrap();
 }

@@ -91,6 +91,17 @@ pub(crate) fn endpoints(limits: &Arc<Limits>) -> Vec<Endpoint> {
             .set(req)),
         ops!(LimitsOpsOp::Delete, "ops_delete", LimitQuery, |me, req| me
             .delete(req)),
+        {
+            let held = Arc::clone(limits);
+            Endpoint::json(
+                "keeper_forward",
+                limits.keeper_subject(),
+                move |req: crate::keeper::Forward| {
+                    let me = Arc::clone(&held);
+                    async move { me.forwarded(req).await.map_err(ErrorReply::from) }
+                },
+            )
+        },
         ops!(
             LimitsOpsOp::List,
             "ops_list",

@@ -1,15 +1,24 @@
 //! One keeper task per limit key on each replica (docs/protocol.md §15, "How leases are
 //! kept"). Requests for a key queue up at its keeper, which applies every request waiting at
 //! that moment in one batch to the key's [`Ledger`] and writes the result by compare-and-set:
-//! one write per batch, however many acquires and releases it holds, so a key keeps up with
-//! thousands of acquires a second across replicas. An acquire that must wait stays with the
-//! keeper until the stored state shows its lease (granted by whichever replica's write freed
-//! one), or until its wait ends.
+//! one write per batch, however many acquires and releases it holds. An acquire that must wait
+//! stays with the keeper until the stored state shows its lease (granted by whichever
+//! replica's write freed one), or until its wait ends.
+//!
+//! **One writer while a key is contended.** Replicas writing one key at once lose rounds to
+//! each other (a lost round costs a read and a retry). A keeper that lost a round in the last
+//! [`CONTENDED`] sends its batches to the replica that wrote the state it read (the state names
+//! it), over `_SB.limits.keeper.<replica>`, if that replica's id sorts before its own; the
+//! writer applies them in its own next batch and answers each op's outcome and the revision it
+//! wrote. Forwarded batches are never forwarded again, and only to a smaller id, so two keepers
+//! never wait on each other. If the writer does not answer, the keeper writes itself:
+//! correctness rests on the compare-and-set alone, the forwarding only saves lost rounds.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use serde::{Deserialize, Serialize};
 use switchboard_proto::limits::LimitSpec;
 use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
@@ -21,12 +30,49 @@ use crate::store::{Cas, LimitStore, hashed};
 /// Compare-and-set attempts per batch before its requests are answered `conflict`.
 const CAS_ATTEMPTS: u32 = 32;
 /// Most requests applied in one batch.
-const BATCH_MAX: usize = 512;
+pub(crate) const BATCH_MAX: usize = 512;
 /// Requests queued at one keeper before more are refused `unavailable` (the replica is
 /// overwhelmed; another may answer).
 const QUEUE_MAX: usize = 8_192;
 /// A keeper with nothing waiting stops after this long without a request.
 const IDLE: Duration = Duration::from_secs(60);
+/// How long a lost compare-and-set marks a key contended at a replica (its batches go to the
+/// key's writer meanwhile).
+const CONTENDED: Duration = Duration::from_secs(2);
+/// How long a keeper waits for the writer to answer a forwarded batch before it writes
+/// itself.
+const FORWARD_TIMEOUT: Duration = Duration::from_secs(1);
+/// While other replicas send it a key's batches, the writer waits this long for more requests
+/// before it writes a batch smaller than [`LINGER_BATCH`].
+const LINGER: Duration = Duration::from_micros(500);
+/// See [`LINGER`].
+const LINGER_BATCH: usize = 64;
+/// The writer lingers only after a batch of at least this many requests.
+const LINGER_LOAD: usize = 8;
+/// Batches one keeper has at the writer at once; past that it takes no new request until one
+/// comes back.
+const FORWARDS_IN_FLIGHT: usize = 4;
+/// Prefix of the subjects replicas forward a contended key's batches on (services only):
+/// `_SB.limits.keeper.<replica>`.
+pub const KEEPER_PREFIX: &str = "_SB.limits.keeper";
+
+/// A batch one replica sends the writer of a contended key.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Forward {
+    /// The limit key.
+    pub key: String,
+    /// The ops, in order (at most [`BATCH_MAX`]).
+    pub ops: Vec<Op>,
+}
+
+/// What the writer made of a forwarded batch.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Forwarded {
+    /// Each op's outcome, in order.
+    pub outcomes: Vec<Outcome>,
+    /// The state's revision that holds them.
+    pub revision: u64,
+}
 
 /// Ms since the Unix epoch, the clock every replica's leases are written in.
 pub fn now_ms() -> u64 {
@@ -35,13 +81,19 @@ pub fn now_ms() -> u64 {
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
-type Answer = oneshot::Sender<Result<Outcome, LimitsError>>;
+/// An op's outcome and the state's revision it was judged at.
+type Judged = Result<(Outcome, u64), LimitsError>;
+/// Where a job's [`Judged`] goes.
+type Answer = oneshot::Sender<Judged>;
 
 /// A request for a keeper.
 struct Job {
     spec: LimitSpec,
     op: Op,
     answer: Answer,
+    /// Sent by another replica: written here, and answered `Waiting` at once if it waits (the
+    /// sender holds the wait).
+    forwarded: bool,
 }
 
 enum Msg {
@@ -58,11 +110,13 @@ enum Msg {
 struct Waiter {
     agent: switchboard_proto::AgentId,
     deadline_ms: u64,
+    /// The revision that queued it: an older state does not show it yet.
+    after: u64,
     answers: Vec<Answer>,
 }
 
 impl Waiter {
-    fn answer(self, outcome: &Result<Outcome, LimitsError>) {
+    fn answer(self, outcome: &Judged) {
         for answer in self.answers {
             let _ = answer.send(outcome.clone());
         }
@@ -73,33 +127,81 @@ impl Waiter {
 #[derive(Debug, Clone)]
 pub struct Keepers {
     store: LimitStore,
+    client: async_nats::Client,
+    /// This replica's id: the name its writes carry and the tail of its forwarding subject.
+    me: Arc<str>,
     running: Arc<Mutex<HashMap<String, mpsc::Sender<Msg>>>>,
 }
 
+fn stopped() -> LimitsError {
+    LimitsError::Unavailable("the key's keeper stopped".to_owned())
+}
+
 impl Keepers {
-    /// Keepers over `store`.
-    pub fn new(store: LimitStore) -> Self {
+    /// Keepers over `store`, forwarding contended keys' batches over `client`.
+    pub fn new(store: LimitStore, client: async_nats::Client) -> Self {
         Self {
             store,
+            client,
+            me: switchboard_proto::new_id().simple().to_string().into(),
             running: Arc::default(),
         }
+    }
+
+    /// The subject other replicas forward batches to this one on.
+    pub fn subject(&self) -> String {
+        format!("{KEEPER_PREFIX}.{}", self.me)
     }
 
     /// Applies `op` to `spec`'s key and answers what it came to; an acquire that waits answers
     /// when it is granted or its wait ends.
     pub async fn submit(&self, spec: LimitSpec, op: Op) -> Result<Outcome, LimitsError> {
+        let outcome = self.enqueue(spec, op, false)?;
+        outcome
+            .await
+            .unwrap_or_else(|_| Err(stopped()))
+            .map(|(outcome, _)| outcome)
+    }
+
+    /// Applies another replica's batch here (written here whatever this replica's view of the
+    /// key's writer): each op's outcome, `Waiting` for an acquire that waits, and the newest
+    /// revision among them.
+    pub async fn submit_forwarded(
+        &self,
+        spec: &LimitSpec,
+        ops: Vec<Op>,
+    ) -> Result<Forwarded, LimitsError> {
+        let pending = ops
+            .into_iter()
+            .map(|op| self.enqueue(spec.clone(), op, true))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut outcomes = Vec::with_capacity(pending.len());
+        let mut revision = 0;
+        for answer in pending {
+            let (outcome, at) = answer.await.unwrap_or_else(|_| Err(stopped()))?;
+            outcomes.push(outcome);
+            revision = revision.max(at);
+        }
+        Ok(Forwarded { outcomes, revision })
+    }
+
+    fn enqueue(
+        &self,
+        spec: LimitSpec,
+        op: Op,
+        forwarded: bool,
+    ) -> Result<oneshot::Receiver<Judged>, LimitsError> {
         let (answer, outcome) = oneshot::channel();
-        let mut job = Job { spec, op, answer };
+        let mut job = Job {
+            spec,
+            op,
+            answer,
+            forwarded,
+        };
         for _ in 0..2 {
             let sender = self.keeper(&job.spec.key);
             match sender.try_send(Msg::Job(job)) {
-                Ok(()) => {
-                    return outcome.await.unwrap_or_else(|_| {
-                        Err(LimitsError::Unavailable(
-                            "the key's keeper stopped".to_owned(),
-                        ))
-                    });
-                }
+                Ok(()) => return Ok(outcome),
                 Err(mpsc::error::TrySendError::Full(_)) => {
                     return Err(LimitsError::Unavailable(
                         "this replica has too many requests queued for the key; retry".to_owned(),
@@ -113,9 +215,7 @@ impl Keepers {
                 }
             }
         }
-        Err(LimitsError::Unavailable(
-            "the key's keeper stopped".to_owned(),
-        ))
+        Err(stopped())
     }
 
     /// Tells the key's keeper, if it runs here, what another replica wrote.
@@ -153,14 +253,22 @@ impl Keepers {
         }
         let (sender, receiver) = mpsc::channel(QUEUE_MAX);
         running.insert(h, sender.clone());
+        let (returns, returned) = mpsc::unbounded_channel();
         let keeper = Keeper {
             key: key.to_owned(),
             store: self.store.clone(),
+            client: self.client.clone(),
+            me: Arc::clone(&self.me),
             spec: None,
             cached: None,
             waiters: HashMap::new(),
+            contended_until_ms: 0,
+            returns,
+            in_flight: 0,
+            writing_for_others_until_ms: 0,
+            last_batch: 0,
         };
-        tokio::spawn(keeper.run(receiver));
+        tokio::spawn(keeper.run(receiver, returned));
         sender
     }
 
@@ -176,23 +284,51 @@ impl Keepers {
 struct Keeper {
     key: String,
     store: LimitStore,
+    client: async_nats::Client,
+    me: Arc<str>,
     spec: Option<LimitSpec>,
     cached: Option<(Ledger, u64)>,
     waiters: HashMap<Uuid, Waiter>,
+    /// Until when this key counts as contended here (ms since the epoch).
+    contended_until_ms: u64,
+    /// Where batches sent to the writer come back (bounded by [`FORWARDS_IN_FLIGHT`]).
+    returns: mpsc::UnboundedSender<Returned>,
+    /// Batches at the writer now.
+    in_flight: usize,
+    /// Until when this replica counts as the writer others send a contended key's batches to.
+    writing_for_others_until_ms: u64,
+    /// Requests in the last batch.
+    last_batch: usize,
+}
+
+/// A batch back from the key's writer: its jobs and what the writer made of them.
+struct Returned {
+    jobs: Vec<Job>,
+    result: Result<Forwarded, String>,
 }
 
 impl Keeper {
-    async fn run(mut self, mut inbox: mpsc::Receiver<Msg>) {
+    async fn run(
+        mut self,
+        mut inbox: mpsc::Receiver<Msg>,
+        mut returned: mpsc::UnboundedReceiver<Returned>,
+    ) {
         loop {
             let wake = self.next_wake();
             let first = tokio::select! {
-                message = inbox.recv() => match message {
+                biased;
+                Some(back) = returned.recv() => {
+                    self.came_back(back).await;
+                    self.resolve_waiters();
+                    continue;
+                }
+                message = inbox.recv(), if self.in_flight < FORWARDS_IN_FLIGHT => match message {
                     Some(message) => Some(message),
                     None => return,
                 },
                 () = tokio::time::sleep(wake) => None,
             };
-            if first.is_none() && self.waiters.is_empty() && wake >= IDLE {
+            if first.is_none() && self.waiters.is_empty() && self.in_flight == 0 && wake >= IDLE {
                 inbox.close();
                 // Answer whatever raced in before the close.
                 while let Ok(message) = inbox.try_recv() {
@@ -204,18 +340,33 @@ impl Keeper {
             if let Some(message) = first {
                 self.take(message, &mut jobs);
             }
-            while jobs.len() < BATCH_MAX {
-                match inbox.try_recv() {
-                    Ok(message) => self.take(message, &mut jobs),
-                    Err(_) => break,
-                }
+            self.drain(&mut inbox, &mut jobs);
+            // The writer of a contended key under load gathers a little longer: fewer, larger
+            // writes. (Not for a trickle: its last batch was small.)
+            if !jobs.is_empty()
+                && jobs.len() < LINGER_BATCH
+                && self.last_batch >= LINGER_LOAD
+                && now_ms() < self.writing_for_others_until_ms
+            {
+                tokio::time::sleep(LINGER).await;
+                self.drain(&mut inbox, &mut jobs);
             }
+            self.last_batch = jobs.len();
             self.withdraw_due(&mut jobs);
             let tick = jobs.is_empty() && !self.waiters.is_empty();
             if !jobs.is_empty() || tick {
                 self.cycle(jobs, tick).await;
             }
             self.resolve_waiters();
+        }
+    }
+
+    fn drain(&mut self, inbox: &mut mpsc::Receiver<Msg>, jobs: &mut Vec<Job>) {
+        while jobs.len() < BATCH_MAX {
+            match inbox.try_recv() {
+                Ok(message) => self.take(message, jobs),
+                Err(_) => break,
+            }
         }
     }
 
@@ -242,6 +393,9 @@ impl Keeper {
     fn take(&mut self, message: Msg, jobs: &mut Vec<Job>) {
         match message {
             Msg::Job(job) => {
+                if job.forwarded {
+                    self.writing_for_others_until_ms = now_ms() + CONTENDED.as_millis() as u64;
+                }
                 self.spec = Some(job.spec.clone());
                 jobs.push(job);
             }
@@ -285,6 +439,7 @@ impl Keeper {
                         Waiter {
                             agent: waiter.agent.clone(),
                             deadline_ms: u64::MAX,
+                            after: waiter.after,
                             answers: waiter.answers,
                         },
                     );
@@ -296,14 +451,33 @@ impl Keeper {
                         agent: waiter.agent,
                     },
                     answer,
+                    forwarded: false,
                 });
             }
         }
     }
 
-    /// Applies `jobs` (none: a tick that settles the queue) and writes, reading the state again
-    /// after a lost race; then answers each job or keeps it waiting.
+    /// Applies `jobs` (none: a tick that settles the queue): sends them to the key's writer
+    /// while the key is contended here, else writes them here.
     async fn cycle(&mut self, jobs: Vec<Job>, tick: bool) {
+        // Another replica's batch is written here, never sent on (see the module doc).
+        let forwardable = !jobs.is_empty() && !jobs.iter().any(|job| job.forwarded);
+        if forwardable
+            && let Some(writer) = self
+                .cached
+                .as_ref()
+                .and_then(|(ledger, _)| self.writer_to_forward_to(ledger))
+        {
+            self.send_on(writer, jobs);
+            return;
+        }
+        self.write_here(jobs, tick, forwardable).await;
+    }
+
+    /// Writes `jobs` here, reading the state again after a lost race (and sending them to the
+    /// winner instead, when `forwardable` and it is the key's writer); then answers each job
+    /// or keeps it waiting.
+    async fn write_here(&mut self, jobs: Vec<Job>, tick: bool, forwardable: bool) {
         let Some(spec) = jobs
             .last()
             .map(|job| job.spec.clone())
@@ -321,12 +495,24 @@ impl Keeper {
                     Err(err) => break Err(LimitsError::Store(err.to_string())),
                 },
             };
-            let before = (ledger.leases.clone(), ledger.queue.clone());
+            if forwardable
+                && attempt > 0
+                && let Some(writer) = self.writer_to_forward_to(&ledger)
+            {
+                self.cached = Some((ledger, revision));
+                self.send_on(writer, jobs);
+                return;
+            }
+            // A tick writes only what time changed: the state before, to compare.
+            let before = tick.then(|| (ledger.leases.clone(), ledger.queue.clone()));
             let outcomes = ledger.apply(&spec, &ops, now_ms());
-            if tick && (ledger.leases.clone(), ledger.queue.clone()) == before {
+            if before
+                .is_some_and(|(leases, queue)| leases == ledger.leases && queue == ledger.queue)
+            {
                 self.cached = Some((ledger, revision));
                 return;
             }
+            ledger.writer = Some(self.me.to_string());
             match self.store.put_state(&self.key, &ledger, revision).await {
                 Ok(Cas::Done(revision)) => break Ok((ledger, revision, outcomes)),
                 Ok(Cas::Lost) => {
@@ -334,7 +520,11 @@ impl Keeper {
                     if attempt >= CAS_ATTEMPTS {
                         break Err(LimitsError::Conflict(self.key.clone()));
                     }
-                    switchboard_runtime::store::cas_backoff(attempt).await;
+                    self.contended_until_ms = now_ms() + CONTENDED.as_millis() as u64;
+                    // The next round reads the winner's state, and may send the batch to it.
+                    if !forwardable {
+                        switchboard_runtime::store::cas_backoff(attempt).await;
+                    }
                 }
                 Err(err) => break Err(LimitsError::Store(err.to_string())),
             }
@@ -343,7 +533,7 @@ impl Keeper {
             Ok((ledger, revision, outcomes)) => {
                 self.cached = Some((ledger, revision));
                 for (job, outcome) in jobs.into_iter().zip(outcomes) {
-                    self.answer(job, outcome);
+                    self.answer(job, outcome, revision);
                 }
             }
             Err(err) => {
@@ -354,26 +544,79 @@ impl Keeper {
         }
     }
 
-    fn answer(&mut self, job: Job, outcome: Outcome) {
+    /// Sends `jobs` to `writer` without waiting: they come back through `returns`.
+    fn send_on(&mut self, writer: String, jobs: Vec<Job>) {
+        self.in_flight += 1;
+        let forward = Forward {
+            key: self.key.clone(),
+            ops: jobs.iter().map(|job| job.op.clone()).collect(),
+        };
+        let (client, returns) = (self.client.clone(), self.returns.clone());
+        tokio::spawn(async move {
+            let result = switchboard_request::request::request_json(
+                &client,
+                &format!("{KEEPER_PREFIX}.{writer}"),
+                &forward,
+                FORWARD_TIMEOUT,
+            )
+            .await
+            .map_err(|err| err.to_string());
+            let _ = returns.send(Returned { jobs, result });
+        });
+    }
+
+    /// A batch back from the writer: its answers, or, if the writer failed it (gone, slow,
+    /// refusing), the batch written here.
+    async fn came_back(&mut self, back: Returned) {
+        self.in_flight = self.in_flight.saturating_sub(1);
+        match back.result {
+            Ok(Forwarded { outcomes, revision }) if outcomes.len() == back.jobs.len() => {
+                for (job, outcome) in back.jobs.into_iter().zip(outcomes) {
+                    self.answer(job, outcome, revision);
+                }
+            }
+            Ok(_) | Err(_) => {
+                self.contended_until_ms = 0;
+                self.write_here(back.jobs, false, false).await;
+            }
+        }
+    }
+
+    /// The replica to send this replica's batches to: the one that wrote `ledger`, while the
+    /// key is contended here and its id sorts before this replica's.
+    fn writer_to_forward_to(&self, ledger: &Ledger) -> Option<String> {
+        if now_ms() >= self.contended_until_ms {
+            return None;
+        }
+        ledger
+            .writer
+            .as_deref()
+            .filter(|writer| *writer < &*self.me)
+            .map(str::to_owned)
+    }
+
+    fn answer(&mut self, job: Job, outcome: Outcome, revision: u64) {
         match (outcome, job.op) {
-            (Outcome::Waiting, Op::Acquire { id, agent, .. }) => {
-                let deadline_ms = self
-                    .cached
-                    .as_ref()
-                    .and_then(|(ledger, _)| ledger.queue.iter().find(|t| t.id == id))
-                    .map_or(0, |t| t.deadline_ms);
-                self.waiters
-                    .entry(id)
-                    .or_insert_with(|| Waiter {
-                        agent,
-                        deadline_ms,
-                        answers: Vec::new(),
-                    })
-                    .answers
-                    .push(job.answer);
+            (
+                Outcome::Waiting,
+                Op::Acquire {
+                    id,
+                    agent,
+                    deadline_ms,
+                    ..
+                },
+            ) if !job.forwarded => {
+                let waiter = self.waiters.entry(id).or_insert_with(|| Waiter {
+                    agent,
+                    deadline_ms,
+                    after: revision,
+                    answers: Vec::new(),
+                });
+                waiter.after = waiter.after.max(revision);
+                waiter.answers.push(job.answer);
             }
             (outcome, _) => {
-                let _ = job.answer.send(Ok(outcome));
+                let _ = job.answer.send(Ok((outcome, revision)));
             }
         }
     }
@@ -381,13 +624,15 @@ impl Keeper {
     /// Answers the waiters the state now shows granted, or no longer waiting (withdrawn by
     /// their agent's release, or pruned at their deadline by another replica).
     fn resolve_waiters(&mut self) {
-        let Some((ledger, _)) = &self.cached else {
+        let Some((ledger, revision)) = &self.cached else {
             return;
         };
         let granted: HashMap<Uuid, &Held> = ledger.leases.iter().map(|l| (l.id, l)).collect();
         let done: Vec<Uuid> = self
             .waiters
-            .keys()
+            .iter()
+            .filter(|(_, waiter)| waiter.after <= *revision)
+            .map(|(id, _)| id)
             .filter(|id| granted.contains_key(id) || !ledger.queue.iter().any(|t| t.id == **id))
             .copied()
             .collect();
@@ -402,7 +647,7 @@ impl Keeper {
                     retry_after_ms: 0,
                 },
             };
-            waiter.answer(&Ok(outcome));
+            waiter.answer(&Ok((outcome, *revision)));
         }
     }
 }

@@ -112,10 +112,16 @@ pub struct Ledger {
     /// The tokens-per-minute bucket.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tokens: Option<Bucket>,
+    /// The replica that wrote this state: where the other replicas send their requests for
+    /// the key while they find it contended (see `keeper.rs`).
+    #[serde(rename = "by", default, skip_serializing_if = "Option::is_none")]
+    pub writer: Option<String>,
 }
 
-/// One change a keeper applies.
-#[derive(Debug, Clone, PartialEq)]
+/// One change a keeper applies (sent between replicas when one forwards a key's requests to
+/// its writer).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "op")]
 pub enum Op {
     /// Take a lease; wait until `deadline_ms` (no wait when it is now).
     Acquire {
@@ -160,7 +166,8 @@ pub enum Op {
 }
 
 /// What an op came to.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Outcome {
     /// The lease (granted now or before).
     Granted(Held),
@@ -338,12 +345,21 @@ impl Ledger {
     /// below their share, the one holding the fewest leases, then the oldest acquire. A head
     /// that the rate cannot serve yet holds the others back (no starvation of large ones).
     fn settle(&mut self, spec: &LimitSpec, now: u64) {
+        // Called for every acquire of a batch: when every lease is out (the common case under
+        // load) nothing can be granted, and the agents' counts are not worth building.
+        if self.queue.is_empty()
+            || spec
+                .concurrent
+                .is_some_and(|c| self.leases.len() >= c as usize)
+        {
+            return;
+        }
+        let mut held: HashMap<AgentId, u32> = HashMap::new();
+        for lease in &self.leases {
+            *held.entry(lease.agent.clone()).or_default() += 1;
+        }
+        let share = spec.agent_share();
         loop {
-            let mut held: HashMap<&AgentId, u32> = HashMap::new();
-            for lease in &self.leases {
-                *held.entry(&lease.agent).or_default() += 1;
-            }
-            let share = spec.agent_share();
             let best = self
                 .queue
                 .iter()
@@ -364,6 +380,7 @@ impl Ledger {
             if let Some(bucket) = self.tokens.as_mut() {
                 bucket.level -= ticket.tokens as f64;
             }
+            *held.entry(ticket.agent.clone()).or_default() += 1;
             self.leases.push(Held {
                 id: ticket.id,
                 agent: ticket.agent,

@@ -75,7 +75,11 @@ pub async fn start(
         door,
         runtime.budgets.clone(),
     ));
-    let limits = Arc::new(Limits::new(store::LimitStore::new(bucket), config));
+    let limits = Arc::new(Limits::new(
+        store::LimitStore::new(bucket, js.clone()),
+        client.clone(),
+        config,
+    ));
     let mut table = endpoints::endpoints(&limits);
     table.extend(endpoints::budget_endpoints(&budgets));
     let running = micro::start(client, SPEC, table, &runtime.requests).await?;

@@ -13,7 +13,7 @@ use time::OffsetDateTime;
 
 use crate::config::LimitsConfig;
 use crate::error::LimitsError;
-use crate::keeper::{Keepers, now_ms};
+use crate::keeper::{Forward, Forwarded, Keepers, now_ms};
 use crate::ledger::{Held, Ledger, Op, Outcome};
 use crate::store::{LimitStore, hashed};
 
@@ -86,10 +86,10 @@ fn lease(key: &str, held: &Held) -> Lease {
 }
 
 impl Limits {
-    /// The service over `store`.
-    pub fn new(store: LimitStore, config: LimitsConfig) -> Self {
+    /// The service over `store`; `client` carries contended keys' batches between replicas.
+    pub fn new(store: LimitStore, client: async_nats::Client, config: LimitsConfig) -> Self {
         Self {
-            keepers: Keepers::new(store.clone()),
+            keepers: Keepers::new(store.clone(), client),
             specs: Specs::default(),
             store,
             config,
@@ -239,6 +239,49 @@ impl Limits {
                 request.lease_id, request.key
             ))),
         }
+    }
+
+    /// `_SB.limits.keeper.<this replica>`: another replica's batch for a key it found
+    /// contended, applied and written here. Only services can publish there under the
+    /// generated accounts; the ops are bounded again all the same.
+    pub async fn forwarded(&self, forward: Forward) -> Result<Forwarded, LimitsError> {
+        if forward.ops.is_empty() || forward.ops.len() > crate::keeper::BATCH_MAX {
+            return Err(LimitsError::BadRequest(format!(
+                "a forwarded batch holds 1..={} ops",
+                crate::keeper::BATCH_MAX
+            )));
+        }
+        let spec = self.spec(&forward.key).await?;
+        let now = now_ms();
+        let max_hold = spec.max_hold();
+        for op in &forward.ops {
+            let fits = match op {
+                Op::Acquire {
+                    tokens,
+                    hold_ms,
+                    deadline_ms,
+                    ..
+                } => {
+                    *tokens <= TOKENS_MAX
+                        && (1..=max_hold).contains(hold_ms)
+                        && *deadline_ms <= now.saturating_add(ACQUIRE_WAIT_MAX_MS + 5_000)
+                }
+                Op::Release { used, .. } => used.is_none_or(|used| used <= TOKENS_MAX),
+                Op::Renew { hold_ms, .. } => (1..=max_hold).contains(hold_ms),
+                Op::Withdraw { .. } => true,
+            };
+            if !fits {
+                return Err(LimitsError::BadRequest(format!(
+                    "a forwarded op is out of bounds: {op:?}"
+                )));
+            }
+        }
+        self.keepers.submit_forwarded(&spec, forward.ops).await
+    }
+
+    /// The subject this replica takes forwarded batches on.
+    pub(crate) fn keeper_subject(&self) -> String {
+        self.keepers.subject()
     }
 
     /// `get`: the limit and what is in use, with the caller's own leases.

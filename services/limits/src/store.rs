@@ -5,7 +5,6 @@
 
 use async_nats::jetstream::kv;
 use bytes::Bytes;
-use futures::StreamExt;
 use sha2::{Digest, Sha256};
 use switchboard_proto::limits::LimitSpec;
 use switchboard_runtime::store::StoreError;
@@ -22,6 +21,7 @@ pub fn hashed(key: &str) -> String {
 #[derive(Debug, Clone)]
 pub struct LimitStore {
     kv: kv::Store,
+    js: async_nats::jetstream::Context,
 }
 
 /// A compare-and-set's outcome.
@@ -34,9 +34,9 @@ pub enum Cas {
 }
 
 impl LimitStore {
-    /// Wraps the applied bucket.
-    pub fn new(kv: kv::Store) -> Self {
-        Self { kv }
+    /// Wraps the applied bucket (`js`: its JetStream, for listings).
+    pub fn new(kv: kv::Store, js: async_nats::jetstream::Context) -> Self {
+        Self { kv, js }
     }
 
     /// The bucket (for watches).
@@ -85,27 +85,16 @@ impl LimitStore {
     }
 
     /// Every declared limit (at most [`switchboard_proto::limits::LIMITS_MAX`] are ever
-    /// written).
+    /// written), as of one moment (docs/protocol.md §12, "How listings are read": one batched
+    /// direct get, not a consumer per listing).
     pub async fn specs(&self) -> Result<Vec<LimitSpec>, StoreError> {
-        let fail = |err: String| StoreError::store("listing limits", err);
-        let mut keys = self.kv.keys().await.map_err(|err| fail(err.to_string()))?;
-        let mut specs = Vec::new();
-        while let Some(name) = keys.next().await {
-            let name = name.map_err(|err| fail(err.to_string()))?;
-            if !name.starts_with("spec.") {
-                continue;
-            }
-            if let Some(entry) = self
-                .kv
-                .entry(name.as_str())
-                .await
-                .map_err(|err| fail(err.to_string()))?
-                && entry.operation == kv::Operation::Put
-                && let Ok(spec) = serde_json::from_slice::<LimitSpec>(&entry.value)
-            {
-                specs.push(spec);
-            }
-        }
+        let entries = switchboard_request::kv::snapshot(&self.js, &self.kv, "spec.*")
+            .await
+            .map_err(|err| StoreError::store("listing limits", err))?;
+        let mut specs: Vec<LimitSpec> = entries
+            .iter()
+            .filter_map(|entry| serde_json::from_slice(&entry.value).ok())
+            .collect();
         specs.sort_by(|a, b| a.key.cmp(&b.key));
         Ok(specs)
     }
