@@ -5,27 +5,24 @@
 //! stays with the keeper until the stored state shows its lease (granted by whichever
 //! replica's write freed one), or until its wait ends.
 //!
-//! **One writer while a key is contended.** Replicas writing one key at once lose rounds to
-//! each other (a lost round costs a read and a retry). A keeper that lost a round in the last
-//! [`CONTENDED`] sends its batches to the replica that wrote the state it read (the state names
-//! it), over `_SB.limits.keeper.<replica>`, if that replica's id sorts before its own; the
-//! writer applies them in its own next batch and answers each op's outcome and the revision it
-//! wrote. Forwarded batches are never forwarded again, and only to a smaller id, so two keepers
-//! never wait on each other. If the writer does not answer, the keeper writes itself:
-//! correctness rests on the compare-and-set alone, the forwarding only saves lost rounds.
+//! **One writer while a key is contended**: a keeper losing compare-and-set rounds sends its
+//! batches to the key's writer instead of racing it (`keeper/forward.rs`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use serde::{Deserialize, Serialize};
-use switchboard_proto::limits::LimitSpec;
+use switchboard_proto::limits::{KEEPER_PREFIX, LimitSpec};
 use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
 
 use crate::error::LimitsError;
 use crate::ledger::{Held, Ledger, Op, Outcome};
 use crate::store::{Cas, LimitStore, hashed};
+
+mod forward;
+use forward::{CONTENDED, FORWARDS_IN_FLIGHT, Returned};
+pub use forward::{Forward, Forwarded};
 
 /// Compare-and-set attempts per batch before its requests are answered `conflict`.
 const CAS_ATTEMPTS: u32 = 32;
@@ -36,12 +33,6 @@ pub(crate) const BATCH_MAX: usize = 512;
 const QUEUE_MAX: usize = 8_192;
 /// A keeper with nothing waiting stops after this long without a request.
 const IDLE: Duration = Duration::from_secs(60);
-/// How long a lost compare-and-set marks a key contended at a replica (its batches go to the
-/// key's writer meanwhile).
-const CONTENDED: Duration = Duration::from_secs(2);
-/// How long a keeper waits for the writer to answer a forwarded batch before it writes
-/// itself.
-const FORWARD_TIMEOUT: Duration = Duration::from_secs(1);
 /// While other replicas send it a key's batches, the writer waits this long for more requests
 /// before it writes a batch smaller than [`LINGER_BATCH`].
 const LINGER: Duration = Duration::from_micros(500);
@@ -49,30 +40,6 @@ const LINGER: Duration = Duration::from_micros(500);
 const LINGER_BATCH: usize = 64;
 /// The writer lingers only after a batch of at least this many requests.
 const LINGER_LOAD: usize = 8;
-/// Batches one keeper has at the writer at once; past that it takes no new request until one
-/// comes back.
-const FORWARDS_IN_FLIGHT: usize = 4;
-/// Prefix of the subjects replicas forward a contended key's batches on (services only):
-/// `_SB.limits.keeper.<replica>`.
-pub const KEEPER_PREFIX: &str = "_SB.limits.keeper";
-
-/// A batch one replica sends the writer of a contended key.
-#[derive(Debug, Serialize, Deserialize)]
-pub struct Forward {
-    /// The limit key.
-    pub key: String,
-    /// The ops, in order (at most [`BATCH_MAX`]).
-    pub ops: Vec<Op>,
-}
-
-/// What the writer made of a forwarded batch.
-#[derive(Debug, Serialize, Deserialize)]
-pub struct Forwarded {
-    /// Each op's outcome, in order.
-    pub outcomes: Vec<Outcome>,
-    /// The state's revision that holds them.
-    pub revision: u64,
-}
 
 /// Ms since the Unix epoch, the clock every replica's leases are written in.
 pub fn now_ms() -> u64 {
@@ -299,12 +266,6 @@ struct Keeper {
     writing_for_others_until_ms: u64,
     /// Requests in the last batch.
     last_batch: usize,
-}
-
-/// A batch back from the key's writer: its jobs and what the writer made of them.
-struct Returned {
-    jobs: Vec<Job>,
-    result: Result<Forwarded, String>,
 }
 
 impl Keeper {
@@ -542,57 +503,6 @@ impl Keeper {
                 }
             }
         }
-    }
-
-    /// Sends `jobs` to `writer` without waiting: they come back through `returns`.
-    fn send_on(&mut self, writer: String, jobs: Vec<Job>) {
-        self.in_flight += 1;
-        let forward = Forward {
-            key: self.key.clone(),
-            ops: jobs.iter().map(|job| job.op.clone()).collect(),
-        };
-        let (client, returns) = (self.client.clone(), self.returns.clone());
-        tokio::spawn(async move {
-            let result = switchboard_request::request::request_json(
-                &client,
-                &format!("{KEEPER_PREFIX}.{writer}"),
-                &forward,
-                FORWARD_TIMEOUT,
-            )
-            .await
-            .map_err(|err| err.to_string());
-            let _ = returns.send(Returned { jobs, result });
-        });
-    }
-
-    /// A batch back from the writer: its answers, or, if the writer failed it (gone, slow,
-    /// refusing), the batch written here.
-    async fn came_back(&mut self, back: Returned) {
-        self.in_flight = self.in_flight.saturating_sub(1);
-        match back.result {
-            Ok(Forwarded { outcomes, revision }) if outcomes.len() == back.jobs.len() => {
-                for (job, outcome) in back.jobs.into_iter().zip(outcomes) {
-                    self.answer(job, outcome, revision);
-                }
-            }
-            Ok(_) | Err(_) => {
-                self.contended_until_ms = 0;
-                self.write_here(back.jobs, false, false).await;
-            }
-        }
-    }
-
-    /// The replica to send this replica's batches to: the one that wrote `ledger`, while the
-    /// key is contended here and its id sorts before this replica's.
-    fn writer_to_forward_to(&self, ledger: &Ledger) -> Option<String> {
-        if now_ms() >= self.contended_until_ms {
-            return None;
-        }
-        ledger
-            .writer
-            .as_deref()
-            .filter(|writer| *writer < &*self.me)
-            .map(str::to_owned)
     }
 
     fn answer(&mut self, job: Job, outcome: Outcome, revision: u64) {

@@ -34,6 +34,9 @@ pub const PER_MINUTE_MAX: u64 = 1_000_000_000;
 pub const BURST_DEFAULT_MS: u64 = 1_000;
 /// Most limits an operator may declare.
 pub const LIMITS_MAX: usize = 1_000;
+/// Prefix of the subjects `limits` replicas send a contended key's batches on (services only;
+/// docs/protocol.md §15, "How leases are kept"): `_SB.limits.keeper.<replica>`.
+pub const KEEPER_PREFIX: &str = "_SB.limits.keeper";
 
 /// An agent-facing limits request: `agent.limits.<op>.<agent_id>`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
