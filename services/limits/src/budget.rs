@@ -230,6 +230,8 @@ impl Budgets {
             sc: 0,
             ot: 0,
             oc: 0,
+            kt: 0,
+            kc: 0,
             x: false,
             d: deadline_ms(request.deadline),
         };

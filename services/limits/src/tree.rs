@@ -42,12 +42,23 @@ pub struct Node {
     /// Reported beyond what was left: cost.
     #[serde(default)]
     pub oc: u64,
+    /// Spent by ended children folded into this node to make room (see [`Tree::prune`]):
+    /// tokens.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub kt: u64,
+    /// The same, cost.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub kc: u64,
     /// Closed.
     #[serde(default)]
     pub x: bool,
     /// Deadline, ms since the epoch: past it the node counts as ended.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub d: Option<u64>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl Node {
@@ -122,8 +133,13 @@ fn unit(node: &Node, tokens: bool) -> Option<u64> {
     if tokens { node.t } else { node.c }
 }
 
+/// What `node` and its folded children spent, in one unit.
 fn spent(node: &Node, tokens: bool) -> u64 {
-    if tokens { node.st } else { node.sc }
+    if tokens {
+        node.st.saturating_add(node.kt)
+    } else {
+        node.sc.saturating_add(node.kc)
+    }
 }
 
 impl Tree {
@@ -188,12 +204,47 @@ impl Tree {
         )
     }
 
-    /// Spent in the whole tree, per unit.
+    /// Spent in the whole tree, per unit (folded children's spend included).
     pub fn spent_total(&self) -> Amounts {
         self.n.values().fold(Amounts::default(), |sum, n| Amounts {
-            tokens: sum.tokens.saturating_add(n.st),
-            cost: sum.cost.saturating_add(n.sc),
+            tokens: sum.tokens.saturating_add(spent(n, true)),
+            cost: sum.cost.saturating_add(spent(n, false)),
         })
+    }
+
+    /// Makes room in a full tree: every ended piece of work with no children left (never the
+    /// root) is removed and what it spent folded into its parent, until none is left. What
+    /// the tree spent and what each node has left do not change; a retry of removed work is
+    /// new work. `true` when it removed any.
+    pub fn prune(&mut self, now_ms: u64) -> bool {
+        let mut removed = false;
+        loop {
+            let parents: std::collections::BTreeSet<Uuid> =
+                self.n.values().filter_map(|n| n.p).collect();
+            let leaves: Vec<Uuid> = self
+                .n
+                .iter()
+                .filter(|(id, n)| **id != self.root && n.ended(now_ms) && !parents.contains(id))
+                .map(|(id, _)| *id)
+                .collect();
+            if leaves.is_empty() {
+                break;
+            }
+            for id in leaves {
+                let Some(leaf) = self.n.remove(&id) else {
+                    continue;
+                };
+                if let Some(parent) = leaf.p.and_then(|p| self.n.get_mut(&p)) {
+                    parent.kt = parent.kt.saturating_add(spent(&leaf, true));
+                    parent.kc = parent.kc.saturating_add(spent(&leaf, false));
+                }
+            }
+            removed = true;
+        }
+        if removed {
+            self.kids = std::sync::OnceLock::new();
+        }
+        removed
     }
 
     /// The tree has spent its budget in a unit it bounds.
@@ -246,7 +297,11 @@ impl Tree {
                 "work {parent} has ended; nothing more may draw on its budget"
             )));
         }
-        if self.n.len() >= BUDGET_NODES_MAX {
+        // (A running parent is never pruned.)
+        let parent_deadline = from.d;
+        if self.n.len() >= BUDGET_NODES_MAX
+            && !(self.prune(now_ms) && self.n.len() < BUDGET_NODES_MAX)
+        {
             return Err(Refusal::Full);
         }
         let mut cut = false;
@@ -269,7 +324,7 @@ impl Tree {
         let [t, c] = grant;
         // A child never outlives what it draws on: past its parent's deadline its share
         // returns too.
-        let d = match (child.d, from.d) {
+        let d = match (child.d, parent_deadline) {
             (Some(own), Some(theirs)) => Some(own.min(theirs)),
             (own, theirs) => own.or(theirs),
         };

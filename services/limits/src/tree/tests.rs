@@ -15,6 +15,8 @@ fn node(owner: &str, requester: &str, tokens: Option<u64>, cost: Option<u64>) ->
         sc: 0,
         ot: 0,
         oc: 0,
+        kt: 0,
+        kc: 0,
         x: false,
         d: None,
     }
@@ -130,6 +132,80 @@ fn an_ended_parent_hands_down_nothing_and_the_tree_is_bounded() {
     assert_eq!(full, Err(Refusal::Full));
 }
 
+/// A full tree makes room from ended work: a hostile owner filling its tree with closed
+/// sub-work blocks no one, what was spent stays counted, and running work is never removed.
+#[test]
+fn a_full_tree_folds_ended_work_into_its_parent() {
+    let mut tree = dollar();
+    // 511 children of the root, each spending 1,000 of a 1,500 share; all but one ended.
+    tree.reserve(
+        id(2),
+        id(1),
+        &agent("a"),
+        node("b", "a", None, Some(900_000)),
+        0,
+    )
+    .unwrap();
+    for n in 3..=BUDGET_NODES_MAX as u128 {
+        let owner = format!("w{n}");
+        tree.reserve(
+            id(n),
+            id(2),
+            &agent("b"),
+            node(&owner, "b", None, Some(1_500)),
+            0,
+        )
+        .unwrap();
+        tree.spend(id(n), &agent(&owner), cost(1_000), 0).unwrap();
+        if n != 3 {
+            tree.close(id(n));
+        }
+    }
+    assert_eq!(tree.n.len(), BUDGET_NODES_MAX);
+    let spent = tree.spent_total();
+    let left = tree.left(id(2), false, 0);
+    let again = tree
+        .reserve(
+            id(9_999),
+            id(2),
+            &agent("b"),
+            node("z", "b", None, Some(1)),
+            0,
+        )
+        .unwrap();
+    assert_eq!(again.cost, Some(1));
+    // The ended children went; the running one and the new one stayed.
+    assert_eq!(tree.n.len(), 4, "{:?}", tree.n.keys().collect::<Vec<_>>());
+    assert!(tree.n.contains_key(&id(3)));
+    assert_eq!(tree.spent_total(), spent);
+    assert_eq!(tree.left(id(2), false, 0), left.map(|l| l - 1));
+    // A retry of removed work is new work: it draws again from what is left.
+    let retried = tree
+        .reserve(
+            id(4),
+            id(2),
+            &agent("b"),
+            node("w4", "b", None, Some(10)),
+            0,
+        )
+        .unwrap();
+    assert!(!retried.again);
+    // A tree whose every node runs stays full.
+    let mut busy = Tree::new(id(1), node("a", "user", Some(u64::MAX), None), None);
+    for n in 2..=BUDGET_NODES_MAX as u128 {
+        busy.reserve(id(n), id(1), &agent("a"), node("b", "a", Some(1), None), 0)
+            .unwrap();
+    }
+    let full = busy.reserve(
+        id(9_999),
+        id(1),
+        &agent("a"),
+        node("b", "a", Some(1), None),
+        0,
+    );
+    assert_eq!(full, Err(Refusal::Full));
+}
+
 proptest::proptest! {
     /// Whatever agents reserve, spend and close, in whatever order, the tree never spends more
     /// than its root was granted, and no node more than it was granted.
@@ -141,6 +217,7 @@ proptest::proptest! {
         for (op, work, parent, amount) in ops {
             let (work, parent) = (work + 1, parent + 1);
             match op {
+                0 if work == 12 => { tree.prune(0); }
                 0 => { let _ = tree.reserve(id(work), id(parent), &owner(parent), node(&format!("w{work}"), &format!("w{parent}"), None, Some(amount.max(1))), 0); }
                 1 => { let _ = tree.spend(id(work), &owner(work), cost(amount), 0); }
                 _ => { tree.close(id(work)); }
