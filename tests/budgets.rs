@@ -21,11 +21,26 @@ use switchboard_client::{Agent, ClientError, audit_cost, budget_of, draw_from};
 use switchboard_proto::call::CallRequest;
 use switchboard_proto::{ErrorKind, MessageKind, TaskState};
 use switchboard_tests::Fabric;
-use switchboard_tests::services::{fast_audit, fast_tasks, start_audit, start_limits};
+use switchboard_tests::services::{
+    fast_audit, fast_tasks, start_audit, start_limits, start_limits_with, switchboard_json,
+};
 use switchboard_tests::wire::raw;
 use uuid::Uuid;
 
 const DOLLAR: u64 = 1_000_000;
+
+/// A task for `to` saying `message`, with a budget of `cost` micro-units.
+fn budgeted(to: &str, message: &str, cost: u64) -> CreateTask {
+    CreateTask {
+        to: Some(to.to_owned()),
+        message: Some(message.to_owned()),
+        budget: Some(BudgetAsk {
+            cost: Some(cost),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
 
 fn kind(err: &ClientError) -> ErrorKind {
     match err {
@@ -162,15 +177,11 @@ async fn a_dollar_tree_four_deep_stops_at_its_budget_and_tells_its_owner_once() 
     }
     let (owner, owner_goal) = fabric.agent_with_goal("owner").await;
     let root = owner
-        .create_task(CreateTask {
-            to: Some("level-1-0".to_owned()),
-            message: Some("research, delegating as you see fit".to_owned()),
-            budget: Some(BudgetAsk {
-                cost: Some(DOLLAR),
-                ..Default::default()
-            }),
-            ..Default::default()
-        })
+        .create_task(budgeted(
+            "level-1-0",
+            "research, delegating as you see fit",
+            DOLLAR,
+        ))
         .await
         .unwrap()
         .task;
@@ -370,14 +381,12 @@ async fn a_hostile_agent_cannot_spend_others_budgets_refund_itself_or_forge_one(
     let (mallory, mallory_goal) = fabric.agent_with_goal("mallory").await;
     let task = owner
         .create_task(CreateTask {
-            to: Some("worker".to_owned()),
-            message: Some("work".to_owned()),
             budget: Some(BudgetAsk {
                 cost: Some(DOLLAR),
                 tokens: Some(10_000),
                 ..Default::default()
             }),
-            ..Default::default()
+            ..budgeted("worker", "work", DOLLAR)
         })
         .await
         .unwrap()
@@ -538,23 +547,6 @@ async fn a_hostile_agent_cannot_spend_others_budgets_refund_itself_or_forge_one(
     );
 }
 
-/// `switchboard <args>` with `--json`, against `url`: its parsed output.
-async fn cli(url: &str, args: &[&str]) -> serde_json::Value {
-    let out = tokio::process::Command::new(switchboard_tests::service_bin("switchboard"))
-        .arg("--json")
-        .args(args)
-        .env("NATS_URL", url)
-        .output()
-        .await
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "switchboard {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_person_reads_a_budget_reports_spend_and_reads_the_cost_tree_on_the_command_line() {
     let fabric = Fabric::start().await;
@@ -563,15 +555,7 @@ async fn a_person_reads_a_budget_reports_spend_and_reads_the_cost_tree_on_the_co
     let (owner, _g) = fabric.agent_with_goal("cli-owner").await;
     let (_worker, worker_goal) = fabric.agent_with_goal("cli-worker").await;
     let task = owner
-        .create_task(CreateTask {
-            to: Some("cli-worker".to_owned()),
-            message: Some("work".to_owned()),
-            budget: Some(BudgetAsk {
-                cost: Some(DOLLAR),
-                ..Default::default()
-            }),
-            ..Default::default()
-        })
+        .create_task(budgeted("cli-worker", "work", DOLLAR))
         .await
         .unwrap()
         .task;
@@ -591,9 +575,9 @@ async fn a_person_reads_a_budget_reports_spend_and_reads_the_cost_tree_on_the_co
         "--as",
         "cli-worker",
     ];
-    let shown = cli(&url, &[&["budget", "show"][..], &base[..]].concat()).await;
+    let shown = switchboard_json(&url, &[&["budget", "show"][..], &base[..]].concat()).await;
     assert_eq!(shown["cost"], DOLLAR, "{shown}");
-    let spent = cli(
+    let spent = switchboard_json(
         &url,
         &[
             &["budget", "spend"][..],
@@ -606,16 +590,85 @@ async fn a_person_reads_a_budget_reports_spend_and_reads_the_cost_tree_on_the_co
     assert_eq!(spent["left"]["cost"], 750_000, "{spent}");
     assert_eq!(spent["spent"]["tokens"], 900, "{spent}");
     let root_id = task.task_id.to_string();
-    let mut cost = cli(&url, &["audit", "cost", "--root", &root_id]).await;
+    let mut cost = switchboard_json(&url, &["audit", "cost", "--root", &root_id]).await;
     for _ in 0..50 {
         if cost["total"]["cost"] == 250_000 {
             break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
-        cost = cli(&url, &["audit", "cost", "--root", &root_id]).await;
+        cost = switchboard_json(&url, &["audit", "cost", "--root", &root_id]).await;
     }
     assert_eq!(cost["total"]["cost"], 250_000, "{cost}");
     assert_eq!(cost["agents"][0]["agent_id"], "cli-worker", "{cost}");
-    let mine = cli(&url, &["audit", "cost", "--agent", "cli-worker"]).await;
+    let mine = switchboard_json(&url, &["audit", "cost", "--agent", "cli-worker"]).await;
     assert_eq!(mine["total"]["cost"], 250_000, "{mine}");
+}
+
+/// A tree whose work ends by its deadline alone (its service never closed it: the caller's
+/// correlator died, a task was abandoned) is removed by a replica's sweep
+/// (`[limits] budget_sweep_ms`), not left in `agent_limits` for good; a tree with running work
+/// stays.
+#[tokio::test]
+async fn a_tree_whose_work_ends_by_its_deadline_alone_is_swept_away() {
+    let fabric = Fabric::start().await;
+    let _limits = start_limits_with(
+        &fabric.url(),
+        limits::LimitsConfig {
+            budget_sweep_ms: 200,
+            ..limits::LimitsConfig::default()
+        },
+    )
+    .await;
+    let client = fabric.nats.client().await;
+    let js = async_nats::jetstream::new(client.clone());
+    let bucket = js
+        .get_key_value(switchboard_proto::names::LIMITS_BUCKET)
+        .await
+        .unwrap();
+    let open = |deadline: Option<time::OffsetDateTime>| {
+        let root = Uuid::now_v7();
+        let mut body = json!({"root": root, "work": root, "requester": "alice", "owner": "bob",
+                              "cost": 1_000_000});
+        if let Some(at) = deadline {
+            body["deadline"] = json!(
+                at.format(&time::format_description::well_known::Rfc3339)
+                    .unwrap()
+            );
+        }
+        (root, body.to_string())
+    };
+    let (ending, body) = open(Some(
+        time::OffsetDateTime::now_utc() + Duration::from_secs(1),
+    ));
+    let reply = raw(
+        &client,
+        switchboard_proto::budget::BUDGET_RESERVE_SUBJECT,
+        body,
+    )
+    .await;
+    assert_eq!(reply.body["cost"], 1_000_000, "{:?}", reply.body);
+    let (running, body) = open(None);
+    raw(
+        &client,
+        switchboard_proto::budget::BUDGET_RESERVE_SUBJECT,
+        body,
+    )
+    .await;
+    let stored = |root: Uuid| {
+        let bucket = bucket.clone();
+        async move {
+            bucket
+                .get(format!("budget.{root}"))
+                .await
+                .unwrap()
+                .is_some()
+        }
+    };
+    assert!(stored(ending).await && stored(running).await);
+    let swept = switchboard_testkit::eventually(Duration::from_secs(10), || async {
+        !stored(ending).await
+    })
+    .await;
+    assert!(swept, "the tree past its deadline is still stored");
+    assert!(stored(running).await, "a tree with running work was swept");
 }

@@ -75,6 +75,24 @@ pub fn service_bin(name: &str) -> String {
     path.to_string_lossy().into_owned()
 }
 
+/// Runs `switchboard --json <args>` against the fabric at `url`, as a person would on the
+/// command line, and returns its parsed output (panics with its stderr when it fails).
+pub async fn switchboard_json(url: &str, args: &[&str]) -> serde_json::Value {
+    let out = tokio::process::Command::new(service_bin("switchboard"))
+        .arg("--json")
+        .args(args)
+        .env("NATS_URL", url)
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "switchboard {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
 /// Correlator settings for tests: quick sweeps.
 pub fn fast_calls() -> reply_correlator::CorrelatorConfig {
     reply_correlator::CorrelatorConfig {
@@ -301,9 +319,12 @@ impl Service {
 
 /// A limits replica (docs/protocol.md §15).
 pub async fn start_limits(url: &str) -> Replica {
-    Service::Limits(limits::LimitsConfig::default())
-        .start(&runtime(url))
-        .await
+    start_limits_with(url, limits::LimitsConfig::default()).await
+}
+
+/// A limits replica with its own `[limits]` settings.
+pub async fn start_limits_with(url: &str, config: limits::LimitsConfig) -> Replica {
+    Service::Limits(config).start(&runtime(url)).await
 }
 
 /// A directory replica.

@@ -57,6 +57,7 @@ async fn publisher(js: jetstream::Context, mut events: mpsc::Receiver<BudgetEven
 #[derive(Debug)]
 pub struct Budgets {
     kv: kv::Store,
+    js: jetstream::Context,
     events: mpsc::Sender<BudgetEvent>,
     door: Door,
     config: BudgetsConfig,
@@ -97,13 +98,35 @@ impl Budgets {
     /// through `js` (a task of the runtime this is called in).
     pub fn new(kv: kv::Store, js: jetstream::Context, door: Door, config: BudgetsConfig) -> Self {
         let (events, queued) = mpsc::channel(EVENTS_QUEUED);
-        tokio::spawn(publisher(js, queued));
+        tokio::spawn(publisher(js.clone(), queued));
         Self {
             kv,
+            js,
             events,
             door,
             config,
         }
+    }
+
+    /// Removes every tree whose work has all ended with no change since to remove it (work
+    /// that ended by its deadline alone): one snapshot of `budget.*`, then a delete at the
+    /// revision read for each (a tree changed meanwhile is left to its change). How many it
+    /// removed.
+    pub async fn sweep(&self) -> Result<usize, LimitsError> {
+        let entries = switchboard_request::kv::snapshot(&self.js, &self.kv, "budget.*")
+            .await
+            .map_err(|err| LimitsError::Store(format!("listing budget trees: {err}")))?;
+        let now = now_ms();
+        let mut removed = 0;
+        for entry in entries {
+            let Ok(tree) = serde_json::from_slice::<Tree>(&entry.value) else {
+                continue;
+            };
+            if tree.finished(now) && self.store(&tree, entry.revision, true).await? {
+                removed += 1;
+            }
+        }
+        Ok(removed)
     }
 
     /// The door (its registry view is watched by the service's run loop).

@@ -55,6 +55,7 @@ pub struct Running {
     limits: Arc<Limits>,
     budgets: Arc<Budgets>,
     grace: Duration,
+    sweep_every: Duration,
 }
 
 /// Applies the bucket and subscribes the endpoints.
@@ -75,6 +76,7 @@ pub async fn start(
         door,
         runtime.budgets.clone(),
     ));
+    let sweep_every = Duration::from_millis(config.budget_sweep_ms);
     let limits = Arc::new(Limits::new(
         store::LimitStore::new(bucket, js.clone()),
         client.clone(),
@@ -89,6 +91,7 @@ pub async fn start(
         limits,
         budgets,
         grace: runtime.shutdown_grace(),
+        sweep_every,
     })
 }
 
@@ -107,9 +110,31 @@ impl Running {
     pub async fn run(self, shutdown: CancellationToken) {
         let watch = tokio::spawn(follow(Arc::clone(&self.limits), shutdown.clone()));
         let view = tokio::spawn(self.budgets.door().view().clone().watch(shutdown.clone()));
+        let sweeper = tokio::spawn(sweep_budgets(
+            Arc::clone(&self.budgets),
+            self.sweep_every,
+            shutdown.clone(),
+        ));
         self.running.run(shutdown, self.grace).await;
         let _ = watch.await;
         let _ = view.await;
+        let _ = sweeper.await;
+    }
+}
+
+/// Every `every`, removes the budget trees whose work all ended by its deadline alone
+/// (`[limits] budget_sweep_ms`; every replica sweeps, and a tree removed twice is removed once).
+async fn sweep_budgets(budgets: Arc<Budgets>, every: Duration, shutdown: CancellationToken) {
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(every) => {}
+            () = shutdown.cancelled() => return,
+        }
+        match budgets.sweep().await {
+            Ok(0) => {}
+            Ok(removed) => tracing::info!(removed, "budget trees ended by their deadlines removed"),
+            Err(err) => tracing::warn!(error = %err, "budget sweep failed"),
+        }
     }
 }
 
