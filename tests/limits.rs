@@ -314,22 +314,12 @@ async fn a_hostile_agent_cannot_take_refund_hog_flood_or_crash() {
     second.release(None).await.unwrap();
 }
 
-/// `switchboard limits …` with `--json`, against `url`: its parsed output.
+/// `switchboard --json limits <args>` against `url`: its parsed output.
 async fn cli(url: &str, args: &[&str]) -> serde_json::Value {
-    let out = tokio::process::Command::new(switchboard_tests::service_bin("switchboard"))
-        .arg("--json")
-        .arg("limits")
-        .args(args)
-        .env("NATS_URL", url)
-        .output()
-        .await
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "switchboard limits {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
+    let args: Vec<&str> = std::iter::once("limits")
+        .chain(args.iter().copied())
+        .collect();
+    switchboard_tests::services::switchboard_json(url, &args).await
 }
 
 #[tokio::test]

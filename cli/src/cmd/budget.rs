@@ -23,29 +23,30 @@ pub struct BudgetArgs {
     conn: Connection,
 }
 
+/// One piece of work in a budget tree, and the agent asking about it.
+#[derive(Debug, Args)]
+struct Node {
+    /// The tree (`metadata.budget.root` of the work's message).
+    #[arg(long)]
+    root: Uuid,
+    /// The work (`metadata.budget.work`).
+    #[arg(long)]
+    work: Uuid,
+    #[command(flatten)]
+    acting: Acting,
+}
+
 #[derive(Debug, Subcommand)]
 enum BudgetCommand {
     /// A budget the agent works under or gave: granted, spent, held by children, left.
     Show {
-        /// The tree (`metadata.budget.root` of the work's message).
-        #[arg(long)]
-        root: Uuid,
-        /// The work (`metadata.budget.work`).
-        #[arg(long)]
-        work: Uuid,
         #[command(flatten)]
-        acting: Acting,
+        node: Node,
     },
     /// Report what the agent spent on work it owns (charged up to what is left).
     Spend {
-        /// The tree.
-        #[arg(long)]
-        root: Uuid,
-        /// The work.
-        #[arg(long)]
-        work: Uuid,
         #[command(flatten)]
-        acting: Acting,
+        node: Node,
         /// Tokens spent.
         #[arg(long, default_value_t = 0)]
         tokens: u64,
@@ -59,19 +60,19 @@ enum BudgetCommand {
 pub async fn run(args: BudgetArgs) -> anyhow::Result<Value> {
     let url = &args.conn.nats_url;
     match args.command {
-        BudgetCommand::Show { root, work, acting } => {
-            let subject = BudgetOp::Get.subject(&acting.id()?);
-            request_json(url, &subject, &json!({"root": root, "work": work})).await
+        BudgetCommand::Show { node } => {
+            let subject = BudgetOp::Get.subject(&node.acting.id()?);
+            request_json(
+                url,
+                &subject,
+                &json!({"root": node.root, "work": node.work}),
+            )
+            .await
         }
-        BudgetCommand::Spend {
-            root,
-            work,
-            acting,
-            tokens,
-            cost,
-        } => {
-            let subject = BudgetOp::Spend.subject(&acting.id()?);
-            let body = json!({"root": root, "work": work, "tokens": tokens, "cost": cost});
+        BudgetCommand::Spend { node, tokens, cost } => {
+            let subject = BudgetOp::Spend.subject(&node.acting.id()?);
+            let body =
+                json!({"root": node.root, "work": node.work, "tokens": tokens, "cost": cost});
             request_json(url, &subject, &body).await
         }
     }
