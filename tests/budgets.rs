@@ -258,6 +258,15 @@ async fn a_dollar_tree_four_deep_stops_at_its_budget_and_tells_its_owner_once() 
         .unwrap();
     assert_eq!((mine.total, mine.agents.len()), (leaf.spent, 1));
     assert!(leaf.spent.cost > 0);
+    // An agent id with CR/LF in a cost query matches no agent (it is bound as a parameter,
+    // never spliced into a query or a log line): an empty report.
+    let reply = raw(
+        &ops,
+        &switchboard_proto::audit::AuditOp::Cost.subject(),
+        json!({"agent_id": "worker\r\nforged: line"}).to_string(),
+    )
+    .await;
+    assert_eq!(reply.body["agents"], json!([]), "{:?}", reply.body);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -459,6 +468,20 @@ async fn a_hostile_agent_cannot_spend_others_budgets_refund_itself_or_forge_one(
             body.to_string(),
         )
         .await;
+        assert_eq!(
+            reply.error_kind(),
+            "bad_request",
+            "{body}: {:?}",
+            reply.body
+        );
+    }
+    // 2^63 and 2^64 (past i64 and u64) as raw JSON numbers: refused, not wrapped around.
+    for amount in ["9223372036854775808", "18446744073709551616"] {
+        let body = format!(
+            r#"{{"root": "{}", "work": "{}", "cost": {amount}}}"#,
+            grant.root, grant.work
+        );
+        let reply = raw(&client, &subject, body.clone()).await;
         assert_eq!(
             reply.error_kind(),
             "bad_request",

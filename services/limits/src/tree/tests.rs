@@ -111,17 +111,23 @@ fn a_retry_finds_its_grant_and_another_use_of_the_id_is_refused() {
     assert!(matches!(other, Err(Refusal::Taken(_))), "{other:?}");
 }
 
+/// A tree of [`BUDGET_NODES_MAX`] nodes, all running: the root's children.
+fn full_of_running_work() -> Tree {
+    let mut tree = Tree::new(id(1), node("a", "user", Some(u64::MAX), None), None);
+    for n in 2..=BUDGET_NODES_MAX as u128 {
+        tree.reserve(id(n), id(1), &agent("a"), node("b", "a", Some(1), None), 0)
+            .unwrap();
+    }
+    tree
+}
+
 #[test]
 fn an_ended_parent_hands_down_nothing_and_the_tree_is_bounded() {
     let mut tree = dollar();
     tree.close(id(1));
     let late = tree.reserve(id(2), id(1), &agent("a"), node("b", "a", None, Some(1)), 0);
     assert!(matches!(late, Err(Refusal::Ended(_))), "{late:?}");
-    let mut wide = Tree::new(id(1), node("a", "user", Some(u64::MAX), None), None);
-    for n in 2..=BUDGET_NODES_MAX as u128 {
-        wide.reserve(id(n), id(1), &agent("a"), node("b", "a", Some(1), None), 0)
-            .unwrap();
-    }
+    let mut wide = full_of_running_work();
     let full = wide.reserve(
         id(9_999),
         id(1),
@@ -191,11 +197,7 @@ fn a_full_tree_folds_ended_work_into_its_parent() {
         .unwrap();
     assert!(!retried.again);
     // A tree whose every node runs stays full.
-    let mut busy = Tree::new(id(1), node("a", "user", Some(u64::MAX), None), None);
-    for n in 2..=BUDGET_NODES_MAX as u128 {
-        busy.reserve(id(n), id(1), &agent("a"), node("b", "a", Some(1), None), 0)
-            .unwrap();
-    }
+    let mut busy = full_of_running_work();
     let full = busy.reserve(
         id(9_999),
         id(1),
