@@ -201,8 +201,9 @@ async fn a_killed_replica_never_lets_the_fleet_past_the_limit() {
 
 /// The forwarding subject is for services (the generated accounts keep agents off `_SB.`), but
 /// in an open deployment anyone can publish there: a forged batch is bounded like an agent's
-/// request — ops out of range, too many, none, or not JSON are `bad_request`, an unknown key
-/// `not_found` — and the replica keeps serving.
+/// request — ops out of range (an arrival time made up to jump the queue too), too many, none,
+/// or not JSON are `bad_request`, an unknown key `not_found` — and the replica keeps serving.
+/// A batch past its `not_after_ms` is answered op by op, unapplied.
 #[tokio::test]
 async fn a_forged_forwarded_batch_is_refused() {
     let fabric = Fabric::start().await;
@@ -213,18 +214,34 @@ async fn a_forged_forwarded_batch_is_refused() {
         .await
         .pop()
         .expect("the replica's forwarding subject");
-    let acquire = |hold_ms: u64, tokens: u64, deadline_ms: u64| {
-        json!({"op": "acquire", "id": uuid::Uuid::now_v7(), "agent": "mallory", "tokens": tokens,
-               "hold_ms": hold_ms, "at_ms": 0, "deadline_ms": deadline_ms})
+    let now = || {
+        u64::try_from(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_millis(),
+        )
+        .unwrap()
     };
+    let acquire = |hold_ms: u64, tokens: u64, at_ms: u64, deadline_ms: u64| {
+        json!({"op": "acquire", "id": uuid::Uuid::now_v7(), "agent": "mallory", "tokens": tokens,
+               "hold_ms": hold_ms, "at_ms": at_ms, "deadline_ms": deadline_ms})
+    };
+    let batch = |key: &str, ops: serde_json::Value| {
+        json!({"key": key, "ops": ops, "not_after_ms": now() + 60_000}).to_string()
+    };
+    let fine = |now: u64| acquire(1_000, 0, now, now);
+    let t = now();
     let cases = [
-        json!({"key": "shared", "ops": [acquire(u64::MAX, 0, 0)]}).to_string(),
-        json!({"key": "shared", "ops": [acquire(1_000, u64::MAX, 0)]}).to_string(),
-        json!({"key": "shared", "ops": [acquire(1_000, 0, u64::MAX)]}).to_string(),
-        json!({"key": "shared", "ops": []}).to_string(),
-        json!({"key": "shared", "ops": vec![acquire(1_000, 0, 0); 513]}).to_string(),
-        json!({"key": "x".repeat(100_000), "ops": [acquire(1_000, 0, 0)]}).to_string(),
-        json!({"key": "shared", "ops": [{"op": "steal"}]}).to_string(),
+        batch("shared", json!([acquire(u64::MAX, 0, t, t)])),
+        batch("shared", json!([acquire(1_000, u64::MAX, t, t)])),
+        batch("shared", json!([acquire(1_000, 0, t, u64::MAX)])),
+        // An arrival made up to jump the fair queue.
+        batch("shared", json!([acquire(1_000, 0, 0, t)])),
+        batch("shared", json!([])),
+        batch("shared", json!(vec![fine(t); 513])),
+        batch(&"x".repeat(100_000), json!([fine(t)])),
+        batch("shared", json!([{"op": "steal"}])),
         "not json".to_owned(),
     ];
     for case in cases {
@@ -234,13 +251,28 @@ async fn a_forged_forwarded_batch_is_refused() {
     let reply = raw(
         &ops,
         &subject,
-        json!({"key": "nobody:declared", "ops": [acquire(1_000, 0, 0)]}).to_string(),
+        batch("nobody:declared", json!([fine(now())])),
     )
     .await;
     assert_eq!(reply.error_kind(), "not_found");
-    // Nothing was granted by the forged batches, and agents are still served.
+    // A well-formed batch is applied here and answered op by op; one past its time is
+    // answered unapplied (its sender would write it itself).
+    let reply = raw(&ops, &subject, batch("shared", json!([fine(now())]))).await;
+    assert!(
+        reply.body["outcomes"][0]["Ok"]["granted"].is_object(),
+        "{:?}",
+        reply.body
+    );
+    let late = json!({"key": "shared", "ops": [fine(now())], "not_after_ms": now() - 1});
+    let reply = raw(&ops, &subject, late.to_string()).await;
+    assert!(
+        reply.body["outcomes"][0]["Err"].is_string(),
+        "{:?}",
+        reply.body
+    );
     let agent = fabric.agent("honest").await;
-    assert_eq!(agent.limit_view("shared").await.unwrap().in_use, 0);
+    assert_eq!(agent.limit_view("shared").await.unwrap().in_use, 1);
+    // Only the well-formed batch was granted (the limit is 2), and agents are still served.
     agent
         .limit("shared", 0, Duration::ZERO)
         .await

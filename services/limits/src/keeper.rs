@@ -21,7 +21,7 @@ use crate::ledger::{Held, Ledger, Op, Outcome};
 use crate::store::{Cas, LimitStore, hashed};
 
 mod forward;
-use forward::{CONTENDED, FORWARDS_IN_FLIGHT, Returned};
+use forward::{CONTENDED, FORWARDS_IN_FLIGHT, Returned, expire_forwarded};
 pub use forward::{Forward, Forwarded};
 
 /// Compare-and-set attempts per batch before its requests are answered `conflict`.
@@ -61,6 +61,9 @@ struct Job {
     /// Sent by another replica: written here, and answered `Waiting` at once if it waits (the
     /// sender holds the wait).
     forwarded: bool,
+    /// A forwarded job is applied only until then (ms since the epoch; the sender writes it
+    /// itself after that); `u64::MAX` for this replica's own.
+    not_after_ms: u64,
 }
 
 enum Msg {
@@ -130,28 +133,6 @@ impl Keepers {
             .map(|(outcome, _)| outcome)
     }
 
-    /// Applies another replica's batch here (written here whatever this replica's view of the
-    /// key's writer): each op's outcome, `Waiting` for an acquire that waits, and the newest
-    /// revision among them.
-    pub async fn submit_forwarded(
-        &self,
-        spec: &LimitSpec,
-        ops: Vec<Op>,
-    ) -> Result<Forwarded, LimitsError> {
-        let pending = ops
-            .into_iter()
-            .map(|op| self.enqueue(spec.clone(), op, true))
-            .collect::<Result<Vec<_>, _>>()?;
-        let mut outcomes = Vec::with_capacity(pending.len());
-        let mut revision = 0;
-        for answer in pending {
-            let (outcome, at) = answer.await.unwrap_or_else(|_| Err(stopped()))?;
-            outcomes.push(outcome);
-            revision = revision.max(at);
-        }
-        Ok(Forwarded { outcomes, revision })
-    }
-
     fn enqueue(
         &self,
         spec: LimitSpec,
@@ -164,6 +145,7 @@ impl Keepers {
             op,
             answer,
             forwarded,
+            not_after_ms: u64::MAX,
         };
         for _ in 0..2 {
             let sender = self.keeper(&job.spec.key);
@@ -301,7 +283,10 @@ impl Keeper {
             if let Some(message) = first {
                 self.take(message, &mut jobs);
             }
-            self.drain(&mut inbox, &mut jobs);
+            // At the most batches at the writer, a timer's wake takes no new request.
+            if self.in_flight < FORWARDS_IN_FLIGHT {
+                self.drain(&mut inbox, &mut jobs);
+            }
             // The writer of a contended key under load gathers a little longer: fewer, larger
             // writes. (Not for a trickle: its last batch was small.)
             if !jobs.is_empty()
@@ -413,6 +398,7 @@ impl Keeper {
                     },
                     answer,
                     forwarded: false,
+                    not_after_ms: u64::MAX,
                 });
             }
         }
@@ -438,7 +424,7 @@ impl Keeper {
     /// Writes `jobs` here, reading the state again after a lost race (and sending them to the
     /// winner instead, when `forwardable` and it is the key's writer); then answers each job
     /// or keeps it waiting.
-    async fn write_here(&mut self, jobs: Vec<Job>, tick: bool, forwardable: bool) {
+    async fn write_here(&mut self, mut jobs: Vec<Job>, tick: bool, forwardable: bool) {
         let Some(spec) = jobs
             .last()
             .map(|job| job.spec.clone())
@@ -446,23 +432,35 @@ impl Keeper {
         else {
             return;
         };
-        let ops: Vec<Op> = jobs.iter().map(|job| job.op.clone()).collect();
+        let mut ops: Vec<Op> = jobs.iter().map(|job| job.op.clone()).collect();
         let mut attempt = 0;
         let written = loop {
-            let (mut ledger, revision) = match self.cached.take() {
+            // Another replica's requests past their time are its own to write now: never both.
+            if expire_forwarded(&mut jobs) {
+                ops = jobs.iter().map(|job| job.op.clone()).collect();
+                if jobs.is_empty() && !tick {
+                    return;
+                }
+            }
+            let (mut ledger, mut revision) = match self.cached.take() {
                 Some(cached) if attempt == 0 => cached,
                 _ => match self.store.state(&self.key).await {
                     Ok(read) => read,
                     Err(err) => break Err(LimitsError::Store(err.to_string())),
                 },
             };
-            if forwardable
-                && attempt > 0
-                && let Some(writer) = self.writer_to_forward_to(&ledger)
-            {
-                self.cached = Some((ledger, revision));
-                self.send_on(writer, jobs);
-                return;
+            if forwardable && attempt > 0 {
+                if let Some(writer) = self.writer_to_forward_to(&ledger) {
+                    self.cached = Some((ledger, revision));
+                    self.send_on(writer, jobs);
+                    return;
+                }
+                // The winner is not one to send to: wait as after any lost round, read again.
+                switchboard_runtime::store::cas_backoff(attempt).await;
+                (ledger, revision) = match self.store.state(&self.key).await {
+                    Ok(read) => read,
+                    Err(err) => break Err(LimitsError::Store(err.to_string())),
+                };
             }
             // A tick writes only what time changed: the state before, to compare.
             let before = tick.then(|| (ledger.leases.clone(), ledger.queue.clone()));
@@ -482,7 +480,8 @@ impl Keeper {
                         break Err(LimitsError::Conflict(self.key.clone()));
                     }
                     self.contended_until_ms = now_ms() + CONTENDED.as_millis() as u64;
-                    // The next round reads the winner's state, and may send the batch to it.
+                    // The next round reads the winner's state, and may send the batch to it
+                    // (it waits there otherwise).
                     if !forwardable {
                         switchboard_runtime::store::cas_backoff(attempt).await;
                     }

@@ -315,7 +315,11 @@ impl Ledger {
     /// An acquire or withdraw that was waiting before the settle: granted, still waiting, or
     /// (no wait left) refused and taken out of the queue.
     fn after_settle(&mut self, spec: &LimitSpec, op: &Op, id: Uuid, now: u64) -> Outcome {
-        if let Some(lease) = self.leases.iter().find(|l| l.id == id) {
+        let agent = match op {
+            Op::Acquire { agent, .. } | Op::Withdraw { agent, .. } => agent.clone(),
+            Op::Release { agent, .. } | Op::Renew { agent, .. } => agent.clone(),
+        };
+        if let Some(lease) = self.leases.iter().find(|l| l.id == id && l.agent == agent) {
             return Outcome::Granted(lease.clone());
         }
         // A copy of an acquire (sent again by its client while the first waits) never ends the
@@ -334,7 +338,8 @@ impl Ledger {
             return Outcome::Waiting;
         }
         let why = self.what_binds(spec, op);
-        self.queue.retain(|t| t.id != id);
+        // Only the op's own agent's wait ends (a withdraw naming another's id ends nothing).
+        self.queue.retain(|t| !(t.id == id && t.agent == agent));
         Outcome::Limited {
             why,
             retry_after_ms: self.next_change(spec, now).unwrap_or(1_000),

@@ -259,11 +259,14 @@ impl Limits {
                 Op::Acquire {
                     tokens,
                     hold_ms,
+                    at_ms,
                     deadline_ms,
                     ..
                 } => {
+                    // `at_ms` orders the queue: a made-up old arrival would jump it.
                     *tokens <= TOKENS_MAX
                         && (1..=max_hold).contains(hold_ms)
+                        && (now.saturating_sub(10_000)..=now.saturating_add(1_000)).contains(at_ms)
                         && *deadline_ms <= now.saturating_add(ACQUIRE_WAIT_MAX_MS + 5_000)
                 }
                 Op::Release { used, .. } => used.is_none_or(|used| used <= TOKENS_MAX),
@@ -276,7 +279,9 @@ impl Limits {
                 )));
             }
         }
-        self.keepers.submit_forwarded(&spec, forward.ops).await
+        self.keepers
+            .submit_forwarded(&spec, forward.ops, forward.not_after_ms)
+            .await
     }
 
     /// The subject this replica takes forwarded batches on.
