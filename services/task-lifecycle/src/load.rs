@@ -34,7 +34,8 @@ impl Tasks {
         if task.requester == task.assignee {
             return Ok(());
         }
-        let card = self.door.view().card(&task.assignee).await?;
+        // The card as stored now: its owner may have changed it a moment ago.
+        let card = self.door.view().card_now(&task.assignee).await?;
         let allowed = card.is_some_and(|card| {
             card.allow_from
                 .iter()

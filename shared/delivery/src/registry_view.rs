@@ -313,6 +313,22 @@ impl RegistryView {
         Ok(self.read_through(agent).await?.map(|peer| peer.record.card))
     }
 
+    /// An agent's card as the registry's stream leader has it now, not as the view has it: for
+    /// a check that must see a change its caller was already told of (an accept re-checks
+    /// `allow_from` after the card's owner re-registered; the view follows by a watch and may
+    /// lag under load).
+    pub async fn card_now(&self, agent: &AgentId) -> Result<Option<AgentCard>, StoreError> {
+        match switchboard_request::kv::leader_entry(&self.agents, agent.as_str())
+            .await
+            .map_err(|err| StoreError::store("reading agent record", err))?
+        {
+            None => Ok(None),
+            Some((value, _)) => record_of(&value)
+                .map(|record| Some(record.card))
+                .ok_or_else(|| StoreError::Corrupt(agent.to_string())),
+        }
+    }
+
     /// Whether `goal` is a live goal of `agent`: from the view, else the goal's KV entry, else
     /// the stream leader's copy (a goal opened a moment ago on another replica may not have
     /// reached this view or this server yet). A goal id that comes from a request body is
