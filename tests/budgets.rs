@@ -694,4 +694,13 @@ async fn a_tree_whose_work_ends_by_its_deadline_alone_is_swept_away() {
     .await;
     assert!(swept, "the tree past its deadline is still stored");
     assert!(stored(running).await, "a tree with running work was swept");
+    // Nothing of it is left for listings to read: not even the delete's marker.
+    let gone = bucket
+        .stream
+        .get_last_raw_message_by_subject(&format!("$KV.agent_limits.budget.{ending}"))
+        .await;
+    assert!(
+        gone.is_err(),
+        "a marker of the removed tree stays: {gone:?}"
+    );
 }

@@ -154,11 +154,7 @@ impl Budgets {
         let name = key(tree.root);
         let fail = |err: String| LimitsError::Store(format!("writing budget tree: {err}"));
         if remove {
-            return match self.kv.delete_expect_revision(name, Some(revision)).await {
-                Ok(()) => Ok(true),
-                Err(err) if switchboard_request::kv::lost_revision(&err) => Ok(false),
-                Err(err) => Err(fail(err.to_string())),
-            };
+            return self.remove(&name, revision).await;
         }
         let value: Bytes = serde_json::to_vec(tree)
             .map_err(|err| fail(err.to_string()))?
@@ -182,6 +178,46 @@ impl Budgets {
             Err((true, _)) => Ok(false),
             Err((false, err)) => Err(fail(err)),
         }
+    }
+
+    /// Deletes a tree at `revision`, then purges its subject up to and including the delete's
+    /// own marker, so a removed tree leaves nothing that listings (the sweep's snapshot) read
+    /// for ever; a tree opened again under the same id after the delete is newer and stays.
+    /// `false` when another writer came first.
+    async fn remove(&self, name: &str, revision: u64) -> Result<bool, LimitsError> {
+        use switchboard_proto::names::{
+            HEADER_EXPECTED_LAST_SUBJECT_SEQUENCE, HEADER_KV_OPERATION, KV_OPERATION_DELETE,
+        };
+        let fail = |err: String| LimitsError::Store(format!("removing budget tree: {err}"));
+        let subject = format!("{}{name}", self.kv.prefix);
+        let mut headers = async_nats::HeaderMap::new();
+        headers.insert(HEADER_KV_OPERATION, KV_OPERATION_DELETE);
+        headers.insert(
+            HEADER_EXPECTED_LAST_SUBJECT_SEQUENCE,
+            revision.to_string().as_str(),
+        );
+        let sent = self
+            .js
+            .publish_with_headers(subject.clone(), headers, Bytes::new())
+            .await
+            .map_err(|err| fail(err.to_string()))?;
+        let marker = match sent.await {
+            Ok(ack) => ack.sequence,
+            Err(err) if switchboard_request::kv::lost_expectation(&err) => return Ok(false),
+            Err(err) => return Err(fail(err.to_string())),
+        };
+        // A failed purge only leaves the marker behind.
+        if let Err(err) = self
+            .kv
+            .stream
+            .purge()
+            .filter(subject)
+            .sequence(marker + 1)
+            .await
+        {
+            tracing::warn!(error = %err, "a removed budget tree's marker stays");
+        }
+        Ok(true)
     }
 
     /// Reads the tree, applies `rule`, writes it back if it changed; again when another
