@@ -310,24 +310,16 @@ async fn every_service_process_started_at_once_on_a_fresh_cluster_waits_for_jets
 
 /// How many instances of each service answer `$SRV.PING` within a second.
 async fn serving_instances(client: &async_nats::Client) -> Vec<(String, usize)> {
-    let reply_to = client.new_inbox();
-    let mut pongs = client.subscribe(reply_to.clone()).await.unwrap();
-    client
-        .publish_with_reply("$SRV.PING", reply_to, "".into())
-        .await
-        .unwrap();
     let mut instances =
         std::collections::BTreeMap::<String, std::collections::BTreeSet<String>>::new();
-    let collect = async {
-        while let Some(pong) = futures::StreamExt::next(&mut pongs).await {
-            let pong: serde_json::Value = serde_json::from_slice(&pong.payload).unwrap();
-            instances
-                .entry(pong["name"].as_str().unwrap().to_owned())
-                .or_default()
-                .insert(pong["id"].as_str().unwrap().to_owned());
-        }
-    };
-    let _ = tokio::time::timeout(Duration::from_secs(1), collect).await;
+    for pong in
+        switchboard_tests::wire::every_reply(client, "$SRV.PING", Duration::from_secs(1)).await
+    {
+        instances
+            .entry(pong["name"].as_str().unwrap().to_owned())
+            .or_default()
+            .insert(pong["id"].as_str().unwrap().to_owned());
+    }
     instances
         .into_iter()
         .map(|(name, ids)| (name, ids.len()))

@@ -14,7 +14,7 @@ use switchboard_client::{limits_list, limits_set};
 use switchboard_proto::limits::LimitSpec;
 use switchboard_tests::Fabric;
 use switchboard_tests::services::start_limits;
-use switchboard_tests::wire::raw;
+use switchboard_tests::wire::{every_reply, raw};
 
 fn spec(key: &str, concurrent: u32) -> LimitSpec {
     LimitSpec::concurrent(key, concurrent)
@@ -83,26 +83,18 @@ async fn a_fleet_never_holds_more_leases_than_declared_across_three_replicas() {
 /// Each limits replica's forwarding subject (`_SB.limits.keeper.<replica>`) and the batches
 /// other replicas sent it, from `$SRV.STATS.limits` (every replica answers within 1 s).
 async fn keepers(client: &async_nats::Client) -> Vec<(String, u64)> {
-    use futures::StreamExt;
-    let inbox = client.new_inbox();
-    let mut replies = client.subscribe(inbox.clone()).await.unwrap();
-    client
-        .publish_with_reply("$SRV.STATS.limits", inbox, "".into())
-        .await
-        .unwrap();
-    let mut found = Vec::new();
-    while let Ok(Some(reply)) = tokio::time::timeout(Duration::from_secs(1), replies.next()).await {
-        let stats: serde_json::Value = serde_json::from_slice(&reply.payload).unwrap();
-        for endpoint in stats["endpoints"].as_array().unwrap() {
-            if endpoint["name"] == "keeper_forward" {
-                found.push((
-                    endpoint["subject"].as_str().unwrap().to_owned(),
-                    endpoint["num_requests"].as_u64().unwrap(),
-                ));
-            }
-        }
-    }
-    found
+    let stats = every_reply(client, "$SRV.STATS.limits", Duration::from_secs(1)).await;
+    stats
+        .iter()
+        .flat_map(|stats| stats["endpoints"].as_array().unwrap())
+        .filter(|endpoint| endpoint["name"] == "keeper_forward")
+        .map(|endpoint| {
+            (
+                endpoint["subject"].as_str().unwrap().to_owned(),
+                endpoint["num_requests"].as_u64().unwrap(),
+            )
+        })
+        .collect()
 }
 
 /// Issue 41: correct whatever dies. Two limits processes serve 12 agents taking and giving back

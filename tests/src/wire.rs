@@ -66,6 +66,29 @@ impl Raw {
     }
 }
 
+/// Every JSON reply to one request on `subject` that arrives within `within` (a request many
+/// answer, such as `$SRV.PING` or `$SRV.STATS.<service>`: one reply per service instance).
+pub async fn every_reply(
+    client: &Client,
+    subject: &str,
+    within: Duration,
+) -> Vec<serde_json::Value> {
+    let inbox = client.new_inbox();
+    let mut replies = client.subscribe(inbox.clone()).await.unwrap();
+    client
+        .publish_with_reply(subject.to_owned(), inbox, Bytes::new())
+        .await
+        .unwrap();
+    let mut found = Vec::new();
+    let collect = async {
+        while let Some(reply) = futures::StreamExt::next(&mut replies).await {
+            found.push(serde_json::from_slice(&reply.payload).unwrap());
+        }
+    };
+    let _ = tokio::time::timeout(within, collect).await;
+    found
+}
+
 /// Sends raw bytes to `subject` and returns the decoded reply, as a foreign client would.
 pub async fn raw(client: &Client, subject: &str, payload: impl Into<Bytes>) -> Raw {
     let reply = tokio::time::timeout(
