@@ -704,3 +704,49 @@ async fn a_tree_whose_work_ends_by_its_deadline_alone_is_swept_away() {
         "a marker of the removed tree stays: {gone:?}"
     );
 }
+
+/// A hostile owner fills its tree with 511 short sub-tasks, each closed at once, through the
+/// services' own `_SB.budget.reserve|close`: the full tree makes room from ended work, so new
+/// work is still granted (without the pruning it is refused; that spend stays counted is the
+/// unit tests' in `services/limits/src/tree/tests.rs`).
+#[tokio::test]
+async fn a_tree_filled_with_ended_work_still_grants_new_work() {
+    use switchboard_proto::budget::{
+        BUDGET_CLOSE_SUBJECT, BUDGET_NODES_MAX, BUDGET_RESERVE_SUBJECT,
+    };
+    let fabric = Fabric::start().await;
+    let _limits = start_limits(&fabric.url()).await;
+    let client = fabric.nats.client().await;
+    let root = Uuid::now_v7();
+    let reserve = |work: Uuid, parent: Option<Uuid>| {
+        let mut body = json!({"root": root, "work": work, "requester": "alice", "owner": "bob",
+                              "cost": DOLLAR});
+        if let Some(parent) = parent {
+            body = json!({"root": root, "work": work, "parent": parent, "requester": "bob",
+                          "owner": "filler", "cost": 1});
+        }
+        body.to_string()
+    };
+    let opened = raw(&client, BUDGET_RESERVE_SUBJECT, reserve(root, None)).await;
+    assert_eq!(opened.body["cost"], DOLLAR, "{:?}", opened.body);
+    for _ in 1..BUDGET_NODES_MAX {
+        let work = Uuid::now_v7();
+        let child = raw(&client, BUDGET_RESERVE_SUBJECT, reserve(work, Some(root))).await;
+        assert_eq!(child.body["cost"], 1, "{:?}", child.body);
+        let closed = raw(
+            &client,
+            BUDGET_CLOSE_SUBJECT,
+            json!({"root": root, "work": work}).to_string(),
+        )
+        .await;
+        assert!(closed.body.get("error").is_none(), "{:?}", closed.body);
+    }
+    // The tree holds 512 nodes now; one more piece of work is granted all the same.
+    let more = raw(
+        &client,
+        BUDGET_RESERVE_SUBJECT,
+        reserve(Uuid::now_v7(), Some(root)),
+    )
+    .await;
+    assert_eq!(more.body["cost"], 1, "{:?}", more.body);
+}
