@@ -198,6 +198,10 @@ async fn main() {
         println!("{}", render(&report, ops, 0, Duration::ZERO));
         return;
     }
+    if std::env::var("BENCH_ONLY").as_deref() == Ok("backlog") {
+        backlog_only(ops).await;
+        return;
+    }
     if std::env::var("BENCH_ONLY").as_deref() == Ok("full-goal") {
         full_goal_only(ops).await;
         return;
@@ -490,52 +494,7 @@ async fn main() {
     wait_until_audited(&js).await;
     full_goal_row(&mut report, &url, &js, ops, raw_rr).await;
 
-    // Audit ingest beside a raw consumer, on the same backlog.
-    let audit = services.pop().unwrap();
-    wait_until_audited(&js).await;
-    audit.terminate().await;
-    let backlog = (ops * 40).max(400);
-    let (raw_rate, first_seq) = fill_and_consume_raw(&js, backlog).await;
-    let floor_rate = consume_and_store_raw(&js, first_seq, backlog).await;
-    let audit_before = stream_last(&js, AUDIT_STREAM).await;
-    services.push(ServiceProcess::start(&service_bin("audit"), "audit", &url, SERVICE_ENV).await);
-    let audit_rate = audit_rate(&js, audit_before, backlog).await;
-    report.note_row(
-        "audit",
-        &format!("raw consume of {backlog} messages (pull, ack each)"),
-        format!("{raw_rate:.0} msg/s"),
-    );
-    report.note_row(
-        "audit",
-        "raw consume + one stored message per source (the audit's floor of broker work)",
-        format!(
-            "{floor_rate:.0} msg/s ({:.2}× raw consume)",
-            floor_rate / raw_rate
-        ),
-    );
-    report.note_row(
-        "audit",
-        "audit ingest of the same backlog (record, chain, index, ack)",
-        format!(
-            "{audit_rate:.0} msg/s ({:.2}× the floor)",
-            audit_rate / floor_rate
-        ),
-    );
-    report.ratio(
-        "audit ingest / raw consume",
-        audit_rate / raw_rate,
-        0.5,
-        true,
-    );
-    let verified = switchboard_client::audit_verify(&client).await.unwrap();
-    assert!(
-        verified.ok,
-        "the chain verifies after the run: {verified:?}"
-    );
-    report.notes.push(format!(
-        "The backlog starts at `AGENT_INBOX` sequence {first_seq}; the audit chain verified after the run ({} records).",
-        verified.records
-    ));
+    audit_rows(&mut report, &url, &js, &client, &mut services, ops).await;
 
     // Memory of each service after the run.
     for (service, process) in SERVICES.iter().zip(&services) {
@@ -627,6 +586,83 @@ async fn console_only() {
     for service in services {
         service.terminate().await;
     }
+}
+
+/// Audit ingest beside a raw consumer and the audit's floor row, on the same backlog: the
+/// audit (the last of `services`) is stopped while the backlog is stored and consumed raw,
+/// then started again to ingest it.
+async fn audit_rows(
+    report: &mut Report,
+    url: &str,
+    js: &jetstream::Context,
+    client: &async_nats::Client,
+    services: &mut Vec<ServiceProcess>,
+    ops: usize,
+) {
+    let audit = services.pop().unwrap();
+    wait_until_audited(js).await;
+    audit.terminate().await;
+    let backlog = (ops * 40).max(400);
+    let (raw_rate, first_seq) = fill_and_consume_raw(js, backlog).await;
+    let floor_rate = consume_and_store_raw(js, first_seq, backlog).await;
+    let audit_before = stream_last(js, AUDIT_STREAM).await;
+    services.push(ServiceProcess::start(&service_bin("audit"), "audit", url, SERVICE_ENV).await);
+    let audit_rate = audit_rate(js, audit_before, backlog).await;
+    report.note_row(
+        "audit",
+        &format!("raw consume of {backlog} messages (pull, ack each)"),
+        format!("{raw_rate:.0} msg/s"),
+    );
+    report.note_row(
+        "audit",
+        "raw consume + one stored message per source (the audit's floor of broker work)",
+        format!(
+            "{floor_rate:.0} msg/s ({:.2}× raw consume)",
+            floor_rate / raw_rate
+        ),
+    );
+    report.note_row(
+        "audit",
+        "audit ingest of the same backlog (record, chain, index, ack)",
+        format!(
+            "{audit_rate:.0} msg/s ({:.2}× the floor)",
+            audit_rate / floor_rate
+        ),
+    );
+    report.ratio(
+        "audit ingest / raw consume",
+        audit_rate / raw_rate,
+        0.5,
+        true,
+    );
+    let verified = switchboard_client::audit_verify(client).await.unwrap();
+    assert!(
+        verified.ok,
+        "the chain verifies after the run: {verified:?}"
+    );
+    report.notes.push(format!(
+        "The backlog starts at `AGENT_INBOX` sequence {first_seq}; the audit chain verified after the run ({} records).",
+        verified.records
+    ));
+}
+
+/// `BENCH_ONLY=backlog`: the reading side's throughput rows alone (fetch+ack of a goal's
+/// backlog, audit ingest), on a fabric of their own: issue 40's two backlog targets in a
+/// minute instead of the whole report's.
+async fn backlog_only(ops: usize) {
+    let nats = NatsServer::start().await;
+    let url = nats.url();
+    let mut services = Vec::new();
+    for service in SERVICES {
+        services
+            .push(ServiceProcess::start(&service_bin(service), service, &url, SERVICE_ENV).await);
+    }
+    let client = async_nats::connect(&url).await.unwrap();
+    let js = jetstream::new(client.clone());
+    let mut report = Report::default();
+    report_inbox::backlog_rows(&mut report, &url, &js, ops).await;
+    audit_rows(&mut report, &url, &js, &client, &mut services, ops).await;
+    println!("{}", render(&report, ops, 0, Duration::ZERO));
 }
 
 /// `BENCH_ONLY=full-goal`: the full-goal row alone, three times on one fabric, beside raw
