@@ -34,7 +34,21 @@ where
         latencies.push(started.elapsed());
     }
     latencies.sort();
-    let per_task = (ops * spread).div_ceil(in_flight).max(4);
+    let per_sec = throughput(ops * spread, in_flight, op).await;
+    Sample {
+        p50: percentile(&latencies, 0.50),
+        p99: percentile(&latencies, 0.99),
+        per_sec,
+    }
+}
+
+/// Operations per second of `op` run about `total` times over `in_flight` concurrent tasks.
+pub async fn throughput<F, Fut>(total: usize, in_flight: usize, op: Arc<F>) -> f64
+where
+    F: Fn() -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = ()> + Send,
+{
+    let per_task = total.div_ceil(in_flight).max(4);
     let started = Instant::now();
     let tasks: Vec<_> = (0..in_flight)
         .map(|_| {
@@ -49,11 +63,52 @@ where
     for task in tasks {
         task.await.expect("a benchmark task panicked");
     }
-    Sample {
-        p50: percentile(&latencies, 0.50),
-        p99: percentile(&latencies, 0.99),
-        per_sec: (per_task * in_flight) as f64 / started.elapsed().as_secs_f64(),
+    (per_task * in_flight) as f64 / started.elapsed().as_secs_f64()
+}
+
+/// Two paths compared on the same machine at the same time: after a warm-up of each, `ops`
+/// sequential runs of each in blocks of `ops / 8`, ordered A B B A A B B A, so a drift in
+/// the machine's speed weighs on both alike; then the throughput of each with `in_flight`
+/// concurrent. A path's background work after its last run of a block spills into the next
+/// block once per block, not once per run.
+pub async fn compare<A, FutA, B, FutB>(ops: usize, in_flight: usize, a: A, b: B) -> (Sample, Sample)
+where
+    A: Fn() -> FutA + Send + Sync + 'static,
+    FutA: Future<Output = ()> + Send,
+    B: Fn() -> FutB + Send + Sync + 'static,
+    FutB: Future<Output = ()> + Send,
+{
+    let (a, b) = (Arc::new(a), Arc::new(b));
+    for _ in 0..ops / 10 {
+        a().await;
+        b().await;
     }
+    let block = (ops / 8).max(1);
+    let (mut of_a, mut of_b) = (Vec::with_capacity(ops), Vec::with_capacity(ops));
+    for first_a in [true, false, true, false] {
+        for run_a in [first_a, !first_a] {
+            for _ in 0..block {
+                let started = Instant::now();
+                if run_a {
+                    a().await;
+                    of_a.push(started.elapsed());
+                } else {
+                    b().await;
+                    of_b.push(started.elapsed());
+                }
+            }
+        }
+    }
+    of_a.sort();
+    of_b.sort();
+    let sample = |sorted: &[Duration], per_sec| Sample {
+        p50: percentile(sorted, 0.50),
+        p99: percentile(sorted, 0.99),
+        per_sec,
+    };
+    let a_rate = throughput(ops, in_flight, a).await;
+    let b_rate = throughput(ops, in_flight, b).await;
+    (sample(&of_a, a_rate), sample(&of_b, b_rate))
 }
 
 /// The `p` quantile (0.0–1.0) of `sorted` latencies, nearest rank; zero when empty.
