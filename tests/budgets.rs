@@ -750,3 +750,86 @@ async fn a_tree_filled_with_ended_work_still_grants_new_work() {
     .await;
     assert_eq!(more.body["cost"], 1, "{:?}", more.body);
 }
+
+/// A tree whose work all closed is removed at once by one purge, with nothing left for
+/// listings to read, across two replicas (opened, spent on and closed through either); the
+/// same root opened again afterwards is a new tree and stays.
+#[tokio::test]
+async fn a_closed_tree_is_removed_and_a_tree_opened_again_stays() {
+    let fabric = Fabric::start().await;
+    let _one = start_limits(&fabric.url()).await;
+    let _two = start_limits(&fabric.url()).await;
+    let client = fabric.nats.client().await;
+    let js = async_nats::jetstream::new(client.clone());
+    let bucket = js
+        .get_key_value(switchboard_proto::names::LIMITS_BUCKET)
+        .await
+        .unwrap();
+    let reserve = |root: Uuid| {
+        json!({"root": root, "work": root, "requester": "alice", "owner": "bob",
+               "cost": 1_000_000})
+        .to_string()
+    };
+    let close = |root: Uuid| json!({"root": root, "work": root}).to_string();
+    for round in 0..12 {
+        let root = Uuid::now_v7();
+        let opened = raw(
+            &client,
+            switchboard_proto::budget::BUDGET_RESERVE_SUBJECT,
+            reserve(root),
+        )
+        .await;
+        assert_eq!(opened.body["cost"], 1_000_000, "{:?}", opened.body);
+        let spent = raw(
+            &client,
+            "agent.budget.spend.bob",
+            json!({"root": root, "work": root, "cost": 1_000 + round}).to_string(),
+        )
+        .await;
+        assert!(spent.body.get("error").is_none(), "{:?}", spent.body);
+        let view = raw(
+            &client,
+            "agent.budget.get.bob",
+            json!({"root": root, "work": root}).to_string(),
+        )
+        .await;
+        assert_eq!(
+            view.body["tree_spent"]["cost"],
+            1_000 + round,
+            "{:?}",
+            view.body
+        );
+        let closed = raw(
+            &client,
+            switchboard_proto::budget::BUDGET_CLOSE_SUBJECT,
+            close(root),
+        )
+        .await;
+        assert_eq!(closed.body["closed"], true, "{:?}", closed.body);
+        let subject = format!("$KV.agent_limits.budget.{root}");
+        let gone = bucket
+            .stream
+            .get_last_raw_message_by_subject(&subject)
+            .await;
+        assert!(
+            gone.is_err(),
+            "round {round}: the closed tree stays: {gone:?}"
+        );
+        // The same root opened again is a new tree, and nothing removes it.
+        raw(
+            &client,
+            switchboard_proto::budget::BUDGET_RESERVE_SUBJECT,
+            reserve(root),
+        )
+        .await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(
+            bucket
+                .get(format!("budget.{root}"))
+                .await
+                .unwrap()
+                .is_some(),
+            "round {round}: the tree opened again is gone"
+        );
+    }
+}

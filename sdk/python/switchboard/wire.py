@@ -317,7 +317,8 @@ class BudgetEvent(WireObject):
     cost: int | None
     """`opened`/`reserved`: granted cost; `spent`: cost charged."""
     event: str
-    """`opened`, `reserved`, `spent`, `closed` or `exhausted`."""
+    """`opened`, `reserved`, `spent` or `exhausted` (`closed` in events stored before closing
+    stopped publishing one: docs/protocol.md, migration item 138)."""
     over: Amounts | None
     """`spent`: reported beyond what was left, not charged."""
     parent: str | None

@@ -149,7 +149,8 @@ impl Budgets {
         }
     }
 
-    /// Writes `tree` at `revision` (0: new); `false` when another writer came first.
+    /// Writes `tree` at `revision` (0: new), or removes it; `false` when another writer came
+    /// first.
     async fn store(&self, tree: &Tree, revision: u64, remove: bool) -> Result<bool, LimitsError> {
         let name = key(tree.root);
         let fail = |err: String| LimitsError::Store(format!("writing budget tree: {err}"));
@@ -180,44 +181,22 @@ impl Budgets {
         }
     }
 
-    /// Deletes a tree at `revision`, then purges its subject up to and including the delete's
-    /// own marker, so a removed tree leaves nothing that listings (the sweep's snapshot) read
-    /// for ever; a tree opened again under the same id after the delete is newer and stays.
-    /// `false` when another writer came first.
+    /// Removes a tree read at `revision`: one purge of its subject below `revision + 1`, which
+    /// leaves no delete marker for listings (the sweep's snapshot) to read. The bucket keeps
+    /// one revision per key, so the purge removes the tree only while `revision` is still its
+    /// last; `false` (nothing purged) when another writer came first. A tree opened again
+    /// under the same id later is newer and stays.
     async fn remove(&self, name: &str, revision: u64) -> Result<bool, LimitsError> {
-        use switchboard_proto::names::{
-            HEADER_EXPECTED_LAST_SUBJECT_SEQUENCE, HEADER_KV_OPERATION, KV_OPERATION_DELETE,
-        };
-        let fail = |err: String| LimitsError::Store(format!("removing budget tree: {err}"));
         let subject = format!("{}{name}", self.kv.prefix);
-        let mut headers = async_nats::HeaderMap::new();
-        headers.insert(HEADER_KV_OPERATION, KV_OPERATION_DELETE);
-        headers.insert(
-            HEADER_EXPECTED_LAST_SUBJECT_SEQUENCE,
-            revision.to_string().as_str(),
-        );
-        let sent = self
-            .js
-            .publish_with_headers(subject.clone(), headers, Bytes::new())
-            .await
-            .map_err(|err| fail(err.to_string()))?;
-        let marker = match sent.await {
-            Ok(ack) => ack.sequence,
-            Err(err) if switchboard_request::kv::lost_expectation(&err) => return Ok(false),
-            Err(err) => return Err(fail(err.to_string())),
-        };
-        // A failed purge only leaves the marker behind.
-        if let Err(err) = self
+        let purged = self
             .kv
             .stream
             .purge()
             .filter(subject)
-            .sequence(marker + 1)
+            .sequence(revision.saturating_add(1))
             .await
-        {
-            tracing::warn!(error = %err, "a removed budget tree's marker stays");
-        }
-        Ok(true)
+            .map_err(|err| LimitsError::Store(format!("removing budget tree: {err}")))?;
+        Ok(purged.purged > 0)
     }
 
     /// Reads the tree, applies `rule`, writes it back if it changed; again when another
@@ -391,25 +370,12 @@ impl Budgets {
                 let Some(mut tree) = found else {
                     return Ok(((), None, Vec::new()));
                 };
-                let Some(owner) = tree.n.get(&work).map(|n| n.o.clone()) else {
-                    return Ok(((), None, Vec::new()));
-                };
                 if !tree.close(work) {
                     return Ok(((), None, Vec::new()));
                 }
-                let event = BudgetEvent {
-                    event: "closed".to_owned(),
-                    root,
-                    work,
-                    parent: tree.n.get(&work).and_then(|n| n.p),
-                    agent_id: owner,
-                    requester: None,
-                    tokens: None,
-                    cost: None,
-                    over: Amounts::default(),
-                    at: timestamp::now(),
-                };
-                Ok(((), Some(tree), vec![event]))
+                // No event: the work's own records (the call's answer or expiry, the task's
+                // last transition) say when it ended (docs/protocol.md §16).
+                Ok(((), Some(tree), Vec::new()))
             })
             .await;
         match result {

@@ -266,7 +266,8 @@ fn is_zero(amounts: &Amounts) -> bool {
 /// by the audit as `budget.<event>`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct BudgetEvent {
-    /// `opened`, `reserved`, `spent`, `closed` or `exhausted`.
+    /// `opened`, `reserved`, `spent` or `exhausted` (`closed` in events stored before closing
+    /// stopped publishing one: docs/protocol.md, migration item 138).
     pub event: String,
     /// The tree.
     pub root: Uuid,

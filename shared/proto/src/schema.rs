@@ -502,7 +502,7 @@ pub const SUBJECTS: &[Subject] = &[
     Subject {
         id: "budgetEvents",
         address: "agent.budget.events.{event}.{root}",
-        summary: "Published by limits: a budget opened, reserved, spent, closed or exhausted (§16).",
+        summary: "Published by limits: a budget opened, reserved, spent or exhausted (§16).",
         message: "BudgetEvent",
         replies: &[],
     },
