@@ -94,9 +94,66 @@ pub(crate) async fn limit_rows(
         2.0,
         false,
     );
+    let floor = pair_floor(url, ops).await;
+    report.note_row(
+        "limits",
+        "the pair's raw steps: 2 × (request/reply + KV compare-and-set of a lease's state)",
+        format!(
+            "p50 {} ms ({:.2}× raw request/reply; acquire+release {:.2}× this floor)",
+            switchboard_tests::bench::ms(floor),
+            floor.as_secs_f64() / raw.p50.as_secs_f64(),
+            pair.p50.as_secs_f64() / floor.as_secs_f64()
+        ),
+    );
     throughput_row(report, &client, ops).await;
     // Together: each waits until no replica of the service answers any more.
     futures::future::join_all(replicas.into_iter().map(ServiceProcess::terminate)).await;
+}
+
+/// The p50 of what an acquire and its release cannot do without (a grant is stored before it
+/// is answered, a release too: docs/protocol.md §15), timed with raw NATS on the same server:
+/// twice a request/reply to an echo and a KV compare-and-set of a 200-byte value in a
+/// bucket stored like `agent_limits`, one after the other.
+async fn pair_floor(url: &str, ops: usize) -> Duration {
+    let client = async_nats::connect(url).await.unwrap();
+    let responder = async_nats::connect(url).await.unwrap();
+    let mut echo = responder.subscribe("bench.limits.floor").await.unwrap();
+    responder.flush().await.unwrap();
+    tokio::spawn(async move {
+        while let Some(message) = echo.next().await {
+            if let Some(reply) = message.reply {
+                let _ = responder.publish(reply, message.payload).await;
+            }
+        }
+    });
+    let js = async_nats::jetstream::new(client.clone());
+    let bucket = js
+        .create_key_value(async_nats::jetstream::kv::Config {
+            bucket: "bench_limits_floor".into(),
+            history: 1,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let state = bytes::Bytes::from(vec![b's'; 200]);
+    let mut revision = bucket.put("key", state.clone()).await.unwrap();
+    let mut took = Vec::with_capacity(ops);
+    for n in 0..ops + ops / 10 {
+        let started = Instant::now();
+        for _ in 0..2 {
+            client
+                .request("bench.limits.floor", "{}".into())
+                .await
+                .unwrap();
+            revision = bucket.update("key", state.clone(), revision).await.unwrap();
+        }
+        if n >= ops / 10 {
+            took.push(started.elapsed());
+        }
+    }
+    js.delete_key_value("bench_limits_floor").await.unwrap();
+    took.sort();
+    switchboard_tests::bench::percentile(&took, 0.5)
 }
 
 /// Raw request/reply on `url`: a plain subscriber echoing the request.
