@@ -660,7 +660,9 @@ async fn backlog_only(ops: usize) {
     let client = async_nats::connect(&url).await.unwrap();
     let js = jetstream::new(client.clone());
     let mut report = Report::default();
-    report_inbox::backlog_rows(&mut report, &url, &js, ops).await;
+    let reader = agent(&url, "bench-backlog-reader").await;
+    let goal = reader.open_goal().await.unwrap();
+    report_inbox::backlog_rows(&mut report, &url, &js, &reader, &goal, ops).await;
     audit_rows(&mut report, &url, &js, &client, &mut services, ops).await;
     println!("{}", render(&report, ops, 0, Duration::ZERO));
 }

@@ -105,7 +105,7 @@ pub async fn reading_rows(
         false,
     );
 
-    backlog_rows(report, url, js, ops).await;
+    backlog_rows(report, url, js, &reader, &goal, ops).await;
 }
 
 /// The raw NATS steps one fetch of a backlog takes in sequence, timed one after the other: a
@@ -197,9 +197,16 @@ impl BacklogFloor {
 
 /// Fetch+ack throughput of one goal's backlog of 64 messages (the cap), beside a raw pull
 /// consumer reading and acking the same messages (`BENCH_ONLY=backlog` runs it alone).
-pub async fn backlog_rows(report: &mut Report, url: &str, js: &jetstream::Context, ops: usize) {
-    let reader = agent(url, "bench-backlog-reader").await;
-    let goal = reader.open_goal().await.unwrap();
+/// `reader` reads `goal` (the full report's inbox reader: the scale rows after it count the
+/// agents registered).
+pub async fn backlog_rows(
+    report: &mut Report,
+    url: &str,
+    js: &jetstream::Context,
+    reader: &Agent,
+    goal: &switchboard_client::Goal,
+    ops: usize,
+) {
     let rounds = (ops / 10).clamp(5, 50);
     let raw_reader = js
         .get_stream(INBOX_STREAM)
@@ -221,7 +228,7 @@ pub async fn backlog_rows(report: &mut Report, url: &str, js: &jetstream::Contex
     for _ in 0..rounds {
         // Published as the services publish (untimed): a full goal makes room by purging
         // what the last round read.
-        switchboard_tests::store_at_once(js, &goal, FETCH_MAX as usize).await;
+        switchboard_tests::store_at_once(js, goal, FETCH_MAX as usize).await;
         let started = Instant::now();
         // A pull can come back short (even empty) right after the publishes are acked; the
         // raw reader pulls again for the rest, as any consumer loop does (bounded: 10 s).
