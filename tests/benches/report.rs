@@ -33,6 +33,7 @@
 // baselines measured at the start, so they sit together (the inbox rows are in report_inbox.rs).
 
 mod report_a2a;
+mod report_backlog;
 mod report_budgets;
 mod report_console;
 mod report_inbox;
@@ -662,7 +663,7 @@ async fn backlog_only(ops: usize) {
     let mut report = Report::default();
     let reader = agent(&url, "bench-backlog-reader").await;
     let goal = reader.open_goal().await.unwrap();
-    report_inbox::backlog_rows(&mut report, &url, &js, &reader, &goal, ops).await;
+    report_backlog::backlog_rows(&mut report, &url, &js, &reader, &goal, ops).await;
     audit_rows(&mut report, &url, &js, &client, &mut services, ops).await;
     println!("{}", render(&report, ops, 0, Duration::ZERO));
 }
