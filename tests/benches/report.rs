@@ -236,11 +236,7 @@ async fn main() {
     let started = Instant::now();
     let nats = NatsServer::start().await;
     let url = nats.url();
-    let mut services = Vec::new();
-    for service in SERVICES {
-        services
-            .push(ServiceProcess::start(&service_bin(service), service, &url, SERVICE_ENV).await);
-    }
+    let mut services = start_services(&url).await;
     let client = async_nats::connect(&url).await.unwrap();
     let js = jetstream::new(client.clone());
     let mut report = Report::default();
@@ -536,15 +532,21 @@ async fn main() {
     }
 }
 
+/// The report's five services on the server at `url`, the audit last.
+async fn start_services(url: &str) -> Vec<ServiceProcess> {
+    let mut services = Vec::new();
+    for service in SERVICES {
+        services
+            .push(ServiceProcess::start(&service_bin(service), service, url, SERVICE_ENV).await);
+    }
+    services
+}
+
 /// `BENCH_ONLY=people`: the people rows alone, on a fabric of their own.
 async fn people_only(ops: usize) {
     let nats = NatsServer::start().await;
     let url = nats.url();
-    let mut services = Vec::new();
-    for service in SERVICES {
-        services
-            .push(ServiceProcess::start(&service_bin(service), service, &url, SERVICE_ENV).await);
-    }
+    let services = start_services(&url).await;
     let mut report = Report::default();
     report_people::people_rows(&mut report, &url, ops).await;
     println!("{}", render(&report, ops, 0, Duration::ZERO));
@@ -571,11 +573,7 @@ async fn console_only() {
         .unwrap_or(5_000);
     let nats = NatsServer::start().await;
     let url = nats.url();
-    let mut services = Vec::new();
-    for service in SERVICES {
-        services
-            .push(ServiceProcess::start(&service_bin(service), service, &url, SERVICE_ENV).await);
-    }
+    let services = start_services(&url).await;
     let client = nats.client().await;
     register_fillers(&client, 0, agents).await;
     let thread = report_console::thread_of(&url, thread_messages()).await;
@@ -653,11 +651,7 @@ async fn audit_rows(
 async fn backlog_only(ops: usize) {
     let nats = NatsServer::start().await;
     let url = nats.url();
-    let mut services = Vec::new();
-    for service in SERVICES {
-        services
-            .push(ServiceProcess::start(&service_bin(service), service, &url, SERVICE_ENV).await);
-    }
+    let mut services = start_services(&url).await;
     let client = async_nats::connect(&url).await.unwrap();
     let js = jetstream::new(client.clone());
     let mut report = Report::default();
@@ -673,11 +667,7 @@ async fn backlog_only(ops: usize) {
 async fn full_goal_only(ops: usize) {
     let nats = NatsServer::start().await;
     let url = nats.url();
-    let mut services = Vec::new();
-    for service in SERVICES {
-        services
-            .push(ServiceProcess::start(&service_bin(service), service, &url, SERVICE_ENV).await);
-    }
+    let _services = start_services(&url).await;
     let client = async_nats::connect(&url).await.unwrap();
     let js = jetstream::new(client.clone());
     let mut requests = client.subscribe("bench.echo").await.unwrap();
