@@ -643,11 +643,7 @@ async fn a_tree_whose_work_ends_by_its_deadline_alone_is_swept_away() {
     )
     .await;
     let client = fabric.nats.client().await;
-    let js = async_nats::jetstream::new(client.clone());
-    let bucket = js
-        .get_key_value(switchboard_proto::names::LIMITS_BUCKET)
-        .await
-        .unwrap();
+    let bucket = limits_bucket(&client).await;
     let open = |deadline: Option<time::OffsetDateTime>| {
         let root = Uuid::now_v7();
         let mut body = json!({"root": root, "work": root, "requester": "alice", "owner": "bob",
@@ -694,14 +690,11 @@ async fn a_tree_whose_work_ends_by_its_deadline_alone_is_swept_away() {
     .await;
     assert!(swept, "the tree past its deadline is still stored");
     assert!(stored(running).await, "a tree with running work was swept");
-    // Nothing of it is left for listings to read: not even the delete's marker.
-    let gone = bucket
-        .stream
-        .get_last_raw_message_by_subject(&format!("$KV.agent_limits.budget.{ending}"))
-        .await;
+    // Nothing of it is left for listings to read: not even a delete marker.
+    let left = left_of(&bucket, ending).await;
     assert!(
-        gone.is_err(),
-        "a marker of the removed tree stays: {gone:?}"
+        left.is_none(),
+        "a marker of the removed tree stays: {left:?}"
     );
 }
 
@@ -760,11 +753,7 @@ async fn a_closed_tree_is_removed_and_a_tree_opened_again_stays() {
     let _one = start_limits(&fabric.url()).await;
     let _two = start_limits(&fabric.url()).await;
     let client = fabric.nats.client().await;
-    let js = async_nats::jetstream::new(client.clone());
-    let bucket = js
-        .get_key_value(switchboard_proto::names::LIMITS_BUCKET)
-        .await
-        .unwrap();
+    let bucket = limits_bucket(&client).await;
     let reserve = |root: Uuid| {
         json!({"root": root, "work": root, "requester": "alice", "owner": "bob",
                "cost": 1_000_000})
@@ -806,30 +795,60 @@ async fn a_closed_tree_is_removed_and_a_tree_opened_again_stays() {
         )
         .await;
         assert_eq!(closed.body["closed"], true, "{:?}", closed.body);
-        let subject = format!("$KV.agent_limits.budget.{root}");
-        let gone = bucket
-            .stream
-            .get_last_raw_message_by_subject(&subject)
-            .await;
+        let left = left_of(&bucket, root).await;
         assert!(
-            gone.is_err(),
-            "round {round}: the closed tree stays: {gone:?}"
+            left.is_none(),
+            "round {round}: the closed tree stays: {left:?}"
         );
-        // The same root opened again is a new tree, and nothing removes it.
+        // The same root opened again is a new tree: nothing of the old one's spend, and its
+        // own close removes it too.
         raw(
             &client,
             switchboard_proto::budget::BUDGET_RESERVE_SUBJECT,
             reserve(root),
         )
         .await;
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        let view = raw(
+            &client,
+            "agent.budget.get.bob",
+            json!({"root": root, "work": root}).to_string(),
+        )
+        .await;
+        assert_eq!(
+            view.body["tree_spent"]["cost"], 0,
+            "round {round}: {:?}",
+            view.body
+        );
+        raw(
+            &client,
+            switchboard_proto::budget::BUDGET_CLOSE_SUBJECT,
+            close(root),
+        )
+        .await;
+        let left = left_of(&bucket, root).await;
         assert!(
-            bucket
-                .get(format!("budget.{root}"))
-                .await
-                .unwrap()
-                .is_some(),
-            "round {round}: the tree opened again is gone"
+            left.is_none(),
+            "round {round}: the reopened tree stays: {left:?}"
         );
     }
+}
+
+/// The `agent_limits` bucket, where the limits service keeps budget trees.
+async fn limits_bucket(client: &async_nats::Client) -> async_nats::jetstream::kv::Store {
+    async_nats::jetstream::new(client.clone())
+        .get_key_value(switchboard_proto::names::LIMITS_BUCKET)
+        .await
+        .unwrap()
+}
+
+/// Whatever the bucket still stores for the tree of `root` (a value or a delete marker).
+async fn left_of(
+    bucket: &async_nats::jetstream::kv::Store,
+    root: Uuid,
+) -> Option<async_nats::jetstream::message::StreamMessage> {
+    bucket
+        .stream
+        .get_last_raw_message_by_subject(&format!("$KV.agent_limits.budget.{root}"))
+        .await
+        .ok()
 }
