@@ -1,6 +1,9 @@
 //! Reliability under node faults: a 3-node JetStream cluster (R3 streams, `sync_interval:
 //! always`) is restarted node by node while 10 agents exchange messages — each node in turn
-//! stopped with SIGTERM, then killed with SIGKILL, then frozen with SIGSTOP for 8 s.
+//! stopped with SIGTERM, then killed with SIGKILL, then frozen with SIGSTOP for 8 s. As in a
+//! rolling restart, the next fault waits until every stream and consumer has a leader again:
+//! taking a second node down while the first one's streams are still electing leaves them
+//! without a quorum (stalls of 20 s and more, which R3 does not promise to ride out).
 //!
 //! Figures printed at the end (and asserted): acknowledged sends lost = 0; copies a goal's
 //! inbox reader sees twice after its ack was confirmed = 0; p99 send→ack during SIGTERM
@@ -91,6 +94,16 @@ fn percentiles(samples: &mut [Duration]) -> (f64, f64, f64) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rolling_sigterm_sigkill_and_sigstop_of_each_node_lose_and_double_nothing() {
+    // The services' warnings, with their times, printed when the test fails (the test
+    // writer): a stall shows which publish or connection waited.
+    tracing_subscriber::fmt()
+        .with_test_writer()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_ansi(false)
+        .init();
     let mut cluster = NatsCluster::start(3).await;
     let urls = cluster.urls();
     // The five services, each on its own node first (and failing over to the others).
@@ -183,10 +196,20 @@ async fn rolling_sigterm_sigkill_and_sigstop_of_each_node_lose_and_double_nothin
                     .await;
                 let during = Phase::from(phase.load(Ordering::Relaxed));
                 let started = Instant::now();
+                let started_unix = unix_ms(std::time::SystemTime::now());
                 let sent = agent
                     .send_to_peer(&format!("agent-{to}"), &format!("{i}→{to} #{n}"))
                     .await;
                 let took = started.elapsed();
+                if took > Duration::from_secs(5) {
+                    println!(
+                        "  slow send: agent-{i} → agent-{to} #{n} ({during:?}) from {started_unix} ms (unix), took {took:?}: {}",
+                        match &sent {
+                            Ok(report) => format!("{:?}", report.unreachable_reasons),
+                            Err(err) => err.to_string(),
+                        }
+                    );
+                }
                 match sent {
                     Ok(report) if !report.delivered_to.is_empty() => {
                         acknowledged.push(report.message_id.unwrap());
@@ -233,6 +256,9 @@ async fn rolling_sigterm_sigkill_and_sigstop_of_each_node_lose_and_double_nothin
                 }
                 Phase::Calm => {}
             }
+            // One node down at a time, as a rolling restart does: the next fault waits until
+            // every stream and consumer has a leader again and every replica caught up.
+            cluster.wait_settled().await;
             // A real wait: sends started while the node recovers still count toward the fault.
             tokio::time::sleep(Duration::from_secs(1)).await;
             phase.store(Phase::Calm as u8, Ordering::Relaxed);

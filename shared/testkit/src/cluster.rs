@@ -201,6 +201,32 @@ impl NatsCluster {
         }
     }
 
+    /// Waits (at most 30 s) until the cluster has settled after a fault: every stream (KV
+    /// buckets included) has a leader and every replica of it is current, and every consumer
+    /// has a leader. A node answering `/healthz` is not enough: the streams it led elect new
+    /// leaders only after nats-server's 4–9 s election timeout, and taking down another node
+    /// before then leaves those streams without a quorum until the first node catches up. A
+    /// rolling restart waits for this before it takes the next node down.
+    ///
+    /// # Panics
+    /// If the cluster has not settled in time (the message names what is still unsettled).
+    pub async fn wait_settled(&self) {
+        let deadline = Instant::now() + READY_TIMEOUT_CLUSTER;
+        let js = jetstream::new(connect(&self.url(0), &Login::Open).await);
+        loop {
+            let unsettled = match unsettled(&js).await {
+                Ok(unsettled) if unsettled.is_empty() => return,
+                Ok(unsettled) => unsettled.join(", "),
+                Err(err) => err,
+            };
+            assert!(
+                Instant::now() < deadline,
+                "testkit: the cluster did not settle in {READY_TIMEOUT_CLUSTER:?}: {unsettled}"
+            );
+            sleep(POLL_INTERVAL).await;
+        }
+    }
+
     /// Waits until the meta leader can place a stream on every node: every node answering
     /// is not enough, since the leader may not yet count a (re)started peer as online, and
     /// creating an R`n` stream then fails with "no suitable peers for placement". A probe
@@ -444,4 +470,50 @@ pub async fn create_stream(
             done => return done,
         }
     }
+}
+
+/// What is not settled yet (see [`NatsCluster::wait_settled`]): streams without a leader or
+/// with a replica behind, consumers without a leader. `Err` when the listing itself failed
+/// (no meta leader yet).
+async fn unsettled(js: &jetstream::Context) -> Result<Vec<String>, String> {
+    use futures::TryStreamExt as _;
+    let streams: Vec<jetstream::stream::Info> = js
+        .streams()
+        .try_collect()
+        .await
+        .map_err(|err| format!("listing streams: {err}"))?;
+    let mut unsettled = Vec::new();
+    for info in streams {
+        let name = info.config.name.clone();
+        let Some(cluster) = info.cluster.as_ref() else {
+            continue;
+        };
+        if cluster.leader.is_none() {
+            unsettled.push(format!("stream {name} has no leader"));
+            continue;
+        }
+        if let Some(behind) = cluster.replicas.iter().find(|r| !r.current || r.offline) {
+            unsettled.push(format!("stream {name}: replica {} behind", behind.name));
+            continue;
+        }
+        let stream = js
+            .get_stream(&name)
+            .await
+            .map_err(|err| format!("stream {name}: {err}"))?;
+        let consumers: Vec<jetstream::consumer::Info> = stream
+            .consumers()
+            .try_collect()
+            .await
+            .map_err(|err| format!("listing consumers of {name}: {err}"))?;
+        for consumer in consumers {
+            if consumer
+                .cluster
+                .as_ref()
+                .is_some_and(|c| c.leader.is_none())
+            {
+                unsettled.push(format!("consumer {name}/{} has no leader", consumer.name));
+            }
+        }
+    }
+    Ok(unsettled)
 }
