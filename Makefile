@@ -24,7 +24,8 @@ test: nats-server py-venv asyncapi-tools ts-sdk console-tools
 # BENCH_ONLY=cluster runs only the 3-node R3 cluster rows, BENCH_ONLY=people the people rows,
 # BENCH_ONLY=console the console rows (BENCH_AGENTS defaults to 5000 there),
 # BENCH_ONLY=backlog the backlog rows (fetch+ack beside its raw floor, audit ingest),
-# BENCH_ONLY=peers the call beside Synadia's SDK, BENCH_ONLY=limits the leases and budgets.
+# BENCH_ONLY=peers the call beside Synadia's SDK, BENCH_ONLY=limits the leases and budgets,
+# BENCH_ONLY=budgets the budget rows alone (the call with and without a budget, and its floor).
 bench: nats-server py-venv
 	cargo build --release --locked --bins
 	BENCH_WRITE=$(CURDIR)/docs/performance.md cargo bench --locked -p switchboard-tests --bench report

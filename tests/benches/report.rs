@@ -216,6 +216,13 @@ async fn main() {
         println!("{}", render(&report, ops, 0, Duration::ZERO));
         return;
     }
+    if std::env::var("BENCH_ONLY").as_deref() == Ok("budgets") {
+        // The budget rows alone (issue 41): the call with and without a budget, and the floor.
+        let mut report = Report::default();
+        report_budgets::budget_rows(&mut report, ops).await;
+        println!("{}", render(&report, ops, 0, Duration::ZERO));
+        return;
+    }
     if std::env::var("BENCH_ONLY").as_deref() == Ok("people") {
         people_only(ops).await;
         return;

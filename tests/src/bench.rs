@@ -45,7 +45,7 @@ where
 /// Operations per second of `op` run about `total` times over `in_flight` concurrent tasks.
 pub async fn throughput<F, Fut>(total: usize, in_flight: usize, op: Arc<F>) -> f64
 where
-    F: Fn() -> Fut + Send + Sync + 'static,
+    F: Fn() -> Fut + Send + Sync + ?Sized + 'static,
     Fut: Future<Output = ()> + Send,
 {
     let per_task = total.div_ceil(in_flight).max(4);
@@ -66,49 +66,67 @@ where
     (per_task * in_flight) as f64 / started.elapsed().as_secs_f64()
 }
 
-/// Two paths compared on the same machine at the same time: after a warm-up of each, `ops`
-/// sequential runs of each in blocks of `ops / 8`, ordered A B B A A B B A, so a drift in
-/// the machine's speed weighs on both alike; then the throughput of each with `in_flight`
-/// concurrent. A path's background work after its last run of a block spills into the next
-/// block once per block, not once per run.
+/// One path of [`compare_all`]: an operation whose future is boxed, so paths of different
+/// types share one list.
+pub type Path = Arc<dyn Fn() -> futures::future::BoxFuture<'static, ()> + Send + Sync>;
+
+/// Boxes `op` into a [`Path`].
+pub fn path<F, Fut>(op: F) -> Path
+where
+    F: Fn() -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    Arc::new(move || Box::pin(op()) as futures::future::BoxFuture<'static, ()>)
+}
+
+/// Two paths compared on the same machine at the same time ([`compare_all`] of the two).
 pub async fn compare<A, FutA, B, FutB>(ops: usize, in_flight: usize, a: A, b: B) -> (Sample, Sample)
 where
     A: Fn() -> FutA + Send + Sync + 'static,
-    FutA: Future<Output = ()> + Send,
+    FutA: Future<Output = ()> + Send + 'static,
     B: Fn() -> FutB + Send + Sync + 'static,
-    FutB: Future<Output = ()> + Send,
+    FutB: Future<Output = ()> + Send + 'static,
 {
-    let (a, b) = (Arc::new(a), Arc::new(b));
+    let samples = compare_all(ops, in_flight, &[path(a), path(b)]).await;
+    (samples[0], samples[1])
+}
+
+/// Paths compared on the same machine at the same time: after a warm-up of each, `ops`
+/// sequential runs of each in blocks of `ops / 8`, ordered forward then backward twice (A B B
+/// A A B B A for two, A B C C B A A B C C B A for three), so a drift in the machine's speed
+/// weighs on all alike; then the throughput of each with `in_flight` concurrent. A path's
+/// background work after its last run of a block spills into the next block once per block,
+/// not once per run. Samples come back in the order of `paths`.
+pub async fn compare_all(ops: usize, in_flight: usize, paths: &[Path]) -> Vec<Sample> {
     for _ in 0..ops / 10 {
-        a().await;
-        b().await;
+        for op in paths {
+            op().await;
+        }
     }
     let block = (ops / 8).max(1);
-    let (mut of_a, mut of_b) = (Vec::with_capacity(ops), Vec::with_capacity(ops));
-    for first_a in [true, false, true, false] {
-        for run_a in [first_a, !first_a] {
+    let mut runs: Vec<Vec<Duration>> = paths.iter().map(|_| Vec::with_capacity(ops)).collect();
+    let forward: Vec<usize> = (0..paths.len()).collect();
+    let backward: Vec<usize> = forward.iter().rev().copied().collect();
+    for order in [&forward, &backward, &forward, &backward] {
+        for &n in order {
             for _ in 0..block {
                 let started = Instant::now();
-                if run_a {
-                    a().await;
-                    of_a.push(started.elapsed());
-                } else {
-                    b().await;
-                    of_b.push(started.elapsed());
-                }
+                paths[n]().await;
+                runs[n].push(started.elapsed());
             }
         }
     }
-    of_a.sort();
-    of_b.sort();
-    let sample = |sorted: &[Duration], per_sec| Sample {
-        p50: percentile(sorted, 0.50),
-        p99: percentile(sorted, 0.99),
-        per_sec,
-    };
-    let a_rate = throughput(ops, in_flight, a).await;
-    let b_rate = throughput(ops, in_flight, b).await;
-    (sample(&of_a, a_rate), sample(&of_b, b_rate))
+    let mut samples = Vec::with_capacity(paths.len());
+    for (op, mut of_path) in paths.iter().zip(runs) {
+        of_path.sort();
+        let per_sec = throughput(ops, in_flight, Arc::clone(op)).await;
+        samples.push(Sample {
+            p50: percentile(&of_path, 0.50),
+            p99: percentile(&of_path, 0.99),
+            per_sec,
+        });
+    }
+    samples
 }
 
 /// The `p` quantile (0.0–1.0) of `sorted` latencies, nearest rank; zero when empty.
