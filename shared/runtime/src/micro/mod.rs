@@ -28,7 +28,6 @@ use switchboard_proto::{
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
-use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 use crate::telemetry;
 
@@ -442,9 +441,7 @@ async fn handle(
     } else {
         parent
     };
-    if let Err(err) = span.set_parent(parent) {
-        tracing::debug!(error = %err, "could not set span parent from headers");
-    }
+    telemetry::set_parent(&span, parent);
     telemetry::ids::record(&span, &message.payload);
     let result = handler(message.clone()).instrument(span.clone()).await;
     let _entered = span.enter();

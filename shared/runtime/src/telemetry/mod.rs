@@ -38,7 +38,8 @@ use tracing_subscriber::{EnvFilter, fmt};
 use crate::config::{LogFormat, OtlpProtocol, TelemetryConfig};
 pub use route::SERVICE_ATTRIBUTE;
 pub use switchboard_request::trace::{
-    current_traceparent, extract, inject, set_parent_from, set_parent_from_text, traced_headers,
+    current_traceparent, extract, inject, set_parent, set_parent_from, set_parent_from_text,
+    span_context, traced_headers,
 };
 
 /// The standard OTLP endpoint variable.
@@ -247,19 +248,28 @@ pub fn init_hosting(
         ),
     };
     // Spans carry what a reader of a trace needs, not the runtime's internals: no busy/idle
-    // timings, thread ids or source locations.
-    let otel = tracing_opentelemetry::layer()
-        .with_tracer(tracer)
-        .with_tracked_inactivity(false)
-        .with_threads(false)
-        .with_location(false)
-        .with_level(false)
-        .with_target(false);
+    // timings, thread ids or source locations. With no exporter they are not recorded at all:
+    // each keeps only the W3C context the next hop needs (`trace::Propagation`).
+    let exporting = endpoint.is_some();
+    let otel = exporting.then(|| {
+        tracing_opentelemetry::layer()
+            .with_tracer(tracer)
+            .with_tracked_inactivity(false)
+            .with_threads(false)
+            .with_location(false)
+            .with_level(false)
+            .with_target(false)
+            .with_filter(LevelFilter::INFO)
+    });
+    let propagation = (!exporting)
+        .then(|| switchboard_request::trace::Propagation.with_filter(LevelFilter::INFO));
     tracing_subscriber::registry()
         .with(text.with_filter(filter.clone()))
         .with(json.with_filter(filter))
-        .with(otel.with_filter(LevelFilter::INFO))
+        .with(otel)
+        .with(propagation)
         .try_init()?;
+    switchboard_request::trace::propagate_only(!exporting);
 
     Ok(TelemetryGuard {
         provider,

@@ -1,0 +1,155 @@
+//! Trace context through service binaries that export no spans (no OTLP endpoint, the shipped
+//! default): they record nothing, yet every hop they make carries the caller's trace on. A
+//! send and a call, each made with a `traceparent` (one sampled, one not, one with a
+//! `tracestate`), reach the receiver's inbox stored under the same trace id and flags and
+//! state, with a parent span id of the service's own; a request with no context starts a
+//! trace of its own.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use std::time::Duration;
+
+use async_nats::HeaderMap;
+use switchboard_proto::{GoalId, HEADER_TRACEPARENT, HEADER_TRACESTATE, INBOX_STREAM, subject};
+use switchboard_testkit::NatsServer;
+use switchboard_testkit::process::ServiceProcess;
+use switchboard_tests::service_bin;
+
+/// (trace id, parent span id, flags) of the `traceparent` in `headers`.
+fn parts(headers: &HeaderMap) -> (String, String, String) {
+    let value = headers
+        .get(HEADER_TRACEPARENT)
+        .expect("the stored message carries a traceparent")
+        .as_str()
+        .to_owned();
+    let fields: Vec<&str> = value.split('-').collect();
+    assert_eq!(fields.len(), 4, "a W3C traceparent: {value}");
+    (fields[1].into(), fields[2].into(), fields[3].into())
+}
+
+/// The headers of the newest message stored in `goal`'s inbox.
+async fn stored_headers(js: &async_nats::jetstream::Context, goal: &GoalId) -> HeaderMap {
+    let stream = js.get_stream(INBOX_STREAM).await.unwrap();
+    let stored = stream
+        .get_last_raw_message_by_subject(&subject::inbox(goal))
+        .await
+        .unwrap();
+    stored.headers
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn services_that_export_nothing_still_carry_every_trace_on() {
+    let nats = NatsServer::start().await;
+    let url = nats.url();
+    let mut running = Vec::new();
+    for service in ["directory", "inbox-fanout", "reply-correlator"] {
+        running.push(
+            ServiceProcess::start(
+                &service_bin(service),
+                service,
+                &url,
+                &[("OTEL_EXPORTER_OTLP_ENDPOINT", "")],
+            )
+            .await,
+        );
+    }
+    let nats_client = async_nats::connect(&url).await.unwrap();
+    let sender = switchboard_client::Agent::connect(&url, "tracer")
+        .await
+        .unwrap();
+    let receiver = switchboard_client::Agent::connect(&url, "traced")
+        .await
+        .unwrap();
+    let goal = receiver.open_goal().await.unwrap();
+    let sender_goal = sender.open_goal().await.unwrap();
+    let js = async_nats::jetstream::new(nats_client.clone());
+    let me = sender.id().clone();
+
+    // A send with a sampled context and a trace state.
+    let trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        HEADER_TRACEPARENT,
+        format!("00-{trace}-00f067aa0ba902b7-01").as_str(),
+    );
+    headers.insert(HEADER_TRACESTATE, "congo=t61rcWkgMzE");
+    let body = serde_json::json!({"to": "traced", "message": "hello"});
+    let reply = nats_client
+        .request_with_headers(
+            subject::send(&me),
+            headers,
+            serde_json::to_vec(&body).unwrap().into(),
+        )
+        .await
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&reply.payload).contains("delivered_to"),
+        "{}",
+        String::from_utf8_lossy(&reply.payload)
+    );
+    let stored = stored_headers(&js, &goal.id()).await;
+    let (stored_trace, parent, flags) = parts(&stored);
+    assert_eq!(stored_trace, trace, "the send's trace goes on");
+    assert_ne!(parent, "00f067aa0ba902b7", "under the fan-out's own span");
+    assert_ne!(parent, "0".repeat(16));
+    assert_eq!(flags, "01");
+    assert_eq!(
+        stored.get(HEADER_TRACESTATE).map(|v| v.as_str().to_owned()),
+        Some("congo=t61rcWkgMzE".to_owned())
+    );
+
+    // A call (not waiting) with a context that is not sampled: its request is stored under
+    // the same trace, still not sampled, through the correlator's own span.
+    let trace = "0af7651916cd43dd8448eb211c80319c";
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        HEADER_TRACEPARENT,
+        format!("00-{trace}-b7ad6b7169203331-00").as_str(),
+    );
+    let body = serde_json::json!({
+        "to": "traced",
+        "message": "a question",
+        "wait": false,
+        "from_goal_id": sender_goal.id(),
+    });
+    let reply = nats_client
+        .request_with_headers(
+            subject::call(&me),
+            headers,
+            serde_json::to_vec(&body).unwrap().into(),
+        )
+        .await
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&reply.payload).contains("correlation_id"),
+        "{}",
+        String::from_utf8_lossy(&reply.payload)
+    );
+    let (stored_trace, parent, flags) = parts(&stored_headers(&js, &goal.id()).await);
+    assert_eq!(stored_trace, trace, "the call's trace goes on");
+    assert_ne!(parent, "b7ad6b7169203331");
+    assert_eq!(flags, "00", "not sampled stays not sampled");
+
+    // No context: the send starts a trace of its own, sampled.
+    let body = serde_json::json!({"to": "traced", "message": "untraced"});
+    nats_client
+        .request(
+            subject::send(&me),
+            serde_json::to_vec(&body).unwrap().into(),
+        )
+        .await
+        .unwrap();
+    let (fresh, _, flags) = parts(&stored_headers(&js, &goal.id()).await);
+    assert_ne!(fresh, trace);
+    assert_ne!(fresh, "0".repeat(32));
+    assert_eq!(flags, "01");
+
+    // And the receiver reads every one of them.
+    let mut read = 0;
+    while read < 3 {
+        let page = goal.fetch(8, Duration::from_secs(5), None).await.unwrap();
+        assert!(!page.messages.is_empty(), "three messages wait");
+        read += page.messages.len();
+    }
+    drop(running);
+}
