@@ -12,7 +12,8 @@
 # downloads nothing during the build). Keep this tag in step with the toolchain CI uses.
 FROM rust:1.95-slim-bookworm AS builder
 
-# build-essential: the C compiler for rusqlite's bundled SQLite (audit) and for ring (async-nats).
+# build-essential: the C compiler for rusqlite's bundled SQLite (audit), ring (async-nats) and
+# mimalloc (every service's allocator).
 # DL3008 (pin apt versions) is ignored on purpose: the base image tag pins the Debian release,
 # and Debian drops superseded package versions from its mirrors, so exact pins break rebuilds.
 # hadolint ignore=DL3008

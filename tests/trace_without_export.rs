@@ -37,6 +37,29 @@ async fn stored_headers(js: &async_nats::jetstream::Context, goal: &GoalId) -> H
     stored.headers
 }
 
+/// Requests `subject` with `body` under `traceparent` (and `tracestate`), as an agent with a
+/// span of its own would; checks the reply names `expected` (a field of a success).
+async fn traced_request(
+    client: &async_nats::Client,
+    subject: String,
+    traceparent: &str,
+    tracestate: Option<&str>,
+    body: serde_json::Value,
+    expected: &str,
+) {
+    let mut headers = HeaderMap::new();
+    headers.insert(HEADER_TRACEPARENT, traceparent);
+    if let Some(state) = tracestate {
+        headers.insert(HEADER_TRACESTATE, state);
+    }
+    let reply = client
+        .request_with_headers(subject, headers, serde_json::to_vec(&body).unwrap().into())
+        .await
+        .unwrap();
+    let text = String::from_utf8_lossy(&reply.payload);
+    assert!(text.contains(expected), "{text}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn services_that_export_nothing_still_carry_every_trace_on() {
     let nats = NatsServer::start().await;
@@ -67,26 +90,15 @@ async fn services_that_export_nothing_still_carry_every_trace_on() {
 
     // A send with a sampled context and a trace state.
     let trace = "4bf92f3577b34da6a3ce929d0e0e4736";
-    let mut headers = HeaderMap::new();
-    headers.insert(
-        HEADER_TRACEPARENT,
-        format!("00-{trace}-00f067aa0ba902b7-01").as_str(),
-    );
-    headers.insert(HEADER_TRACESTATE, "congo=t61rcWkgMzE");
-    let body = serde_json::json!({"to": "traced", "message": "hello"});
-    let reply = nats_client
-        .request_with_headers(
-            subject::send(&me),
-            headers,
-            serde_json::to_vec(&body).unwrap().into(),
-        )
-        .await
-        .unwrap();
-    assert!(
-        String::from_utf8_lossy(&reply.payload).contains("delivered_to"),
-        "{}",
-        String::from_utf8_lossy(&reply.payload)
-    );
+    traced_request(
+        &nats_client,
+        subject::send(&me),
+        &format!("00-{trace}-00f067aa0ba902b7-01"),
+        Some("congo=t61rcWkgMzE"),
+        serde_json::json!({"to": "traced", "message": "hello"}),
+        "delivered_to",
+    )
+    .await;
     let stored = stored_headers(&js, &goal.id()).await;
     let (stored_trace, parent, flags) = parts(&stored);
     assert_eq!(stored_trace, trace, "the send's trace goes on");
@@ -101,30 +113,20 @@ async fn services_that_export_nothing_still_carry_every_trace_on() {
     // A call (not waiting) with a context that is not sampled: its request is stored under
     // the same trace, still not sampled, through the correlator's own span.
     let trace = "0af7651916cd43dd8448eb211c80319c";
-    let mut headers = HeaderMap::new();
-    headers.insert(
-        HEADER_TRACEPARENT,
-        format!("00-{trace}-b7ad6b7169203331-00").as_str(),
-    );
-    let body = serde_json::json!({
-        "to": "traced",
-        "message": "a question",
-        "wait": false,
-        "from_goal_id": sender_goal.id(),
-    });
-    let reply = nats_client
-        .request_with_headers(
-            subject::call(&me),
-            headers,
-            serde_json::to_vec(&body).unwrap().into(),
-        )
-        .await
-        .unwrap();
-    assert!(
-        String::from_utf8_lossy(&reply.payload).contains("correlation_id"),
-        "{}",
-        String::from_utf8_lossy(&reply.payload)
-    );
+    traced_request(
+        &nats_client,
+        subject::call(&me),
+        &format!("00-{trace}-b7ad6b7169203331-00"),
+        None,
+        serde_json::json!({
+            "to": "traced",
+            "message": "a question",
+            "wait": false,
+            "from_goal_id": sender_goal.id(),
+        }),
+        "correlation_id",
+    )
+    .await;
     let (stored_trace, parent, flags) = parts(&stored_headers(&js, &goal.id()).await);
     assert_eq!(stored_trace, trace, "the call's trace goes on");
     assert_ne!(parent, "b7ad6b7169203331");
