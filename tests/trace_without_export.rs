@@ -37,8 +37,9 @@ async fn stored_headers(js: &async_nats::jetstream::Context, goal: &GoalId) -> H
     stored.headers
 }
 
-/// Requests `subject` with `body` under `traceparent` (and `tracestate`), as an agent with a
-/// span of its own would; checks the reply names `expected` (a field of a success).
+/// Requests `subject` with `body` under `traceparent` (and `tracestate`, when given; none at
+/// all when `traceparent` is empty), as an agent with a span of its own would; checks the
+/// reply names `expected` (a field of a success) and returns the reply's headers.
 async fn traced_request(
     client: &async_nats::Client,
     subject: String,
@@ -46,9 +47,11 @@ async fn traced_request(
     tracestate: Option<&str>,
     body: serde_json::Value,
     expected: &str,
-) {
+) -> HeaderMap {
     let mut headers = HeaderMap::new();
-    headers.insert(HEADER_TRACEPARENT, traceparent);
+    if !traceparent.is_empty() {
+        headers.insert(HEADER_TRACEPARENT, traceparent);
+    }
     if let Some(state) = tracestate {
         headers.insert(HEADER_TRACESTATE, state);
     }
@@ -58,6 +61,7 @@ async fn traced_request(
         .unwrap();
     let text = String::from_utf8_lossy(&reply.payload);
     assert!(text.contains(expected), "{text}");
+    reply.headers.unwrap_or_default()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -90,7 +94,7 @@ async fn services_that_export_nothing_still_carry_every_trace_on() {
 
     // A send with a sampled context and a trace state.
     let trace = "4bf92f3577b34da6a3ce929d0e0e4736";
-    traced_request(
+    let replied = traced_request(
         &nats_client,
         subject::send(&me),
         &format!("00-{trace}-00f067aa0ba902b7-01"),
@@ -99,6 +103,10 @@ async fn services_that_export_nothing_still_carry_every_trace_on() {
         "delivered_to",
     )
     .await;
+    // The reply carries the service's own span in the same trace (protocol §1).
+    let (replied_trace, replied_span, _) = parts(&replied);
+    assert_eq!(replied_trace, trace);
+    assert_ne!(replied_span, "00f067aa0ba902b7");
     let stored = stored_headers(&js, &goal.id()).await;
     let (stored_trace, parent, flags) = parts(&stored);
     assert_eq!(stored_trace, trace, "the send's trace goes on");
@@ -113,7 +121,7 @@ async fn services_that_export_nothing_still_carry_every_trace_on() {
     // A call (not waiting) with a context that is not sampled: its request is stored under
     // the same trace, still not sampled, through the correlator's own span.
     let trace = "0af7651916cd43dd8448eb211c80319c";
-    traced_request(
+    let replied = traced_request(
         &nats_client,
         subject::call(&me),
         &format!("00-{trace}-b7ad6b7169203331-00"),
@@ -127,6 +135,7 @@ async fn services_that_export_nothing_still_carry_every_trace_on() {
         "correlation_id",
     )
     .await;
+    assert_eq!(parts(&replied).0, trace);
     let (stored_trace, parent, flags) = parts(&stored_headers(&js, &goal.id()).await);
     assert_eq!(stored_trace, trace, "the call's trace goes on");
     assert_ne!(parent, "b7ad6b7169203331");
@@ -145,6 +154,23 @@ async fn services_that_export_nothing_still_carry_every_trace_on() {
     assert_ne!(fresh, trace);
     assert_ne!(fresh, "0".repeat(32));
     assert_eq!(flags, "01");
+
+    // A fetch with no context starts no trace: its span is not sampled (an idle reader adds
+    // nothing to a tracing backend), and the reply says so.
+    let replied = traced_request(
+        &nats_client,
+        subject::inbox_fetch(receiver.id()),
+        "",
+        None,
+        serde_json::json!({"goal_id": goal.id(), "max": 1, "peek": true}),
+        "messages",
+    )
+    .await;
+    assert_eq!(
+        parts(&replied).2,
+        "00",
+        "a fetch with no context is not sampled"
+    );
 
     // And the receiver reads every one of them.
     let mut read = 0;

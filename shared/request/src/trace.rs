@@ -2,17 +2,17 @@
 //! (`traceparent`, `tracestate`; docs/protocol.md §1 "Trace context"), so one conversation is one trace.
 //!
 //! Works on the global OpenTelemetry propagator; `switchboard_runtime::telemetry::init` sets
-//! the W3C one. Needs only the OpenTelemetry API and `tracing-opentelemetry`, never an exporter.
+//! the W3C one. Span contexts come from the subscriber's `tracing-opentelemetry` layer, or from
+//! [`Propagation`] where that is installed instead; never from an exporter.
 //!
 //! A process that exports no spans (no OTLP endpoint, the shipped default) does not record
-//! them either: `telemetry::init` installs [`Propagation`] instead of the OpenTelemetry layer
-//! and calls [`propagate_only`]. Each span then keeps only its W3C context — the trace id,
-//! flags and state of its parent and a span id of its own — which is all the next hop needs,
-//! so one conversation stays one trace. Recording spans nobody exports cost the limits service
-//! a fifth of its throughput (docs/performance.md, "Spans nobody exports").
+//! them either: `telemetry::init` installs [`Propagation`] instead of the OpenTelemetry layer.
+//! Each span then keeps only its W3C context — the trace id, flags and state of its parent and
+//! a span id of its own — which is all the next hop needs, so one conversation stays one trace.
+//! Recording spans nobody exports cost the limits service a fifth of its throughput
+//! (docs/performance.md, "Spans nobody exports").
 
-use std::cell::Cell;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::cell::RefCell;
 
 use async_nats::HeaderMap;
 use opentelemetry::propagation::{Extractor, Injector};
@@ -104,11 +104,11 @@ pub fn set_parent_from(span: &tracing::Span, headers: Option<&HeaderMap>) {
     set_parent(span, extract(headers));
 }
 
-/// Makes `span` a child of `parent`: through the OpenTelemetry layer, or, in a process that
-/// only propagates ([`propagate_only`]), by giving it `parent`'s trace id, flags and state
-/// under a span id of its own (an empty `parent` leaves it the root it was made as).
+/// Makes `span` a child of `parent`: through the OpenTelemetry layer, or, under a subscriber
+/// with [`Propagation`], by giving it `parent`'s trace id, flags and state under a span id of
+/// its own (an empty `parent` leaves it the root it was made as).
 pub fn set_parent(span: &tracing::Span, parent: Context) {
-    if !PROPAGATE_ONLY.load(Ordering::Relaxed) {
+    if !propagating(span) {
         if let Err(err) = span.set_parent(parent) {
             tracing::debug!(error = %err, "could not set span parent from headers");
         }
@@ -131,7 +131,7 @@ pub fn set_parent(span: &tracing::Span, parent: Context) {
 
 /// `span`'s trace context, to inject into what it sends (see [`set_parent`]).
 pub fn span_context(span: &tracing::Span) -> Context {
-    if !PROPAGATE_ONLY.load(Ordering::Relaxed) {
+    if !propagating(span) {
         return span.context();
     }
     let mut found = None;
@@ -152,14 +152,12 @@ pub fn span_context(span: &tracing::Span) -> Context {
     }
 }
 
-/// Set once by a process that exports no spans and installed [`Propagation`] instead of the
-/// OpenTelemetry layer: [`set_parent`] and [`span_context`] then work on what it keeps.
-static PROPAGATE_ONLY: AtomicBool = AtomicBool::new(false);
-
-/// Switches [`set_parent`] and [`span_context`] to [`Propagation`]'s contexts (`true`): call it
-/// when installing that layer instead of the OpenTelemetry one.
-pub fn propagate_only(on: bool) {
-    PROPAGATE_ONLY.store(on, Ordering::Relaxed);
+/// Whether `span`'s subscriber keeps contexts through [`Propagation`] (else through the
+/// OpenTelemetry layer, or not at all): asked of the subscriber itself, so a scoped subscriber
+/// with the OpenTelemetry layer in a process whose global one propagates is read right.
+fn propagating(span: &tracing::Span) -> bool {
+    span.with_subscriber(|(_, dispatch)| dispatch.downcast_ref::<Propagation>().is_some())
+        .unwrap_or(false)
 }
 
 /// A span's W3C context in a process that only propagates.
@@ -169,8 +167,8 @@ struct Propagated(SpanContext);
 /// The `tracing` layer of a process that exports no spans: each new span keeps a W3C context
 /// — its parent span's trace id, flags and state, or a new sampled trace for a root — under
 /// a span id of its own, and nothing else (no attributes, no events, nothing built when it
-/// closes). Install it where the OpenTelemetry layer would go, with the same level filter,
-/// and call [`propagate_only`].
+/// closes). Install it where the OpenTelemetry layer would go, with the same level filter:
+/// [`set_parent`] and [`span_context`] find it in the span's subscriber.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct Propagation;
 
@@ -221,31 +219,20 @@ fn span_id() -> SpanId {
     SpanId::from_bytes(random().to_be_bytes())
 }
 
-/// A random non-zero u64 from a per-thread SplitMix64 seeded by the standard library's
-/// per-process random hash keys (ids only need to be unlikely to collide, not secret).
+/// A random non-zero u64 from a per-thread small generator seeded from the OS, as the
+/// OpenTelemetry SDK's own `RandomIdGenerator` makes its ids.
 fn random() -> u64 {
+    use rand::{Rng as _, SeedableRng as _};
     thread_local! {
-        static STATE: Cell<u64> = Cell::new({
-            use std::hash::{BuildHasher as _, Hasher as _};
-            let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-            hasher.write_u64(
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(0, |at| at.as_nanos() as u64),
-            );
-            hasher.finish()
-        });
+        static RNG: RefCell<rand::rngs::SmallRng> =
+            RefCell::new(rand::rngs::SmallRng::from_os_rng());
     }
-    STATE.with(|state| {
+    RNG.with(|rng| {
+        let mut rng = rng.borrow_mut();
         loop {
-            let next = state.get().wrapping_add(0x9E37_79B9_7F4A_7C15);
-            state.set(next);
-            let mut z = next;
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            z ^= z >> 31;
-            if z != 0 {
-                return z;
+            let value: u64 = rng.random();
+            if value != 0 {
+                return value;
             }
         }
     })
@@ -274,7 +261,6 @@ mod tests {
         global::set_text_map_propagator(
             opentelemetry_sdk::propagation::TraceContextPropagator::new(),
         );
-        propagate_only(true);
         let subscriber =
             tracing_subscriber::registry().with(Propagation.with_filter(LevelFilter::INFO));
         tracing::subscriber::with_default(subscriber, || {
@@ -328,6 +314,5 @@ mod tests {
             let (again, _, _) = parts(&root.in_scope(traced_headers));
             assert_eq!(again, root_trace, "a span keeps its context");
         });
-        propagate_only(false);
     }
 }

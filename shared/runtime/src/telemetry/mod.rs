@@ -2,8 +2,10 @@
 //! when an endpoint is configured, Prometheus `/metrics` when a listen address is, and W3C trace
 //! context (`traceparent`/`tracestate`) carried in NATS headers.
 //!
-//! The OpenTelemetry layer is installed even without an exporter, so spans always have trace
-//! ids and context keeps flowing through a service that does not export itself.
+//! Spans always have trace ids, so context keeps flowing through a service that does not
+//! export itself: with an exporter (or a sampler chosen with `OTEL_TRACES_SAMPLER`) through the
+//! OpenTelemetry layer, without one through `switchboard_request::trace::Propagation`, which
+//! keeps each span's W3C context and records nothing else.
 //!
 //! [`inject`] and [`extract`] are the one place trace context meets NATS headers (the
 //! wasmCloud `opentelemetry-nats` pattern): every publish and request goes through
@@ -221,8 +223,8 @@ pub fn init_hosting(
     global::set_meter_provider(meters.clone());
     metrics::register_gauges(&meters);
 
-    // The log filter applies to log output only: spans must exist for the OpenTelemetry layer
-    // even when logs are quiet, or trace context would stop at this service.
+    // The log filter applies to log output only: spans must exist for the trace layer even
+    // when logs are quiet, or trace context would stop at this service.
     // Colours only for a person at a terminal: a file or a log shipper gets plain text, or
     // one JSON object per line with `log_format = "json"`.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
@@ -250,7 +252,10 @@ pub fn init_hosting(
     // Spans carry what a reader of a trace needs, not the runtime's internals: no busy/idle
     // timings, thread ids or source locations. With no exporter they are not recorded at all:
     // each keeps only the W3C context the next hop needs (`trace::Propagation`).
-    let exporting = endpoint.is_some();
+    // A sampler chosen by `OTEL_TRACES_SAMPLER` decides the flags this process starts traces
+    // with even when it exports nothing: then the SDK decides, through its layer.
+    let exporting = endpoint.is_some()
+        || std::env::var("OTEL_TRACES_SAMPLER").is_ok_and(|sampler| !sampler.is_empty());
     let otel = exporting.then(|| {
         tracing_opentelemetry::layer()
             .with_tracer(tracer)
@@ -269,7 +274,6 @@ pub fn init_hosting(
         .with(otel)
         .with(propagation)
         .try_init()?;
-    switchboard_request::trace::propagate_only(!exporting);
 
     Ok(TelemetryGuard {
         provider,
