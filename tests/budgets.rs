@@ -18,8 +18,9 @@ use serde_json::json;
 use switchboard_client::proto::budget::{BudgetAsk, BudgetGrant, CostQuery};
 use switchboard_client::proto::task::CreateTask;
 use switchboard_client::{Agent, ClientError, audit_cost, budget_of, draw_from};
+use switchboard_proto::budget::BudgetOp;
 use switchboard_proto::call::CallRequest;
-use switchboard_proto::{ErrorKind, MessageKind, TaskState};
+use switchboard_proto::{AgentId, ErrorKind, MessageKind, TaskState};
 use switchboard_tests::Fabric;
 use switchboard_tests::services::{
     fast_audit, fast_tasks, start_audit, start_limits, start_limits_with, switchboard_json,
@@ -760,6 +761,17 @@ async fn a_closed_tree_is_removed_and_a_tree_opened_again_stays() {
         .to_string()
     };
     let close = |root: Uuid| json!({"root": root, "work": root}).to_string();
+    // What bob, the owner, reads of the tree's root.
+    let bobs_view = |client: &async_nats::Client, root: Uuid| {
+        let (client, subject) = (
+            client.clone(),
+            BudgetOp::Get.subject(&AgentId::parse("bob").unwrap()),
+        );
+        async move {
+            let query = json!({"root": root, "work": root}).to_string();
+            raw(&client, &subject, query).await
+        }
+    };
     for round in 0..12 {
         let root = Uuid::now_v7();
         let opened = raw(
@@ -776,12 +788,7 @@ async fn a_closed_tree_is_removed_and_a_tree_opened_again_stays() {
         )
         .await;
         assert!(spent.body.get("error").is_none(), "{:?}", spent.body);
-        let view = raw(
-            &client,
-            "agent.budget.get.bob",
-            json!({"root": root, "work": root}).to_string(),
-        )
-        .await;
+        let view = bobs_view(&client, root).await;
         assert_eq!(
             view.body["tree_spent"]["cost"],
             1_000 + round,
@@ -808,12 +815,7 @@ async fn a_closed_tree_is_removed_and_a_tree_opened_again_stays() {
             reserve(root),
         )
         .await;
-        let view = raw(
-            &client,
-            "agent.budget.get.bob",
-            json!({"root": root, "work": root}).to_string(),
-        )
-        .await;
+        let view = bobs_view(&client, root).await;
         assert_eq!(
             view.body["tree_spent"]["cost"], 0,
             "round {round}: {:?}",
