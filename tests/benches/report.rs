@@ -35,6 +35,7 @@
 mod report_a2a;
 mod report_backlog;
 mod report_budgets;
+mod report_call_floor;
 mod report_console;
 mod report_inbox;
 mod report_limits;

@@ -4,7 +4,8 @@
 //! `synadia-ai-agent-service`, pinned in tests/python/requirements.txt) and raw request/reply,
 //! all in one run: p50, p99, calls/s at 1 and 32 in flight, CPU per call summed over every
 //! process (nats-server, the five services, the Python agents; from `/proc`), and broker
-//! messages per call (a wiretap on `>`).
+//! messages per call (a wiretap on `>`). Beside them, the same agents drive the call's floor:
+//! the raw NATS steps of the decided design and nothing else (`report_call_floor.rs`).
 
 use std::time::Duration;
 
@@ -14,7 +15,7 @@ use switchboard_testkit::process::ServiceProcess;
 use switchboard_tests::bench::Sample;
 use switchboard_tests::service_bin;
 
-use crate::{Report, SERVICES};
+use crate::{Report, SERVICES, report_call_floor};
 
 /// One path as the Python side measured it.
 #[derive(Debug, Deserialize)]
@@ -49,17 +50,20 @@ pub async fn peer_rows(report: &mut Report, ops: usize) {
         // No settings: what a user runs.
         services.push(ServiceProcess::start(&service_bin(service), service, &url, &[]).await);
     }
+    // The floor's raw steps run in this process (its CPU counted with the others').
+    let floor = report_call_floor::start(&url).await;
     let pids: Vec<String> = nats
         .pid()
         .into_iter()
         .chain(services.iter().filter_map(ServiceProcess::pid))
+        .chain([std::process::id()])
         .map(|pid| pid.to_string())
         .collect();
     let script = switchboard_testkit::workspace_root().join("tests/python/bench_peers.py");
     let run = tokio::process::Command::new(switchboard_testkit::python_bin())
         .arg(script)
         .args(["--nats-url", &url, "--ops", &ops.to_string()])
-        .args(["--pids", &pids.join(",")])
+        .args(["--pids", &pids.join(","), "--floor"])
         .kill_on_drop(true)
         .output();
     let output = tokio::time::timeout(Duration::from_secs(1_800), run)
@@ -77,6 +81,7 @@ pub async fn peer_rows(report: &mut Report, ops: usize) {
             String::from_utf8_lossy(&output.stdout)
         )
     });
+    drop(floor);
     for service in services {
         service.terminate().await;
     }
@@ -87,9 +92,14 @@ pub async fn peer_rows(report: &mut Report, ops: usize) {
             .find(|row| row.path.starts_with(prefix))
             .unwrap_or_else(|| panic!("no {prefix} row"))
     };
-    let (raw, peer, ours) = (find("raw"), find("synadia"), find("switchboard"));
+    let (raw, peer, ours, floor) = (
+        find("raw"),
+        find("synadia"),
+        find("switchboard"),
+        find("the call's floor"),
+    );
     let group = "call vs peers (nats-py agents, shipped defaults)";
-    for row in [raw, peer, ours] {
+    for row in [raw, peer, ours, floor] {
         report.row(
             group,
             &row.path,
@@ -112,7 +122,7 @@ pub async fn peer_rows(report: &mut Report, ops: usize) {
                 row.broker_msgs
             ),
         );
-        if row.path.starts_with("switchboard") {
+        if row.path.starts_with("switchboard") || row.path.starts_with("the call's floor") {
             let by_process = |by: &std::collections::BTreeMap<String, f64>| {
                 let mut by: Vec<_> = by.iter().collect();
                 by.sort_by(|a, b| b.1.total_cmp(a.1));
@@ -132,6 +142,22 @@ pub async fn peer_rows(report: &mut Report, ops: usize) {
             );
         }
     }
+    report.note_row(
+        group,
+        "the call's floor against the targets",
+        format!(
+            "p50 {:.2}× raw request/reply and {:.2}× Synadia's; at 32 in flight {:.2}× \
+             Synadia's calls/s at {:.2}× its CPU per call; {:.1} broker messages per call \
+             (the call: {:.2}× the floor's p50, {:.2}× its CPU per call at 32 in flight)",
+            floor.p50_ms / raw.p50_ms,
+            floor.p50_ms / peer.p50_ms,
+            floor.per_sec_32 / peer.per_sec_32,
+            floor.cpu_ms_32 / peer.cpu_ms_32,
+            floor.broker_msgs,
+            ours.p50_ms / floor.p50_ms,
+            ours.cpu_ms_32 / floor.cpu_ms_32,
+        ),
+    );
     // Issue 40's targets: a durable call no dearer than a protocol that stores nothing.
     report.ratio(
         "call p50 / raw request/reply p50 (nats-py, shipped defaults)",

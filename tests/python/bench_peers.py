@@ -8,9 +8,13 @@ Every party is a nats-py client in this one process, so the three are measured a
   `synadia-ai-agents`' `Agent.prompt` (the SDK's own path, streamed chunks and the done status);
 - **switchboard**: a caller's `agent.call.<me>` (waiting); the callee long-polls its goal inbox
   (`agent.inbox.fetch`, up to 64 at a time, acking with `ack_through` on its next fetch, as
-  docs/protocol.md §7 suggests) and answers each request with `agent.reply.<me>`.
+  docs/protocol.md §7 suggests) and answers each request with `agent.reply.<me>`;
+- **floor** (only with `--floor`): the same caller and callee, the same bodies, against the raw
+  NATS steps issue 40's decided design needs for a durable call and nothing else
+  (tests/benches/report_call_floor.rs plays the services' part on `bench.floor.*`).
 
-For each: p50 and p99 of sequential calls, calls/s with 1 and 32 in flight, CPU per call summed
+For each: p50 and p99 of sequential calls (the paths' passes interleaved in blocks, so the
+machine's drift falls on all alike), calls/s with 1 and 32 in flight, CPU per call summed
 over every process named by `--pids` plus this one (utime + stime from /proc, at 32 in flight
 and sequential, each also by process name), and broker messages per call (a wiretap subscription on `>` on its own
 connection, on only while it counts a sequential pass of its own). Prints one JSON object on
@@ -86,26 +90,37 @@ class Wiretap:
         return self.count - before
 
 
-async def measure(name, call, ops, pids, tap):
-    """Sequential p50/p99 and CPU, throughput and CPU at 32 in flight, then broker messages
-    per call (a separate pass with the wiretap on)."""
-    for _ in range(max(ops // 10, 5)):
-        await call()
-    await asyncio.sleep(0.5)
-    cpu_before, by_before = cpu_seconds(pids), cpu_by_process(pids)
-    latencies = []
-    started = time.perf_counter()
-    for _ in range(ops):
-        t0 = time.perf_counter()
-        await call()
-        latencies.append(time.perf_counter() - t0)
-    sequential_s = time.perf_counter() - started
-    cpu_sequential = cpu_seconds(pids) - cpu_before
-    by_process_1 = {name: (spent - by_before.get(name, 0.0)) / ops * 1e3
-                    for name, spent in cpu_by_process(pids).items()}
-    latencies.sort()
+BLOCKS = 8
 
-    async def flight(n):
+
+async def measure_all(paths, ops, pids, tap):
+    """Each path's sequential p50/p99 and CPU, taken in interleaved blocks (A B C D, then
+    D C B A, ...) so a drift of the machine's speed falls on every path alike; then each
+    path's throughput and CPU at 32 in flight, and its broker messages per call (a separate
+    pass with the wiretap on)."""
+    for _, call in paths:
+        for _ in range(max(ops // 10, 5)):
+            await call()
+    await asyncio.sleep(0.5)
+    latencies = {name: [] for name, _ in paths}
+    took = {name: 0.0 for name, _ in paths}
+    spent = {name: {} for name, _ in paths}
+    per_block = max(ops // BLOCKS, 1)
+    for block in range(BLOCKS):
+        order = paths if block % 2 == 0 else list(reversed(paths))
+        for name, call in order:
+            by_before = cpu_by_process(pids)
+            started = time.perf_counter()
+            for _ in range(per_block):
+                t0 = time.perf_counter()
+                await call()
+                latencies[name].append(time.perf_counter() - t0)
+            took[name] += time.perf_counter() - started
+            for process, seconds in cpu_by_process(pids).items():
+                delta = seconds - by_before.get(process, 0.0)
+                spent[name][process] = spent[name].get(process, 0.0) + delta
+
+    async def flight(call, n):
         remaining = [ops * 2]
 
         async def worker():
@@ -121,28 +136,34 @@ async def measure(name, call, ops, pids, tap):
               for name, spent in cpu_by_process(pids).items()}
         return (ops * 2) / took, (cpu_seconds(pids) - cpu0) / (ops * 2), by
 
-    per_sec_32, cpu_32, by_process_32 = await flight(IN_FLIGHT)
+    rows = []
     counted = max(ops // 4, 10)
+    for name, call in paths:
+        per_sec_32, cpu_32, by_process_32 = await flight(call, IN_FLIGHT)
 
-    async def sequential():
-        for _ in range(counted):
-            await call()
+        async def sequential():
+            for _ in range(counted):
+                await call()
 
-    msgs = await tap.count_during(sequential) / counted
-    return {
-        "path": name,
-        "p50_ms": latencies[len(latencies) // 2] * 1e3,
-        "p99_ms": latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] * 1e3,
-        "per_sec_1": ops / sequential_s,
-        "per_sec_32": per_sec_32,
-        "cpu_ms_sequential": cpu_sequential / ops * 1e3,
-        "cpu_ms_32": cpu_32 * 1e3,
-        "cpu_ms_sequential_by_process": {name: round(ms, 3)
-                                         for name, ms in by_process_1.items() if ms > 0.0},
-        "cpu_ms_32_by_process": {name: round(ms, 3) for name, ms in by_process_32.items()
-                                 if ms > 0.0},
-        "broker_msgs": msgs,
-    }
+        msgs = await tap.count_during(sequential) / counted
+        done = per_block * BLOCKS
+        ordered = sorted(latencies[name])
+        by_process_1 = {process: seconds / done * 1e3 for process, seconds in spent[name].items()}
+        rows.append({
+            "path": name,
+            "p50_ms": ordered[len(ordered) // 2] * 1e3,
+            "p99_ms": ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] * 1e3,
+            "per_sec_1": done / took[name],
+            "per_sec_32": per_sec_32,
+            "cpu_ms_sequential": sum(by_process_1.values()),
+            "cpu_ms_32": cpu_32 * 1e3,
+            "cpu_ms_sequential_by_process": {process: round(ms, 3)
+                                             for process, ms in by_process_1.items() if ms > 0.0},
+            "cpu_ms_32_by_process": {process: round(ms, 3)
+                                     for process, ms in by_process_32.items() if ms > 0.0},
+            "broker_msgs": msgs,
+        })
+    return rows
 
 
 async def raw_path(url):
@@ -264,31 +285,75 @@ async def switchboard_path(url):
     return call, [callee, caller], halt
 
 
+async def floor_path(url):
+    """The Switchboard path's agents against the floor's raw steps (`bench.floor.*`)."""
+    callee = await nats.connect(url)
+    caller = await nats.connect(url)
+    stop = asyncio.Event()
+
+    async def serve():
+        ack = None
+        while not stop.is_set():
+            body = {"goal_id": "goal", "max": 64, "wait_ms": 1000}
+            if ack is not None:
+                body["ack_through"] = ack
+            page = await request(callee, "bench.floor.fetch", body, timeout=5)
+            answers = []
+            for item in page["messages"]:
+                message = item["message"]
+                ack = item["seq"]
+                if message.get("kind") == "request":
+                    answers.append(request(callee, "bench.floor.reply",
+                                           {"correlation_id": message["correlation_id"],
+                                            "message": message["body"]}))
+            await asyncio.gather(*answers)
+
+    server = asyncio.create_task(serve())
+
+    async def call():
+        answer = await request(caller, "bench.floor.call",
+                               {"to": "callee", "message": PAYLOAD, "timeout_ms": 30000,
+                                "from_goal_id": "caller-goal"}, timeout=40)
+        assert len(answer["body"]) == len(PAYLOAD)
+
+    async def halt():
+        stop.set()
+        await server
+
+    return call, [callee, caller], halt
+
+
 async def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--nats-url", required=True)
     parser.add_argument("--ops", type=int, default=400)
     parser.add_argument("--pids", default="")
+    parser.add_argument("--floor", action="store_true",
+                        help="also measure the call's floor (bench.floor.* must be served)")
     args = parser.parse_args()
     pids = [int(p) for p in args.pids.split(",") if p]
     tap = Wiretap()
     await tap.start(args.nats_url)
-    rows = []
-
-    call, conns = await raw_path(args.nats_url)
-    rows.append(await measure("raw request/reply", call, args.ops, pids, tap))
-    for nc in conns:
-        await nc.close()
-
-    call, conns, stop = await synadia_path(args.nats_url)
-    rows.append(await measure("synadia agent SDK prompt", call, args.ops, pids, tap))
-    await stop()
-    for nc in conns:
-        await nc.close()
-
-    call, conns, stop = await switchboard_path(args.nats_url)
-    rows.append(await measure("switchboard call (wait)", call, args.ops, pids, tap))
-    await stop()
+    paths, conns, stops = [], [], []
+    call, opened = await raw_path(args.nats_url)
+    paths.append(("raw request/reply", call))
+    conns += opened
+    call, opened, stop = await synadia_path(args.nats_url)
+    paths.append(("synadia agent SDK prompt", call))
+    conns += opened
+    stops.append(stop)
+    call, opened, stop = await switchboard_path(args.nats_url)
+    paths.append(("switchboard call (wait)", call))
+    conns += opened
+    stops.append(stop)
+    if args.floor:
+        call, opened, stop = await floor_path(args.nats_url)
+        paths.append(("the call's floor (raw steps)", call))
+        conns += opened
+        stops.append(stop)
+    rows = await measure_all(paths, args.ops, pids, tap)
+    for stop in stops:
+        await stop()
     for nc in conns:
         await nc.close()
 
