@@ -44,6 +44,9 @@ struct Pass<'a> {
     known: Option<(CursorRecord, u64)>,
     /// The message a store notice carried, since the last read found nothing.
     woken: Option<Arc<Notice>>,
+    /// The goal's newest message, stored just before this fetch registered (its notice came
+    /// before the fetch did), trusted before the first wait only.
+    stored_lately: Option<Arc<Notice>>,
     /// A change to the cursor this held fetch has not written yet (its `ack_through` while
     /// nothing was unread): written with the hand-out that ends the wait, or at its end.
     unwritten: bool,
@@ -110,11 +113,12 @@ impl Reader {
         let goal = request.goal_id;
         // Registered before the first read, so a message stored after it wakes this fetch; with
         // the newest sequence this replica's notices named on the goal (if it knows it).
-        let (waiter, newest) = match wait.is_zero() {
-            true => (None, None),
+        let (waiter, newest, stored_lately) = match wait.is_zero() {
+            true => (None, None, None),
             false => {
-                let (waiter, newest) = self.wake.register(goal);
-                (Some(waiter), newest)
+                let (mut waiter, newest) = self.wake.register(goal);
+                let lately = waiter.stored_lately();
+                (Some(waiter), newest, lately)
             }
         };
         let mut pass = Pass {
@@ -125,6 +129,7 @@ impl Reader {
             deadline: Instant::now() + wait,
             waiter,
             newest,
+            stored_lately,
             quick: AFTER_WAKE.len(),
             attempts: 0,
             // A fetch that hands out messages writes the cursor by compare-and-set, so it may
@@ -277,6 +282,17 @@ impl Reader {
             _ if pass.newest.is_some_and(|newest| newest <= from) => {
                 let messages = Vec::new();
                 (Unread { messages, total: 0 }, false)
+            }
+            // Stored a moment before this fetch came, and all that is unread: handed out
+            // without reading it back, but recorded before the reply as any fetch not woken
+            // by its notice is.
+            _ if let Some(lately) = pass
+                .stored_lately
+                .take()
+                .filter(|lately| lately.message.seq > from && lately.last_on_goal <= from) =>
+            {
+                let messages = vec![lately.message.clone()];
+                (Unread { messages, total: 1 }, false)
             }
             _ => (self.store.unread(&pass.goal, from, pass.max).await?, false),
         })
@@ -457,6 +473,7 @@ impl Reader {
         let pause = AFTER_WAKE.get(pass.quick).copied().unwrap_or(SAFETY_REREAD);
         pass.quick = pass.quick.saturating_add(1);
         pass.newest = None;
+        pass.stored_lately = None;
         tokio::select! {
             notice = waiting.stored() => {
                 pass.quick = 0;

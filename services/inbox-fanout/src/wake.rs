@@ -14,6 +14,12 @@
 //! last (re)connected ([`WakeHub::register`] returns it): a held fetch whose cursor is already
 //! there has nothing unread and waits without reading the stream first. A reconnect forgets
 //! them all (notices may have been missed meanwhile); so does growing past [`LATEST_KEPT`].
+//!
+//! It keeps the message of each goal's newest notice for [`LATELY`] too (up to
+//! [`LATELY_BYTES`] in all): a held fetch that comes just after a store, the next call's
+//! request stored before its callee's next fetch arrived, hands out that message without
+//! reading the stream back. On a cluster that read may go to a replica that has not applied
+//! the message yet, and the fetch then waits for its re-reads.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -37,6 +43,12 @@ pub const SAFETY_REREAD: Duration = Duration::from_secs(5);
 /// it, it forgets them all and learns again from the next notices.
 pub const LATEST_KEPT: usize = 250_000;
 
+/// How long the message of a goal's newest notice serves a fetch that registers after it.
+pub const LATELY: Duration = Duration::from_secs(1);
+
+/// The most bytes of messages the hub keeps for [`LATELY`] (past it, it forgets them all).
+pub const LATELY_BYTES: usize = 8 * 1024 * 1024;
+
 /// A message as its store notice carried it.
 #[derive(Debug)]
 pub struct Notice {
@@ -56,7 +68,31 @@ struct Hub {
     waiting: HashMap<GoalId, watch::Sender<Latest>>,
     /// The newest sequence a notice named per goal, since the connection count `epoch`.
     newest: HashMap<GoalId, u64>,
+    /// The message of each goal's newest notice, and when it came.
+    lately: HashMap<GoalId, (std::time::Instant, Arc<Notice>)>,
+    /// The payload bytes `lately` holds.
+    lately_bytes: usize,
     epoch: u64,
+}
+
+impl Hub {
+    fn forget_lately(&mut self) {
+        self.lately.clear();
+        self.lately_bytes = 0;
+    }
+
+    /// Keeps `notice` as its goal's newest message (the one before it goes).
+    fn keep_lately(&mut self, goal: GoalId, notice: &Arc<Notice>) {
+        let size = notice.message.payload.len();
+        if self.lately_bytes + size > LATELY_BYTES || self.lately.len() >= LATEST_KEPT {
+            self.forget_lately();
+        }
+        let at = std::time::Instant::now();
+        if let Some((_, before)) = self.lately.insert(goal, (at, Arc::clone(notice))) {
+            self.lately_bytes -= before.message.payload.len();
+        }
+        self.lately_bytes += size;
+    }
 }
 
 type Waiting = Arc<Mutex<Hub>>;
@@ -78,9 +114,17 @@ pub struct Waiter {
     /// reads is exact when two waiters of one goal go at once).
     receiver: Option<watch::Receiver<Latest>>,
     waiting: Waiting,
+    /// The goal's newest stored message when it registered, stored within [`LATELY`].
+    lately: Latest,
 }
 
 impl Waiter {
+    /// The message of the goal's newest notice, if it came within [`LATELY`] before this
+    /// waiter registered and is the newest the hub knows on the goal (once).
+    pub fn stored_lately(&mut self) -> Latest {
+        self.lately.take()
+    }
+
     /// Resolves when a message for the goal is stored after this waiter registered (or since
     /// the last call), with the latest such message (`None` when its notice did not carry one
     /// whole).
@@ -139,10 +183,16 @@ impl WakeHub {
         let newest = (hub.epoch == connects)
             .then(|| hub.newest.get(&goal).copied())
             .flatten();
+        let lately = hub
+            .lately
+            .get(&goal)
+            .filter(|(at, notice)| at.elapsed() < LATELY && newest == Some(notice.message.seq))
+            .map(|(_, notice)| Arc::clone(notice));
         let waiter = Waiter {
             goal,
             receiver: Some(receiver),
             waiting: Arc::clone(&self.waiting),
+            lately,
         };
         (waiter, newest)
     }
@@ -169,16 +219,31 @@ impl WakeHub {
         let mut hub = self.waiting.lock().unwrap_or_else(PoisonError::into_inner);
         if hub.epoch != connects || hub.newest.len() >= LATEST_KEPT {
             hub.newest.clear();
+            hub.forget_lately();
             hub.epoch = connects;
         }
         match seq {
             Some(seq) => {
                 let newest = hub.newest.entry(goal).or_default();
                 *newest = (*newest).max(seq);
+                let newest = *newest;
+                match &notice {
+                    // An older notice arriving late leaves the newest message kept.
+                    _ if seq < newest => {}
+                    Some(carried) if carried.message.seq == seq => hub.keep_lately(goal, carried),
+                    _ => {
+                        if let Some((_, before)) = hub.lately.remove(&goal) {
+                            hub.lately_bytes -= before.message.payload.len();
+                        }
+                    }
+                }
             }
             // A notice without its sequence: what is newest on the goal is unknown again.
             None => {
                 hub.newest.remove(&goal);
+                if let Some((_, before)) = hub.lately.remove(&goal) {
+                    hub.lately_bytes -= before.message.payload.len();
+                }
             }
         }
         if let Some(sender) = hub.waiting.get(&goal) {
@@ -200,6 +265,7 @@ impl WakeHub {
                 // What the notices said is no longer kept up: forget it, for good.
                 let mut hub = self.waiting.lock().unwrap_or_else(PoisonError::into_inner);
                 hub.newest.clear();
+                hub.forget_lately();
                 hub.epoch = u64::MAX;
                 return;
             };
@@ -243,6 +309,61 @@ fn hub() -> WakeHub {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn carried(seq: u64, last_on_goal: u64, bytes: usize) -> Latest {
+        Some(Arc::new(Notice {
+            message: StoredMessage {
+                seq,
+                headers: async_nats::HeaderMap::new(),
+                payload: bytes::Bytes::from(vec![b'x'; bytes]),
+            },
+            last_on_goal,
+        }))
+    }
+
+    #[test]
+    fn the_newest_message_serves_a_fetch_that_comes_just_after_it_only() {
+        let hub = hub();
+        let (goal, other) = (GoalId::default(), GoalId::default());
+        let subject = |goal: GoalId| format!("{INBOX_STORED_PREFIX}.{goal}");
+        hub.notice(&subject(goal), Some(7), carried(7, 3, 10));
+        let (mut waiter, newest) = hub.register(goal);
+        assert_eq!(newest, Some(7));
+        assert_eq!(waiter.stored_lately().map(|n| n.message.seq), Some(7));
+        assert!(waiter.stored_lately().is_none(), "handed to one pass only");
+        assert!(hub.register(other).0.stored_lately().is_none());
+        // An older notice arriving late does not replace the newest; one without its message
+        // forgets the message (what is newest is no longer what the hub holds).
+        hub.notice(&subject(goal), Some(5), carried(5, 3, 10));
+        assert_eq!(
+            hub.register(goal).0.stored_lately().map(|n| n.message.seq),
+            Some(7)
+        );
+        hub.notice(&subject(goal), Some(8), None);
+        assert!(hub.register(goal).0.stored_lately().is_none());
+        // Bounded in bytes: past the bound it forgets them all, then keeps the next ones.
+        hub.notice(&subject(goal), Some(9), carried(9, 8, LATELY_BYTES / 2 + 1));
+        hub.notice(
+            &subject(other),
+            Some(2),
+            carried(2, 0, LATELY_BYTES / 2 + 1),
+        );
+        assert!(hub.register(goal).0.stored_lately().is_none());
+        assert_eq!(
+            hub.register(other).0.stored_lately().map(|n| n.message.seq),
+            Some(2)
+        );
+        assert_eq!(
+            hub.waiting.lock().unwrap().lately_bytes,
+            LATELY_BYTES / 2 + 1
+        );
+        // A reconnect forgets them (notices may have been missed).
+        hub.stats
+            .connects
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        hub.notice(&subject(goal), Some(10), carried(10, 9, 10));
+        assert!(hub.register(other).0.stored_lately().is_none());
+    }
 
     #[test]
     fn the_newest_sequence_is_known_until_a_reconnect() {
