@@ -81,12 +81,43 @@ struct FetchIn {
     wait_ms: u64,
 }
 
+/// Where the floor's parts connect, and how its streams are kept.
+pub struct Placement<'a> {
+    /// The correlator's part.
+    pub correlator: &'a str,
+    /// The fan-out's part.
+    pub fanout: &'a str,
+    /// The audit's part, when the services measured beside the floor run an audit.
+    pub trail: Option<&'a str>,
+    /// Replicas of every stream and bucket (as `jetstream.replicas`).
+    pub replicas: usize,
+}
+
+impl<'a> Placement<'a> {
+    /// Every part on one server, with the audit's part, one replica: the shipped defaults.
+    pub fn single(url: &'a str) -> Self {
+        Self {
+            correlator: url,
+            fanout: url,
+            trail: Some(url),
+            replicas: 1,
+        }
+    }
+}
+
 /// Creates the floor's stream and buckets (as the services' are, under other names) and starts
-/// its two parts on `url`.
-pub async fn start(url: &str) -> CallFloor {
-    let defaults = JetStreamConfig::default();
-    let correlator = async_nats::connect(url).await.expect("floor connects");
-    let fanout = async_nats::connect(url).await.expect("floor connects");
+/// its parts where `at` says.
+pub async fn start(at: Placement<'_>) -> CallFloor {
+    let defaults = JetStreamConfig {
+        replicas: at.replicas,
+        ..JetStreamConfig::default()
+    };
+    let correlator = async_nats::connect(at.correlator)
+        .await
+        .expect("floor connects");
+    let fanout = async_nats::connect(at.fanout)
+        .await
+        .expect("floor connects");
     let js = jetstream::new(correlator.clone());
     let mut inbox = resources::inbox_stream(&defaults);
     inbox.name = "BENCH_FLOOR_INBOX".to_owned();
@@ -111,14 +142,17 @@ pub async fn start(url: &str) -> CallFloor {
         .await
         .expect("floor cursors");
     let cursors = fan_js.get_key_value(cursors.bucket).await.expect("cursors");
-    let mut trail = resources::audit_stream(&defaults);
-    trail.name = "BENCH_FLOOR_TRAIL".to_owned();
-    trail.subjects = vec![RECORDS.to_owned()];
-    js.get_or_create_stream(trail).await.expect("floor trail");
-    let auditor = async_nats::connect(url).await.expect("floor connects");
     let waiting: Waiting = Arc::default();
-    let tasks = vec![
-        tokio::spawn(record_trail(jetstream::new(auditor))),
+    let mut tasks = Vec::new();
+    if let Some(url) = at.trail {
+        let mut trail = resources::audit_stream(&defaults);
+        trail.name = "BENCH_FLOOR_TRAIL".to_owned();
+        trail.subjects = vec![RECORDS.to_owned()];
+        js.get_or_create_stream(trail).await.expect("floor trail");
+        let auditor = async_nats::connect(url).await.expect("floor connects");
+        tasks.push(tokio::spawn(record_trail(jetstream::new(auditor))));
+    }
+    tasks.extend([
         tokio::spawn(open_calls(
             correlator.clone(),
             js,
@@ -127,7 +161,7 @@ pub async fn start(url: &str) -> CallFloor {
         )),
         tokio::spawn(claim_answers(correlator, calls, waiting)),
         tokio::spawn(hold_fetches(fanout, cursors)),
-    ];
+    ]);
     CallFloor { tasks }
 }
 
@@ -341,4 +375,80 @@ async fn record_trail(js: jetstream::Context) {
             let _ = message.ack().await;
         }
     }
+}
+
+/// A caller of the floor on `url`, as the Rust client calls (the same body as
+/// tests/python/bench_peers.py's floor path).
+pub async fn caller(url: &str) -> switchboard_tests::bench::Path {
+    let client = async_nats::connect(url)
+        .await
+        .expect("floor caller connects");
+    let body = Bytes::from(
+        serde_json::json!({
+            "to": "callee", "message": "x".repeat(256), "timeout_ms": 30_000,
+            "from_goal_id": "caller-goal",
+        })
+        .to_string(),
+    );
+    switchboard_tests::bench::path(move || {
+        let (client, body) = (client.clone(), body.clone());
+        async move {
+            let answer = client.request(CALL, body).await.expect("the floor answers");
+            assert!(
+                answer.payload.len() > 256,
+                "the floor's answer carries the body"
+            );
+        }
+    })
+}
+
+/// A callee of the floor on `url` until `stop`: held fetches acknowledging what the one before
+/// handed out, each request answered (the Rust client's read loop, `Agent::serve`).
+pub fn callee(url: String, stop: tokio_util::sync::CancellationToken) -> JoinHandle<()> {
+    #[derive(Deserialize)]
+    struct Page {
+        messages: Vec<Item>,
+    }
+    #[derive(Deserialize)]
+    struct Item {
+        seq: u64,
+        message: Request,
+    }
+    #[derive(Deserialize)]
+    struct Request {
+        correlation_id: String,
+        body: Box<RawValue>,
+    }
+    tokio::spawn(async move {
+        let client = async_nats::connect(&url)
+            .await
+            .expect("floor callee connects");
+        let mut acked: Option<u64> = None;
+        while !stop.is_cancelled() {
+            let fetch = match acked {
+                Some(seq) => {
+                    format!(r#"{{"goal_id":"goal","max":64,"wait_ms":1000,"ack_through":{seq}}}"#)
+                }
+                None => r#"{"goal_id":"goal","max":64,"wait_ms":1000}"#.to_owned(),
+            };
+            let Ok(page) = client.request(FETCH, fetch.into()).await else {
+                continue;
+            };
+            let page: Page = serde_json::from_slice(&page.payload).expect("a floor page");
+            let replies = page.messages.iter().map(|item| {
+                let reply = format!(
+                    r#"{{"correlation_id":"{}","message":{}}}"#,
+                    item.message.correlation_id,
+                    item.message.body.get()
+                );
+                client.request(REPLY, reply.into())
+            });
+            for answered in futures::future::join_all(replies).await {
+                answered.expect("the floor takes the reply");
+            }
+            if let Some(last) = page.messages.last() {
+                acked = Some(last.seq);
+            }
+        }
+    })
 }

@@ -297,8 +297,9 @@ pub async fn cluster_rows(report: &mut Report, ops: usize, goals: usize) {
         "x".repeat(256),
     );
     let payload = Bytes::from(serde_json::to_vec(&message).unwrap());
+    let raw_payload = payload.clone();
     let raw = measure(ops, 1, OPEN_IN_FLIGHT, move || {
-        let (js, payload) = (js.clone(), payload.clone());
+        let (js, payload) = (js.clone(), raw_payload.clone());
         // A goal subject of its own per publish: the stream refuses a 65th message on one
         // goal (the services make room; a raw publish does not).
         let subject = switchboard_proto::subject::inbox(&GoalId::new());
@@ -333,9 +334,61 @@ pub async fn cluster_rows(report: &mut Report, ops: usize, goals: usize) {
         format!("{:.2}×", ours.p50.as_secs_f64() / raw.p50.as_secs_f64()),
     );
     // A waiting call on the cluster: every write on its path is paid three times, with an
-    // fsync each (`sync_interval: always`). Issue 40's target (issue 25 asked 3×).
-    let call = cluster_call(&urls, ops).await;
+    // fsync each (`sync_interval: always`). Issue 40's target (issue 25 asked 3×). Measured
+    // in interleaved blocks beside a raw R3 publish and the call's floor (the decided design's
+    // raw steps, `report_call_floor.rs`, its parts on the services' nodes).
+    let js = jetstream::new(client.clone());
+    let raw = switchboard_tests::bench::path(move || {
+        let (js, payload) = (js.clone(), payload.clone());
+        let subject = switchboard_proto::subject::inbox(&GoalId::new());
+        async move {
+            let publish = jetstream::message::PublishMessage::build()
+                .payload(payload)
+                .message_id(new_id().to_string());
+            js.send_publish(subject, publish)
+                .await
+                .unwrap()
+                .await
+                .unwrap();
+        }
+    });
+    let floor = crate::report_call_floor::start(crate::report_call_floor::Placement {
+        correlator: &urls[2],
+        fanout: &urls[1],
+        trail: None,
+        replicas: 3,
+    })
+    .await;
+    let stop = tokio_util::sync::CancellationToken::new();
+    let floor_callee = crate::report_call_floor::callee(urls[2].clone(), stop.clone());
+    let floor_call = crate::report_call_floor::caller(&urls[0]).await;
+    let (call, serving_stop, serving) = cluster_call(&urls).await;
+    let samples = switchboard_tests::bench::compare_all(ops, 32, &[raw, call, floor_call]).await;
+    stop.cancel();
+    serving_stop.cancel();
+    let _ = tokio::join!(serving, floor_callee);
+    drop(floor);
+    let (raw, call, floor) = (samples[0], samples[1], samples[2]);
+    report.row(
+        group,
+        "raw JetStream R3 publish (256 B), beside the call",
+        raw,
+    );
     report.row(group, "call (wait), 256 B, the callee serves", call);
+    report.row(
+        group,
+        "the call's floor (raw steps of the decided design, no audit)",
+        floor,
+    );
+    report.note_row(
+        group,
+        "the call's floor p50 / raw R3 publish p50",
+        format!(
+            "{:.2}× (the call: {:.2}× the floor)",
+            floor.p50.as_secs_f64() / raw.p50.as_secs_f64(),
+            call.p50.as_secs_f64() / floor.p50.as_secs_f64()
+        ),
+    );
     report.ratio(
         "3-node R3: call p50 / raw R3 publish p50",
         call.p50.as_secs_f64() / raw.p50.as_secs_f64(),
@@ -351,7 +404,13 @@ pub async fn cluster_rows(report: &mut Report, ops: usize, goals: usize) {
 /// the Rust client's own read loop ([`switchboard_client::Agent::serve`]: held fetches, the
 /// handler replies, then the request is acknowledged — off the caller's path, as an SDK user's
 /// callee does).
-async fn cluster_call(urls: &[String], ops: usize) -> Sample {
+async fn cluster_call(
+    urls: &[String],
+) -> (
+    switchboard_tests::bench::Path,
+    tokio_util::sync::CancellationToken,
+    tokio::task::JoinHandle<()>,
+) {
     let callee = Arc::new(agent(&urls[2], "r3-callee").await);
     let goal = callee.open_goal().await.unwrap();
     let stop = tokio_util::sync::CancellationToken::new();
@@ -376,12 +435,14 @@ async fn cluster_call(urls: &[String], ops: usize) -> Sample {
                         .map_err(|err| format!("r3-callee: reply failed: {err}"))
                 }
             };
-            callee.serve(&goal, stop, options, handler).await
+            if let Err(err) = callee.serve(&goal, stop, options, handler).await {
+                panic!("r3-callee stopped serving: {err}");
+            }
         })
     };
     let caller = Arc::new(agent(&urls[0], "r3-caller").await);
-    let _caller_goal = caller.open_goal().await.unwrap();
-    let sample = measure(ops, 1, 32, move || {
+    caller.open_goal().await.unwrap();
+    let call = switchboard_tests::bench::path(move || {
         let caller = Arc::clone(&caller);
         async move {
             let answer = caller
@@ -390,9 +451,6 @@ async fn cluster_call(urls: &[String], ops: usize) -> Sample {
                 .unwrap();
             assert_eq!(answer.body.len(), 256);
         }
-    })
-    .await;
-    stop.cancel();
-    let _ = serving.await;
-    sample
+    });
+    (call, stop, serving)
 }

@@ -51,7 +51,7 @@ pub async fn peer_rows(report: &mut Report, ops: usize) {
         services.push(ServiceProcess::start(&service_bin(service), service, &url, &[]).await);
     }
     // The floor's raw steps run in this process (its CPU counted with the others').
-    let floor = report_call_floor::start(&url).await;
+    let floor = report_call_floor::start(report_call_floor::Placement::single(&url)).await;
     let pids: Vec<String> = nats
         .pid()
         .into_iter()
