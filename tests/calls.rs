@@ -1336,3 +1336,75 @@ async fn one_agent_replying_to_made_up_calls_starves_no_real_reply() {
         "the spam ran: {refused} made-up replies refused"
     );
 }
+
+/// `Agent::serve` under a steady run of calls: each handled message's ack rides on the read
+/// loop's next fetch instead of a request and a cursor write of its own (issue 40: the SDK's
+/// read loop is the cheapest the protocol allows), and the last one, with nothing more to
+/// carry it, goes on its own within `ACK_LINGER`. Every message is acknowledged: a peek finds
+/// the goal empty, and a second reader of it is handed nothing again.
+#[tokio::test]
+async fn served_acks_ride_on_the_next_fetch_and_the_last_goes_on_its_own() {
+    use futures::StreamExt;
+    use std::sync::Arc;
+    use switchboard_client::{ACK_LINGER, ServeOptions};
+    let fabric = Fabric::start().await;
+    let (alice, _alice_goal) = fabric.agent_with_goal("alice").await;
+    let worker = Arc::new(fabric.agent("worker").await);
+    let goal = Arc::new(worker.open_named_goal("main").await.unwrap());
+    let tap = fabric.nats.client().await;
+    let mut acks = tap
+        .subscribe(switchboard_proto::subject::inbox_ack(worker.id()))
+        .await
+        .unwrap();
+    tap.flush().await.unwrap();
+    let stop = tokio_util::sync::CancellationToken::new();
+    let serving = {
+        let (worker, goal, stop) = (Arc::clone(&worker), Arc::clone(&goal), stop.clone());
+        tokio::spawn(async move {
+            let replier = Arc::clone(&worker);
+            worker
+                .serve(&goal, stop, ServeOptions::default(), move |message| {
+                    let replier = Arc::clone(&replier);
+                    async move {
+                        let call = message.correlation_id.ok_or("not a call")?;
+                        replier
+                            .reply(call, &message.body)
+                            .await
+                            .map(|_| ())
+                            .map_err(|err| err.to_string())
+                    }
+                })
+                .await
+        })
+    };
+    const CALLS: usize = 40;
+    for n in 0..CALLS {
+        let answer = alice
+            .call("worker", &format!("q{n}"), Duration::from_secs(10))
+            .await
+            .unwrap();
+        assert_eq!(answer.body, format!("q{n}"));
+    }
+    // The last ack has nothing to ride on: it goes on its own, shortly.
+    assert_eventually!(ACK_LINGER * 40, async {
+        goal.waiting().await.is_ok_and(|unread| unread == 0)
+    });
+    let mut sent_alone = 0;
+    while let Ok(Some(_)) = tokio::time::timeout(Duration::from_millis(50), acks.next()).await {
+        sent_alone += 1;
+    }
+    assert!(
+        (1..CALLS / 4).contains(&sent_alone),
+        "{sent_alone} of {CALLS} acks went on their own"
+    );
+    stop.cancel();
+    let served = serving.await.unwrap().unwrap();
+    assert_eq!(served.handled, CALLS as u64);
+    // Nothing comes again to the goal's next reader.
+    assert!(
+        goal.recv(Duration::from_millis(200))
+            .await
+            .unwrap()
+            .is_none()
+    );
+}

@@ -27,6 +27,12 @@ use crate::request;
 /// Most messages one [`Goal::recv`] fetch takes ahead (handed out one by one).
 const RECV_AHEAD: u32 = 16;
 
+/// How long an ack settled by [`Agent::serve`](crate::Agent::serve) waits to ride on the
+/// read loop's next fetch (`ack_through`) before it is sent on its own: a busy goal's acks
+/// cost no request and no cursor write of their own (the service writes them with the next
+/// hand-out); an idle goal's last ack goes out this long after its handler ended.
+pub const ACK_LINGER: Duration = Duration::from_millis(25);
+
 /// What a goal's reader holds between calls.
 #[derive(Debug, Default)]
 struct ReaderState {
@@ -47,6 +53,13 @@ struct ReaderState {
     handed: u64,
     /// The highest sequence acknowledged through a delivery.
     acked: u64,
+    /// The cumulative ack settled so far (what the cursor may move through), sent or not.
+    owed: u64,
+    /// Where the service last said the cursor is (an ack's reply, a fetch's): what it has of
+    /// the acks.
+    confirmed: u64,
+    /// A lingering ack's send is scheduled ([`ACK_LINGER`]).
+    flush_scheduled: bool,
 }
 
 impl ReaderState {
@@ -111,6 +124,20 @@ impl ReaderState {
     }
 }
 
+impl ReaderState {
+    /// What a fetch carries as `ack_through`: every settled ack, also one an earlier fetch
+    /// carried (acks are idempotent, and a fetch from a cursor the service has not written yet
+    /// must still read past what was handled).
+    fn carry(&self) -> Option<u64> {
+        (self.owed > 0).then_some(self.owed)
+    }
+
+    /// The service says the cursor is at `cursor`.
+    fn confirmed(&mut self, cursor: u64) {
+        self.confirmed = self.confirmed.max(cursor);
+    }
+}
+
 type SharedState = Arc<Mutex<ReaderState>>;
 
 fn state(shared: &SharedState) -> std::sync::MutexGuard<'_, ReaderState> {
@@ -169,6 +196,48 @@ impl Reader {
 
     fn give_back(&self, seq: u64, not_before: Option<tokio::time::Instant>) {
         state(&self.state).give_back(seq, not_before);
+    }
+
+    /// Lingers, then sends the settled acks the service does not have yet: while fetches keep
+    /// confirming each ack it waited for, it waits for the next one instead; it ends once
+    /// the service has every settled ack.
+    async fn linger(&self, mut waited_for: u64) {
+        loop {
+            tokio::time::sleep(ACK_LINGER).await;
+            let through = {
+                let mut state = state(&self.state);
+                if state.owed <= state.confirmed {
+                    state.flush_scheduled = false;
+                    return;
+                }
+                if state.confirmed >= waited_for {
+                    // A fetch carried it: wait for the next one the same way.
+                    waited_for = state.owed;
+                    continue;
+                }
+                state.owed
+            };
+            match self.send_ack(through).await {
+                Ok(()) => waited_for = through,
+                Err(err) => {
+                    tracing::warn!(error = %err, "an ack was not taken; its messages may come again");
+                    state(&self.state).flush_scheduled = false;
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Sends an ack through `through` on its own.
+    async fn send_ack(&self, through: u64) -> Result<(), ClientError> {
+        let request = AckRequest {
+            goal_id: self.goal,
+            through: Some(through),
+            ..Default::default()
+        };
+        let reply = self.ack(&request).await?;
+        state(&self.state).confirmed(reply.cursor);
+        Ok(())
     }
 }
 
@@ -274,6 +343,26 @@ impl Delivery {
             self.reader.give_back(self.seq, None);
         }
         rejected
+    }
+
+    /// Settles the message as handled and lets its ack ride on the reader's next fetch, or go
+    /// on its own after [`ACK_LINGER`] (what [`Agent::serve`](crate::Agent::serve) does). A
+    /// reader that stops flushes what it owes ([`Goal::flush_acks`]); one that crashes first
+    /// is handed the messages again (hand-out is at least once, docs/protocol.md §7).
+    pub(crate) fn ack_soon(mut self) {
+        self.settled = true;
+        let linger = {
+            let mut state = state(&self.reader.state);
+            let through = state.ack_through(self.seq);
+            state.owed = state.owed.max(through);
+            let linger = !state.flush_scheduled && state.owed > state.confirmed;
+            state.flush_scheduled |= linger;
+            linger.then_some(state.owed)
+        };
+        if let Some(through) = linger {
+            let reader = self.reader.clone();
+            tokio::spawn(async move { reader.linger(through).await });
+        }
     }
 
     /// Acknowledges the message: the goal's cursor moves through it (and through any earlier
@@ -419,7 +508,10 @@ impl Goal {
             if let Some(next) = self.next_ahead() {
                 return Ok(Some(next));
             }
-            let after = state(&self.state).read_after(fetched_through);
+            let (after, ack_through) = {
+                let state = state(&self.state);
+                (state.read_after(fetched_through), state.carry())
+            };
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
             let reply = self
                 .fetch_with(FetchRequest {
@@ -430,7 +522,7 @@ impl Goal {
                             .unwrap_or(0)
                             .min(i64::try_from(FETCH_WAIT_MAX_MS).unwrap_or(i64::MAX)),
                     ),
-                    ack_through: None,
+                    ack_through,
                     peek: false,
                     after,
                 })
@@ -442,6 +534,7 @@ impl Goal {
             {
                 let mut state = state(&self.state);
                 state.passed(reply.cursor);
+                state.confirmed(reply.cursor);
                 state.ahead.extend(reply.messages);
             }
             if let Some(next) = self.next_ahead() {
@@ -479,6 +572,20 @@ impl Goal {
             tracestate: fetched.tracestate,
             reader: self.reader(),
             settled: false,
+        }
+    }
+
+    /// Sends at once the acks settled by [`Agent::serve`](crate::Agent::serve) that no fetch
+    /// has carried yet (it lingers them up to [`ACK_LINGER`]; `serve` flushes before it
+    /// returns).
+    pub async fn flush_acks(&self) -> Result<(), ClientError> {
+        let owed = {
+            let state = state(&self.state);
+            (state.owed > state.confirmed).then_some(state.owed)
+        };
+        match owed {
+            Some(through) => self.reader().send_ack(through).await,
+            None => Ok(()),
         }
     }
 

@@ -79,7 +79,9 @@ impl Agent {
     /// Runs `handler` on every message of `goal` until `stop` is cancelled, up to
     /// `options.max_concurrent` at once, each in the span of its delivery (its replies, calls
     /// and sends join the sender's trace) and, for a call, as the handling of that call (calls
-    /// it makes name it as their parent). `Ok(())` acknowledges the message; `Err(text)` or a
+    /// it makes name it as their parent). `Ok(())` acknowledges the message (the ack rides on
+    /// the loop's next fetch, or goes on its own after [`ACK_LINGER`](crate::ACK_LINGER):
+    /// a busy goal's acks cost no request of their own); `Err(text)` or a
     /// panic answers a call with a `handler_error`, rejects or fails a task for its requester,
     /// or rejects any other message into the dead letters, and the loop goes on. The handler replies to calls itself
     /// ([`Agent::reply`]); it gets the message, and reaches the agent through its own `Arc`.
@@ -129,9 +131,13 @@ impl Agent {
             }
         };
         let read: Result<(), ClientError> = read.await;
-        // The graceful end: every handler in progress finishes and is settled.
+        // The graceful end: every handler in progress finishes and is settled, and every ack
+        // still lingering is sent.
         while let Some(done) = running.join_next().await {
             count(&mut served, done);
+        }
+        if let Err(err) = goal.flush_acks().await {
+            tracing::warn!(error = %err, "the last acks were not taken; their messages may come again");
         }
         read.map(|()| served)
     }
@@ -180,13 +186,9 @@ where
         Err(join) => Some(panic_text(join)),
     };
     let Some(text) = failure else {
-        return match delivery.ack().instrument(span).await {
-            Ok(_) => Outcome::Handled,
-            Err(err) => {
-                tracing::warn!(error = %err, "the ack of a handled message failed; it comes again");
-                Outcome::GivenBack
-            }
-        };
+        // Its ack rides on the read loop's next fetch (or goes on its own shortly).
+        delivery.ack_soon();
+        return Outcome::Handled;
     };
     let text: String = text
         .chars()
