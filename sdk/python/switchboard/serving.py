@@ -18,7 +18,10 @@ What it guarantees:
 - **Acknowledgements stay cumulative and correct** however many handlers run at once: the
   goal's cursor moves through a sequence only when every message at or below it is done, so a
   crash hands out again exactly the messages not finished (and, being at least once, perhaps a
-  few that were).
+  few that were). They cost no request of their own while messages keep coming: every fetch
+  of the loop carries them (``ack_through``, written by the service with the next hand-out),
+  and one that no fetch's reply has confirmed within :data:`ACK_LINGER` (25 ms) is sent on
+  its own.
 - **A graceful stop** (``agent.stop()``, SIGTERM or SIGINT): no new message is started, the
   handlers in progress finish and are acknowledged, then the goal is closed and the agent
   deregistered. A second signal stops at once: the handlers still running are cancelled, their
@@ -48,6 +51,9 @@ log = logging.getLogger("switchboard")
 HANDLER_ERROR = "handler_error"
 #: The most of an exception's text an error answer carries (the wire's limit).
 ERROR_MESSAGE_MAX = 1024
+#: How long a handled message's ack waits to ride on the loop's next fetch before it is sent
+#: on its own (the Rust client's ``ACK_LINGER``).
+ACK_LINGER = 0.025
 #: The task states nothing changes again (docs/protocol.md §10).
 TERMINAL_TASK_STATES = ("completed", "failed", "rejected", "canceled")
 
@@ -86,6 +92,9 @@ class Serving:
         self._slots = asyncio.Semaphore(max_concurrent)
         self._order: deque[_Entry] = deque()  # started, in sequence order, not yet acked
         self._ack_lock = asyncio.Lock()
+        self._owed = 0  # the cumulative ack settled so far, sent or not
+        self._confirmed = 0  # where the service last said the cursor is
+        self._lingering: asyncio.Task | None = None
 
     # ------------------------------------------------------------------------- stopping
     def request_stop(self) -> None:
@@ -177,6 +186,8 @@ class Serving:
                 # disconnects (its cancelled handlers' messages wait in the goal).
                 await agent.close(keep_goal=self.forced)
         finally:
+            if self._lingering is not None:
+                self._lingering.cancel()
             if not drained:
                 # Cancelled, failed, or the agent closed under it: whatever is unfinished is
                 # not acknowledged, so it is handed out again.
@@ -192,7 +203,8 @@ class Serving:
         while self.tasks:
             await asyncio.gather(*self.tasks, return_exceptions=True)
         async with self._ack_lock:
-            pass  # the last acknowledgement is written
+            if self._owed > self._confirmed:
+                await self._write({"goal_id": self.goal_id, "through": self._owed})
 
     async def _fetch(self, after: int | None) -> dict | None:
         """The next page of the goal: after the last message fetched (§7 ``after``: a reader
@@ -205,10 +217,15 @@ class Serving:
             body["after"] = after
         pause = 0.2
         while True:
+            if self._owed:
+                # Every settled ack rides along (idempotent): no request of its own.
+                body["ack_through"] = self._owed
             try:
-                return await self.agent.request(
+                page = await self.agent.request(
                     f"agent.inbox.fetch.{self.agent.id}", body,
                     timeout=self.agent.request_timeout + self.wait_ms / 1000)
+                self._confirmed = max(self._confirmed, page.get("cursor", 0))
+                return page
             except Unavailable as exc:
                 if self.agent.is_closed:
                     return None
@@ -321,13 +338,41 @@ class Serving:
                 else:
                     through = slot.seq
             if through is not None:
-                await self._write({"goal_id": self.goal_id, "through": through})
+                # Owed: the next fetch carries it, or the linger sends it.
+                self._owed = max(self._owed, through)
+                if self._lingering is None and self._owed > self._confirmed:
+                    self._lingering = asyncio.create_task(self._linger(self._owed))
+
+    async def _linger(self, waited_for: int) -> None:
+        """Sends the owed ack that no fetch's reply confirmed within :data:`ACK_LINGER`; while
+        fetches keep confirming each one it waited for, waits for the next one instead."""
+        try:
+            while True:
+                await asyncio.sleep(ACK_LINGER)
+                if self._owed <= self._confirmed:
+                    return
+                if self._confirmed >= waited_for:
+                    waited_for = self._owed  # a fetch carried it: wait for the next the same way
+                    continue
+                if self.agent.is_closed:
+                    return
+                async with self._ack_lock:
+                    through = self._owed
+                    if through > self._confirmed:
+                        await self._write({"goal_id": self.goal_id, "through": through})
+                if self._confirmed < through:
+                    return  # not taken (logged): the next handled message lingers again
+                waited_for = through
+        finally:
+            self._lingering = None
 
     async def _write(self, body: dict) -> None:
         pause = 0.1
         for attempt in range(4):
             try:
-                await self.agent.request(f"agent.inbox.ack.{self.agent.id}", body)
+                reply = await self.agent.request(f"agent.inbox.ack.{self.agent.id}", body)
+                if isinstance(reply, Mapping) and isinstance(reply.get("cursor"), int):
+                    self._confirmed = max(self._confirmed, reply["cursor"])
                 return
             except SwitchboardError as exc:
                 if self.agent.is_closed or not exc.retryable and exc.kind != "conflict" \

@@ -584,6 +584,43 @@ def test_serve_runs_up_to_max_concurrent_handlers_and_acks_in_order():
     run(scenario)
 
 
+def test_served_acks_ride_on_the_next_fetch_and_the_last_goes_on_its_own():
+    """Issue 40: under serve, a handled message's ack rides on the loop's next fetch
+    (``ack_through``) instead of a request of its own; the last one, with no fetch to carry
+    it, goes on its own after ``ACK_LINGER``. Every message ends acknowledged."""
+    import nats
+
+    from switchboard.serving import ACK_LINGER
+
+    async def scenario():
+        caller, worker = name("caller"), name("acker")
+        async with await Agent.connect(URL, caller) as a, \
+                await Agent.connect(URL, worker) as w:
+            tap = await nats.connect(URL)
+            alone = []
+
+            async def count(message):
+                alone.append(message)
+            await tap.subscribe(f"agent.inbox.ack.{worker}", cb=count)
+            await tap.flush()
+
+            async def answer(message):
+                await message.reply(message.body)
+            task = await serving(w, answer)
+            calls = 40
+            for i in range(calls):
+                got = await a.call(worker, f"q{i}", timeout_ms=10_000)
+                assert got.body == f"q{i}"
+            assert await eventually(lambda: _nothing_unread(w), ACK_LINGER * 40), \
+                await unread(w)
+            await asyncio.sleep(0.1)
+            assert 1 <= len(alone) < calls // 4, f"{len(alone)} of {calls} acks went alone"
+            await tap.close()
+            await w.stop()
+            await task
+    run(scenario)
+
+
 def test_a_stream_ends_with_no_final_text_and_reply_error_fails_the_call():
     async def scenario():
         caller, writer = name("caller"), name("streamer")

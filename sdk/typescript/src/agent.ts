@@ -1286,7 +1286,13 @@ interface ServedEntry {
 /** The handler a `close()` is called from, so that it does not wait for itself. */
 const handlerScope = new AsyncLocalStorage<Server>();
 
-/** `Agent.serve`'s loop: fetches, runs up to `max` handlers, acknowledges in order. */
+/** How long a handled message's ack waits to ride on `serve`'s next fetch (`ack_through`)
+ * before it is sent on its own, in milliseconds (the Rust client's `ACK_LINGER`). */
+export const ACK_LINGER_MS = 25;
+
+/** `Agent.serve`'s loop: fetches, runs up to `max` handlers, acknowledges in order. A busy
+ * goal's acks ride on the loop's next fetch; one no fetch's reply confirmed within
+ * `ACK_LINGER_MS` is sent on its own. */
 class Server {
   private readonly max: number;
   private readonly batch: number;
@@ -1300,6 +1306,12 @@ class Server {
   private highest: number | undefined;
   /** Acknowledgements, one at a time and in order. */
   private acks: Promise<void> = Promise.resolve();
+  /** The cumulative ack settled so far, sent or not. */
+  private owed = 0;
+  /** Where the service last said the cursor is (a fetch's or an ack's reply). */
+  private confirmed = 0;
+  /** A lingering ack's send is scheduled. */
+  private lingering: ReturnType<typeof setTimeout> | undefined;
   private stopping = false;
   private wake: () => void = () => undefined;
   private readonly woken: Promise<void>;
@@ -1350,12 +1362,20 @@ class Server {
     this.queue.length = 0;
     await Promise.allSettled([...this.running]);
     await this.acks;
+    if (this.lingering !== undefined) clearTimeout(this.lingering);
+    this.lingering = undefined;
+    if (this.owed > this.confirmed) {
+      this.acks = this.acks.then(() => this.sendOwed());
+      await this.acks;
+    }
     if (failure !== undefined) throw failure;
   }
 
   private async fetch(): Promise<void> {
     const body: Json = { goal_id: this.goal, max: this.batch, wait_ms: this.waitMs };
     if (this.highest !== undefined) body.after = this.highest;
+    // Every settled ack rides along (acks are idempotent): no request of its own.
+    if (this.owed > 0) body.ack_through = this.owed;
     let page: FetchReply;
     try {
       const fetched = this.agent.request<FetchReply>(`agent.inbox.fetch.${this.agent.id}`, body,
@@ -1366,6 +1386,7 @@ class Server {
         return;
       }
       page = got;
+      this.confirmed = Math.max(this.confirmed, page.cursor);
     } catch (err) {
       if (this.stopping) return;
       if (err instanceof SwitchboardError && (err.retryable || err.kind === 'conflict')) {
@@ -1487,10 +1508,32 @@ class Server {
       this.window.shift();
     }
     if (through !== undefined) {
-      // If this fails the messages are handed out again after a restart (at least once),
-      // unless a later acknowledgement covers them first.
-      await this.ackRequest({ through });
+      // Owed: the next fetch carries it, or the linger sends it. If neither is taken the
+      // messages are handed out again after a restart (at least once).
+      this.owed = Math.max(this.owed, through);
+      if (this.lingering === undefined && this.owed > this.confirmed) this.linger(this.owed);
     }
+  }
+
+  /** After `ACK_LINGER_MS`: done if the service has every settled ack; waits again if a
+   * fetch confirmed the one it waited for (a busy goal); else sends the owed ack. */
+  private linger(waitedFor: number): void {
+    this.lingering = setTimeout(() => {
+      this.lingering = undefined;
+      if (this.owed <= this.confirmed || this.agent.isClosed) return;
+      if (this.confirmed >= waitedFor) {
+        this.linger(this.owed);
+        return;
+      }
+      this.acks = this.acks.then(() => this.sendOwed());
+    }, ACK_LINGER_MS);
+  }
+
+  /** Sends the owed ack on its own (if a fetch has not confirmed it meanwhile). */
+  private async sendOwed(): Promise<void> {
+    const through = this.owed;
+    if (through <= this.confirmed) return;
+    if (await this.ackRequest({ through })) this.confirmed = Math.max(this.confirmed, through);
   }
 
   private async ackRequest(body: Json): Promise<boolean> {

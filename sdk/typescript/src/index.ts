@@ -2,7 +2,9 @@
 // inbox, send, call and answer, give and work on tasks; hand the fabric to an LLM as tools
 // (OpenAI and Anthropic function calling). docs/protocol.md is the contract this implements;
 // the wire types (./wire) are generated from docs/schema, the tools from docs/mcp-tools.json.
-export { Agent, callId, isParty, Lease, Message, PEOPLE_AGENT, TaskHandle } from './agent.js';
+export {
+  ACK_LINGER_MS, Agent, callId, isParty, Lease, Message, PEOPLE_AGENT, TaskHandle,
+} from './agent.js';
 export type {
   AskPersonOptions, Budget, BudgetOption, CallOptions, ConnectOptions, Handler, LimitOptions, Part, PartyId,
   RequestApprovalOptions,

@@ -8,7 +8,7 @@ import { dirname, join } from 'node:path';
 import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 
-import { Agent, BadRequest, CallFailed, CallTimeout, Conflict, Message, NotFound }
+import { ACK_LINGER_MS, Agent, BadRequest, CallFailed, CallTimeout, Conflict, Message, NotFound }
   from '../src/index.js';
 
 const URL = process.env.SWITCHBOARD_NATS_URL ?? 'nats://127.0.0.1:4222';
@@ -438,6 +438,43 @@ test('serve runs up to maxConcurrent handlers and acknowledges every message', a
     await s.close();
   }
 });
+
+test('serve acks ride on the next fetch; the last goes on its own after ACK_LINGER_MS',
+  async () => {
+    // Issue 40: a busy goal's acks cost no request of their own.
+    const workerId = name('acker');
+    const a = await Agent.connect(URL, name('caller'));
+    const w = await Agent.connect(URL, workerId);
+    const alone: unknown[] = [];
+    const tap = a.nc.subscribe(`agent.inbox.ack.${workerId}`, { callback: (_e, m) => { alone.push(m); } });
+    await a.nc.flush();
+    const served = w.serve(async (m) => {
+      if (m.isCall) await m.reply(m.body);
+    }, { stopSignals: [] });
+    try {
+      const calls = 40;
+      for (let i = 0; i < calls; i++) {
+        assert.equal((await a.call(workerId, `q${i}`, { timeoutMs: 10_000 })).body, `q${i}`);
+      }
+      const unread = async () => {
+        const reply = await w.nc.request(`agent.inbox.fetch.${workerId}`,
+          JSON.stringify({ goal_id: w.goalId, peek: true }), { timeout: 5000 });
+        return reply.json<{ unread: number }>().unread;
+      };
+      for (const end = Date.now() + 40 * ACK_LINGER_MS; await unread() !== 0;) {
+        assert.ok(Date.now() < end, 'every message acknowledged soon after the last call');
+        await sleep(20);
+      }
+      await sleep(100);
+      assert.ok(alone.length >= 1 && alone.length < calls / 4,
+        `${alone.length} of ${calls} acks went alone`);
+    } finally {
+      tap.unsubscribe();
+      await w.close();
+      await served;
+      await a.close();
+    }
+  });
 
 test('a stream ends with no final text', async () => {
   const writerId = name('writer');
