@@ -286,7 +286,6 @@ pub async fn cluster_rows(report: &mut Report, ops: usize, goals: usize) {
     });
 
     // Send p50 beside a raw R3 publish of the same message.
-    let js = jetstream::new(client.clone());
     let sender = Arc::new(agent(&urls[1], "r3-sender").await);
     let receiver = agent(&urls[2], "r3-receiver").await;
     let _goal = receiver.open_goal().await.unwrap();
@@ -297,24 +296,8 @@ pub async fn cluster_rows(report: &mut Report, ops: usize, goals: usize) {
         "x".repeat(256),
     );
     let payload = Bytes::from(serde_json::to_vec(&message).unwrap());
-    let raw_payload = payload.clone();
-    let raw = measure(ops, 1, OPEN_IN_FLIGHT, move || {
-        let (js, payload) = (js.clone(), raw_payload.clone());
-        // A goal subject of its own per publish: the stream refuses a 65th message on one
-        // goal (the services make room; a raw publish does not).
-        let subject = switchboard_proto::subject::inbox(&GoalId::new());
-        async move {
-            let publish = jetstream::message::PublishMessage::build()
-                .payload(payload)
-                .message_id(new_id().to_string());
-            js.send_publish(subject, publish)
-                .await
-                .unwrap()
-                .await
-                .unwrap();
-        }
-    })
-    .await;
+    let raw_publish = raw_r3_publish(jetstream::new(client.clone()), payload.clone());
+    let raw = measure(ops, 1, OPEN_IN_FLIGHT, move || raw_publish()).await;
     let ours = measure(ops, 1, OPEN_IN_FLIGHT, move || {
         let sender = Arc::clone(&sender);
         async move {
@@ -337,21 +320,7 @@ pub async fn cluster_rows(report: &mut Report, ops: usize, goals: usize) {
     // fsync each (`sync_interval: always`). Issue 40's target (issue 25 asked 3×). Measured
     // in interleaved blocks beside a raw R3 publish and the call's floor (the decided design's
     // raw steps, `report_call_floor.rs`, its parts on the services' nodes).
-    let js = jetstream::new(client.clone());
-    let raw = switchboard_tests::bench::path(move || {
-        let (js, payload) = (js.clone(), payload.clone());
-        let subject = switchboard_proto::subject::inbox(&GoalId::new());
-        async move {
-            let publish = jetstream::message::PublishMessage::build()
-                .payload(payload)
-                .message_id(new_id().to_string());
-            js.send_publish(subject, publish)
-                .await
-                .unwrap()
-                .await
-                .unwrap();
-        }
-    });
+    let raw = raw_r3_publish(jetstream::new(client.clone()), payload);
     let floor = crate::report_call_floor::start(crate::report_call_floor::Placement {
         correlator: &urls[2],
         fanout: &urls[1],
@@ -398,6 +367,26 @@ pub async fn cluster_rows(report: &mut Report, ops: usize, goals: usize) {
     for service in services {
         service.terminate().await;
     }
+}
+
+/// A raw JetStream publish of `payload` into a goal inbox, waiting for its ack: a goal subject
+/// of its own per publish (the stream refuses a 65th message on one goal; the services make
+/// room, a raw publish does not).
+fn raw_r3_publish(js: jetstream::Context, payload: Bytes) -> switchboard_tests::bench::Path {
+    switchboard_tests::bench::path(move || {
+        let (js, payload) = (js.clone(), payload.clone());
+        let subject = switchboard_proto::subject::inbox(&GoalId::new());
+        async move {
+            let publish = jetstream::message::PublishMessage::build()
+                .payload(payload)
+                .message_id(new_id().to_string());
+            js.send_publish(subject, publish)
+                .await
+                .unwrap()
+                .await
+                .unwrap();
+        }
+    })
 }
 
 /// Waiting calls on the cluster: the caller on node 0, the callee on node 2 answering through
