@@ -1322,3 +1322,60 @@ async fn a_held_fetch_outliving_its_goal_never_hands_out_the_next_owners_mail() 
         .unwrap();
     assert_eq!(page.messages.len(), 1);
 }
+
+/// A held fetch that comes just after a store gets the message at once (the fan-out keeps the
+/// message of each goal's newest notice for a second, `wake.rs`), without mixing goals: a goal
+/// closed and opened again by name within that second (its inbox purged with the close) is not
+/// handed the message stored before the close, and another agent's goal is not handed it.
+#[tokio::test]
+async fn a_fetch_just_after_a_store_gets_it_but_never_one_purged_by_a_close() {
+    let fabric = Fabric::start().await;
+    let writer = fabric.agent("writer").await;
+    let reader = fabric.agent("reader").await;
+    let client = fabric.nats.client().await;
+
+    // Read once, so the goal's cursor has moved; then a message, then a held fetch after it.
+    let goal = reader.open_named_goal("desk").await.unwrap();
+    writer.send_to_peer("reader", "first").await.unwrap();
+    let page = goal.fetch(8, Duration::from_secs(2), None).await.unwrap();
+    assert_eq!(bodies(&page), ["first"]);
+    let first = page.messages[0].seq;
+    writer.send_to_peer("reader", "second").await.unwrap();
+    let started = Instant::now();
+    let page = goal
+        .fetch(8, Duration::from_secs(2), Some(first))
+        .await
+        .unwrap();
+    assert_eq!(bodies(&page), ["second"]);
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        started.elapsed()
+    );
+
+    // A goal's first message, then the goal closed (purged) and opened again by name at once:
+    // the same id, a fresh cursor. The held fetch waits out its time: the message went with
+    // the close.
+    goal.close().await.unwrap();
+    let goal = reader.open_named_goal("fresh").await.unwrap();
+    writer
+        .send_to_peer("reader", "before the close")
+        .await
+        .unwrap();
+    let id = goal.id();
+    goal.close().await.unwrap();
+    let again = reader.open_named_goal("fresh").await.unwrap();
+    assert_eq!(again.id(), id);
+    let page = fetch(
+        &client,
+        "reader",
+        json!({"goal_id": again.id(), "wait_ms": 400}),
+    )
+    .await;
+    assert!(page.messages.is_empty(), "{:?}", bodies(&page));
+
+    // And mail sent after the reopen comes as always.
+    writer.send_to_peer("reader", "after").await.unwrap();
+    let page = again.fetch(8, Duration::from_secs(2), None).await.unwrap();
+    assert_eq!(bodies(&page), ["after"]);
+}

@@ -160,7 +160,7 @@ impl Reader {
         let (mut record, mut revision, from_recent) = self.start_pass(pass).await?;
         let unwritten = std::mem::take(&mut pass.unwritten);
         let acks = self.take_acks(pass, &mut record, &mut revision).await?;
-        let (unread, from_notice) = self.read_unread(pass, acks.from).await?;
+        let (unread, from_notice) = self.read_unread(pass, acks.from, &record).await?;
         if self.letter_head(pass, &record, acks.from, &unread).await? {
             return Ok(Step::Again);
         }
@@ -273,6 +273,7 @@ impl Reader {
         &self,
         pass: &mut Pass<'_>,
         from: u64,
+        record: &CursorRecord,
     ) -> Result<(Unread, bool), FanoutError> {
         Ok(match pass.woken.take() {
             Some(notice) if notice.message.seq > from && notice.last_on_goal <= from => {
@@ -285,11 +286,16 @@ impl Reader {
             }
             // Stored a moment before this fetch came, and all that is unread: handed out
             // without reading it back, but recorded before the reply as any fetch not woken
-            // by its notice is.
-            _ if let Some(lately) = pass
-                .stored_lately
-                .take()
-                .filter(|lately| lately.message.seq > from && lately.last_on_goal <= from) =>
+            // by its notice is. Only to a reader that has read this goal before (a goal closed
+            // and opened again starts at 0, and a message kept from before its close was
+            // purged with it) and only a message addressed to the reader.
+            _ if let Some(lately) = pass.stored_lately.take().filter(|lately| {
+                lately.message.seq > from
+                    && lately.last_on_goal <= from
+                    && record.cursor > 0
+                    && fetched(&lately.message)
+                        .is_some_and(|m| m.message.to_agent_id == *pass.caller)
+            }) =>
             {
                 let messages = vec![lately.message.clone()];
                 (Unread { messages, total: 1 }, false)
