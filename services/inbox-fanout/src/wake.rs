@@ -21,11 +21,12 @@
 //! reading the stream back. On a cluster that read may go to a replica that has not applied
 //! the message yet, and the fetch then waits for its re-reads.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_nats::Subscriber;
+use bytes::Bytes;
 use futures::StreamExt;
 use switchboard_proto::GoalId;
 use switchboard_proto::subject::INBOX_STORED_PREFIX;
@@ -70,29 +71,78 @@ struct Hub {
     newest: HashMap<GoalId, u64>,
     /// The message of each goal's newest notice, and when it came.
     lately: HashMap<GoalId, (std::time::Instant, Arc<Notice>)>,
-    /// The payload bytes `lately` holds.
+    /// The bytes `lately` holds (each message's payload and headers, copied out of the
+    /// connection's read buffer, and [`LATELY_ENTRY_BYTES`] more for the entry).
     lately_bytes: usize,
+    /// When each kept message came, oldest first: entries older than [`LATELY`] are dropped as
+    /// new ones come, so the hub holds about a second of notices, not every goal's newest.
+    lately_order: VecDeque<(std::time::Instant, GoalId, u64)>,
     epoch: u64,
 }
 
 impl Hub {
     fn forget_lately(&mut self) {
         self.lately.clear();
+        self.lately_order.clear();
         self.lately_bytes = 0;
     }
 
-    /// Keeps `notice` as its goal's newest message (the one before it goes).
-    fn keep_lately(&mut self, goal: GoalId, notice: &Arc<Notice>) {
-        let size = notice.message.payload.len();
+    /// Drops `goal`'s kept message (all of it, if `seq` is `None`; else only if it is `seq`).
+    fn drop_lately(&mut self, goal: &GoalId, seq: Option<u64>) {
+        if let Some((_, kept)) = self.lately.get(goal)
+            && seq.is_none_or(|seq| kept.message.seq == seq)
+        {
+            self.lately_bytes -= lately_size(kept);
+            self.lately.remove(goal);
+        }
+    }
+
+    /// Keeps `notice` as its goal's newest message (the one before it goes), copied out of the
+    /// read buffer it arrived in (a slice of it would hold the whole buffer), and drops what
+    /// came more than [`LATELY`] ago.
+    fn keep_lately(&mut self, goal: GoalId, notice: &Notice) {
+        let at = std::time::Instant::now();
+        while let Some(&(came, old_goal, old_seq)) = self.lately_order.front() {
+            if at.duration_since(came) < LATELY {
+                break;
+            }
+            self.lately_order.pop_front();
+            self.drop_lately(&old_goal, Some(old_seq));
+        }
+        let kept = Arc::new(Notice {
+            message: StoredMessage {
+                seq: notice.message.seq,
+                headers: notice.message.headers.clone(),
+                payload: Bytes::copy_from_slice(&notice.message.payload),
+            },
+            last_on_goal: notice.last_on_goal,
+        });
+        let size = lately_size(&kept);
         if self.lately_bytes + size > LATELY_BYTES || self.lately.len() >= LATEST_KEPT {
             self.forget_lately();
         }
-        let at = std::time::Instant::now();
-        if let Some((_, before)) = self.lately.insert(goal, (at, Arc::clone(notice))) {
-            self.lately_bytes -= before.message.payload.len();
-        }
+        self.drop_lately(&goal, None);
+        self.lately.insert(goal, (at, kept));
+        self.lately_order.push_back((at, goal, notice.message.seq));
         self.lately_bytes += size;
     }
+}
+
+/// Bookkeeping per kept message, beyond its payload and headers.
+const LATELY_ENTRY_BYTES: usize = 128;
+
+/// What a kept message counts against [`LATELY_BYTES`].
+fn lately_size(notice: &Notice) -> usize {
+    let headers: usize = notice
+        .message
+        .headers
+        .iter()
+        .map(|(name, values)| {
+            AsRef::<str>::as_ref(name).len()
+                + values.iter().map(|v| v.as_str().len()).sum::<usize>()
+        })
+        .sum();
+    notice.message.payload.len() + headers + LATELY_ENTRY_BYTES
 }
 
 type Waiting = Arc<Mutex<Hub>>;
@@ -231,19 +281,13 @@ impl WakeHub {
                     // An older notice arriving late leaves the newest message kept.
                     _ if seq < newest => {}
                     Some(carried) if carried.message.seq == seq => hub.keep_lately(goal, carried),
-                    _ => {
-                        if let Some((_, before)) = hub.lately.remove(&goal) {
-                            hub.lately_bytes -= before.message.payload.len();
-                        }
-                    }
+                    _ => hub.drop_lately(&goal, None),
                 }
             }
             // A notice without its sequence: what is newest on the goal is unknown again.
             None => {
                 hub.newest.remove(&goal);
-                if let Some((_, before)) = hub.lately.remove(&goal) {
-                    hub.lately_bytes -= before.message.payload.len();
-                }
+                hub.drop_lately(&goal, None);
             }
         }
         if let Some(sender) = hub.waiting.get(&goal) {
@@ -355,8 +399,19 @@ mod tests {
         );
         assert_eq!(
             hub.waiting.lock().unwrap().lately_bytes,
-            LATELY_BYTES / 2 + 1
+            LATELY_BYTES / 2 + 1 + LATELY_ENTRY_BYTES
         );
+        // What came more than LATELY ago goes as new notices come: about a second of them is
+        // kept, not every goal's newest.
+        std::thread::sleep(LATELY + Duration::from_millis(20));
+        let third = GoalId::default();
+        hub.notice(&subject(third), Some(3), carried(3, 0, 10));
+        {
+            let hub = hub.waiting.lock().unwrap();
+            assert_eq!(hub.lately.len(), 1);
+            assert_eq!(hub.lately_bytes, 10 + LATELY_ENTRY_BYTES);
+            assert_eq!(hub.lately_order.len(), 1);
+        }
         // A reconnect forgets them (notices may have been missed).
         hub.stats
             .connects
