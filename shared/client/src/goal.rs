@@ -89,6 +89,24 @@ impl Reader {
         state(&self.state).give_back(seq, not_before);
     }
 
+    /// `seq` is settled (handled, or rejected into the dead letters): the ack through every
+    /// settled message before the first unsettled one is owed, carried by the next fetch or
+    /// sent alone after [`ACK_LINGER`].
+    fn settle(&self, seq: u64) {
+        let linger = {
+            let mut state = state(&self.state);
+            let through = state.ack_through(seq);
+            state.owed = state.owed.max(through);
+            let linger = !state.flush_scheduled && state.owed > state.confirmed;
+            state.flush_scheduled |= linger;
+            linger.then_some(state.owed)
+        };
+        if let Some(through) = linger {
+            let reader = self.clone();
+            tokio::spawn(async move { reader.linger(through).await });
+        }
+    }
+
     /// Lingers, then sends the settled acks the service does not have yet: while fetches keep
     /// confirming each ack it waited for, it waits for the next one instead; it ends once
     /// the service has every settled ack.
@@ -218,22 +236,27 @@ impl Delivery {
     /// (`switchboard dlq list|replay`), and the cursor moves through it.
     pub async fn reject(mut self, reason: &str) -> Result<(), ClientError> {
         self.settled = true;
-        {
-            let mut state = state(&self.reader.state);
-            state.given_back.remove(&self.seq);
-            state.in_flight.remove(&self.seq);
-        }
+        // Still in flight while the reject is on its way: an ack settled meanwhile stops
+        // before it, so no fetch's `ack_through` passes it before it is in the dead letters.
         let request = AckRequest {
             goal_id: self.reader.goal,
             seq: Some(self.seq),
             reject: Some(reason.to_owned()),
             ..Default::default()
         };
-        let rejected = self.reader.ack(&request).await.map(|_| ());
-        if rejected.is_err() {
-            self.reader.give_back(self.seq, None);
+        match self.reader.ack(&request).await {
+            // Settled: acks held back behind it are owed now (the service has moved the
+            // cursor to where its reply says).
+            Ok(reply) => {
+                state(&self.reader.state).confirmed(reply.cursor);
+                self.reader.settle(self.seq);
+                Ok(())
+            }
+            Err(err) => {
+                self.reader.give_back(self.seq, None);
+                Err(err)
+            }
         }
-        rejected
     }
 
     /// Settles the message as handled and lets its ack ride on the reader's next fetch, or go
@@ -242,18 +265,7 @@ impl Delivery {
     /// is handed the messages again (hand-out is at least once, docs/protocol.md §7).
     pub(crate) fn ack_soon(mut self) {
         self.settled = true;
-        let linger = {
-            let mut state = state(&self.reader.state);
-            let through = state.ack_through(self.seq);
-            state.owed = state.owed.max(through);
-            let linger = !state.flush_scheduled && state.owed > state.confirmed;
-            state.flush_scheduled |= linger;
-            linger.then_some(state.owed)
-        };
-        if let Some(through) = linger {
-            let reader = self.reader.clone();
-            tokio::spawn(async move { reader.linger(through).await });
-        }
+        self.reader.settle(self.seq);
     }
 
     /// Acknowledges the message: the goal's cursor moves through it (and through any earlier
