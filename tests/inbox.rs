@@ -1341,6 +1341,14 @@ async fn a_fetch_just_after_a_store_gets_it_but_never_one_purged_by_a_close() {
     assert_eq!(bodies(&page), ["first"]);
     let first = page.messages[0].seq;
     writer.send_to_peer("reader", "second").await.unwrap();
+    // Its notice has reached the fan-out before the fetch comes: the fetch hands out what the
+    // notice carried, with no read of the inbox stream (a direct get) at all.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut reads = client
+        .subscribe(subject::js_direct_get(INBOX_STREAM))
+        .await
+        .unwrap();
+    client.flush().await.unwrap();
     let started = Instant::now();
     let page = goal
         .fetch(8, Duration::from_secs(2), Some(first))
@@ -1352,6 +1360,12 @@ async fn a_fetch_just_after_a_store_gets_it_but_never_one_purged_by_a_close() {
         "{:?}",
         started.elapsed()
     );
+    client.flush().await.unwrap();
+    assert!(
+        reads.next().now_or_never().is_none(),
+        "the fetch read the stream back"
+    );
+    drop(reads);
 
     // A goal's first message, then the goal closed (purged) and opened again by name at once:
     // the same id, a fresh cursor. The held fetch waits out its time: the message went with
