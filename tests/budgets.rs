@@ -140,15 +140,10 @@ async fn worker(
     let refused = Arc::clone(refused);
     tokio::spawn(async move {
         loop {
-            let delivery = match goal.recv(Duration::from_secs(60)).await {
-                Ok(Some(delivery)) => delivery,
-                Ok(None) => continue,
-                // A pause, not a spin: once the test ends and its fabric is gone every read
-                // fails at once, and a loop that never waits would hold the runtime's shutdown.
-                Err(_) => {
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
+            let Some(delivery) =
+                switchboard_tests::read_or_pause(&goal, Duration::from_secs(60)).await
+            else {
+                continue;
             };
             let message = delivery.ack().await.unwrap();
             if message.kind != MessageKind::Task {

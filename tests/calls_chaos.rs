@@ -59,14 +59,10 @@ async fn each_call_ends_once_across_three_correlators_with_one_killed() {
         let (callee, asked) = (Arc::clone(&callee), Arc::clone(&asked));
         async move {
             loop {
-                let delivery = match goal.recv(Duration::from_millis(500)).await {
-                    Ok(Some(delivery)) => delivery,
-                    Ok(None) => continue,
-                    // A pause, not a spin, while a correlator is down or the fabric is gone.
-                    Err(_) => {
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        continue;
-                    }
+                let Some(delivery) =
+                    switchboard_tests::read_or_pause(&goal, Duration::from_millis(500)).await
+                else {
+                    continue;
                 };
                 let message = delivery.message.clone();
                 if message.kind == MessageKind::Request

@@ -87,14 +87,10 @@ async fn reader(agent: Arc<Agent>, goal: Goal, index: usize, mut expected: Expec
                 return read;
             }
         }
-        let delivery = match goal.recv(Duration::from_millis(500)).await {
-            Ok(Some(delivery)) => delivery,
-            Ok(None) => continue,
-            Err(_) => {
-                // A real wait: back off before reading again after an error.
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                continue;
-            }
+        let Some(delivery) =
+            switchboard_tests::read_or_pause(&goal, Duration::from_millis(500)).await
+        else {
+            continue;
         };
         quiet_since = Instant::now();
         let message = delivery.message.clone();

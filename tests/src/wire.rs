@@ -19,6 +19,23 @@ pub async fn next(goal: &switchboard_client::Goal) -> switchboard_proto::InboxMe
         .unwrap()
 }
 
+/// The next message of `goal` within `wait`, for a reader's loop: `None` when none came, or
+/// when the read failed — after a pause, so a loop reading this way never spins on a fabric
+/// that is restarting or gone (a read that fails at once never yields, and would hold the
+/// test runtime's shutdown for good).
+pub async fn read_or_pause(
+    goal: &switchboard_client::Goal,
+    wait: Duration,
+) -> Option<switchboard_client::Delivery> {
+    match goal.recv(wait).await {
+        Ok(delivery) => delivery,
+        Err(_) => {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            None
+        }
+    }
+}
+
 /// Asserts that nothing more arrives in `goal`'s inbox (waits 300 ms for a stray message).
 pub async fn assert_no_more(goal: &switchboard_client::Goal) {
     let stray = goal.recv(Duration::from_millis(300)).await.unwrap();
