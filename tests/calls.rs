@@ -1408,3 +1408,61 @@ async fn served_acks_ride_on_the_next_fetch_and_the_last_goes_on_its_own() {
             .is_none()
     );
 }
+
+/// `Agent::serve` with two handlers at once: a later message handled first, then the earlier
+/// one's handler fails and it is rejected into the dead letters. The dead letter is written,
+/// the goal ends empty (the later message's ack, held back behind the rejected one, is sent),
+/// and nothing comes again. (It passes without c307d3f too: the race that commit closes, an
+/// ack carried past a reject still on its way, is not forced here.)
+#[tokio::test]
+async fn an_ack_held_back_by_a_rejected_message_goes_once_the_reject_lands() {
+    use std::sync::Arc;
+    use switchboard_client::ServeOptions;
+    let fabric = Fabric::start().await;
+    let sender = fabric.agent("sender").await;
+    let worker = Arc::new(fabric.agent("worker").await);
+    let goal = Arc::new(worker.open_named_goal("main").await.unwrap());
+    sender
+        .send_to_peer("worker", "slow, then fails")
+        .await
+        .unwrap();
+    sender.send_to_peer("worker", "quick").await.unwrap();
+    let stop = tokio_util::sync::CancellationToken::new();
+    let serving = {
+        let (worker, goal, stop) = (Arc::clone(&worker), Arc::clone(&goal), stop.clone());
+        tokio::spawn(async move {
+            let options = ServeOptions {
+                max_concurrent: 2,
+                ..ServeOptions::default()
+            };
+            worker
+                .serve(&goal, stop, options, |message| async move {
+                    if message.body.starts_with("slow") {
+                        tokio::time::sleep(Duration::from_millis(300)).await;
+                        return Err("it broke".to_owned());
+                    }
+                    Ok(())
+                })
+                .await
+        })
+    };
+    let nats = fabric.nats.client().await;
+    assert_eventually!(Duration::from_secs(5), async {
+        switchboard_client::dlq_list(&nats, 10)
+            .await
+            .is_ok_and(|letters| letters.iter().any(|l| l.reason.contains("it broke")))
+    });
+    // The quick one's ack, held back behind the rejected one, goes on its own shortly.
+    assert_eventually!(Duration::from_secs(2), async {
+        goal.waiting().await.is_ok_and(|unread| unread == 0)
+    });
+    stop.cancel();
+    let served = serving.await.unwrap().unwrap();
+    assert_eq!((served.handled, served.rejected), (1, 1));
+    assert!(
+        goal.recv(Duration::from_millis(300))
+            .await
+            .unwrap()
+            .is_none()
+    );
+}
