@@ -5,8 +5,12 @@
 //! For each reader — the Rust client, the Python SDK, the TypeScript SDK — a burst of 2,000
 //! messages goes into one goal (which refuses messages while full, so the sender backs off and
 //! nothing is removed unread) while the two inbox-fanout replicas, separate processes, are
-//! killed with SIGKILL and started again in turn. The reader starts its loop again when a
-//! request finds no replica. Every message is handled exactly once.
+//! killed with SIGKILL and started again in turn. Every message is handled exactly once.
+//!
+//! A kill costs the reader a couple of seconds, not its request timeout (10 s): each client
+//! sends a fetch or an ack that a killed replica held again after [`INBOX_ATTEMPT`] (past the
+//! fetch's wait), to the replica still up, and its own loop never sees the replica go (it
+//! would start again if a request failed all the same: that is counted and must stay zero).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
@@ -31,10 +35,21 @@ const BURST: usize = 2_000;
 /// The burst's messages handled before each kill of a replica.
 const KILL_AT: [usize; 3] = [500, 1_000, 1_500];
 
-/// What a reader printed: each body it handled, and how often it started its loop again.
+/// How long a client waits for a fetch's reply past its wait, or for an ack's, before sending
+/// it again (the Rust client's, Python's `INBOX_ATTEMPT_S`, TypeScript's `INBOX_ATTEMPT_MS`).
+const INBOX_ATTEMPT: Duration = Duration::from_secs(2);
+/// The longest a reader may go without handling a message while the burst is on: a replica
+/// killed under a held fetch costs its wait (500 ms) and [`INBOX_ATTEMPT`], and a replica
+/// started in its place has to connect; a client waiting out its whole request timeout (10 s)
+/// instead goes past it.
+const LONGEST_PAUSE: Duration = Duration::from_secs(8);
+
+/// What a reader printed: each body it handled, how often it started its loop again, and the
+/// longest time between two messages it handled.
 struct Printed {
     bodies: BTreeMap<String, usize>,
     restarts: usize,
+    longest_pause: Duration,
 }
 
 /// Two inbox-fanout processes (queue group `inbox-fanout`) on `url`.
@@ -91,7 +106,9 @@ async fn run_burst(
     let mut printed = Printed {
         bodies: BTreeMap::new(),
         restarts: 0,
+        longest_pause: Duration::ZERO,
     };
+    let mut last: Option<tokio::time::Instant> = None;
     let handled = AtomicUsize::new(0);
     let mut kills = KILL_AT.iter().peekable();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
@@ -110,6 +127,11 @@ async fn run_burst(
             continue;
         }
         *printed.bodies.entry(line).or_default() += 1;
+        let at = tokio::time::Instant::now();
+        if let Some(last) = last {
+            printed.longest_pause = printed.longest_pause.max(at - last);
+        }
+        last = Some(at);
         let now = handled.fetch_add(1, Ordering::Relaxed) + 1;
         if kills.peek().is_some_and(|at| now >= **at) {
             let which = kills.len() % 2;
@@ -139,16 +161,27 @@ fn assert_exactly_once(reader: &str, printed: &Printed) {
         .collect();
     let twice: Vec<(&String, &usize)> = printed.bodies.iter().filter(|(_, n)| **n > 1).collect();
     println!(
-        "{reader}: {} messages handled, {} missing, {} more than once, {} restarts of its loop",
+        "{reader}: {} messages handled, {} missing, {} more than once, {} restarts of its loop, \
+         {:?} at most between two",
         printed.bodies.len(),
         missing.len(),
         twice.len(),
-        printed.restarts
+        printed.restarts,
+        printed.longest_pause
     );
     assert!(missing.is_empty(), "{reader} never handled {missing:?}");
     assert!(
         twice.is_empty(),
         "{reader} handled more than once: {twice:?}"
+    );
+    assert_eq!(
+        printed.restarts, 0,
+        "{reader}'s loop saw a request fail while one replica stayed up"
+    );
+    assert!(
+        printed.longest_pause < LONGEST_PAUSE,
+        "{reader} handled nothing for {:?}: a killed replica cost it more than a retry",
+        printed.longest_pause
     );
 }
 

@@ -56,6 +56,12 @@ CALL_TIMEOUT_MS = 30_000  # §9: the correlator's default
 DEFAULT_GOAL = "main"  # the goal name connect opens unless told otherwise (§4.4, `name`)
 _STOP_SIGNALS = object()  # serve()'s default: SIGTERM and SIGINT
 ACK_ATTEMPTS = 5  # an ack is sent again while no inbox service answers (it is idempotent)
+#: How long past its ``wait_ms`` a fetch's reply (or an ack's) may take before the reader stops
+#: waiting for it and sends it again: the inbox replica holding it may have gone away. A fetch
+#: or an ack is milliseconds of work; a reader that waited out the whole request timeout
+#: (10 s) after each replica kill would fall behind its goal.
+INBOX_ATTEMPT_S = 2.0
+FETCH_ATTEMPTS = 5  # a fetch is sent again (without waiting) while no inbox service answers
 
 
 def _trace_headers(trace: Mapping[str, str] | None) -> dict[str, str] | None:
@@ -326,8 +332,7 @@ class Agent:
         while not self._closed.is_set():
             body: JSON = {"goal_id": goal, "max": batch, "wait_ms": wait_ms}
             try:
-                page = await self.request(f"agent.inbox.fetch.{self.id}", body,
-                                          timeout=self.request_timeout + wait_ms / 1000)
+                page = await self._fetch(body)
             except Exception:
                 if self._closed.is_set():
                     return  # closed while a fetch was held: the loop just ends
@@ -392,9 +397,7 @@ class Agent:
         for a script that waits for one answer or update. It shares the goal's cursor with
         :meth:`messages`: do not use both on one goal at once."""
         goal = goal_id or self.goal_id
-        page = await self.request(f"agent.inbox.fetch.{self.id}",
-                                  {"goal_id": goal, "max": 1, "wait_ms": wait_ms},
-                                  timeout=self.request_timeout + wait_ms / 1000)
+        page = await self._fetch({"goal_id": goal, "max": 1, "wait_ms": wait_ms})
         for entry in page["messages"]:
             if self._is_repeat(goal, entry):
                 continue
@@ -413,15 +416,41 @@ class Agent:
         a sequence already passed moves nothing), so a reader whose service replica went away
         does not hand its message out again for want of one."""
         pause = 0.1
+        timeout = self._inbox_attempt_s
         for _ in range(ACK_ATTEMPTS - 1):
             try:
-                return await self.request(f"agent.inbox.ack.{self.id}", body)
+                return await self.request(f"agent.inbox.ack.{self.id}", body, timeout=timeout)
             except Unavailable:
                 if self._closed.is_set():
                     raise
                 await asyncio.sleep(pause)
                 pause *= 2
-        return await self.request(f"agent.inbox.ack.{self.id}", body)
+        return await self.request(f"agent.inbox.ack.{self.id}", body, timeout=timeout)
+
+    @property
+    def _inbox_attempt_s(self) -> float:
+        """How long one fetch (past its wait) or ack waits for its reply: :data:`INBOX_ATTEMPT_S`,
+        or the request timeout if shorter."""
+        return min(INBOX_ATTEMPT_S, self.request_timeout)
+
+    async def _fetch(self, body: JSON) -> JSON:
+        """A fetch (§7), sent again while no inbox service answers. One held by a replica that
+        went away gets no reply: after its ``wait_ms`` and :data:`INBOX_ATTEMPT_S` more it is
+        sent again, without waiting, so a stopped replica costs the reader about two seconds,
+        not the request timeout. Never two copies at once: each copy that reaches a replica
+        counts as a hand-out of the oldest unread message towards its redelivery limit."""
+        pause = 0.1
+        for attempt in range(1, FETCH_ATTEMPTS + 1):
+            timeout = self._inbox_attempt_s + body.get("wait_ms", 0) / 1000
+            try:
+                return await self.request(f"agent.inbox.fetch.{self.id}", body, timeout=timeout)
+            except Unavailable:
+                if self._closed.is_set() or attempt == FETCH_ATTEMPTS:
+                    raise
+                body = {**body, "wait_ms": 0}
+                await asyncio.sleep(pause)
+                pause *= 2
+        raise AssertionError("unreachable: the last attempt returns or raises")
 
     def _done_through(self, goal: str, seq: int) -> None:
         """Records an acknowledgement (cumulative) of ``goal`` through ``seq``."""

@@ -221,9 +221,7 @@ class Serving:
                 # Every settled ack rides along (idempotent): no request of its own.
                 body["ack_through"] = self._owed
             try:
-                page = await self.agent.request(
-                    f"agent.inbox.fetch.{self.agent.id}", body,
-                    timeout=self.agent.request_timeout + self.wait_ms / 1000)
+                page = await self.agent._fetch(body)
                 self._confirmed = max(self._confirmed, page.get("cursor", 0))
                 return page
             except Unavailable as exc:
@@ -370,7 +368,8 @@ class Serving:
         pause = 0.1
         for attempt in range(4):
             try:
-                reply = await self.agent.request(f"agent.inbox.ack.{self.agent.id}", body)
+                reply = await self.agent.request(f"agent.inbox.ack.{self.agent.id}", body,
+                                                 timeout=self.agent._inbox_attempt_s)
                 if isinstance(reply, Mapping) and isinstance(reply.get("cursor"), int):
                     self._confirmed = max(self._confirmed, reply["cursor"])
                 return

@@ -63,6 +63,13 @@ export function isParty(to: string): to is PartyId {
 
 /** An ack is sent again while no inbox service answers (it is idempotent). */
 const ACK_ATTEMPTS = 5;
+/** A fetch is sent again (without waiting) while no inbox service answers. */
+const FETCH_ATTEMPTS = 5;
+/** How long past its `wait_ms` a fetch's reply (or an ack's) may take before the reader stops
+ * waiting for it and sends it again: the inbox replica holding it may have gone away. A fetch
+ * or an ack is milliseconds of work; a reader that waited out the whole request timeout (10 s)
+ * after each replica kill would fall behind its goal. */
+export const INBOX_ATTEMPT_MS = 2_000;
 const HEARTBEAT_EVERY_MS = 10_000; // §4.2: offline after 30 s of silence
 const REQUEST_TIMEOUT_MS = 10_000; // a send may retry a goal's delivery for up to 8 s (§8)
 const CALL_TIMEOUT_MS = 30_000; // §9: the correlator's default
@@ -362,9 +369,7 @@ export class Agent {
     while (!this.isClosed) {
       let page: FetchReply;
       try {
-        page = await this.request<FetchReply>(`agent.inbox.fetch.${this.id}`,
-          { goal_id: goal, max: opts.batch ?? 16, wait_ms: waitMs },
-          { timeoutMs: this.requestTimeoutMs + waitMs });
+        page = await this.fetchPage({ goal_id: goal, max: opts.batch ?? 16, wait_ms: waitMs });
       } catch (err) {
         if (this.isClosed) return; // closed while a fetch was held: the loop just ends
         throw err;
@@ -478,8 +483,7 @@ export class Agent {
   async nextMessage(opts: { goalId?: string; waitMs?: number } = {}): Promise<Message | undefined> {
     const goal = opts.goalId ?? this.goalId;
     const waitMs = opts.waitMs ?? 5000;
-    const page = await this.request<FetchReply>(`agent.inbox.fetch.${this.id}`,
-      { goal_id: goal, max: 1, wait_ms: waitMs }, { timeoutMs: this.requestTimeoutMs + waitMs });
+    const page = await this.fetchPage({ goal_id: goal, max: 1, wait_ms: waitMs });
     for (const entry of page.messages) {
       if (this.isRepeat(goal!, entry.seq)) continue;
       const message = new Message(this, goal!, entry);
@@ -501,10 +505,38 @@ export class Agent {
     let pause = 100;
     for (let attempt = 1; ; attempt++) {
       try {
-        await this.request(`agent.inbox.ack.${this.id}`, body);
+        await this.request(`agent.inbox.ack.${this.id}`, body,
+          { timeoutMs: this.inboxAttemptMs });
         return;
       } catch (err) {
         if (!(err instanceof Unavailable) || this.isClosed || attempt >= ACK_ATTEMPTS) throw err;
+        await new Promise((r) => setTimeout(r, pause));
+        pause *= 2;
+      }
+    }
+  }
+
+  /** @internal How long one fetch (past its wait) or ack waits for its reply:
+   * {@link INBOX_ATTEMPT_MS}, or the request timeout if shorter. */
+  get inboxAttemptMs(): number {
+    return Math.min(INBOX_ATTEMPT_MS, this.requestTimeoutMs);
+  }
+
+  /** @internal A fetch (§7), sent again while no inbox service answers. One held by a replica
+   * that went away gets no reply: after its `wait_ms` and {@link INBOX_ATTEMPT_MS} more it is
+   * sent again, without waiting, so a stopped replica costs the reader about two seconds, not
+   * the request timeout. Never two copies at once: each copy that reaches a replica counts as
+   * a hand-out of the oldest unread message towards its redelivery limit. */
+  async fetchPage(body: Json): Promise<FetchReply> {
+    let pause = 100;
+    for (let attempt = 1; ; attempt++) {
+      const waitMs = typeof body.wait_ms === 'number' ? body.wait_ms : 0;
+      try {
+        return await this.request<FetchReply>(`agent.inbox.fetch.${this.id}`, body,
+          { timeoutMs: this.inboxAttemptMs + waitMs });
+      } catch (err) {
+        if (!(err instanceof Unavailable) || this.isClosed || attempt >= FETCH_ATTEMPTS) throw err;
+        body = { ...body, wait_ms: 0 };
         await new Promise((r) => setTimeout(r, pause));
         pause *= 2;
       }
@@ -1378,8 +1410,7 @@ class Server {
     if (this.owed > 0) body.ack_through = this.owed;
     let page: FetchReply;
     try {
-      const fetched = this.agent.request<FetchReply>(`agent.inbox.fetch.${this.agent.id}`, body,
-        { timeoutMs: this.agent.requestTimeoutMs + this.waitMs });
+      const fetched = this.agent.fetchPage(body);
       const got = await Promise.race([fetched, this.woken.then(() => undefined)]);
       if (got === undefined) {
         fetched.catch(() => undefined); // a stop while the fetch was held: nothing taken
@@ -1540,7 +1571,7 @@ class Server {
     for (let attempt = 0; ; attempt++) {
       try {
         await this.agent.request(`agent.inbox.ack.${this.agent.id}`,
-          { goal_id: this.goal, ...body });
+          { goal_id: this.goal, ...body }, { timeoutMs: this.agent.inboxAttemptMs });
         return true;
       } catch (err) {
         const again = err instanceof SwitchboardError && (err.retryable || err.kind === 'conflict');

@@ -3,7 +3,7 @@
 // (OpenAI and Anthropic function calling). docs/protocol.md is the contract this implements;
 // the wire types (./wire) are generated from docs/schema, the tools from docs/mcp-tools.json.
 export {
-  ACK_LINGER_MS, Agent, callId, isParty, Lease, Message, PEOPLE_AGENT, TaskHandle,
+  ACK_LINGER_MS, Agent, callId, INBOX_ATTEMPT_MS, isParty, Lease, Message, PEOPLE_AGENT, TaskHandle,
 } from './agent.js';
 export type {
   AskPersonOptions, Budget, BudgetOption, CallOptions, ConnectOptions, Handler, LimitOptions, Part, PartyId,
