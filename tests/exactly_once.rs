@@ -180,7 +180,8 @@ fn assert_exactly_once(reader: &str, printed: &Printed) {
     );
     assert!(
         printed.longest_pause < LONGEST_PAUSE,
-        "{reader} handled nothing for {:?}: a killed replica cost it more than a retry",
+        "{reader} handled nothing for {:?}: a killed replica cost it more than a retry after \
+         {INBOX_ATTEMPT:?}",
         printed.longest_pause
     );
 }
