@@ -221,6 +221,7 @@ impl Secured {
             Service::Audit(fast_audit()),
             Service::People(Default::default()),
             Service::Limits(Default::default()),
+            Service::Files(Default::default()),
         ] {
             replicas.push(service.start(&settings).await);
         }
@@ -311,6 +312,7 @@ async fn fabric_intact(services: &async_nats::Client) {
         CALLS_BUCKET,
         TASKS_BUCKET,
         switchboard_proto::LIMITS_BUCKET,
+        switchboard_proto::FILES_INDEX_BUCKET,
     ] {
         assert!(js.get_key_value(bucket).await.is_ok(), "{bucket} is gone");
     }
@@ -321,6 +323,7 @@ async fn fabric_intact(services: &async_nats::Client) {
         "task-lifecycle",
         "audit",
         "limits",
+        "files",
     ] {
         let ping = tokio::time::timeout(
             Duration::from_secs(5),
@@ -921,6 +924,9 @@ async fn random_reply_subjects_headers_and_numbers_never_panic_or_write_elsewher
     let (_audit, _trail) = switchboard_tests::start_audit(&fabric.url(), fast_audit()).await;
     // Provider limits too (docs/protocol.md §15): their endpoints are in the table.
     let _limits = switchboard_tests::start_limits(&fabric.url()).await;
+    // And files (docs/protocol.md §17).
+    let _files =
+        switchboard_tests::services::start_files_with(&fabric.url(), Default::default()).await;
     let (alice, _alice_goal) = fabric.agent_with_goal("alice").await;
     let (_mallet, mallet_goal) = fabric.agent_with_goal("mallet").await;
     let _ = alice;

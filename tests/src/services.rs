@@ -197,6 +197,9 @@ pub enum Service {
     People(people::PeopleConfig),
     /// A limits replica.
     Limits(limits::LimitsConfig),
+    /// A files replica (its runtime's `jetstream.files_retention_secs` from
+    /// [`Service::start`]'s).
+    Files(files::FilesConfig),
     Console(console::ConsoleConfig),
 }
 
@@ -224,6 +227,7 @@ impl Service {
             Self::Gateway(_) => "a2a-gateway",
             Self::People(_) => "people",
             Self::Limits(_) => "limits",
+            Self::Files(_) => "files",
             Self::Console(_) => "console",
         }
     }
@@ -305,6 +309,12 @@ impl Service {
                     .unwrap();
                 (Replica::spawn(name, |stop| running.run(stop)), Handle::None)
             }
+            Self::Files(config) => {
+                let running = Box::pin(files::start(&client, runtime, config))
+                    .await
+                    .unwrap();
+                (Replica::spawn(name, |stop| running.run(stop)), Handle::None)
+            }
             Self::Console(config) => {
                 let running = Box::pin(console::start(&client, runtime, config))
                     .await
@@ -325,6 +335,11 @@ pub async fn start_limits(url: &str) -> Replica {
 /// A limits replica with its own `[limits]` settings.
 pub async fn start_limits_with(url: &str, config: limits::LimitsConfig) -> Replica {
     Service::Limits(config).start(&runtime(url)).await
+}
+
+/// A files replica (docs/protocol.md §17) with its own `[files]` settings.
+pub async fn start_files_with(url: &str, config: files::FilesConfig) -> Replica {
+    Service::Files(config).start(&runtime(url)).await
 }
 
 /// A directory replica.

@@ -74,6 +74,7 @@ pub async fn run(args: UpArgs) -> ExitCode {
             gateway: config::section_for(&figment, a2a_gateway::config::SECTION, &runtime)?,
             people: config::section_for(&figment, people::config::SECTION, &runtime)?,
             limits: config::section_for(&figment, limits::config::SECTION, &runtime)?,
+            files: config::section_for(&figment, files::config::SECTION, &runtime)?,
             console: config::section_for(&figment, console::config::SECTION, &runtime)?,
             runtime,
         })
@@ -146,6 +147,7 @@ struct Services {
     gateway: GatewayConfig,
     people: PeopleConfig,
     limits: limits::LimitsConfig,
+    files: files::FilesConfig,
     console: console::ConsoleConfig,
 }
 
@@ -283,6 +285,7 @@ async fn serve(args: UpArgs, services: &mut Services, otlp: Option<&str>) -> any
     let console_file = people_config.file.clone();
     let people_service = people::start(&client, runtime, people_config).await?;
     let limits_service = limits::start(&client, runtime, services.limits.clone()).await?;
+    let files_service = files::start(&client, runtime, services.files.clone()).await?;
     // The console: a one-time sign-in link for the local administrator, shown once below.
     let (console_service, console_line) = match console_address {
         None => (None, "not served (--console-listen ADDR)".to_owned()),
@@ -321,6 +324,7 @@ async fn serve(args: UpArgs, services: &mut Services, otlp: Option<&str>) -> any
         tokio::spawn(gateway.run(shutdown.clone())),
         tokio::spawn(people_service.run(shutdown.clone())),
         tokio::spawn(limits_service.run(shutdown.clone())),
+        tokio::spawn(files_service.run(shutdown.clone())),
     ];
     let mut tasks = tasks;
     if let Some(console_service) = console_service {
@@ -344,7 +348,7 @@ async fn serve(args: UpArgs, services: &mut Services, otlp: Option<&str>) -> any
         None => println!("Switchboard is up.\n  NATS:      {url}"),
     }
     println!(
-        "  services:  directory, inbox-fanout, reply-correlator, task-lifecycle, audit, a2a-gateway, people, limits, console\n  console:   {console_line}\n  people:    {people_file_shown} (who answers agents' questions and approvals: switchboard people --help)\n  A2A:       {a2a_url}/agents/<agent_id> (A2A v1.0, JSON-RPC and HTTP+JSON; card at …/.well-known/agent-card.json)\n  traces:    {traces}\n  metrics:   {metrics}\n\nAn agent in any language connects to {url} and sends\n  agent.registry.register.<agent_id>   (its card, JSON)\n  agent.registry.goal.open.<agent_id>  (then agent.inbox.fetch.<agent_id> / agent.inbox.ack.<agent_id>)\n  agent.send.<agent_id>                ({{\"to\": \"peer\", \"message\": \"…\"}})\n  agent.call.<agent_id> / agent.reply.<agent_id>   (calls that wait for an answer)\n  agent.task.<op>.<agent_id>           (tasks: create, accept, start, complete, spawn, …)\nTry:  switchboard agents   |   switchboard peers --as <agent_id>\nStop: Ctrl-C"
+        "  services:  directory, inbox-fanout, reply-correlator, task-lifecycle, audit, a2a-gateway, people, limits, files, console\n  console:   {console_line}\n  people:    {people_file_shown} (who answers agents' questions and approvals: switchboard people --help)\n  A2A:       {a2a_url}/agents/<agent_id> (A2A v1.0, JSON-RPC and HTTP+JSON; card at …/.well-known/agent-card.json)\n  traces:    {traces}\n  metrics:   {metrics}\n\nAn agent in any language connects to {url} and sends\n  agent.registry.register.<agent_id>   (its card, JSON)\n  agent.registry.goal.open.<agent_id>  (then agent.inbox.fetch.<agent_id> / agent.inbox.ack.<agent_id>)\n  agent.send.<agent_id>                ({{\"to\": \"peer\", \"message\": \"…\"}})\n  agent.call.<agent_id> / agent.reply.<agent_id>   (calls that wait for an answer)\n  agent.task.<op>.<agent_id>           (tasks: create, accept, start, complete, spawn, …)\nTry:  switchboard agents   |   switchboard peers --as <agent_id>\nStop: Ctrl-C"
     );
 
     shutdown.cancelled().await;

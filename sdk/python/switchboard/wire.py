@@ -229,6 +229,23 @@ class AskRequest(WireObject):
     _defaults = {'metadata': {}}
 
 
+class Attachment(WireObject):
+    """A file on a message: what the receiver needs to decide whether to read it, and the
+    reference to read it by. The files service writes it when an upload completes; a sender
+    copies it onto any message, and the door checks every field against the file."""
+    media_type: str
+    """Its media type, e.g. `application/pdf`."""
+    name: str
+    """The file's name as the uploader gave it (no path: 1–255 characters, no `/`, `\\`,
+    control characters, not `.` or `..`)."""
+    ref: str
+    """The reference to read it by: the file id."""
+    sha256: str
+    """Its SHA-256, 64 lowercase hex digits, checked by the service over the bytes it stored."""
+    size: int
+    """Its size in bytes."""
+
+
 class AuditEntry(WireObject):
     """A record with its place in `AGENT_AUDIT`, as queries return it."""
     at: Timestamp
@@ -497,6 +514,8 @@ class CallPartsRequest(WireObject):
 
 class CallRequest(WireObject):
     """Body of `agent.call.<agent_id>` (talk_to_agent / call_agent)."""
+    attachments: list[Attachment]
+    """Files the request carries by reference (docs/protocol.md §17), as on a send."""
     budget: BudgetAsk | None
     """The call's cost budget (docs/protocol.md §16): amounts for a new tree, or caps on what
     it draws from its parent call's budget (or from the node it names). A call made under
@@ -536,7 +555,7 @@ class CallRequest(WireObject):
     wait: bool | None
     """Wait for the answer (default) or park and get it in the inbox."""
 
-    _defaults = {'metadata': {}, 'parts': [], 'stream': False}
+    _defaults = {'attachments': [], 'metadata': {}, 'parts': [], 'stream': False}
 
 
 class ChainBreak(WireObject):
@@ -545,6 +564,14 @@ class ChainBreak(WireObject):
     """What is wrong, e.g. `the record has no hash header`."""
     seq: int
     """The first record that does not fit."""
+
+
+class ChunkReply(WireObject):
+    """The reply to a chunk: how far the upload got, and the attachment once it is complete."""
+    attachment: Attachment | None
+    """The file, once its last chunk is stored and its digest checked."""
+    received: int
+    """Bytes stored so far: the offset of the next chunk."""
 
 
 class CloseRequest(WireObject):
@@ -631,6 +658,12 @@ class CreateTask(WireObject):
     """The assignee (`self` allowed in a spawn only)."""
 
     _defaults = {'metadata': {}, 'parts': []}
+
+
+class DeleteReply(WireObject):
+    """The reply to a delete."""
+    deleted: bool
+    """Whether a file was removed (false: it was gone already)."""
 
 
 class DeliveryReport(WireObject):
@@ -762,6 +795,26 @@ class FetchedMessage(WireObject):
     """The publish's W3C `tracestate`, to pass on with `traceparent` (omitted when none)."""
 
 
+class FileQuery(WireObject):
+    """`agent.files.stat` and `agent.files.delete`: one file."""
+    file_id: str
+    """The file id."""
+
+
+class FileView(WireObject):
+    """The reply to `agent.files.stat`."""
+    attachment: Attachment
+    """Name, media type, size, digest and reference."""
+    expires_at: Timestamp
+    """When it is removed unless a message delivered later keeps it longer."""
+    owner: AgentId
+    """Who uploaded it."""
+    received: int
+    """Bytes stored so far."""
+    state: FileState
+    """Uploading or complete."""
+
+
 class GoalCloseReply(WireObject):
     """Reply to `goal.close`."""
     goal_id: GoalId
@@ -852,6 +905,9 @@ class HistoryRequest(WireObject):
 
 class InboxMessage(WireObject):
     """One message in a goal's inbox."""
+    attachments: list[Attachment]
+    """Files the message carries by reference (docs/protocol.md §17): the receiver may read
+    each through `agent.files.read` from the moment the message is delivered."""
     body: str
     """The message text; what an agent writes here is non-blank and at most 65536 UTF-8 bytes."""
     callback: dict[str, Any] | None
@@ -891,7 +947,13 @@ class InboxMessage(WireObject):
     ttl: int | None
     """Remaining hop budget of a forwarded message."""
 
-    _defaults = {'expects_reply': False, 'metadata': {}, 'parts': [], 'trace': []}
+    _defaults = {
+        'attachments': [],
+        'expects_reply': False,
+        'metadata': {},
+        'parts': [],
+        'trace': [],
+    }
 
 
 class InboxPage(WireObject):
@@ -1350,6 +1412,36 @@ class PersonItemQuery(WireObject):
     """The person asking."""
 
 
+class ReadEnd(WireObject):
+    """The last message of a read's answer, after its chunks."""
+    after_seq: int | None
+    """The stream sequence of the last chunk sent: the next read's `after_seq`."""
+    chunks: int
+    """Chunks sent before this message."""
+    eof: bool
+    """Whether the file is read to its end."""
+    next_offset: int
+    """Where the next read starts (the size once the file is read)."""
+    size: int
+    """The file's size."""
+
+
+class ReadRequest(WireObject):
+    """`agent.files.read`: chunks of a file from `offset`."""
+    after_seq: int | None
+    """The stream sequence of the chunk before `offset`, from the last read's
+    [`ReadEnd::after_seq`] or [`HEADER_CHUNK_SEQ`]: the read goes on from it without a
+    search. Any other value is ignored (the service finds the chunk itself)."""
+    chunks: int | None
+    """Chunks to answer with (1–[`READ_CHUNKS_MAX`], default 4)."""
+    file_id: str
+    """The file (an attachment's `ref`)."""
+    offset: int
+    """Where to start: a multiple of [`FILE_CHUNK_BYTES`], at most the size."""
+
+    _defaults = {'offset': 0}
+
+
 class RefusalEvent(WireObject):
     """A request a service refused by a rule, published on
     `agent.refusals.<service>.<agent_id>` (in `AGENT_EVENTS`) so the audit records it."""
@@ -1493,6 +1585,20 @@ class ReserveRequest(WireObject):
     """The new piece of work."""
 
 
+class RevokeReply(WireObject):
+    """The reply to a revoke."""
+    revoked: int
+    """Readers taken back."""
+
+
+class RevokeRequest(WireObject):
+    """`agent.files.revoke`: take back who may read a file."""
+    agent_id: AgentId | None
+    """The one agent that may no longer read it; absent: every agent but the uploader."""
+    file_id: str
+    """The file id."""
+
+
 class RoleEntry(WireObject):
     """One role as agents see it (`agent.people.list`)."""
     id: Party
@@ -1508,6 +1614,10 @@ class SendRequest(WireObject):
 
     `to` and `message` are optional in the type so that a missing field fails its gate with the
     gate's own error instead of a generic decode error."""
+    attachments: list[Attachment]
+    """Files to carry by reference (at most 16), each as `agent.files` returned it: the
+    sender must be its uploader or have been delivered it, and every field must match the
+    file (docs/protocol.md §17)."""
     callback: dict[str, Any] | None
     """Routing info of the originating conversation, carried unchanged."""
     correlation_id: str | None
@@ -1541,7 +1651,13 @@ class SendRequest(WireObject):
     ttl: int | None
     """Hop budget of a forwarded message (default 3)."""
 
-    _defaults = {'expects_reply': False, 'metadata': {}, 'parts': [], 'trace': []}
+    _defaults = {
+        'attachments': [],
+        'expects_reply': False,
+        'metadata': {},
+        'parts': [],
+        'trace': [],
+    }
 
 
 class SendStatusReply(WireObject):
@@ -1840,6 +1956,35 @@ class TreeQuery(WireObject):
     """Any task of the tree; the answer starts at its root."""
 
 
+class UploadReply(WireObject):
+    """The reply to [`UploadRequest`]: the file id to send chunks for."""
+    chunk_bytes: int
+    """Bytes of every chunk but the last ([`FILE_CHUNK_BYTES`])."""
+    file_id: str
+    """The new file's id (the attachment's `ref` once complete)."""
+    idle_ms: int
+    """The upload is given up (and its chunks removed) if no chunk comes for this long, in ms."""
+    received: int
+    """Bytes received so far (0)."""
+
+
+class UploadRequest(WireObject):
+    """`agent.files.upload`: a file about to be uploaded."""
+    media_type: str
+    """Its media type (`type/subtype`, RFC 6838 characters; no parameters)."""
+    name: str
+    """The file's name (see [`Attachment::name`])."""
+    sha256: str
+    """Its SHA-256 (64 hex digits): the upload completes only if the bytes match it."""
+    size: int
+    """Its size in bytes (0 up to the service's `max_file_bytes`, 1 GiB by default)."""
+    upload_id: str | None
+    """The uploader's own id for this upload, so a retry (its reply lost, or a hedged copy) is
+    the same upload: the file id is [`scoped_file_id`] of the caller and this, and the same
+    request again answers with it (and where it stands) instead of a second upload. A
+    fresh file id when absent."""
+
+
 class VerifyReply(WireObject):
     """The reply to `verify`."""
     first_break: ChainBreak | None
@@ -1861,7 +2006,8 @@ CallEventKind: TypeAlias = Literal["answered", "expired", "late_answer", "refuse
 CallState: TypeAlias = Literal["open", "answered", "expired"]
 Decision: TypeAlias = Literal["approved", "denied"]
 Empty: TypeAlias = dict[str, Any]
-ErrorKind: TypeAlias = Literal["bad_request", "invalid_agent_id", "invalid_goal_id", "identity_mismatch", "not_registered", "not_found", "conflict", "unavailable", "internal", "missing_to", "self_send", "empty_message", "body_too_large", "broadcast_too_large", "unreachable", "timeout", "cycle", "depth_exceeded", "too_many_calls", "expired", "not_callee", "task_terminal", "illegal_transition", "not_allowed", "acl_denied", "at_capacity", "too_many_children", "sender_mismatch", "bad_reply_subject", "too_many_goals", "rate_limited", "inbox_full", "not_addressee", "already_answered", "approval_pending", "approval_denied", "approval_used", "action_mismatch", "limited", "budget_exhausted", "unknown"]
+ErrorKind: TypeAlias = Literal["bad_request", "invalid_agent_id", "invalid_goal_id", "identity_mismatch", "not_registered", "not_found", "conflict", "unavailable", "internal", "missing_to", "self_send", "empty_message", "body_too_large", "broadcast_too_large", "unreachable", "timeout", "cycle", "depth_exceeded", "too_many_calls", "expired", "not_callee", "task_terminal", "illegal_transition", "not_allowed", "acl_denied", "at_capacity", "too_many_children", "sender_mismatch", "bad_reply_subject", "too_many_goals", "rate_limited", "inbox_full", "not_addressee", "already_answered", "approval_pending", "approval_denied", "approval_used", "action_mismatch", "limited", "budget_exhausted", "file_too_large", "quota_exceeded", "digest_mismatch", "unknown"]
+FileState: TypeAlias = Literal["uploading", "complete"]
 GoalId: TypeAlias = str
 GoalKind: TypeAlias = Literal["interactive", "background", "daemon"]
 InboxState: TypeAlias = Literal["open", "done"]
@@ -1900,7 +2046,12 @@ BudgetView._nested = {
 CallAnswer._nested = {'error': ReplyError, 'parts': ListOf(_Part)}
 CallPart._nested = {'parts': ListOf(_Part)}
 CallParts._nested = {'answer': CallAnswer, 'parts': ListOf(CallPart)}
-CallRequest._nested = {'budget': BudgetAsk, 'parts': ListOf(_Part)}
+CallRequest._nested = {
+    'attachments': ListOf(Attachment),
+    'budget': BudgetAsk,
+    'parts': ListOf(_Part),
+}
+ChunkReply._nested = {'attachment': Attachment}
 CostNode._nested = {'granted': Amounts, 'over': Amounts, 'spent': Amounts}
 CostReport._nested = {
     'agents': ListOf(AgentCost),
@@ -1913,7 +2064,8 @@ ErrorReply._nested = {'error': ErrorBody}
 ExpiredUnread._nested = {'from': ListOf(SenderCount)}
 FetchReply._nested = {'expired_unread': ExpiredUnread, 'messages': ListOf(FetchedMessage)}
 FetchedMessage._nested = {'message': InboxMessage}
-InboxMessage._nested = {'parts': ListOf(_Part), 'task': TaskRef}
+FileView._nested = {'attachment': Attachment}
+InboxMessage._nested = {'attachments': ListOf(Attachment), 'parts': ListOf(_Part), 'task': TaskRef}
 InboxPage._nested = {'items': ListOf(PersonItem), 'senders': ListOf(SenderShare)}
 LimitList._nested = {'limits': ListOf(LimitView)}
 LimitView._nested = {'leases': ListOf(LeaseHeld), 'spec': LimitSpec}
@@ -1929,7 +2081,7 @@ PendingItems._nested = {'items': ListOf(PersonItem)}
 PeopleList._nested = {'people': ListOf(PersonEntry), 'roles': ListOf(RoleEntry)}
 PersonItem._nested = {'action': Action, 'answer': Answer}
 ReplyRequest._nested = {'error': ReplyError, 'parts': ListOf(_Part)}
-SendRequest._nested = {'parts': ListOf(_Part)}
+SendRequest._nested = {'attachments': ListOf(Attachment), 'parts': ListOf(_Part)}
 SendStatusReply._nested = {'goals': ListOf(GoalReceipt)}
 StreamedPart._nested = {'parts': ListOf(_Part)}
 TaskAction._nested = {'parts': ListOf(_Part)}

@@ -149,13 +149,19 @@ pub async fn start_with(
         receipts.clone(),
         stopping.clone(),
     ));
+    let files =
+        resources::ensure_bucket(&js, resources::files_index_bucket(&runtime.jetstream)).await?;
     let door = Door::new(
         view.clone(),
         publisher,
         js.clone(),
         receipts.bucket(),
         config.broadcast_cap,
-    );
+    )
+    .with_files(switchboard_delivery::files::Files::new(
+        files,
+        std::time::Duration::from_secs(runtime.jetstream.files_retention_secs),
+    ));
     let fanout = Arc::new(Fanout::new(door, store, js.clone(), config));
     let running = micro::start(
         client,

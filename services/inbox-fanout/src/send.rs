@@ -101,6 +101,7 @@ impl Fanout {
             metadata: request.metadata,
             receipt: request.receipt,
             from_person: None,
+            attachments: request.attachments,
         };
         let letter = Letter {
             to: target.into(),

@@ -16,7 +16,9 @@ use switchboard_proto::call::{
     chosen_moments_ago, chosen_too_far_ahead, clamp_timeout, derive_chain, request_id_of,
     scoped_call_id,
 };
-use switchboard_proto::send::{Target, check_body, check_receipt, check_target, unknown_agent};
+use switchboard_proto::send::{
+    Target, check_attachments, check_body, check_receipt, check_target, unknown_agent,
+};
 use switchboard_proto::{AgentId, ErrorKind, ErrorReply, GoalId, new_id, subject, timestamp};
 use switchboard_request::request::route_by_skill;
 use tokio::sync::mpsc;
@@ -224,6 +226,7 @@ impl Correlator {
         )
         .map_err(CorrelatorError::Gate)?;
         check_receipt(request.receipt, request.from_goal_id).map_err(CorrelatorError::Gate)?;
+        check_attachments(&request.attachments).map_err(CorrelatorError::Gate)?;
         let body = check_body(request.message.as_deref()).map_err(CorrelatorError::Gate)?;
         let (callee, picked) = match target {
             Target::Broadcast => return Err(CorrelatorError::Broadcast),

@@ -322,6 +322,7 @@ impl Correlator {
             metadata,
             receipt: request.receipt,
             from_person: None,
+            attachments: request.attachments.clone(),
         };
         let letter = Letter {
             to: Address::Agent(record.callee.to_string()),

@@ -401,6 +401,28 @@ impl Agent {
         self.options.request_timeout
     }
 
+    /// A request the service may take twice (it carries its own id, or only reads), retried
+    /// and hedged as a send is: the request timeout per attempt, `send_retries` attempts.
+    pub(crate) async fn repeatable<Req, Resp>(
+        &self,
+        subject: &str,
+        body: &Req,
+    ) -> Result<Resp, ClientError>
+    where
+        Req: serde::Serialize + ?Sized,
+        Resp: serde::de::DeserializeOwned,
+    {
+        request_json_retrying(
+            self.nats(),
+            subject,
+            body,
+            self.options.request_timeout,
+            self.options.send_retries,
+        )
+        .await
+        .map_err(ClientError::from)
+    }
+
     /// Open calls this agent made and must answer.
     pub async fn pending_calls(&self) -> Result<PendingCalls, ClientError> {
         request(

@@ -22,7 +22,7 @@
 //! `serve.rs` (the crash-safe handler loop), `replies.rs` (answering calls),
 //! `stream.rs` (streamed calls), `tasks.rs` (task ops and the worker loop), `render.rs` (the
 //! `<peer-message>` block),
-//! `limits.rs` (provider limits: leases),
+//! `limits.rs` (provider limits: leases), `files.rs` (files by reference: upload, download),
 //! `admin.rs` (operator views), `audit.rs` (trail queries), `dlq.rs` (dead letters), `error.rs`.
 
 mod admin;
@@ -31,6 +31,7 @@ mod audit;
 mod budget;
 mod dlq;
 mod error;
+mod files;
 mod goal;
 mod limits;
 mod people;

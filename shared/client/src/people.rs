@@ -14,7 +14,6 @@ use switchboard_proto::people::{
     AskRequest, NoteReport, NoteRequest, Parked, PendingItems, PeopleList, PeopleOp, PersonItem,
 };
 use switchboard_proto::{InboxMessage, MessageKind};
-use switchboard_request::request::request_json_retrying;
 use uuid::Uuid;
 
 use crate::Agent;
@@ -78,15 +77,7 @@ impl Agent {
     {
         // Safe to repeat: asks and approvals carry their id, notes are at worst noted twice
         // only when the first reply was lost, and the rest only read.
-        request_json_retrying(
-            self.nats(),
-            &op.subject(self.id()),
-            body,
-            self.options().request_timeout,
-            self.options().send_retries,
-        )
-        .await
-        .map_err(ClientError::from)
+        self.repeatable(&op.subject(self.id()), body).await
     }
 
     /// Notes a person or a role (`person:alice`, `role:oncall`); nothing waits.

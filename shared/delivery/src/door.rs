@@ -11,7 +11,9 @@
 //!    directory picks it), everyone the sender may reach (bounded), or goals a service chose;
 //! 3. for an agent's message, each peer passes the ACL and the anti-loop rules; a peer
 //!    without a live goal is unreachable;
-//! 4. one copy per goal, each at most [`MAX_INBOX_MESSAGE_BYTES`] with its headers, published
+//! 4. attachments: the one passing them on may read each, and each is as uploaded; every
+//!    peer planned gets a grant to read them ([`crate::files`]);
+//! 5. one copy per goal, each at most [`MAX_INBOX_MESSAGE_BYTES`] with its headers, published
 //!    all at once with room made in a full goal ([`crate::deliver::deliver_all`]); the receipt
 //!    record of a receipted send is written beside the publishes.
 //!
@@ -27,17 +29,17 @@ use futures::future::BoxFuture;
 use switchboard_proto::receipt::ReceiptState;
 use switchboard_proto::send::{DeliveryReport, Target, next_hop, no_live_goals, unknown_agent};
 use switchboard_proto::{
-    AgentCard, AgentId, ErrorKind, ErrorReply, GoalId, INBOX_HEADER_ALLOWANCE, InboxMessage,
-    MAX_INBOX_MESSAGE_BYTES, acl, new_id, subject,
+    AgentCard, AgentId, GoalId, INBOX_HEADER_ALLOWANCE, InboxMessage, MAX_INBOX_MESSAGE_BYTES, acl,
+    new_id, subject,
 };
 use switchboard_request::request::route_by_skill;
 use switchboard_runtime::config::JetStreamConfig;
 use switchboard_runtime::publish::{PublishFailure, Published};
 use switchboard_runtime::resources::{self, ResourceError};
-use switchboard_runtime::store::StoreError;
 use uuid::Uuid;
 
 use crate::deliver::deliver_all;
+use crate::files::Files;
 use crate::receipts;
 use crate::registry_view::{Peer, RegistryView};
 
@@ -127,71 +129,7 @@ pub struct Letter {
     pub message: InboxMessage,
 }
 
-/// Why a delivery failed as a whole (a peer it could not reach is an unreachable reason in
-/// the report instead).
-#[derive(Debug, thiserror::Error)]
-pub enum DoorError {
-    /// The sender is not registered (its card carries the ACL rules a send needs).
-    #[error("agent `{0}` is not registered; register before sending")]
-    SenderNotRegistered(AgentId),
-    /// A message named a `from_goal_id` that is not one of the sender's live goals: a
-    /// message may not claim to come from (and draw answers into) someone else's goal.
-    #[error("from_goal_id {0} is not a live goal of yours")]
-    NotYourGoal(GoalId),
-    /// A broadcast would reach more peers than the cap.
-    #[error("broadcast would reach {peers} peers; the cap is {cap}. Nothing was sent")]
-    BroadcastTooLarge {
-        /// Reachable peers.
-        peers: usize,
-        /// The configured cap.
-        cap: usize,
-    },
-    /// The message with its envelope is larger than the inbox stream accepts.
-    #[error("the message with its parts and metadata is {size} bytes; the limit is {limit} bytes")]
-    EnvelopeTooLarge {
-        /// Encoded size.
-        size: usize,
-        /// The limit.
-        limit: usize,
-    },
-    /// Encoding the inbox message failed (a bug).
-    #[error("encoding the inbox message: {0}")]
-    Encode(String),
-    /// Every goal of the one agent it was for is full and refuses new messages
-    /// (`overflow: refuse`): nothing was stored.
-    #[error("`{agent}`'s inbox is full and refuses new messages (nothing was stored); retry later")]
-    InboxFull {
-        /// The receiving agent.
-        agent: AgentId,
-    },
-    /// Reading the registry failed.
-    #[error(transparent)]
-    Store(#[from] StoreError),
-}
-
-impl DoorError {
-    /// The stable kind callers match on.
-    pub fn kind(&self) -> ErrorKind {
-        match self {
-            Self::SenderNotRegistered(_) => ErrorKind::NotRegistered,
-            Self::NotYourGoal(_) => ErrorKind::InvalidGoalId,
-            Self::BroadcastTooLarge { .. } => ErrorKind::BroadcastTooLarge,
-            Self::EnvelopeTooLarge { .. } => ErrorKind::BodyTooLarge,
-            Self::Encode(_) => ErrorKind::Internal,
-            Self::InboxFull { .. } => ErrorKind::InboxFull,
-            Self::Store(store) => store.kind(),
-        }
-    }
-}
-
-impl From<DoorError> for ErrorReply {
-    fn from(err: DoorError) -> Self {
-        match err {
-            DoorError::Store(store) => store.into(),
-            err => ErrorReply::new(err.kind(), err.to_string()),
-        }
-    }
-}
+pub use crate::error::DoorError;
 
 /// The door: the registry view that resolves addresses, the publisher, and the receipt
 /// records. Cheap to clone; run [`RegistryView::watch`] on the view while it is used.
@@ -202,6 +140,7 @@ pub struct Door {
     js: jetstream::Context,
     receipts: kv::Store,
     broadcast_cap: usize,
+    files: Option<Files>,
 }
 
 impl std::fmt::Debug for Door {
@@ -236,7 +175,15 @@ impl Door {
             js,
             receipts,
             broadcast_cap,
+            files: None,
         }
+    }
+
+    /// The same door taking attachments: it checks them and grants their readers through
+    /// `files` (a door without refuses every attachment as not found).
+    pub fn with_files(mut self, files: Files) -> Self {
+        self.files = Some(files);
+        self
     }
 
     /// Applies what a door reads and writes — the inbox stream, the registry and goal buckets,
@@ -252,13 +199,18 @@ impl Door {
         let agents = resources::ensure_bucket(js, resources::registry_bucket(settings)).await?;
         let goals = resources::ensure_bucket(js, resources::goals_bucket(settings)).await?;
         let receipts = resources::ensure_bucket(js, resources::receipts_bucket(settings)).await?;
+        let files = resources::ensure_bucket(js, resources::files_index_bucket(settings)).await?;
         Ok(Self::new(
             RegistryView::new(js.clone(), agents, goals),
             Arc::new(JetStreamPublisher(js.clone())),
             js.clone(),
             receipts,
             broadcast_cap,
-        ))
+        )
+        .with_files(Files::new(
+            files,
+            std::time::Duration::from_secs(settings.files_retention_secs),
+        )))
     }
 
     /// The registry view the door resolves through (it answers goal ownership without a read).
@@ -275,6 +227,12 @@ impl Door {
         letter: Letter,
     ) -> Result<DeliveryReport, DoorError> {
         let sender = self.check_sender(origin, letter.from_goal).await?;
+        let passer = match origin {
+            Origin::Agent(agent) => agent,
+            Origin::Service { .. } => &letter.message.from_agent_id,
+        };
+        let attachments = letter.message.attachments.clone();
+        Files::check_on(self.files.as_ref(), passer, &attachments).await?;
         let mut report = DeliveryReport::default();
         let planned: Vec<Planned> = match (&letter.to, origin) {
             // A service's word goes where the service says, registered or not (a task's
@@ -296,6 +254,9 @@ impl Door {
         if planned.is_empty() {
             return Ok(report);
         }
+        // Before the copies: a reader may read what it is handed at once.
+        let readers: Vec<AgentId> = planned.iter().map(|plan| plan.to.clone()).collect();
+        Files::grant_on(self.files.as_ref(), passer, &attachments, &readers).await?;
         let message_id = letter.message.id.unwrap_or_else(new_id);
         report.message_id = Some(message_id);
         let one_peer = (planned.len() == 1).then(|| planned[0].to.clone());

@@ -8,6 +8,9 @@
 //!   the `kind: receipt` messages owed to senders;
 //! - [`room`]: how room is made (purge read messages, evict the oldest unread with a notice to
 //!   its sender, or refuse under `overflow: refuse`);
+//! - [`error`]: why a delivery failed, and its stable kind;
+//! - [`files`]: attachments at the door: who may pass a file on, and the grants of its
+//!   readers;
 //! - [`holders`]: who holds a full goal, remembered for a moment so a goal nobody reads is
 //!   not read again for every send into it;
 //! - [`receipts`]: the receipt records in KV `agent_receipts`;
@@ -19,6 +22,8 @@
 
 pub mod deliver;
 pub mod door;
+pub mod error;
+pub mod files;
 pub mod holders;
 pub mod receipts;
 pub mod registry_view;

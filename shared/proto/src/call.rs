@@ -70,6 +70,9 @@ pub struct CallRequest {
     /// a parent call with a budget draws from it without this.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<crate::budget::BudgetAsk>,
+    /// Files the request carries by reference (docs/protocol.md §17), as on a send.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attachments: Vec<crate::files::Attachment>,
 }
 
 /// Reply to a parked call.

@@ -115,6 +115,11 @@ pub fn agent_endpoints() -> Vec<AgentEndpoint> {
         };
         AgentEndpoint::by_caller(op.prefix(), within + ANSWER_WITHIN_MS)
     }));
+    // A read answers with its chunks, then its end.
+    all.extend(crate::files::FilesOp::ALL.iter().map(|op| AgentEndpoint {
+        streamed: *op == crate::files::FilesOp::Read,
+        ..AgentEndpoint::by_caller(op.prefix(), ANSWER_WITHIN_MS)
+    }));
     all.extend(
         crate::budget::BudgetOp::ALL
             .iter()

@@ -94,6 +94,12 @@ pub enum ErrorKind {
     Limited,
     /// The budget the work draws on has nothing left to grant (docs/protocol.md §16).
     BudgetExhausted,
+    /// A file is larger than the files service takes (`max_file_bytes`, docs/protocol.md §17).
+    FileTooLarge,
+    /// An upload would take the agent past its storage quota; nothing was stored.
+    QuotaExceeded,
+    /// A file's bytes do not hash to its declared SHA-256; the upload was removed.
+    DigestMismatch,
     /// A kind this client version does not know yet.
     #[serde(other)]
     Unknown,
@@ -131,6 +137,8 @@ impl ErrorKind {
             | Self::ActionMismatch => 409,
             Self::Limited => 429,
             Self::BudgetExhausted => 402,
+            Self::FileTooLarge | Self::QuotaExceeded => 413,
+            Self::DigestMismatch => 422,
         }
     }
 
@@ -193,6 +201,9 @@ impl ErrorKind {
             Self::ActionMismatch => "action_mismatch",
             Self::Limited => "limited",
             Self::BudgetExhausted => "budget_exhausted",
+            Self::FileTooLarge => "file_too_large",
+            Self::QuotaExceeded => "quota_exceeded",
+            Self::DigestMismatch => "digest_mismatch",
             Self::Unknown => "unknown",
         }
     }
@@ -304,6 +315,9 @@ mod tests {
             ErrorKind::InboxFull,
             ErrorKind::Limited,
             ErrorKind::BudgetExhausted,
+            ErrorKind::FileTooLarge,
+            ErrorKind::QuotaExceeded,
+            ErrorKind::DigestMismatch,
         ] {
             assert_eq!(serde_json::to_value(kind).unwrap(), json!(kind.as_str()));
         }

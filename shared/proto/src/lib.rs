@@ -21,6 +21,7 @@
 //! - [`task`]: the task state machine (who may do what, legal transitions).
 //! - [`receipt`]: delivered/read receipts, their KV record and the status request.
 //! - [`people`]: persons and roles as parties, notes, asks, and the person-side operations.
+//! - [`files`]: files by reference: attachments, uploads in chunks, reads, grants.
 //! - [`limits`]: provider limits the fleet shares: leases, their specs, the operator's ops.
 //! - [`approval`]: approvals bound to an exact action (RFC 8785 hash, strict parse, single use).
 //! - [`audit`]: audit records, refusal events and the audit queries.
@@ -33,6 +34,7 @@ pub mod budget;
 pub mod call;
 pub mod endpoint;
 pub mod error;
+pub mod files;
 pub mod ids;
 pub mod inbox;
 pub mod limits;

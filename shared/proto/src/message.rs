@@ -67,6 +67,10 @@ pub struct InboxMessage {
     /// service (`from_agent_id` is then `people`): show this as the sender.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub from_person: Option<String>,
+    /// Files the message carries by reference (docs/protocol.md §17): the receiver may read
+    /// each through `agent.files.read` from the moment the message is delivered.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attachments: Vec<crate::files::Attachment>,
 }
 
 impl InboxMessage {
@@ -91,6 +95,7 @@ impl InboxMessage {
             metadata: Map::new(),
             receipt: None,
             from_person: None,
+            attachments: Vec::new(),
         }
     }
 }

@@ -194,6 +194,17 @@ pub const LIMITS_SERVICE: &str = "limits";
 /// KV bucket of the limits service: `spec.<h>` (a declared limit) and `state.<h>` (its leases,
 /// waiting acquires and rate buckets), `<h>` the first 32 hex digits of the key's SHA-256.
 pub const LIMITS_BUCKET: &str = "agent_limits";
+/// NATS micro service name (and queue group) of the files service (docs/protocol.md §17).
+pub const FILES_SERVICE: &str = "files";
+/// The JetStream Object Store bucket holding every file's bytes, once (stream
+/// [`FILES_STREAM`]).
+pub const FILES_BUCKET: &str = "agent_files";
+/// The stream of the Object Store bucket [`FILES_BUCKET`] (`$O.agent_files.C.>` chunks,
+/// `$O.agent_files.M.>` object info).
+pub const FILES_STREAM: &str = "OBJ_agent_files";
+/// KV bucket of the files' records (`file.<id>`), grants (`grant.<id>.<agent_id>`) and quotas
+/// (`quota.<agent_id>`): written by the files service, grants by the door at delivery.
+pub const FILES_INDEX_BUCKET: &str = "agent_files_index";
 /// The reserved agent id the people service writes answers and notices as: no agent may
 /// register it (`nats-config` refuses it in `agents.toml`; the directory refuses it too).
 pub const PEOPLE_AGENT: &str = "people";

@@ -25,6 +25,10 @@ use crate::call::{
     CallAnswer, CallEvent, CallParked, CallPart, CallParts, CallPartsRequest, PendingCalls,
     ReplyAck, ReplyRequest,
 };
+use crate::files::{
+    Attachment, ChunkReply, DeleteReply, FileQuery, FileView, ReadEnd, ReadRequest, RevokeReply,
+    RevokeRequest, UploadReply, UploadRequest,
+};
 use crate::inbox::{AckReply, AckRequest, FetchReply, FetchRequest};
 use crate::limits::{
     AcquireRequest, Lease, LimitList, LimitQuery, LimitSpec, LimitView, ReleaseRequest, Released,
@@ -112,6 +116,17 @@ pub fn schemas() -> Vec<(&'static str, Value)> {
         LimitQuery,
         LimitSpec,
         LimitView,
+        Attachment,
+        UploadRequest,
+        UploadReply,
+        ChunkReply,
+        ReadRequest,
+        ReadEnd,
+        FileQuery,
+        FileView,
+        RevokeRequest,
+        RevokeReply,
+        DeleteReply,
         ListTasks,
         LookupReply,
         LookupRequest,
@@ -449,6 +464,48 @@ pub const SUBJECTS: &[Subject] = &[
         summary: "A limit, what is in use, and the caller's own leases (§15).",
         message: "LimitQuery",
         replies: &["LimitView"],
+    },
+    Subject {
+        id: "filesUpload",
+        address: "agent.files.upload.{agent_id}",
+        summary: "Declare an upload: name, media type, size and SHA-256; quota and size are checked before any data moves (§17).",
+        message: "UploadRequest",
+        replies: &["UploadReply"],
+    },
+    Subject {
+        id: "filesChunk",
+        address: "agent.files.chunk.{agent_id}",
+        summary: "One chunk of an upload, in order: the body is the bytes (128 KiB, the last one the rest), the headers Switchboard-File-Id and Switchboard-File-Offset (§17).",
+        message: "Empty",
+        replies: &["ChunkReply"],
+    },
+    Subject {
+        id: "filesRead",
+        address: "agent.files.read.{agent_id}",
+        summary: "Read a file the caller uploaded or was delivered: up to 8 chunk messages (bytes, Switchboard-File-Offset and Switchboard-Chunk-Seq headers), then a ReadEnd (§17).",
+        message: "ReadRequest",
+        replies: &["ReadEnd"],
+    },
+    Subject {
+        id: "filesStat",
+        address: "agent.files.stat.{agent_id}",
+        summary: "What a file is, and how far its upload got (§17).",
+        message: "FileQuery",
+        replies: &["FileView"],
+    },
+    Subject {
+        id: "filesRevoke",
+        address: "agent.files.revoke.{agent_id}",
+        summary: "The uploader takes back one reader of a file, or every one (§17).",
+        message: "RevokeRequest",
+        replies: &["RevokeReply"],
+    },
+    Subject {
+        id: "filesDelete",
+        address: "agent.files.delete.{agent_id}",
+        summary: "The uploader deletes a file now (§17).",
+        message: "FileQuery",
+        replies: &["DeleteReply"],
     },
     Subject {
         id: "auditThread",

@@ -71,6 +71,11 @@ pub struct SendRequest {
     /// (delivered, then read). See [`crate::receipt`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub receipt: Option<ReceiptLevel>,
+    /// Files to carry by reference (at most 16), each as `agent.files` returned it: the
+    /// sender must be its uploader or have been delivered it, and every field must match the
+    /// file (docs/protocol.md §17).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attachments: Vec<crate::files::Attachment>,
 }
 
 /// Reply to a send: which goals got the message, and why others did not.
@@ -129,6 +134,7 @@ pub fn check_gates<'a>(
         ));
     }
     check_receipt(request.receipt, request.from_goal_id)?;
+    check_attachments(&request.attachments)?;
     Ok((target, check_body(request.message.as_deref())?))
 }
 
@@ -264,6 +270,13 @@ pub fn check_content_fits(
         ));
     }
     Ok(())
+}
+
+/// The form of a message's attachments (at most 16, each name, media type and digest well
+/// formed): `bad_request`. Whether the sender may pass each on is the door's check.
+pub fn check_attachments(attachments: &[crate::files::Attachment]) -> Result<(), ErrorReply> {
+    crate::files::check_attachments(attachments)
+        .map_err(|err| ErrorReply::new(ErrorKind::BadRequest, format!("attachments: {err}")))
 }
 
 /// Gate 5's reason.

@@ -284,6 +284,15 @@ pub use crate::budget::{BUDGET_EVENTS_PREFIX, BUDGET_PREFIX};
 /// Prefix of people events: `agent.people.events.<event>.<item_id>`
 /// ([`crate::people::PeopleEventKind::subject`]).
 pub const PEOPLE_EVENTS_PREFIX: &str = "agent.people.events";
+pub use crate::files::FILES_PREFIX;
+/// Prefix of files events: `agent.files.events.<kind>.<file_id>` (`uploaded`, `read`,
+/// `deleted`), stored in `AGENT_EVENTS` for the audit.
+pub const FILES_EVENTS_PREFIX: &str = "agent.files.events";
+
+/// `agent.files.events.<kind>.<file_id>`.
+pub fn files_event(kind: &str, file: &Uuid) -> String {
+    format!("{FILES_EVENTS_PREFIX}.{kind}.{file}")
+}
 
 /// Prefix of the operator endpoints (services, the console and the operator CLI only; agents
 /// get a permission violation): `_SB.ops.<service>.<op>`.

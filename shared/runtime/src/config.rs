@@ -552,6 +552,10 @@ pub struct JetStreamConfig {
     pub audit_max_age_secs: u64,
     /// Most bytes the audit trail keeps, oldest dropped first (0 = no limit).
     pub audit_max_bytes: u64,
+    /// How long a file stays readable after its upload, and after each delivery of a message
+    /// carrying it, in seconds (docs/protocol.md §17): the files service keeps a file until
+    /// then, the door grants its readers that long.
+    pub files_retention_secs: u64,
 }
 
 impl Default for JetStreamConfig {
@@ -566,6 +570,7 @@ impl Default for JetStreamConfig {
             people_max_age_secs: 30 * 24 * 3600,
             audit_max_age_secs: 90 * 24 * 3600,
             audit_max_bytes: 0,
+            files_retention_secs: 7 * 24 * 3600,
         }
     }
 }

@@ -158,6 +158,7 @@ pub fn events_stream(config: &JetStreamConfig) -> stream::Config {
             subject::below(subject::REFUSALS_PREFIX),
             subject::below(subject::PEOPLE_EVENTS_PREFIX),
             subject::below(subject::BUDGET_EVENTS_PREFIX),
+            subject::below(subject::FILES_EVENTS_PREFIX),
         ],
         duplicate_window: Duration::from_secs(config.duplicate_window_secs),
         max_age: Duration::from_secs(config.events_max_age_secs),
@@ -277,6 +278,42 @@ pub fn limits_bucket(config: &JetStreamConfig) -> kv::Config {
     kv::Config {
         bucket: switchboard_proto::LIMITS_BUCKET.to_owned(),
         description: "Switchboard provider limits and their leases".to_owned(),
+        history: 1,
+        num_replicas: config.replicas,
+        storage: stream::StorageType::File,
+        ..Default::default()
+    }
+}
+
+/// `OBJ_agent_files`: the Object Store bucket `agent_files` holding every file's bytes once
+/// (docs/protocol.md §17), configured as the Object Store makes it (chunks on
+/// `$O.agent_files.C.<nuid>`, object info on `$O.agent_files.M.<name>`, roll-ups, direct
+/// gets) so any NATS tool reads a finished file. Nothing ages out here: the files service
+/// removes a file when its time runs out.
+pub fn files_object_stream(config: &JetStreamConfig) -> stream::Config {
+    stream::Config {
+        name: switchboard_proto::FILES_STREAM.to_owned(),
+        description: Some("Switchboard files (Object Store bucket agent_files)".to_owned()),
+        subjects: vec![
+            format!("$O.{}.C.>", switchboard_proto::FILES_BUCKET),
+            format!("$O.{}.M.>", switchboard_proto::FILES_BUCKET),
+        ],
+        duplicate_window: Duration::from_secs(config.duplicate_window_secs),
+        num_replicas: config.replicas,
+        storage: stream::StorageType::File,
+        discard: stream::DiscardPolicy::New,
+        allow_rollup: true,
+        allow_direct: true,
+        ..Default::default()
+    }
+}
+
+/// `agent_files_index`: the files' records, grants and quotas (docs/protocol.md §17). Nothing
+/// ages out: the files service removes a file's keys with the file.
+pub fn files_index_bucket(config: &JetStreamConfig) -> kv::Config {
+    kv::Config {
+        bucket: switchboard_proto::FILES_INDEX_BUCKET.to_owned(),
+        description: "Switchboard files: records, grants, quotas".to_owned(),
         history: 1,
         num_replicas: config.replicas,
         storage: stream::StorageType::File,

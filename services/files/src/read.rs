@@ -1,0 +1,136 @@
+//! Reading (docs/protocol.md §17, "Downloading"): a read answers with up to eight chunks, each
+//! a message of its own to the reader's reply inbox with its offset and stream sequence in
+//! headers, then a [`ReadEnd`]. The reader goes on from the last chunk's sequence
+//! (`after_seq`): one batched direct get, no search. Without it (a reader resuming from an
+//! offset alone) the chunk is found by a binary search over the file's stream sequences,
+//! at most a few dozen direct gets for any size.
+
+use async_nats::{HeaderMap, Subject};
+use switchboard_proto::AgentId;
+use switchboard_proto::files::{
+    FILE_CHUNK_BYTES, FileRecord, HEADER_CHUNK_SEQ, HEADER_FILE_OFFSET, READ_CHUNKS_MAX, ReadEnd,
+    ReadRequest,
+};
+
+use crate::error::FilesError;
+use crate::service::Files;
+use crate::store::StoredChunk;
+
+/// Chunks a read answers with when it does not say.
+const READ_CHUNKS_DEFAULT: u32 = 4;
+
+impl Files {
+    /// `agent.files.read`: chunks from `offset` to `reply`, then where the next read starts.
+    pub async fn read(
+        &self,
+        caller: &AgentId,
+        request: ReadRequest,
+        reply: Option<Subject>,
+    ) -> Result<ReadEnd, FilesError> {
+        let record = self.readable(caller, &request.file_id).await?;
+        let size = record.attachment.size;
+        let offset = request.offset;
+        if offset > size || !offset.is_multiple_of(FILE_CHUNK_BYTES as u64) {
+            return Err(FilesError::BadRequest(format!(
+                "offset must be a multiple of {FILE_CHUNK_BYTES} up to the size {size}"
+            )));
+        }
+        let max = request
+            .chunks
+            .unwrap_or(READ_CHUNKS_DEFAULT)
+            .clamp(1, READ_CHUNKS_MAX);
+        if offset == size {
+            return Ok(ReadEnd {
+                next_offset: size,
+                after_seq: request.after_seq,
+                chunks: 0,
+                size,
+                eof: true,
+            });
+        }
+        let Some(reply) = reply else {
+            return Err(FilesError::BadRequest(
+                "a read is a request: it needs a reply inbox".to_owned(),
+            ));
+        };
+        let mut chunks = match request.after_seq {
+            Some(after) => self.store.chunks_from(&record.nuid, after + 1, max).await?,
+            None => Vec::new(),
+        };
+        if chunks.first().map(|chunk| chunk.offset) != Some(offset) {
+            chunks = self.find(&record, offset, max).await?;
+        }
+        let mut next_offset = offset;
+        let mut after_seq = request.after_seq;
+        let mut sent = 0;
+        let client = self.store.js().client();
+        for chunk in chunks {
+            // Only the chunks that follow on from the offset (a copy never stored twice, but
+            // a wrong `after_seq` must not hand out another part of the file as this one).
+            if chunk.offset != next_offset {
+                break;
+            }
+            let mut headers = HeaderMap::new();
+            headers.insert(HEADER_FILE_OFFSET, chunk.offset.to_string().as_str());
+            headers.insert(HEADER_CHUNK_SEQ, chunk.seq.to_string().as_str());
+            next_offset = chunk.offset + chunk.payload.len() as u64;
+            after_seq = Some(chunk.seq);
+            client
+                .publish_with_headers(reply.clone(), headers, chunk.payload)
+                .await
+                .map_err(|err| FilesError::store("sending a chunk", err))?;
+            sent += 1;
+        }
+        if sent == 0 {
+            return Err(FilesError::Store(format!(
+                "the chunk at {offset} of {} is missing from the store",
+                request.file_id
+            )));
+        }
+        if offset == 0 {
+            self.event("read", &record, caller).await;
+        }
+        Ok(ReadEnd {
+            next_offset,
+            after_seq,
+            chunks: sent,
+            size,
+            eof: next_offset >= size,
+        })
+    }
+
+    /// Up to `max` chunks from the one at `offset`, found by a binary search between the
+    /// file's first and last chunk sequences (chunks are stored in order).
+    async fn find(
+        &self,
+        record: &FileRecord,
+        offset: u64,
+        max: u32,
+    ) -> Result<Vec<StoredChunk>, FilesError> {
+        let missing = || {
+            FilesError::Store(format!(
+                "the chunks of {} are missing",
+                record.attachment.file_ref
+            ))
+        };
+        let (mut low, mut high) = record.chunk_seqs.ok_or_else(missing)?;
+        while low <= high {
+            let middle = low + (high - low) / 2;
+            let probe = self.store.chunks_from(&record.nuid, middle, 1).await?;
+            let Some(chunk) = probe.first() else {
+                return Err(missing());
+            };
+            if chunk.offset == offset {
+                return self.store.chunks_from(&record.nuid, chunk.seq, max).await;
+            }
+            if chunk.offset < offset {
+                low = chunk.seq + 1;
+            } else if middle == 0 {
+                break;
+            } else {
+                high = middle - 1;
+            }
+        }
+        Err(missing())
+    }
+}

@@ -1,0 +1,358 @@
+//! Uploading (docs/protocol.md §17, "Uploading"): an upload is declared with its size and
+//! digest (quota and size checked before any data moves), then its chunks come in order, each
+//! a request of its own, to whichever replica. The stored chunks are the upload's progress:
+//! the last one names where the next starts and carries the digest's state, and each is
+//! stored only right after the one before (`Nats-Expected-Last-Subject-Sequence`), so two
+//! replicas never both append. A replica remembers the uploads it saw last to skip reading
+//! the last chunk back. The last chunk's digest is checked before it is stored; the Object
+//! Store's info is written, and the file is complete.
+
+use async_nats::Message;
+use switchboard_proto::files::{
+    Attachment, ChunkReply, FILE_CHUNK_BYTES, FileRecord, FileState, HEADER_FILE_ID,
+    HEADER_FILE_OFFSET, UploadReply, UploadRequest, check_media_type, check_name, check_sha256,
+    scoped_file_id,
+};
+use switchboard_proto::{AgentId, new_id};
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+use crate::digest::{Running, hex};
+use crate::error::FilesError;
+use crate::service::{Files, Progress};
+
+impl Files {
+    /// `agent.files.upload`: declares an upload; its bytes count against the caller's quota
+    /// from now on. An empty file is complete at once.
+    pub async fn upload(
+        &self,
+        caller: &AgentId,
+        request: UploadRequest,
+    ) -> Result<UploadReply, FilesError> {
+        let bad =
+            |err: switchboard_proto::files::FileFieldError| FilesError::BadRequest(err.to_string());
+        check_name(&request.name).map_err(bad)?;
+        check_media_type(&request.media_type).map_err(bad)?;
+        let sha256 = check_sha256(&request.sha256).map_err(bad)?;
+        if request.size > self.config.max_file_bytes {
+            return Err(FilesError::TooLarge {
+                size: request.size,
+                max: self.config.max_file_bytes,
+            });
+        }
+        if request.size == 0 {
+            let empty = hex(&Running::default().finish(&[]));
+            if empty != sha256 {
+                return Err(FilesError::DigestMismatch {
+                    declared: sha256,
+                    actual: empty,
+                });
+            }
+        }
+        let file_id = match request.upload_id {
+            Some(upload_id) => scoped_file_id(caller, upload_id),
+            None => new_id(),
+        };
+        if let Some((existing, _)) = self.store.record(&file_id).await? {
+            // The same upload again (a retry, a hedged copy): where it stands.
+            return self
+                .again(
+                    caller,
+                    existing,
+                    &request.name,
+                    &request.media_type,
+                    request.size,
+                    &sha256,
+                )
+                .await;
+        }
+        self.store
+            .reserve(caller, request.size, self.config.quota_bytes)
+            .await?;
+        let now = OffsetDateTime::now_utc();
+        let mut record = FileRecord {
+            attachment: Attachment {
+                name: request.name,
+                media_type: request.media_type,
+                size: request.size,
+                sha256,
+                file_ref: file_id,
+            },
+            owner: caller.clone(),
+            state: FileState::Uploading,
+            nuid: file_id.simple().to_string(),
+            created_at: now,
+            expires_at: now + self.idle(),
+            chunk_seqs: None,
+        };
+        if request.size == 0 {
+            record.state = FileState::Complete;
+            record.expires_at = now + self.retention();
+            self.store.put_object_info(&record, 0).await?;
+        }
+        if let Err(err) = self.store.create_record(&record).await {
+            self.store.release(caller, record.attachment.size).await?;
+            // A copy of this request made it first: answer as it did.
+            if let Some((existing, _)) = self.store.record(&file_id).await? {
+                let attachment = record.attachment;
+                return self
+                    .again(
+                        caller,
+                        existing,
+                        &attachment.name,
+                        &attachment.media_type,
+                        attachment.size,
+                        &attachment.sha256,
+                    )
+                    .await;
+            }
+            return Err(err);
+        }
+        if record.state == FileState::Complete {
+            self.event("uploaded", &record, caller).await;
+        }
+        Ok(UploadReply {
+            file_id,
+            chunk_bytes: FILE_CHUNK_BYTES,
+            received: 0,
+            idle_ms: self.config.upload_idle_secs * 1000,
+        })
+    }
+
+    /// An upload declared again: the same one answers where it stands; anything else under
+    /// its id is `conflict`.
+    async fn again(
+        &self,
+        caller: &AgentId,
+        existing: FileRecord,
+        name: &str,
+        media_type: &str,
+        size: u64,
+        sha256: &str,
+    ) -> Result<UploadReply, FilesError> {
+        let declared = &existing.attachment;
+        if existing.owner != *caller
+            || declared.name != name
+            || declared.media_type != media_type
+            || declared.size != size
+            || declared.sha256 != sha256
+        {
+            return Err(FilesError::Conflict(
+                "this upload_id names another upload of yours; choose a fresh one".to_owned(),
+            ));
+        }
+        let received = match existing.state {
+            FileState::Complete => size,
+            FileState::Uploading => self.progress(&existing).await?.received,
+        };
+        Ok(UploadReply {
+            file_id: declared.file_ref,
+            chunk_bytes: FILE_CHUNK_BYTES,
+            received,
+            idle_ms: self.config.upload_idle_secs * 1000,
+        })
+    }
+
+    /// `agent.files.chunk`: one chunk, the bytes in the body, the file and the offset in the
+    /// headers. A repeat of a stored chunk is answered as it was; one out of order is
+    /// `conflict`, naming the offset the upload goes on from.
+    pub async fn chunk(
+        &self,
+        caller: &AgentId,
+        message: &Message,
+    ) -> Result<ChunkReply, FilesError> {
+        let (file, offset) = chunk_headers(message)?;
+        let payload = message.payload.clone();
+        let Some((record, revision)) = self.store.record(&file).await? else {
+            return Err(FilesError::NotFound(file));
+        };
+        if record.owner != *caller {
+            return Err(FilesError::NotFound(file));
+        }
+        let size = record.attachment.size;
+        if record.state == FileState::Complete {
+            // A repeat of the last chunk, whose reply was lost.
+            return Ok(ChunkReply {
+                received: size,
+                attachment: Some(record.attachment),
+            });
+        }
+        let end = offset
+            .checked_add(payload.len() as u64)
+            .filter(|end| *end <= size)
+            .ok_or_else(|| {
+                FilesError::BadRequest(format!(
+                    "the chunk at {offset} of {} bytes ends past the declared size {size}",
+                    payload.len()
+                ))
+            })?;
+        let last = end == size;
+        if payload.is_empty() || (!last && payload.len() != FILE_CHUNK_BYTES) {
+            return Err(FilesError::BadRequest(format!(
+                "every chunk but the last is {FILE_CHUNK_BYTES} bytes, the last one the rest (at least 1)"
+            )));
+        }
+        let progress = self.progress(&record).await?;
+        if offset < progress.received && end <= progress.received {
+            return Ok(ChunkReply {
+                received: progress.received,
+                attachment: None,
+            });
+        }
+        if offset != progress.received {
+            return Err(FilesError::OutOfOrder {
+                expected: progress.received,
+                got: offset,
+            });
+        }
+        let mut digest = progress.digest.clone();
+        let state = match last {
+            true => {
+                let actual = hex(&digest.clone().finish(&payload));
+                if actual != record.attachment.sha256 {
+                    self.abort(&record, revision).await;
+                    return Err(FilesError::DigestMismatch {
+                        declared: record.attachment.sha256.clone(),
+                        actual,
+                    });
+                }
+                String::new()
+            }
+            false => {
+                digest.update(&payload);
+                digest.to_header()
+            }
+        };
+        let stored = self
+            .store
+            .put_chunk(&file, &record.nuid, offset, payload, &state, progress.seq)
+            .await?;
+        let Some(seq) = stored else {
+            // Another copy of this chunk, or another chunk, was stored first: read where the
+            // upload stands.
+            self.forget(&file);
+            let now = self.progress(&record).await?;
+            return match now.received >= end {
+                true => Ok(ChunkReply {
+                    received: now.received,
+                    attachment: None,
+                }),
+                false => Err(FilesError::OutOfOrder {
+                    expected: now.received,
+                    got: offset,
+                }),
+            };
+        };
+        if !last {
+            self.remember(
+                file,
+                Progress {
+                    seq,
+                    received: end,
+                    digest,
+                },
+            );
+            return Ok(ChunkReply {
+                received: end,
+                attachment: None,
+            });
+        }
+        self.forget(&file);
+        let attachment = self.complete(record, revision, seq).await?;
+        Ok(ChunkReply {
+            received: size,
+            attachment: Some(attachment),
+        })
+    }
+
+    /// Where an upload stands: this replica's memory of it, or its last stored chunk.
+    async fn progress(&self, record: &FileRecord) -> Result<Progress, FilesError> {
+        let file = record.attachment.file_ref;
+        if let Some(progress) = self.remembered(&file) {
+            return Ok(progress);
+        }
+        let Some(last) = self.store.last_chunk(&record.nuid).await? else {
+            return Ok(Progress {
+                seq: 0,
+                received: 0,
+                digest: Running::default(),
+            });
+        };
+        let digest = Running::from_header(&last.digest_state, last.received).ok_or_else(|| {
+            FilesError::Store(format!("the last chunk of {file} carries no digest state"))
+        })?;
+        Ok(Progress {
+            seq: last.seq,
+            received: last.received,
+            digest,
+        })
+    }
+
+    /// The last chunk is stored: the Object Store's info, then the record says complete.
+    async fn complete(
+        &self,
+        mut record: FileRecord,
+        revision: u64,
+        last_seq: u64,
+    ) -> Result<Attachment, FilesError> {
+        let first_seq = self
+            .store
+            .chunks_from(&record.nuid, 1, 1)
+            .await?
+            .first()
+            .map_or(last_seq, |chunk| chunk.seq);
+        let chunks = record.attachment.size.div_ceil(FILE_CHUNK_BYTES as u64);
+        self.store
+            .put_object_info(&record, usize::try_from(chunks).unwrap_or(usize::MAX))
+            .await?;
+        record.state = FileState::Complete;
+        record.expires_at = OffsetDateTime::now_utc() + self.retention();
+        record.chunk_seqs = Some((first_seq, last_seq));
+        if !self.store.update_record(&record, revision).await? {
+            // Completed by a copy of this chunk at another replica meanwhile, or removed.
+            return match self.store.record(&record.attachment.file_ref).await? {
+                Some((now, _)) if now.state == FileState::Complete => Ok(now.attachment),
+                _ => Err(FilesError::NotFound(record.attachment.file_ref)),
+            };
+        }
+        self.event("uploaded", &record, &record.owner).await;
+        Ok(record.attachment)
+    }
+
+    /// Gives an upload up: its chunks, its record and its bytes of the quota.
+    pub(crate) async fn abort(&self, record: &FileRecord, revision: u64) {
+        let file = record.attachment.file_ref;
+        self.forget(&file);
+        let removed = async {
+            self.store.purge_object(&file, &record.nuid).await?;
+            if self.store.remove_record(&file, revision).await? {
+                self.store
+                    .release(&record.owner, record.attachment.size)
+                    .await?;
+            }
+            Ok::<(), FilesError>(())
+        };
+        if let Err(err) = removed.await {
+            tracing::warn!(%file, error = %err, "removing an upload failed; the sweeper retries");
+        }
+    }
+}
+
+/// A chunk's file id and offset, from its headers.
+fn chunk_headers(message: &Message) -> Result<(Uuid, u64), FilesError> {
+    let missing = || {
+        FilesError::BadRequest(format!(
+            "a chunk carries the headers {HEADER_FILE_ID} (the file id) and {HEADER_FILE_OFFSET} (where its bytes start)"
+        ))
+    };
+    let headers = message.headers.as_ref().ok_or_else(missing)?;
+    let file = headers
+        .get(HEADER_FILE_ID)
+        .and_then(|value| Uuid::try_parse(value.as_str()).ok())
+        .ok_or_else(missing)?;
+    let offset = headers
+        .get(HEADER_FILE_OFFSET)
+        .and_then(|value| value.as_str().parse::<u64>().ok())
+        .ok_or_else(missing)?;
+    Ok((file, offset))
+}
