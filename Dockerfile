@@ -33,7 +33,8 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
     && mkdir -p /out \
     && cp target/release/directory target/release/inbox-fanout target/release/reply-correlator \
        target/release/task-lifecycle target/release/audit target/release/a2a-gateway \
-       target/release/people target/release/limits target/release/console \
+       target/release/people target/release/limits target/release/files \
+       target/release/console \
        target/release/switchboard /out/
 
 # ---- run -----------------------------------------------------------------------------------

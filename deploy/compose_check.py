@@ -38,7 +38,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 SERVICES = [
-    "directory", "inbox-fanout", "reply-correlator", "task-lifecycle", "audit", "a2a-gateway", "people", "limits", "console",
+    "directory", "inbox-fanout", "reply-correlator", "task-lifecycle", "audit", "a2a-gateway", "people", "limits", "files", "console",
 ]
 PEOPLE_FILE = "deploy/people.toml"
 DASHBOARD = "deploy/grafana/switchboard-dashboard.json"

@@ -9,10 +9,10 @@
 set -eu
 
 case "${SERVICE:-}" in
-    directory | inbox-fanout | reply-correlator | task-lifecycle | audit | a2a-gateway | people | limits | console) ;;
+    directory | inbox-fanout | reply-correlator | task-lifecycle | audit | a2a-gateway | people | limits | files | console) ;;
     *)
         echo "switchboard image: SERVICE must be one of directory, inbox-fanout," \
-            "reply-correlator, task-lifecycle, audit, a2a-gateway, people, limits, console" \
+            "reply-correlator, task-lifecycle, audit, a2a-gateway, people, limits, files, console" \
             "(got '${SERVICE:-}')" >&2
         exit 64
         ;;

@@ -29,7 +29,7 @@ import helm_python as helm
 import yaml
 
 SERVICES = [
-    "directory", "inbox-fanout", "reply-correlator", "task-lifecycle", "audit", "a2a-gateway", "people", "limits", "console",
+    "directory", "inbox-fanout", "reply-correlator", "task-lifecycle", "audit", "a2a-gateway", "people", "limits", "files", "console",
 ]
 # Where the people and console pods find the people file (a ConfigMap mounted as a directory).
 PEOPLE_DIR = "/etc/switchboard/people"

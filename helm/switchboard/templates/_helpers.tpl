@@ -89,7 +89,7 @@ app.kubernetes.io/component: {{ .service }}
 {{- if or (lt $replicas 1) (gt $replicas 5) }}
 {{- fail (printf "jetstream.replicas must be 1..5, got %d" $replicas) }}
 {{- end }}
-{{- $known := list "directory" "inbox-fanout" "reply-correlator" "task-lifecycle" "audit" "a2a-gateway" "people" "limits" "console" }}
+{{- $known := list "directory" "inbox-fanout" "reply-correlator" "task-lifecycle" "audit" "a2a-gateway" "people" "limits" "files" "console" }}
 {{- range $name, $svc := .Values.services }}
 {{- if not (has $name $known) }}
 {{- fail (printf "services.%s: not a Switchboard service (one of %s)" $name (join ", " $known)) }}
