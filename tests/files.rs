@@ -376,6 +376,7 @@ async fn quota_and_size_are_refused_before_any_data_moves() {
     let agent = fabric.agent("hoarder").await;
     let mut empty = tokio::io::empty();
     let err = agent
+        .files()
         .upload(
             "big.bin",
             "application/octet-stream",

@@ -21,9 +21,13 @@ use crate::store::Store;
 /// forgetting costs one read of the last chunk).
 const REMEMBERED_UPLOADS: usize = 1024;
 
-/// Where an upload stands.
+/// Where an upload stands, and its record (whose fields do not change while it uploads), so
+/// a chunk this replica takes after the last one it took reads nothing back.
 #[derive(Debug, Clone)]
 pub(crate) struct Progress {
+    /// The upload's record and its revision.
+    pub record: FileRecord,
+    pub revision: u64,
     /// The stream sequence of its last chunk (0: none yet).
     pub seq: u64,
     /// Bytes stored.

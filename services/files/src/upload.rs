@@ -143,7 +143,7 @@ impl Files {
         }
         let received = match existing.state {
             FileState::Complete => size,
-            FileState::Uploading => self.progress(&existing).await?.received,
+            FileState::Uploading => self.progress(&existing, 0).await?.received,
         };
         Ok(UploadReply {
             file_id: declared.file_ref,
@@ -163,8 +163,13 @@ impl Files {
     ) -> Result<ChunkReply, FilesError> {
         let (file, offset) = chunk_headers(message)?;
         let payload = message.payload.clone();
-        let Some((record, revision)) = self.store.record(&file).await? else {
-            return Err(FilesError::NotFound(file));
+        let remembered = self.remembered(&file);
+        let (record, revision) = match &remembered {
+            Some(progress) => (progress.record.clone(), progress.revision),
+            None => match self.store.record(&file).await? {
+                Some(found) => found,
+                None => return Err(FilesError::NotFound(file)),
+            },
         };
         if record.owner != *caller {
             return Err(FilesError::NotFound(file));
@@ -192,7 +197,10 @@ impl Files {
                 "every chunk but the last is {FILE_CHUNK_BYTES} bytes, the last one the rest (at least 1)"
             )));
         }
-        let progress = self.progress(&record).await?;
+        let progress = match remembered {
+            Some(progress) => progress,
+            None => self.progress(&record, revision).await?,
+        };
         if offset < progress.received && end <= progress.received {
             return Ok(ChunkReply {
                 received: progress.received,
@@ -231,7 +239,11 @@ impl Files {
             // Another copy of this chunk, or another chunk, was stored first: read where the
             // upload stands.
             self.forget(&file);
-            let now = self.progress(&record).await?;
+            // Removed meanwhile (deleted, given up): gone, not out of order.
+            if self.store.record(&file).await?.is_none() {
+                return Err(FilesError::NotFound(file));
+            }
+            let now = self.progress(&record, revision).await?;
             return match now.received >= end {
                 true => Ok(ChunkReply {
                     received: now.received,
@@ -247,6 +259,8 @@ impl Files {
             self.remember(
                 file,
                 Progress {
+                    record,
+                    revision,
                     seq,
                     received: end,
                     digest,
@@ -265,14 +279,17 @@ impl Files {
         })
     }
 
-    /// Where an upload stands: this replica's memory of it, or its last stored chunk.
-    async fn progress(&self, record: &FileRecord) -> Result<Progress, FilesError> {
+    /// Where an upload stands (its record as read at `revision`): this replica's memory of
+    /// it, or its last stored chunk.
+    async fn progress(&self, record: &FileRecord, revision: u64) -> Result<Progress, FilesError> {
         let file = record.attachment.file_ref;
         if let Some(progress) = self.remembered(&file) {
             return Ok(progress);
         }
         let Some(last) = self.store.last_chunk(&record.nuid).await? else {
             return Ok(Progress {
+                record: record.clone(),
+                revision,
                 seq: 0,
                 received: 0,
                 digest: Running::default(),
@@ -282,6 +299,8 @@ impl Files {
             FilesError::Store(format!("the last chunk of {file} carries no digest state"))
         })?;
         Ok(Progress {
+            record: record.clone(),
+            revision,
             seq: last.seq,
             received: last.received,
             digest,

@@ -44,7 +44,92 @@ const ATTEMPTS: u32 = 6;
 /// How long one chunk's or read's reply may take.
 const CHUNK_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// The files service as one agent uses it: what [`Agent::files`] returns, and what a tool
+/// with only a connection and an agent id (the command line) builds with [`Files::new`].
+#[derive(Debug, Clone)]
+pub struct Files {
+    nats: async_nats::Client,
+    agent: AgentId,
+    timeout: Duration,
+    retries: u32,
+}
+
 impl Agent {
+    /// This agent's handle on the files service (docs/protocol.md §17).
+    pub fn files(&self) -> Files {
+        Files {
+            nats: self.nats().clone(),
+            agent: self.id().clone(),
+            timeout: self.request_timeout(),
+            retries: switchboard_request::request::IDEMPOTENT_RETRIES,
+        }
+    }
+
+    /// [`Files::upload_file`] as this agent.
+    pub async fn upload_file(
+        &self,
+        path: &Path,
+        media_type: &str,
+    ) -> Result<Attachment, ClientError> {
+        self.files().upload_file(path, media_type).await
+    }
+
+    /// [`Files::upload_bytes`] as this agent.
+    pub async fn upload_bytes(
+        &self,
+        name: &str,
+        media_type: &str,
+        bytes: &[u8],
+    ) -> Result<Attachment, ClientError> {
+        self.files().upload_bytes(name, media_type, bytes).await
+    }
+
+    /// [`Files::download`] as this agent.
+    pub async fn download(
+        &self,
+        attachment: &Attachment,
+        out: &mut (impl AsyncWrite + Unpin),
+    ) -> Result<u64, ClientError> {
+        self.files().download(attachment, out).await
+    }
+
+    /// [`Files::read_attachment`] as this agent.
+    pub async fn read_attachment(&self, attachment: &Attachment) -> Result<Vec<u8>, ClientError> {
+        self.files().read_attachment(attachment).await
+    }
+
+    /// [`Files::stat`] as this agent.
+    pub async fn file_stat(&self, file: Uuid) -> Result<FileView, ClientError> {
+        self.files().stat(file).await
+    }
+
+    /// [`Files::revoke`] as this agent.
+    pub async fn file_revoke(
+        &self,
+        file: Uuid,
+        agent: Option<AgentId>,
+    ) -> Result<RevokeReply, ClientError> {
+        self.files().revoke(file, agent).await
+    }
+
+    /// [`Files::delete`] as this agent.
+    pub async fn file_delete(&self, file: Uuid) -> Result<DeleteReply, ClientError> {
+        self.files().delete(file).await
+    }
+}
+
+impl Files {
+    /// The files service as `agent` on `nats` (a connection whose reply inboxes are the
+    /// agent's own, `_INBOX.<agent_id>`: [`crate::agent_connect_options`]).
+    pub fn new(nats: async_nats::Client, agent: AgentId) -> Self {
+        Self {
+            nats,
+            agent,
+            timeout: Duration::from_secs(10),
+            retries: switchboard_request::request::IDEMPOTENT_RETRIES,
+        }
+    }
+
     /// Uploads the file at `path` as `media_type` (its name is the path's last part) and
     /// returns its attachment. A dropped connection or a replica that went away resumes from
     /// where the service stands; the service checks the digest at the end.
@@ -148,7 +233,7 @@ impl Agent {
             }
             if reply.received != offset + want as u64 {
                 return Err(ClientError::Request {
-                    subject: FilesOp::Chunk.subject(self.id()),
+                    subject: FilesOp::Chunk.subject(&self.agent),
                     message: format!(
                         "the service stands at {} after the chunk at {offset}",
                         reply.received
@@ -166,7 +251,7 @@ impl Agent {
         offset: u64,
         bytes: Bytes,
     ) -> Result<ChunkReply, ClientError> {
-        let subject = FilesOp::Chunk.subject(self.id());
+        let subject = FilesOp::Chunk.subject(&self.agent);
         let mut headers = HeaderMap::new();
         headers.insert(HEADER_FILE_ID, file.to_string().as_str());
         headers.insert(HEADER_FILE_OFFSET, offset.to_string().as_str());
@@ -176,7 +261,7 @@ impl Agent {
                 .payload(bytes.clone())
                 .headers(headers.clone())
                 .timeout(Some(CHUNK_TIMEOUT));
-            match self.nats().send_request(subject.clone(), request).await {
+            match &self.nats.send_request(subject.clone(), request).await {
                 Ok(reply) => return decode(&subject, &reply.headers, &reply.payload),
                 Err(err) if attempt < ATTEMPTS => {
                     tracing::debug!(%file, offset, error = %err, "a chunk goes again");
@@ -252,7 +337,7 @@ impl Agent {
         offset: u64,
         after_seq: Option<u64>,
     ) -> Result<(Vec<(u64, Bytes)>, ReadEnd), ClientError> {
-        let subject = FilesOp::Read.subject(self.id());
+        let subject = FilesOp::Read.subject(&self.agent);
         let body = serde_json::to_vec(&ReadRequest {
             file_id: file,
             offset,
@@ -284,7 +369,7 @@ impl Agent {
         subject: &str,
         body: Bytes,
     ) -> Result<(Vec<(u64, Bytes)>, ReadEnd), ClientError> {
-        let nats = self.nats();
+        let nats = &self.nats;
         let inbox = nats.new_inbox();
         let mut replies =
             nats.subscribe(inbox.clone())
@@ -334,13 +419,13 @@ impl Agent {
     }
 
     /// What a file is (an upload in progress: how far it got).
-    pub async fn file_stat(&self, file: Uuid) -> Result<FileView, ClientError> {
+    pub async fn stat(&self, file: Uuid) -> Result<FileView, ClientError> {
         self.files_request(FilesOp::Stat, &FileQuery { file_id: file })
             .await
     }
 
     /// Takes back one reader of your file (`Some(agent)`), or every one (`None`).
-    pub async fn file_revoke(
+    pub async fn revoke(
         &self,
         file: Uuid,
         agent: Option<AgentId>,
@@ -356,7 +441,7 @@ impl Agent {
     }
 
     /// Deletes your file now.
-    pub async fn file_delete(&self, file: Uuid) -> Result<DeleteReply, ClientError> {
+    pub async fn delete(&self, file: Uuid) -> Result<DeleteReply, ClientError> {
         self.files_request(FilesOp::Delete, &FileQuery { file_id: file })
             .await
     }
@@ -368,12 +453,20 @@ impl Agent {
     {
         // Safe to repeat: an upload carries its `upload_id` (a copy is the same upload); the
         // rest read, or revoke and delete what is gone already.
-        self.repeatable(&op.subject(self.id()), body).await
+        switchboard_request::request::request_json_retrying(
+            &self.nats,
+            &op.subject(&self.agent),
+            body,
+            self.timeout,
+            self.retries,
+        )
+        .await
+        .map_err(ClientError::from)
     }
 
     fn corrupt(&self, attachment: &Attachment, why: &str) -> ClientError {
         ClientError::Request {
-            subject: FilesOp::Read.subject(self.id()),
+            subject: FilesOp::Read.subject(&self.agent),
             message: format!("reading {}: {why}", attachment.file_ref),
         }
     }

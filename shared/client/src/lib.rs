@@ -48,6 +48,7 @@ pub use audit::{audit_export, audit_history, audit_pending, audit_thread, audit_
 pub use budget::{audit_cost, budget_of, draw_from};
 pub use dlq::{DeadLetter, Replayed, dlq_discard, dlq_list, dlq_replay};
 pub use error::ClientError;
+pub use files::Files;
 pub use goal::{ACK_LINGER, Delivery, Goal};
 pub use limits::{LimitLease, limits_delete, limits_list, limits_set};
 pub use people::PersonAnswer;

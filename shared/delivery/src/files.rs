@@ -7,7 +7,9 @@
 //! the files service lets it read the file while that lasts. Forwarding passes the reference
 //! on; the data is never copied.
 
-use std::time::Duration;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use async_nats::jetstream::kv;
 use bytes::Bytes;
@@ -36,18 +38,63 @@ pub enum AttachmentError {
     Store(#[from] StoreError),
 }
 
-/// The door's view of the files: the index bucket, and how long a delivery keeps a file
-/// readable.
+/// How long the door trusts a complete file's record it read: a file's fields never change
+/// once complete, so the only news it can miss is a deletion, and a message sent in that
+/// moment carries a reference its reader finds gone (`not_found`), as if it had been deleted
+/// a moment later. Grants are never remembered: a revocation counts at once.
+const RECORD_FRESH: Duration = Duration::from_secs(2);
+/// Complete records remembered at most (the oldest is dropped first).
+const RECORDS_REMEMBERED: usize = 4096;
+
+/// The door's view of the files: the index bucket, how long a delivery keeps a file
+/// readable, and the complete records it read lately.
 #[derive(Debug, Clone)]
 pub struct Files {
     index: kv::Store,
     retention: Duration,
+    records: Arc<Mutex<HashMap<Uuid, (Instant, FileRecord)>>>,
 }
 
 impl Files {
     /// Grants on `index` last `retention` from each delivery.
     pub fn new(index: kv::Store, retention: Duration) -> Self {
-        Self { index, retention }
+        Self {
+            index,
+            retention,
+            records: Arc::default(),
+        }
+    }
+
+    /// A complete file's record: remembered for [`RECORD_FRESH`], else read.
+    async fn complete_record(&self, file: &Uuid) -> Result<Option<FileRecord>, AttachmentError> {
+        let now = Instant::now();
+        {
+            let records = self
+                .records
+                .lock()
+                .unwrap_or_else(|poison| poison.into_inner());
+            if let Some((at, record)) = records.get(file)
+                && now.duration_since(*at) < RECORD_FRESH
+            {
+                return Ok(Some(record.clone()));
+            }
+        }
+        let record: Option<FileRecord> = self.read(&file_key(file)).await?;
+        let Some(record) = record.filter(|record| record.state == FileState::Complete) else {
+            return Ok(None);
+        };
+        let mut records = self
+            .records
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner());
+        if records.len() >= RECORDS_REMEMBERED {
+            records.retain(|_, (at, _)| now.duration_since(*at) < RECORD_FRESH);
+            if records.len() >= RECORDS_REMEMBERED {
+                records.clear();
+            }
+        }
+        records.insert(*file, (now, record.clone()));
+        Ok(Some(record))
     }
 
     /// [`Files::check`] on a door's files; a door without refuses any attachment.
@@ -86,13 +133,9 @@ impl Files {
     ) -> Result<(), AttachmentError> {
         for attachment in attachments {
             let file = attachment.file_ref;
-            let record: FileRecord = match self.read(&file_key(&file)).await? {
-                Some(record) => record,
-                None => return Err(AttachmentError::NotFound(file)),
-            };
-            if record.state != FileState::Complete {
+            let Some(record) = self.complete_record(&file).await? else {
                 return Err(AttachmentError::NotFound(file));
-            }
+            };
             if record.owner != *passer {
                 let grant: Option<Grant> = self.read(&grant_key(&file, passer)).await?;
                 if grant.is_none_or(|grant| grant.until <= OffsetDateTime::now_utc()) {
