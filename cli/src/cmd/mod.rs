@@ -14,6 +14,7 @@ mod budget;
 mod call;
 mod demo;
 mod dlq;
+mod files;
 mod goal;
 mod health;
 mod inbox;
@@ -92,6 +93,7 @@ enum Command {
     Dlq(dlq::DlqArgs),
     People(people::PeopleArgs),
     Limits(limits::LimitsArgs),
+    Files(files::FilesArgs),
     Budget(budget::BudgetArgs),
     Demo(demo::DemoArgs),
     Health(health::HealthArgs),
@@ -155,6 +157,7 @@ async fn dispatch(command: Command, json: bool, view: View) -> ExitCode {
         Command::Dlq(args) => dlq::run(args).await,
         Command::People(args) => people::run(args).await,
         Command::Limits(args) => limits::run(args).await,
+        Command::Files(args) => files::run(args).await,
         Command::Budget(args) => budget::run(args).await,
         Command::Register(args) => registry::register(args).await,
         Command::Heartbeat(args) => registry::heartbeat(args).await,
@@ -217,6 +220,7 @@ fn view_of(command: &Command) -> View {
         | Command::NatsConfig(_)
         | Command::Health(_)
         | Command::Limits(_)
+        | Command::Files(_)
         | Command::Budget(_)
         | Command::A2a(_) => View::Json,
     }
@@ -224,7 +228,7 @@ fn view_of(command: &Command) -> View {
 
 /// The NATS services `up` runs (the services of a running system), by the names they answer
 /// `$SRV` requests and export telemetry under. The console is an HTTP server, not one of them.
-pub(crate) const SERVICES: [&str; 8] = [
+pub(crate) const SERVICES: [&str; 9] = [
     ::directory::SPEC.name,
     inbox_fanout::SPEC.name,
     reply_correlator::SPEC.name,
@@ -233,4 +237,5 @@ pub(crate) const SERVICES: [&str; 8] = [
     a2a_gateway::SPEC.name,
     ::people::SPEC.name,
     ::limits::SPEC.name,
+    ::files::SPEC.name,
 ];

@@ -14,7 +14,7 @@ use crate::nats::{request_json, request_with_retry};
 /// send_to_peer as an agent (it must be registered); prints the delivery report.
 #[derive(Debug, clap::Args)]
 #[command(
-    after_help = "Examples:\n  switchboard send --as writer --to researcher \"draft ready\"\n  switchboard send --as herald --to '*' \"standup in 5\"   # broadcast\n  switchboard send --as writer --to researcher \"draft ready\" --goal 0193a1b2-0000-7000-8000-000000000001 --receipt read\n  switchboard status --as writer <message_id>   # stored, delivered, read or expired_unread",
+    after_help = "Examples:\n  switchboard send --as writer --to researcher \"draft ready\"\n  switchboard send --as herald --to '*' \"standup in 5\"   # broadcast\n  switchboard send --as writer --to researcher \"draft ready\" --goal 0193a1b2-0000-7000-8000-000000000001 --receipt read\n  switchboard send --as writer --to reviewer \"the report\" --attach report.pdf   # by reference\n  switchboard status --as writer <message_id>   # stored, delivered, read or expired_unread",
     mut_args(super::args::agent_help("The sending agent"))
 )]
 pub(crate) struct SendArgs {
@@ -34,6 +34,10 @@ pub(crate) struct SendArgs {
     /// Receipts back in --goal: `delivered`, or `read` (delivered, then read).
     #[arg(long, value_parser = receipt_level)]
     receipt: Option<ReceiptLevel>,
+    /// A file to carry by reference (repeat for more, at most 16): uploaded first, then
+    /// attached; the receiver reads it with `switchboard files get` (docs/protocol.md §17).
+    #[arg(long, value_name = "FILE")]
+    attach: Vec<std::path::PathBuf>,
     #[command(flatten)]
     conn: Connection,
 }
@@ -57,6 +61,19 @@ pub(crate) struct StatusArgs {
 /// `switchboard send`: send_to_peer with a minted message id, retried while no fan-out answers
 /// (same id, so stored once per goal) — the Rust client's policy, from the same helper.
 pub(crate) async fn send(args: SendArgs) -> anyhow::Result<Value> {
+    let agent = args.acting.id()?;
+    let mut attachments = Vec::new();
+    if !args.attach.is_empty() {
+        let nats = crate::nats::connect_as(&args.conn.nats_url, Some(&agent)).await?;
+        let files = switchboard_client::Files::new(nats, agent.clone());
+        for path in &args.attach {
+            attachments.push(
+                files
+                    .upload_file(path, super::files::media_type(path))
+                    .await?,
+            );
+        }
+    }
     let request = SendRequest {
         to: Some(args.to),
         message: Some(args.message),
@@ -64,9 +81,9 @@ pub(crate) async fn send(args: SendArgs) -> anyhow::Result<Value> {
         correlation_id: args.correlation_id,
         from_goal_id: args.goal.as_deref().map(GoalId::parse).transpose()?,
         receipt: args.receipt,
+        attachments,
         ..SendRequest::default()
     };
-    let agent = args.acting.id()?;
     request_with_retry(&args.conn.nats_url, &subject::send(&agent), &request).await
 }
 
