@@ -18,6 +18,9 @@ async fn the_python_sdk_suite_passes_against_a_real_fabric() {
         switchboard_tests::services::start_sdk_people(&fabric.url(), people_dir.path()).await;
     // Provider limits (docs/protocol.md §15) for the suite's lease tests.
     let _limits = switchboard_tests::services::start_limits(&fabric.url()).await;
+    // Files by reference (docs/protocol.md §17) for the suite's file tests.
+    let _files =
+        switchboard_tests::services::start_files_with(&fabric.url(), Default::default()).await;
     let root = switchboard_testkit::workspace_root();
     // Built from a copy: setuptools writes build/ and *.egg-info beside the sources.
     let source = tempfile::tempdir().unwrap();

@@ -17,6 +17,9 @@ async fn the_typescript_sdk_suite_passes_against_a_real_fabric() {
         switchboard_tests::services::start_sdk_people(&fabric.url(), people_dir.path()).await;
     // Provider limits (docs/protocol.md §15) for the suite's lease tests.
     let _limits = switchboard_tests::services::start_limits(&fabric.url()).await;
+    // Files by reference (docs/protocol.md §17) for the suite's file tests.
+    let _files =
+        switchboard_tests::services::start_files_with(&fabric.url(), Default::default()).await;
     let sdk = switchboard_testkit::workspace_root().join("sdk/typescript");
     // The test files by name (a folder argument works on Node 20 only).
     let mut files: Vec<String> = std::fs::read_dir(sdk.join("dist/test"))

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import json
 import os
 import time
@@ -28,7 +29,7 @@ from typing import Any, Literal
 import nats
 from nats.errors import NoRespondersError
 
-from . import wire
+from . import files, wire
 from .connection import nats_options
 from .errors import CallFailed, SwitchboardError, Unavailable, error_for
 from .message import Message, TaskHandle, is_party
@@ -474,7 +475,8 @@ class Agent:
                    metadata: Mapping[str, Any] | None = None,
                    receipt: Literal["delivered", "read"] | None = None,
                    in_reply_to: Message | None = None, message_id: str | None = None,
-                   kind: str | None = None) -> wire.DeliveryReport | wire.NoteReport:
+                   kind: str | None = None,
+                   attachments: Sequence[Mapping[str, Any]] = ()) -> wire.DeliveryReport | wire.NoteReport:
         """send_to_peer (§8): fire-and-forget into every live goal of ``to``. Returns the
         delivery report, a ``wire.DeliveryReport`` (attributes; a dict too): ``message_id``
         (the id given or chosen here; absent when nothing was attempted), ``delivered_to`` (the
@@ -483,7 +485,9 @@ class Agent:
         unreachable peer is a reason in the report, not an exception. Use it to tell, not to
         ask (``call`` waits for an answer). ``receipt`` asks for ``delivered`` or ``read``
         receipts, back in this goal's inbox; ``in_reply_to`` threads the message and passes on
-        its hop budget. The id is chosen here, so a retry is stored once.
+        its hop budget. The id is chosen here, so a retry is stored once. ``attachments``
+        carries files by reference (at most 16, each as :meth:`upload_file` returned it or a
+        message delivered it: §17); each receiver may then read them.
 
         A ``to`` of a person or a role (``"person:alice"``, ``"role:oncall"``) is not an agent:
         the text goes to them as a note instead (:meth:`note_person`, with ``metadata`` and
@@ -491,9 +495,9 @@ class Agent:
         (``item_id``, ``to``). A note carries no ``parts``, ``receipt`` or ``kind``
         (``ValueError``)."""
         if is_party(to):
-            if parts or receipt or kind:
+            if parts or receipt or kind or attachments:
                 raise ValueError(f"a note to {to} carries only text and metadata: no parts, "
-                                 "receipt or kind")
+                                 "receipt, kind or attachments")
             return await self.note_person(to, text, metadata=metadata, note_id=message_id)
         body = self._addressed(to, text, parts, metadata,
                                id=message_id or str(uuid.uuid4()))
@@ -501,6 +505,8 @@ class Agent:
             body["receipt"] = receipt
         if kind:
             body["kind"] = kind
+        if attachments:
+            body["attachments"] = [dict(attachment) for attachment in attachments]
         trace = None
         if in_reply_to is not None:
             body["in_reply_to"] = in_reply_to.id
@@ -509,6 +515,49 @@ class Agent:
             trace = in_reply_to.trace
         return wire.parse(wire.DeliveryReport,
                           await self.request(f"agent.send.{self.id}", body, trace=trace))
+
+    # ----------------------------------------------------------------------- files (§17)
+    async def upload_file(self, path: str | os.PathLike[str],
+                          media_type: str = "application/octet-stream") -> wire.Attachment:
+        """Uploads the file at ``path`` (its name is the path's last part) and returns its
+        attachment, ``{name, media_type, size, sha256, ref}``, to put on a send or a call
+        (``attachments=[...]``). Any size up to the service's limit (1 GiB by default); the
+        service checks the digest. ``BadRequest`` (``file_too_large``, a bad name or media
+        type), or ``quota_exceeded`` before any data moves."""
+        with open(path, "rb") as source:
+            return await files.upload(self, os.path.basename(os.fspath(path)), media_type,
+                                      source)
+
+    async def upload_bytes(self, name: str, media_type: str, data: bytes) -> wire.Attachment:
+        """Uploads ``data`` as a file named ``name``; returns its attachment."""
+        return await files.upload(self, name, media_type, data)
+
+    async def read_attachment(self, attachment: Mapping[str, Any]) -> bytes:
+        """The whole file of an attachment a message carried to you (or one you uploaded),
+        its size and SHA-256 checked. ``NotFound`` when it is not yours to read."""
+        out = io.BytesIO()
+        await files.download(self, attachment, out)
+        return out.getvalue()
+
+    async def save_attachment(self, attachment: Mapping[str, Any],
+                              path: str | os.PathLike[str]) -> int:
+        """Saves an attachment's file at ``path`` (whole, or nothing), checked as
+        :meth:`read_attachment`; returns its size. Never trust ``attachment.name`` as a path
+        of its own: join it to a folder you chose (the service refuses names with ``/``)."""
+        return await files.save(self, attachment, path)
+
+    async def delete_file(self, file_id: str) -> bool:
+        """Deletes a file you uploaded, now; its readers lose it too."""
+        reply = await self.request(f"agent.files.delete.{self.id}", {"file_id": file_id})
+        return bool(reply.get("deleted"))
+
+    async def revoke_file(self, file_id: str, agent_id: str | None = None) -> int:
+        """Takes back one reader of your file (``agent_id``), or every one; returns how many."""
+        body: JSON = {"file_id": file_id}
+        if agent_id:
+            body["agent_id"] = agent_id
+        reply = await self.request(f"agent.files.revoke.{self.id}", body)
+        return int(reply.get("revoked", 0))
 
     async def broadcast(self, text: str, **options: Any) -> wire.DeliveryReport:
         """A message to every agent this one may reach (§8, ``to: "*"``)."""

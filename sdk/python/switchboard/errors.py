@@ -32,7 +32,8 @@ class BadRequest(SwitchboardError):
     """The request itself is wrong: fix it, do not retry it as it is."""
 
     kinds = ("bad_request", "invalid_agent_id", "invalid_goal_id", "missing_to", "self_send",
-             "empty_message", "body_too_large", "broadcast_too_large")
+             "empty_message", "body_too_large", "broadcast_too_large", "file_too_large",
+             "digest_mismatch", "quota_exceeded")
 
 
 class AccessDenied(SwitchboardError):

@@ -153,6 +153,13 @@ class Message:
         return list(self.raw.get("parts", []))
 
     @property
+    def attachments(self) -> list[wire.Attachment]:
+        """The files it carries by reference (§17), each ``{name, media_type, size, sha256,
+        ref}`` (attributes; a dict too): read one with :meth:`Agent.read_attachment` or
+        :meth:`Agent.save_attachment`, or pass it on in a send's ``attachments``."""
+        return [wire.Attachment(attachment) for attachment in self.raw.get("attachments", [])]
+
+    @property
     def metadata(self) -> JSON:
         return dict(self.raw.get("metadata", {}))
 

@@ -10,9 +10,10 @@ import { signIn } from './connection.js';
 import type { SignIn } from './connection.js';
 import { CallFailed, errorFor, SwitchboardError, Unavailable } from './errors.js';
 import type { CallError } from './errors.js';
+import * as files from './files.js';
 import { Toolbox } from './tools.js';
 import type {
-  AgentCard, ApprovalUsed, BudgetView, CallAnswer, CostReport, CallParked, CallPart, CallParts, DeliveryReport, FetchReply,
+  AgentCard, ApprovalUsed, Attachment, BudgetView, CallAnswer, CostReport, CallParked, CallPart, CallParts, DeliveryReport, FetchReply,
   GoalCloseReply, LookupReply, NoteReport, Parked, PeersReply, PendingCalls, PendingItems,
   Lease as LeaseReply, LimitView, PeopleList, PersonItem, Released, ReplyAck, SendRequest,
   SendStatusReply, TaskList, TaskReply,
@@ -115,6 +116,11 @@ function traceHeaders(trace?: Trace): MsgHdrs | undefined {
 }
 
 /** A reply's body, or the error of its error reply (§2). */
+/** @internal A reply's body, or its error reply thrown (§2). */
+export function decodeReply<T>(subject: string, msg: Msg): T {
+  return decode<T>(subject, msg);
+}
+
 function decode<T>(subject: string, msg: Msg): T {
   // A status message with no body: nobody serves the subject (a reply subject of a stream).
   if (!msg.data.length && msg.headers?.code === 503) {
@@ -450,7 +456,7 @@ export class Agent {
   async send(to: string, text: string, opts: SendOptions = {}):
     Promise<DeliveryReport | NoteReport> {
     if (isParty(to)) {
-      if (opts.parts?.length || opts.receipt || opts.correlationId) {
+      if (opts.parts?.length || opts.receipt || opts.correlationId || opts.attachments?.length) {
         throw new TypeError(`a note to ${to} carries only text and metadata: no parts, receipt `
           + 'or correlationId');
       }
@@ -462,6 +468,7 @@ export class Agent {
     if (opts.metadata) body.metadata = opts.metadata;
     if (opts.receipt) body.receipt = opts.receipt;
     if (opts.correlationId) body.correlation_id = opts.correlationId;
+    if (opts.attachments?.length) body.attachments = opts.attachments;
     const inReplyTo = typeof opts.inReplyTo === 'string' ? undefined : opts.inReplyTo;
     if (typeof opts.inReplyTo === 'string') body.in_reply_to = opts.inReplyTo;
     if (inReplyTo) {
@@ -470,6 +477,48 @@ export class Agent {
     }
     return this.request<DeliveryReport>(`agent.send.${this.id}`, body,
       { trace: inReplyTo?.trace });
+  }
+
+  // ------------------------------------------------------------------- files (§17)
+  /** Uploads the file at `path` (its name is the path's last part) and returns its
+   * attachment, `{name, media_type, size, sha256, ref}`, to put on a send (`attachments`).
+   * Any size up to the service's limit (1 GiB by default); the service checks the digest.
+   * `BadRequest` (`file_too_large`, a bad name or media type, `quota_exceeded`) before any
+   * data moves. */
+  async uploadFile(path: string, mediaType = 'application/octet-stream'): Promise<Attachment> {
+    return files.uploadFile(this, path, mediaType);
+  }
+
+  /** Uploads `data` as a file named `name`; returns its attachment. */
+  async uploadBytes(name: string, mediaType: string, data: Uint8Array): Promise<Attachment> {
+    return files.uploadBytes(this, name, mediaType, data);
+  }
+
+  /** The whole file of an attachment delivered to you (or one you uploaded), its size and
+   * SHA-256 checked. `NotFound` when it is not yours to read. */
+  async readAttachment(attachment: Attachment): Promise<Uint8Array> {
+    return files.readAttachment(this, attachment);
+  }
+
+  /** Saves an attachment's file at `path` (whole, or nothing); returns its size. Never use
+   * `attachment.name` as a path of its own: join it to a folder you chose. */
+  async saveAttachment(attachment: Attachment, path: string): Promise<number> {
+    return files.saveAttachment(this, attachment, path);
+  }
+
+  /** Deletes a file you uploaded, now; its readers lose it too. */
+  async deleteFile(fileId: string): Promise<boolean> {
+    const reply = await this.request<{ deleted: boolean }>(`agent.files.delete.${this.id}`,
+      { file_id: fileId });
+    return reply.deleted;
+  }
+
+  /** Takes back one reader of your file (`agentId`), or every one; returns how many. */
+  async revokeFile(fileId: string, agentId?: string): Promise<number> {
+    const body: Json = { file_id: fileId };
+    if (agentId) body.agent_id = agentId;
+    const reply = await this.request<{ revoked: number }>(`agent.files.revoke.${this.id}`, body);
+    return reply.revoked;
   }
 
   /** A message to every agent this one may reach (§8, `to: "*"`). */
@@ -1015,6 +1064,9 @@ export interface SendOptions {
   inReplyTo?: Message | string;
   messageId?: string;
   correlationId?: string;
+  /** Files carried by reference (§17, at most 16): each as `uploadFile` returned it, or a
+   * message delivered it. Each receiver may then read them. */
+  attachments?: Attachment[];
 }
 
 /** Options of `askPerson`. */
@@ -1139,6 +1191,11 @@ export class Message {
   }
   get body(): string { return (this.raw.body as string | undefined) ?? ''; }
   get parts(): Part[] { return (this.raw.parts as Part[] | undefined) ?? []; }
+  /** The files it carries by reference (§17): read one with `agent.readAttachment`, or pass
+   * it on in a send's `attachments`. */
+  get attachments(): Attachment[] {
+    return (this.raw.attachments as Attachment[] | undefined) ?? [];
+  }
   get metadata(): Json { return (this.raw.metadata as Json | undefined) ?? {}; }
   get correlationId(): string | undefined { return this.raw.correlation_id as string | undefined; }
   get inReplyTo(): string | undefined { return this.raw.in_reply_to as string | undefined; }

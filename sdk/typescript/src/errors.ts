@@ -82,7 +82,8 @@ export class Internal extends SwitchboardError {}
 
 const families: [new (kind: string, code: number, message: string) => SwitchboardError, string[]][] = [
   [BadRequest, ['bad_request', 'invalid_agent_id', 'invalid_goal_id', 'missing_to', 'self_send',
-    'empty_message', 'body_too_large', 'broadcast_too_large']],
+    'empty_message', 'body_too_large', 'broadcast_too_large', 'file_too_large',
+    'digest_mismatch', 'quota_exceeded']],
   [AccessDenied, ['identity_mismatch', 'bad_reply_subject', 'not_callee', 'not_allowed',
     'acl_denied', 'sender_mismatch', 'approval_denied', 'not_addressee']],
   [NotFound, ['not_registered', 'not_found', 'unreachable']],

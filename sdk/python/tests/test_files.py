@@ -1,0 +1,70 @@
+"""Files by reference (docs/protocol.md §17) against a real fabric: an agent uploads a file in
+chunks, sends it as an attachment, the receiver saves it with its digest checked and forwards
+it; an agent it was never delivered to cannot read it, whatever reference it knows. Set
+SWITCHBOARD_NATS_URL (tests/sdk_python.rs does, with the files service running)."""
+
+import asyncio
+import hashlib
+import os
+import tempfile
+import uuid
+
+from switchboard import Agent, BadRequest, NotFound
+
+URL = os.environ.get("SWITCHBOARD_NATS_URL", "nats://127.0.0.1:4222")
+
+
+def run(scenario):
+    asyncio.run(asyncio.wait_for(scenario(), timeout=60))
+
+
+def test_a_file_goes_by_reference_and_only_to_whom_it_was_sent():
+    async def scenario():
+        suffix = uuid.uuid4().hex[:8]
+        writer = await Agent.connect(URL, f"py-writer-{suffix}")
+        reader = await Agent.connect(URL, f"py-reader-{suffix}")
+        third = await Agent.connect(URL, f"py-third-{suffix}")
+        outsider = await Agent.connect(URL, f"py-outsider-{suffix}", open_goal=False)
+        try:
+            # Three chunks and a bit, from a file on disk.
+            data = os.urandom(3 * 128 * 1024 + 1234)
+            with tempfile.TemporaryDirectory() as folder:
+                path = os.path.join(folder, "results.bin")
+                with open(path, "wb") as out:
+                    out.write(data)
+                attachment = await writer.upload_file(path, "application/octet-stream")
+            assert attachment.name == "results.bin" and attachment.size == len(data)
+            assert attachment.sha256 == hashlib.sha256(data).hexdigest()
+
+            await writer.send(reader.id, "the results", attachments=[attachment])
+            message = await reader.next_message(wait_ms=5000)
+            assert message is not None and message.attachments == [attachment]
+            with tempfile.TemporaryDirectory() as folder:
+                saved = os.path.join(folder, message.attachments[0].name)
+                assert await reader.save_attachment(message.attachments[0], saved) == len(data)
+                with open(saved, "rb") as back:
+                    assert back.read() == data
+
+            # Forwarded by reference: the third reads the same bytes.
+            await reader.send(third.id, "see this", attachments=message.attachments)
+            forwarded = await third.next_message(wait_ms=5000)
+            assert await third.read_attachment(forwarded.attachments[0]) == data
+
+            # Knowing the reference gives an outsider nothing.
+            try:
+                await outsider.read_attachment(attachment)
+                raise AssertionError("an outsider read the file")
+            except NotFound:
+                pass
+            # A name that climbs out of a folder is refused before any data moves.
+            try:
+                await writer.upload_bytes("../../x", "text/plain", b"x")
+                raise AssertionError("a path for a name")
+            except BadRequest:
+                pass
+            assert await writer.delete_file(attachment.ref)
+        finally:
+            for agent in (writer, reader, third, outsider):
+                await agent.close()
+
+    run(scenario)

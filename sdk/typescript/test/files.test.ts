@@ -1,0 +1,57 @@
+// Files by reference (docs/protocol.md §17) against a real fabric: an agent uploads a file in
+// chunks, sends it as an attachment, the receiver saves it with its digest checked and
+// forwards it; an agent it was never delivered to cannot read it, whatever reference it knows.
+// Set SWITCHBOARD_NATS_URL (tests/sdk_typescript.rs does, with the files service running).
+import assert from 'node:assert/strict';
+import { createHash, randomBytes, randomUUID } from 'node:crypto';
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { test } from 'node:test';
+
+import { Agent, BadRequest, NotFound } from '../src/index.js';
+
+const URL = process.env.SWITCHBOARD_NATS_URL ?? 'nats://127.0.0.1:4222';
+const name = (prefix: string) => `${prefix}-${randomUUID().slice(0, 8)}`;
+
+test('a file goes by reference and only to whom it was sent', async () => {
+  const writer = await Agent.connect(URL, name('ts-writer'));
+  const reader = await Agent.connect(URL, name('ts-reader'));
+  const third = await Agent.connect(URL, name('ts-third'));
+  const outsider = await Agent.connect(URL, name('ts-outsider'), { openGoal: false });
+  const folder = await mkdtemp(join(tmpdir(), 'sb-files-'));
+  try {
+    // Three chunks and a bit, from a file on disk.
+    const data = randomBytes(3 * 128 * 1024 + 1234);
+    const path = join(folder, 'results.bin');
+    await writeFile(path, data);
+    const attachment = await writer.uploadFile(path, 'application/octet-stream');
+    assert.equal(attachment.name, 'results.bin');
+    assert.equal(attachment.size, data.length);
+    assert.equal(attachment.sha256, createHash('sha256').update(data).digest('hex'));
+
+    await writer.send(reader.id, 'the results', { attachments: [attachment] });
+    const message = await reader.nextMessage({ waitMs: 5000 });
+    assert.ok(message);
+    assert.deepEqual(message.attachments, [attachment]);
+    const saved = join(folder, `saved-${message.attachments[0].name}`);
+    assert.equal(await reader.saveAttachment(message.attachments[0], saved), data.length);
+    assert.deepEqual(await readFile(saved), data);
+
+    // Forwarded by reference: the third reads the same bytes.
+    await reader.send(third.id, 'see this', { attachments: message.attachments });
+    const forwarded = await third.nextMessage({ waitMs: 5000 });
+    assert.ok(forwarded);
+    assert.deepEqual(Buffer.from(await third.readAttachment(forwarded.attachments[0])), data);
+
+    // Knowing the reference gives an outsider nothing.
+    await assert.rejects(outsider.readAttachment(attachment), NotFound);
+    // A name that climbs out of a folder is refused before any data moves.
+    await assert.rejects(writer.uploadBytes('../../x', 'text/plain', Buffer.from('x')),
+      BadRequest);
+    assert.equal(await writer.deleteFile(attachment.ref), true);
+  } finally {
+    await rm(folder, { recursive: true, force: true });
+    for (const agent of [writer, reader, third, outsider]) await agent.close();
+  }
+});
