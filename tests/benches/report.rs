@@ -37,6 +37,7 @@ mod report_backlog;
 mod report_budgets;
 mod report_call_floor;
 mod report_console;
+mod report_files;
 mod report_inbox;
 mod report_limits;
 mod report_peers;
@@ -221,6 +222,13 @@ async fn main() {
         // The budget rows alone (issue 41): the call with and without a budget, and the floor.
         let mut report = Report::default();
         report_budgets::budget_rows(&mut report, ops).await;
+        println!("{}", render(&report, ops, 0, Duration::ZERO));
+        return;
+    }
+    if std::env::var("BENCH_ONLY").as_deref() == Ok("files") {
+        // Files by reference (issue 42) on a server of their own.
+        let mut report = Report::default();
+        report_files::file_rows(&mut report, ops, SERVICE_ENV).await;
         println!("{}", render(&report, ops, 0, Duration::ZERO));
         return;
     }
@@ -521,6 +529,9 @@ async fn main() {
     wait_until_audited(&js).await;
     report_limits::limit_rows(&mut report, &url, ops, SERVICE_ENV, Some(raw_rr)).await;
     report_budgets::budget_rows(&mut report, ops).await;
+
+    // Files by reference (issue 42), on a server of their own.
+    report_files::file_rows(&mut report, ops, SERVICE_ENV).await;
 
     // The call beside Synadia's agent SDK and raw NATS, on a server of its own with the
     // shipped defaults (issue 25).
