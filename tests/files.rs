@@ -20,31 +20,8 @@ use switchboard_proto::files::{
 };
 use switchboard_proto::send::SendRequest;
 use switchboard_proto::{AgentId, ErrorKind};
-use switchboard_tests::Fabric;
-use switchboard_tests::services::{Replica, start_files_with};
+use switchboard_tests::files::{attachments_of, data, fabric_with_files, hex, kind};
 use switchboard_tests::wire::raw;
-
-fn kind(err: &ClientError) -> ErrorKind {
-    err.kind()
-        .unwrap_or_else(|| panic!("an error reply, got {err}"))
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
-}
-
-/// `len` bytes that differ chunk by chunk (a chunk served for another would not hash right).
-fn data(len: usize) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i as u64).wrapping_mul(2_654_435_761).rotate_right(13) as u8)
-        .collect()
-}
-
-async fn fabric_with_files(config: files::FilesConfig) -> (Fabric, Replica) {
-    let fabric = Fabric::start().await;
-    let files = start_files_with(&fabric.url(), config).await;
-    (fabric, files)
-}
 
 async fn send_with(
     from: &Agent,
@@ -61,16 +38,6 @@ async fn send_with(
         .await?;
     assert_eq!(report.delivered_to.len(), 1, "{report:?}");
     Ok(())
-}
-
-/// The next message of `goal`, acknowledged: its attachments.
-async fn attachments_of(goal: &switchboard_client::Goal) -> Vec<Attachment> {
-    let delivery = goal
-        .recv(Duration::from_secs(10))
-        .await
-        .unwrap()
-        .expect("a message within 10 s");
-    delivery.ack().await.unwrap().attachments
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -17,6 +17,7 @@ pub mod a2a;
 pub mod bench;
 pub mod fabric;
 pub mod fake_llm;
+pub mod files;
 pub mod http;
 pub mod otlp;
 pub mod services;

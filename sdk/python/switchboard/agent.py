@@ -704,13 +704,15 @@ class Agent:
 
     async def reply(self, correlation_id: str, text: str, *, parts: Sequence[Part] = (),
                     error: Mapping[str, str] | None = None,
-                    trace: Mapping[str, str] | None = None) -> wire.ReplyAck:
+                    trace: Mapping[str, str] | None = None,
+                    attachments: Sequence[Mapping[str, Any]] = ()) -> wire.ReplyAck:
         """reply_to_peer (§9): the final answer to the call ``correlation_id``; the
         ``ReplyAck`` says where the answer went. A repeat is ``duplicate: true`` and sends
         nothing. After streamed parts, ``text`` is appended to theirs and may be empty (it
         just ends the stream). ``error={"kind", "message"}`` answers with an error instead
         (kind 1–64 characters of ``[a-z0-9_]``, message cut to 1024 characters; ``text`` then
-        empty): the caller gets :class:`~switchboard.errors.CallFailed`."""
+        empty): the caller gets :class:`~switchboard.errors.CallFailed`. ``attachments``
+        carries files by reference (§17) the caller may then read."""
         body: JSON = {"correlation_id": correlation_id}
         if error is not None:  # a failure is a final reply with nothing else (§9)
             if text or parts:
@@ -721,6 +723,8 @@ class Agent:
             body["message"] = text
         if parts:
             body["parts"] = list(parts)
+        if attachments:
+            body["attachments"] = [dict(attachment) for attachment in attachments]
         return wire.parse(wire.ReplyAck,
                           await self.request(f"agent.reply.{self.id}", body, trace=trace))
 

@@ -250,11 +250,14 @@ class Message:
             raise ValueError("only a call (kind request) takes a reply")
         return self.correlation_id
 
-    async def reply(self, text: str, *, parts: Sequence[Mapping[str, Any]] = ()) -> "wire.ReplyAck":
+    async def reply(self, text: str, *, parts: Sequence[Mapping[str, Any]] = (),
+                    attachments: Sequence[Mapping[str, Any]] = ()) -> "wire.ReplyAck":
         """Answers this call (§9): the final answer. Use it once per call; a second answer is
         a duplicate. After streamed parts its text is appended to theirs, and it may be
-        empty (``reply("")``, the same as :meth:`end_stream`)."""
-        return await self.agent.reply(self._call_id(), text, parts=parts, trace=self.trace)
+        empty (``reply("")``, the same as :meth:`end_stream`). ``attachments``: files by
+        reference (§17, as :meth:`Agent.upload_file` returns them) the caller may read."""
+        return await self.agent.reply(self._call_id(), text, parts=parts, trace=self.trace,
+                                      attachments=attachments)
 
     async def reply_part(self, part: int, text: str, *,
                          parts: Sequence[Mapping[str, Any]] = ()) -> "wire.ReplyAck":

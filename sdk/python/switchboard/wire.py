@@ -412,6 +412,8 @@ class CallAnswer(WireObject):
     """Reply to a waiting call: the callee's answer."""
     answered_at: Timestamp
     """When it was answered."""
+    attachments: list[Attachment]
+    """Files the answer carries by reference (docs/protocol.md §17): the caller may read each."""
     body: str
     """The callee's answer text, exactly as its `reply` sent it."""
     clamped: bool
@@ -429,7 +431,7 @@ class CallAnswer(WireObject):
     """How many partial replies came before this final one (their text starts `body`);
     omitted when none."""
 
-    _defaults = {'clamped': False, 'parts': [], 'streamed': 0}
+    _defaults = {'attachments': [], 'clamped': False, 'parts': [], 'streamed': 0}
 
 
 class CallEvent(WireObject):
@@ -1543,6 +1545,10 @@ class ReplyError(WireObject):
 
 class ReplyRequest(WireObject):
     """Body of `agent.reply.<agent_id>` (reply_to_peer): no target, only the correlation."""
+    attachments: list[Attachment]
+    """Files a final answer carries by reference (docs/protocol.md §17), as on a send: the
+    callee must be their uploader or have been delivered them; the caller may then read
+    them. Not on a partial reply or one with `error`."""
     correlation_id: str | None
     """The call being answered, from the request message's `correlation_id`; required."""
     error: ReplyError | None
@@ -1559,7 +1565,7 @@ class ReplyRequest(WireObject):
     parts: list[Part]
     """Structured content of the answer."""
 
-    _defaults = {'partial': False, 'parts': []}
+    _defaults = {'attachments': [], 'partial': False, 'parts': []}
 
 
 class ReserveRequest(WireObject):
@@ -2043,7 +2049,11 @@ BudgetView._nested = {
     'tree_budget': Amounts,
     'tree_spent': Amounts,
 }
-CallAnswer._nested = {'error': ReplyError, 'parts': ListOf(_Part)}
+CallAnswer._nested = {
+    'attachments': ListOf(Attachment),
+    'error': ReplyError,
+    'parts': ListOf(_Part),
+}
 CallPart._nested = {'parts': ListOf(_Part)}
 CallParts._nested = {'answer': CallAnswer, 'parts': ListOf(CallPart)}
 CallRequest._nested = {
@@ -2080,7 +2090,11 @@ PendingCalls._nested = {'incoming': ListOf(PendingCall), 'outgoing': ListOf(Pend
 PendingItems._nested = {'items': ListOf(PersonItem)}
 PeopleList._nested = {'people': ListOf(PersonEntry), 'roles': ListOf(RoleEntry)}
 PersonItem._nested = {'action': Action, 'answer': Answer}
-ReplyRequest._nested = {'error': ReplyError, 'parts': ListOf(_Part)}
+ReplyRequest._nested = {
+    'attachments': ListOf(Attachment),
+    'error': ReplyError,
+    'parts': ListOf(_Part),
+}
 SendRequest._nested = {'attachments': ListOf(Attachment), 'parts': ListOf(_Part)}
 SendStatusReply._nested = {'goals': ListOf(GoalReceipt)}
 StreamedPart._nested = {'parts': ListOf(_Part)}

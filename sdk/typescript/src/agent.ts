@@ -720,9 +720,10 @@ export class Agent {
 
   /** reply_to_peer (§9): answers the call `correlationId`. */
   async reply(correlationId: string, text: string,
-    opts: { parts?: Part[]; trace?: Trace } = {}): Promise<ReplyAck> {
+    opts: { parts?: Part[]; trace?: Trace; attachments?: Attachment[] } = {}): Promise<ReplyAck> {
     const body: Json = { correlation_id: correlationId, message: text };
     if (opts.parts?.length) body.parts = opts.parts;
+    if (opts.attachments?.length) body.attachments = opts.attachments;
     return this.request<ReplyAck>(`agent.reply.${this.id}`, body, { trace: opts.trace });
   }
 
@@ -1255,7 +1256,8 @@ export class Message {
   }
 
   /** Answers this call (§9). */
-  async reply(text: string, opts: { parts?: Part[] } = {}): Promise<ReplyAck> {
+  async reply(text: string, opts: { parts?: Part[]; attachments?: Attachment[] } = {}):
+    Promise<ReplyAck> {
     if (!this.correlationId) throw new Error('only a call (kind request) takes a reply');
     return this.agent.reply(this.correlationId, text, { ...opts, trace: this.trace });
   }

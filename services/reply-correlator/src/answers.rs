@@ -3,10 +3,12 @@
 //! reply goes to [`crate::parts`] instead. The final answer joins the text of every part sent
 //! before it.
 
+use switchboard_delivery::door::DoorError;
+use switchboard_delivery::files::Files;
 use switchboard_proto::call::{
     AnswerRoute, CallAnswer, CallEventKind, CallState, PendingCall, ReplyAck, ReplyRequest,
 };
-use switchboard_proto::send::{check_body, check_content_fits};
+use switchboard_proto::send::{check_attachments, check_body, check_content_fits};
 use switchboard_proto::{
     AgentId, ErrorKind, ErrorReply, GoalId, InboxMessage, MessageKind, new_id, subject, timestamp,
 };
@@ -41,6 +43,13 @@ fn check_reply(request: &ReplyRequest) -> Result<(Uuid, &str, bool), CorrelatorE
     };
     let text = request.message.as_deref().unwrap_or("");
     let bare = text.is_empty() && request.parts.is_empty();
+    check_attachments(&request.attachments).map_err(CorrelatorError::Gate)?;
+    if !request.attachments.is_empty() && (request.partial || request.error.is_some()) {
+        return Err(bad_request(
+            "attachments go on a final answer, not on a partial reply or one with `error`"
+                .to_owned(),
+        ));
+    }
     if let Some(error) = &request.error {
         error.check().map_err(bad_request)?;
         if request.partial || !bare {
@@ -88,9 +97,24 @@ impl Correlator {
         // A call this replica holds is claimed on the revision it stored first (no read); if
         // it changed since, the claim fails and the call is read as usual.
         let mut held = self.held_record(&correlation_id);
+        let mut granted = request.attachments.is_empty();
         for _ in 0..CAS_ATTEMPTS {
             let stored = self.record_of(callee, held.take(), correlation_id).await?;
             check_callee(&stored.call, callee)?;
+            if !granted {
+                // The callee may pass them on; the caller may read them from now on (before
+                // the answer reaches it, by either route).
+                let files = self.door.files();
+                let caller = std::slice::from_ref(&stored.call.caller);
+                let refused = |err| CorrelatorError::Gate(DoorError::from(err).into());
+                Files::check_on(files, callee, &request.attachments)
+                    .await
+                    .map_err(refused)?;
+                Files::grant_on(files, callee, &request.attachments, caller)
+                    .await
+                    .map_err(refused)?;
+                granted = true;
+            }
             if let Some(ack) = self.reply_to(&stored, &reply).await? {
                 return Ok(ack);
             }
@@ -284,6 +308,7 @@ impl Correlator {
             clamped: false,
             streamed: u32::try_from(call.streamed.len()).unwrap_or(u32::MAX),
             error: request.error.clone(),
+            attachments: request.attachments.clone(),
         }
     }
 
@@ -337,6 +362,7 @@ impl Correlator {
         message.correlation_id = Some(call.correlation_id);
         message.in_reply_to = Some(call.request_id);
         message.parts = request.parts.clone();
+        message.attachments = request.attachments.clone();
         if answer.streamed > 0 {
             message
                 .metadata

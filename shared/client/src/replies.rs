@@ -46,6 +46,24 @@ impl Agent {
         .await
     }
 
+    /// reply_to_peer with files (docs/protocol.md §17): answers the call `correlation_id` with
+    /// `message` and `attachments` (each uploaded by this agent, or delivered to it); the
+    /// caller may read them once the answer reaches it.
+    pub async fn reply_with_attachments(
+        &self,
+        correlation_id: Uuid,
+        message: &str,
+        attachments: Vec<switchboard_proto::files::Attachment>,
+    ) -> Result<ReplyAck, ClientError> {
+        self.send_reply(&ReplyRequest {
+            correlation_id: Some(correlation_id),
+            message: Some(message.to_owned()),
+            attachments,
+            ..ReplyRequest::default()
+        })
+        .await
+    }
+
     /// Sends a reply (whole or partial), retried and hedged: both are taken once however
     /// many copies arrive.
     /// Answers the call `correlation_id` with a failure: the caller's answer carries

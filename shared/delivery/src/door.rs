@@ -213,6 +213,12 @@ impl Door {
         )))
     }
 
+    /// The files the door checks attachments against and grants readers of (`None`: a door
+    /// that takes no attachments).
+    pub fn files(&self) -> Option<&Files> {
+        self.files.as_ref()
+    }
+
     /// The registry view the door resolves through (it answers goal ownership without a read).
     pub fn view(&self) -> &RegistryView {
         &self.view

@@ -119,6 +119,9 @@ pub struct CallAnswer {
     /// only what was streamed before it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<ReplyError>,
+    /// Files the answer carries by reference (docs/protocol.md §17): the caller may read each.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attachments: Vec<crate::files::Attachment>,
 }
 
 #[allow(clippy::trivially_copy_pass_by_ref)]
@@ -275,6 +278,11 @@ pub struct ReplyRequest {
     /// `parts`, not `partial`). The caller's answer carries it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<ReplyError>,
+    /// Files a final answer carries by reference (docs/protocol.md §17), as on a send: the
+    /// callee must be their uploader or have been delivered them; the caller may then read
+    /// them. Not on a partial reply or one with `error`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attachments: Vec<crate::files::Attachment>,
 }
 
 /// Where an answer went.

@@ -421,6 +421,7 @@ mod tests {
             clamped: false,
             streamed: 0,
             error: None,
+            attachments: Vec::new(),
         };
         let message = answer_message(&answer, "ctx");
         assert_eq!(message.role, Role::Agent);
