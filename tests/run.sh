@@ -11,10 +11,11 @@ cd "$(dirname "$0")/.."
 
 # The second lane: test targets that mostly wait (tests/<name>.rs): measured with
 # `/usr/bin/time`, isolation spends 9 s of CPU in 38 s, limits 5 s in 15 s, sdk_nkeys 2 s in
-# 12 s. Not service_faults: it checks that the audit records every stored message while services
-# are killed, and a full goal purges read messages the audit has not reached yet when the CPU is
-# shared (it failed so once).
-SECOND_LANE=" reliability observability raw_faults a2a_outbound calls a2a_trace audit isolation limits sdk_nkeys "
+# 12 s; files_cluster waits on a 3-node cluster and a killed node. Not service_faults: it
+# checks that the audit records every stored message while services are killed, and a full
+# goal purges read messages the audit has not reached yet when the CPU is shared (it failed so
+# once).
+SECOND_LANE=" reliability observability raw_faults a2a_outbound calls a2a_trace audit isolation limits sdk_nkeys files_cluster "
 
 logs=target/test-lanes
 rm -rf "$logs"
