@@ -532,3 +532,58 @@ async fn an_upload_declared_again_is_the_same_upload_counted_once() {
     .await;
     assert_ne!(theirs.body["file_id"], first.body["file_id"]);
 }
+
+#[tokio::test]
+async fn reads_go_to_the_callers_own_inbox_and_tiny_files_count_a_chunk() {
+    let config = files::FilesConfig {
+        quota_bytes: 4 * FILE_CHUNK_BYTES as u64,
+        ..Default::default()
+    };
+    let (fabric, _files) = fabric_with_files(config).await;
+    let agent = fabric.agent("tiny").await;
+    // Each file counts at least one chunk against the quota, so empty or one-byte files are
+    // not free: four fit, the fifth does not.
+    let mut kept = Vec::new();
+    for n in 0..4 {
+        kept.push(
+            agent
+                .upload_bytes(&format!("{n}.txt"), "text/plain", b"")
+                .await
+                .unwrap(),
+        );
+    }
+    let err = agent
+        .upload_bytes("4.txt", "text/plain", b"x")
+        .await
+        .unwrap_err();
+    assert_eq!(kind(&err), ErrorKind::QuotaExceeded, "{err}");
+    let one = agent.file_delete(kept[0].file_ref).await.unwrap();
+    assert!(one.deleted);
+    agent
+        .upload_bytes("4.txt", "text/plain", b"x")
+        .await
+        .unwrap();
+
+    // A read whose reply inbox is another agent's is refused: the chunks go nowhere else.
+    let client = agent.nats().clone();
+    let inbox = "_INBOX.victim.x1";
+    let mut sniffed = client.subscribe(inbox).await.unwrap();
+    let body = serde_json::to_vec(&json!({"file_id": kept[1].file_ref, "offset": 0})).unwrap();
+    client
+        .publish_with_reply(FilesOp::Read.subject(agent.id()), inbox, body.into())
+        .await
+        .unwrap();
+    let reply = tokio::time::timeout(
+        Duration::from_secs(5),
+        futures::StreamExt::next(&mut sniffed),
+    )
+    .await
+    .ok()
+    .flatten();
+    // The scaffold never answers into a subject that is not the caller's own reply inbox:
+    // either nothing comes, or a refusal does, never a chunk.
+    if let Some(message) = reply {
+        let value: serde_json::Value = serde_json::from_slice(&message.payload).unwrap();
+        assert_eq!(error_kind(&value), "bad_request", "{value}");
+    }
+}

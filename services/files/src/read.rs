@@ -27,6 +27,13 @@ impl Files {
         request: ReadRequest,
         reply: Option<Subject>,
     ) -> Result<ReadEnd, FilesError> {
+        // The chunks go to the caller's own reply inboxes only (`_INBOX.<caller>.…`).
+        let own = format!("_INBOX.{caller}.");
+        let Some(reply) = reply.filter(|reply| reply.as_str().starts_with(&own)) else {
+            return Err(FilesError::BadRequest(format!(
+                "a read is a request whose reply inbox is the caller's own ({own}…)"
+            )));
+        };
         let record = self.readable(caller, &request.file_id).await?;
         let size = record.attachment.size;
         let offset = request.offset;
@@ -48,13 +55,11 @@ impl Files {
                 eof: true,
             });
         }
-        let Some(reply) = reply else {
-            return Err(FilesError::BadRequest(
-                "a read is a request: it needs a reply inbox".to_owned(),
-            ));
-        };
         let mut chunks = match request.after_seq {
-            Some(after) => self.store.chunks_from(&record.nuid, after + 1, max).await?,
+            Some(after) => match after.checked_add(1) {
+                Some(next) => self.store.chunks_from(&record.nuid, next, max).await?,
+                None => Vec::new(),
+            },
             None => Vec::new(),
         };
         if chunks.first().map(|chunk| chunk.offset) != Some(offset) {

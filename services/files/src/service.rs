@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use switchboard_proto::AgentId;
 use switchboard_proto::files::{
-    DeleteReply, FileQuery, FileRecord, FileState, FileView, RevokeReply, RevokeRequest,
+    DeleteReply, FILE_CHUNK_BYTES, FileQuery, FileRecord, FileState, FileView, RevokeReply,
+    RevokeRequest,
 };
 use time::OffsetDateTime;
 use uuid::Uuid;
@@ -16,6 +17,12 @@ use crate::config::FilesConfig;
 use crate::digest::Running;
 use crate::error::FilesError;
 use crate::store::Store;
+
+/// What a file counts against its uploader's quota: its size, and at least one chunk, so an
+/// agent cannot keep unbounded empty or tiny files (records, grants, sweeps) for free.
+pub(crate) fn charged(size: u64) -> u64 {
+    size.max(FILE_CHUNK_BYTES as u64)
+}
 
 /// Uploads a replica remembers where they stand, at most (the oldest is forgotten first;
 /// forgetting costs one read of the last chunk).
@@ -218,15 +225,17 @@ impl Files {
     ) -> Result<bool, FilesError> {
         let file = record.attachment.file_ref;
         self.forget(&file);
+        // The record first, by compare-and-set: of two removals (or a removal and a change)
+        // one alone goes on, and no chunk of a file still recorded is ever purged.
+        if !self.store.remove_record(&file, revision).await? {
+            return Ok(false);
+        }
         for (agent, _) in self.store.grants(&file).await? {
             self.store.revoke(&file, &agent).await?;
         }
         self.store.purge_object(&file, &record.nuid).await?;
-        if !self.store.remove_record(&file, revision).await? {
-            return Ok(false);
-        }
         self.store
-            .release(&record.owner, record.attachment.size)
+            .release(&record.owner, charged(record.attachment.size))
             .await?;
         self.event("deleted", record, &record.owner).await;
         Ok(true)

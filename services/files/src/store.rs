@@ -90,16 +90,14 @@ impl Store {
         }
     }
 
-    /// Writes a new file's record (a file id is never reused).
-    pub async fn create_record(&self, record: &FileRecord) -> Result<u64, FilesError> {
+    /// Writes a new file's record: false when one exists under its id already.
+    pub async fn create_record(&self, record: &FileRecord) -> Result<bool, FilesError> {
         let key = file_key(&record.attachment.file_ref);
-        self.index
-            .create(&key, encode(record)?)
-            .await
-            .map_err(|err| match already_exists(&err) {
-                true => FilesError::BadRequest("the file id exists already".to_owned()),
-                false => FilesError::store("writing a file record", err),
-            })
+        match self.index.create(&key, encode(record)?).await {
+            Ok(_) => Ok(true),
+            Err(err) if already_exists(&err) => Ok(false),
+            Err(err) => Err(FilesError::store("writing a file record", err)),
+        }
     }
 
     /// Replaces a record written at `revision`; false when it changed meanwhile.

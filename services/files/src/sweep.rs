@@ -43,8 +43,19 @@ impl Files {
                 tracing::warn!(key = %entry.key, "an unreadable file record is left alone");
                 continue;
             };
-            if self.ran_out(&record, now).await? && self.remove(&record, entry.revision).await? {
-                removed += 1;
+            // One record that fails (its reads, its removal) does not stop the sweep.
+            match self.ran_out(&record, now).await {
+                Ok(true) => match self.remove(&record, entry.revision).await {
+                    Ok(true) => removed += 1,
+                    Ok(false) => {}
+                    Err(err) => {
+                        tracing::warn!(key = %entry.key, error = %err, "removing a file failed; the next sweep retries");
+                    }
+                },
+                Ok(false) => {}
+                Err(err) => {
+                    tracing::warn!(key = %entry.key, error = %err, "a file's time could not be read; the next sweep retries");
+                }
             }
         }
         Ok(removed)

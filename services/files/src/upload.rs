@@ -19,7 +19,7 @@ use uuid::Uuid;
 
 use crate::digest::{Running, hex};
 use crate::error::FilesError;
-use crate::service::{Files, Progress};
+use crate::service::{Files, Progress, charged};
 
 impl Files {
     /// `agent.files.upload`: declares an upload; its bytes count against the caller's quota
@@ -66,8 +66,9 @@ impl Files {
                 )
                 .await;
         }
+        let request_size = request.size;
         self.store
-            .reserve(caller, request.size, self.config.quota_bytes)
+            .reserve(caller, charged(request_size), self.config.quota_bytes)
             .await?;
         let now = OffsetDateTime::now_utc();
         let mut record = FileRecord {
@@ -90,23 +91,31 @@ impl Files {
             record.expires_at = now + self.retention();
             self.store.put_object_info(&record, 0).await?;
         }
-        if let Err(err) = self.store.create_record(&record).await {
-            self.store.release(caller, record.attachment.size).await?;
-            // A copy of this request made it first: answer as it did.
-            if let Some((existing, _)) = self.store.record(&file_id).await? {
-                let attachment = record.attachment;
-                return self
-                    .again(
-                        caller,
-                        existing,
-                        &attachment.name,
-                        &attachment.media_type,
-                        attachment.size,
-                        &attachment.sha256,
-                    )
-                    .await;
+        let created = self.store.create_record(&record).await;
+        if !matches!(created, Ok(true)) {
+            // Not created by this request: a copy of it made it first (holding a reservation
+            // of its own), or the create failed — or took effect unseen, when the record is
+            // there now and is this request's (then its reservation stays).
+            let existing = self.store.record(&file_id).await?;
+            if created.is_ok() || existing.is_none() {
+                self.store.release(caller, charged(request_size)).await?;
             }
-            return Err(err);
+            let Some((existing, _)) = existing else {
+                return Err(created.err().unwrap_or_else(|| {
+                    FilesError::Store("the upload's record vanished; retry".to_owned())
+                }));
+            };
+            let attachment = record.attachment;
+            return self
+                .again(
+                    caller,
+                    existing,
+                    &attachment.name,
+                    &attachment.media_type,
+                    attachment.size,
+                    &attachment.sha256,
+                )
+                .await;
         }
         if record.state == FileState::Complete {
             self.event("uploaded", &record, caller).await;
@@ -201,6 +210,15 @@ impl Files {
             Some(progress) => progress,
             None => self.progress(&record, revision).await?,
         };
+        if progress.received == size {
+            // Every chunk is stored but the upload was not completed (its replica failed
+            // after the last store): complete it now.
+            let attachment = self.complete(record, revision, progress.seq).await?;
+            return Ok(ChunkReply {
+                received: size,
+                attachment: Some(attachment),
+            });
+        }
         if offset < progress.received && end <= progress.received {
             return Ok(ChunkReply {
                 received: progress.received,
@@ -255,6 +273,13 @@ impl Files {
                 }),
             };
         };
+        if offset == 0 && self.store.record(&file).await?.is_none() {
+            // Removed while its first chunk was on its way (the only chunk a removal's purge
+            // cannot turn away: it expects an empty subject): take it out again.
+            self.forget(&file);
+            self.store.purge_object(&file, &record.nuid).await?;
+            return Err(FilesError::NotFound(file));
+        }
         if !last {
             self.remember(
                 file,
@@ -295,9 +320,13 @@ impl Files {
                 digest: Running::default(),
             });
         };
-        let digest = Running::from_header(&last.digest_state, last.received).ok_or_else(|| {
-            FilesError::Store(format!("the last chunk of {file} carries no digest state"))
-        })?;
+        // The last chunk carries no state (the digest was finished): nothing is left to hash.
+        let digest = match last.received == record.attachment.size {
+            true => Running::default(),
+            false => Running::from_header(&last.digest_state, last.received).ok_or_else(|| {
+                FilesError::Store(format!("the last chunk of {file} carries no digest state"))
+            })?,
+        };
         Ok(Progress {
             record: record.clone(),
             revision,
@@ -319,7 +348,10 @@ impl Files {
             .chunks_from(&record.nuid, 1, 1)
             .await?
             .first()
-            .map_or(last_seq, |chunk| chunk.seq);
+            .map(|chunk| chunk.seq)
+            .ok_or_else(|| {
+                FilesError::Store("the upload's first chunk could not be read; retry".to_owned())
+            })?;
         let chunks = record.attachment.size.div_ceil(FILE_CHUNK_BYTES as u64);
         self.store
             .put_object_info(&record, usize::try_from(chunks).unwrap_or(usize::MAX))
@@ -342,11 +374,13 @@ impl Files {
     pub(crate) async fn abort(&self, record: &FileRecord, revision: u64) {
         let file = record.attachment.file_ref;
         self.forget(&file);
+        // The record first (compare-and-set): a replica whose memory of the upload is stale
+        // (another completed it) removes nothing.
         let removed = async {
-            self.store.purge_object(&file, &record.nuid).await?;
             if self.store.remove_record(&file, revision).await? {
+                self.store.purge_object(&file, &record.nuid).await?;
                 self.store
-                    .release(&record.owner, record.attachment.size)
+                    .release(&record.owner, charged(record.attachment.size))
                     .await?;
             }
             Ok::<(), FilesError>(())
