@@ -28,7 +28,10 @@ impl Files {
         reply: Option<Subject>,
     ) -> Result<ReadEnd, FilesError> {
         // The chunks go to the caller's own reply inboxes only (`_INBOX.<caller>.…`).
-        let own = format!("_INBOX.{caller}.");
+        let own = format!(
+            "{}.",
+            switchboard_proto::subject::agent_inbox_prefix(caller)
+        );
         let Some(reply) = reply.filter(|reply| reply.as_str().starts_with(&own)) else {
             return Err(FilesError::BadRequest(format!(
                 "a read is a request whose reply inbox is the caller's own ({own}…)"
