@@ -9,25 +9,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use switchboard_client::{Agent, AgentOptions, TaskOutcome};
+use switchboard_client::TaskOutcome;
 use switchboard_proto::{MessageKind, TaskState};
 use switchboard_testkit::NatsCluster;
-use switchboard_tests::card;
-
-async fn agent_on(url: &str, id: &str) -> Agent {
-    let nats =
-        switchboard_client::agent_connect_options(&switchboard_proto::AgentId::parse(id).unwrap())
-            .retry_on_initial_connect()
-            .connect(url)
-            .await
-            .unwrap();
-    let options = AgentOptions {
-        heartbeat_interval: Duration::from_secs(3600),
-        request_timeout: Duration::from_secs(5),
-        ..AgentOptions::default()
-    };
-    Agent::connect_with(nats, card(id), options).await.unwrap()
-}
+use switchboard_tests::agent_on;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agents_on_different_nodes_keep_every_message_through_a_node_restart() {

@@ -8,28 +8,12 @@
 use std::time::Duration;
 
 use sha2::{Digest, Sha256};
-use switchboard_client::{Agent, AgentOptions};
 use switchboard_proto::send::SendRequest;
 use switchboard_testkit::NatsCluster;
 use switchboard_tests::files::{attachments_of, data, hex};
 use switchboard_tests::services::{Service, cluster_runtime, rotated};
-use switchboard_tests::{card, start_services_across};
+use switchboard_tests::{agent_on, start_services_across};
 use tokio::io::AsyncReadExt;
-
-async fn agent_on(url: &str, id: &str) -> Agent {
-    let nats =
-        switchboard_client::agent_connect_options(&switchboard_proto::AgentId::parse(id).unwrap())
-            .retry_on_initial_connect()
-            .connect(url)
-            .await
-            .unwrap();
-    let options = AgentOptions {
-        heartbeat_interval: Duration::from_secs(3600),
-        request_timeout: Duration::from_secs(5),
-        ..AgentOptions::default()
-    };
-    Agent::connect_with(nats, card(id), options).await.unwrap()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_download_survives_the_kill_of_its_services_node() {

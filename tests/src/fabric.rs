@@ -136,6 +136,23 @@ impl Fabric {
     }
 }
 
+/// An agent connected to one node of a cluster at `url` (waiting for it if it is not up yet),
+/// with a 5 s request timeout so a request lost with a killed node is retried soon, and no
+/// heartbeats during the test.
+pub async fn agent_on(url: &str, id: &str) -> Agent {
+    let nats = switchboard_client::agent_connect_options(&AgentId::parse(id).unwrap())
+        .retry_on_initial_connect()
+        .connect(url)
+        .await
+        .unwrap();
+    let options = AgentOptions {
+        heartbeat_interval: Duration::from_secs(3600),
+        request_timeout: Duration::from_secs(5),
+        ..AgentOptions::default()
+    };
+    Agent::connect_with(nats, card(id), options).await.unwrap()
+}
+
 /// Connects an agent with a given card (heartbeats every `beat`).
 pub async fn agent_with(url: &str, card: AgentCard, beat: Duration) -> Agent {
     let nats = switchboard_client::agent_connect_options(&card.agent_id)

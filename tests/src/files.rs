@@ -44,3 +44,8 @@ pub async fn attachments_of(goal: &switchboard_client::Goal) -> Vec<Attachment> 
         .expect("a message within 10 s");
     delivery.ack().await.unwrap().attachments
 }
+
+/// The `error.kind` of a raw JSON reply (`"none"` for a reply that is not an error).
+pub fn error_kind(reply: &serde_json::Value) -> &str {
+    reply["error"]["kind"].as_str().unwrap_or("none")
+}

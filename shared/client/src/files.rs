@@ -58,10 +58,8 @@ impl Agent {
     /// This agent's handle on the files service (docs/protocol.md §17).
     pub fn files(&self) -> Files {
         Files {
-            nats: self.nats().clone(),
-            agent: self.id().clone(),
             timeout: self.request_timeout(),
-            retries: switchboard_request::request::IDEMPOTENT_RETRIES,
+            ..Files::new(self.nats().clone(), self.id().clone())
         }
     }
 
