@@ -676,6 +676,7 @@ async fn subtasks_return_their_results_to_the_parent_goal() {
                 parts: vec![Part::Data {
                     data: serde_json::json!({"sources": ["a", "b", "c"]}),
                 }],
+                attachments: Vec::new(),
             },
         )
         .await

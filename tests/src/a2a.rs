@@ -357,6 +357,7 @@ impl A2a {
                             TaskOutcome {
                                 result: format!("task: {}", message.body),
                                 parts: message.parts,
+                                attachments: Vec::new(),
                             }
                         };
                         caller.complete_task(task_id, outcome).await.unwrap();

@@ -8,6 +8,7 @@ use switchboard_delivery::files::Files;
 use switchboard_proto::call::{
     AnswerRoute, CallAnswer, CallEventKind, CallState, PendingCall, ReplyAck, ReplyRequest,
 };
+use switchboard_proto::files::Attachment;
 use switchboard_proto::send::{check_attachments, check_body, check_content_fits};
 use switchboard_proto::{
     AgentId, ErrorKind, ErrorReply, GoalId, InboxMessage, MessageKind, new_id, subject, timestamp,
@@ -44,10 +45,9 @@ fn check_reply(request: &ReplyRequest) -> Result<(Uuid, &str, bool), CorrelatorE
     let text = request.message.as_deref().unwrap_or("");
     let bare = text.is_empty() && request.parts.is_empty();
     check_attachments(&request.attachments).map_err(CorrelatorError::Gate)?;
-    if !request.attachments.is_empty() && (request.partial || request.error.is_some()) {
+    if !request.attachments.is_empty() && request.error.is_some() {
         return Err(bad_request(
-            "attachments go on a final answer, not on a partial reply or one with `error`"
-                .to_owned(),
+            "attachments go on an answer or a part of one, not on a reply with `error`".to_owned(),
         ));
     }
     if let Some(error) = &request.error {
@@ -102,17 +102,8 @@ impl Correlator {
             let stored = self.record_of(callee, held.take(), correlation_id).await?;
             check_callee(&stored.call, callee)?;
             if !granted {
-                // The callee may pass them on; the caller may read them from now on (before
-                // the answer reaches it, by either route).
-                let files = self.door.files();
-                let caller = std::slice::from_ref(&stored.call.caller);
-                let refused = |err| CorrelatorError::Gate(DoorError::from(err).into());
-                Files::check_on(files, callee, &request.attachments)
-                    .await
-                    .map_err(refused)?;
-                Files::grant_on(files, callee, &request.attachments, caller)
-                    .await
-                    .map_err(refused)?;
+                self.pass_files(callee, &stored.call.caller, &request.attachments)
+                    .await?;
                 granted = true;
             }
             if let Some(ack) = self.reply_to(&stored, &reply).await? {
@@ -290,6 +281,24 @@ impl Correlator {
         let kept = self.kept_answer(call, callee, body, request);
         self.store.answered(&claimed, via, kept).await?;
         Ok(Some(via))
+    }
+
+    /// The callee may pass each of `attachments` on, and the caller may read them from now on
+    /// (before the answer or the part reaches it, by either route).
+    pub(crate) async fn pass_files(
+        &self,
+        callee: &AgentId,
+        caller: &AgentId,
+        attachments: &[Attachment],
+    ) -> Result<(), CorrelatorError> {
+        let files = self.door.files();
+        let refused = |err| CorrelatorError::Gate(DoorError::from(err).into());
+        Files::check_on(files, callee, attachments)
+            .await
+            .map_err(refused)?;
+        Files::grant_on(files, callee, attachments, std::slice::from_ref(caller))
+            .await
+            .map_err(refused)
     }
 
     /// The final answer: every part's text so far, then the final reply's.

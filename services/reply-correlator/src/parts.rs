@@ -42,6 +42,7 @@ fn to_wire(call: &PendingCall, part: &StreamedPart) -> CallPart {
         part: part.part,
         body: part.body.clone(),
         parts: part.parts.clone(),
+        attachments: part.attachments.clone(),
         partial: true,
         at: part.at,
     }
@@ -90,11 +91,17 @@ impl Correlator {
     ) -> Result<ReplyAck, CorrelatorError> {
         // A call this replica holds starts from the record it wrote last (no read).
         let mut held = self.held_record(&correlation_id);
+        let mut granted = request.attachments.is_empty();
         for _ in 0..CAS_ATTEMPTS {
             let from_held = held.is_some();
             let stored = self.record_of(callee, held.take(), correlation_id).await?;
             let call = &stored.call;
             check_callee(call, callee)?;
+            if !granted {
+                self.pass_files(callee, &call.caller, &request.attachments)
+                    .await?;
+                granted = true;
+            }
             let taken = u32::try_from(call.streamed.len()).unwrap_or(u32::MAX);
             let next = taken.saturating_add(1);
             // A refusal is decided on a record read now, never on the one held (another
@@ -181,6 +188,7 @@ impl Correlator {
             part: next,
             body: body.to_owned(),
             parts: request.parts.clone(),
+            attachments: request.attachments.clone(),
             at: timestamp::now(),
         };
         let total = streamed_bytes(&call.streamed).saturating_add(encoded_len(&taken));
@@ -228,6 +236,7 @@ impl Correlator {
         message.correlation_id = Some(call.correlation_id);
         message.in_reply_to = Some(call.request_id);
         message.parts = part.parts.clone();
+        message.attachments = part.attachments.clone();
         let mut metadata = Map::new();
         metadata.insert("part".to_owned(), Value::from(part.part));
         metadata.insert("partial".to_owned(), Value::Bool(true));

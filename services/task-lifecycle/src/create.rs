@@ -11,7 +11,8 @@
 //! retry, answered as a duplicate, so nothing is created or delivered twice.
 
 use switchboard_proto::send::{
-    Target, check_body, check_content_fits, check_receipt, check_sender, check_target,
+    Target, check_attachments, check_body, check_content_fits, check_receipt, check_sender,
+    check_target,
 };
 use switchboard_proto::task::{CreateTask, TaskRecord, TaskRefusal, TaskReply};
 use switchboard_proto::{
@@ -70,6 +71,7 @@ impl Tasks {
             self.check_goal(caller, goal).await?;
         }
         let goals = self.parties(caller, &assignee).await?;
+        self.check_files(caller, &request.attachments).await?;
         let task_id = request.task_id.unwrap_or_else(new_id);
         if let Some(existing) = self.store.find(&task_id).await? {
             return self
@@ -119,7 +121,9 @@ impl Tasks {
             return Err(TaskError::Undelivered(assignee));
         }
         tracing::info!(%task_id, requester = %caller, %assignee, depth, parent = ?parent_id, "task created");
-        self.emit(&stored.task, None, None, None, &[]).await;
+        let task = &stored.task;
+        self.emit(task, None, None, None, &[], &task.attachments)
+            .await;
         Ok(TaskReply {
             task: stored.task,
             delivered_to,
@@ -160,6 +164,7 @@ impl Tasks {
         };
         check_receipt(request.receipt, request.from_goal_id).map_err(gate)?;
         let body = check_body(request.message.as_deref()).map_err(gate)?;
+        check_attachments(&request.attachments).map_err(gate)?;
         let assignee = match target {
             None => caller.clone(),
             Some(Target::Broadcast) => return Err(TaskError::Broadcast),
@@ -172,13 +177,15 @@ impl Tasks {
         };
         let callback = request.callback.clone().map(serde_json::Value::Object);
         let metadata = serde_json::Value::Object(request.metadata.clone());
+        let attachments = serde_json::to_value(&request.attachments).unwrap_or_default();
         check_content_fits(
-            "the message with its parts, metadata and callback",
+            "the message with its parts, attachments, metadata and callback",
             body,
             &request.parts,
             &[
                 &metadata,
                 callback.as_ref().unwrap_or(&serde_json::Value::Null),
+                &attachments,
             ],
         )
         .map_err(TaskError::Gate)?;
@@ -276,7 +283,8 @@ impl Tasks {
         }
         let delivered_to = if existing.state == TaskState::Submitted {
             let delivered = self.deliver_task(&existing, goals).await;
-            self.emit(&existing, None, None, None, &[]).await;
+            self.emit(&existing, None, None, None, &[], &existing.attachments)
+                .await;
             delivered
         } else {
             Vec::new()
@@ -344,6 +352,7 @@ impl Tasks {
         message.in_reply_to = task.in_reply_to;
         message.kind = MessageKind::Task;
         message.parts = task.parts.clone();
+        message.attachments = task.attachments.clone();
         message.task = Some(task_ref(task));
         message.callback = task.callback.clone();
         message.metadata = task.metadata.clone();
@@ -495,6 +504,7 @@ fn new_task(
         state: TaskState::Submitted,
         message: body.to_owned(),
         parts: request.parts.clone(),
+        attachments: request.attachments.clone(),
         deadline: None,
         callback: request.callback.clone(),
         metadata: request.metadata.clone(),
@@ -503,6 +513,7 @@ fn new_task(
         children: Vec::new(),
         result: None,
         result_parts: Vec::new(),
+        result_attachments: Vec::new(),
         reason: None,
         message_id: new_id(),
         in_reply_to: request.in_reply_to,

@@ -104,6 +104,7 @@ impl Tasks {
             role: TaskRole::System,
             text: Some(DEADLINE_EXPIRED.to_owned()),
             parts: Vec::new(),
+            attachments: Vec::new(),
         };
         let done = self.commit(stored, updated, &change).await?;
         if let Some(done) = &done {
@@ -165,6 +166,7 @@ impl Tasks {
             role: TaskRole::System,
             text: Some(reason),
             parts: Vec::new(),
+            attachments: Vec::new(),
         };
         self.commit(stored, updated, &change).await
     }

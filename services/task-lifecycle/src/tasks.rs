@@ -13,11 +13,15 @@ use std::sync::Arc;
 use async_nats::Client;
 use async_nats::jetstream;
 use switchboard_delivery::door::Door;
+use switchboard_delivery::error::DoorError;
+use switchboard_delivery::files::Files;
+use switchboard_proto::files::Attachment;
 use switchboard_proto::task::TaskRecord;
 use switchboard_proto::{AgentId, GoalId, TaskRef};
 use switchboard_runtime::store::StoreError;
 
 use crate::config::TaskConfig;
+use crate::error::TaskError;
 use crate::store::TaskStore;
 
 /// Compare-and-set retries on one record.
@@ -85,6 +89,44 @@ impl Tasks {
             .await?
             .map(|peer| peer.goals)
             .unwrap_or_default())
+    }
+}
+
+impl Tasks {
+    /// Whether `caller` may put each attachment on a task message, as it is (the door's check,
+    /// docs/protocol.md §17): before anything is stored, so a refused file changes nothing.
+    pub(crate) async fn check_files(
+        &self,
+        caller: &AgentId,
+        attachments: &[Attachment],
+    ) -> Result<(), TaskError> {
+        Files::check_on(self.door.files(), caller, attachments)
+            .await
+            .map_err(|err| TaskError::Gate(DoorError::from(err).into()))
+    }
+
+    /// Grants the party of `task` that `caller` is not the reading of `attachments` (checked
+    /// by [`Tasks::check_files`]): the door grants only the agents it delivers to, and a party
+    /// with no live goal reads its task's files by the task's record.
+    pub(crate) async fn grant_files(
+        &self,
+        caller: &AgentId,
+        task: &TaskRecord,
+        attachments: &[Attachment],
+    ) -> Result<(), TaskError> {
+        let other = if *caller == task.requester {
+            &task.assignee
+        } else {
+            &task.requester
+        };
+        Files::grant_on(
+            self.door.files(),
+            caller,
+            attachments,
+            std::slice::from_ref(other),
+        )
+        .await
+        .map_err(|err| TaskError::Gate(DoorError::from(err).into()))
     }
 }
 

@@ -11,7 +11,8 @@
 //! again, so no transition happens twice or illegally.
 
 use switchboard_delivery::door::{Address, Letter, Origin};
-use switchboard_proto::send::check_content_fits;
+use switchboard_proto::files::Attachment;
+use switchboard_proto::send::{check_attachments, check_content_fits};
 use switchboard_proto::task::{
     self as rules, DescendantState, HISTORY_KEPT, TaskAction, TaskEvent, TaskOp, TaskRecord,
     TaskReply, TaskRole, TaskTransition,
@@ -43,6 +44,7 @@ impl Tasks {
             return Err(TaskError::TaskIdRequired);
         };
         let text = check_action(op, &request)?;
+        self.check_files(caller, &request.attachments).await?;
         if op == TaskOp::Accept
             && let Some(goal) = &request.from_goal_id
         {
@@ -101,11 +103,15 @@ impl Tasks {
         let next = rules::apply(task.state, op, role).map_err(TaskError::Refused)?;
         // The update carries the text, the parts and the task's callback.
         let callback = task.callback.clone().map(serde_json::Value::Object);
+        let attachments = serde_json::to_value(&request.attachments).unwrap_or_default();
         check_content_fits(
-            "the text with its parts and the task's callback",
+            "the text with its parts, attachments and the task's callback",
             text.unwrap_or(""),
             &request.parts,
-            &[callback.as_ref().unwrap_or(&serde_json::Value::Null)],
+            &[
+                callback.as_ref().unwrap_or(&serde_json::Value::Null),
+                &attachments,
+            ],
         )
         .map_err(TaskError::Gate)?;
         if op == TaskOp::Accept {
@@ -119,7 +125,11 @@ impl Tasks {
             role,
             text: text.map(str::to_owned),
             parts: request.parts.clone(),
+            attachments: request.attachments.clone(),
         };
+        // The other party may read the files before it hears of them, also without a live
+        // goal to deliver to (an A2A client reads its task's artifacts through the gateway).
+        self.grant_files(caller, task, &change.attachments).await?;
         if let Some(done) = self.commit(&stored, updated, &change).await? {
             let descendants = if done.task.state.is_terminal() {
                 self.cascade(&done.task).await
@@ -176,6 +186,7 @@ impl Tasks {
             change.by.as_ref(),
             change.text.as_deref(),
             &change.parts,
+            &change.attachments,
         )
         .await;
         self.tell(before, task, change).await;
@@ -197,6 +208,7 @@ impl Tasks {
         by: Option<&AgentId>,
         note: Option<&str>,
         parts: &[switchboard_proto::Part],
+        attachments: &[Attachment],
     ) {
         // A task that ended gives back what its assignee did not spend (§16).
         if task.state.is_terminal()
@@ -231,6 +243,7 @@ impl Tasks {
             parent: task.parent,
             note: note.map(str::to_owned),
             parts: parts.to_vec(),
+            attachments: attachments.to_vec(),
             at: task.updated_at,
         };
         let subject = subject::task_events(&task.task_id);
@@ -273,6 +286,7 @@ impl Tasks {
             message.kind = MessageKind::TaskUpdate;
             message.in_reply_to = Some(task.message_id);
             message.parts = change.parts.clone();
+            message.attachments = change.attachments.clone();
             message.task = Some(task_ref(task));
             message.callback = task.callback.clone();
             message
@@ -379,6 +393,8 @@ pub(crate) struct Change {
     pub(crate) role: TaskRole,
     pub(crate) text: Option<String>,
     pub(crate) parts: Vec<Part>,
+    /// The op's attachments (already checked against the files).
+    pub(crate) attachments: Vec<Attachment>,
 }
 
 /// The request's own checks: a reject or fail says why, an input_required asks something, a
@@ -401,6 +417,7 @@ fn check_action(op: TaskOp, request: &TaskAction) -> Result<Option<&str>, TaskEr
         }
         _ => {}
     }
+    check_attachments(&request.attachments).map_err(TaskError::Gate)?;
     if let Some(text) = text
         && text.len() > switchboard_proto::MAX_BODY_BYTES
     {
@@ -424,6 +441,7 @@ fn moved(
         TaskOp::Complete => {
             updated.result = text.map(str::to_owned);
             updated.result_parts = request.parts.clone();
+            updated.result_attachments = request.attachments.clone();
         }
         TaskOp::Reject | TaskOp::Fail | TaskOp::Cancel => {
             updated.reason = text.map(str::to_owned);

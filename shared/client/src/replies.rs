@@ -64,8 +64,12 @@ impl Agent {
         .await
     }
 
-    /// Sends a reply (whole or partial), retried and hedged: both are taken once however
-    /// many copies arrive.
+    /// Any reply with every option (whole or partial, `parts`, `attachments`, `part`),
+    /// retried and hedged like the others: it is taken once however many copies arrive.
+    pub async fn reply_with(&self, request: ReplyRequest) -> Result<ReplyAck, ClientError> {
+        self.send_reply(&request).await
+    }
+
     /// Answers the call `correlation_id` with a failure: the caller's answer carries
     /// `error: {kind, message}` (kind 1–64 of `[a-z0-9_]`, e.g. `handler_error`) instead of a
     /// result, at once rather than at its deadline.

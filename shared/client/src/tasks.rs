@@ -24,6 +24,9 @@ pub struct TaskOutcome {
     pub result: String,
     /// Result parts, stored as the task's `result_parts` and sent to the requester.
     pub parts: Vec<Part>,
+    /// Result files (the task's artifacts), uploaded first ([`Agent::upload_file`]): stored
+    /// as the task's `result_attachments`; the requester may read them.
+    pub attachments: Vec<switchboard_proto::files::Attachment>,
 }
 
 impl TaskOutcome {
@@ -32,6 +35,7 @@ impl TaskOutcome {
         Self {
             result: result.into(),
             parts: Vec::new(),
+            attachments: Vec::new(),
         }
     }
 }
@@ -141,7 +145,7 @@ impl Agent {
                 task_id: Some(task_id),
                 message: text.map(str::to_owned),
                 parts,
-                from_goal_id: None,
+                ..TaskAction::default()
             },
         )
         .await
@@ -193,8 +197,17 @@ impl Agent {
         outcome: TaskOutcome,
     ) -> Result<TaskReply, ClientError> {
         let text = (!outcome.result.is_empty()).then_some(outcome.result.as_str());
-        self.simple_op(TaskOp::Complete, task_id, text, outcome.parts)
-            .await
+        self.task_op(
+            TaskOp::Complete,
+            TaskAction {
+                task_id: Some(task_id),
+                message: text.map(str::to_owned),
+                parts: outcome.parts,
+                attachments: outcome.attachments,
+                from_goal_id: None,
+            },
+        )
+        .await
     }
 
     /// fail: give up, saying why.

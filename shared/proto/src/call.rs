@@ -160,6 +160,10 @@ pub struct CallPart {
     /// Structured content of this part.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub parts: Vec<Part>,
+    /// Files this part carries by reference (docs/protocol.md §17); the caller may read them.
+    /// They stay with the part: the final answer carries only its own.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attachments: Vec<crate::files::Attachment>,
     /// Always true: tells a part from the final answer on the same reply subject.
     pub partial: bool,
     /// When the callee sent it.
@@ -179,6 +183,9 @@ pub struct StreamedPart {
     /// Its structured content.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub parts: Vec<Part>,
+    /// Its files by reference (docs/protocol.md §17).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attachments: Vec<crate::files::Attachment>,
     /// When it was taken.
     #[serde(with = "time::serde::rfc3339")]
     #[schemars(with = "crate::timestamp::Timestamp")]
@@ -278,9 +285,9 @@ pub struct ReplyRequest {
     /// `parts`, not `partial`). The caller's answer carries it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<ReplyError>,
-    /// Files a final answer carries by reference (docs/protocol.md §17), as on a send: the
-    /// callee must be their uploader or have been delivered them; the caller may then read
-    /// them. Not on a partial reply or one with `error`.
+    /// Files the reply carries by reference (docs/protocol.md §17), as on a send: the callee
+    /// must be their uploader or have been delivered them; the caller may then read them. A
+    /// partial reply's stay with that part; not on a reply with `error`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub attachments: Vec<crate::files::Attachment>,
 }

@@ -272,6 +272,10 @@ pub struct CreateTask {
     /// Structured input (A2A parts), carried to the assignee in the `kind: task` message.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub parts: Vec<Part>,
+    /// Files for the assignee (docs/protocol.md §17): each one the requester uploaded or was
+    /// handed; carried in the `kind: task` message, and the assignee may read them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attachments: Vec<crate::files::Attachment>,
     /// When the task must be done by (RFC 3339).
     #[serde(
         default,
@@ -337,6 +341,10 @@ pub struct TaskAction {
     /// Structured content (progress, question or result parts).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub parts: Vec<Part>,
+    /// Files for the other party (docs/protocol.md §17): a progress note's, a question's, or
+    /// the result's (the task's artifacts); carried in the `task_update` message and the event.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attachments: Vec<crate::files::Attachment>,
     /// The caller's goal (on `accept`: the goal that takes the task).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub from_goal_id: Option<GoalId>,
@@ -446,6 +454,9 @@ pub struct TaskRecord {
     /// The create's parts, carried in the `kind: task` message.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub parts: Vec<Part>,
+    /// The create's attachments, carried in the `kind: task` message.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attachments: Vec<crate::files::Attachment>,
     /// When it must be done by; past it, the task fails with `deadline_expired`.
     #[serde(
         default,
@@ -474,6 +485,9 @@ pub struct TaskRecord {
     /// The result parts (completed).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub result_parts: Vec<Part>,
+    /// The result's attachments (completed): the task's files for its requester.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub result_attachments: Vec<crate::files::Attachment>,
     /// Why it ended, when it was rejected, failed (`deadline_expired` for deadlines) or canceled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
@@ -615,6 +629,9 @@ pub struct TaskEvent {
     /// reader of the events (the A2A gateway's streams) has them as they come.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub parts: Vec<crate::Part>,
+    /// The op's attachments (the creation's, a progress note's, a question's, the result's).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attachments: Vec<crate::files::Attachment>,
     /// When it happened: the record's `updated_at`.
     #[serde(with = "time::serde::rfc3339")]
     #[schemars(with = "crate::timestamp::Timestamp")]
@@ -703,6 +720,7 @@ mod tests {
             state: S::Submitted,
             message: "x".into(),
             parts: Vec::new(),
+            attachments: Vec::new(),
             deadline: None,
             callback: None,
             metadata: Map::new(),
@@ -711,6 +729,7 @@ mod tests {
             children: Vec::new(),
             result: None,
             result_parts: Vec::new(),
+            result_attachments: Vec::new(),
             reason: None,
             message_id: Uuid::nil(),
             in_reply_to: None,
