@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import io
 import json
+import mimetypes
 import os
 import time
 import uuid
@@ -476,7 +477,7 @@ class Agent:
                    receipt: Literal["delivered", "read"] | None = None,
                    in_reply_to: Message | None = None, message_id: str | None = None,
                    kind: str | None = None,
-                   attachments: Sequence[Mapping[str, Any]] = ()) -> wire.DeliveryReport | wire.NoteReport:
+                   attachments: Sequence[Mapping[str, Any] | str | os.PathLike[str]] = ()) -> wire.DeliveryReport | wire.NoteReport:
         """send_to_peer (§8): fire-and-forget into every live goal of ``to``. Returns the
         delivery report, a ``wire.DeliveryReport`` (attributes; a dict too): ``message_id``
         (the id given or chosen here; absent when nothing was attempted), ``delivered_to`` (the
@@ -486,8 +487,9 @@ class Agent:
         ask (``call`` waits for an answer). ``receipt`` asks for ``delivered`` or ``read``
         receipts, back in this goal's inbox; ``in_reply_to`` threads the message and passes on
         its hop budget. The id is chosen here, so a retry is stored once. ``attachments``
-        carries files by reference (at most 16, each as :meth:`upload_file` returned it or a
-        message delivered it: §17); each receiver may then read them.
+        carries files by reference (at most 16, each as :meth:`upload_file` returned it, a
+        message delivered it, or a path on disk, uploaded first: §17); each receiver may then
+        read them.
 
         A ``to`` of a person or a role (``"person:alice"``, ``"role:oncall"``) is not an agent:
         the text goes to them as a note instead (:meth:`note_person`, with ``metadata`` and
@@ -505,8 +507,7 @@ class Agent:
             body["receipt"] = receipt
         if kind:
             body["kind"] = kind
-        if attachments:
-            body["attachments"] = [dict(attachment) for attachment in attachments]
+        await self._attach(body, attachments)
         trace = None
         if in_reply_to is not None:
             body["in_reply_to"] = in_reply_to.id
@@ -527,6 +528,18 @@ class Agent:
         with open(path, "rb") as source:
             return await files.upload(self, os.path.basename(os.fspath(path)), media_type,
                                       source)
+
+    async def _attach(self, body: JSON, attachments: Iterable[Any]) -> None:
+        """Puts ``attachments`` on a request body: each an attachment as given, or a path on
+        disk uploaded first (its media type guessed from its name)."""
+        carried = []
+        for item in attachments:
+            if isinstance(item, (str, os.PathLike)):
+                guessed = mimetypes.guess_type(os.fspath(item))[0]
+                item = await self.upload_file(item, guessed or "application/octet-stream")
+            carried.append(dict(item))
+        if carried:
+            body["attachments"] = carried
 
     async def upload_bytes(self, name: str, media_type: str, data: bytes) -> wire.Attachment:
         """Uploads ``data`` as a file named ``name``; returns its attachment."""
@@ -585,7 +598,8 @@ class Agent:
                    parts: Sequence[Part] = (), metadata: Mapping[str, Any] | None = None,
                    serving: Message | None = None,
                    correlation_id: str | None = None,
-                   budget: Mapping[str, Any] | None = None) -> wire.CallAnswer:
+                   budget: Mapping[str, Any] | None = None,
+                   attachments: Sequence[Mapping[str, Any] | str | os.PathLike[str]] = ()) -> wire.CallAnswer:
         """Asks ``to`` and waits for the answer (§9). Returns the ``wire.CallAnswer``
         (attributes; a dict too): ``body`` (the answer's text; a streamed answer's parts joined),
         ``parts``, ``from_agent_id``, ``correlation_id``, ``answered_at``, ``streamed`` (how
@@ -598,9 +612,11 @@ class Agent:
         ``correlation_id``: the retry joins the first call instead of asking twice.
         ``budget`` (§16): ``{"cost": …, "tokens": …}`` for a new budget, or caps on what it
         draws from the call it serves; :class:`~switchboard.errors.BudgetExhausted` when
-        nothing is left."""
+        nothing is left. ``attachments``: files by reference for the callee (§17), as on
+        :meth:`send`; the answer's are ``answer.attachments``."""
         body = self._call_body(to, text, timeout_ms, parts, metadata, serving, correlation_id)
         _with_budget(body, budget, serving)
+        await self._attach(body, attachments)
         answer = await self.request(f"agent.call.{self.id}", body,
                                     trace=serving.trace if serving else None,
                                     timeout=timeout_ms / 1000 + self.request_timeout)
@@ -611,7 +627,8 @@ class Agent:
                           metadata: Mapping[str, Any] | None = None,
                           serving: Message | None = None,
                           correlation_id: str | None = None,
-                          budget: Mapping[str, Any] | None = None) -> wire.CallParked:
+                          budget: Mapping[str, Any] | None = None,
+                          attachments: Sequence[Mapping[str, Any] | str | os.PathLike[str]] = ()) -> wire.CallParked:
         """Asks ``to`` without waiting (§9, ``wait: false``): a ``wire.CallParked`` at once
         (``correlation_id``, ``delivered_to``, ``deadline``); the answer (a ``kind: response``
         message with this ``correlation_id``) or a timeout notice (``kind: notify``) lands in
@@ -623,6 +640,7 @@ class Agent:
         body = self._call_body(to, text, timeout_ms, parts, metadata, serving, correlation_id)
         _with_budget(body, budget, serving)
         body["wait"] = False
+        await self._attach(body, attachments)
         return wire.parse(wire.CallParked, await self.request(
             f"agent.call.{self.id}", body, trace=serving.trace if serving else None))
 
@@ -631,6 +649,7 @@ class Agent:
                           metadata: Mapping[str, Any] | None = None,
                           serving: Message | None = None,
                           correlation_id: str | None = None,
+                          attachments: Sequence[Mapping[str, Any] | str | os.PathLike[str]] = (),
                           ) -> AsyncIterator[wire.CallPart | wire.CallAnswer]:
         """Asks ``to`` and yields its answer as it comes (§9, "Streamed answers"): each part
         first, a ``wire.CallPart`` (``partial`` true, ``part`` numbered from 1, ``body``
@@ -650,6 +669,7 @@ class Agent:
                     answer = event                     # the whole answer (a CallAnswer)"""
         body = self._call_body(to, text, timeout_ms, parts, metadata, serving, correlation_id)
         body["stream"] = True
+        await self._attach(body, attachments)
         inbox = self.nc.new_inbox()
         sub = await self.nc.subscribe(inbox)
         correlation_id, next_part = body["correlation_id"], 1
@@ -705,7 +725,7 @@ class Agent:
     async def reply(self, correlation_id: str, text: str, *, parts: Sequence[Part] = (),
                     error: Mapping[str, str] | None = None,
                     trace: Mapping[str, str] | None = None,
-                    attachments: Sequence[Mapping[str, Any]] = ()) -> wire.ReplyAck:
+                    attachments: Sequence[Mapping[str, Any] | str | os.PathLike[str]] = ()) -> wire.ReplyAck:
         """reply_to_peer (§9): the final answer to the call ``correlation_id``; the
         ``ReplyAck`` says where the answer went. A repeat is ``duplicate: true`` and sends
         nothing. After streamed parts, ``text`` is appended to theirs and may be empty (it
@@ -723,21 +743,22 @@ class Agent:
             body["message"] = text
         if parts:
             body["parts"] = list(parts)
-        if attachments:
-            body["attachments"] = [dict(attachment) for attachment in attachments]
+        await self._attach(body, attachments)
         return wire.parse(wire.ReplyAck,
                           await self.request(f"agent.reply.{self.id}", body, trace=trace))
 
     async def reply_part(self, correlation_id: str, part: int, text: str, *,
                          parts: Sequence[Part] = (),
-                         trace: Mapping[str, str] | None = None) -> wire.ReplyAck:
+                         trace: Mapping[str, str] | None = None,
+                         attachments: Sequence[Mapping[str, Any] | str | os.PathLike[str]] = ()) -> wire.ReplyAck:
         """Part ``part`` of a streamed answer (§9), numbered from 1 (1, 2, …): the call stays
         open until :meth:`reply` sends the final answer (``reply(id, "")`` adds no text).
-        Numbered, so a retry is taken once."""
+        Numbered, so a retry is taken once. ``attachments`` stay with this part (§17)."""
         body: JSON = {"correlation_id": correlation_id, "message": text, "partial": True,
                       "part": part}
         if parts:
             body["parts"] = list(parts)
+        await self._attach(body, attachments)
         return wire.parse(wire.ReplyAck,
                           await self.request(f"agent.reply.{self.id}", body, trace=trace))
 
@@ -753,14 +774,16 @@ class Agent:
                           metadata: Mapping[str, Any] | None = None,
                           callback: Mapping[str, Any] | None = None,
                           in_reply_to: Message | None = None,
-                          budget: Mapping[str, Any] | None = None) -> TaskHandle:
+                          budget: Mapping[str, Any] | None = None,
+                          attachments: Sequence[Mapping[str, Any] | str | os.PathLike[str]] = ()) -> TaskHandle:
         """Hands ``to`` a piece of work with a state, followed to its end (§10): use a task,
         not a call, for work that takes long, may ask questions, or splits into subtasks.
         Updates (``kind: task_update``) come to this goal. The id is chosen here, so a retry
-        is recognised."""
+        is recognised. ``attachments``: files for the assignee (§17), as on :meth:`send`."""
         body = self._task_body(to, text, parts, deadline_in_ms, task_id, metadata, callback,
                                in_reply_to)
         _with_budget(body, budget, in_reply_to)
+        await self._attach(body, attachments)
         reply = wire.parse(wire.TaskReply, await self.request(
             f"agent.task.create.{self.id}", body,
             trace=in_reply_to.trace if in_reply_to else None))
@@ -774,6 +797,7 @@ class Agent:
                                options.get("metadata"), options.get("callback"), None)
         body["parent_task_id"] = parent_task_id
         _with_budget(body, options.get("budget"), None)
+        await self._attach(body, options.get("attachments", ()))
         reply = wire.parse(wire.TaskReply, await self.request(f"agent.task.spawn.{self.id}", body))
         return TaskHandle(self, reply.task)
 
@@ -796,15 +820,18 @@ class Agent:
 
     async def task_op(self, op: str, task_id: str, text: str | None = None, *,
                       parts: Sequence[Part] = (),
-                      trace: Mapping[str, str] | None = None) -> wire.TaskRecord:
+                      trace: Mapping[str, str] | None = None,
+                      attachments: Sequence[Mapping[str, Any] | str | os.PathLike[str]] = ()) -> wire.TaskRecord:
         """One transition (§10): ``accept``, ``reject``, ``start``, ``progress``,
         ``input_required``, ``complete``, ``fail`` or ``cancel``; the task after it, a
-        ``wire.TaskRecord`` (``record.state``, ``record.result``)."""
+        ``wire.TaskRecord`` (``record.state``, ``record.result``). ``attachments``: files for
+        the other party (§17); a completion's are the task's ``result_attachments``."""
         body: JSON = {"task_id": task_id}
         if text is not None:
             body["message"] = text
         if parts:
             body["parts"] = list(parts)
+        await self._attach(body, attachments)
         if op == "accept" and self.goal_id:
             body["from_goal_id"] = self.goal_id
         reply = await self.request(f"agent.task.{op}.{self.id}", body, trace=trace)

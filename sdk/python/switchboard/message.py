@@ -251,7 +251,7 @@ class Message:
         return self.correlation_id
 
     async def reply(self, text: str, *, parts: Sequence[Mapping[str, Any]] = (),
-                    attachments: Sequence[Mapping[str, Any]] = ()) -> "wire.ReplyAck":
+                    attachments: Sequence[Any] = ()) -> "wire.ReplyAck":
         """Answers this call (§9): the final answer. Use it once per call; a second answer is
         a duplicate. After streamed parts its text is appended to theirs, and it may be
         empty (``reply("")``, the same as :meth:`end_stream`). ``attachments``: files by
@@ -260,12 +260,13 @@ class Message:
                                       attachments=attachments)
 
     async def reply_part(self, part: int, text: str, *,
-                         parts: Sequence[Mapping[str, Any]] = ()) -> "wire.ReplyAck":
+                         parts: Sequence[Mapping[str, Any]] = (),
+                         attachments: Sequence[Any] = ()) -> "wire.ReplyAck":
         """Part ``part`` of a streamed answer to this call, numbered **from 1** (1, 2, 3…; a
         retried number is taken once). The call stays open: end it with :meth:`end_stream`
         (nothing more to say) or :meth:`reply` (a last piece of text)."""
         return await self.agent.reply_part(self._call_id(), part, text, parts=parts,
-                                           trace=self.trace)
+                                           trace=self.trace, attachments=attachments)
 
     async def end_stream(self) -> "wire.ReplyAck":
         """Ends a streamed answer with no more text: the final answer is the parts joined
@@ -333,8 +334,10 @@ class TaskHandle:
         return self.record.get("reason")
 
     async def _op(self, op: str, text: str | None = None,
-                  parts: Sequence[Mapping[str, Any]] = ()) -> "TaskHandle":
-        self.record = await self.agent.task_op(op, self.id, text, parts=parts, trace=self.trace)
+                  parts: Sequence[Mapping[str, Any]] = (),
+                  attachments: Sequence[Any] = ()) -> "TaskHandle":
+        self.record = await self.agent.task_op(op, self.id, text, parts=parts, trace=self.trace,
+                                               attachments=attachments)
         return self
 
     async def accept(self) -> "TaskHandle":
@@ -350,18 +353,22 @@ class TaskHandle:
         return await self._op("start")
 
     async def progress(self, note: str | None = None, *,
-                       parts: Sequence[Mapping[str, Any]] = ()) -> "TaskHandle":
-        """Tells the requester how it goes (a note and/or parts)."""
-        return await self._op("progress", note, parts)
+                       parts: Sequence[Mapping[str, Any]] = (),
+                       attachments: Sequence[Any] = ()) -> "TaskHandle":
+        """Tells the requester how it goes (a note and/or parts, and files: ``attachments``,
+        each an attachment or a path, as on :meth:`Agent.send`)."""
+        return await self._op("progress", note, parts, attachments)
 
     async def input_required(self, question: str) -> "TaskHandle":
         """Asks the requester; its answer comes as a message naming this task."""
         return await self._op("input_required", question)
 
     async def complete(self, result: str | None = None, *,
-                       parts: Sequence[Mapping[str, Any]] = ()) -> "TaskHandle":
-        """Finishes it with its result."""
-        return await self._op("complete", result, parts)
+                       parts: Sequence[Mapping[str, Any]] = (),
+                       attachments: Sequence[Any] = ()) -> "TaskHandle":
+        """Finishes it with its result; ``attachments`` (attachments or paths) are its files,
+        the record's ``result_attachments``, which the requester may read."""
+        return await self._op("complete", result, parts, attachments)
 
     async def fail(self, reason: str) -> "TaskHandle":
         """Gives up, saying why."""

@@ -474,6 +474,9 @@ class CallPart(WireObject):
     (and [`CallParts`] returns it): in order of `part`, 1, 2, 3…, before the final answer."""
     at: Timestamp
     """When the callee sent it."""
+    attachments: list[Attachment]
+    """Files this part carries by reference (docs/protocol.md §17); the caller may read them.
+    They stay with the part: the final answer carries only its own."""
     body: str
     """Its text; the final answer's `body` is every part's text joined, then the final's."""
     correlation_id: str
@@ -487,7 +490,7 @@ class CallPart(WireObject):
     parts: list[Part]
     """Structured content of this part."""
 
-    _defaults = {'parts': []}
+    _defaults = {'attachments': [], 'parts': []}
 
 
 class CallParts(WireObject):
@@ -626,6 +629,9 @@ class CostReport(WireObject):
 
 class CreateTask(WireObject):
     """`create` and `spawn`: a task for `to` (`self` in a spawn: any live goal of the caller)."""
+    attachments: list[Attachment]
+    """Files for the assignee (docs/protocol.md §17): each one the requester uploaded or was
+    handed; carried in the `kind: task` message, and the assignee may read them."""
     budget: BudgetAsk | None
     """The task's cost budget (docs/protocol.md §16): amounts for a new tree, or caps on what
     it draws from its parent task's budget (or from the node it names, e.g. the call being
@@ -659,7 +665,7 @@ class CreateTask(WireObject):
     to: str | None
     """The assignee (`self` allowed in a spawn only)."""
 
-    _defaults = {'metadata': {}, 'parts': []}
+    _defaults = {'attachments': [], 'metadata': {}, 'parts': []}
 
 
 class DeleteReply(WireObject):
@@ -1546,9 +1552,9 @@ class ReplyError(WireObject):
 class ReplyRequest(WireObject):
     """Body of `agent.reply.<agent_id>` (reply_to_peer): no target, only the correlation."""
     attachments: list[Attachment]
-    """Files a final answer carries by reference (docs/protocol.md §17), as on a send: the
-    callee must be their uploader or have been delivered them; the caller may then read
-    them. Not on a partial reply or one with `error`."""
+    """Files the reply carries by reference (docs/protocol.md §17), as on a send: the callee
+    must be their uploader or have been delivered them; the caller may then read them. A
+    partial reply's stay with that part; not on a reply with `error`."""
     correlation_id: str | None
     """The call being answered, from the request message's `correlation_id`; required."""
     error: ReplyError | None
@@ -1746,6 +1752,8 @@ class StreamedPart(WireObject):
     reads back with [`CallPartsRequest`])."""
     at: Timestamp
     """When it was taken."""
+    attachments: list[Attachment]
+    """Its files by reference (docs/protocol.md §17)."""
     body: str
     """Its text."""
     part: int
@@ -1753,11 +1761,14 @@ class StreamedPart(WireObject):
     parts: list[Part]
     """Its structured content."""
 
-    _defaults = {'parts': []}
+    _defaults = {'attachments': [], 'parts': []}
 
 
 class TaskAction(WireObject):
     """`accept`, `reject`, `start`, `progress`, `input_required`, `complete`, `fail`, `cancel`, `get`."""
+    attachments: list[Attachment]
+    """Files for the other party (docs/protocol.md §17): a progress note's, a question's, or
+    the result's (the task's artifacts); carried in the `task_update` message and the event."""
     from_goal_id: GoalId | None
     """The caller's goal (on `accept`: the goal that takes the task)."""
     message: str | None
@@ -1768,7 +1779,7 @@ class TaskAction(WireObject):
     task_id: str | None
     """The task to act on; required (`bad_request` without it)."""
 
-    _defaults = {'parts': []}
+    _defaults = {'attachments': [], 'parts': []}
 
 
 class TaskEvent(WireObject):
@@ -1778,6 +1789,8 @@ class TaskEvent(WireObject):
     """Who the task was given to."""
     at: Timestamp
     """When it happened: the record's `updated_at`."""
+    attachments: list[Attachment]
+    """The op's attachments (the creation's, a progress note's, a question's, the result's)."""
     by: AgentId | None
     """Who acted (absent: the service)."""
     from_: TaskState | None
@@ -1802,7 +1815,7 @@ class TaskEvent(WireObject):
     """State after."""
 
     _keys = {'from_': 'from'}
-    _defaults = {'parts': []}
+    _defaults = {'attachments': [], 'parts': []}
 
 
 class TaskList(WireObject):
@@ -1824,6 +1837,8 @@ class TaskRecord(WireObject):
     """Who does it."""
     assignee_goal: GoalId | None
     """Set by `accept`'s `from_goal_id` (absent until then); the assignee's notices go there."""
+    attachments: list[Attachment]
+    """The create's attachments, carried in the `kind: task` message."""
     budget: BudgetGrant | None
     """The task's budget, when it has one (its assignee sees it as `metadata.budget`)."""
     callback: dict[str, Any] | None
@@ -1860,6 +1875,8 @@ class TaskRecord(WireObject):
     """The requester goal that receives `task_update` messages."""
     result: str | None
     """The result text (completed)."""
+    result_attachments: list[Attachment]
+    """The result's attachments (completed): the task's files for its requester."""
     result_parts: list[Part]
     """The result parts (completed)."""
     state: TaskState
@@ -1875,7 +1892,15 @@ class TaskRecord(WireObject):
     updated_at: Timestamp
     """When the record last changed; `agent_tasks`' max age counts from it."""
 
-    _defaults = {'children': [], 'history': [], 'metadata': {}, 'parts': [], 'result_parts': []}
+    _defaults = {
+        'attachments': [],
+        'children': [],
+        'history': [],
+        'metadata': {},
+        'parts': [],
+        'result_attachments': [],
+        'result_parts': [],
+    }
 
 
 class TaskRef(WireObject):
@@ -2054,7 +2079,7 @@ CallAnswer._nested = {
     'error': ReplyError,
     'parts': ListOf(_Part),
 }
-CallPart._nested = {'parts': ListOf(_Part)}
+CallPart._nested = {'attachments': ListOf(Attachment), 'parts': ListOf(_Part)}
 CallParts._nested = {'answer': CallAnswer, 'parts': ListOf(CallPart)}
 CallRequest._nested = {
     'attachments': ListOf(Attachment),
@@ -2069,7 +2094,11 @@ CostReport._nested = {
     'nodes': ListOf(CostNode),
     'total': Amounts,
 }
-CreateTask._nested = {'budget': BudgetAsk, 'parts': ListOf(_Part)}
+CreateTask._nested = {
+    'attachments': ListOf(Attachment),
+    'budget': BudgetAsk,
+    'parts': ListOf(_Part),
+}
 ErrorReply._nested = {'error': ErrorBody}
 ExpiredUnread._nested = {'from': ListOf(SenderCount)}
 FetchReply._nested = {'expired_unread': ExpiredUnread, 'messages': ListOf(FetchedMessage)}
@@ -2097,14 +2126,16 @@ ReplyRequest._nested = {
 }
 SendRequest._nested = {'attachments': ListOf(Attachment), 'parts': ListOf(_Part)}
 SendStatusReply._nested = {'goals': ListOf(GoalReceipt)}
-StreamedPart._nested = {'parts': ListOf(_Part)}
-TaskAction._nested = {'parts': ListOf(_Part)}
-TaskEvent._nested = {'parts': ListOf(_Part)}
+StreamedPart._nested = {'attachments': ListOf(Attachment), 'parts': ListOf(_Part)}
+TaskAction._nested = {'attachments': ListOf(Attachment), 'parts': ListOf(_Part)}
+TaskEvent._nested = {'attachments': ListOf(Attachment), 'parts': ListOf(_Part)}
 TaskList._nested = {'tasks': ListOf(TaskRecord)}
 TaskRecord._nested = {
+    'attachments': ListOf(Attachment),
     'budget': BudgetGrant,
     'history': ListOf(TaskTransition),
     'parts': ListOf(_Part),
+    'result_attachments': ListOf(Attachment),
     'result_parts': ListOf(_Part),
 }
 TaskReply._nested = {'descendants': ListOf(DescendantState), 'task': TaskRecord}

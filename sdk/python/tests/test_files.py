@@ -68,3 +68,43 @@ def test_a_file_goes_by_reference_and_only_to_whom_it_was_sent():
                 await agent.close()
 
     run(scenario)
+
+
+def test_a_task_takes_paths_and_its_result_files_reach_the_requester():
+    async def scenario():
+        suffix = uuid.uuid4().hex[:8]
+        boss = await Agent.connect(URL, f"py-boss-{suffix}")
+        worker = await Agent.connect(URL, f"py-worker-{suffix}")
+        outsider = await Agent.connect(URL, f"py-outsider-{suffix}", open_goal=False)
+        try:
+            with tempfile.TemporaryDirectory() as folder:
+                brief = os.path.join(folder, "brief.md")
+                with open(brief, "w") as out:
+                    out.write("# what to do")
+                # A path is uploaded first; its media type comes from its name.
+                task = await boss.create_task(worker.id, "follow the brief", attachments=[brief])
+            given = task.record.attachments[0]
+            assert given.name == "brief.md" and given.media_type == "text/markdown"
+            message = await worker.next_message(wait_ms=5000)
+            assert message is not None and message.attachments == [given]
+            assert await worker.read_attachment(given) == b"# what to do"
+
+            work = message.task()
+            await work.accept()
+            await work.start()
+            chart = await worker.upload_bytes("chart.csv", "text/csv", b"x,y\n1,2\n")
+            await work.complete("done", attachments=[chart])
+            assert work.record.result_attachments == [chart]
+            record = await boss.get_task(task.id)
+            assert record.result_attachments == [chart]
+            assert await boss.read_attachment(record.result_attachments[0]) == b"x,y\n1,2\n"
+            try:
+                await outsider.read_attachment(chart)
+                raise AssertionError("an outsider read a task's file")
+            except NotFound:
+                pass
+        finally:
+            for agent in (boss, worker, outsider):
+                await agent.close()
+
+    run(scenario)

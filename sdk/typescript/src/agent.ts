@@ -615,6 +615,7 @@ export class Agent {
       body.in_reply_to = opts.serving.id;
     }
     if (opts.budget) body.budget = budgetAsk(opts.budget);
+    if (opts.attachments?.length) body.attachments = opts.attachments;
     return body;
   }
 
@@ -731,9 +732,11 @@ export class Agent {
    * taken once). Finish with `reply(text)` (its text comes last) or `endStream` (no more
    * text). */
   async replyPart(correlationId: string, part: number, text: string,
-    opts: { parts?: Part[]; trace?: Trace } = {}): Promise<ReplyAck> {
+    opts: { parts?: Part[]; trace?: Trace; attachments?: Attachment[] } = {}):
+    Promise<ReplyAck> {
     const body: Json = { correlation_id: correlationId, message: text, partial: true, part };
     if (opts.parts?.length) body.parts = opts.parts;
+    if (opts.attachments?.length) body.attachments = opts.attachments;
     return this.request<ReplyAck>(`agent.reply.${this.id}`, body, { trace: opts.trace });
   }
 
@@ -786,6 +789,7 @@ export class Agent {
     if (opts.inReplyTo) body.in_reply_to = opts.inReplyTo.id;
     if (opts.receipt) body.receipt = opts.receipt;
     if (opts.budget) body.budget = budgetAsk(opts.budget);
+    if (opts.attachments?.length) body.attachments = opts.attachments;
     return body;
   }
 
@@ -795,18 +799,20 @@ export class Agent {
   }
 
   /** One transition (§10): accept, reject, start, progress, input_required, complete,
-   * fail, cancel; the task after it. */
+   * fail, cancel; the task after it. `attachments`: files for the other party (§17); a
+   * completion's are the task's `result_attachments`. */
   async taskOp(op: string, taskId: string, text?: string,
-    opts: { parts?: Part[]; trace?: Trace } = {}): Promise<TaskRecord> {
+    opts: TaskOpOptions = {}): Promise<TaskRecord> {
     return (await this.taskOpReply(op, taskId, text, opts)).task;
   }
 
   /** @internal `taskOp`: the whole reply, with `duplicate` and (a cancel's) `descendants`. */
   async taskOpReply(op: string, taskId: string, text?: string,
-    opts: { parts?: Part[]; trace?: Trace } = {}): Promise<TaskReply> {
+    opts: TaskOpOptions = {}): Promise<TaskReply> {
     const body: Json = { task_id: taskId };
     if (text !== undefined) body.message = text;
     if (opts.parts?.length) body.parts = opts.parts;
+    if (opts.attachments?.length) body.attachments = opts.attachments;
     if (op === 'accept' && this.goalId) body.from_goal_id = this.goalId;
     return this.request<TaskReply>(`agent.task.${op}.${this.id}`, body, { trace: opts.trace });
   }
@@ -1112,6 +1118,8 @@ export interface CallOptions {
   correlationId?: string;
   /** Its cost budget (§16); `BudgetExhausted` when nothing is left. */
   budget?: BudgetOption;
+  /** Files for the callee (§17), as on `send`; the answer's are `answer.attachments`. */
+  attachments?: Attachment[];
 }
 
 /** Options of `createTask` and `spawn`. */
@@ -1127,6 +1135,17 @@ export interface TaskOptions {
   receipt?: 'delivered' | 'read';
   /** Its cost budget (§16); `BudgetExhausted` when nothing is left. */
   budget?: BudgetOption;
+  /** Files for the assignee (§17), each as `uploadFile` returned it or a message delivered
+   * it; carried in the task message, and the record's `attachments`. */
+  attachments?: Attachment[];
+}
+
+/** Options of `taskOp`. */
+export interface TaskOpOptions {
+  parts?: Part[];
+  trace?: Trace;
+  /** Files for the other party (§17): a progress note's, a question's, or the result's. */
+  attachments?: Attachment[];
 }
 
 /** One inbox message (§7). `kind`: message, request (a call: `reply`), response, notify,
@@ -1264,7 +1283,8 @@ export class Message {
 
   /** Part `part` of a streamed answer to this call: 1, then 2, 3…; end the stream with
    * `reply(text)` or `endStream()`. */
-  async replyPart(part: number, text: string, opts: { parts?: Part[] } = {}): Promise<ReplyAck> {
+  async replyPart(part: number, text: string,
+    opts: { parts?: Part[]; attachments?: Attachment[] } = {}): Promise<ReplyAck> {
     if (!this.correlationId) throw new Error('only a call (kind request) takes a reply');
     return this.agent.replyPart(this.correlationId, part, text, { ...opts, trace: this.trace });
   }
@@ -1334,16 +1354,24 @@ export class TaskHandle {
   get result(): string | undefined { return this.record.result ?? undefined; }
   /** Why it was rejected, failed or canceled. */
   get reason(): string | undefined { return this.record.reason ?? undefined; }
-  private async op(op: string, text?: string, parts?: Part[]): Promise<TaskHandle> {
-    this.record = await this.agent.taskOp(op, this.id, text, { parts, trace: this.trace });
+  private async op(op: string, text?: string, parts?: Part[], attachments?: Attachment[]):
+    Promise<TaskHandle> {
+    this.record = await this.agent.taskOp(op, this.id, text,
+      { parts, trace: this.trace, attachments });
     return this;
   }
   accept() { return this.op('accept'); }
   reject(reason: string) { return this.op('reject', reason); }
   start() { return this.op('start'); }
-  progress(note?: string, parts?: Part[]) { return this.op('progress', note, parts); }
+  /** Tells the requester how it goes; `attachments`: files it may read (§17). */
+  progress(note?: string, parts?: Part[], attachments?: Attachment[]) {
+    return this.op('progress', note, parts, attachments);
+  }
   inputRequired(question: string) { return this.op('input_required', question); }
-  complete(result?: string, parts?: Part[]) { return this.op('complete', result, parts); }
+  /** Finishes it; `attachments` are its files (the record's `result_attachments`). */
+  complete(result?: string, parts?: Part[], attachments?: Attachment[]) {
+    return this.op('complete', result, parts, attachments);
+  }
   fail(reason: string) { return this.op('fail', reason); }
   cancel(reason?: string) { return this.op('cancel', reason); }
   /** Reads it again. */

@@ -55,3 +55,35 @@ test('a file goes by reference and only to whom it was sent', async () => {
     for (const agent of [writer, reader, third, outsider]) await agent.close();
   }
 });
+
+test('a call and a task carry files, and a task result\'s files reach the requester', async () => {
+  const boss = await Agent.connect(URL, name('ts-boss'));
+  const worker = await Agent.connect(URL, name('ts-worker'));
+  const outsider = await Agent.connect(URL, name('ts-outsider'), { openGoal: false });
+  try {
+    const brief = await boss.uploadBytes('brief.md', 'text/markdown', Buffer.from('# do it'));
+    // A parked call carries the brief to the callee.
+    await boss.callParked(worker.id, 'read this', { attachments: [brief], timeoutMs: 5000 });
+    const asked = await worker.nextMessage({ waitMs: 5000 });
+    assert.ok(asked);
+    assert.deepEqual(asked.attachments, [brief]);
+    await asked.reply('read');
+
+    const task = await boss.createTask(worker.id, 'follow the brief', { attachments: [brief] });
+    assert.deepEqual(task.record.attachments, [brief]);
+    const given = await worker.nextMessage({ waitMs: 5000 });
+    assert.ok(given);
+    assert.deepEqual(given.attachments, [brief]);
+    const work = given.task();
+    await work.accept();
+    await work.start();
+    const chart = await worker.uploadBytes('chart.csv', 'text/csv', Buffer.from('x,y\n1,2\n'));
+    await work.complete('done', undefined, [chart]);
+    const record = await boss.getTask(task.id);
+    assert.deepEqual(record.result_attachments, [chart]);
+    assert.equal(Buffer.from(await boss.readAttachment(chart)).toString(), 'x,y\n1,2\n');
+    await assert.rejects(outsider.readAttachment(chart), NotFound);
+  } finally {
+    for (const agent of [boss, worker, outsider]) await agent.close();
+  }
+});
