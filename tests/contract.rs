@@ -125,6 +125,8 @@ fn the_committed_tool_list_is_what_switchboard_mcp_offers() {
         .iter()
         .filter_map(|tool| tool["name"].as_str())
         .collect();
-    assert_eq!(names.len(), 17, "{names:?}");
+    assert_eq!(names.len(), 18, "{names:?}");
     assert!(names.contains(&"talk_to_agent") && names.contains(&"check_inbox"));
+    // The disk tools of `--files-dir` are the MCP server's alone.
+    assert!(names.contains(&"read_attachment") && !names.contains(&"upload_file"));
 }

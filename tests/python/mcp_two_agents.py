@@ -11,7 +11,11 @@ agent host would), then, as each agent's host:
 4. alice talk_to_agent bob (waits) while bob check_inbox sees the request and reply_to_peer
    answers it with no target -> alice's tool result is bob's answer;
 5. errors come back as tool errors with a kind: a send to an unknown agent is reported
-   unreachable, a bad task id and a reply with nothing pending are refused with kinds.
+   unreachable, a bad task id and a reply with nothing pending are refused with kinds;
+6. files (docs/protocol.md §17; each server has a files folder, `--files-dir`): alice uploads
+   a file from hers and sends it by ref, bob's check_inbox lists it, read_attachment shows its
+   text and save_attachment writes it into bob's folder, never over a file there; a path out
+   of the folder (`..`, an absolute path, a link) or a name that is a path is refused.
 
 It prints one JSON object with what it saw (the Rust test asserts on it too) and exits non-zero
 on the first failed expectation.
@@ -21,6 +25,7 @@ import asyncio
 import json
 import os
 import sys
+import tempfile
 
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
@@ -89,8 +94,11 @@ async def call(session, tool, args=None):
 async def main(binary, nats_url, key_dir=None):
     report = {}
 
+    folders = {"mcp-alice": tempfile.mkdtemp(), "mcp-bob": tempfile.mkdtemp()}
+
     def server(agent, description):
-        args = ["mcp", "--agent", agent, "--description", description, "--nats-url", nats_url]
+        args = ["mcp", "--agent", agent, "--description", description, "--nats-url", nats_url,
+                "--files-dir", folders[agent]]
         if key_dir:
             # Under the generated accounts each agent signs in with its own NKey seed.
             args += ["--nkey", os.path.join(key_dir, f"{agent}.nk")]
@@ -224,6 +232,51 @@ async def main(binary, nats_url, key_dir=None):
         report["bad_task"] = json.loads(bad)
         error, wrong = await call(a, "update_task", {"task_id": "not-a-uuid", "action": "accept"})
         expect(error, f"a malformed argument is a tool error: {wrong}")
+
+        # 7. Files: uploaded from alice's folder, passed by ref, read and saved by bob.
+        expect({"upload_file", "save_attachment", "read_attachment"} <= names, str(names))
+        with open(os.path.join(folders["mcp-alice"], "plan.md"), "w") as out:
+            out.write("# the plan\nship it")
+        outside = tempfile.mkdtemp()
+        with open(os.path.join(outside, "secret"), "w") as out:
+            out.write("not for the model")
+        os.symlink(os.path.join(outside, "secret"), os.path.join(folders["mcp-alice"], "link"))
+        for path in ("../secret", os.path.join(outside, "secret"), "link", "missing.md"):
+            error, refused = await call(a, "upload_file", {"path": path})
+            expect(error and json.loads(refused)["error"]["kind"] == "bad_request",
+                   f"upload_file {path}: {refused}")
+        error, uploaded = await call(a, "upload_file", {"path": "plan.md"})
+        expect(not error, f"upload_file: {uploaded}")
+        plan = json.loads(uploaded)
+        expect(plan["media_type"] == "text/markdown" and plan["size"] == 18, plan)
+        error, sent = await call(a, "send_to_peer", {
+            "to": "mcp-bob", "message": "the plan, attached", "attachments": [plan["ref"]]})
+        expect(not error, f"send_to_peer with a file: {sent}")
+        error, inbox = await call(b, "check_inbox")
+        expect(not error and f'<attachment ref="{plan["ref"]}" name="plan.md"' in inbox, inbox)
+        error, shown = await call(b, "read_attachment", {"ref": plan["ref"]})
+        expect(not error and json.loads(shown)["text"] == "# the plan\nship it", shown)
+        saved = []
+        for _ in range(2):
+            error, result = await call(b, "save_attachment", {"ref": plan["ref"]})
+            expect(not error, f"save_attachment: {result}")
+            saved.append(json.loads(result)["saved"])
+        expect([os.path.basename(path) for path in saved] == ["plan.md", "plan (2).md"], saved)
+        for path in saved:
+            expect(os.path.dirname(path) == os.path.realpath(folders["mcp-bob"])
+                   or os.path.dirname(path) == folders["mcp-bob"], path)
+            with open(path) as back:
+                expect(back.read() == "# the plan\nship it", path)
+        error, climbing = await call(b, "save_attachment", {"ref": plan["ref"],
+                                                            "name": "../../evil.md"})
+        expect(error and json.loads(climbing)["error"]["kind"] == "bad_request", climbing)
+        expect(not os.path.exists(os.path.join(folders["mcp-bob"], "..", "..", "evil.md")),
+               "nothing written outside the folder")
+        # A ref bob was never handed: not found, whoever knows it.
+        error, theirs = await call(a, "upload_file", {"path": "plan.md"})
+        error, unseen = await call(b, "read_attachment", {"ref": json.loads(theirs)["ref"]})
+        expect(error and json.loads(unseen)["error"]["kind"] == "not_found", unseen)
+        report["files"] = {"plan": plan, "saved": [os.path.basename(p) for p in saved]}
 
     print(json.dumps(report))
 

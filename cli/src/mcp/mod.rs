@@ -13,6 +13,7 @@
 //! the tools' parameter types (their JSON Schema), `tools.rs` the tools, `resources.rs` the
 //! inbox resource and the announcements of new messages.
 
+mod files;
 mod params;
 mod people;
 mod resources;
@@ -46,6 +47,11 @@ pub struct McpArgs {
     /// The kind of goal opened for this session: interactive, background or daemon.
     #[arg(long, default_value = "interactive", value_parser = crate::card::parse_goal_kind)]
     goal_kind: GoalKind,
+    /// A folder the model may upload files from and save attachments into (the
+    /// `upload_file` and `save_attachment` tools; without it the model passes files on by
+    /// reference and reads text ones, but touches no disk).
+    #[arg(long, value_name = "DIR")]
+    files_dir: Option<std::path::PathBuf>,
     /// The agent's card.
     #[command(flatten)]
     card: crate::card::CardArgs,
@@ -95,7 +101,12 @@ async fn serve(args: McpArgs) -> anyhow::Result<()> {
             overflow: None,
         })
         .await?;
-    let server = SwitchboardMcp::new(Arc::new(agent), Arc::new(goal));
+    if let Some(dir) = &args.files_dir
+        && !dir.is_dir()
+    {
+        anyhow::bail!("--files-dir {}: not a folder", dir.display());
+    }
+    let server = SwitchboardMcp::new(Arc::new(agent), Arc::new(goal), args.files_dir);
     let session = async {
         let running = server.clone().serve(rmcp::transport::stdio()).await?;
         let watch = tokio::spawn(resources::announce_new_messages(
@@ -140,6 +151,8 @@ pub struct SwitchboardMcp {
     parts: Arc<Mutex<std::collections::HashMap<Uuid, u32>>>,
     /// Whether the host subscribed to [`INBOX_RESOURCE`](resources::INBOX_RESOURCE).
     subscribed: Arc<std::sync::atomic::AtomicBool>,
+    /// The folder `upload_file` and `save_attachment` work in (`--files-dir`).
+    files_dir: Option<Arc<std::path::Path>>,
     tool_router: ToolRouter<Self>,
 }
 
@@ -205,20 +218,26 @@ pub fn tool_definitions() -> serde_json::Value {
 }
 
 impl SwitchboardMcp {
-    fn new(agent: Arc<Agent>, goal: Arc<Goal>) -> Self {
+    fn new(agent: Arc<Agent>, goal: Arc<Goal>, files_dir: Option<std::path::PathBuf>) -> Self {
+        let mut tool_router = Self::all_tools();
+        if files_dir.is_some() {
+            tool_router += Self::disk_router();
+        }
         Self {
             agent,
             goal,
             unanswered: Arc::new(Mutex::new(Vec::new())),
             parts: Arc::default(),
             subscribed: Arc::new(std::sync::atomic::AtomicBool::new(false)),
-            tool_router: Self::all_tools(),
+            files_dir: files_dir.map(Arc::from),
+            tool_router,
         }
     }
 
-    /// Every tool: the agent tools and the people tools.
+    /// Every tool the SDKs offer too: the agent tools, the people tools and
+    /// `read_attachment` (not the disk tools of `--files-dir`, which only a local host has).
     fn all_tools() -> ToolRouter<Self> {
-        Self::tool_router() + Self::people_router()
+        Self::tool_router() + Self::people_router() + Self::files_router()
     }
 
     /// The most recent request shown, not answered, whose caller still waits (requests past

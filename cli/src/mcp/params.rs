@@ -47,6 +47,11 @@ pub struct SendParams {
     #[serde(default)]
     #[schemars(with = "Option<String>")]
     pub receipt: Option<ReceiptLevel>,
+    /// Files to pass on (optional, at most 16): the `ref` of each, from an <attachment> in
+    /// check_inbox or a file you uploaded; the receiver may then read them.
+    #[serde(default)]
+    #[schemars(with = "Vec<String>")]
+    pub attachments: Vec<Uuid>,
 }
 
 /// `talk_to_agent` parameters.
@@ -65,6 +70,11 @@ pub struct TalkParams {
     #[serde(default)]
     #[schemars(with = "Option<String>")]
     pub receipt: Option<ReceiptLevel>,
+    /// Files to pass on (optional, at most 16): the `ref` of each, from an <attachment> in
+    /// check_inbox or a file you uploaded; the receiver may then read them.
+    #[serde(default)]
+    #[schemars(with = "Vec<String>")]
+    pub attachments: Vec<Uuid>,
 }
 
 /// `reply_to_peer` parameters.
@@ -81,6 +91,11 @@ pub struct ReplyParams {
     /// (the last one without partial ends it). For long answers the asker can start on.
     #[serde(default)]
     pub partial: bool,
+    /// Files to pass on (optional, at most 16): the `ref` of each, from an <attachment> in
+    /// check_inbox or a file you uploaded; the receiver may then read them.
+    #[serde(default)]
+    #[schemars(with = "Vec<String>")]
+    pub attachments: Vec<Uuid>,
 }
 
 /// `create_task` parameters.
@@ -99,6 +114,11 @@ pub struct CreateTaskParams {
     #[serde(default)]
     #[schemars(with = "Option<String>")]
     pub receipt: Option<ReceiptLevel>,
+    /// Files to pass on (optional, at most 16): the `ref` of each, from an <attachment> in
+    /// check_inbox or a file you uploaded; the receiver may then read them.
+    #[serde(default)]
+    #[schemars(with = "Vec<String>")]
+    pub attachments: Vec<Uuid>,
 }
 
 /// `message_status` parameters.
@@ -122,6 +142,11 @@ pub struct UpdateTaskParams {
     /// The note, question, result or reason that goes with the action.
     #[serde(default)]
     pub message: Option<String>,
+    /// Files to pass on (optional, at most 16): the `ref` of each, from an <attachment> in
+    /// check_inbox or a file you uploaded; the receiver may then read them.
+    #[serde(default)]
+    #[schemars(with = "Vec<String>")]
+    pub attachments: Vec<Uuid>,
 }
 
 /// The task ops `update_task` takes: the assignee's steps ([`TaskOp::allowed`] for
@@ -167,6 +192,11 @@ pub struct CompleteParams {
     pub task_id: Uuid,
     /// Your findings: the result handed to whoever gave you the task.
     pub result: String,
+    /// Files to pass on (optional, at most 16): the `ref` of each, from an <attachment> in
+    /// check_inbox or a file you uploaded; the receiver may then read them.
+    #[serde(default)]
+    #[schemars(with = "Vec<String>")]
+    pub attachments: Vec<Uuid>,
 }
 
 /// `subagent_status` parameters.

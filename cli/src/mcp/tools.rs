@@ -11,7 +11,7 @@ use rmcp::model::{CallToolResult, ContentBlock};
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::{tool, tool_router};
 use switchboard_client::proto::InboxMessage;
-use switchboard_client::proto::call::CallRequest;
+use switchboard_client::proto::call::{CallRequest, ReplyRequest};
 use switchboard_client::proto::inbox::FETCH_MAX;
 use switchboard_client::proto::send::SendRequest;
 use switchboard_client::proto::task::{CreateTask, TaskAction, TaskOp};
@@ -46,7 +46,7 @@ pub(super) fn failure(err: &ClientError) -> CallToolResult {
     refused(&kind, &err.to_string())
 }
 
-fn refused(kind: &str, message: &str) -> CallToolResult {
+pub(super) fn refused(kind: &str, message: &str) -> CallToolResult {
     let body = serde_json::json!({ "error": { "kind": kind, "message": message } });
     CallToolResult::error(vec![ContentBlock::text(body.to_string())])
 }
@@ -93,8 +93,18 @@ impl SwitchboardMcp {
     )]
     async fn send_to_peer(&self, Parameters(params): Parameters<SendParams>) -> CallToolResult {
         if switchboard_client::proto::people::Party::looks_like(&params.to) {
+            if !params.attachments.is_empty() {
+                return refused(
+                    "bad_request",
+                    "a note to a person carries text only, no attachments",
+                );
+            }
             return outcome(self.agent.note_person(&params.to, &params.message).await);
         }
+        let attachments = match self.attachments(&params.attachments).await {
+            Ok(attachments) => attachments,
+            Err(result) => return result,
+        };
         let request = SendRequest {
             to: Some(params.to),
             message: Some(params.message),
@@ -102,6 +112,7 @@ impl SwitchboardMcp {
             correlation_id: params.correlation_id,
             from_goal_id: Some(self.goal.id()),
             receipt: params.receipt,
+            attachments,
             ..SendRequest::default()
         };
         outcome(self.agent.send(request).await)
@@ -143,6 +154,11 @@ impl SwitchboardMcp {
         // correlator can refuse cycles (A asks B, B asks A) and over-deep chains; one to the
         // agent that asked is a question back inside its call.
         let serving_request = self.last_request();
+        let attachments = match self.attachments(&params.attachments).await {
+            Ok(attachments) => attachments,
+            Err(result) => return result,
+        };
+
         let in_reply_to = serving_request
             .as_ref()
             .filter(|request| request.from.as_str() == params.to.trim())
@@ -154,6 +170,7 @@ impl SwitchboardMcp {
             from_goal_id: Some(self.goal.id()),
             receipt: params.receipt,
             in_reply_to,
+            attachments,
             ..CallRequest::default()
         };
         let progress = context.meta.get_progress_token();
@@ -212,9 +229,23 @@ impl SwitchboardMcp {
                 Err(err) => return failure(&err),
             },
         };
+        let attachments = match self.attachments(&params.attachments).await {
+            Ok(attachments) => attachments,
+            Err(result) => return result,
+        };
         if params.partial {
             let part = self.next_part(target);
-            let result = self.agent.reply_part(target, part, &params.message).await;
+            let result = self
+                .agent
+                .reply_with(ReplyRequest {
+                    correlation_id: Some(target),
+                    message: Some(params.message),
+                    partial: true,
+                    part: Some(part),
+                    attachments,
+                    ..ReplyRequest::default()
+                })
+                .await;
             // Only a part refused outright gives its number back; one that may have been
             // taken (a timeout) keeps it, so the next part cannot be mistaken for its retry.
             if matches!(&result, Err(err) if err.kind().is_some_and(|kind| kind.is_refusal()
@@ -224,7 +255,10 @@ impl SwitchboardMcp {
             }
             return outcome(result);
         }
-        let result = self.agent.reply(target, &params.message).await;
+        let result = self
+            .agent
+            .reply_with_attachments(target, &params.message, attachments)
+            .await;
         if result.is_ok()
             || matches!(&result, Err(err) if err.kind().is_some_and(|kind| kind.is_refusal()
                 || kind == switchboard_client::proto::ErrorKind::NotFound))
@@ -291,12 +325,17 @@ impl SwitchboardMcp {
         &self,
         Parameters(params): Parameters<CreateTaskParams>,
     ) -> CallToolResult {
+        let attachments = match self.attachments(&params.attachments).await {
+            Ok(attachments) => attachments,
+            Err(result) => return result,
+        };
         let task = CreateTask {
             to: Some(params.to),
             message: Some(params.message),
             deadline_in_ms: params.deadline_in_ms,
             from_goal_id: Some(self.goal.id()),
             receipt: params.receipt,
+            attachments,
             ..CreateTask::default()
         };
         outcome(self.agent.create_task(task).await)
@@ -326,10 +365,15 @@ impl SwitchboardMcp {
                 ),
             );
         }
+        let attachments = match self.attachments(&params.attachments).await {
+            Ok(attachments) => attachments,
+            Err(result) => return result,
+        };
         let action = TaskAction {
             task_id: Some(params.task_id),
             message: params.message,
             from_goal_id: Some(self.goal.id()),
+            attachments,
             ..TaskAction::default()
         };
         outcome(self.agent.task_op(op, action).await)
@@ -364,11 +408,16 @@ impl SwitchboardMcp {
         &self,
         Parameters(params): Parameters<CompleteParams>,
     ) -> CallToolResult {
-        outcome(
-            self.agent
-                .complete_task(params.task_id, TaskOutcome::text(params.result))
-                .await,
-        )
+        let attachments = match self.attachments(&params.attachments).await {
+            Ok(attachments) => attachments,
+            Err(result) => return result,
+        };
+        let result = TaskOutcome {
+            result: params.result,
+            attachments,
+            ..TaskOutcome::default()
+        };
+        outcome(self.agent.complete_task(params.task_id, result).await)
     }
 
     #[tool(

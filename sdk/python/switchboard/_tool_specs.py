@@ -140,6 +140,18 @@ TOOLS = [
         'inputSchema': {
             '$schema': 'https://json-schema.org/draft/2020-12/schema',
             'properties': {
+                'attachments': {
+                    'default': [],
+                    'description': (
+                        'Files to pass on (optional, at most 16): the `ref` of each, from an '
+                        '<attachment> in\ncheck_inbox or a file you uploaded; the receiver may '
+                        'then read them.'
+                    ),
+                    'items': {
+                        'type': 'string',
+                    },
+                    'type': 'array',
+                },
                 'result': {
                     'description': (
                         'Your findings: the result handed to whoever gave you the task.'
@@ -169,6 +181,18 @@ TOOLS = [
         'inputSchema': {
             '$schema': 'https://json-schema.org/draft/2020-12/schema',
             'properties': {
+                'attachments': {
+                    'default': [],
+                    'description': (
+                        'Files to pass on (optional, at most 16): the `ref` of each, from an '
+                        '<attachment> in\ncheck_inbox or a file you uploaded; the receiver may '
+                        'then read them.'
+                    ),
+                    'items': {
+                        'type': 'string',
+                    },
+                    'type': 'array',
+                },
                 'deadline_in_ms': {
                     'default': None,
                     'description': (
@@ -313,6 +337,32 @@ TOOLS = [
     },
     {
         'description': (
+            'Read a file a message carried (an <attachment> in check_inbox) or one you '
+            'uploaded: its name, media type, size and digest, and its text when it is text of '
+            'at most 64 KiB (otherwise a note saying it was not shown). To pass a file on, put '
+            'its ref in the attachments of send_to_peer, talk_to_agent, reply_to_peer, '
+            'create_task, update_task or complete_task: the bytes are not copied.'
+        ),
+        'inputSchema': {
+            '$schema': 'https://json-schema.org/draft/2020-12/schema',
+            'properties': {
+                'ref': {
+                    'description': (
+                        "The file's ref: the `ref` of an <attachment> in check_inbox, or of a "
+                        'file you uploaded.'
+                    ),
+                    'type': 'string',
+                },
+            },
+            'required': [
+                'ref',
+            ],
+            'type': 'object',
+        },
+        'name': 'read_attachment',
+    },
+    {
+        'description': (
             'Answer a peer that asked you something (a message with kind="request" in '
             'check_inbox). No target needed: without correlation_id it answers the most recent '
             'request you have not answered yet. With partial=true it sends part of a long '
@@ -323,6 +373,18 @@ TOOLS = [
         'inputSchema': {
             '$schema': 'https://json-schema.org/draft/2020-12/schema',
             'properties': {
+                'attachments': {
+                    'default': [],
+                    'description': (
+                        'Files to pass on (optional, at most 16): the `ref` of each, from an '
+                        '<attachment> in\ncheck_inbox or a file you uploaded; the receiver may '
+                        'then read them.'
+                    ),
+                    'items': {
+                        'type': 'string',
+                    },
+                    'type': 'array',
+                },
                 'correlation_id': {
                     'default': None,
                     'description': (
@@ -445,6 +507,18 @@ TOOLS = [
         'inputSchema': {
             '$schema': 'https://json-schema.org/draft/2020-12/schema',
             'properties': {
+                'attachments': {
+                    'default': [],
+                    'description': (
+                        'Files to pass on (optional, at most 16): the `ref` of each, from an '
+                        '<attachment> in\ncheck_inbox or a file you uploaded; the receiver may '
+                        'then read them.'
+                    ),
+                    'items': {
+                        'type': 'string',
+                    },
+                    'type': 'array',
+                },
                 'correlation_id': {
                     'default': None,
                     'description': 'A correlation id to carry (optional).',
@@ -598,6 +672,18 @@ TOOLS = [
         'inputSchema': {
             '$schema': 'https://json-schema.org/draft/2020-12/schema',
             'properties': {
+                'attachments': {
+                    'default': [],
+                    'description': (
+                        'Files to pass on (optional, at most 16): the `ref` of each, from an '
+                        '<attachment> in\ncheck_inbox or a file you uploaded; the receiver may '
+                        'then read them.'
+                    ),
+                    'items': {
+                        'type': 'string',
+                    },
+                    'type': 'array',
+                },
                 'message': {
                     'description': 'Your question or request.',
                     'type': 'string',
@@ -668,6 +754,18 @@ TOOLS = [
                         'fail',
                     ],
                     'type': 'string',
+                },
+                'attachments': {
+                    'default': [],
+                    'description': (
+                        'Files to pass on (optional, at most 16): the `ref` of each, from an '
+                        '<attachment> in\ncheck_inbox or a file you uploaded; the receiver may '
+                        'then read them.'
+                    ),
+                    'items': {
+                        'type': 'string',
+                    },
+                    'type': 'array',
                 },
                 'message': {
                     'default': None,

@@ -74,8 +74,13 @@ _UUIDS = {
     "subagent_status": ("task_id", "parent_task_id"),
     "cancel_task": ("task_id",),
     "use_approval": ("approval_id",),
+    "read_attachment": ("ref",),
 }
 _RECEIPTS = ("delivered", "read")
+_ATTACHMENTS_MAX = 16  # a message's most attachments (docs/protocol.md §17)
+_TEXT_SHOWN_MAX = 64 * 1024  # read_attachment shows text of at most this many bytes
+_TEXT_TYPES = ("application/json", "application/xml", "application/yaml", "application/toml",
+               "application/csv")
 # Error kinds that are not a refusal: the request may not have been taken, or was malformed.
 _NOT_REFUSALS = {"bad_request", "not_found", "conflict", "unavailable", "internal", "timeout",
                  "unknown", "no_responders", "request_timeout"}
@@ -299,10 +304,17 @@ def _open(message: Message) -> bool:
     return at > datetime.datetime.now(datetime.timezone.utc)
 
 
+def _escape(text: str) -> str:
+    """``text`` as an XML attribute value."""
+    return (text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+            .replace('"', "&quot;"))
+
+
 def render_peer_messages(messages: Iterable[Message]) -> str | None:
     """Messages as check_inbox shows them to a model (the ``# PEER MESSAGES`` block of
     ``<peer-message>`` elements, as the Rust client renders it); ``None`` for none. A body
     cannot close its element early: ``</peer-message`` in it is written ``<\\/peer-message``.
+    A message's files are listed before its body, ``<attachment ref name media_type size/>``.
     A person's answer (from the people service, with ``from_person``) shows the person as
     its sender: ``from="person:alice"``."""
     lines = []
@@ -321,8 +333,15 @@ def render_peer_messages(messages: Iterable[Message]) -> str | None:
         task = raw.get("task")
         if isinstance(task, Mapping):
             head += f' task_id="{task.get("id", "")}" task_state="{task.get("state", "")}"'
+        files = [f for f in raw.get("attachments") or [] if isinstance(f, Mapping)]
+        if files:
+            head += f' attachments="{len(files)}"'
+        listed = "".join(
+            f'<attachment ref="{f.get("ref", "")}" name="{_escape(str(f.get("name", "")))}" '
+            f'media_type="{_escape(str(f.get("media_type", "")))}" size="{f.get("size", 0)}"/>\n'
+            for f in files)
         body = message.body.replace("</peer-message", "<\\/peer-message")
-        lines.append(f"{head}>\n{body}\n</peer-message>\n")
+        lines.append(f"{head}>\n{listed}{body}\n</peer-message>\n")
     return "# PEER MESSAGES\n" + "".join(lines) if lines else None
 
 
@@ -423,6 +442,26 @@ class Toolbox:
                 return message.trace
         return None
 
+    async def _attachments(self, a: JSONBody, body: JSONBody) -> None:
+        """The file refs of ``a["attachments"]`` as attachments on ``body`` (each stat'ed: a
+        complete file this agent may pass on), as the MCP server resolves them."""
+        refs = a.get("attachments") or []
+        if len(refs) > _ATTACHMENTS_MAX:
+            raise _BadCall(f"{len(refs)} attachments; a message carries at most "
+                           f"{_ATTACHMENTS_MAX}")
+        files = []
+        for ref in refs:
+            try:
+                ref = str(uuid.UUID(ref))
+            except (TypeError, ValueError, AttributeError):
+                raise _BadCall(f"an attachment must be a file ref (a UUID), not {ref!r}") from None
+            view = await self.agent.request(self._subject("files.stat"), {"file_id": ref})
+            if view.get("state") != "complete":
+                raise _BadCall(f"file {ref} is still being uploaded")
+            files.append(view["attachment"])
+        if files:
+            body["attachments"] = files
+
     def _goal(self) -> JSONBody:
         return {"from_goal_id": self.agent.goal_id} if self.agent.goal_id else {}
 
@@ -438,11 +477,14 @@ class Toolbox:
 
     async def _send_to_peer(self, a: JSONBody) -> ToolResult:
         if is_party(a["to"]):  # a person or a role: a note (its NoteReport), as the MCP tool
+            if a.get("attachments"):
+                raise _BadCall("a note to a person carries text only, no attachments")
             return _reply("send_to_peer", await self.agent.note_person(a["to"], a["message"]))
         body = {"to": a["to"], "message": a["message"], "id": str(uuid.uuid4()), **self._goal()}
         for key in ("in_reply_to", "correlation_id", "receipt"):
             if a[key] is not None:
                 body[key] = a[key]
+        await self._attachments(a, body)
         return _reply("send_to_peer", await self.agent.request(self._subject("send"), body))
 
     async def _message_status(self, a: JSONBody) -> ToolResult:
@@ -460,6 +502,7 @@ class Toolbox:
                 "correlation_id": str(uuid.uuid4()), **self._goal()}
         if a["receipt"] is not None:
             body["receipt"] = a["receipt"]
+        await self._attachments(a, body)
         if serving is not None:
             body["parent_correlation_id"] = serving.correlation_id
             if serving.sender == a["to"].strip() and serving.id:
@@ -483,13 +526,16 @@ class Toolbox:
                                 "message a peer")
             target = incoming[-1]["correlation_id"]
         trace = self._trace(target)
+        files: JSONBody = {}
+        await self._attachments(a, files)
         if a["partial"]:
             part = self._parts.get(target, 0) + 1
             self._parts[target] = part
             try:
                 ack = await self.agent.request(
                     self._subject("reply"), {"correlation_id": target, "message": a["message"],
-                                             "partial": True, "part": part}, trace=trace)
+                                             "partial": True, "part": part, **files},
+                    trace=trace)
             except SwitchboardError as exc:
                 # Only a part refused outright gives its number back; one that may have been
                 # taken (a timeout) keeps it, so the next part is not taken for its retry.
@@ -499,8 +545,8 @@ class Toolbox:
             return _reply("reply_to_peer", ack)
         try:
             ack = await self.agent.request(
-                self._subject("reply"), {"correlation_id": target, "message": a["message"]},
-                trace=trace)
+                self._subject("reply"),
+                {"correlation_id": target, "message": a["message"], **files}, trace=trace)
         except SwitchboardError as exc:
             if exc.kind not in _NOT_REFUSALS or exc.kind == "not_found":
                 self._answered(target)
@@ -537,6 +583,7 @@ class Toolbox:
         for key in ("deadline_in_ms", "receipt"):
             if a[key] is not None:
                 body[key] = a[key]
+        await self._attachments(a, body)
         return _reply("create_task", await self.agent.request(self._subject("task.create"),
                                                               body))
 
@@ -544,6 +591,7 @@ class Toolbox:
         body = {"task_id": a["task_id"], **self._goal()}
         if a["message"] is not None:
             body["message"] = a["message"]
+        await self._attachments(a, body)
         reply = await self.agent.request(self._subject(f"task.{a['action']}"), body)
         return _reply("update_task", reply)
 
@@ -560,6 +608,7 @@ class Toolbox:
         body = {"task_id": a["task_id"]}
         if a["result"]:
             body["message"] = a["result"]
+        await self._attachments(a, body)
         return _reply("complete_task", await self.agent.request(self._subject("task.complete"),
                                                                 body))
 
@@ -588,6 +637,24 @@ class Toolbox:
             body["message"] = a["reason"]
         return _reply("cancel_task", await self.agent.request(self._subject("task.cancel"),
                                                               body))
+
+    async def _read_attachment(self, a: JSONBody) -> ToolResult:
+        holder: JSONBody = {}
+        await self._attachments({"attachments": [a["ref"]]}, holder)
+        attachment = holder["attachments"][0]
+        media_type = str(attachment["media_type"]).lower()
+        text = (media_type.startswith("text/") or media_type.endswith(("+json", "+xml"))
+                or media_type in _TEXT_TYPES)
+        if not text or attachment["size"] > _TEXT_SHOWN_MAX:
+            note = (f"not shown: {attachment['media_type']} of {attachment['size']} bytes "
+                    f"(text of at most {_TEXT_SHOWN_MAX} bytes is shown)")
+            return _reply("read_attachment", {"attachment": attachment, "note": note})
+        data = await self.agent.read_attachment(attachment)
+        try:
+            return _reply("read_attachment", {"attachment": attachment, "text": data.decode()})
+        except UnicodeDecodeError:
+            return _reply("read_attachment", {"attachment": attachment,
+                                              "note": "not shown: the bytes are not UTF-8 text"})
 
     async def _pending_requests(self, a: JSONBody) -> ToolResult:
         return _reply("pending_requests",

@@ -5,6 +5,7 @@ SWITCHBOARD_NATS_URL (tests/sdk_python.rs does, with the files service running).
 
 import asyncio
 import hashlib
+import json
 import os
 import tempfile
 import uuid
@@ -105,6 +106,37 @@ def test_a_task_takes_paths_and_its_result_files_reach_the_requester():
                 pass
         finally:
             for agent in (boss, worker, outsider):
+                await agent.close()
+
+    run(scenario)
+
+
+def test_the_llm_tools_pass_files_on_by_ref_and_show_text_ones():
+    async def scenario():
+        suffix = uuid.uuid4().hex[:8]
+        writer = await Agent.connect(URL, f"py-toolwriter-{suffix}")
+        reader = await Agent.connect(URL, f"py-toolreader-{suffix}")
+        try:
+            notes = await writer.upload_bytes('notes "v2" <draft>.md', "text/markdown",
+                                              b"# findings\nall green")
+            sent = await writer.tools.execute("send_to_peer", {
+                "to": reader.id, "message": "my notes", "attachments": [notes.ref]})
+            assert not sent.is_error, sent.content
+            inbox = (await reader.tools.execute("check_inbox")).content
+            assert 'attachments="1"' in inbox, inbox
+            assert (f'<attachment ref="{notes.ref}" name="notes &quot;v2&quot; &lt;draft&gt;.md"'
+                    ' media_type="text/markdown"') in inbox, inbox
+            shown = await reader.tools.execute("read_attachment", {"ref": notes.ref})
+            assert json.loads(shown.content)["text"] == "# findings\nall green"
+            # A ref the agent was never handed, or not a ref at all: errors, nothing sent.
+            other = await reader.upload_bytes("mine.txt", "text/plain", b"x")
+            for bad in ([other.ref], ["../etc/passwd"], [notes.ref] * 17):
+                refused = await writer.tools.execute("send_to_peer", {
+                    "to": reader.id, "message": "x", "attachments": bad})
+                assert refused.is_error, refused.content
+            assert (await reader.tools.execute("check_inbox")).content == "No new messages."
+        finally:
+            for agent in (writer, reader):
                 await agent.close()
 
     run(scenario)

@@ -65,7 +65,7 @@ def content(result: dict):
 # ----------------------------------------------------------------------- the definitions
 def test_the_definitions_are_the_mcp_servers_in_both_formats():
     mcp = json.loads(MCP_TOOLS.read_text())
-    assert len(mcp) == 17 and tool_specs() == mcp
+    assert len(mcp) == 18 and tool_specs() == mcp
     assert list(TOOL_NAMES) == [tool["name"] for tool in mcp]
     chat = openai_tools()
     assert chat == [{"type": "function",
@@ -292,7 +292,7 @@ def test_the_readme_tools_example_runs_as_written(tmp_path):
                           timeout=60, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
-    assert lines[0] == "17 17", lines
+    assert lines[0] == "18 18", lines
     assert lines[1] == "tool call_1", lines
     assert lines[2] == ('True {"error":{"kind":"bad_request","message":"send_to_peer needs '
                         '`to`"}}'), lines

@@ -12,7 +12,9 @@ import { isParty, Message } from './agent.js';
 import { CallFailed, Internal, SwitchboardError } from './errors.js';
 import { TOOL_DEFINITIONS } from './tools.generated.js';
 import type { ToolDefinition, ToolName } from './tools.generated.js';
-import type { CallAnswer, CallPart, FetchReply, PersonItem, TaskList } from './wire/index.js';
+import type {
+  Attachment, CallAnswer, CallPart, FetchReply, PersonItem, TaskList,
+} from './wire/index.js';
 
 /** Freezes `value` and everything in it: the embedded definitions cannot be changed. */
 function deepFreeze<T>(value: T): T {
@@ -168,7 +170,7 @@ const PERSON_POLL_MS = 500; // how often such a wait reads the item's state
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 /** Fields that hold ids (UUIDs) in every tool that has them (cli/src/mcp/params.rs). */
 const UUID_FIELDS = new Set(['task_id', 'parent_task_id', 'message_id', 'correlation_id',
-  'in_reply_to', 'approval_id']);
+  'in_reply_to', 'approval_id', 'ref']);
 /** Error kinds that are not a refusal: the request may or may not have been taken. */
 const NOT_REFUSALS = new Set(['bad_request', 'not_found', 'conflict', 'unavailable', 'internal',
   'timeout', 'unknown', 'no_responders', 'request_timeout']);
@@ -309,12 +311,30 @@ export function renderPeerMessages(messages: readonly Message[]): string | undef
     if (message.kind !== 'message') out += ` kind="${message.kind}"`;
     const task = raw.task as { id?: string; state?: string } | undefined | null;
     if (task?.id) out += ` task_id="${task.id}" task_state="${task.state ?? ''}"`;
+    const files = ((raw.attachments as Json[] | undefined) ?? [])
+      .filter((file) => file && typeof file === 'object');
+    if (files.length) out += ` attachments="${files.length}"`;
     out += '>\n';
+    for (const file of files) {
+      out += `<attachment ref="${String(file.ref ?? '')}" name="${escape(String(file.name ?? ''))}" `
+        + `media_type="${escape(String(file.media_type ?? ''))}" size="${Number(file.size ?? 0)}"/>\n`;
+    }
     out += message.body.replaceAll('</peer-message', '<\\/peer-message');
     out += '\n</peer-message>\n';
   }
   return out;
 }
+
+/** `text` as an XML attribute value. */
+const escape = (text: string) => text.replaceAll('&', '&amp;').replaceAll('<', '&lt;')
+  .replaceAll('>', '&gt;').replaceAll('"', '&quot;');
+
+/** A message's most attachments (docs/protocol.md §17). */
+const ATTACHMENTS_MAX = 16;
+/** read_attachment shows text of at most this many bytes. */
+const TEXT_SHOWN_MAX = 64 * 1024;
+const TEXT_TYPES = new Set(['application/json', 'application/xml', 'application/yaml',
+  'application/toml', 'application/csv']);
 
 type Handler = (args: Json) => Promise<unknown>;
 
@@ -362,24 +382,33 @@ export class Toolbox {
       list_peers: (args) => this.agent.peersPage({ after: opt(args, 'after'),
         limit: opt(args, 'limit'), skill: opt(args, 'skill') }),
       // To a person or a role: a note (its NoteReport), as the MCP tool.
-      send_to_peer: (args) => isParty(str(args, 'to'))
-        ? this.agent.notePerson(str(args, 'to'), str(args, 'message'))
-        : this.agent.send(str(args, 'to'), str(args, 'message'), {
+      send_to_peer: async (args) => {
+        if (isParty(str(args, 'to'))) {
+          if (opt<string[]>(args, 'attachments')?.length) {
+            throw bad('a note to a person carries text only, no attachments');
+          }
+          return this.agent.notePerson(str(args, 'to'), str(args, 'message'));
+        }
+        return this.agent.send(str(args, 'to'), str(args, 'message'), {
           inReplyTo: opt(args, 'in_reply_to'), correlationId: opt(args, 'correlation_id'),
-          receipt: opt(args, 'receipt') }),
+          receipt: opt(args, 'receipt'), attachments: await this.attachments(args) });
+      },
       message_status: (args) => this.agent.sendStatus(str(args, 'message_id')),
       talk_to_agent: (args) => this.talk(args),
       reply_to_peer: (args) => this.replyToPeer(args),
       check_inbox: () => this.checkInbox(),
-      create_task: (args) => this.agent.createTaskReply(str(args, 'to'), str(args, 'message'),
-        { deadlineInMs: opt(args, 'deadline_in_ms'), receipt: opt(args, 'receipt') }),
-      update_task: (args) => this.agent.taskOpReply(str(args, 'action'), str(args, 'task_id'),
-        opt(args, 'message')),
+      create_task: async (args) => this.agent.createTaskReply(str(args, 'to'),
+        str(args, 'message'), { deadlineInMs: opt(args, 'deadline_in_ms'),
+          receipt: opt(args, 'receipt'), attachments: await this.attachments(args) }),
+      update_task: async (args) => this.agent.taskOpReply(str(args, 'action'),
+        str(args, 'task_id'), opt(args, 'message'),
+        { attachments: await this.attachments(args) }),
       spawn_subagent: (args) => this.agent.createTaskReply(opt(args, 'agent') ?? 'self',
         str(args, 'message'), { deadlineInMs: opt(args, 'deadline_in_ms') },
         str(args, 'parent_task_id')),
-      complete_task: (args) => this.agent.taskOpReply('complete', str(args, 'task_id'),
-        str(args, 'result')),
+      complete_task: async (args) => this.agent.taskOpReply('complete', str(args, 'task_id'),
+        str(args, 'result'), { attachments: await this.attachments(args) }),
+      read_attachment: (args) => this.readAttachment(str(args, 'ref')),
       subagent_status: (args) => this.status(args),
       cancel_task: (args) => this.agent.taskOpReply('cancel', str(args, 'task_id'),
         opt(args, 'reason')),
@@ -600,11 +629,12 @@ export class Toolbox {
     }
     const trace = this.unanswered.find((r) => r.correlationId === target)?.message.trace;
     const text = str(args, 'message');
+    const attachments = await this.attachments(args);
     if (args.partial === true) {
       const part = (this.parts.get(target) ?? 0) + 1;
       this.parts.set(target, part);
       try {
-        return await this.agent.replyPart(target, part, text, { trace });
+        return await this.agent.replyPart(target, part, text, { trace, attachments });
       } catch (err) {
         // Only a part refused outright gives its number back; one that may have been taken
         // (a timeout) keeps it, so the next part is not mistaken for its retry.
@@ -615,7 +645,7 @@ export class Toolbox {
       }
     }
     try {
-      const ack = await this.agent.reply(target, text, { trace });
+      const ack = await this.agent.reply(target, text, { trace, attachments });
       this.answered(target);
       return ack;
     } catch (err) {
@@ -634,10 +664,11 @@ export class Toolbox {
     const timeoutMs = Math.min(opt<number>(args, 'timeout_ms') ?? TALK_TIMEOUT_MS,
       TALK_TIMEOUT_MAX_MS);
     const serving = this.lastRequest()?.message;
+    const attachments = await this.attachments(args);
     let answer: CallAnswer | undefined;
     try {
       for await (const event of this.agent.callStream(to, str(args, 'message'),
-        { timeoutMs, receipt: opt(args, 'receipt'), serving })) {
+        { timeoutMs, receipt: opt(args, 'receipt'), serving, attachments })) {
         if ('partial' in event) {
           const part = event as CallPart;
           try {
@@ -657,6 +688,44 @@ export class Toolbox {
     }
     if (!answer) throw new ToolError('transport', 'the call ended without an answer');
     return answer;
+  }
+
+  /** The file refs of `args.attachments` as attachments (each stat'ed: a complete file this
+   * agent may pass on), as the MCP server resolves them. */
+  private async attachments(args: Json): Promise<Attachment[]> {
+    const refs = (args.attachments as unknown[] | undefined) ?? [];
+    if (refs.length > ATTACHMENTS_MAX) {
+      throw bad(`${refs.length} attachments; a message carries at most ${ATTACHMENTS_MAX}`);
+    }
+    const files: Attachment[] = [];
+    for (const ref of refs) {
+      if (typeof ref !== 'string' || !UUID.test(ref)) {
+        throw bad(`an attachment must be a file ref (a UUID), not ${brief(String(ref))}`);
+      }
+      const view = await this.agent.request<{ state: string; attachment: Attachment }>(
+        `agent.files.stat.${this.agent.id}`, { file_id: ref.toLowerCase() });
+      if (view.state !== 'complete') throw bad(`file ${ref} is still being uploaded`);
+      files.push(view.attachment);
+    }
+    return files;
+  }
+
+  /** read_attachment: a file's attachment, and its text when it is text of at most 64 KiB. */
+  private async readAttachment(ref: string): Promise<Json> {
+    const [attachment] = await this.attachments({ attachments: [ref] });
+    const type = attachment.media_type.toLowerCase();
+    const text = type.startsWith('text/') || type.endsWith('+json') || type.endsWith('+xml')
+      || TEXT_TYPES.has(type);
+    if (!text || attachment.size > TEXT_SHOWN_MAX) {
+      return { attachment, note: `not shown: ${attachment.media_type} of ${attachment.size} `
+        + `bytes (text of at most ${TEXT_SHOWN_MAX} bytes is shown)` };
+    }
+    const bytes = await this.agent.readAttachment(attachment);
+    try {
+      return { attachment, text: new TextDecoder('utf-8', { fatal: true }).decode(bytes) };
+    } catch {
+      return { attachment, note: 'not shown: the bytes are not UTF-8 text' };
+    }
   }
 
   /** The goal a person's answer comes to: where check_inbox reads. */

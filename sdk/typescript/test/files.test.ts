@@ -87,3 +87,31 @@ test('a call and a task carry files, and a task result\'s files reach the reques
     for (const agent of [boss, worker, outsider]) await agent.close();
   }
 });
+
+test('the llm tools pass files on by ref and show text ones', async () => {
+  const writer = await Agent.connect(URL, name('ts-toolwriter'));
+  const reader = await Agent.connect(URL, name('ts-toolreader'));
+  try {
+    const notes = await writer.uploadBytes('notes "v2" <draft>.md', 'text/markdown',
+      Buffer.from('# findings\nall green'));
+    const sent = await writer.tools.call('send_to_peer',
+      { to: reader.id, message: 'my notes', attachments: [notes.ref] });
+    assert.equal(sent.isError, false, sent.content);
+    const inbox = (await reader.tools.call('check_inbox', {})).content;
+    assert.ok(inbox.includes('attachments="1"'), inbox);
+    assert.ok(inbox.includes(`<attachment ref="${notes.ref}" name="notes &quot;v2&quot; `
+      + '&lt;draft&gt;.md" media_type="text/markdown"'), inbox);
+    const shown = await reader.tools.call('read_attachment', { ref: notes.ref });
+    assert.equal(JSON.parse(shown.content).text, '# findings\nall green');
+    // A ref the agent was never handed, or not a ref at all: errors, nothing sent.
+    const other = await reader.uploadBytes('mine.txt', 'text/plain', Buffer.from('x'));
+    for (const bad of [[other.ref], ['../etc/passwd'], Array(17).fill(notes.ref)]) {
+      const refused = await writer.tools.call('send_to_peer',
+        { to: reader.id, message: 'x', attachments: bad });
+      assert.equal(refused.isError, true, refused.content);
+    }
+    assert.equal((await reader.tools.call('check_inbox', {})).content, 'No new messages.');
+  } finally {
+    for (const agent of [writer, reader]) await agent.close();
+  }
+});

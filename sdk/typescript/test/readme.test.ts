@@ -50,7 +50,7 @@ test('the README quick start runs as written', async () => {
 test('the README tools example runs as written', async () => {
   const lines = await withEcho('tools-for-llms.js', 'echo: hello?');
   assert.deepEqual(lines, [
-    '17 ask_person',
+    '18 ask_person',
     'tool call_Qm2Yb7RkT1vJc9Xw',
     'echo: hello?',
     'true {"error":{"kind":"bad_request","message":"send_to_peer: `message` is required"}}',

@@ -62,7 +62,7 @@ async function inboxUntil(agent: Agent, wanted: RegExp, seen: string[] = []): Pr
 test('the definitions are docs/mcp-tools.json, in the OpenAI and Anthropic formats', async () => {
   const mcp = JSON.parse(readFileSync(join(root, '..', '..', 'docs', 'mcp-tools.json'), 'utf8')) as
     { name: string; description: string; inputSchema: Record<string, unknown> }[];
-  assert.equal(mcp.length, 17);
+  assert.equal(mcp.length, 18);
   assert.deepEqual(toolDefinitions(), mcp);
   assert.deepEqual(openaiTools(), mcp.map((tool) => ({ type: 'function',
     function: { name: tool.name, description: tool.description, parameters: tool.inputSchema } })));

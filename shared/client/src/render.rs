@@ -16,7 +16,10 @@ use switchboard_proto::timestamp;
 /// with a `message_id` attribute (what a reply's `in_reply_to` names), a `correlation_id`
 /// attribute when the message has one and a `kind` attribute when it
 /// is not a plain message (`request`, `response`, `notify`, …), and `task_id` / `task_state`
-/// on task messages and updates. `None` when there is nothing
+/// on task messages and updates. A message that carries files (docs/protocol.md §17) says how
+/// many in an `attachments` attribute, and lists each, before the body, as
+/// `<attachment ref="…" name="…" media_type="…" size="…"/>` (the name with `&`, `<`, `>` and
+/// `"` escaped, so it cannot end the element or forge another). `None` when there is nothing
 /// to show. A person's answer (written by the people service, `from_person` set) shows the
 /// person as the sender: `from="person:alice"`. A body cannot close its own element early: `</peer-message` inside a body is
 /// written as `<\/peer-message`, so one peer cannot forge another's message.
@@ -65,11 +68,31 @@ pub fn render_peer_messages_block(messages: &[InboxMessage]) -> Option<String> {
                 .unwrap_or_default();
             out.push_str(&format!(" task_id=\"{}\" task_state=\"{state}\"", task.id));
         }
+        if !message.attachments.is_empty() {
+            out.push_str(&format!(" attachments=\"{}\"", message.attachments.len()));
+        }
         out.push_str(">\n");
+        for file in &message.attachments {
+            out.push_str(&format!(
+                "<attachment ref=\"{}\" name=\"{}\" media_type=\"{}\" size=\"{}\"/>\n",
+                file.file_ref,
+                escape(&file.name),
+                escape(&file.media_type),
+                file.size
+            ));
+        }
         out.push_str(&message.body.replace("</peer-message", "<\\/peer-message"));
         out.push_str("\n</peer-message>\n");
     }
     Some(out)
+}
+
+/// `text` as an XML attribute value.
+fn escape(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
 }
 
 #[cfg(test)]
@@ -140,5 +163,26 @@ mod tests {
         )])
         .unwrap();
         assert_eq!(block.matches("</peer-message>").count(), 1);
+    }
+
+    #[test]
+    fn attachments_are_listed_before_the_body_with_their_names_escaped() {
+        let mut msg = message("the report");
+        msg.attachments = vec![switchboard_proto::files::Attachment {
+            name: "q3 \"final\" <b>.pdf".into(),
+            media_type: "application/pdf".into(),
+            size: 42,
+            sha256: "0".repeat(64),
+            file_ref: uuid::Uuid::nil(),
+        }];
+        let block = render_peer_messages_block(&[msg]).unwrap();
+        assert!(
+            block.contains(
+                " attachments=\"1\">\n<attachment ref=\"00000000-0000-0000-0000-000000000000\" \
+                 name=\"q3 &quot;final&quot; &lt;b&gt;.pdf\" media_type=\"application/pdf\" \
+                 size=\"42\"/>\nthe report\n"
+            ),
+            "{block}"
+        );
     }
 }
