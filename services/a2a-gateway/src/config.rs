@@ -61,6 +61,13 @@ pub struct GatewayConfig {
     pub remote_timeout_ms: u64,
     /// How many messages of one remote agent's inbox are carried at once.
     pub remote_concurrency: u32,
+    /// A message's `raw` file part larger than this many bytes is uploaded to the files
+    /// service as the client and carried as an attachment (docs/protocol.md §17); smaller
+    /// ones stay inline, as a `data:` URI in the message.
+    pub inline_file_bytes: usize,
+    /// How long a file link the gateway hands out (`GET /files/<token>`) is good for, in
+    /// seconds.
+    pub file_link_ttl_secs: u64,
 }
 
 impl Default for GatewayConfig {
@@ -80,6 +87,8 @@ impl Default for GatewayConfig {
             remote_heartbeat_ms: 10_000,
             remote_timeout_ms: 300_000,
             remote_concurrency: 8,
+            inline_file_bytes: 16 * 1024,
+            file_link_ttl_secs: 900,
         }
     }
 }
@@ -117,6 +126,12 @@ impl switchboard_runtime::config::Section for GatewayConfig {
         }
         if !(1..=64).contains(&self.remote_concurrency) {
             return Err("remote_concurrency must be 1 to 64".to_owned());
+        }
+        if self.inline_file_bytes > 64 * 1024 {
+            return Err("inline_file_bytes must be 0 to 65536".to_owned());
+        }
+        if !(10..=86_400).contains(&self.file_link_ttl_secs) {
+            return Err("file_link_ttl_secs must be 10 to 86400".to_owned());
         }
         if self.max_streams_per_client == 0 {
             return Err("max_streams_per_client must be above 0".to_owned());

@@ -48,6 +48,8 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
             "/agents/{agent_id}/extendedAgentCard",
             get(rest::extended_card),
         )
+        // The files of a client's tasks and answers, by signed, short-lived link.
+        .route("/files/{token}", get(crate::serve::files::download))
         .fallback(no_route)
         .with_state(gateway)
 }

@@ -56,6 +56,8 @@ pub struct Gateway {
     contexts: Mutex<HashMap<AgentId, VecDeque<(GoalId, u32)>>>,
     /// The secret that keys the context goals of clients without a token.
     anonymous_key: String,
+    /// Signs and checks the file links the gateway hands its clients.
+    pub(crate) links: crate::links::FileLinks,
 }
 
 impl Gateway {
@@ -68,6 +70,13 @@ impl Gateway {
         roots: Vec<reqwest::Certificate>,
         anonymous_key: String,
     ) -> Self {
+        // The links are keyed by the shared secret too, under a domain of their own (see
+        // `serve::files`), so every replica checks what any replica signed.
+        let links = crate::links::FileLinks::new(
+            &anonymous_key,
+            config.base_url(),
+            std::time::Duration::from_secs(config.file_link_ttl_secs),
+        );
         Self {
             client,
             config,
@@ -78,7 +87,13 @@ impl Gateway {
             contexts: Mutex::default(),
             stopping: switchboard_runtime::CancellationToken::new(),
             anonymous_key,
+            links,
         }
+    }
+
+    /// The file links the gateway hands out (`GET /files/<token>`).
+    pub fn links(&self) -> &crate::links::FileLinks {
+        &self.links
     }
 
     /// The settings it runs with.

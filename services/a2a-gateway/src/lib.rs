@@ -32,6 +32,7 @@ pub mod endpoints;
 pub mod error;
 pub mod gateway;
 pub mod http;
+pub mod links;
 pub mod mapping;
 pub mod remote;
 pub mod serve;

@@ -15,6 +15,8 @@ use a2a::{Artifact, Message, Part, PartContent, Role, Task, TaskStatus};
 use serde_json::Value;
 use switchboard_proto::TaskState;
 use switchboard_proto::task::TaskRecord;
+
+use crate::links::FileLinks;
 use time::OffsetDateTime;
 
 /// Metadata key under which a task keeps its A2A context id.
@@ -203,9 +205,10 @@ pub fn status(task: &TaskRecord) -> TaskStatus {
     }
 }
 
-/// The result artifact of a completed task: its text and parts; none for a completion that
-/// carried neither (an artifact has at least one part, A2A v1.0).
-pub fn result(task: &TaskRecord) -> Option<Artifact> {
+/// The result artifact of a completed task: its text, parts and files (each a link the
+/// requester reads it by, `links`); none for a completion that carried none of them (an
+/// artifact has at least one part, A2A v1.0).
+pub fn result(task: &TaskRecord, links: &FileLinks) -> Option<Artifact> {
     if task.state != TaskState::Completed {
         return None;
     }
@@ -214,6 +217,7 @@ pub fn result(task: &TaskRecord) -> Option<Artifact> {
         parts.push(Part::text(text.clone()));
     }
     parts.extend(outbound(&task.result_parts));
+    parts.extend(links.parts(&task.requester, &task.result_attachments));
     if parts.is_empty() {
         return None;
     }
@@ -237,13 +241,15 @@ pub fn may_have_follow_ups(task: &TaskRecord) -> bool {
             .any(|step| step.to == TaskState::InputRequired)
 }
 
-/// The request that created the task, as the user message of its history.
-fn request(task: &TaskRecord, context: &str) -> Message {
+/// The request that created the task, as the user message of its history (its files as links
+/// for the requester).
+fn request(task: &TaskRecord, context: &str, links: &FileLinks) -> Message {
     let mut parts = Vec::new();
     if !task.message.is_empty() && task.metadata.get(TEXTLESS) != Some(&Value::Bool(true)) {
         parts.push(Part::text(task.message.clone()));
     }
     parts.extend(outbound(&task.parts));
+    parts.extend(links.parts(&task.requester, &task.attachments));
     let mut message = Message::new(Role::User, parts);
     message.message_id = match task.metadata.get(MESSAGE_KEY) {
         Some(Value::String(id)) => id.clone(),
@@ -255,8 +261,9 @@ fn request(task: &TaskRecord, context: &str) -> Message {
 }
 
 /// A task record as an A2A task: state, result artifact, the request as history, and
-/// Switchboard's own facts (assignee, requester, deadline) in the metadata.
-pub fn task(record: &TaskRecord) -> Task {
+/// Switchboard's own facts (assignee, requester, deadline) in the metadata. Its files are
+/// links (`links`) for its requester, the client that reads it.
+pub fn task(record: &TaskRecord, links: &FileLinks) -> Task {
     let context = context_of(record);
     let mut metadata = HashMap::from([
         (
@@ -278,8 +285,8 @@ pub fn task(record: &TaskRecord) -> Task {
         id: record.task_id.to_string(),
         context_id: context.clone(),
         status: status(record),
-        artifacts: result(record).map(|artifact| vec![artifact]),
-        history: Some(vec![request(record, &context)]),
+        artifacts: result(record, links).map(|artifact| vec![artifact]),
+        history: Some(vec![request(record, &context, links)]),
         metadata: Some(metadata),
     }
 }
@@ -330,9 +337,14 @@ mod tests {
             }
             serde_json::from_value(record).unwrap_or_else(|err| panic!("{err}"))
         };
-        assert!(result(&completed(serde_json::json!({}))).is_none());
-        assert!(result(&completed(serde_json::json!({"result": ""}))).is_none());
-        let answered = result(&completed(serde_json::json!({"result": "done"})));
+        let links = crate::links::FileLinks::new(
+            "a secret of the tests",
+            "http://127.0.0.1:9".into(),
+            std::time::Duration::from_secs(60),
+        );
+        assert!(result(&completed(serde_json::json!({})), &links).is_none());
+        assert!(result(&completed(serde_json::json!({"result": ""})), &links).is_none());
+        let answered = result(&completed(serde_json::json!({"result": "done"})), &links);
         assert_eq!(answered.map(|artifact| artifact.parts.len()), Some(1));
     }
 

@@ -38,6 +38,8 @@ async fn bad_configuration_exits_64_with_one_clear_line() {
             ("SWITCHBOARD_A2A_GATEWAY__BLOCKING_TIMEOUT_MS", "0"),
             ("SWITCHBOARD_A2A_GATEWAY__MAX_BODY_BYTES", "10"),
             ("SWITCHBOARD_A2A_GATEWAY__PUBLIC_URL", "ftp://x"),
+            ("SWITCHBOARD_A2A_GATEWAY__INLINE_FILE_BYTES", "70000"),
+            ("SWITCHBOARD_A2A_GATEWAY__FILE_LINK_TTL_SECS", "1"),
         ])
         .await;
 }

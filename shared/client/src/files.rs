@@ -117,8 +117,9 @@ impl Agent {
 }
 
 impl Files {
-    /// The files service as `agent` on `nats` (a connection whose reply inboxes are the
-    /// agent's own, `_INBOX.<agent_id>`: [`crate::agent_connect_options`]).
+    /// The files service as `agent` on `nats`: a connection that may publish as the agent and
+    /// subscribe to its reply inboxes, `_INBOX.<agent_id>.>` (the agent's own, from
+    /// [`crate::agent_connect_options`], or a service's that speaks for it).
     pub fn new(nats: async_nats::Client, agent: AgentId) -> Self {
         Self {
             nats,
@@ -368,7 +369,14 @@ impl Files {
         body: Bytes,
     ) -> Result<(Vec<(u64, Bytes)>, ReadEnd), ClientError> {
         let nats = &self.nats;
-        let inbox = nats.new_inbox();
+        // The agent's own reply inbox (the service sends chunks nowhere else), whatever
+        // prefix the connection has: a service speaking for an agent (the A2A gateway for
+        // its clients) reads as that agent too.
+        let inbox = format!(
+            "{}.{}",
+            switchboard_proto::subject::agent_inbox_prefix(&self.agent),
+            switchboard_proto::new_id().simple()
+        );
         let mut replies =
             nats.subscribe(inbox.clone())
                 .await

@@ -57,6 +57,7 @@ pub(crate) fn event_responses(
     event: &TaskEvent,
     seq: u64,
     completed: Option<&TaskRecord>,
+    links: &crate::links::FileLinks,
 ) -> Vec<StreamResponse> {
     let artifact = |artifact| {
         StreamResponse::ArtifactUpdate(TaskArtifactUpdateEvent {
@@ -69,17 +70,21 @@ pub(crate) fn event_responses(
         })
     };
     let mut out = Vec::with_capacity(2);
-    if event.op == Some(switchboard_proto::task::TaskOp::Progress) && !event.parts.is_empty() {
+    if event.op == Some(switchboard_proto::task::TaskOp::Progress)
+        && (!event.parts.is_empty() || !event.attachments.is_empty())
+    {
+        let mut parts = mapping::outbound(&event.parts);
+        parts.extend(links.parts(&event.requester, &event.attachments));
         out.push(artifact(a2a::Artifact {
             artifact_id: format!("progress-{seq}"),
             name: Some("progress".to_owned()),
             description: None,
-            parts: mapping::outbound(&event.parts),
+            parts,
             metadata: None,
             extensions: None,
         }));
     }
-    if let Some(result) = completed.and_then(mapping::result) {
+    if let Some(result) = completed.and_then(|record| mapping::result(record, links)) {
         out.push(artifact(result));
     }
     out.push(StreamResponse::StatusUpdate(status_update(

@@ -39,7 +39,7 @@ impl Gateway {
     /// A task record as an A2A task, its follow-ups (questions and the client's answers) in
     /// its history after the request, `keep` of the latest messages kept.
     pub(crate) async fn a2a_task(&self, record: &TaskRecord, keep: Option<usize>) -> Task {
-        let mut task = mapping::task(record);
+        let mut task = mapping::task(record, &self.links);
         if keep != Some(0) && mapping::may_have_follow_ups(record) {
             match self.store.follow_ups(&record.task_id).await {
                 Ok(follow_ups) => task.history.get_or_insert_default().extend(follow_ups),

@@ -70,13 +70,15 @@ fn asks_for_task(parts: &[switchboard_proto::Part]) -> bool {
     }
 }
 
-/// The answer as the agent's A2A message in `context` (its id is the call's).
-fn answer_message(answer: &CallAnswer, context: &str) -> Message {
-    let mut parts = Vec::with_capacity(1 + answer.parts.len());
-    if !answer.body.is_empty() || answer.parts.is_empty() {
+/// The answer as the agent's A2A message in `context` (its id is the call's), its files as
+/// `files` (the links its caller reads them by).
+fn answer_message(answer: &CallAnswer, context: &str, files: Vec<a2a::Part>) -> Message {
+    let mut parts = Vec::with_capacity(1 + answer.parts.len() + files.len());
+    if !answer.body.is_empty() || (answer.parts.is_empty() && files.is_empty()) {
         parts.push(a2a::Part::text(answer.body.clone()));
     }
     parts.extend(mapping::outbound(&answer.parts));
+    parts.extend(files);
     let mut message = Message::new(Role::Agent, parts);
     message.message_id = answer.correlation_id.to_string();
     message.context_id = Some(context.to_owned());
@@ -107,20 +109,23 @@ impl Gateway {
         request: &SendMessageRequest,
         stream: bool,
     ) -> Result<(CallRequest, String), GatewayError> {
-        let (text, parts) = crate::serve::params::message_content(request)?;
+        // The checks that need no upload come first: a refused message leaves no file.
+        crate::serve::params::check_message_id(&request.message.message_id)?;
+        let (context, continued) = crate::serve::params::message_context(request)?;
+        let content = self.message_content(caller, request).await?;
+        let (text, parts) = (content.text, content.parts);
         // The marker is the agent's word: a client's copy, echoed back by an agent that
         // passes parts on, would make its message a task behind the agent's back.
         if parts
             .iter()
             .any(|part| asks_for_task(std::slice::from_ref(part)))
         {
+            self.forget_files(caller, &content.attachments).await;
             return Err(GatewayError::InvalidParams(format!(
                 "the data part {{\"{TASK_MARKER_KEY}\": \"{TASK_MARKER}\"}} is reserved for the \
                  agent's answer"
             )));
         }
-        crate::serve::params::check_message_id(&request.message.message_id)?;
-        let (context, continued) = crate::serve::params::message_context(request)?;
         let from_goal_id = if continued {
             self.context_goal(caller, &context).await
         } else {
@@ -142,6 +147,7 @@ impl Gateway {
             timeout_ms: Some(self.config.blocking_timeout_ms),
             stream,
             correlation_id: Some(switchboard_proto::new_id()),
+            attachments: content.attachments,
             ..Default::default()
         };
         Ok((call, context))
@@ -181,7 +187,8 @@ impl Gateway {
         if asks_for_task(&answer.parts) {
             return Ok(Called::Task);
         }
-        Ok(Called::Message(answer_message(&answer, &context)))
+        let files = self.links.parts(caller, &answer.attachments);
+        Ok(Called::Message(answer_message(&answer, &context, files)))
     }
 
     /// A `SendStreamingMessage` as a streamed call: waits for the call's first event, then
@@ -217,7 +224,8 @@ impl Gateway {
                 return Ok(CalledStream::Task(slot));
             }
             CallEvent::Answer(answer) => {
-                let message = answer_message(&answer, &chunks.context);
+                let files = self.links.parts(caller, &answer.attachments);
+                let message = answer_message(&answer, &chunks.context, files);
                 let item = Item {
                     seq: None,
                     response: StreamResponse::Message(message),
@@ -423,7 +431,7 @@ mod tests {
             error: None,
             attachments: Vec::new(),
         };
-        let message = answer_message(&answer, "ctx");
+        let message = answer_message(&answer, "ctx", Vec::new());
         assert_eq!(message.role, Role::Agent);
         assert_eq!(message.context_id.as_deref(), Some("ctx"));
         assert_eq!(message.task_id, None);

@@ -12,6 +12,7 @@ pub mod auth;
 pub mod cards;
 pub(crate) mod checks;
 pub mod events;
+pub mod files;
 pub(crate) mod history;
 pub(crate) mod jsonrpc;
 pub mod messages;

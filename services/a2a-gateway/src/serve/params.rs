@@ -120,17 +120,24 @@ pub(crate) fn message_context(
     }
 }
 
-/// The message's text and parts, refused when it carries neither.
-pub(crate) fn message_content(
-    request: &SendMessageRequest,
-) -> Result<(String, Vec<switchboard_proto::Part>), GatewayError> {
+/// The most parts a message may have (checked before anything is read or uploaded).
+pub(crate) fn check_part_count(request: &SendMessageRequest) -> Result<(), GatewayError> {
     if request.message.parts.len() > MAX_PARTS {
         return Err(GatewayError::InvalidParams(format!(
             "a message has at most {MAX_PARTS} parts"
         )));
     }
-    let (text, parts) = mapping::inbound(&request.message.parts);
-    if text.trim().is_empty() && parts.is_empty() {
+    Ok(())
+}
+
+/// The text and parts of a message's `kept` parts (those not uploaded as `files`), refused
+/// when it carries none of them.
+pub(crate) fn message_content(
+    kept: &[a2a::Part],
+    files: usize,
+) -> Result<(String, Vec<switchboard_proto::Part>), GatewayError> {
+    let (text, parts) = mapping::inbound(kept);
+    if text.trim().is_empty() && parts.is_empty() && files == 0 {
         return Err(GatewayError::InvalidParams(
             "the message has no text and no parts".to_owned(),
         ));
@@ -138,7 +145,7 @@ pub(crate) fn message_content(
     // The fabric's messages have text; one of parts alone says so in words (and the task's
     // history shows the parts as they came: `mapping::TEXTLESS`).
     if text.trim().is_empty() {
-        return Ok((mapping::textless(parts.len()), parts));
+        return Ok((mapping::textless(parts.len() + files), parts));
     }
     Ok((text, parts))
 }

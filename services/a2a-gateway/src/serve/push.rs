@@ -384,7 +384,11 @@ impl Gateway {
         let context = mapping::context_of(&record);
         let completed = (event.to == TaskState::Completed).then_some(&record);
         Ok(crate::serve::events::event_responses(
-            &context, event, seq, completed,
+            &context,
+            event,
+            seq,
+            completed,
+            &self.links,
         ))
     }
 

@@ -173,7 +173,7 @@ impl Gateway {
         items: mpsc::Sender<Result<Item, GatewayError>>,
     ) {
         let context = mapping::context_of(&record);
-        let mut first = mapping::task(&record);
+        let mut first = mapping::task(&record, &self.links);
         // From the beginning (a message that just created the task): the task as it was
         // created, event 0, then every event after it — not the task as it is now followed by
         // its creation again (SUBMITTED twice, SSE id 0 twice).
@@ -299,7 +299,7 @@ impl Gateway {
         } else {
             None
         };
-        for response in event_responses(context, event, seq, completed.as_ref()) {
+        for response in event_responses(context, event, seq, completed.as_ref(), &self.links) {
             // Only the status carries the event's number: a client cut off after an artifact
             // resumes from the event before and gets the artifact again.
             let seq = matches!(response, StreamResponse::StatusUpdate(_)).then_some(seq);

@@ -22,8 +22,9 @@ use crate::error::GatewayError;
 use crate::gateway::Gateway;
 use crate::mapping::task_id;
 use crate::mapping::{self, CONTEXT_KEY, MESSAGE_KEY};
+use crate::serve::files::Content;
 use crate::serve::history::history_length;
-use crate::serve::params::{check_message_id, message_content, message_context};
+use crate::serve::params::{check_message_id, message_context};
 
 /// `ListTasks` page size when the client gives none, and the most it may ask for.
 const PAGE_DEFAULT: usize = 50;
@@ -108,28 +109,37 @@ impl Gateway {
         agent: &AgentId,
         request: &SendMessageRequest,
     ) -> Result<Submitted, GatewayError> {
-        let (text, parts) = message_content(request)?;
-        match &request.message.task_id {
-            Some(id) => {
-                let id = task_id(id)?;
-                let (after, live) = self.answer(caller, agent, id, request, text, parts).await?;
-                Ok(Submitted {
-                    id,
-                    after: Some(after),
-                    live,
-                })
-            }
-            None => {
-                let id = switchboard_proto::new_id();
-                let live = self.live_events(&id).await?;
-                self.create(caller, agent, request, id, text, parts).await?;
-                Ok(Submitted {
-                    id,
-                    after: None,
-                    live,
-                })
+        let content = self.message_content(caller, request).await?;
+        let uploaded = content.attachments.clone();
+        let submitted = async {
+            match &request.message.task_id {
+                Some(id) => {
+                    let id = task_id(id)?;
+                    let (after, live) = self.answer(caller, agent, id, request, content).await?;
+                    Ok(Submitted {
+                        id,
+                        after: Some(after),
+                        live,
+                    })
+                }
+                None => {
+                    let id = switchboard_proto::new_id();
+                    let live = self.live_events(&id).await?;
+                    self.create(caller, agent, request, id, content).await?;
+                    Ok(Submitted {
+                        id,
+                        after: None,
+                        live,
+                    })
+                }
             }
         }
+        .await;
+        if submitted.is_err() {
+            // A message that went nowhere leaves no file behind to count against the quota.
+            self.forget_files(caller, &uploaded).await;
+        }
+        submitted
     }
 
     async fn create(
@@ -138,9 +148,13 @@ impl Gateway {
         agent: &AgentId,
         request: &SendMessageRequest,
         id: Uuid,
-        text: String,
-        parts: Vec<switchboard_proto::Part>,
+        content: Content,
     ) -> Result<(), GatewayError> {
+        let Content {
+            text,
+            parts,
+            attachments,
+        } = content;
         let (context, continued) = message_context(request)?;
         check_message_id(&request.message.message_id)?;
         // A webhook given with the message is in place before the task exists, so it gets
@@ -183,6 +197,7 @@ impl Gateway {
             to: Some(agent.to_string()),
             message: Some(text),
             parts,
+            attachments,
             metadata,
             task_id: Some(id),
             from_goal_id,
@@ -216,9 +231,13 @@ impl Gateway {
         agent: &AgentId,
         id: Uuid,
         request: &SendMessageRequest,
-        text: String,
-        parts: Vec<switchboard_proto::Part>,
+        content: Content,
     ) -> Result<(u32, crate::serve::events::LiveEvents), GatewayError> {
+        let Content {
+            text,
+            parts,
+            attachments,
+        } = content;
         check_message_id(&request.message.message_id)?;
         let live = self.live_events(&id).await?;
         let record = self.get_for(caller, agent, &id).await?;
@@ -252,6 +271,7 @@ impl Gateway {
             to: Some(record.assignee.to_string()),
             message: Some(text),
             parts,
+            attachments,
             in_reply_to: Some(record.message_id),
             metadata,
             ..Default::default()
@@ -514,7 +534,7 @@ impl Gateway {
             )
             .await
         {
-            Ok(reply) => Ok(mapping::task(&reply.task)),
+            Ok(reply) => Ok(mapping::task(&reply.task, &self.links)),
             Err(GatewayError::Refused(reply)) => match reply.kind() {
                 ErrorKind::NotFound => Err(GatewayError::TaskNotFound(id.to_string())),
                 ErrorKind::TaskTerminal | ErrorKind::IllegalTransition | ErrorKind::NotAllowed => {
