@@ -16,6 +16,9 @@ use crate::error::FilesError;
 use crate::service::Files;
 use crate::store::StoredChunk;
 
+/// The reply subjects the server makes for a request imported from another account.
+const IMPORTED_REPLY_PREFIX: &str = "_R_.";
+
 /// Chunks a read answers with when it does not say.
 const READ_CHUNKS_DEFAULT: u32 = 4;
 
@@ -27,12 +30,19 @@ impl Files {
         request: ReadRequest,
         reply: Option<Subject>,
     ) -> Result<ReadEnd, FilesError> {
-        // The chunks go to the caller's own reply inboxes only (`_INBOX.<caller>.…`).
+        // The chunks go to the caller's own reply inboxes only (`_INBOX.<caller>.…`), or to
+        // the reply subject the server made for a request that crossed from the agents'
+        // account (`_R_.…`, under the generated accounts), which leads back to the caller
+        // alone: never to a subject the caller names for someone else.
         let own = format!(
             "{}.",
             switchboard_proto::subject::agent_inbox_prefix(caller)
         );
-        let Some(reply) = reply.filter(|reply| reply.as_str().starts_with(&own)) else {
+        let Some(reply) = reply.filter(|reply| {
+            let reply = reply.as_str();
+            (reply.starts_with(&own) || reply.starts_with(IMPORTED_REPLY_PREFIX))
+                && switchboard_proto::subject::is_reply_inbox(reply)
+        }) else {
             return Err(FilesError::BadRequest(format!(
                 "a read is a request whose reply inbox is the caller's own ({own}…)"
             )));
