@@ -37,7 +37,6 @@ const DRAIN_EVERY: u32 = 8;
 pub(crate) const SERVICE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The A2A gateway: serves every registered agent over A2A.
-#[derive(Debug)]
 pub struct Gateway {
     pub(crate) client: Client,
     pub(crate) config: GatewayConfig,
@@ -58,6 +57,16 @@ pub struct Gateway {
     anonymous_key: String,
     /// Signs and checks the file links the gateway hands its clients.
     pub(crate) links: crate::links::FileLinks,
+}
+
+impl std::fmt::Debug for Gateway {
+    // Not the secrets (the anonymous key signs links too).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gateway")
+            .field("config", &self.config)
+            .field("links", &self.links)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Gateway {

@@ -14,6 +14,8 @@ use uuid::Uuid;
 /// What a link's signature covers before its fields: a key made for other uses never makes
 /// a valid link.
 const LINK_DOMAIN: &str = "switchboard-a2a-file-link:v1";
+/// The agents a link may name: the gateway's clients (`a2a-<name>`).
+const CLIENT_PREFIX: &str = "a2a-";
 
 /// Signs and checks the gateway's file links.
 pub struct FileLinks {
@@ -100,7 +102,12 @@ impl FileLinks {
             return Err(LinkRefusal::Malformed);
         };
         let file = Uuid::parse_str(file).map_err(|_| LinkRefusal::Malformed)?;
-        let reader = AgentId::parse(reader).map_err(|_| LinkRefusal::Malformed)?;
+        // Links are only made for the gateway's clients: a reader that is not one (a key that
+        // leaked still reads no other agent's files over HTTP).
+        let reader = AgentId::parse(reader)
+            .ok()
+            .filter(|reader| reader.as_str().starts_with(CLIENT_PREFIX))
+            .ok_or(LinkRefusal::Malformed)?;
         let expires: u64 = expires.parse().map_err(|_| LinkRefusal::Malformed)?;
         let signature = base64::engine::general_purpose::URL_SAFE_NO_PAD
             .decode(signature)
@@ -177,6 +184,10 @@ mod tests {
         }
         let other = FileLinks::new("another key", "http://x".into(), Duration::from_secs(60));
         assert_eq!(other.check(good, 1_000), Err(LinkRefusal::BadSignature));
+        // A link for an agent that is no client of the gateway is no link, signed or not.
+        let writer = AgentId::parse("writer").unwrap();
+        let url = links.url(&writer, &file, 1_000);
+        assert_eq!(links.check(token(&url), 1_000), Err(LinkRefusal::Malformed));
         for bad in [
             "",
             "a.b.c",

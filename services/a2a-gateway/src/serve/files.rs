@@ -10,6 +10,7 @@
 //! whatever the link says), and the bytes are checked against the file's digest as they go.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use a2a::{PartContent, SendMessageRequest};
 use axum::body::Body;
@@ -29,6 +30,11 @@ use crate::serve::checks::not_found;
 
 /// Bytes buffered between the files service and the HTTP body.
 const PIPE_BYTES: usize = 256 * 1024;
+/// The slowest a download may go (bytes a second) before it is cut off: a reader that takes
+/// no bytes cannot hold its client's stream slot for ever.
+const SLOWEST_BYTES_PER_SEC: u64 = 64 * 1024;
+/// What every download gets on top of its size at that rate.
+const DOWNLOAD_GRACE: Duration = Duration::from_secs(60);
 
 /// A file's name and media type as an attachment takes them: the part's, when valid, else
 /// `file-<n>` (a name that is a path or holds control characters is not kept) and
@@ -155,12 +161,25 @@ pub async fn download(State(gateway): State<Arc<Gateway>>, Path(token): Path<Str
     };
     let (mut into, out) = tokio::io::duplex(PIPE_BYTES);
     let sent = attachment.clone();
+    let stopping = gateway.stopping.clone();
+    let deadline = DOWNLOAD_GRACE + Duration::from_secs(attachment.size / SLOWEST_BYTES_PER_SEC);
     tokio::spawn(async move {
         let _slot = slot;
-        // A digest that does not match, or a read that fails, ends the body short of its
-        // Content-Length: the client sees a broken download, never wrong bytes as whole.
-        if let Err(err) = files.download(&sent, &mut into).await {
-            tracing::warn!(file = %sent.file_ref, error = %err, "file download broke off");
+        // A digest that does not match, a read that fails, a reader slower than the slowest
+        // rate allowed, or the gateway stopping ends the body short of its Content-Length:
+        // the client sees a broken download, never wrong bytes as whole. (A client that
+        // hangs up ends it at the next write.)
+        tokio::select! {
+            done = tokio::time::timeout(deadline, files.download(&sent, &mut into)) => match done {
+                Ok(Ok(_)) => {}
+                Ok(Err(err)) => {
+                    tracing::warn!(file = %sent.file_ref, error = %err, "file download broke off");
+                }
+                Err(_) => {
+                    tracing::info!(file = %sent.file_ref, "file download cut off: too slow a reader");
+                }
+            },
+            () = stopping.cancelled() => {}
         }
     });
     let body = Body::from_stream(tokio_util::io::ReaderStream::new(out));

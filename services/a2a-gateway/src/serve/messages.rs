@@ -171,7 +171,17 @@ impl Gateway {
             within + SERVICE_TIMEOUT,
         );
         let answer: CallAnswer = tokio::select! {
-            answer = calling => answer?,
+            answer = calling => match answer {
+                Ok(answer) => answer,
+                Err(err) => {
+                    // Refused outright, the call carried nothing anywhere: its uploads go.
+                    // Anything else (a timeout) may have reached the agent: they stay.
+                    if matches!(err, GatewayError::Refused(_)) {
+                        self.forget_files(caller, &call.attachments).await;
+                    }
+                    return Err(err);
+                }
+            },
             () = self.stopping.cancelled() => {
                 return Err(GatewayError::unavailable("calling the agent", "the gateway is stopping"));
             }
@@ -185,6 +195,8 @@ impl Gateway {
             ));
         }
         if asks_for_task(&answer.parts) {
+            // The message becomes a task, which uploads its files again.
+            self.forget_files(caller, &call.attachments).await;
             return Ok(Called::Task);
         }
         let files = self.links.parts(caller, &answer.attachments);
@@ -206,6 +218,7 @@ impl Gateway {
             return Err(GatewayError::InvalidParams("no call id".to_owned()));
         };
         self.ensure_registered(caller).await?;
+        let uploaded = call.attachments.clone();
         let mut events =
             switchboard_client::call_streamed_on(&self.client, caller, call, SERVICE_TIMEOUT)
                 .await
@@ -221,6 +234,8 @@ impl Gateway {
         };
         match first {
             CallEvent::Answer(answer) if asks_for_task(&answer.parts) => {
+                // The message becomes a task, which uploads its files again.
+                self.forget_files(caller, &uploaded).await;
                 return Ok(CalledStream::Task(slot));
             }
             CallEvent::Answer(answer) => {

@@ -135,8 +135,11 @@ impl Gateway {
             }
         }
         .await;
-        if submitted.is_err() {
-            // A message that went nowhere leaves no file behind to count against the quota.
+        // A message refused leaves no file behind to count against the quota; one whose fate
+        // is unknown (no service answered: it may have been delivered) keeps them.
+        if let Err(err) = &submitted
+            && !matches!(err, GatewayError::Unavailable { .. })
+        {
             self.forget_files(caller, &uploaded).await;
         }
         submitted
