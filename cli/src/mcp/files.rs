@@ -188,7 +188,20 @@ impl SwitchboardMcp {
         if let Err(err) = check_name(&name) {
             return refused("bad_request", &format!("name: {err}"));
         }
-        let (path, file) = match fresh_file(&dir, &name) {
+        if name.starts_with('.') {
+            // A dotfile is configuration some tool reads (`.envrc`, `.gitconfig`…): a sender
+            // does not get to plant one.
+            return refused(
+                "bad_request",
+                &format!("`{name}` is a hidden file's name; give another with `name`"),
+            );
+        }
+        // The bytes go to a file of our own first and take the name only once their size and
+        // digest are checked: no partial or unchecked file ever has it.
+        let (partial, file) = match fresh_file(
+            &dir,
+            &format!(".partial-{}", switchboard_client::proto::new_id()),
+        ) {
             Ok(created) => created,
             Err(err) => return refused("internal", &format!("saving {name}: {err}")),
         };
@@ -199,12 +212,18 @@ impl SwitchboardMcp {
                 .map_err(|err| refused("internal", &format!("saving {name}: {err}"))),
             Err(err) => Err(failure(&err)),
         };
-        if let Err(result) = saved {
-            drop(out);
-            let _ = std::fs::remove_file(&path);
-            return result;
+        drop(out);
+        let placed = saved.and_then(|()| {
+            place(&partial, &dir, &name)
+                .map_err(|err| refused("internal", &format!("saving {name}: {err}")))
+        });
+        let _ = std::fs::remove_file(&partial);
+        match placed {
+            Ok(path) => {
+                reply(&json!({ "saved": path.display().to_string(), "attachment": attachment }))
+            }
+            Err(result) => result,
         }
-        reply(&json!({ "saved": path.display().to_string(), "attachment": attachment }))
     }
 }
 
@@ -263,6 +282,14 @@ pub fn inside(dir: &Path, relative: &str) -> Result<PathBuf, String> {
             "`{relative}` is not a path inside the files folder (no absolute path, no `..`)"
         ));
     }
+    // Hidden files and folders (`.env`, `.git/config`) are not the model's to send.
+    if given.components().any(
+        |part| matches!(part, Component::Normal(name) if name.to_string_lossy().starts_with('.')),
+    ) {
+        return Err(format!(
+            "`{relative}` is a hidden file or inside a hidden folder"
+        ));
+    }
     let root = dir
         .canonicalize()
         .map_err(|err| format!("the files folder: {err}"))?;
@@ -278,19 +305,39 @@ pub fn inside(dir: &Path, relative: &str) -> Result<PathBuf, String> {
     Ok(real)
 }
 
-/// A new file in `dir` named `name`, or `name (2)`, `name (3)`… when that exists: created
-/// exclusively, so nothing there is replaced or written through a link.
-fn fresh_file(dir: &Path, name: &str) -> std::io::Result<(PathBuf, std::fs::File)> {
+/// `partial` (a checked download) linked into `dir` as `name`, or `name (2)`, `name (3)`…
+/// when that exists: a hard link never replaces a file or follows one.
+fn place(partial: &Path, dir: &Path, name: &str) -> std::io::Result<PathBuf> {
+    for candidate in candidates(name) {
+        let path = dir.join(candidate);
+        match std::fs::hard_link(partial, &path) {
+            Ok(()) => return Ok(path),
+            Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(err) => return Err(err),
+        }
+    }
+    Err(std::io::Error::other("a thousand files by that name"))
+}
+
+/// `name`, then `name (2)`, `name (3)`… up to a thousand.
+fn candidates(name: &str) -> impl Iterator<Item = String> + '_ {
     let (stem, extension) = match name.rsplit_once('.') {
         Some((stem, extension)) if !stem.is_empty() => (stem, format!(".{extension}")),
         _ => (name, String::new()),
     };
-    for n in 1..=1000 {
-        let candidate = if n == 1 {
+    (1..=1000).map(move |n| {
+        if n == 1 {
             name.to_owned()
         } else {
             format!("{stem} ({n}){extension}")
-        };
+        }
+    })
+}
+
+/// A new file in `dir` named `name`, or `name (2)`, `name (3)`… when that exists: created
+/// exclusively, so nothing there is replaced or written through a link.
+fn fresh_file(dir: &Path, name: &str) -> std::io::Result<(PathBuf, std::fs::File)> {
+    for candidate in candidates(name) {
         let path = dir.join(candidate);
         match std::fs::OpenOptions::new()
             .write(true)
@@ -331,6 +378,22 @@ mod tests {
         ] {
             assert!(inside(dir.path(), bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_checked_download_takes_a_free_name() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a.txt"), "mine").unwrap();
+        let (partial, _) = fresh_file(dir.path(), ".partial-1").unwrap();
+        std::fs::write(&partial, "theirs").unwrap();
+        let placed = place(&partial, dir.path(), "a.txt").unwrap();
+        assert_eq!(placed, dir.path().join("a (2).txt"));
+        assert_eq!(std::fs::read(dir.path().join("a.txt")).unwrap(), b"mine");
+        assert_eq!(std::fs::read(placed).unwrap(), b"theirs");
+        assert!(inside(dir.path(), ".env").is_err());
+        std::fs::create_dir(dir.path().join(".git")).unwrap();
+        std::fs::write(dir.path().join(".git/config"), "x").unwrap();
+        assert!(inside(dir.path(), ".git/config").is_err());
     }
 
     #[test]

@@ -340,7 +340,9 @@ def render_peer_messages(messages: Iterable[Message]) -> str | None:
             f'<attachment ref="{f.get("ref", "")}" name="{_escape(str(f.get("name", "")))}" '
             f'media_type="{_escape(str(f.get("media_type", "")))}" size="{f.get("size", 0)}"/>\n'
             for f in files)
-        body = message.body.replace("</peer-message", "<\\/peer-message")
+        # A body can neither close its element nor add a file to the message in words.
+        body = (message.body.replace("</peer-message", "<\\/peer-message")
+                .replace("<attachment", "<\\attachment"))
         lines.append(f"{head}>\n{listed}{body}\n</peer-message>\n")
     return "# PEER MESSAGES\n" + "".join(lines) if lines else None
 

@@ -319,7 +319,9 @@ export function renderPeerMessages(messages: readonly Message[]): string | undef
       out += `<attachment ref="${String(file.ref ?? '')}" name="${escape(String(file.name ?? ''))}" `
         + `media_type="${escape(String(file.media_type ?? ''))}" size="${Number(file.size ?? 0)}"/>\n`;
     }
-    out += message.body.replaceAll('</peer-message', '<\\/peer-message');
+    // A body can neither close its element nor add a file to the message in words.
+    out += message.body.replaceAll('</peer-message', '<\\/peer-message')
+      .replaceAll('<attachment', '<\\attachment');
     out += '\n</peer-message>\n';
   }
   return out;
