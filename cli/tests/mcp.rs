@@ -48,7 +48,7 @@ async fn exchange(system: &System) {
         .unwrap_or_else(|err| panic!("{err}: {stdout}"));
 
     assert_eq!(report["server_name"], "switchboard");
-    assert_eq!(report["tools"].as_array().unwrap().len(), 17, "{report}");
+    assert_eq!(report["tools"].as_array().unwrap().len(), 20, "{report}");
     let goal = report["delivery"]["delivered_to"][0].as_str().unwrap();
     let inbox = report["bob_inbox"].as_str().unwrap();
     assert!(
