@@ -97,11 +97,6 @@ impl Correlator {
             let stored = self.record_of(callee, held.take(), correlation_id).await?;
             let call = &stored.call;
             check_callee(call, callee)?;
-            if !granted {
-                self.pass_files(callee, &call.caller, &request.attachments)
-                    .await?;
-                granted = true;
-            }
             let taken = u32::try_from(call.streamed.len()).unwrap_or(u32::MAX);
             let next = taken.saturating_add(1);
             // A refusal is decided on a record read now, never on the one held (another
@@ -124,6 +119,12 @@ impl Correlator {
                 }
                 NextPart::Take(taken) => taken,
             };
+            // Only a part that will be taken grants its files.
+            if !granted {
+                self.pass_files(callee, &call.caller, &request.attachments)
+                    .await?;
+                granted = true;
+            }
             let mut updated = call.clone();
             updated.streamed.push(taken.clone());
             let Some(written) = self.store.replace(&stored, updated).await? else {

@@ -127,9 +127,6 @@ impl Tasks {
             parts: request.parts.clone(),
             attachments: request.attachments.clone(),
         };
-        // The other party may read the files before it hears of them, also without a live
-        // goal to deliver to (an A2A client reads its task's artifacts through the gateway).
-        self.grant_files(caller, task, &change.attachments).await?;
         if let Some(done) = self.commit(&stored, updated, &change).await? {
             let descendants = if done.task.state.is_terminal() {
                 self.cascade(&done.task).await
@@ -180,6 +177,14 @@ impl Tasks {
         };
         let task = &done.task;
         tracing::info!(task_id = %task.task_id, op = change.op.as_str(), from = before.state.as_str(), to = task.state.as_str(), by = ?change.by, "task transition");
+        // The other party may read the op's files (checked before the op) before it hears of
+        // them, also without a live goal to deliver to (an A2A client reads its task's
+        // artifacts through the gateway); only once the op is in.
+        if let Some(by) = &change.by
+            && let Err(err) = self.grant_files(by, task, &change.attachments).await
+        {
+            tracing::warn!(task_id = %task.task_id, error = %err, "the other party was not granted the op's files");
+        }
         self.emit(
             task,
             Some(change.op),
