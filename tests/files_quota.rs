@@ -1,6 +1,7 @@
 //! Files by reference (docs/protocol.md §17): what bounds an agent's files — the largest file,
 //! the quota (reserved before any data moves, every file counting at least one chunk), sizes
-//! past any bound — and reads answered only into the caller's own reply inbox.
+//! past any bound —, reads answered only into the caller's own reply inbox, and a grant that
+//! runs out with its message.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
@@ -135,4 +136,55 @@ async fn reads_go_to_the_callers_own_inbox_and_tiny_files_count_a_chunk() {
         let value: serde_json::Value = serde_json::from_slice(&message.payload).unwrap();
         assert_eq!(error_kind(&value), "bad_request", "{value}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_runs_out_with_the_message_and_then_reads_nothing() {
+    use switchboard_tests::fabric::{agent_with, card};
+    use switchboard_tests::services::{Service, runtime};
+
+    // A fabric whose messages' files are kept 3 s past each delivery.
+    let nats = switchboard_testkit::NatsServer::start().await;
+    let mut settings = runtime(&nats.url());
+    settings.jetstream.files_retention_secs = 3;
+    let _directory = Service::Directory(Default::default())
+        .start(&settings)
+        .await;
+    let _fanout = Service::Fanout(Default::default()).start(&settings).await;
+    let _files = Service::Files(Default::default()).start(&settings).await;
+    let sender = agent_with(&nats.url(), card("sender"), Duration::from_secs(3600)).await;
+    let reader = agent_with(&nats.url(), card("reader"), Duration::from_secs(3600)).await;
+    let goal = reader.open_goal().await.unwrap();
+    let file = sender
+        .upload_bytes("note.txt", "text/plain", b"for a while")
+        .await
+        .unwrap();
+    sender
+        .send(switchboard_proto::send::SendRequest {
+            to: Some("reader".into()),
+            message: Some("read it soon".into()),
+            attachments: vec![file.clone()],
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let got = switchboard_tests::files::attachments_of(&goal).await;
+    assert_eq!(
+        reader.read_attachment(&got[0]).await.unwrap(),
+        b"for a while"
+    );
+    // Past the retention the grant is over: the reader may neither read nor pass it on.
+    tokio::time::sleep(Duration::from_millis(3_500)).await;
+    let err = reader.read_attachment(&got[0]).await.unwrap_err();
+    assert_eq!(kind(&err), ErrorKind::NotFound, "{err}");
+    let passed = reader
+        .send(switchboard_proto::send::SendRequest {
+            to: Some("sender".into()),
+            message: Some("back to you".into()),
+            attachments: got,
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(kind(&passed), ErrorKind::NotFound, "{passed}");
 }
