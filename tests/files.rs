@@ -16,7 +16,7 @@ use serde_json::json;
 use sha2::{Digest, Sha256};
 use switchboard_client::{Agent, ClientError};
 use switchboard_proto::files::{
-    Attachment, FILE_CHUNK_BYTES, FilesOp, HEADER_FILE_ID, HEADER_FILE_OFFSET,
+    Attachment, FilesOp, HEADER_FILE_ID, HEADER_FILE_OFFSET, chunk_bytes_for,
 };
 use switchboard_proto::send::SendRequest;
 use switchboard_proto::{AgentId, ErrorKind};
@@ -211,6 +211,8 @@ async fn lying_sizes_and_digests_and_chunks_out_of_order_are_refused() {
     let (fabric, _files) = fabric_with_files(Default::default()).await;
     let agent = fabric.agent("liar").await;
     let client = agent.nats().clone();
+    // The service's chunk size for this server (512 KiB under the default 1 MiB payload).
+    let chunk_bytes = chunk_bytes_for(client.server_info().max_payload);
     let upload = |size: u64, sha256: String| {
         let client = client.clone();
         async move {
@@ -226,9 +228,10 @@ async fn lying_sizes_and_digests_and_chunks_out_of_order_are_refused() {
             .await
         }
     };
-    let bytes = data(FILE_CHUNK_BYTES + 100);
+    let bytes = data(chunk_bytes + 100);
     let sha = hex(&Sha256::digest(&bytes));
     let started = upload(bytes.len() as u64, sha.clone()).await;
+    assert_eq!(started.body["chunk_bytes"], chunk_bytes, "{:?}", started.body);
     let file = started.body["file_id"].as_str().unwrap().to_owned();
     let at = |offset: usize| {
         vec![
@@ -241,8 +244,8 @@ async fn lying_sizes_and_digests_and_chunks_out_of_order_are_refused() {
     let reply = chunk(
         &client,
         "liar",
-        &at(FILE_CHUNK_BYTES),
-        bytes[FILE_CHUNK_BYTES..].to_vec(),
+        &at(chunk_bytes),
+        bytes[chunk_bytes..].to_vec(),
     )
     .await;
     assert_eq!(error_kind(&reply), "conflict", "{reply}");
@@ -258,11 +261,11 @@ async fn lying_sizes_and_digests_and_chunks_out_of_order_are_refused() {
     assert_eq!(error_kind(&reply), "bad_request", "{reply}");
     // The first chunk, twice: stored once, answered alike.
     for _ in 0..2 {
-        let reply = chunk(&client, "liar", &at(0), bytes[..FILE_CHUNK_BYTES].to_vec()).await;
-        assert_eq!(reply["received"], FILE_CHUNK_BYTES, "{reply}");
+        let reply = chunk(&client, "liar", &at(0), bytes[..chunk_bytes].to_vec()).await;
+        assert_eq!(reply["received"], chunk_bytes, "{reply}");
     }
     // Past the declared size.
-    let reply = chunk(&client, "liar", &at(FILE_CHUNK_BYTES), vec![0; 101]).await;
+    let reply = chunk(&client, "liar", &at(chunk_bytes), vec![0; 101]).await;
     assert_eq!(error_kind(&reply), "bad_request", "{reply}");
     // Missing or garbled headers.
     for headers in [
@@ -289,8 +292,8 @@ async fn lying_sizes_and_digests_and_chunks_out_of_order_are_refused() {
     let reply = chunk(
         other.nats(),
         "other",
-        &at(FILE_CHUNK_BYTES),
-        bytes[FILE_CHUNK_BYTES..].to_vec(),
+        &at(chunk_bytes),
+        bytes[chunk_bytes..].to_vec(),
     )
     .await;
     assert_eq!(error_kind(&reply), "not_found", "{reply}");
@@ -298,8 +301,8 @@ async fn lying_sizes_and_digests_and_chunks_out_of_order_are_refused() {
     let reply = chunk(
         &client,
         "liar",
-        &at(FILE_CHUNK_BYTES),
-        bytes[FILE_CHUNK_BYTES..].to_vec(),
+        &at(chunk_bytes),
+        bytes[chunk_bytes..].to_vec(),
     )
     .await;
     assert_eq!(reply["attachment"]["sha256"], sha.as_str(), "{reply}");
@@ -390,6 +393,7 @@ async fn a_never_finished_upload_is_removed_and_its_quota_returned() {
     };
     let (fabric, _files) = fabric_with_files(config).await;
     let agent = fabric.agent("quitter").await;
+    let chunk_bytes = chunk_bytes_for(agent.nats().server_info().max_payload);
     let bytes = data(2 * 1024 * 1024);
     let started = raw(
         agent.nats(),
@@ -409,10 +413,10 @@ async fn a_never_finished_upload_is_removed_and_its_quota_returned() {
             (HEADER_FILE_ID, file.clone()),
             (HEADER_FILE_OFFSET, "0".to_owned()),
         ],
-        bytes[..FILE_CHUNK_BYTES].to_vec(),
+        bytes[..chunk_bytes].to_vec(),
     )
     .await;
-    assert_eq!(reply["received"], FILE_CHUNK_BYTES, "{reply}");
+    assert_eq!(reply["received"], chunk_bytes, "{reply}");
     // The quota is spent while it waits.
     let err = agent
         .upload_bytes("more.txt", "text/plain", b"x")

@@ -185,9 +185,11 @@ async fn relay_floor(url: &str, js: &jetstream::Context, bytes: &[u8], runs: usi
         }
     });
     let sender = async_nats::connect(url).await.unwrap();
+    // The chunks the files service uses on this server.
+    let chunk_bytes = switchboard_proto::files::chunk_bytes_for(sender.server_info().max_payload);
     let began = Instant::now();
     for _ in 0..runs {
-        for chunk in bytes.chunks(switchboard_proto::files::FILE_CHUNK_BYTES) {
+        for chunk in bytes.chunks(chunk_bytes) {
             sender
                 .request("bench.files.relay", bytes::Bytes::copy_from_slice(chunk))
                 .await

@@ -72,11 +72,16 @@ pub async fn start(
         resources::ensure_bucket(&js, resources::files_index_bucket(&runtime.jetstream)).await?;
     resources::ensure_stream(&js, resources::events_stream(&runtime.jetstream)).await?;
     let sweep_every = Duration::from_millis(config.sweep_ms);
-    let files = Arc::new(Files::new(
-        store::Store::new(js.clone(), objects, index),
-        config,
-        Duration::from_secs(runtime.jetstream.files_retention_secs),
-    ));
+    // Chunks as large as the server carries (with room for headers): fewer round trips.
+    let chunk_bytes = switchboard_proto::files::chunk_bytes_for(client.server_info().max_payload);
+    let files = Arc::new(
+        Files::new(
+            store::Store::new(js.clone(), objects, index),
+            config,
+            Duration::from_secs(runtime.jetstream.files_retention_secs),
+        )
+        .with_chunk_bytes(chunk_bytes),
+    );
     let running = micro::start(
         client,
         SPEC,

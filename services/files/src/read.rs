@@ -8,8 +8,7 @@
 use async_nats::{HeaderMap, Subject};
 use switchboard_proto::AgentId;
 use switchboard_proto::files::{
-    FILE_CHUNK_BYTES, FileRecord, HEADER_CHUNK_SEQ, HEADER_FILE_OFFSET, READ_CHUNKS_MAX, ReadEnd,
-    ReadRequest,
+    FileRecord, HEADER_CHUNK_SEQ, HEADER_FILE_OFFSET, READ_CHUNKS_MAX, ReadEnd, ReadRequest,
 };
 
 use crate::error::FilesError;
@@ -50,9 +49,11 @@ impl Files {
         let record = self.readable(caller, &request.file_id).await?;
         let size = record.attachment.size;
         let offset = request.offset;
-        if offset > size || !offset.is_multiple_of(FILE_CHUNK_BYTES as u64) {
+        let chunk_bytes = record.chunk_bytes.max(1);
+        if offset > size || !offset.is_multiple_of(chunk_bytes) {
             return Err(FilesError::BadRequest(format!(
-                "offset must be a multiple of {FILE_CHUNK_BYTES} up to the size {size}"
+                "offset must be a multiple of the file's chunk size, {chunk_bytes}, up to the \
+                 size {size}"
             )));
         }
         let max = request

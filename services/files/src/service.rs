@@ -52,6 +52,8 @@ pub struct Files {
     retention: Duration,
     uploads: Mutex<HashMap<Uuid, (u64, Progress)>>,
     next: Mutex<u64>,
+    /// The chunk size of new uploads ([`Files::with_chunk_bytes`]).
+    pub(crate) chunk_bytes: usize,
 }
 
 impl Files {
@@ -63,7 +65,16 @@ impl Files {
             retention,
             uploads: Mutex::new(HashMap::new()),
             next: Mutex::new(0),
+            chunk_bytes: FILE_CHUNK_BYTES,
         }
+    }
+
+    /// The same, new uploads in chunks of `chunk_bytes` (from
+    /// [`switchboard_proto::files::chunk_bytes_for`] the server's `max_payload`; 128 KiB
+    /// without).
+    pub fn with_chunk_bytes(mut self, chunk_bytes: usize) -> Self {
+        self.chunk_bytes = chunk_bytes;
+        self
     }
 
     pub(crate) fn retention(&self) -> Duration {

@@ -310,7 +310,9 @@ impl Store {
             headers: None,
             options: Some(ObjectOptions {
                 link: None,
-                max_chunk_size: Some(FILE_CHUNK_BYTES),
+                max_chunk_size: Some(
+                    usize::try_from(record.chunk_bytes).unwrap_or(FILE_CHUNK_BYTES),
+                ),
             }),
             bucket: FILES_BUCKET.to_owned(),
             nuid: record.nuid.clone(),

@@ -85,6 +85,7 @@ impl Files {
             created_at: now,
             expires_at: now + self.idle(),
             chunk_seqs: None,
+            chunk_bytes: self.chunk_bytes as u64,
         };
         if request.size == 0 {
             record.state = FileState::Complete;
@@ -122,7 +123,7 @@ impl Files {
         }
         Ok(UploadReply {
             file_id,
-            chunk_bytes: FILE_CHUNK_BYTES,
+            chunk_bytes: self.chunk_bytes,
             received: 0,
             idle_ms: self.config.upload_idle_secs * 1000,
         })
@@ -156,7 +157,7 @@ impl Files {
         };
         Ok(UploadReply {
             file_id: declared.file_ref,
-            chunk_bytes: FILE_CHUNK_BYTES,
+            chunk_bytes: usize::try_from(existing.chunk_bytes).unwrap_or(FILE_CHUNK_BYTES),
             received,
             idle_ms: self.config.upload_idle_secs * 1000,
         })
@@ -201,9 +202,11 @@ impl Files {
                 ))
             })?;
         let last = end == size;
-        if payload.is_empty() || (!last && payload.len() != FILE_CHUNK_BYTES) {
+        let chunk_bytes = record.chunk_bytes;
+        if payload.is_empty() || (!last && payload.len() as u64 != chunk_bytes) {
             return Err(FilesError::BadRequest(format!(
-                "every chunk but the last is {FILE_CHUNK_BYTES} bytes, the last one the rest (at least 1)"
+                "every chunk but the last is {chunk_bytes} bytes (the upload's chunk_bytes), the \
+                 last one the rest (at least 1)"
             )));
         }
         let progress = match remembered {
@@ -352,7 +355,7 @@ impl Files {
             .ok_or_else(|| {
                 FilesError::Store("the upload's first chunk could not be read; retry".to_owned())
             })?;
-        let chunks = record.attachment.size.div_ceil(FILE_CHUNK_BYTES as u64);
+        let chunks = record.attachment.size.div_ceil(record.chunk_bytes.max(1));
         self.store
             .put_object_info(&record, usize::try_from(chunks).unwrap_or(usize::MAX))
             .await?;

@@ -14,10 +14,33 @@ use uuid::Uuid;
 
 use crate::AgentId;
 
-/// Bytes of every chunk but the last of an upload (and of the Object Store chunks): 128 KiB,
-/// the Object Store's default. A multiple of SHA-256's 64-byte block, so the service can carry
-/// the digest's state from one chunk to the next.
+/// The least chunk size (128 KiB, the Object Store's default): every chunk but the last of a
+/// file uploaded through a server whose `max_payload` is below 320 KiB (or before chunk sizes
+/// followed the server), and what any file counts at least against the quota. Every chunk
+/// size is a multiple of SHA-256's 64-byte block, so the service can carry the digest's state
+/// from one chunk to the next.
 pub const FILE_CHUNK_BYTES: usize = 128 * 1024;
+/// The largest chunk size the files service chooses (512 KiB).
+pub const FILE_CHUNK_BYTES_MAX: usize = 512 * 1024;
+/// Room a chunk message leaves for its headers below the server's `max_payload`.
+const CHUNK_HEADROOM: usize = 64 * 1024;
+
+/// The chunk size of uploads through a server whose `max_payload` is `max_payload`: the
+/// largest power of two from [`FILE_CHUNK_BYTES`] to [`FILE_CHUNK_BYTES_MAX`] that leaves
+/// 64 KiB for headers (512 KiB for the default 1 MiB; 128 KiB for 256 KiB). Fewer, larger
+/// chunks cost fewer round trips per byte.
+pub fn chunk_bytes_for(max_payload: usize) -> usize {
+    let room = max_payload.saturating_sub(CHUNK_HEADROOM);
+    let mut chunk = FILE_CHUNK_BYTES;
+    while chunk * 2 <= room && chunk * 2 <= FILE_CHUNK_BYTES_MAX {
+        chunk *= 2;
+    }
+    chunk
+}
+
+fn legacy_chunk_bytes() -> u64 {
+    FILE_CHUNK_BYTES as u64
+}
 /// Most characters in a file's name.
 pub const FILE_NAME_MAX_CHARS: usize = 255;
 /// Most characters in a media type.
@@ -288,6 +311,10 @@ pub struct FileRecord {
     /// them for a chunk by its offset).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub chunk_seqs: Option<(u64, u64)>,
+    /// Bytes of every chunk but the last (chosen at the upload: [`chunk_bytes_for`]); a record
+    /// written before there was a choice has 128 KiB chunks.
+    #[serde(default = "legacy_chunk_bytes")]
+    pub chunk_bytes: u64,
 }
 
 /// KV `agent_files_index`, `grant.<file_id>.<agent_id>`: the agent was delivered a message
@@ -415,6 +442,25 @@ pub fn check_attachments(attachments: &[Attachment]) -> Result<(), FileFieldErro
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn chunks_follow_the_servers_max_payload() {
+        assert_eq!(chunk_bytes_for(1024 * 1024), 512 * 1024);
+        assert_eq!(chunk_bytes_for(256 * 1024), 128 * 1024);
+        assert_eq!(chunk_bytes_for(8 * 1024 * 1024), 512 * 1024);
+        assert_eq!(chunk_bytes_for(576 * 1024), 512 * 1024);
+        assert_eq!(chunk_bytes_for(575 * 1024), 256 * 1024);
+        assert_eq!(chunk_bytes_for(319 * 1024), 128 * 1024);
+        assert_eq!(chunk_bytes_for(0), FILE_CHUNK_BYTES);
+        let old: FileRecord = serde_json::from_value(serde_json::json!({
+            "attachment": {"name": "a", "media_type": "a/b", "size": 1,
+                           "sha256": "0".repeat(64), "ref": Uuid::nil()},
+            "owner": "x", "state": "complete", "nuid": "n",
+            "created_at": "2026-11-30T00:00:00Z", "expires_at": "2026-11-30T00:00:00Z",
+        }))
+        .unwrap();
+        assert_eq!(old.chunk_bytes, 128 * 1024);
+    }
 
     #[test]
     fn names_that_climb_or_forge_are_refused() {
