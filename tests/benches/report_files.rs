@@ -280,11 +280,12 @@ async fn reference_row(report: &mut Report, url: &str, ops: usize) {
         .await
         .unwrap();
     let plain_sender = Arc::clone(&sender);
+    let compared_sender = Arc::clone(&sender);
     let (plain, referenced) = compare(
         ops,
         1,
         move || {
-            let from = Arc::clone(&plain_sender);
+            let from = Arc::clone(&compared_sender);
             async move { send(&from, "files-reader", Vec::new()).await }
         },
         move || {
@@ -293,14 +294,49 @@ async fn reference_row(report: &mut Report, url: &str, ops: usize) {
         },
     )
     .await;
+    // The floor of a reference: the reader's grant is written before the copies (so the
+    // reader can read what it is handed), one KV write on top of the send, in a bucket like
+    // `agent_files_index`.
+    let js = jetstream::new(async_nats::connect(url).await.unwrap());
+    let grants = js
+        .create_key_value(jetstream::kv::Config {
+            bucket: "bench_files_grants".to_owned(),
+            history: 1,
+            storage: jetstream::stream::StorageType::File,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let floor_sender = Arc::clone(&plain_sender);
+    let floor = switchboard_tests::bench::measure(ops, 1, 1, move || {
+        let (from, grants) = (Arc::clone(&floor_sender), grants.clone());
+        async move {
+            grants
+                .put("grant.file.files-reader", bytes::Bytes::from_static(b"{}"))
+                .await
+                .unwrap();
+            send(&from, "files-reader", Vec::new()).await;
+        }
+    })
+    .await;
     reading.abort();
     report.row("files", "send_to_peer 256 B", plain);
     report.row("files", "the same send carrying one attachment", referenced);
+    report.row("files", "floor: one KV write, then the plain send", floor);
     report.ratio(
         "files: send with a reference p50 / without",
         referenced.p50.as_secs_f64() / plain.p50.as_secs_f64(),
         1.1,
         false,
+    );
+    report.note_row(
+        "files",
+        "the floor of a reference",
+        format!(
+            "one KV write and the send: {} of the plain send; the send with a reference is {} of this floor",
+            ratio_text(floor.p50.as_secs_f64() / plain.p50.as_secs_f64()),
+            ratio_text(referenced.p50.as_secs_f64() / floor.p50.as_secs_f64()),
+        ),
     );
     report.note_row(
         "files",
@@ -311,6 +347,11 @@ async fn reference_row(report: &mut Report, url: &str, ops: usize) {
             ms(plain.p50)
         ),
     );
+}
+
+/// A ratio as the notes write it (`1.23×`).
+fn ratio_text(ratio: f64) -> String {
+    format!("{ratio:.2}×")
 }
 
 async fn send(from: &Agent, to: &str, attachments: Vec<Attachment>) {

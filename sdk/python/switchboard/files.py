@@ -34,7 +34,7 @@ ATTEMPTS = 6
 #: Seconds one chunk's or read's reply may take.
 CHUNK_TIMEOUT_S = 10.0
 #: Chunks one read asks for (the service answers with at most 8).
-READ_CHUNKS = 8
+READ_CHUNKS = 16
 
 
 def _decode(subject: str, msg: Any) -> Any:

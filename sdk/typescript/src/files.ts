@@ -22,7 +22,7 @@ const ATTEMPTS = 6;
 /** How long one chunk's or read's reply may take. */
 const CHUNK_TIMEOUT_MS = 10_000;
 /** Chunks one read asks for (the service answers with at most 8). */
-const READ_CHUNKS = 8;
+const READ_CHUNKS = 16;
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 

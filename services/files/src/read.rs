@@ -1,4 +1,4 @@
-//! Reading (docs/protocol.md §17, "Downloading"): a read answers with up to eight chunks, each
+//! Reading (docs/protocol.md §17, "Downloading"): a read answers with up to sixteen chunks, each
 //! a message of its own to the reader's reply inbox with its offset and stream sequence in
 //! headers, then a [`ReadEnd`]. The reader goes on from the last chunk's sequence
 //! (`after_seq`): one batched direct get, no search. Without it (a reader resuming from an
@@ -13,10 +13,17 @@ use switchboard_proto::files::{
 
 use crate::error::FilesError;
 use crate::service::Files;
-use crate::store::StoredChunk;
 
 /// The reply subjects the server makes for a request imported from another account.
 const IMPORTED_REPLY_PREFIX: &str = "_R_.";
+
+/// Where a read's sending stands.
+struct Sending {
+    reply: Subject,
+    next_offset: u64,
+    after_seq: Option<u64>,
+    sent: u32,
+}
 
 /// Chunks a read answers with when it does not say.
 const READ_CHUNKS_DEFAULT: u32 = 4;
@@ -69,37 +76,29 @@ impl Files {
                 eof: true,
             });
         }
-        let mut chunks = match request.after_seq {
-            Some(after) => match after.checked_add(1) {
-                Some(next) => self.store.chunks_from(&record.nuid, next, max).await?,
-                None => Vec::new(),
-            },
-            None => Vec::new(),
+        let mut sending = Sending {
+            reply,
+            next_offset: offset,
+            after_seq: request.after_seq,
+            sent: 0,
         };
-        if chunks.first().map(|chunk| chunk.offset) != Some(offset) {
-            chunks = self.find(&record, offset, max).await?;
+        // From the chunk after `after_seq` when that is the one at the offset; otherwise
+        // (a reader resuming from an offset alone) from the one a binary search finds.
+        let followed = match request.after_seq.and_then(|after| after.checked_add(1)) {
+            Some(next) => self.send_chunks(&record.nuid, next, max, &mut sending).await?,
+            None => false,
+        };
+        if !followed {
+            let start = self.find(&record, offset).await?;
+            self.send_chunks(&record.nuid, start, max, &mut sending)
+                .await?;
         }
-        let mut next_offset = offset;
-        let mut after_seq = request.after_seq;
-        let mut sent = 0;
-        let client = self.store.js().client();
-        for chunk in chunks {
-            // Only the chunks that follow on from the offset (a copy never stored twice, but
-            // a wrong `after_seq` must not hand out another part of the file as this one).
-            if chunk.offset != next_offset {
-                break;
-            }
-            let mut headers = HeaderMap::new();
-            headers.insert(HEADER_FILE_OFFSET, chunk.offset.to_string().as_str());
-            headers.insert(HEADER_CHUNK_SEQ, chunk.seq.to_string().as_str());
-            next_offset = chunk.offset + chunk.payload.len() as u64;
-            after_seq = Some(chunk.seq);
-            client
-                .publish_with_headers(reply.clone(), headers, chunk.payload)
-                .await
-                .map_err(|err| FilesError::store("sending a chunk", err))?;
-            sent += 1;
-        }
+        let Sending {
+            next_offset,
+            after_seq,
+            sent,
+            ..
+        } = sending;
         if sent == 0 {
             return Err(FilesError::Store(format!(
                 "the chunk at {offset} of {} is missing from the store",
@@ -118,14 +117,52 @@ impl Files {
         })
     }
 
-    /// Up to `max` chunks from the one at `offset`, found by a binary search between the
-    /// file's first and last chunk sequences (chunks are stored in order).
-    async fn find(
+    /// Up to `max` chunks from stream sequence `from` to the reader, each sent as soon as it
+    /// is fetched (the fetch of the next overlaps the send of this one), as long as they
+    /// follow on from `sending.next_offset`: a wrong `after_seq` must not hand out another
+    /// part of the file as this one. Whether any chunk was sent.
+    async fn send_chunks(
         &self,
-        record: &FileRecord,
-        offset: u64,
+        nuid: &str,
+        from: u64,
         max: u32,
-    ) -> Result<Vec<StoredChunk>, FilesError> {
+        sending: &mut Sending,
+    ) -> Result<bool, FilesError> {
+        let (fetched, mut arrived) = tokio::sync::mpsc::unbounded_channel();
+        let fetch = self.store.each_chunk_from(nuid, from, max, move |chunk| {
+            // The channel holds at most `max` chunks (16 at most); a send loop that stopped
+            // early just leaves the rest unread.
+            let _ = fetched.send(chunk);
+        });
+        let client = self.store.js().client();
+        let before = sending.sent;
+        let send = async {
+            while let Some(chunk) = arrived.recv().await {
+                if chunk.offset != sending.next_offset {
+                    break;
+                }
+                let mut headers = HeaderMap::new();
+                headers.insert(HEADER_FILE_OFFSET, chunk.offset.to_string().as_str());
+                headers.insert(HEADER_CHUNK_SEQ, chunk.seq.to_string().as_str());
+                sending.next_offset = chunk.offset + chunk.payload.len() as u64;
+                sending.after_seq = Some(chunk.seq);
+                client
+                    .publish_with_headers(sending.reply.clone(), headers, chunk.payload)
+                    .await
+                    .map_err(|err| FilesError::store("sending a chunk", err))?;
+                sending.sent += 1;
+            }
+            Ok::<(), FilesError>(())
+        };
+        let (fetch, send) = tokio::join!(fetch, send);
+        send?;
+        fetch?;
+        Ok(sending.sent > before)
+    }
+
+    /// The stream sequence of the chunk at `offset`, found by a binary search between the
+    /// file's first and last chunk sequences (chunks are stored in order).
+    async fn find(&self, record: &FileRecord, offset: u64) -> Result<u64, FilesError> {
         let missing = || {
             FilesError::Store(format!(
                 "the chunks of {} are missing",
@@ -140,7 +177,7 @@ impl Files {
                 return Err(missing());
             };
             if chunk.offset == offset {
-                return self.store.chunks_from(&record.nuid, chunk.seq, max).await;
+                return Ok(chunk.seq);
             }
             if chunk.offset < offset {
                 low = chunk.seq + 1;

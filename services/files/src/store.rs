@@ -361,13 +361,27 @@ impl Store {
         from: u64,
         max: u32,
     ) -> Result<Vec<StoredChunk>, FilesError> {
+        let mut chunks = Vec::new();
+        self.each_chunk_from(nuid, from, max, |chunk| chunks.push(chunk))
+            .await?;
+        Ok(chunks)
+    }
+
+    /// [`Store::chunks_from`], each chunk handed to `each` as it arrives (a read sends one
+    /// on while the next is fetched).
+    pub async fn each_chunk_from(
+        &self,
+        nuid: &str,
+        from: u64,
+        max: u32,
+        mut each: impl FnMut(StoredChunk),
+    ) -> Result<(), FilesError> {
         let request = serde_json::json!({
             "seq": from.max(1),
             "next_by_subj": Self::chunk_subject(nuid),
             "batch": max,
         });
         let stream_name = self.objects.cached_info().config.name.clone();
-        let mut chunks = Vec::new();
         switchboard_request::kv::direct_batch(
             &self.js,
             &stream_name,
@@ -378,7 +392,7 @@ impl Store {
                 let seq = switchboard_request::kv::direct_sequence(&message)?;
                 let offset = header_u64(&headers, HEADER_FILE_OFFSET)
                     .ok_or_else(|| "a stored chunk without its offset".to_owned())?;
-                chunks.push(StoredChunk {
+                each(StoredChunk {
                     seq,
                     offset,
                     payload: message.payload,
@@ -388,7 +402,7 @@ impl Store {
         )
         .await
         .map_err(|err| FilesError::store("reading chunks", err))?;
-        Ok(chunks)
+        Ok(())
     }
 
     /// The index bucket (the sweeper lists its records).

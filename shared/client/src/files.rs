@@ -37,8 +37,8 @@ use uuid::Uuid;
 use crate::Agent;
 use crate::error::ClientError;
 
-/// Chunks asked for by one read (the service answers with at most 8).
-const READ_CHUNKS: u32 = 8;
+/// Chunks asked for by one read (the service answers with at most 16).
+const READ_CHUNKS: u32 = 16;
 /// Attempts of one chunk or read while no replica answers or a reply is lost.
 const ATTEMPTS: u32 = 6;
 /// How long one chunk's or read's reply may take.

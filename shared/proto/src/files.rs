@@ -47,8 +47,8 @@ pub const FILE_NAME_MAX_CHARS: usize = 255;
 pub const MEDIA_TYPE_MAX_CHARS: usize = 127;
 /// Most attachments on one message.
 pub const ATTACHMENTS_MAX: usize = 16;
-/// Most chunks one read answers (1 MiB).
-pub const READ_CHUNKS_MAX: u32 = 8;
+/// Most chunks one read answers (8 MiB of 512 KiB chunks).
+pub const READ_CHUNKS_MAX: u32 = 16;
 /// Prefix of the files requests: `agent.files.<op>.<agent_id>` ([`FilesOp`]). (Here rather
 /// than in [`crate::subject`], which re-exports it: `subject` reaches this module through
 /// `call`, and this one must not reach back.)
