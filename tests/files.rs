@@ -231,7 +231,11 @@ async fn lying_sizes_and_digests_and_chunks_out_of_order_are_refused() {
     let bytes = data(chunk_bytes + 100);
     let sha = hex(&Sha256::digest(&bytes));
     let started = upload(bytes.len() as u64, sha.clone()).await;
-    assert_eq!(started.body["chunk_bytes"], chunk_bytes, "{:?}", started.body);
+    assert_eq!(
+        started.body["chunk_bytes"], chunk_bytes,
+        "{:?}",
+        started.body
+    );
     let file = started.body["file_id"].as_str().unwrap().to_owned();
     let at = |offset: usize| {
         vec![
@@ -490,4 +494,24 @@ async fn an_upload_declared_again_is_the_same_upload_counted_once() {
     )
     .await;
     assert_ne!(theirs.body["file_id"], first.body["file_id"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upload_with_chunks_in_flight_is_intact_across_two_replicas() {
+    // The client sends each chunk before the previous one's reply; with two replicas some
+    // reach the other one first, are refused `conflict` and go again: the file is whole.
+    let (fabric, _first) = fabric_with_files(Default::default()).await;
+    let _second =
+        switchboard_tests::services::start_files_with(&fabric.url(), Default::default()).await;
+    let writer = fabric.agent("windowed").await;
+    for round in 0..3 {
+        let bytes = data(5 * 1024 * 1024 + round * 1000 + 7);
+        let attachment = writer
+            .upload_bytes("big.bin", "application/octet-stream", &bytes)
+            .await
+            .unwrap();
+        assert_eq!(attachment.size, bytes.len() as u64);
+        assert_eq!(attachment.sha256, hex(&Sha256::digest(&bytes)));
+        assert_eq!(writer.read_attachment(&attachment).await.unwrap(), bytes);
+    }
 }

@@ -22,6 +22,7 @@ mod service;
 pub mod store;
 mod sweep;
 mod upload;
+mod window;
 
 use std::sync::Arc;
 use std::time::Duration;

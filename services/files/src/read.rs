@@ -85,7 +85,10 @@ impl Files {
         // From the chunk after `after_seq` when that is the one at the offset; otherwise
         // (a reader resuming from an offset alone) from the one a binary search finds.
         let followed = match request.after_seq.and_then(|after| after.checked_add(1)) {
-            Some(next) => self.send_chunks(&record.nuid, next, max, &mut sending).await?,
+            Some(next) => {
+                self.send_chunks(&record.nuid, next, max, &mut sending)
+                    .await?
+            }
             None => false,
         };
         if !followed {

@@ -54,6 +54,8 @@ pub struct Files {
     next: Mutex<u64>,
     /// The chunk size of new uploads ([`Files::with_chunk_bytes`]).
     pub(crate) chunk_bytes: usize,
+    /// The chunks this replica is storing (`window.rs`).
+    pub(crate) in_flight: crate::window::InFlight,
 }
 
 impl Files {
@@ -66,6 +68,7 @@ impl Files {
             uploads: Mutex::new(HashMap::new()),
             next: Mutex::new(0),
             chunk_bytes: FILE_CHUNK_BYTES,
+            in_flight: crate::window::InFlight::default(),
         }
     }
 

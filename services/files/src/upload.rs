@@ -172,6 +172,23 @@ impl Files {
         message: &Message,
     ) -> Result<ChunkReply, FilesError> {
         let (file, offset) = chunk_headers(message)?;
+        // A client may send a chunk before the previous one's reply: one that follows a chunk
+        // this replica is storing waits for it (`window.rs`), then goes on from it.
+        self.in_flight
+            .after(file, offset, crate::window::WAIT)
+            .await;
+        let end = offset.saturating_add(message.payload.len() as u64);
+        let _flight = self.in_flight.start(file, end);
+        self.chunk_in_order(caller, message, file, offset).await
+    }
+
+    async fn chunk_in_order(
+        &self,
+        caller: &AgentId,
+        message: &Message,
+        file: Uuid,
+        offset: u64,
+    ) -> Result<ChunkReply, FilesError> {
         let payload = message.payload.clone();
         let remembered = self.remembered(&file);
         let (record, revision) = match &remembered {
@@ -210,7 +227,13 @@ impl Files {
             )));
         }
         let progress = match remembered {
-            Some(progress) => progress,
+            // What this replica stored last, unless another replica has gone on since (the
+            // chunk is not the one that follows it): then where the stream stands.
+            Some(progress) if progress.received == offset => progress,
+            Some(_) => {
+                self.forget(&file);
+                self.progress(&record, revision).await?
+            }
             None => self.progress(&record, revision).await?,
         };
         if progress.received == size {

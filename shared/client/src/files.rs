@@ -37,6 +37,8 @@ use uuid::Uuid;
 use crate::Agent;
 use crate::error::ClientError;
 
+/// Chunks of an upload in flight at once.
+const UPLOAD_WINDOW: usize = 2;
 /// Chunks asked for by one read (the service answers with at most 16).
 const READ_CHUNKS: u32 = 16;
 /// Attempts of one chunk or read while no replica answers or a reply is lost.
@@ -209,28 +211,60 @@ impl Files {
                 .await?;
             return Ok(view.attachment);
         }
-        let mut offset = 0u64;
-        let mut chunk = vec![0u8; started.chunk_bytes];
+        self.send_chunks(started.file_id, started.chunk_bytes, size, name, data)
+            .await
+    }
+
+    /// The chunks of an upload, two in flight: the next is sent before the previous one's
+    /// reply (the replica storing one holds the next until it is stored). One refused
+    /// `conflict` because it reached another replica first goes again once the one before
+    /// it is answered.
+    async fn send_chunks(
+        &self,
+        file: Uuid,
+        chunk_bytes: usize,
+        size: u64,
+        name: &str,
+        data: &mut (impl AsyncRead + Unpin),
+    ) -> Result<Attachment, ClientError> {
+        let mut read = 0u64;
+        let mut window = futures::stream::FuturesOrdered::new();
         loop {
-            let want = usize::try_from((size - offset).min(started.chunk_bytes as u64))
-                .unwrap_or(started.chunk_bytes);
-            data.read_exact(&mut chunk[..want])
-                .await
-                .map_err(|err| ClientError::Request {
-                    subject: name.to_owned(),
-                    message: format!("reading the file at {offset}: {err}"),
-                })?;
-            let reply = self
-                .send_chunk(
-                    started.file_id,
-                    offset,
-                    Bytes::copy_from_slice(&chunk[..want]),
-                )
-                .await?;
+            while window.len() < UPLOAD_WINDOW && read < size {
+                let want =
+                    usize::try_from((size - read).min(chunk_bytes as u64)).unwrap_or(chunk_bytes);
+                let mut chunk = vec![0u8; want];
+                data.read_exact(&mut chunk)
+                    .await
+                    .map_err(|err| ClientError::Request {
+                        subject: name.to_owned(),
+                        message: format!("reading the file at {read}: {err}"),
+                    })?;
+                let (offset, bytes) = (read, Bytes::from(chunk));
+                read += want as u64;
+                window.push_back(async move {
+                    let sent = self.send_chunk(file, offset, bytes.clone()).await;
+                    (offset, bytes, sent)
+                });
+            }
+            let Some((offset, bytes, sent)) = window.next().await else {
+                return Err(ClientError::Request {
+                    subject: FilesOp::Chunk.subject(&self.agent),
+                    message: "the upload ended without its last chunk's reply".to_owned(),
+                });
+            };
+            let end = offset + bytes.len() as u64;
+            let reply = match sent {
+                // Ahead of the one before it at another replica: that one is answered now.
+                Err(err) if err.kind() == Some(switchboard_proto::ErrorKind::Conflict) => {
+                    self.send_chunk(file, offset, bytes).await?
+                }
+                other => other?,
+            };
             if let Some(attachment) = reply.attachment {
                 return Ok(attachment);
             }
-            if reply.received != offset + want as u64 {
+            if reply.received < end {
                 return Err(ClientError::Request {
                     subject: FilesOp::Chunk.subject(&self.agent),
                     message: format!(
@@ -239,7 +273,6 @@ impl Files {
                     ),
                 });
             }
-            offset = reply.received;
         }
     }
 
