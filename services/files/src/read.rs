@@ -14,9 +14,6 @@ use switchboard_proto::files::{
 use crate::error::FilesError;
 use crate::service::Files;
 
-/// The reply subjects the server makes for a request imported from another account.
-const IMPORTED_REPLY_PREFIX: &str = "_R_.";
-
 /// Where a read's sending stands.
 struct Sending {
     reply: Subject,
@@ -46,7 +43,8 @@ impl Files {
         );
         let Some(reply) = reply.filter(|reply| {
             let reply = reply.as_str();
-            (reply.starts_with(&own) || reply.starts_with(IMPORTED_REPLY_PREFIX))
+            (reply.starts_with(&own)
+                || reply.starts_with(switchboard_proto::subject::IMPORTED_REPLY_PREFIX))
                 && switchboard_proto::subject::is_reply_inbox(reply)
         }) else {
             return Err(FilesError::BadRequest(format!(

@@ -409,7 +409,12 @@ pub fn service_stats(service: &str, instance: Option<&str>) -> String {
 /// client library's default) and the server's import reply subjects (`_R_.`, docs/protocol.md
 /// §1). A request whose reply subject is anything else — a KV key, a JetStream API subject,
 /// another goal's inbox — is refused unanswered: a service never writes where a caller points.
-pub const REPLY_INBOX_PREFIXES: [&str; 2] = ["_INBOX.", "_R_."];
+pub const REPLY_INBOX_PREFIXES: [&str; 2] = ["_INBOX.", IMPORTED_REPLY_PREFIX];
+
+/// The reply subjects the server makes for a request imported from another account (under
+/// the generated accounts, every agent's request to a service): each leads back to the
+/// requester alone.
+pub const IMPORTED_REPLY_PREFIX: &str = "_R_.";
 
 /// Whether `reply` is a subject a service may answer on (see [`REPLY_INBOX_PREFIXES`]): one of
 /// the prefixes followed by at least one more token, with no wildcard.
