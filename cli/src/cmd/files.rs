@@ -12,7 +12,8 @@ use uuid::Uuid;
 
 use super::args::{Acting, Connection};
 
-/// Files by reference: upload, download, stat, revoke, delete (as an agent).
+/// Files by reference: upload, download, stat, revoke, delete (as an agent; `switchboard
+/// attachments get` is `files get`).
 #[derive(Debug, Args)]
 #[command(
     after_help = "Examples:\n  switchboard files put --as writer report.pdf   # prints the attachment to send\n  switchboard send --as writer --to reviewer \"the report\" --attach report.pdf\n  switchboard files get --as reviewer <ref> --out report.pdf   # size and SHA-256 checked\n  switchboard files stat --as reviewer <ref>\n  switchboard files revoke --as writer <ref> --agent reviewer\n  switchboard files delete --as writer <ref>",

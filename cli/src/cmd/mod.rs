@@ -82,8 +82,9 @@ enum Command {
     NatsConfig(nats_config::NatsConfigArgs),
     /// Be one agent as an MCP server over stdio, for an LLM agent host: registers the agent,
     /// opens a goal, and offers list_peers, send_to_peer, talk_to_agent, reply_to_peer,
-    /// check_inbox, the task tools and the people tools (list_people, ask_person,
-    /// request_approval, use_approval).
+    /// check_inbox, the task tools, read_attachment and the people tools (list_people,
+    /// ask_person, request_approval, use_approval); with --files-dir also upload_file and
+    /// save_attachment.
     #[command(
         after_help = "Examples:\n  switchboard mcp --agent researcher --description \"finds and summarises sources\"\n  switchboard mcp --agent writer --card writer.toml --goal-kind background\n\nIn an MCP host's config (e.g. mcpServers in a JSON settings file):\n  \"switchboard\": {\"command\": \"switchboard\", \"args\": [\"mcp\", \"--agent\", \"researcher\"],\n                  \"env\": {\"NATS_URL\": \"nats://127.0.0.1:4222\"}}"
     )]
@@ -93,6 +94,7 @@ enum Command {
     Dlq(dlq::DlqArgs),
     People(people::PeopleArgs),
     Limits(limits::LimitsArgs),
+    #[command(alias = "attachments")]
     Files(files::FilesArgs),
     Budget(budget::BudgetArgs),
     Demo(demo::DemoArgs),
