@@ -173,12 +173,17 @@ impl Files {
     ) -> Result<ChunkReply, FilesError> {
         let (file, offset) = chunk_headers(message)?;
         // A client may send a chunk before the previous one's reply: one that follows a chunk
-        // this replica is storing waits for it (`window.rs`), then goes on from it.
-        self.in_flight
-            .after(file, offset, crate::window::WAIT)
-            .await;
+        // this replica is storing, or one waiting here, waits for it (`window.rs`), then goes
+        // on from it. It is in flight itself before it waits, so the chunk after it waits too.
         let end = offset.saturating_add(message.payload.len() as u64);
         let _flight = self.in_flight.start(file, end);
+        // (An empty chunk, or one at the end of the offsets, would wait for itself: it is
+        // refused below without waiting.)
+        if end > offset {
+            self.in_flight
+                .after(file, offset, crate::window::WAIT)
+                .await;
+        }
         self.chunk_in_order(caller, message, file, offset).await
     }
 

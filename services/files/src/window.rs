@@ -1,6 +1,7 @@
 //! The chunks of uploads this replica is storing, so a client may send a chunk before the
-//! previous one's reply (a window of two, docs/protocol.md §17): a chunk that follows one in
-//! flight here waits for it instead of being refused out of order. A chunk that follows one
+//! previous one's reply (the Rust client keeps three in flight, docs/protocol.md §17): a chunk
+//! that follows one in flight here — stored now, or waiting itself — waits for it instead of
+//! being refused out of order. A chunk that follows one
 //! stored by another replica finds nothing to wait for and is refused `conflict` as before;
 //! the client sends it again once the previous one is answered.
 

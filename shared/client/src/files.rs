@@ -38,7 +38,7 @@ use crate::Agent;
 use crate::error::ClientError;
 
 /// Chunks of an upload in flight at once.
-const UPLOAD_WINDOW: usize = 2;
+const UPLOAD_WINDOW: usize = 3;
 /// Chunks asked for by one read (the service answers with at most 16).
 const READ_CHUNKS: u32 = 16;
 /// Attempts of one chunk or read while no replica answers or a reply is lost.
@@ -215,7 +215,7 @@ impl Files {
             .await
     }
 
-    /// The chunks of an upload, two in flight: the next is sent before the previous one's
+    /// The chunks of an upload, three in flight: the next is sent before the previous one's
     /// reply (the replica storing one holds the next until it is stored). One refused
     /// `conflict` because it reached another replica first goes again once the one before
     /// it is answered.
