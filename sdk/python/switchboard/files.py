@@ -33,7 +33,7 @@ HEADER_FILE_ID, HEADER_FILE_OFFSET = "Switchboard-File-Id", "Switchboard-File-Of
 ATTEMPTS = 6
 #: Seconds one chunk's or read's reply may take.
 CHUNK_TIMEOUT_S = 10.0
-#: Chunks one read asks for (the service answers with at most 8).
+#: Chunks one read asks for (the service answers with at most 16).
 READ_CHUNKS = 16
 
 

@@ -1445,7 +1445,8 @@ class ReadRequest(WireObject):
     file_id: str
     """The file (an attachment's `ref`)."""
     offset: int
-    """Where to start: a multiple of [`FILE_CHUNK_BYTES`], at most the size."""
+    """Where to start: a multiple of the file's chunk size (any `next_offset`), at most the
+    size."""
 
     _defaults = {'offset': 0}
 
@@ -1990,7 +1991,8 @@ class TreeQuery(WireObject):
 class UploadReply(WireObject):
     """The reply to [`UploadRequest`]: the file id to send chunks for."""
     chunk_bytes: int
-    """Bytes of every chunk but the last ([`FILE_CHUNK_BYTES`])."""
+    """Bytes of every chunk but the last: chosen by the service from its server's
+    `max_payload` ([`chunk_bytes_for`], 128 KiB to 512 KiB); take it from here."""
     file_id: str
     """The new file's id (the attachment's `ref` once complete)."""
     idle_ms: int

@@ -21,7 +21,7 @@ export const HEADER_FILE_OFFSET = 'Switchboard-File-Offset';
 const ATTEMPTS = 6;
 /** How long one chunk's or read's reply may take. */
 const CHUNK_TIMEOUT_MS = 10_000;
-/** Chunks one read asks for (the service answers with at most 8). */
+/** Chunks one read asks for (the service answers with at most 16). */
 const READ_CHUNKS = 16;
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));

@@ -175,7 +175,8 @@ pub fn scoped_file_id(agent: &AgentId, upload_id: Uuid) -> Uuid {
 pub struct UploadReply {
     /// The new file's id (the attachment's `ref` once complete).
     pub file_id: Uuid,
-    /// Bytes of every chunk but the last ([`FILE_CHUNK_BYTES`]).
+    /// Bytes of every chunk but the last: chosen by the service from its server's
+    /// `max_payload` ([`chunk_bytes_for`], 128 KiB to 512 KiB); take it from here.
     pub chunk_bytes: usize,
     /// Bytes received so far (0).
     pub received: u64,
@@ -199,7 +200,8 @@ pub struct ChunkReply {
 pub struct ReadRequest {
     /// The file (an attachment's `ref`).
     pub file_id: Uuid,
-    /// Where to start: a multiple of [`FILE_CHUNK_BYTES`], at most the size.
+    /// Where to start: a multiple of the file's chunk size (any `next_offset`), at most the
+    /// size.
     #[serde(default)]
     pub offset: u64,
     /// The stream sequence of the chunk before `offset`, from the last read's
